@@ -1,0 +1,183 @@
+"""The objective catalog: ids, argument names, conventions, outputs and gradients.
+
+This module is the contract (DESIGN §4). Every backend — ``refimpl.exact``, ``refimpl.arrays``,
+``refimpl.torch`` and every third-party target — implements ``<family>.<name>`` as a function
+taking these argument names as keywords. A parameter's default is its *paper default*: a
+target that does not declare a convention is checked against that value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    shape: str                   # symbolic, e.g. "N,V" or "...,V"
+    kind: str = "float"          # float | int | mask
+    neg_inf: bool = False        # −inf allowed (logits of impossible tokens)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: object
+    choices: tuple = ()
+    source: str = ""             # where the paper default comes from
+    convention: bool = False     # a behaviour a target declares (vs an argument it is passed)
+
+
+@dataclass(frozen=True)
+class Objective:
+    id: str
+    summary: str
+    inputs: tuple[Input, ...]
+    params: tuple[Param, ...]
+    outputs: tuple[str, ...]
+    grads: tuple[str, ...]       # inputs differentiated (VJP with a stored cotangent)
+    source: str
+    reduction: str = ""          # input whose element count sets the reduction length
+    low_precision: bool = True   # vectors exist for bfloat16/float16 inputs
+
+    @property
+    def family(self) -> str:
+        return self.id.split(".")[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".")[1]
+
+    @property
+    def defaults(self) -> dict:
+        return {p.name: p.default for p in self.params}
+
+    @property
+    def conventions(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params if p.convention)
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+
+_LOGITS_NOTE = "−inf marks an impossible token"
+
+OBJECTIVES: tuple[Objective, ...] = (
+    Objective(
+        "distill.softmax", "Softmax with temperature: q_i = exp(z_i/T) / Σ_j exp(z_j/T).",
+        (Input("logits", "...,V", neg_inf=True),),
+        (Param("temperature", 1.0, source="Hinton et al. 2015 §2"),),
+        ("probs",), ("logits",), "Hinton et al. 2015 §2; article 000 §Destilación clásica",
+        reduction="logits"),
+    Objective(
+        "distill.hinton",
+        "(1−λ)·CE(q^(1), y) + λ·s·KL(p^(T)‖q^(T)), s = T² when t2_scale; mean over N.",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True),
+         Input("labels", "N", kind="int")),
+        (Param("temperature", 1.0), Param("alpha", 0.5),
+         Param("t2_scale", True, (True, False), "Hinton et al. 2015 §2 (T² keeps gradient scale)", convention=True)),
+        ("loss",), ("student_logits",), "Hinton et al. 2015 §2; article 000 §Destilación clásica",
+        reduction="student_logits"),
+    Objective(
+        "distill.token_kl",
+        "Full-vocabulary token KL: reverse Σ q log(q/p) (student first) or forward Σ p log(p/q).",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
+        (Param("direction", "reverse", ("reverse", "forward"), "MiniLLM §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29", convention=True),
+         Param("temperature", 1.0)),
+        ("kl",), ("student_logits",), "MiniLLM §2.1 eq. 1; article 000 §Destilación on-policy",
+        reduction="student_logits"),
+    Objective(
+        "distill.generalized_jsd",
+        "β·KL(p‖m) + (1−β)·KL(q‖m), m = β·p + (1−β)·q (p teacher, q student), per row.",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
+        (Param("beta", 0.5), Param("temperature", 1.0),
+         Param("endpoints", "limit", ("limit", "kl"),
+               "the continuous formula; TRL/Liger special-case β=0 → KL(p‖q), β=1 → KL(q‖p)", convention=True)),
+        ("jsd",), ("student_logits",), "Agarwal et al. 2024 (GKD) §3 eq. 2 (generalized JSD)",
+        reduction="student_logits"),
+    Objective(
+        "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "
+        "k2 = (log r)²/2, k3 = r − log r − 1; optional clamp of the value to [−c, c].",
+        (Input("logp", "N"), Input("ref_logp", "N")),
+        (Param("kind", "k3", ("k1", "k2", "k3"), "DeepSeekMath §4.1.1 eq. 4", convention=True),
+         Param("clamp", None, source="no clamp in the papers", convention=True)),
+        ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4"),
+    Objective(
+        "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space.",
+        (Input("policy_chosen_logps", "B"), Input("policy_rejected_logps", "B"),
+         Input("reference_chosen_logps", "B"), Input("reference_rejected_logps", "B")),
+        (Param("beta", 0.1), Param("loss_type", "sigmoid", ("sigmoid", "hinge", "ipo", "cdpo", "robust"),
+                                    "DPO §4 eq. 7", convention=True),
+         Param("label_smoothing", 0.0, source="DPO eq. 7 has none")),
+        ("losses", "chosen_rewards", "rejected_rewards"),
+        ("policy_chosen_logps", "policy_rejected_logps"),
+        "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
+        "robust DPO (Chowdhury et al. 2024) eq. 8"),
+    Objective(
+        "grpo.advantages", "Group-relative advantages A = (r − mean_group) / (std + eps).",
+        (Input("rewards", "B,G"),),
+        (Param("scale", "group", ("group", "batch", "none"), "DeepSeekMath §4.1.2", convention=True),
+         Param("std_ddof", 0, (0, 1), "article 000: (0,1,1,0) → std 0.5 (population)", convention=True),
+         Param("eps", 0.0, source="DeepSeekMath's A_i has no eps", convention=True),
+         Param("degenerate", "zero", ("zero", "drop", "raw"),
+               "article 000: 'producing zero advantages'; DAPO §3.2 drops", convention=True)),
+        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2", low_precision=False),
+    Objective(
+        "grpo.clip", "PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A), "
+        "ρ = exp(logp − old_logp); dual clip: C = max(C, c·A) where A < 0.",
+        (Input("logp", "N"), Input("old_logp", "N"), Input("advantages", "N")),
+        (Param("eps_low", 0.2, source="article 000 example"),
+         Param("eps_high", None, source="= eps_low (symmetric); DAPO §3.1 clip-higher"),
+         Param("dual_clip", None, source="none in PPO/GRPO; Ye et al. 2020 dual clip", convention=True)),
+        ("objective",), ("logp",), "DeepSeekMath §4.1.1 eq. 3; PPO (Schulman et al. 2017) eq. 7"),
+    Objective(
+        "grpo.aggregate", "Masked reduction of per-token values to a scalar.",
+        (Input("values", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("mode", "seq-mean-token-mean",
+               ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+               "DeepSeekMath eq. 3 (1/G Σ_i 1/|o_i| Σ_t)", convention=True),
+         Param("norm_length", None, source="padded length T (Dr. GRPO uses a constant)")),
+        ("value",), ("values",), "DeepSeekMath §4.1.1 eq. 3; DAPO §3.3; Dr. GRPO §3",
+        reduction="values"),
+    Objective(
+        "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1.",
+        (Input("logp", "B,T"), Input("old_logp", "B,T"), Input("ref_logp", "B,T"),
+         Input("advantages", "B"), Input("mask", "B,T", kind="mask")),
+        (Param("eps_low", 0.2), Param("eps_high", None), Param("dual_clip", None, convention=True),
+         Param("beta", 0.04, source="DeepSeekMath §4.2 (β = 0.04)"),
+         Param("kl_kind", "k3", ("k1", "k2", "k3"), "DeepSeekMath eq. 4", convention=True),
+         Param("kl_clamp", None, convention=True),
+         Param("kl_ratio_weight", False, (True, False), "off in DeepSeekMath; TRL 1.16 default on", convention=True),
+         Param("aggregation", "seq-mean-token-mean",
+               ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+               "DeepSeekMath eq. 3", convention=True),
+         Param("norm_length", None)),
+        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3",
+        reduction="logp"),
+    Objective(
+        "proximal_kl.future_cost", "F_t = Σ_{u>t} m_u·k_u, k_u = logp_u − ref_logp_u "
+        "(optionally clipped to ±clip, or truncated to the next `window` tokens); detached.",
+        (Input("logp", "B,T"), Input("ref_logp", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("clip", None, convention=True), Param("window", None, convention=True)),
+        ("cost",), (), "Proximal KL (Bai, Yao, Zhang) summary, article 004; FRPO arXiv 2601.10201",
+        reduction="logp"),
+    Objective(
+        "proximal_kl.loss", "token-mean of −ρ_t·sg(A − β·(k_t + F_t)), ρ_t = π/μ on the sampled token.",
+        (Input("logp", "B,T"), Input("behavior_logp", "B,T"), Input("ref_logp", "B,T"),
+         Input("advantages", "B"), Input("mask", "B,T", kind="mask")),
+        (Param("beta", 0.04), Param("ratio_clip", None, convention=True), Param("ratio_cap", None, convention=True),
+         Param("future_clip", None, convention=True), Param("future_window", None, convention=True),
+         Param("aggregation", "token-mean",
+               ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+               "Proximal KL summary: per-minibatch token averages", convention=True)),
+        ("loss",), ("logp",), "Proximal KL (Bai, Yao, Zhang) summary, article 004; FRPO arXiv 2601.10201",
+        reduction="logp"),
+)
+
+BY_ID = {o.id: o for o in OBJECTIVES}
+
+
+def get(objective_id: str) -> Objective:
+    try:
+        return BY_ID[objective_id]
+    except KeyError:
+        raise KeyError(f"unknown objective {objective_id!r}; known: {', '.join(BY_ID)}") from None

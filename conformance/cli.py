@@ -1,0 +1,176 @@
+"""Command line: ``lossproof`` (same as ``python -m conformance``). Parsing and printing only."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from conformance import catalog, cite, examples, vectors
+from conformance.progress import bar
+from refimpl.validate import InputError
+
+
+class UsageError(Exception):
+    pass
+
+
+def _vector_set(args) -> vectors.VectorSet:
+    return vectors.VectorSet(args.vectors)
+
+
+def _find(vs, uid):
+    try:
+        return vs.by_uid(uid)
+    except KeyError:
+        raise UsageError(f"no vector with uid {uid!r} in {vs.directory}") from None
+
+
+def cmd_examples(args):
+    vs = _vector_set(args)
+    rows = examples.article_rows(vs)
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="Worked examples of the source article (exact values: 30 digits)", show_lines=True)
+    for col in ("objective", "inputs / params", "article prints", "exact value", "uid"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        inputs = "; ".join(f"{k}={json.dumps(v)}" for k, v in {**r["inputs"], **r["params"]}.items())
+        exact = "\n".join(f"{k} = {json.dumps(v)}" for k, v in r["exact"].items())
+        table.add_row(r["objective"], inputs, r["printed"], exact, r["uid"])
+    Console(width=200).print(table)
+    print(f"{len(rows)} worked examples from {len({r['section'] for r in rows})} article sections")
+    return 0
+
+
+def cmd_generate(args):
+    from conformance import generate
+    directory = Path(args.vectors) if args.vectors else vectors.DEFAULT_DIR
+    start = time.perf_counter()
+    with bar("generating vectors", args.quiet) as progress:
+        files = generate.generate(progress=progress, workers=args.workers)
+    elapsed = time.perf_counter() - start
+    if args.check:
+        for rel, data in sorted(files.items()):
+            path = directory / rel
+            if not path.is_file() or path.read_bytes() != data:
+                print(f"lossproof: {path}: differs from what the generator produces "
+                      f"(run 'lossproof vectors generate')", file=sys.stderr)
+                return 1
+        stale = [p for p in directory.rglob("*.json") if p.relative_to(directory).as_posix() not in files]
+        if stale:
+            print(f"lossproof: {stale[0]}: not produced by the generator", file=sys.stderr)
+            return 1
+        print(f"vectors up to date: {len(files) - 1} files, regenerated in {elapsed:.1f} s")
+        return 0
+    vectors.write_tree(directory, files)
+    n = sum(json.loads(d)["numberOfTests"] for r, d in files.items() if r != vectors.MANIFEST)
+    size = sum(len(d) for d in files.values())
+    print(f"wrote {len(files) - 1} files, {n} tests, {size / 1e6:.1f} MB to {directory} in {elapsed:.1f} s")
+    return 0
+
+
+def cmd_lint(args):
+    vs = _vector_set(args)
+    problems = vectors.lint(vs)
+    for p in problems:
+        print(p, file=sys.stderr)
+    total = sum(sum(c.values()) for c in vs.counts().values())
+    if problems:
+        print(f"lossproof: {len(problems)} problem(s) in {vs.directory}", file=sys.stderr)
+        return 1
+    print(f"{len(vs.files)} files, {total} tests: clean")
+    return 0
+
+
+def cmd_show(args):
+    vs = _vector_set(args)
+    case = _find(vs, args.uid)
+    t = case.test
+    print(f"{case.uid}  ({case.objective}, {case.file} tcId {t['tcId']})")
+    print(f"  comment:     {t['comment']}")
+    print(f"  result:      {t['result']}   flags: {', '.join(t['flags']) or '-'}   dtypes: {', '.join(t['dtypes'])}")
+    print(f"  group:       {case.group}   conventions: {json.dumps(case.conventions)}")
+    if t["params"]:
+        print(f"  params:      {json.dumps(t['params'])}")
+    for section in ("inputs", "expected", "cotangents", "grads"):
+        for name, value in t.get(section, {}).items():
+            print(f"  {section[:-1] if section.endswith('s') else section} {name}: {json.dumps(value)}")
+    if "error" in t:
+        print(f"  must raise:  {t['error']}")
+    print(f"  provenance:  {json.dumps(t['provenance'], ensure_ascii=False)}")
+    return 0
+
+
+def cmd_cite(args):
+    vs = _vector_set(args)
+    case = _find(vs, args.uid)
+    version = vs.files[case.file]["vectorSetVersion"]
+    if args.bibtex:
+        print(cite.bibtex(case, version))
+    elif args.latex:
+        print(cite.latex(case, version))
+    else:
+        print(cite.text(case, version))
+    return 0
+
+
+def cmd_list(args):
+    counts = {}
+    try:
+        counts = _vector_set(args).counts()
+    except vectors.VectorError as err:
+        print(f"(vectors unavailable: {err})")
+    print(f"{'objective':28} {'valid':>6} {'invalid':>8} {'accept.':>8}  conventions")
+    for spec in catalog.OBJECTIVES:
+        c = counts.get(spec.id, {})
+        print(f"{spec.id:28} {c.get('valid', 0):6} {c.get('invalid', 0):8} {c.get('acceptable', 0):8}  "
+              f"{', '.join(spec.conventions) or '-'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_vectors(sp):
+        sp.add_argument("--vectors", metavar="DIR", help="vector directory (default: the bundled vectors/)")
+        return sp
+
+    with_vectors(sub.add_parser("examples", help="the source article's worked examples")).set_defaults(fn=cmd_examples)
+    vec = sub.add_parser("vectors", help="generate or lint the vector files")
+    vsub = vec.add_subparsers(dest="vectors_command", required=True)
+    gen = with_vectors(vsub.add_parser("generate", help="regenerate vectors/ from the exact reference"))
+    gen.add_argument("--check", action="store_true", help="compare with the files on disk instead of writing")
+    gen.add_argument("--workers", type=int, default=None, help="processes (default: available cores)")
+    gen.add_argument("--quiet", action="store_true")
+    gen.set_defaults(fn=cmd_generate)
+    with_vectors(vsub.add_parser("lint", help="check the vector files")).set_defaults(fn=cmd_lint)
+    show = with_vectors(sub.add_parser("show", help="print one vector"))
+    show.add_argument("uid")
+    show.set_defaults(fn=cmd_show)
+    c = with_vectors(sub.add_parser("cite", help="citation for one vector"))
+    c.add_argument("uid")
+    fmt = c.add_mutually_exclusive_group()
+    fmt.add_argument("--bibtex", action="store_true")
+    fmt.add_argument("--latex", action="store_true")
+    c.set_defaults(fn=cmd_cite)
+    with_vectors(sub.add_parser("list", help="objectives and vector counts")).set_defaults(fn=cmd_list)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (vectors.VectorError, UsageError, InputError, OSError) as err:
+        if args.debug:
+            raise
+        print(f"lossproof: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("lossproof: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,118 @@
+"""Generate the vector files from the exact reference.
+
+Each family module (``conformance.generate.<family>``) provides ``cases()`` (a list of
+:class:`Case`), ``NOTES`` (the definition of every flag it uses), ``GROUPS`` (the source of
+each convention set) and optionally ``SCALES`` (objective id -> scale function for the
+tolerance policy). Generation is deterministic: same code, same bytes.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+from collections import defaultdict
+
+import mpmath
+
+import conformance
+from conformance import catalog, vectors
+from conformance.generate.build import build_test
+from refimpl.exact import mp
+
+FAMILY_MODULES = ("distill", "kl", "dpo", "grpo", "proximal_kl")
+VECTOR_SET_VERSION = "1.0.0"
+
+
+def family_module(family: str):
+    return importlib.import_module(f"conformance.generate.{family}")
+
+
+def available_families() -> list[str]:
+    out = []
+    for family in FAMILY_MODULES:
+        try:
+            family_module(family)
+        except ModuleNotFoundError as err:
+            if err.name not in (f"conformance.generate.{family}", f"refimpl.exact.{family}"):
+                raise
+            continue
+        out.append(family)
+    return out
+
+
+def _build(args):
+    family, index = args
+    module = family_module(family)
+    case = _CASES[family][index]
+    return build_test(case, getattr(module, "SCALES", {}).get(case.objective))
+
+
+_CASES: dict = {}
+
+
+def _load_cases(families):
+    for family in families:
+        _CASES[family] = family_module(family).cases()
+
+
+def _init_worker(families):
+    _load_cases(families)
+
+
+def generate(families=None, progress=None, workers: int | None = None) -> dict[str, bytes]:
+    """Return {relative path: file bytes} for every vector file of the given families."""
+    families = list(families or available_families())
+    _load_cases(families)
+    jobs = [(f, i) for f in families for i in range(len(_CASES[f]))]
+    workers = workers or min(len(os.sched_getaffinity(0)), 8)
+    if progress:
+        progress(0, len(jobs))
+    results = []
+    if workers > 1 and len(jobs) > 50:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(workers, initializer=_init_worker, initargs=(families,)) as pool:
+            for done, test in enumerate(pool.imap(_build, jobs, chunksize=4), 1):
+                results.append(test)
+                if progress:
+                    progress(done, len(jobs))
+    else:
+        for done, job in enumerate(jobs, 1):
+            results.append(_build(job))
+            if progress:
+                progress(done, len(jobs))
+    by_objective = defaultdict(list)
+    for (family, index), test in zip(jobs, results):
+        by_objective[_CASES[family][index].objective].append((_CASES[family][index], test))
+    files = {}
+    for objective_id, items in by_objective.items():
+        spec = catalog.get(objective_id)
+        module = family_module(spec.family)
+        files[f"{spec.family}/{spec.name}.json"] = vectors.serialize(
+            _vector_file(spec, items, module.NOTES, module.GROUPS))
+    files["MANIFEST.json"] = vectors.manifest_bytes(files)
+    return files
+
+
+def _vector_file(spec, items, notes, group_sources) -> dict:
+    groups: dict = {}
+    for case, test in items:
+        conventions = {n: case.conventions.get(n, spec.defaults[n]) for n in spec.conventions}
+        key = (case.group, tuple(sorted((k, repr(v)) for k, v in conventions.items())))
+        groups.setdefault(key, {"group": case.group, "conventions": conventions,
+                                "source": group_sources[case.group], "tests": []})["tests"].append(test)
+    tc = 0
+    for group in groups.values():
+        for test in group["tests"]:
+            tc += 1
+            test["tcId"] = tc
+    used = sorted({f for _, t in items for f in t["flags"]})
+    return {
+        "schema": vectors.SCHEMA_ID,
+        "objective": spec.id,
+        "vectorSetVersion": VECTOR_SET_VERSION,
+        "generator": {"name": "lossproof", "version": conformance.__version__,
+                      "mpmath": mpmath.__version__, "dps": mp.get_dps(), "digits": 32},
+        "numberOfTests": tc,
+        "notes": {flag: notes[flag] for flag in used},
+        "testGroups": list(groups.values()),
+    }

@@ -1,0 +1,156 @@
+"""Turn a Case into a vector test: exact outputs, cotangents, VJPs, scales and a uid.
+
+Every expected digit is computed twice, at the working precision and 30 digits above it,
+and the case is refused unless both agree to the printed digits: a vector never carries
+a digit that cancellation could have corrupted.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import random
+
+import mpmath
+import numpy as np
+
+from conformance import catalog, numbers
+from conformance.generate.case import Case
+from refimpl import validate
+from refimpl.exact import mp
+
+CHECK_EXTRA_DPS = 30
+
+
+class GenerationError(RuntimeError):
+    pass
+
+
+def exact_functions(objective_id: str):
+    family, name = objective_id.split(".")
+    module = importlib.import_module(f"refimpl.exact.{family}")
+    return getattr(module, name), getattr(module, f"{name}_vjp", None)
+
+
+def call_kwargs(spec: catalog.Objective, case: Case) -> dict:
+    kwargs = {**spec.defaults, **case.conventions, **case.params}
+    for name, value in case.inputs.items():
+        kwargs[name] = numbers.decode_input(numbers.encode_input(value))
+    return kwargs
+
+
+def full_conventions(spec: catalog.Objective, case: Case) -> dict:
+    return {name: case.conventions.get(name, spec.defaults[name]) for name in spec.conventions}
+
+
+def uid_of(spec: catalog.Objective, case: Case) -> str:
+    """Content address: the objective plus a hash of the canonical inputs and parameters."""
+    content = {
+        "inputs": {k: numbers.encode_input(v) for k, v in sorted(case.inputs.items())},
+        "params": dict(sorted(case.params.items())),
+        "conventions": dict(sorted(full_conventions(spec, case).items())),
+    }
+    digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode())
+    return f"{spec.id}:{digest.hexdigest()[:16]}"
+
+
+def _shape(x) -> tuple:
+    return np.array(x, dtype=object).shape
+
+
+def _outputs_dict(spec, out) -> dict:
+    if isinstance(out, dict):
+        return {k: out[k] for k in spec.outputs}
+    return {spec.outputs[0]: out}
+
+
+def _default_cotangents(spec, outputs: dict, uid: str) -> dict:
+    rng = random.Random(uid)
+    cts = {}
+    for name, value in outputs.items():
+        shape = _shape(value)
+        if not shape:
+            cts[name] = 1.0
+        else:
+            cts[name] = np.array([round(rng.uniform(-2, 2), 3) for _ in range(int(np.prod(shape)))],
+                                 dtype=float).reshape(shape).tolist()
+    return cts
+
+
+def _max_abs(x) -> mpmath.mpf:
+    arr = np.array(x, dtype=object)
+    vals = [abs(mpmath.mpf(v)) for v in arr.flat if not mpmath.isinf(mpmath.mpf(v))]
+    return max(vals, default=mp.ZERO)
+
+
+def _dtypes(spec, case: Case) -> list[str]:
+    floats = [v for name, val in case.inputs.items()
+              if next(i for i in spec.inputs if i.name == name).kind == "float"
+              for v in numbers.flat_floats(val)]
+    out = ["float64"]
+    if all(numbers.representable(v, "float32") for v in floats):
+        out.append("float32")
+        if case.low_precision and spec.low_precision:
+            out += [d for d in ("bfloat16", "float16") if all(numbers.representable(v, d) for v in floats)]
+    return out
+
+
+def _evaluate(spec, fn, vjp, kwargs, cotangents):
+    outputs = _outputs_dict(spec, fn(**kwargs))
+    grads = {}
+    if vjp is not None and spec.grads:
+        ct = {k: numbers.decode_input(v) for k, v in cotangents.items()}
+        ct_arg = ct if len(spec.outputs) > 1 else ct[spec.outputs[0]]
+        grads = vjp(ct_arg, **kwargs)
+        grads = {k: grads[k] for k in spec.grads}
+    return outputs, grads
+
+
+def _check_digits(uid, label, low, high):
+    lo = numbers.encode_exact(low)
+    if lo != numbers.encode_exact(high):
+        raise GenerationError(f"{uid}: {label} is not stable to {numbers.DIGITS} digits between precisions")
+    return lo
+
+
+def build_test(case: Case, scale_fn=None) -> dict:
+    """Compute one test's JSON object (without its tcId)."""
+    spec = catalog.get(case.objective)
+    fn, vjp = exact_functions(spec.id)
+    kwargs = call_kwargs(spec, case)
+    uid = uid_of(spec, case)
+    test = {
+        "uid": uid, "comment": case.comment, "flags": sorted(case.flags), "result": case.result,
+        "dtypes": _dtypes(spec, case),
+        "inputs": {k: numbers.encode_input(v) for k, v in case.inputs.items()},
+        "params": case.params,
+    }
+    if case.result == "invalid":
+        try:
+            fn(**kwargs)
+        except validate.InputError as err:
+            test["error"] = str(err)
+        else:
+            raise GenerationError(f"{uid}: marked invalid but the exact reference accepts it")
+        test["provenance"] = case.provenance
+        return test
+    dps = mp.get_dps()
+    outputs, _ = _evaluate(spec, fn, None, kwargs, {})
+    cotangents = case.cotangents or _default_cotangents(spec, outputs, uid)
+    outputs, grads = _evaluate(spec, fn, vjp, kwargs, cotangents)
+    with mp.precision(dps + CHECK_EXTRA_DPS):
+        hi_outputs, hi_grads = _evaluate(spec, fn, vjp, kwargs, cotangents)
+    test["expected"] = {k: _check_digits(uid, k, v, hi_outputs[k]) for k, v in outputs.items()}
+    if grads:
+        test["cotangents"] = {k: numbers.encode_input(v) for k, v in cotangents.items()}
+        test["grads"] = {k: _check_digits(uid, f"grad {k}", v, hi_grads[k]) for k, v in grads.items()}
+    with mpmath.workdps(dps):
+        scales = scale_fn(kwargs, outputs, grads) if scale_fn else {}
+        test["scale"] = {
+            "outputs": {k: numbers.encode_exact(scales.get(k, _max_abs(v)), 6) for k, v in outputs.items()},
+            "grads": {k: numbers.encode_exact(scales.get(f"grad:{k}", _max_abs(v)), 6) for k, v in grads.items()},
+        }
+    if case.tolerance:
+        test["tolerance"] = case.tolerance
+    test["provenance"] = case.provenance
+    return test

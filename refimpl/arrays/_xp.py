@@ -1,0 +1,246 @@
+"""Array-API plumbing shared by the ``refimpl.arrays`` modules.
+
+Every function here takes the namespace ``xp`` explicitly (found with
+``array_api_compat.array_namespace``), so the same code runs on NumPy, CuPy or any other
+array-API library: nothing calls NumPy on an input. Input checks raise the same
+``refimpl.validate.InputError`` messages as the exact reference (``refimpl/exact/mp.py``).
+
+The numerical kernels are the stable forms the objectives need: log-sum-exp with the
+maximum shifted out *before* dividing by the temperature, log σ without overflow,
+e^x − 1 − x without cancellation, and a KL divergence summed from non-negative terms.
+"""
+from __future__ import annotations
+
+import array_api_compat
+
+from refimpl import validate
+
+SUPPORTED_DTYPES = ("float64", "float32")
+
+
+# --------------------------------------------------------------------------- namespace
+
+def _is_array(x) -> bool:
+    return array_api_compat.is_array_api_obj(x)
+
+
+def namespace(*values):
+    """The array namespace of the array-valued arguments (NumPy's, through
+    array-api-compat, when every argument is a list or a Python number)."""
+    arrays = [v for v in values if _is_array(v)]
+    if not arrays:
+        return array_api_compat.array_namespace(array_api_compat.numpy.asarray(0.0))
+    try:
+        return array_api_compat.array_namespace(*arrays)
+    except TypeError as exc:  # arrays from two different libraries
+        validate.fail("inputs", f"arrays from different array libraries ({exc})")
+
+
+def _dtype_name(xp, dtype) -> str:
+    for name in ("float64", "float32", "float16", "bfloat16"):
+        if hasattr(xp, name) and dtype == getattr(xp, name):
+            return name
+    return str(dtype)
+
+
+def float_dtype(xp, **float_inputs):
+    """The working dtype: that of the floating-point array inputs (float64 wins a mix);
+    float64 when the inputs are lists or integer arrays. Other float dtypes are refused
+    rather than silently computed at a precision the caller did not ask for."""
+    names = set()
+    for name, x in float_inputs.items():
+        if _is_array(x) and xp.isdtype(x.dtype, "real floating"):
+            dn = _dtype_name(xp, x.dtype)
+            if dn not in SUPPORTED_DTYPES:
+                validate.fail(name, f"dtype {dn} is not supported (supported: {', '.join(SUPPORTED_DTYPES)})")
+            names.add(dn)
+    return xp.float32 if names == {"float32"} else xp.float64
+
+
+# --------------------------------------------------------------------------- inputs
+
+def _first_bad(xp, name: str, a, bad) -> None:
+    """Raise for the first offending element in C order, as ``mp.array`` does."""
+    flat_bad = xp.reshape(bad, (-1,))
+    idx = int(xp.argmax(xp.astype(flat_bad, xp.int32)))
+    v = float(xp.reshape(a, (-1,))[idx])
+    if v != v:
+        validate.fail(name, "contains NaN")
+    validate.fail(name, f"contains {'+' if v > 0 else '-'}inf")
+
+
+def _raw(xp, name: str, x):
+    if _is_array(x):
+        return x
+    try:
+        a = xp.asarray(x)
+    except (ValueError, TypeError):
+        validate.fail(name, "ragged nested lists (rows of different lengths)")
+    return a
+
+
+def array(xp, name: str, x, dtype, *, allow_neg_inf: bool = False):
+    """A float array of ``dtype`` from a list or array, rejecting NaN and infinities
+    (``-inf`` only where ``allow_neg_inf``: logits of impossible tokens)."""
+    a = _raw(xp, name, x)
+    if not xp.isdtype(a.dtype, ("real floating", "integral", "bool")):
+        validate.fail(name, f"not a number (dtype {a.dtype})")
+    if a.dtype != dtype:
+        a = xp.astype(a, dtype)
+    bad = ~xp.isfinite(a)
+    if allow_neg_inf:
+        bad = bad & ~(a < 0)
+    if bool(xp.any(bad)):
+        _first_bad(xp, name, a, bad)
+    return a
+
+
+def int_array(xp, name: str, x):
+    """An int64 array; integral floats are accepted, booleans and fractions are not."""
+    a = _raw(xp, name, x)
+    if xp.isdtype(a.dtype, "bool"):
+        if a.ndim == 0 or a.size:
+            validate.fail(name, f"expected integers, got {bool(xp.reshape(a, (-1,))[0])!r}")
+    if xp.isdtype(a.dtype, "integral"):
+        return xp.astype(a, xp.int64)
+    if not xp.isdtype(a.dtype, "real floating"):
+        validate.fail(name, f"expected integers (dtype {a.dtype})")
+    bad = ~xp.isfinite(a)
+    bad = bad | (xp.where(bad, 0.0, a) != xp.floor(xp.where(bad, 0.0, a)))
+    if bool(xp.any(bad)):
+        idx = int(xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int32)))
+        validate.fail(name, f"expected integers, got {float(xp.reshape(a, (-1,))[idx])!r}")
+    return xp.astype(a, xp.int64)
+
+
+def mask(xp, name: str, x, shape: tuple, dtype):
+    """A 0/1 mask of the given shape as a float array (``mp.mask``)."""
+    m = array(xp, name, x, dtype)
+    validate.same_shape(**{name: tuple(m.shape), "inputs": shape})
+    if bool(xp.any((m != 0) & (m != 1))):
+        validate.fail(name, "must contain only 0 and 1")
+    return m
+
+
+def cotangent(xp, ct, dtype, like_name: str, like_shape: tuple, name: str = "cotangent"):
+    """The cotangent of one output, checked against the output's shape."""
+    c = array(xp, "cotangent", ct, dtype)
+    validate.same_shape(**{name: tuple(c.shape), like_name: tuple(like_shape)})
+    return c
+
+
+def cotangents(xp, ct, dtype, outputs: tuple, like_name: str, like_shape: tuple):
+    """Per-output cotangents of a multi-output objective (a dict by output name; a
+    missing output has a zero cotangent)."""
+    if not isinstance(ct, dict):
+        validate.fail("cotangent", f"expected a dict by output name ({', '.join(outputs)})")
+    out = {}
+    for name in outputs:
+        if name in ct:
+            out[name] = cotangent(xp, ct[name], dtype, like_name, like_shape, name=f"cotangent[{name!r}]")
+        else:
+            out[name] = xp.zeros(like_shape, dtype=dtype)
+    unknown = set(ct) - set(outputs)
+    if unknown:
+        validate.fail("cotangent", f"unknown outputs {sorted(map(str, unknown))}")
+    return out
+
+
+def shape(a) -> tuple:
+    return tuple(a.shape)
+
+
+# --------------------------------------------------------------------------- kernels
+
+def zeros_like(xp, a):
+    return xp.zeros(a.shape, dtype=a.dtype)
+
+
+def masked(xp, cond, a):
+    """``a`` where ``cond`` else 0 — a select, not a product, so an inf or NaN in an
+    unselected slot (padding) cannot leak into a sum as inf·0."""
+    return xp.where(cond, a, xp.zeros_like(a))
+
+
+def row_max(xp, z, axis: int = -1):
+    """Row maximum with keepdims, 0 for rows that are entirely −inf (so shifting by it
+    never forms −inf − (−inf))."""
+    m = xp.max(z, axis=axis, keepdims=True)
+    return xp.where(m == -xp.inf, xp.zeros_like(m), m)
+
+
+def logsumexp(xp, a, axis: int = -1, keepdims: bool = False):
+    """log Σ exp(a) with the maximum shifted out; −inf entries contribute nothing."""
+    m = row_max(xp, a, axis)
+    out = xp.log(xp.sum(xp.exp(a - m), axis=axis, keepdims=True)) + m
+    return out if keepdims else xp.squeeze(out, axis=axis)
+
+
+def log_softmax(xp, z, temperature: float = 1.0, axis: int = -1):
+    """log softmax(z / T) on ``axis``.
+
+    The row maximum is subtracted *before* the division: z − max is exact or nearly so
+    (Sterbenz), whereas z/T at T = 1e-3 and z = 1e4 would carry an absolute rounding
+    error of ~1e7·u into every exponent."""
+    shifted = z - row_max(xp, z, axis)
+    if temperature != 1.0:
+        shifted = shifted / temperature
+    # −inf − finite stays −inf: an impossible token keeps log-probability −inf.
+    return shifted - logsumexp(xp, shifted, axis=axis, keepdims=True)
+
+
+def logsigmoid(xp, x):
+    """log σ(x) = min(x, 0) − log1p(e^{−|x|}); the exponent is ≤ 0, nothing overflows."""
+    return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
+
+
+def sigmoid(xp, x):
+    """σ(x) with e^{−|x|} ≤ 1 in both branches (no overflow, full relative accuracy in
+    the tails)."""
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+# Taylor coefficients 1/(k+2)! of (e^x − 1 − x)/x², enough for |x| ≤ 1/2 in binary64.
+_EXPM1MX_COEFFS = []
+_f = 2.0
+for _k in range(16):
+    _EXPM1MX_COEFFS.append(1.0 / _f)
+    _f *= _k + 3
+del _f, _k
+
+_SERIES_RADIUS = 0.5
+
+
+def expm1mx(xp, x):
+    """e^x − 1 − x without the cancellation of ``expm1(x) − x`` near 0 (where the result
+    is ~x²/2 but each operand is ~x): a Taylor series for |x| ≤ 1/2 (last term below
+    1e-17 relative), ``expm1(x) − x`` outside (at most two bits lost there)."""
+    small = xp.abs(x) <= _SERIES_RADIUS
+    xs = xp.where(small, x, xp.zeros_like(x))
+    poly = xp.zeros_like(x) + _EXPM1MX_COEFFS[-1]
+    for c in reversed(_EXPM1MX_COEFFS[:-1]):
+        poly = poly * xs + c
+    series = xs * xs * poly
+    return xp.where(small, series, xp.expm1(x) - x)
+
+
+def kl_rows(xp, logp_a, logp_b, axis: int = -1):
+    """KL(a‖b) = Σ a·log(a/b) on ``axis`` from log-probabilities (−inf allowed; 0·log 0 = 0).
+
+    Summed as Σ_{a>0} a·(e^{−x} − 1 + x) + Σ_{a=0} b with x = log a − log b: the same
+    number (Σa = Σb = 1) but every term is ≥ 0 and formed by ``expm1mx``, so there is no
+    cancellation when a ≈ b (identical rows give exactly 0). Where x < −1, a·(e^{−x} − 1) is formed as b − a,
+    which cannot overflow. Returns (kl, infinite) where ``infinite`` flags rows with
+    a > 0 = b somewhere (the caller rejects them)."""
+    a_pos = logp_a > -xp.inf
+    b_zero = logp_b == -xp.inf
+    infinite = xp.any(a_pos & b_zero, axis=axis)
+    ok = a_pos & ~b_zero
+    x = xp.where(ok, logp_a - xp.where(ok, logp_b, xp.zeros_like(logp_b)), xp.zeros_like(logp_a))
+    pa, pb = xp.exp(logp_a), xp.exp(logp_b)
+    near = x > -1.0
+    x_near = xp.where(near, x, xp.zeros_like(x))
+    term = xp.where(near, pa * expm1mx(xp, -x_near), pa * x + pb - pa)
+    term = xp.where(a_pos, term, pb)
+    return xp.sum(term, axis=axis), infinite

@@ -1,0 +1,447 @@
+"""Knowledge-distillation objectives: tempered softmax, Hinton's combined loss, full-vocabulary
+token KL (forward / reverse) and the generalized Jensen–Shannon divergence of GKD.
+
+Notation (every function): z = student logits, t = teacher logits, T = temperature,
+q = softmax(z/T) (student), p = softmax(t/T) (teacher), along the last axis (the vocabulary V);
+every leading axis is a batch axis and is kept. A logit of −inf marks an impossible token
+(probability exactly 0); a row with no possible token is rejected.
+
+Gradients. All objectives depend on z only through the student's log-probabilities
+s = log q, and ∂s_i/∂z_j = (δ_ij − q_j)/T, so with g_i = ∂F/∂s_i
+
+    ∂F/∂z_j = (g_j − q_j Σ_i g_i) / T.                                        (chain rule)
+
+Each ``*_vjp`` below states its g and the resulting closed form.
+
+Numerics. Log-probabilities are formed as (z_i − max)/T − log1p(Σ_{j≠argmax} e^{(z_j−max)/T}),
+so the most probable token keeps its (tiny) distance from probability 1; log-ratios
+r_i = log q_i − log p_i are formed from logit differences, never from two large
+log-probabilities; and every KL is summed as Σ a_i (ℓ_i + e^{−ℓ_i} − 1) (+ Σ_{a_i=0} b_i),
+whose terms are all ≥ 0, instead of Σ a_i ℓ_i, whose terms cancel when a ≈ b.
+"""
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+
+from refimpl import validate
+from refimpl.exact import mp
+
+DIRECTIONS = ("reverse", "forward")
+ENDPOINTS = ("limit", "kl")
+
+
+# ---------------------------------------------------------------------------------------------
+# Row helpers (one distribution over the vocabulary, as Python lists of mpf)
+# ---------------------------------------------------------------------------------------------
+
+class _Row:
+    """softmax(z/T) of one row: log-probabilities, probabilities and the pieces of log Z."""
+
+    def __init__(self, z, T):
+        self.z = z
+        k = max(range(len(z)), key=lambda i: z[i])
+        self.max = z[k]
+        shifted = [(zi - self.max) / T for zi in z]  # exactly 0 at k, −inf for impossible tokens
+        # log Z/e^{max/T} = log(1 + Σ_{j≠k} …): log1p keeps the top token's log-probability
+        # −log1p(S) accurate when S is far below the working precision (logits ±1e4).
+        self.l1 = mpmath.log1p(mpmath.fsum(mpmath.exp(x) for j, x in enumerate(shifted) if j != k))
+        self.logp = [x - self.l1 for x in shifted]
+        self.p = [mpmath.exp(x) for x in self.logp]
+        self.support = [zi != mp.NEG_INF for zi in z]
+
+
+def _log_ratio(q: _Row, p: _Row, T):
+    """r_i = log q_i − log p_i where both are possible (None elsewhere).
+
+    Grouped as ((z_i − max z) − (t_i − max t))/T − (log1p S_q − log1p S_p): the logit
+    differences are exact, so r keeps its relative accuracy when q ≈ p with large logits."""
+    c = q.l1 - p.l1
+    return [((zi - q.max) - (ti - p.max)) / T - c if a and b else None
+            for zi, ti, a, b in zip(q.z, p.z, q.support, p.support)]
+
+
+def _k3(ell):
+    """ℓ + e^{−ℓ} − 1 (≥ 0), evaluated with enough extra bits that the cancellation between
+    ℓ and e^{−ℓ} − 1 (≈ ℓ²/2 for small ℓ) costs no digits."""
+    if ell == 0:
+        return mp.ZERO
+    extra = max(0, -int(mpmath.mag(ell))) + 16
+    with mpmath.extraprec(extra):
+        v = ell + mpmath.expm1(-ell)
+    return +v
+
+
+def _kl_terms(a_p, a_support, b_p, ell):
+    """KL(a‖b) = Σ_{a_i>0} a_i (ℓ_i + e^{−ℓ_i} − 1) + Σ_{a_i=0} b_i, with ℓ_i = log(a_i/b_i).
+
+    Equal to Σ a_i ℓ_i because Σ_{a_i>0} a_i e^{−ℓ_i} = Σ_{a_i>0} b_i = 1 − Σ_{a_i=0} b_i.
+    Requires supp a ⊆ supp b (checked by the callers)."""
+    inside = mpmath.fsum(ai * _k3(li) for ai, s, li in zip(a_p, a_support, ell) if s)
+    outside = mpmath.fsum(bi for bi, s in zip(b_p, a_support) if not s)
+    return inside + outside
+
+
+def _reverse_kl_row(q: _Row, p: _Row, r):
+    """KL(q‖p) and ℓ = log q − log p on supp q."""
+    ell = [ri if s else None for ri, s in zip(r, q.support)]
+    return _kl_terms(q.p, q.support, p.p, ell), ell
+
+
+def _forward_kl_row(q: _Row, p: _Row, r):
+    """KL(p‖q) and ℓ = log p − log q on supp p."""
+    ell = [-ri if s else None for ri, s in zip(r, p.support)]
+    return _kl_terms(p.p, p.support, q.p, ell), ell
+
+
+def _q_minus_p(q: _Row, p: _Row, r):
+    """q_j − p_j without cancellation: p_j (e^{r_j} − 1) where both are possible."""
+    out = []
+    for qj, pj, a, b, rj in zip(q.p, p.p, q.support, p.support, r):
+        out.append(pj * mpmath.expm1(rj) if a and b else (qj if a else -pj))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Input handling
+# ---------------------------------------------------------------------------------------------
+
+def _logits(name: str, x, rank=None) -> np.ndarray:
+    a = mp.array(name, x, allow_neg_inf=True)
+    if rank is not None:
+        validate.rank(name, a.shape, rank)
+    elif a.ndim < 1:
+        validate.fail(name, "expected at least 1 dimension (the vocabulary axis), got a scalar")
+    if a.shape[-1] == 0:
+        validate.fail(name, f"the vocabulary axis must not be empty, got shape {a.shape}")
+    return a
+
+
+def _rows(name: str, a: np.ndarray, T) -> list[_Row]:
+    rows = []
+    for idx in np.ndindex(a.shape[:-1]):
+        z = list(a[idx])
+        if all(zi == mp.NEG_INF for zi in z):
+            validate.fail(name, f"row {idx} is -inf everywhere (no possible token)")
+        rows.append(_Row(z, T))
+    return rows
+
+
+def _temperature(temperature):
+    validate.positive("temperature", temperature)
+    return mp.scalar("temperature", temperature)
+
+
+def _pair(student_logits, teacher_logits, temperature, rank=None):
+    zs = _logits("student_logits", student_logits, rank)
+    ts = _logits("teacher_logits", teacher_logits, rank)
+    validate.same_shape(student_logits=zs.shape, teacher_logits=ts.shape)
+    T = _temperature(temperature)
+    return zs.shape, T, _rows("student_logits", zs, T), _rows("teacher_logits", ts, T)
+
+
+def _require_support(name: str, inner: list[_Row], outer: list[_Row], lead: tuple, what: str):
+    """supp inner ⊆ supp outer row by row, else the divergence is +inf: reject, naming ``name``
+    (the argument whose −inf makes it infinite)."""
+    for idx, a, b in zip(np.ndindex(lead), inner, outer):
+        for v, (sa, sb) in enumerate(zip(a.support, b.support)):
+            if sa and not sb:
+                validate.fail(name, f"-inf at row {idx}, token {v}, where the other distribution "
+                                    f"has probability > 0: {what} is infinite (support mismatch)")
+
+
+def _cotangent(cotangent, shape: tuple) -> np.ndarray:
+    ct = mp.array("cotangent", cotangent)
+    validate.same_shape(cotangent=ct.shape, output=shape)
+    return ct
+
+
+def _per_row(lead: tuple, values) -> np.ndarray:
+    out = np.empty(lead, dtype=object)
+    for idx, v in zip(np.ndindex(lead), values):
+        out[idx] = v
+    return out
+
+
+def _stack(shape: tuple, rows) -> np.ndarray:
+    out = np.empty(shape, dtype=object)
+    for idx, row in zip(np.ndindex(shape[:-1]), rows):
+        out[idx] = np.array(row, dtype=object) if row else row
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.softmax
+# ---------------------------------------------------------------------------------------------
+
+@mp.exact
+def softmax(logits, temperature: float = 1.0):
+    """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis.
+
+    Hinton, Vinyals & Dean 2015, "Distilling the Knowledge in a Neural Network", §2;
+    article 000 §"Destilación clásica" ((2,0) → (0.88, 0.12) at T=1, (0.73, 0.27) at T=2).
+    Returns probs with the shape of ``logits``; a −inf logit has probability 0.
+    """
+    z = _logits("logits", logits)
+    T = _temperature(temperature)
+    return _stack(z.shape, [r.p for r in _rows("logits", z, T)])
+
+
+@mp.exact
+def softmax_vjp(cotangent, logits, temperature: float = 1.0):
+    """∂/∂z_j Σ_i c_i q_i = q_j (c_j − Σ_i c_i q_i) / T   (∂q_i/∂z_j = q_i(δ_ij − q_j)/T)."""
+    z = _logits("logits", logits)
+    T = _temperature(temperature)
+    ct = _cotangent(cotangent, z.shape)
+    grads = []
+    for idx, r in zip(np.ndindex(z.shape[:-1]), _rows("logits", z, T)):
+        c = list(ct[idx])
+        mean = mpmath.fsum(ci * qi for ci, qi in zip(c, r.p))
+        grads.append([qj * (cj - mean) / T for qj, cj in zip(r.p, c)])
+    return {"logits": _stack(z.shape, grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.hinton
+# ---------------------------------------------------------------------------------------------
+
+def _labels(labels, n: int, v: int) -> np.ndarray:
+    try:
+        y = mp.int_array("labels", labels)
+    except validate.InputError:
+        raise
+    except (TypeError, ValueError, OverflowError):
+        validate.fail("labels", f"expected integers, got {labels!r}")
+    validate.rank("labels", y.shape, 1)
+    validate.same_shape(labels=y.shape, **{"student_logits rows": (n,)})
+    for i, yi in enumerate(y):
+        if not 0 <= yi < v:
+            validate.fail("labels", f"label {int(yi)} at row {i} is outside [0, {v})")
+    return y
+
+
+def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+    shape, T, qT, pT = _pair(student_logits, teacher_logits, temperature, rank=2)
+    n, v = shape
+    if n == 0:
+        validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
+    y = _labels(labels, n, v)
+    validate.in_range("alpha", alpha, 0.0, 1.0)
+    a = mp.scalar("alpha", alpha)
+    s = T * T if validate.flag("t2_scale", t2_scale) else mp.ONE
+    zs = [r.z for r in qT]
+    q1 = qT if T == 1 else [_Row(z, mp.ONE) for z in zs]
+    for i, (r, yi) in enumerate(zip(q1, y)):
+        if not r.support[yi]:
+            validate.fail("student_logits", f"-inf at the label (row {i}, token {int(yi)}): "
+                                            "the cross-entropy term is infinite")
+    _require_support("student_logits", pT, qT, (n,), "KL(p‖q)")
+    r = [_log_ratio(qi, pi, T) for qi, pi in zip(qT, pT)]
+    return n, T, y, a, s, q1, qT, pT, r
+
+
+@mp.exact
+def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
+           t2_scale: bool = True):
+    """Hinton distillation loss, mean over the N rows:
+
+        L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
+
+    Hinton et al. 2015 §2 (soft targets at temperature T, hard-label term at T = 1, the soft
+    term multiplied by T² "to keep the relative contributions … roughly unchanged");
+    article 000 §"Destilación clásica" (λ = ``alpha``; the KL form differs from the paper's
+    cross-entropy by a teacher-only constant, same gradient). Returns the scalar loss.
+
+    Rejected (InputError naming ``student_logits``): a −inf student logit at the label, or
+    at a token where the teacher has p > 0; both make the loss infinite. They are rejected
+    whatever α is (also α = 1 or α = 0 where that term's weight is 0), so a vector never asks
+    an implementation to evaluate 0·∞.
+    """
+    n, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
+                                                   temperature, alpha, t2_scale)
+    total = []
+    for q1i, qi, pi, ri, yi in zip(q1, qT, pT, r, y):
+        kl, _ = _forward_kl_row(qi, pi, ri)
+        total.append((1 - a) * (-q1i.logp[yi]) + a * s * kl)
+    return mpmath.fsum(total) / n
+
+
+@mp.exact
+def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: float = 1.0,
+               alpha: float = 0.5, t2_scale: bool = True):
+    """Gradient of c·L with respect to the student logits (c = the scalar cotangent):
+
+        ∂L/∂z_{n,j} = [ (1−α)(q_{n,j}^{(1)} − [j = y_n]) + α·s·(q_{n,j}^{(T)} − p_{n,j}^{(T)}) / T ] / N.
+
+    Cross-entropy: g = −e_y, so ∂/∂z_j = q_j^{(1)} − δ_{jy}. Forward KL(p‖q): g_i = −p_i
+    (Σ g = −1), so ∂/∂z_j = (q_j − p_j)/T. With s = T² the soft term is α·T·(q − p), which
+    tends to α(z − t − mean)/V as T → ∞ (Hinton §2.1): its scale no longer shrinks with T.
+    """
+    n, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
+                                                   temperature, alpha, t2_scale)
+    c = _cotangent(cotangent, ()).item()
+    grads = []
+    for q1i, qi, pi, ri, yi in zip(q1, qT, pT, r, y):
+        ce = list(q1i.p)
+        ce[yi] = mpmath.expm1(q1i.logp[yi])  # q_y − 1 without cancellation when q_y ≈ 1
+        diff = _q_minus_p(qi, pi, ri)
+        grads.append([c * ((1 - a) * cej + a * s * dj / T) / n for cej, dj in zip(ce, diff)])
+    return {"student_logits": _stack((n, len(y) and len(grads[0])), grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.token_kl
+# ---------------------------------------------------------------------------------------------
+
+def _token_kl_rows(student_logits, teacher_logits, direction, temperature):
+    shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    validate.choice("direction", direction, DIRECTIONS)
+    lead = shape[:-1]
+    if direction == "reverse":
+        _require_support("teacher_logits", q, p, lead, "reverse KL(q‖p)")
+    else:
+        _require_support("student_logits", p, q, lead, "forward KL(p‖q)")
+    r = [_log_ratio(qi, pi, T) for qi, pi in zip(q, p)]
+    kl_row = _reverse_kl_row if direction == "reverse" else _forward_kl_row
+    kls = [kl_row(qi, pi, ri)[0] for qi, pi, ri in zip(q, p, r)]
+    return shape, T, q, p, r, kls
+
+
+@mp.exact
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
+    """Full-vocabulary KL between student q and teacher p at the next token, per row:
+
+        reverse:  kl = Σ_v q_v log(q_v / p_v)   (student first)
+        forward:  kl = Σ_v p_v log(p_v / q_v)
+
+    with q = softmax(z/T), p = softmax(t/T) and no T² factor. Reverse: MiniLLM (Gu et al. 2024)
+    §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; article 000 §"De la KL de secuencia a la KL de
+    token" (d_t = Σ_v q_t(v) log(q_t(v)/p_t(v)), ≈ 0.157 in its example). 0·log 0 = 0; a
+    token possible under the weighting distribution but impossible under the other makes the
+    KL infinite and is rejected (reverse: names ``teacher_logits``; forward: ``student_logits``).
+    Returns kl with shape ``student_logits.shape[:-1]``.
+    """
+    shape, _, _, _, _, kls = _token_kl_rows(student_logits, teacher_logits, direction, temperature)
+    return _per_row(shape[:-1], kls)
+
+
+@mp.exact
+def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "reverse",
+                 temperature: float = 1.0):
+    """Gradient of Σ c·kl with respect to the student logits, per row:
+
+        reverse:  ∂kl/∂z_j = q_j (ℓ_j − Σ_i q_i ℓ_i) / T,  ℓ = log q − log p   (g_i = q_i(ℓ_i + 1))
+        forward:  ∂kl/∂z_j = (q_j − p_j) / T                                   (g_i = −p_i)
+
+    An impossible student token (q_j = 0) gets gradient 0.
+    """
+    shape, T, q, p, r, kls = _token_kl_rows(student_logits, teacher_logits, direction, temperature)
+    ct = _cotangent(cotangent, shape[:-1])
+    grads = []
+    for idx, qi, pi, ri, kl in zip(np.ndindex(shape[:-1]), q, p, r, kls):
+        c = ct[idx]
+        if direction == "reverse":
+            g = [c * qj * (rj - kl) / T if s else mp.ZERO for qj, rj, s in zip(qi.p, ri, qi.support)]
+        else:
+            g = [c * d / T for d in _q_minus_p(qi, pi, ri)]
+        grads.append(g)
+    return {"student_logits": _stack(shape, grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.generalized_jsd
+# ---------------------------------------------------------------------------------------------
+
+def _jsd_row(q: _Row, p: _Row, r, beta):
+    """β·KL(p‖m) + (1−β)·KL(q‖m), m = βp + (1−β)q, 0 < β < 1; also ℓ^q = log q − log m and
+    KL(q‖m) for the gradient.
+
+    log m = logsumexp(log p + log β, log q + log(1−β)), taken relative to log q (resp. log p):
+        log q − log m = −log1p(β·(e^{−r} − 1)),   log p − log m = −log1p((1−β)·(e^{r} − 1)),
+    r = log q − log p, so the small differences near q ≈ p or β → 0, 1 come out of log1p/expm1
+    instead of a subtraction; where p = 0, log q − log m = −log(1−β); where q = 0,
+    log p − log m = −log β (m > 0 wherever p or q is)."""
+    one_b = 1 - beta
+    lq_m, lp_m = [], []
+    for qs, ps, ri in zip(q.support, p.support, r):
+        if qs and ps:
+            lq_m.append(-mpmath.log1p(beta * mpmath.expm1(-ri)))
+            lp_m.append(-mpmath.log1p(one_b * mpmath.expm1(ri)))
+        else:
+            lq_m.append(-mpmath.log1p(-beta) if qs else None)
+            lp_m.append(-mpmath.log(beta) if ps else None)
+    m_where_q0 = [beta * pj for pj in p.p]      # m on supp p \ supp q
+    m_where_p0 = [one_b * qj for qj in q.p]     # m on supp q \ supp p
+    kl_qm = _kl_terms(q.p, q.support, m_where_q0, lq_m)
+    kl_pm = _kl_terms(p.p, p.support, m_where_p0, lp_m)
+    return beta * kl_pm + one_b * kl_qm, lq_m, kl_qm
+
+
+def _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints):
+    shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    validate.in_range("beta", beta, 0.0, 1.0)
+    b = mp.scalar("beta", beta)
+    validate.choice("endpoints", endpoints, ENDPOINTS)
+    lead = shape[:-1]
+    # 'kl' replaces the endpoints by the divergences TRL/Liger compute there; both can be +inf.
+    if endpoints == "kl" and b == 0:
+        _require_support("student_logits", p, q, lead, "beta=0 with endpoints='kl' → KL(p‖q)")
+    if endpoints == "kl" and b == 1:
+        _require_support("teacher_logits", q, p, lead, "beta=1 with endpoints='kl' → KL(q‖p)")
+    r = [_log_ratio(qi, pi, T) for qi, pi in zip(q, p)]
+    return shape, T, q, p, r, b
+
+
+@mp.exact
+def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperature: float = 1.0,
+                    endpoints: str = "limit"):
+    """Generalized Jensen–Shannon divergence, per row (p teacher, q student, both at T):
+
+        jsd = β·KL(p ‖ m) + (1−β)·KL(q ‖ m),   m = β·p + (1−β)·q,   β ∈ [0, 1].
+
+    Agarwal et al. 2024 (GKD, "On-Policy Distillation of Language Models") §3, generalized JSD
+    (eq. 2 there); the form TRL's GKDTrainer.generalized_jsd_loss computes. It is finite for
+    every pair of rows (KL(p‖m) ≤ −log β) and tends to 0 as β → 0 or β → 1.
+    ``endpoints='limit'``: the continuous formula, so β = 0 and β = 1 give 0.
+    ``endpoints='kl'``: β = 0 gives KL(p‖q) (forward) and β = 1 gives KL(q‖p) (reverse), as
+    TRL and Liger-Kernel special-case them (those can be infinite: rejected, naming the
+    argument whose −inf causes it). For 0 < β < 1 the two agree.
+    Returns jsd with shape ``student_logits.shape[:-1]``.
+    """
+    shape, T, q, p, r, b = _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints)
+    if b == 0 or b == 1:
+        if endpoints == "limit":
+            return _per_row(shape[:-1], [mp.ZERO] * len(q))
+        kl_row = _forward_kl_row if b == 0 else _reverse_kl_row
+        return _per_row(shape[:-1], [kl_row(qi, pi, ri)[0] for qi, pi, ri in zip(q, p, r)])
+    return _per_row(shape[:-1], [_jsd_row(qi, pi, ri, b)[0] for qi, pi, ri in zip(q, p, r)])
+
+
+@mp.exact
+def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float = 0.5,
+                        temperature: float = 1.0, endpoints: str = "limit"):
+    """Gradient of Σ c·jsd with respect to the student logits, per row, for 0 < β < 1:
+
+        ∂jsd/∂z_j = (1−β) q_j (ℓ_j − Σ_i q_i ℓ_i) / T,   ℓ = log q − log m.
+
+    Derivation: with ∂m_i/∂s_i = (1−β) q_i, the terms through m sum to
+    −(1−β) q_i (β p_i + (1−β) q_i)/m_i = −(1−β) q_i, which cancels the +(1−β) q_i from
+    ∂(q log q)/∂s, leaving g_i = (1−β) q_i ℓ_i (so Σ_i g_i = (1−β) KL(q‖m)); then the chain
+    rule of the module docstring. 'limit' at β ∈ {0, 1}: 0 (the formula above at those β).
+    'kl' at β = 0 / β = 1: the forward / reverse ``token_kl_vjp``.
+    """
+    shape, T, q, p, r, b = _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints)
+    lead = shape[:-1]
+    ct = _cotangent(cotangent, lead)
+    if (b == 0 or b == 1) and endpoints == "kl":
+        return token_kl_vjp(cotangent, student_logits, teacher_logits,
+                            "forward" if b == 0 else "reverse", temperature)
+    if b == 0 or b == 1:
+        return {"student_logits": mp.zeros(shape)}
+    grads = []
+    for idx, qi, pi, ri in zip(np.ndindex(lead), q, p, r):
+        _, ell, kl_qm = _jsd_row(qi, pi, ri, b)
+        c = ct[idx]
+        grads.append([c * (1 - b) * qj * (lj - kl_qm) / T if s else mp.ZERO
+                      for qj, lj, s in zip(qi.p, ell, qi.support)])
+    return {"student_logits": _stack(shape, grads)}

@@ -1,0 +1,329 @@
+"""Group Relative Policy Optimization: advantages, clipped surrogate, aggregation, loss.
+
+Sources: DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 (objective with the k3 KL penalty)
+and §4.1.2 (outcome-supervised group advantages); PPO (Schulman et al. 2017) eq. 7 (clipped
+surrogate); DAPO (Yu et al. 2025) §3.1 clip-higher, §3.2 dynamic sampling, §3.3 token-level
+loss; Dr. GRPO (Liu et al. 2025) §3 (no std scaling, constant length normaliser); dual clip
+(Ye et al. 2020); article 000 §GRPO (worked numbers).
+
+Per token t of response i, with advantage A_i of its response:
+
+    ρ_t = exp(logp_t − old_logp_t),
+    C_t = min(ρ_t·A_i, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A_i)     (maximised)
+    ℓ_t = −C_t + β·w_t·KL_t,   loss = aggregate(ℓ, mask)          (minimised)
+"""
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+
+from refimpl import validate
+from refimpl.exact import kl, mp
+
+SCALES = ("group", "batch", "none")
+DEGENERATE = ("zero", "drop", "raw")
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def _bool(a) -> np.ndarray:
+    return np.asarray(a, dtype=object).astype(bool)
+
+
+# ----------------------------------------------------------------------------- advantages
+
+def _std(rewards, ddof: int):
+    """Standard deviation of all entries (ddof 0: population, 1: sample)."""
+    flat = list(rewards.flat)
+    mean = mpmath.fsum(flat) / len(flat)
+    return mpmath.sqrt(mpmath.fsum((x - mean) ** 2 for x in flat) / (len(flat) - ddof))
+
+
+def _constant(rewards) -> bool:
+    # "std exactly 0" decided on the rewards themselves, not on a rounded std.
+    flat = list(rewards.flat)
+    return all(x == flat[0] for x in flat)
+
+
+@mp.exact
+def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.0,
+               degenerate: str = "zero"):
+    """Group-relative advantages A_ij = (r_ij − mean_j r_ij) / (std + eps); no gradient.
+
+    DeepSeekMath §4.1.2 (``scale='group'``, std over the group's G rewards); TRL
+    ``scale_rewards='batch'`` (std over all B·G rewards, mean still per group); Dr. GRPO §3
+    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of article 000
+    ((0,1,1,0) → mean 0.5, std 0.5 → (−1,1,1,−1)).
+
+    A group is degenerate when G == 1 or its rewards are all equal (for 'batch': B·G == 1
+    or all B·G rewards equal; for 'none': never). ``degenerate``:
+    'zero' (article 000: "producing zero advantages") → A = 0, keep = 1;
+    'drop' (DAPO §3.2 dynamic sampling) → A = 0, keep = 0;
+    'raw' (verl compute_grpo_outcome_advantage: a singleton group gets mean 0 and std 1)
+    → a singleton group gets A = r/(1 + eps) ('group', 'batch') or A = r ('none'), a
+    zero-std group with G > 1 gets A = 0.
+    Returns {"advantages"[B,G], "keep"[B] (1 or 0)}.
+    """
+    r = mp.array("rewards", rewards)
+    validate.rank("rewards", r.shape, 2)
+    validate.nonempty("rewards", r.shape)
+    validate.choice("scale", scale, SCALES)
+    if isinstance(std_ddof, (bool, np.bool_)) or std_ddof not in (0, 1):
+        validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
+    e = mp.mpf(validate.in_range("eps", eps, 0, 1, hi_open=True))
+    validate.choice("degenerate", degenerate, DEGENERATE)
+    n_groups, g = r.shape
+
+    centred = r - np.array([mpmath.fsum(row) / g for row in r], dtype=object)[:, None]
+    if scale == "group":
+        degen = [g == 1 or _constant(row) for row in r]
+        divisor = [None if d else _std(row, int(std_ddof)) + e for row, d in zip(r, degen)]
+    elif scale == "batch":
+        batch_degen = r.size == 1 or _constant(r)
+        degen = [batch_degen] * n_groups
+        divisor = [None if batch_degen else _std(r, int(std_ddof)) + e] * n_groups
+    else:
+        degen = [False] * n_groups
+        divisor = [mp.ONE] * n_groups
+
+    adv = mp.zeros(r.shape)
+    keep = mp.full((n_groups,), 1)
+    for i in range(n_groups):
+        if degen[i]:
+            if degenerate == "drop":
+                keep[i] = mp.ZERO
+        else:
+            adv[i] = centred[i] / divisor[i]
+    if degenerate == "raw" and g == 1:
+        adv = r.copy() if scale == "none" else r / (1 + e)
+    return {"advantages": adv, "keep": keep}
+
+
+# ----------------------------------------------------------------------------- clipped surrogate
+
+def _clip_params(eps_low, eps_high, dual_clip):
+    """(1 − ε_low, 1 + ε_high, c) as mpf, formed exactly from the binary64 arguments."""
+    lo = mp.mpf(validate.in_range("eps_low", eps_low, 0, 1, hi_open=True))
+    if eps_high is None:
+        hi = lo
+    else:
+        hi = mp.mpf(validate.real("eps_high", eps_high))
+        if hi < 0:
+            validate.fail("eps_high", f"must be >= 0, got {eps_high!r}")
+    c = None
+    if dual_clip is not None:
+        c = mp.mpf(validate.real("dual_clip", dual_clip))
+        if c <= 1:
+            validate.fail("dual_clip", f"must be > 1, got {dual_clip!r}")
+    return 1 - lo, 1 + hi, c
+
+
+def _surrogate(rho, adv, lower, upper, dual):
+    """The clipped objective C and its derivative dC/dlogp (= ρA on the active unclipped
+    branch, else 0), elementwise with ``adv`` broadcast against ``rho``."""
+    unclipped = rho * adv
+    clipped = mp.clip(rho, lower, upper) * adv
+    active = _bool(unclipped <= clipped)  # ties take the unclipped branch
+    value = np.where(active, unclipped, clipped)
+    if dual is not None:
+        # Ye et al. 2020: for A < 0 the objective is bounded below by c·A (flat there).
+        floor = dual * adv
+        dual_on = _bool((adv < 0) & (floor > value))
+        value = np.where(dual_on, floor, value)
+        active = active & ~dual_on
+    return value, np.where(active, unclipped, mp.ZERO)
+
+
+def _clip_inputs(logp, old_logp, advantages):
+    lp = mp.array("logp", logp)
+    old = mp.array("old_logp", old_logp)
+    adv = mp.array("advantages", advantages)
+    validate.same_shape(logp=lp.shape, old_logp=old.shape, advantages=adv.shape)
+    return lp, old, adv
+
+
+@mp.exact
+def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
+         dual_clip: float | None = None):
+    """PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = π/π_old.
+
+    PPO (Schulman et al. 2017) eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher
+    (``eps_high`` ≠ ``eps_low``; None means symmetric); dual clip (Ye et al. 2020, as verl's
+    clip_ratio_c): where A < 0, C = max(C, c·A). Article 000: A = 1, ρ = 1.5 → 1.2;
+    A = −1, ρ = 0.5 → −0.8. Returns objective (same shape as ``logp``), to be maximised.
+    """
+    lp, old, adv = _clip_inputs(logp, old_logp, advantages)
+    lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    value, _ = _surrogate(mp.exp(lp - old), adv, lower, upper, dual)
+    return value
+
+
+@mp.exact
+def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
+             eps_high: float | None = None, dual_clip: float | None = None):
+    """Gradient of Σ cotangent·C with respect to ``logp`` (PPO eq. 7): ρA where the unclipped
+    branch is active (ties included), 0 where the clipped branch is strictly smaller or the
+    dual clip is active."""
+    lp, old, adv = _clip_inputs(logp, old_logp, advantages)
+    lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    ct = mp.array("cotangent", cotangent)
+    validate.same_shape(logp=lp.shape, cotangent=ct.shape)
+    _, dlogp = _surrogate(mp.exp(lp - old), adv, lower, upper, dual)
+    return {"logp": ct * dlogp}
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def _aggregate_params(mode_name, mode, norm_length, length):
+    validate.choice(mode_name, mode, MODES)
+    if norm_length is None:
+        return mp.mpf(length)
+    return mp.mpf(validate.positive("norm_length", norm_length))
+
+
+def _lengths(m):
+    lengths = np.array([mpmath.fsum(row) for row in m], dtype=object)
+    if all(n == 0 for n in lengths):
+        validate.fail("mask", "selects no token")
+    return lengths
+
+
+def _aggregate_value(values, m, mode, norm):
+    """Masked reduction, written as the papers write it; rows without tokens leave the seq means."""
+    lengths = _lengths(m)
+    sums = [mpmath.fsum(row) for row in m * values]
+    if mode == "token-mean":  # DAPO §3.3
+        return mpmath.fsum(sums) / mpmath.fsum(lengths)
+    rows = [i for i, n in enumerate(lengths) if n > 0]
+    if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
+        return mpmath.fsum(sums[i] / lengths[i] for i in rows) / len(rows)
+    seq_sum = mpmath.fsum(sums[i] for i in rows) / len(rows)
+    return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
+
+
+def _aggregate_weights(m, mode, norm):
+    """W with aggregate(values) = Σ W·values, i.e. the gradient of the aggregate."""
+    lengths = _lengths(m)
+    if mode == "token-mean":
+        return m / mpmath.fsum(lengths)
+    n_rows = sum(1 for n in lengths if n > 0)
+    if mode == "seq-mean-token-mean":
+        per_row = np.array([1 / (n * n_rows) if n > 0 else mp.ZERO for n in lengths], dtype=object)
+        return m * per_row[:, None]
+    return m / (n_rows if mode == "seq-mean-token-sum" else n_rows * norm)
+
+
+def _scalar_cotangent(cotangent):
+    # Kept as given (an mpf cotangent is not rounded to binary64).
+    ct = mp.array("cotangent", cotangent)
+    if ct.size != 1:
+        validate.fail("cotangent", f"expected a scalar for a scalar output, got shape {ct.shape}")
+    return ct.item()
+
+
+def _aggregate_inputs(values, mask):
+    v = mp.array("values", values)
+    validate.rank("values", v.shape, 2)
+    return v, mp.mask("mask", mask, v.shape)
+
+
+@mp.exact
+def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """Masked reduction of per-token values [B,T] to a scalar.
+
+    ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t);
+    ``token-mean``: DAPO §3.3 token-level loss (Σ m·v / Σ m); ``seq-mean-token-sum``: mean over
+    rows of Σ_t m·v; ``seq-mean-token-sum-norm``: Dr. GRPO §3, that mean divided by a constant
+    L = ``norm_length`` (default: the padded length T). Rows without tokens are left out of the
+    sequence means (as verl 0.9.1 agg_loss does). A mask with no token is rejected.
+    """
+    v, m = _aggregate_inputs(values, mask)
+    norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
+    return _aggregate_value(v, m, mode, norm)
+
+
+@mp.exact
+def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
+                  norm_length: float | None = None):
+    """Gradient of cotangent·aggregate with respect to ``values`` (the aggregate is linear in
+    them: DeepSeekMath eq. 3, DAPO §3.3, Dr. GRPO §3 weights); zero at masked positions."""
+    v, m = _aggregate_inputs(values, mask)
+    norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
+    ct = _scalar_cotangent(cotangent)
+    return {"values": ct * _aggregate_weights(m, mode, norm)}
+
+
+# ----------------------------------------------------------------------------- loss
+
+def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
+                 beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length):
+    lp = mp.array("logp", logp)
+    validate.rank("logp", lp.shape, 2)
+    old = mp.array("old_logp", old_logp)
+    ref = mp.array("ref_logp", ref_logp)
+    validate.same_shape(logp=lp.shape, old_logp=old.shape, ref_logp=ref.shape)
+    adv = mp.array("advantages", advantages)
+    if adv.shape != lp.shape[:1]:
+        validate.fail("advantages", f"shape {adv.shape} does not match the batch dimension "
+                                    f"{lp.shape[:1]} of logp")
+    m = mp.mask("mask", mask, lp.shape)
+    clip_params = _clip_params(eps_low, eps_high, dual_clip)
+    b = mp.mpf(validate.real("beta", beta))
+    if b < 0:
+        validate.fail("beta", f"must be >= 0, got {beta!r}")
+    validate.choice("kl_kind", kl_kind, kl.KINDS)
+    c = validate.optional_positive("kl_clamp", kl_clamp)
+    validate.flag("kl_ratio_weight", kl_ratio_weight)
+    norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
+    return lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)), norm
+
+
+def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight):
+    """ℓ_t = −C_t + β·w_t·KL_t and dℓ_t/dlogp_t, from the pieces of ``clip`` and ``kl.estimator``."""
+    # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
+    # arbitrary difference from being formed. Their aggregate weight is 0 either way.
+    on = _bool(m == 1)
+    log_ratio = np.where(on, lp - old, mp.ZERO)
+    log_r = np.where(on, ref - lp, mp.ZERO)
+    rho = mp.exp(log_ratio)
+    objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
+    penalty = kl.clamped(log_r, kl_kind, kl_clamp)
+    dpenalty = kl.clamped_dlogp(log_r, kl_kind, kl_clamp)
+    if kl_ratio_weight:
+        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·KL + ρ·dKL.
+        penalty, dpenalty = rho * penalty, rho * (penalty + dpenalty)
+    return -objective + beta * penalty, -dobjective + beta * dpenalty
+
+
+@mp.exact
+def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
+         eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
+         kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
+         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
+
+    DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
+    its tokens, k3 penalty, β = 0.04 in §4.2, 1/G Σ_i 1/|o_i| Σ_t aggregation); DAPO §3.1
+    (``eps_high``) and §3.3 (``aggregation='token-mean'``); Dr. GRPO §3
+    (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t when
+    ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
+    """
+    lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+        logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
+    per_token, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+    return _aggregate_value(per_token, m, aggregation, norm)
+
+
+@mp.exact
+def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
+             eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
+             kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
+             aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
+    aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
+    lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+        logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
+    ct = _scalar_cotangent(cotangent)
+    _, dper_token = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+    return {"logp": ct * _aggregate_weights(m, aggregation, norm) * dper_token}

@@ -1,0 +1,86 @@
+"""Sampled per-token KL estimators k1, k2, k3.
+
+Source: J. Schulman, "Approximating KL Divergence" (2020), estimators k1, k2, k3 with
+r = π_ref(y)/π(y) sampled from π; DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 4 uses k3 as
+GRPO's per-token KL penalty. With log r = ref_logp − logp:
+
+    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1  (≥ 0).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from refimpl import validate
+from refimpl.exact import mp
+
+KINDS = ("k1", "k2", "k3")
+
+
+def _prepare(logp, ref_logp, kind, clamp):
+    lp = mp.array("logp", logp)
+    rp = mp.array("ref_logp", ref_logp)
+    validate.same_shape(logp=lp.shape, ref_logp=rp.shape)
+    validate.choice("kind", kind, KINDS)
+    c = validate.optional_positive("clamp", clamp)
+    return lp, rp, (None if c is None else mp.mpf(c))
+
+
+def unclamped(log_r, kind):
+    """The estimator k1/k2/k3 of ``log_r = ref_logp − logp`` (elementwise, no clamp)."""
+    if kind == "k1":
+        return -log_r
+    if kind == "k2":
+        return log_r * log_r / 2
+    return mp.expm1(log_r) - log_r  # r − 1 − log r, with r − 1 formed without cancellation
+
+
+def unclamped_dlogp(log_r, kind):
+    """d unclamped(log_r, kind) / d logp (elementwise)."""
+    # d(log r)/d logp = −1
+    if kind == "k1":
+        return mp.full(log_r.shape, 1)
+    if kind == "k2":
+        return -log_r
+    return -mp.expm1(log_r)  # 1 − r
+
+
+def clamped(log_r, kind, clamp):
+    """The estimator clipped to [−c, c] (``clamp=c``, an mpf), or unclipped when ``clamp`` is None.
+    Shared with grpo.loss, whose KL term is this value."""
+    value = unclamped(log_r, kind)
+    return value if clamp is None else mp.clip(value, -clamp, clamp)
+
+
+def clamped_dlogp(log_r, kind, clamp):
+    """d clamped(log_r, kind, clamp) / d logp: a clamped entry has zero gradient; the clamp
+    bounds themselves pass the gradient (the band is closed, as in ``torch.clamp``)."""
+    grad = unclamped_dlogp(log_r, kind)
+    if clamp is None:
+        return grad
+    value = unclamped(log_r, kind)
+    inside = (value >= -clamp) & (value <= clamp)
+    return np.where(inside.astype(bool), grad, mp.ZERO)
+
+
+@mp.exact
+def estimator(logp, ref_logp, kind: str = "k3", clamp: float | None = None):
+    """Per-token KL estimate of KL(π‖π_ref) from the sampled token's log-probabilities.
+
+    Schulman (2020) k1/k2/k3; DeepSeekMath §4.1.1 eq. 4 (k3). ``clamp=c`` clips the value
+    to [−c, c] (OpenRLHF and verl clamp at 10; the papers do not clamp).
+    Returns value[N] (same shape as ``logp``).
+    """
+    lp, rp, c = _prepare(logp, ref_logp, kind, clamp)
+    return clamped(rp - lp, kind, c)
+
+
+@mp.exact
+def estimator_vjp(cotangent, logp, ref_logp, kind: str = "k3", clamp: float | None = None):
+    """Gradient of Σ cotangent·value with respect to ``logp`` (the estimator used as a loss).
+
+    A clamped entry has zero gradient; the clamp bounds themselves pass the gradient
+    (the band is closed, as in ``torch.clamp``)."""
+    lp, rp, c = _prepare(logp, ref_logp, kind, clamp)
+    ct = mp.array("cotangent", cotangent)
+    validate.same_shape(cotangent=ct.shape, logp=lp.shape)
+    return {"logp": ct * clamped_dlogp(rp - lp, kind, c)}

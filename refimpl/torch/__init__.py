@@ -1,0 +1,36 @@
+"""PyTorch implementations of the catalog objectives, differentiable by autograd.
+
+Same modules, function names and keyword arguments as ``refimpl.exact`` (and the catalog,
+``conformance/catalog.py``), meant for training code::
+
+    from refimpl.torch.grpo import loss
+
+Inputs are tensors on any device (the computation follows them); outputs are tensors in the
+input dtype (a dict by output name for multi-output objectives). Every input outside the
+catalog's ``grads`` is a constant: it is detached, so no gradient reaches it.
+
+Precision. float64 inputs are computed in float64. bfloat16 and float16 inputs are upcast to
+float32 for every reduction and transcendental, and the result is cast back to the input
+dtype; their gradients come back in the input dtype. float32 inputs are computed in float32.
+``proximal_kl.future_cost`` accumulates its running sums in float64 for every dtype.
+
+Custom backward passes (everything else is plain autograd):
+- ``distill.hinton``, ``distill.token_kl``, ``distill.generalized_jsd``: one
+  ``torch.autograd.Function`` over rows of the vocabulary (``distill._VocabRows``) with the
+  analytic gradient, recomputed in chunks of rows, so that no [N,V] float32 intermediate is
+  kept for backward (memory) and q·(log q − log p − KL) is formed directly (accuracy).
+  Not twice differentiable.
+- ``kl.estimator`` with ``kind='k3'`` (also inside ``grpo.loss``): ``kl._K3`` returns
+  expm1(x) − x with gradient expm1(x), instead of autograd's (expm1(x) + 1) − 1, which loses
+  all relative accuracy as the policy approaches the reference (x → 0).
+"""
+
+SUPPORTED_DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+# Objectives whose bfloat16/float16 inputs are accumulated in float32 (all of them: every
+# objective has a reduction or a transcendental). float64 stays float64.
+FLOAT32_ACCUMULATION = (
+    "distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
+    "kl.estimator", "dpo.loss", "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss",
+    "proximal_kl.future_cost", "proximal_kl.loss",
+)

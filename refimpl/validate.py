@@ -1,0 +1,79 @@
+"""Argument checks shared by every backend, so that all of them reject the same inputs
+with the same message (the message always names the offending argument)."""
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+
+class InputError(ValueError):
+    """An argument is outside the objective's domain."""
+
+
+def fail(name: str, problem: str) -> None:
+    raise InputError(f"{name}: {problem}")
+
+
+def real(name: str, value) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        fail(name, f"expected a real number, got {value!r}")
+    if math.isnan(v) or math.isinf(v):
+        fail(name, f"must be finite, got {value!r}")
+    return v
+
+
+def positive(name: str, value) -> float:
+    v = real(name, value)
+    if v <= 0:
+        fail(name, f"must be > 0, got {value!r}")
+    return v
+
+
+def in_range(name: str, value, lo: float, hi: float, *, lo_open=False, hi_open=False) -> float:
+    v = real(name, value)
+    below = v <= lo if lo_open else v < lo
+    above = v >= hi if hi_open else v > hi
+    if below or above:
+        left, right = "(" if lo_open else "[", ")" if hi_open else "]"
+        fail(name, f"must be in {left}{lo}, {hi}{right}, got {value!r}")
+    return v
+
+
+def optional_positive(name: str, value):
+    return None if value is None else positive(name, value)
+
+
+def choice(name: str, value, options: Iterable[str]) -> str:
+    options = tuple(options)
+    if value not in options:
+        fail(name, f"must be one of {', '.join(map(repr, options))}, got {value!r}")
+    return value
+
+
+def flag(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        fail(name, f"must be True or False, got {value!r}")
+    return value
+
+
+def same_shape(**shapes: tuple) -> tuple:
+    """All named shapes must be equal; returns the common shape."""
+    items = list(shapes.items())
+    first_name, first = items[0]
+    for name, shape in items[1:]:
+        if tuple(shape) != tuple(first):
+            fail(name, f"shape {tuple(shape)} does not match {first_name} shape {tuple(first)}")
+    return tuple(first)
+
+
+def rank(name: str, shape: tuple, expected: int | tuple) -> None:
+    allowed = (expected,) if isinstance(expected, int) else expected
+    if len(shape) not in allowed:
+        fail(name, f"expected {' or '.join(map(str, allowed))} dimensions, got shape {tuple(shape)}")
+
+
+def nonempty(name: str, shape: tuple) -> None:
+    if any(d == 0 for d in shape):
+        fail(name, f"must not be empty, got shape {tuple(shape)}")
