@@ -7,8 +7,10 @@ import sys
 import time
 from pathlib import Path
 
+import conformance
 from conformance import catalog, cite, examples, vectors
 from conformance.progress import bar
+from conformance.targets import TargetError
 from refimpl.validate import InputError
 
 
@@ -130,6 +132,48 @@ def cmd_list(args):
     return 0
 
 
+def cmd_check(args):
+    from conformance import compare, harness, report
+    from conformance.targets import builtin, load
+    specs = (args.backend or []) + (args.target or [])
+    if not specs:
+        specs = builtin.available()
+    unknown = [b for b in (args.backend or []) if b not in builtin.BUILTINS]
+    if unknown:
+        raise UsageError(f"--backend {unknown[0]!r}: built-in backends are {', '.join(builtin.BUILTINS)}")
+    dtypes = [d for arg in (args.dtype or []) for d in arg.split(",")]
+    bad = [d for d in dtypes if d not in compare.UNIT_ROUNDOFF]
+    if bad:
+        raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
+    tolerances = compare.Tolerances.from_file(args.tolerances)
+    vs = _vector_set(args)
+    targets = [load(spec) for spec in specs]
+    results = []
+    start = time.perf_counter()
+    for target in targets:
+        if args.device and args.device not in target.devices:
+            raise UsageError(f"--device {args.device!r}: target {target.name} runs on {', '.join(target.devices)}")
+        with bar(f"checking {target.name}", args.quiet) as progress:
+            results += harness.run(target, vs, objective=args.objective, dtypes=dtypes or None,
+                                   device=args.device, uids=set(args.uid or []), tolerances=tolerances,
+                                   time_limit=args.time_limit, as_paper=args.as_paper, progress=progress)
+    if not results:
+        raise UsageError("no vector matched the selection (check --objective / --uid)")
+    elapsed = time.perf_counter() - start
+    report.console(results, quiet=args.quiet)
+    if not args.quiet:
+        print(f"{len(targets)} target(s), {elapsed:.1f} s")
+    suite = {"version": conformance.__version__,
+             "vectorSetVersion": next(iter(vs.files.values()))["vectorSetVersion"],
+             "manifest_sha256": vs.manifest_sha256}
+    if args.report_json:
+        report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets)))
+    if args.junit:
+        vectors.write_atomically(Path(args.junit), report.junit(results))
+    s = harness.summary(results)
+    return 1 if s["fail"] or s["error"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -139,6 +183,21 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--vectors", metavar="DIR", help="vector directory (default: the bundled vectors/)")
         return sp
 
+    chk = with_vectors(sub.add_parser("check", help="run backends or targets over the vectors"))
+    chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy")
+    chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME or path/file.py:NAME")
+    chk.add_argument("--objective", default="*", metavar="GLOB", help="e.g. 'grpo.*'")
+    chk.add_argument("--dtype", action="append", metavar="DTYPE", help="float64, float32, bfloat16, float16")
+    chk.add_argument("--device", help="cpu or cuda (default: the target's first device)")
+    chk.add_argument("--uid", action="append", help="run only this vector (repeatable)")
+    chk.add_argument("--tolerances", metavar="FILE", help="per-target tolerance overrides (JSON)")
+    chk.add_argument("--time-limit", type=float, default=30.0, metavar="S", help="per-case limit (default 30 s)")
+    chk.add_argument("--as-paper", action="store_true", help="judge against the paper defaults, not the "
+                     "target's declared conventions")
+    chk.add_argument("--report-json", metavar="PATH")
+    chk.add_argument("--junit", metavar="PATH")
+    chk.add_argument("--quiet", action="store_true")
+    chk.set_defaults(fn=cmd_check)
     with_vectors(sub.add_parser("examples", help="the source article's worked examples")).set_defaults(fn=cmd_examples)
     vec = sub.add_parser("vectors", help="generate or lint the vector files")
     vsub = vec.add_subparsers(dest="vectors_command", required=True)
@@ -166,7 +225,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except (vectors.VectorError, UsageError, InputError, OSError) as err:
+    except (vectors.VectorError, UsageError, InputError, OSError, TargetError) as err:
         if args.debug:
             raise
         print(f"lossproof: error: {err}", file=sys.stderr)

@@ -122,13 +122,6 @@ def mask(xp, name: str, x, shape: tuple, dtype):
     return m
 
 
-def cotangent(xp, ct, dtype, like_name: str, like_shape: tuple, name: str = "cotangent"):
-    """The cotangent of one output, checked against the output's shape."""
-    c = array(xp, "cotangent", ct, dtype)
-    validate.same_shape(**{name: tuple(c.shape), like_name: tuple(like_shape)})
-    return c
-
-
 def cotangents(xp, ct, dtype, outputs: tuple, like_name: str, like_shape: tuple):
     """Per-output cotangents of a multi-output objective (a dict by output name; a
     missing output has a zero cotangent)."""
@@ -137,7 +130,9 @@ def cotangents(xp, ct, dtype, outputs: tuple, like_name: str, like_shape: tuple)
     out = {}
     for name in outputs:
         if name in ct:
-            out[name] = cotangent(xp, ct[name], dtype, like_name, like_shape, name=f"cotangent[{name!r}]")
+            c = array(xp, "cotangent", ct[name], dtype)
+            validate.same_shape(**{f"cotangent[{name!r}]": tuple(c.shape), like_name: tuple(like_shape)})
+            out[name] = c
         else:
             out[name] = xp.zeros(like_shape, dtype=dtype)
     unknown = set(ct) - set(outputs)
@@ -225,22 +220,22 @@ def expm1mx(xp, x):
     return xp.where(small, series, xp.expm1(x) - x)
 
 
-def kl_rows(xp, logp_a, logp_b, axis: int = -1):
-    """KL(a‖b) = Σ a·log(a/b) on ``axis`` from log-probabilities (−inf allowed; 0·log 0 = 0).
+def logaddexp(xp, a, b):
+    """log(e^a + e^b) for finite a, b: max + log1p(e^{−|a−b|}), nothing overflows."""
+    return xp.maximum(a, b) + xp.log1p(xp.exp(-xp.abs(a - b)))
 
-    Summed as Σ_{a>0} a·(e^{−x} − 1 + x) + Σ_{a=0} b with x = log a − log b: the same
-    number (Σa = Σb = 1) but every term is ≥ 0 and formed by ``expm1mx``, so there is no
-    cancellation when a ≈ b (identical rows give exactly 0). Where x < −1, a·(e^{−x} − 1) is formed as b − a,
-    which cannot overflow. Returns (kl, infinite) where ``infinite`` flags rows with
-    a > 0 = b somewhere (the caller rejects them)."""
-    a_pos = logp_a > -xp.inf
-    b_zero = logp_b == -xp.inf
-    infinite = xp.any(a_pos & b_zero, axis=axis)
-    ok = a_pos & ~b_zero
-    x = xp.where(ok, logp_a - xp.where(ok, logp_b, xp.zeros_like(logp_b)), xp.zeros_like(logp_a))
-    pa, pb = xp.exp(logp_a), xp.exp(logp_b)
-    near = x > -1.0
-    x_near = xp.where(near, x, xp.zeros_like(x))
-    term = xp.where(near, pa * expm1mx(xp, -x_near), pa * x + pb - pa)
-    term = xp.where(a_pos, term, pb)
-    return xp.sum(term, axis=axis), infinite
+
+def kl_terms(xp, a, b, a_support, ell, axis: int = -1):
+    """KL(a‖b) = Σ a·log(a/b) on ``axis`` from probabilities ``a``, ``b`` and the log-ratio
+    ``ell`` = log a − log b (read only on ``a_support``; the caller has checked that
+    supp a ⊆ supp b, else the KL is infinite).
+
+    Summed as Σ_{a>0} a·(e^{−ℓ} − 1 + ℓ) + Σ_{a=0} b: the same number (Σa = Σb = 1) but
+    every term is ≥ 0 and formed by ``expm1mx``, so there is no cancellation when a ≈ b
+    (identical rows give exactly 0). Where ℓ < −1, a·(e^{−ℓ} − 1) is formed as b − a,
+    which cannot overflow (e^{−ℓ} can, for ℓ < −709)."""
+    zero = xp.zeros_like(a)
+    ell = xp.where(a_support, ell, zero)
+    near = ell >= -1.0
+    term = xp.where(near, a * expm1mx(xp, -xp.where(near, ell, zero)), a * ell + b - a)
+    return xp.sum(xp.where(a_support, term, b), axis=axis)

@@ -77,5 +77,6 @@ def estimator_vjp(cotangent, logp, ref_logp, kind: str = "k3", clamp: float | No
     """Gradient of Σ cotangent·value with respect to ``logp`` (Schulman 2020; zero where
     clamped, the band being closed)."""
     xp, dt, lp, rp, c = _prepare(logp, ref_logp, kind, clamp)
-    ct = _xp.cotangent(xp, cotangent, dt, "logp", _xp.shape(lp))
+    ct = _xp.array(xp, "cotangent", cotangent, dt)
+    validate.same_shape(cotangent=_xp.shape(ct), logp=_xp.shape(lp))
     return {"logp": ct * clamped_dlogp(xp, rp - lp, kind, c)}

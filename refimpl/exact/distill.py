@@ -152,7 +152,7 @@ def _require_support(name: str, inner: list[_Row], outer: list[_Row], lead: tupl
 
 def _cotangent(cotangent, shape: tuple) -> np.ndarray:
     ct = mp.array("cotangent", cotangent)
-    validate.same_shape(cotangent=ct.shape, output=shape)
+    validate.same_shape(output=shape, cotangent=ct.shape)
     return ct
 
 
@@ -166,7 +166,7 @@ def _per_row(lead: tuple, values) -> np.ndarray:
 def _stack(shape: tuple, rows) -> np.ndarray:
     out = np.empty(shape, dtype=object)
     for idx, row in zip(np.ndindex(shape[:-1]), rows):
-        out[idx] = np.array(row, dtype=object) if row else row
+        out[idx] = np.array(row, dtype=object)
     return out
 
 
@@ -210,10 +210,10 @@ def _labels(labels, n: int, v: int) -> np.ndarray:
         y = mp.int_array("labels", labels)
     except validate.InputError:
         raise
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError):  # e.g. strings or None, which float() refuses
         validate.fail("labels", f"expected integers, got {labels!r}")
     validate.rank("labels", y.shape, 1)
-    validate.same_shape(labels=y.shape, **{"student_logits rows": (n,)})
+    validate.same_shape(**{"student_logits rows": (n,)}, labels=y.shape)
     for i, yi in enumerate(y):
         if not 0 <= yi < v:
             validate.fail("labels", f"label {int(yi)} at row {i} is outside [0, {v})")
@@ -237,7 +237,7 @@ def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, 
                                             "the cross-entropy term is infinite")
     _require_support("student_logits", pT, qT, (n,), "KL(p‖q)")
     r = [_log_ratio(qi, pi, T) for qi, pi in zip(qT, pT)]
-    return n, T, y, a, s, q1, qT, pT, r
+    return shape, T, y, a, s, q1, qT, pT, r
 
 
 @mp.exact
@@ -257,13 +257,13 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
     whatever α is (also α = 1 or α = 0 where that term's weight is 0), so a vector never asks
     an implementation to evaluate 0·∞.
     """
-    n, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
+    shape, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
                                                    temperature, alpha, t2_scale)
     total = []
     for q1i, qi, pi, ri, yi in zip(q1, qT, pT, r, y):
         kl, _ = _forward_kl_row(qi, pi, ri)
         total.append((1 - a) * (-q1i.logp[yi]) + a * s * kl)
-    return mpmath.fsum(total) / n
+    return mpmath.fsum(total) / shape[0]
 
 
 @mp.exact
@@ -277,8 +277,9 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
     (Σ g = −1), so ∂/∂z_j = (q_j − p_j)/T. With s = T² the soft term is α·T·(q − p), which
     tends to α(z − t − mean)/V as T → ∞ (Hinton §2.1): its scale no longer shrinks with T.
     """
-    n, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
+    shape, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
                                                    temperature, alpha, t2_scale)
+    n = shape[0]
     c = _cotangent(cotangent, ()).item()
     grads = []
     for q1i, qi, pi, ri, yi in zip(q1, qT, pT, r, y):
@@ -286,7 +287,7 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
         ce[yi] = mpmath.expm1(q1i.logp[yi])  # q_y − 1 without cancellation when q_y ≈ 1
         diff = _q_minus_p(qi, pi, ri)
         grads.append([c * ((1 - a) * cej + a * s * dj / T) / n for cej, dj in zip(ce, diff)])
-    return {"student_logits": _stack((n, len(y) and len(grads[0])), grads)}
+    return {"student_logits": _stack(shape, grads)}
 
 
 # ---------------------------------------------------------------------------------------------

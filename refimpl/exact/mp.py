@@ -99,7 +99,7 @@ def int_array(name: str, x) -> np.ndarray:
 def mask(name: str, x, shape: tuple) -> np.ndarray:
     """A 0/1 mask as an mpf array of the given shape."""
     m = array(name, x)
-    validate.same_shape(**{name: m.shape, "inputs": shape})
+    validate.same_shape(**{"inputs": shape, name: m.shape})  # the message names the mask
     if any(e != 0 and e != 1 for e in m.flat):
         validate.fail(name, "must contain only 0 and 1")
     return m

@@ -533,14 +533,11 @@ EOS_V3H3 = _random_tree(
 BUILTIN_TREES: dict[str, Tree] = {t.name: t for t in (WORKED_V2H2, RANDOM_V3H3, EOS_V3H3)}
 
 
-def random_behavior(tree: Tree, seed: int, low: float = 0.05) -> dict:
-    """A random full-support behaviour policy (every probability ≥ ``low``/V), fixed by ``seed``."""
+def random_behavior(tree: Tree, seed: int) -> dict:
+    """A random full-support behaviour policy (integer weights 1..99 per prefix), fixed by ``seed``."""
     rng = random.Random(seed)
     out = {}
     for s in prefixes(tree):
-        w = [low + rng.random() for _ in range(tree.vocab)]
-        out[s] = [Fraction(x).limit_denominator(10 ** 12) / Fraction(sum(w)).limit_denominator(10 ** 12)
-                  for x in w]
-        total = sum(out[s])
-        out[s] = [x / total for x in out[s]]
+        w = [rng.randint(1, 99) for _ in range(tree.vocab)]
+        out[s] = [Fraction(x, sum(w)) for x in w]
     return out

@@ -1,0 +1,341 @@
+"""Knowledge-distillation objectives over the array API: tempered softmax, Hinton's combined
+loss, full-vocabulary token KL (forward / reverse) and the generalized Jensen–Shannon
+divergence of GKD.
+
+Notation: z = student logits, t = teacher logits, T = temperature, q = softmax(z/T)
+(student), p = softmax(t/T) (teacher), along the last axis (the vocabulary); leading axes are
+batch axes. A −inf logit marks an impossible token (probability exactly 0); a row with no
+possible token is rejected. Same names and contract as ``refimpl.exact.distill``.
+
+Gradients: every objective depends on z through s = log q, ∂s_i/∂z_j = (δ_ij − q_j)/T, so
+with g_i = ∂F/∂s_i the gradient is (g_j − q_j Σ_i g_i)/T.
+
+Numerics (as the exact reference): log q = (z − max)/T − log1p(Σ_{j≠argmax} e^{(z_j−max)/T}),
+so the top token keeps its small distance from probability 1; log-ratios log q − log p come
+from logit differences ((z − max z) − (t − max t))/T, never from two large log-probabilities;
+every KL is summed from non-negative terms (``_xp.kl_terms``); q − p = p·expm1(log q − log p).
+"""
+from __future__ import annotations
+
+import math
+
+from refimpl import validate
+from refimpl.arrays import _xp
+
+DIRECTIONS = ("reverse", "forward")
+ENDPOINTS = ("limit", "kl")
+
+
+# ---------------------------------------------------------------------------------------------
+# Distributions
+# ---------------------------------------------------------------------------------------------
+
+class _Dist:
+    """softmax(z/T) along the last axis: shifted logits, log Z pieces, log-probs, probs."""
+
+    def __init__(self, xp, z, T: float):
+        self.z = z
+        self.support = z > -xp.inf
+        self.dz = z - _xp.row_max(xp, z)  # exactly 0 at the top, −inf for impossible tokens
+        shifted = self.dz / T if T != 1.0 else self.dz
+        e = xp.exp(shifted)
+        top = xp.argmax(z, axis=-1, keepdims=True)
+        is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
+        # log Σ e^{shifted} = log1p(Σ_{j≠top} …): exact when that sum is below u.
+        self.l1 = xp.log1p(xp.sum(_xp.masked(xp, ~is_top, e), axis=-1, keepdims=True))
+        self.logp = shifted - self.l1
+        self.p = xp.exp(self.logp)
+
+
+def _log_ratio(xp, q: _Dist, p: _Dist, T: float):
+    """r = log q − log p where both tokens are possible (0 elsewhere): the logit differences
+    are grouped first, so r keeps its relative accuracy when q ≈ p with large logits."""
+    both = q.support & p.support
+    d = xp.where(both, q.dz, xp.zeros_like(q.dz)) - xp.where(both, p.dz, xp.zeros_like(p.dz))
+    r = (d / T if T != 1.0 else d) - (q.l1 - p.l1)
+    return _xp.masked(xp, both, r)
+
+
+def _q_minus_p(xp, q: _Dist, p: _Dist, r):
+    """q − p without cancellation: p·expm1(r) where both are possible."""
+    both = q.support & p.support
+    return xp.where(both, p.p * xp.expm1(r), xp.where(q.support, q.p, -p.p))
+
+
+# ---------------------------------------------------------------------------------------------
+# Input handling
+# ---------------------------------------------------------------------------------------------
+
+def _unravel(flat: int, shape: tuple) -> tuple:
+    idx = []
+    for d in reversed(shape):
+        idx.append(flat % d)
+        flat //= d
+    return tuple(reversed(idx))
+
+
+def _first(xp, bad) -> int:
+    return int(xp.argmax(xp.astype(xp.reshape(bad, (-1,)), xp.int32)))
+
+
+def _logits(xp, dt, name: str, x, rank=None):
+    a = _xp.array(xp, name, x, dt, allow_neg_inf=True)
+    if rank is not None:
+        validate.rank(name, _xp.shape(a), rank)
+    elif a.ndim < 1:
+        validate.fail(name, "expected at least 1 dimension (the vocabulary axis), got a scalar")
+    if a.shape[-1] == 0:
+        validate.fail(name, f"the vocabulary axis must not be empty, got shape {_xp.shape(a)}")
+    return a
+
+
+def _dist(xp, name: str, a, T):
+    dead = xp.all(a == -xp.inf, axis=-1)
+    if bool(xp.any(dead)):
+        idx = _unravel(_first(xp, dead), _xp.shape(a)[:-1])
+        validate.fail(name, f"row {idx} is -inf everywhere (no possible token)")
+    return _Dist(xp, a, T)
+
+
+def _pair(student_logits, teacher_logits, temperature, rank=None):
+    xp = _xp.namespace(student_logits, teacher_logits)
+    dt = _xp.float_dtype(xp, student_logits=student_logits, teacher_logits=teacher_logits)
+    zs = _logits(xp, dt, "student_logits", student_logits, rank)
+    ts = _logits(xp, dt, "teacher_logits", teacher_logits, rank)
+    validate.same_shape(student_logits=_xp.shape(zs), teacher_logits=_xp.shape(ts))
+    T = validate.positive("temperature", temperature)
+    return xp, dt, _xp.shape(zs), T, _dist(xp, "student_logits", zs, T), _dist(xp, "teacher_logits", ts, T)
+
+
+def _require_support(xp, name: str, inner: _Dist, outer: _Dist, shape: tuple, what: str):
+    """supp inner ⊆ supp outer, else the divergence is +inf: reject, naming ``name``."""
+    bad = inner.support & ~outer.support
+    if bool(xp.any(bad)):
+        *row, v = _unravel(_first(xp, bad), shape)
+        validate.fail(name, f"-inf at row {tuple(row)}, token {v}, where the other distribution "
+                            f"has probability > 0: {what} is infinite (support mismatch)")
+
+
+def _cotangent(xp, dt, cotangent, shape: tuple):
+    ct = _xp.array(xp, "cotangent", cotangent, dt)
+    validate.same_shape(output=shape, cotangent=_xp.shape(ct))
+    return ct
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.softmax
+# ---------------------------------------------------------------------------------------------
+
+def _softmax_prepare(logits, temperature):
+    xp = _xp.namespace(logits)
+    dt = _xp.float_dtype(xp, logits=logits)
+    z = _logits(xp, dt, "logits", logits)
+    T = validate.positive("temperature", temperature)
+    return xp, dt, z, T, _dist(xp, "logits", z, T)
+
+
+def softmax(logits, temperature: float = 1.0):
+    """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis.
+
+    Hinton, Vinyals & Dean 2015 §2; article 000 §"Destilación clásica". Returns probs with
+    the shape of ``logits``; a −inf logit has probability 0.
+    """
+    return _softmax_prepare(logits, temperature)[4].p
+
+
+def softmax_vjp(cotangent, logits, temperature: float = 1.0):
+    """∂/∂z_j Σ_i c_i q_i = q_j (c_j − Σ_i c_i q_i) / T."""
+    xp, dt, z, T, q = _softmax_prepare(logits, temperature)
+    c = _cotangent(xp, dt, cotangent, _xp.shape(z))
+    mean = xp.sum(c * q.p, axis=-1, keepdims=True)
+    return {"logits": q.p * (c - mean) / T}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.hinton
+# ---------------------------------------------------------------------------------------------
+
+def _labels(xp, labels, n: int, v: int):
+    y = _xp.int_array(xp, "labels", labels)
+    validate.rank("labels", _xp.shape(y), 1)
+    validate.same_shape(**{"student_logits rows": (n,)}, labels=_xp.shape(y))
+    bad = (y < 0) | (y >= v)
+    if bool(xp.any(bad)):
+        i = _first(xp, bad)
+        validate.fail("labels", f"label {int(y[i])} at row {i} is outside [0, {v})")
+    return y
+
+
+def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+    xp, dt, shape, T, qT, pT = _pair(student_logits, teacher_logits, temperature, rank=2)
+    n, v = shape
+    if n == 0:
+        validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
+    y = _labels(xp, labels, n, v)
+    a = validate.in_range("alpha", alpha, 0.0, 1.0)
+    s = T * T if validate.flag("t2_scale", t2_scale) else 1.0
+    q1 = qT if T == 1.0 else _Dist(xp, qT.z, 1.0)
+    onehot = xp.arange(v, dtype=y.dtype) == y[:, None]
+    dead_label = xp.any(onehot & ~q1.support, axis=-1)
+    if bool(xp.any(dead_label)):
+        i = _first(xp, dead_label)
+        validate.fail("student_logits", f"-inf at the label (row {i}, token {int(y[i])}): "
+                                        "the cross-entropy term is infinite")
+    _require_support(xp, "student_logits", pT, qT, shape, "KL(p‖q)")
+    r = _log_ratio(xp, qT, pT, T)
+    return xp, dt, shape, T, onehot, a, s, q1, qT, pT, r
+
+
+def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
+           t2_scale: bool = True):
+    """Hinton distillation loss, mean over the N rows:
+
+        L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
+
+    Hinton et al. 2015 §2; article 000 §"Destilación clásica" (λ = ``alpha``). A −inf student
+    logit at the label or where the teacher has p > 0 is rejected whatever α is.
+    """
+    xp, _, shape, T, onehot, a, s, q1, qT, pT, r = _hinton_prepare(
+        student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
+    ce = -xp.sum(_xp.masked(xp, onehot, q1.logp), axis=-1)
+    kl = _xp.kl_terms(xp, pT.p, qT.p, pT.support, -r)
+    return xp.sum((1 - a) * ce + (a * s) * kl) / shape[0]
+
+
+def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: float = 1.0,
+               alpha: float = 0.5, t2_scale: bool = True):
+    """Gradient of c·L with respect to the student logits (Hinton et al. 2015 §2):
+
+        ∂L/∂z_{n,j} = [ (1−α)(q_{n,j}^{(1)} − [j = y_n]) + α·s·(q_{n,j}^{(T)} − p_{n,j}^{(T)}) / T ] / N.
+    """
+    xp, dt, shape, T, onehot, a, s, q1, qT, pT, r = _hinton_prepare(
+        student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
+    c = xp.reshape(_cotangent(xp, dt, cotangent, ()), ())
+    # q_y − 1 = expm1(log q_y), without cancellation when q_y ≈ 1.
+    ce = xp.where(onehot, xp.expm1(q1.logp), q1.p)
+    diff = _q_minus_p(xp, qT, pT, r)
+    return {"student_logits": c * ((1 - a) * ce + (a * s / T) * diff) / shape[0]}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.token_kl
+# ---------------------------------------------------------------------------------------------
+
+def _token_kl_prepare(student_logits, teacher_logits, direction, temperature):
+    xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    validate.choice("direction", direction, DIRECTIONS)
+    if direction == "reverse":
+        _require_support(xp, "teacher_logits", q, p, shape, "reverse KL(q‖p)")
+    else:
+        _require_support(xp, "student_logits", p, q, shape, "forward KL(p‖q)")
+    r = _log_ratio(xp, q, p, T)
+    kl = (_xp.kl_terms(xp, q.p, p.p, q.support, r) if direction == "reverse"
+          else _xp.kl_terms(xp, p.p, q.p, p.support, -r))
+    return xp, dt, shape, T, q, p, r, kl
+
+
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
+    """Full-vocabulary KL between student q and teacher p per row: reverse Σ q log(q/p),
+    forward Σ p log(p/q), at temperature T, no T² factor.
+
+    MiniLLM (Gu et al. 2024) §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; article 000 §"De la KL
+    de secuencia a la KL de token". 0·log 0 = 0; an infinite KL is rejected. Returns kl with
+    shape ``student_logits.shape[:-1]``.
+    """
+    return _token_kl_prepare(student_logits, teacher_logits, direction, temperature)[7]
+
+
+def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "reverse",
+                 temperature: float = 1.0):
+    """Gradient of Σ c·kl with respect to the student logits, per row:
+    reverse q_j (ℓ_j − kl)/T with ℓ = log q − log p (0 where q_j = 0); forward (q_j − p_j)/T."""
+    xp, dt, shape, T, q, p, r, kl = _token_kl_prepare(student_logits, teacher_logits,
+                                                      direction, temperature)
+    c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
+    if direction == "reverse":
+        g = _xp.masked(xp, q.support, q.p * (r - xp.expand_dims(kl, axis=-1)))
+    else:
+        g = _q_minus_p(xp, q, p, r)
+    return {"student_logits": c * g / T}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.generalized_jsd
+# ---------------------------------------------------------------------------------------------
+
+def _log_mix(xp, x, w_keep: float, w_other: float):
+    """log(w_keep + w_other·e^{−x}) with w_keep + w_other = 1, i.e. log m − log a for
+    m = w_keep·a + w_other·b and x = log a − log b: log1p(w_other·expm1(−x)) near x = 0
+    (the result is small there and a log-sum-exp would cancel), logaddexp(log w_keep,
+    log w_other − x) elsewhere (e^{−x} would overflow for x < −709)."""
+    near = xp.abs(x) <= 1.0
+    xn = xp.where(near, x, xp.zeros_like(x))
+    close = xp.log1p(w_other * xp.expm1(-xn))
+    far = _xp.logaddexp(xp, xp.zeros_like(x) + math.log(w_keep), math.log(w_other) - x)
+    return xp.where(near, close, far)
+
+
+def _jsd_parts(xp, q: _Dist, p: _Dist, r, beta: float):
+    """jsd = β·KL(p‖m) + (1−β)·KL(q‖m), ℓ^q = log q − log m and KL(q‖m), for 0 < β < 1.
+    Where only one of p, q is possible, m is β·p or (1−β)·q and the log-ratio a constant."""
+    one_b = 1.0 - beta
+    both = q.support & p.support
+    zero = xp.zeros_like(r)
+    lq_m = xp.where(both, -_log_mix(xp, r, one_b, beta), zero - math.log1p(-beta))
+    lp_m = xp.where(both, -_log_mix(xp, -r, beta, one_b), zero - math.log(beta))
+    m = beta * p.p + one_b * q.p
+    kl_qm = _xp.kl_terms(xp, q.p, m, q.support, lq_m)
+    kl_pm = _xp.kl_terms(xp, p.p, m, p.support, lp_m)
+    return beta * kl_pm + one_b * kl_qm, lq_m, kl_qm
+
+
+def _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints):
+    xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    b = validate.in_range("beta", beta, 0.0, 1.0)
+    validate.choice("endpoints", endpoints, ENDPOINTS)
+    if endpoints == "kl" and b == 0:
+        _require_support(xp, "student_logits", p, q, shape, "beta=0 with endpoints='kl' → KL(p‖q)")
+    if endpoints == "kl" and b == 1:
+        _require_support(xp, "teacher_logits", q, p, shape, "beta=1 with endpoints='kl' → KL(q‖p)")
+    return xp, dt, shape, T, q, p, _log_ratio(xp, q, p, T), b
+
+
+def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperature: float = 1.0,
+                    endpoints: str = "limit"):
+    """Generalized Jensen–Shannon divergence per row (p teacher, q student, both at T):
+
+        jsd = β·KL(p ‖ m) + (1−β)·KL(q ‖ m),   m = β·p + (1−β)·q,   β ∈ [0, 1].
+
+    Agarwal et al. 2024 (GKD) §3 eq. 2; TRL GKDTrainer.generalized_jsd_loss.
+    ``endpoints='limit'``: β ∈ {0, 1} give 0 (the formula); ``'kl'``: β = 0 gives KL(p‖q),
+    β = 1 gives KL(q‖p) (TRL / Liger-Kernel). Returns jsd with shape ``shape[:-1]``.
+    """
+    xp, _, shape, _, q, p, r, b = _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints)
+    if b == 0 or b == 1:
+        if endpoints == "limit":
+            return xp.zeros(shape[:-1], dtype=q.p.dtype)
+        if b == 0:
+            return _xp.kl_terms(xp, p.p, q.p, p.support, -r)
+        return _xp.kl_terms(xp, q.p, p.p, q.support, r)
+    return _jsd_parts(xp, q, p, r, b)[0]
+
+
+def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float = 0.5,
+                        temperature: float = 1.0, endpoints: str = "limit"):
+    """Gradient of Σ c·jsd with respect to the student logits, for 0 < β < 1:
+
+        ∂jsd/∂z_j = (1−β) q_j (ℓ_j − Σ_i q_i ℓ_i) / T,   ℓ = log q − log m
+
+    (g_i = (1−β) q_i ℓ_i). 'limit' at β ∈ {0, 1}: 0; 'kl' there: the forward / reverse
+    ``token_kl_vjp``. Source as for :func:`generalized_jsd`.
+    """
+    xp, dt, shape, T, q, p, r, b = _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints)
+    c = _cotangent(xp, dt, cotangent, shape[:-1])
+    if (b == 0 or b == 1) and endpoints == "kl":
+        return token_kl_vjp(cotangent, student_logits, teacher_logits,
+                            "forward" if b == 0 else "reverse", temperature)
+    if b == 0 or b == 1:
+        return {"student_logits": xp.zeros(shape, dtype=q.p.dtype)}
+    _, lq_m, kl_qm = _jsd_parts(xp, q, p, r, b)
+    g = _xp.masked(xp, q.support, q.p * (lq_m - xp.expand_dims(kl_qm, axis=-1)))
+    return {"student_logits": xp.expand_dims(c, axis=-1) * ((1 - b) / T) * g}

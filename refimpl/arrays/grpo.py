@@ -1,0 +1,319 @@
+"""Group Relative Policy Optimization over the array API: advantages, clipped surrogate,
+aggregation, loss.
+
+Sources: DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 and §4.1.2; PPO (Schulman et al.
+2017) eq. 7; DAPO (Yu et al. 2025) §3.1–3.3; Dr. GRPO (Liu et al. 2025) §3; dual clip
+(Ye et al. 2020); article 000 §GRPO. Per token t of response i:
+
+    ρ_t = exp(logp_t − old_logp_t),
+    C_t = min(ρ_t·A_i, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A_i)     (maximised)
+    ℓ_t = −C_t + β·w_t·KL_t,   loss = aggregate(ℓ, mask)          (minimised)
+
+Same names and contract as ``refimpl.exact.grpo``; ``loss`` is composed from the pieces of
+``clip``, ``aggregate`` and ``refimpl.arrays.kl``.
+"""
+from __future__ import annotations
+
+from refimpl import validate
+from refimpl.arrays import _xp, kl
+
+SCALES = ("group", "batch", "none")
+DEGENERATE = ("zero", "drop", "raw")
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+# ----------------------------------------------------------------------------- advantages
+
+def _centred(xp, r, axis):
+    """r − mean(r) with one refinement pass: the first mean's rounding error is removed by
+    subtracting the mean of the (exactly or nearly exactly formed) deviations."""
+    d = r - xp.mean(r, axis=axis, keepdims=True)
+    return d - xp.mean(d, axis=axis, keepdims=True)
+
+
+def _std(xp, d, axis, n, ddof):
+    return xp.sqrt(xp.sum(d * d, axis=axis) / max(n - ddof, 1))
+
+
+def _constant(xp, r, axis=None):
+    # "std exactly 0" is decided on the rewards themselves: a rounded std of equal values
+    # need not be 0 (their float mean need not equal them).
+    return xp.max(r, axis=axis) == xp.min(r, axis=axis)
+
+
+def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.0,
+               degenerate: str = "zero"):
+    """Group-relative advantages A_ij = (r_ij − mean_j r_ij) / (std + eps); no gradient.
+
+    DeepSeekMath §4.1.2 (``scale='group'``); TRL ``scale_rewards='batch'`` (std over all
+    B·G rewards, mean per group); Dr. GRPO §3 (``scale='none'``). Degenerate groups (G == 1
+    or all rewards equal; 'batch': B·G == 1 or all equal; 'none': never): 'zero' → A = 0,
+    keep = 1 (article 000); 'drop' → A = 0, keep = 0 (DAPO §3.2); 'raw' → singleton groups
+    get r/(1 + eps) ('none': r), zero-std groups A = 0 (verl).
+    Returns {"advantages"[B,G], "keep"[B] (1 or 0)}.
+    """
+    xp = _xp.namespace(rewards)
+    dt = _xp.float_dtype(xp, rewards=rewards)
+    r = _xp.array(xp, "rewards", rewards, dt)
+    validate.rank("rewards", _xp.shape(r), 2)
+    validate.nonempty("rewards", _xp.shape(r))
+    validate.choice("scale", scale, SCALES)
+    if isinstance(std_ddof, bool) or std_ddof not in (0, 1):
+        validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
+    e = validate.in_range("eps", eps, 0, 1, hi_open=True)
+    validate.choice("degenerate", degenerate, DEGENERATE)
+    n_groups, g = _xp.shape(r)
+    ddof = int(std_ddof)
+
+    centred = _centred(xp, r, axis=1)
+    if scale == "group":
+        degen = _constant(xp, r, axis=1) | (g == 1)
+        divisor = _std(xp, centred, 1, g, ddof) + e
+    elif scale == "batch":
+        batch_degen = r.size == 1 or bool(_constant(xp, r))
+        degen = xp.zeros((n_groups,), dtype=xp.bool) | batch_degen
+        divisor = xp.zeros((n_groups,), dtype=dt) + _std(xp, _centred(xp, r, axis=None), None, r.size, ddof) + e
+    else:
+        degen = xp.zeros((n_groups,), dtype=xp.bool)
+        divisor = xp.ones((n_groups,), dtype=dt)
+
+    safe = xp.where(degen, xp.ones_like(divisor), divisor)
+    adv = _xp.masked(xp, ~degen[:, None], centred / safe[:, None])
+    keep = xp.ones((n_groups,), dtype=dt)
+    if degenerate == "drop":
+        keep = _xp.masked(xp, ~degen, keep)
+    if degenerate == "raw" and g == 1:
+        adv = r if scale == "none" else r / (1 + e)
+    return {"advantages": adv, "keep": keep}
+
+
+# ----------------------------------------------------------------------------- clipped surrogate
+
+def _clip_params(eps_low, eps_high, dual_clip):
+    """(1 − ε_low, 1 + ε_high, c) as Python floats."""
+    lo = validate.in_range("eps_low", eps_low, 0, 1, hi_open=True)
+    if eps_high is None:
+        hi = lo
+    else:
+        hi = validate.real("eps_high", eps_high)
+        if hi < 0:
+            validate.fail("eps_high", f"must be >= 0, got {eps_high!r}")
+    c = None
+    if dual_clip is not None:
+        c = validate.real("dual_clip", dual_clip)
+        if c <= 1:
+            validate.fail("dual_clip", f"must be > 1, got {dual_clip!r}")
+    return 1 - lo, 1 + hi, c
+
+
+def surrogate(xp, rho, adv, lower, upper, dual):
+    """The clipped objective C = min(ρA, clip(ρ, lower, upper)·A) (dual: max(C, c·A) where
+    A < 0) and the mask of tokens on the active unclipped branch (ties included), where
+    dC/dρ = A; elsewhere dC/dρ = 0. Shared with proximal_kl.loss."""
+    unclipped = rho * adv
+    clipped = xp.clip(rho, lower, upper) * adv
+    active = unclipped <= clipped  # ties take the unclipped branch
+    value = xp.where(active, unclipped, clipped)
+    if dual is not None:
+        # Ye et al. 2020: for A < 0 the objective is bounded below by c·A (flat there).
+        floor = dual * adv
+        dual_on = (adv < 0) & (floor > value)
+        value = xp.where(dual_on, floor, value)
+        active = active & ~dual_on
+    return value, active
+
+
+def _clip_inputs(logp, old_logp, advantages):
+    xp = _xp.namespace(logp, old_logp, advantages)
+    dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, advantages=advantages)
+    lp = _xp.array(xp, "logp", logp, dt)
+    old = _xp.array(xp, "old_logp", old_logp, dt)
+    adv = _xp.array(xp, "advantages", advantages, dt)
+    validate.same_shape(logp=_xp.shape(lp), old_logp=_xp.shape(old), advantages=_xp.shape(adv))
+    return xp, dt, lp, old, adv
+
+
+def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
+         dual_clip: float | None = None):
+    """PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = π/π_old.
+
+    PPO eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher; dual clip (Ye et al. 2020).
+    Returns objective (same shape as ``logp``), to be maximised.
+    """
+    xp, _, lp, old, adv = _clip_inputs(logp, old_logp, advantages)
+    lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    value, _ = surrogate(xp, xp.exp(lp - old), adv, lower, upper, dual)
+    return value
+
+
+def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
+             eps_high: float | None = None, dual_clip: float | None = None):
+    """Gradient of Σ cotangent·C with respect to ``logp`` (PPO eq. 7): ρA on the active
+    unclipped branch (ties included), else 0."""
+    xp, dt, lp, old, adv = _clip_inputs(logp, old_logp, advantages)
+    lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    ct = _xp.array(xp, "cotangent", cotangent, dt)
+    validate.same_shape(cotangent=_xp.shape(ct), logp=_xp.shape(lp))
+    rho = xp.exp(lp - old)
+    _, active = surrogate(xp, rho, adv, lower, upper, dual)
+    return {"logp": ct * _xp.masked(xp, active, rho * adv)}
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def aggregate_params(mode_name, mode, norm_length, length):
+    """Checks the mode; returns the length normaliser L (``norm_length`` or the padded T)."""
+    validate.choice(mode_name, mode, MODES)
+    if norm_length is None:
+        return float(length)
+    return validate.positive("norm_length", norm_length)
+
+
+def _lengths(xp, m):
+    lengths = xp.sum(m, axis=1)
+    if not bool(xp.any(lengths > 0)):
+        validate.fail("mask", "selects no token")
+    return lengths
+
+
+def aggregate_value(xp, values, m, mode, norm):
+    """Masked reduction written as the papers write it; rows without tokens leave the
+    sequence means. A select (not m·v) keeps padding values out of the sums."""
+    lengths = _lengths(xp, m)
+    sums = xp.sum(_xp.masked(xp, m > 0, values), axis=1)
+    if mode == "token-mean":  # DAPO §3.3
+        return xp.sum(sums) / xp.sum(lengths)
+    rows = lengths > 0
+    n_rows = xp.sum(xp.astype(rows, values.dtype))
+    if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
+        per_row = sums / xp.where(rows, lengths, xp.ones_like(lengths))
+        return xp.sum(_xp.masked(xp, rows, per_row)) / n_rows
+    seq_sum = xp.sum(sums) / n_rows
+    return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
+
+
+def aggregate_weights(xp, m, mode, norm):
+    """W with aggregate(values) = Σ W·values (every mode is linear), i.e. its gradient."""
+    lengths = _lengths(xp, m)
+    if mode == "token-mean":
+        return m / xp.sum(lengths)
+    rows = lengths > 0
+    n_rows = xp.sum(xp.astype(rows, m.dtype))
+    if mode == "seq-mean-token-mean":
+        per_row = _xp.masked(xp, rows, 1.0 / (xp.where(rows, lengths, xp.ones_like(lengths)) * n_rows))
+        return m * per_row[:, None]
+    return m / (n_rows if mode == "seq-mean-token-sum" else n_rows * norm)
+
+
+def scalar_cotangent(xp, cotangent, dt):
+    ct = _xp.array(xp, "cotangent", cotangent, dt)
+    if ct.size != 1:
+        validate.fail("cotangent", f"expected a scalar for a scalar output, got shape {_xp.shape(ct)}")
+    return xp.reshape(ct, ())
+
+
+def _aggregate_inputs(values, mask):
+    xp = _xp.namespace(values, mask)
+    dt = _xp.float_dtype(xp, values=values)
+    v = _xp.array(xp, "values", values, dt)
+    validate.rank("values", _xp.shape(v), 2)
+    return xp, dt, v, _xp.mask(xp, "mask", mask, _xp.shape(v), dt)
+
+
+def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """Masked reduction of per-token values [B,T] to a scalar.
+
+    ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3; ``token-mean``: DAPO §3.3;
+    ``seq-mean-token-sum``: mean over rows of Σ_t m·v; ``seq-mean-token-sum-norm``: Dr. GRPO
+    §3, that mean over L = ``norm_length`` (default T). Fully masked rows are left out of the
+    sequence means (verl 0.9.1 agg_loss); a mask with no token is rejected.
+    """
+    xp, _, v, m = _aggregate_inputs(values, mask)
+    norm = aggregate_params("mode", mode, norm_length, v.shape[1])
+    return aggregate_value(xp, v, m, mode, norm)
+
+
+def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
+                  norm_length: float | None = None):
+    """Gradient of cotangent·aggregate with respect to ``values`` (the aggregate is linear:
+    DeepSeekMath eq. 3, DAPO §3.3, Dr. GRPO §3 weights); zero at masked positions."""
+    xp, dt, v, m = _aggregate_inputs(values, mask)
+    norm = aggregate_params("mode", mode, norm_length, v.shape[1])
+    ct = scalar_cotangent(xp, cotangent, dt)
+    return {"values": ct * aggregate_weights(xp, m, mode, norm)}
+
+
+# ----------------------------------------------------------------------------- loss
+
+def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
+                 beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length):
+    xp = _xp.namespace(logp, old_logp, ref_logp, advantages, mask)
+    dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
+    lp = _xp.array(xp, "logp", logp, dt)
+    validate.rank("logp", _xp.shape(lp), 2)
+    old = _xp.array(xp, "old_logp", old_logp, dt)
+    ref = _xp.array(xp, "ref_logp", ref_logp, dt)
+    validate.same_shape(logp=_xp.shape(lp), old_logp=_xp.shape(old), ref_logp=_xp.shape(ref))
+    adv = _xp.array(xp, "advantages", advantages, dt)
+    if _xp.shape(adv) != _xp.shape(lp)[:1]:
+        validate.fail("advantages", f"shape {_xp.shape(adv)} does not match the batch dimension "
+                                    f"{_xp.shape(lp)[:1]} of logp")
+    m = _xp.mask(xp, "mask", mask, _xp.shape(lp), dt)
+    clip_params = _clip_params(eps_low, eps_high, dual_clip)
+    b = validate.real("beta", beta)
+    if b < 0:
+        validate.fail("beta", f"must be >= 0, got {beta!r}")
+    validate.choice("kl_kind", kl_kind, kl.KINDS)
+    c = validate.optional_positive("kl_clamp", kl_clamp)
+    validate.flag("kl_ratio_weight", kl_ratio_weight)
+    norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
+    return xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm
+
+
+def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight):
+    """ℓ_t = −C_t + β·w_t·KL_t and dℓ_t/dlogp_t, from the pieces of ``clip`` and ``kl``."""
+    # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
+    # arbitrary difference from overflowing. Their aggregate weight is 0 either way.
+    on = m == 1
+    log_ratio = _xp.masked(xp, on, lp - old)
+    log_r = _xp.masked(xp, on, ref - lp)
+    rho = xp.exp(log_ratio)
+    objective, active = surrogate(xp, rho, adv[:, None], *clip_params)
+    dobjective = _xp.masked(xp, active, rho * adv[:, None])
+    penalty = kl.clamped(xp, log_r, kl_kind, kl_clamp)
+    dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
+    if kl_ratio_weight:
+        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·KL + ρ·dKL.
+        penalty, dpenalty = rho * penalty, rho * (penalty + dpenalty)
+    return -objective + beta * penalty, -dobjective + beta * dpenalty
+
+
+def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
+         eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
+         kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
+         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
+
+    DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
+    (``token-mean``); Dr. GRPO §3 (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020);
+    w_t = ρ_t when ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1.
+    """
+    xp, _, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+        logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
+    per_token, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+    return aggregate_value(xp, per_token, m, aggregation, norm)
+
+
+def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
+             eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
+             kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
+             aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
+    aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
+    xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+        logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
+    ct = scalar_cotangent(xp, cotangent, dt)
+    _, dper_token = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+    return {"logp": ct * aggregate_weights(xp, m, aggregation, norm) * dper_token}

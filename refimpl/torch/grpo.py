@@ -1,0 +1,253 @@
+"""Group Relative Policy Optimization: advantages, clipped surrogate, aggregation, loss
+(PyTorch, autograd).
+
+Sources: DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 and §4.1.2; PPO (Schulman et al. 2017)
+eq. 7; DAPO (Yu et al. 2025) §3.1–3.3; Dr. GRPO (Liu et al. 2025) §3; dual clip (Ye et al.
+2020); article 000 §GRPO. Per token t of response i, with advantage A_i:
+
+    ρ_t = exp(logp_t − old_logp_t),
+    C_t = min(ρ_t·A_i, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A_i)     (maximised)
+    ℓ_t = −C_t + β·w_t·KL_t,   loss = aggregate(ℓ, mask)          (minimised)
+"""
+from __future__ import annotations
+
+import torch
+
+from refimpl import validate
+from refimpl.torch import _common, kl
+
+SCALES = ("group", "batch", "none")
+DEGENERATE = ("zero", "drop", "raw")
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+# ----------------------------------------------------------------------------- advantages
+
+def _std(x: torch.Tensor, ddof: int, dim=None) -> torch.Tensor:
+    """Standard deviation about the mean (two passes: no cancellation in Σ(x − mean)²)."""
+    n = x.numel() if dim is None else x.shape[dim]
+    mean = x.mean() if dim is None else x.mean(dim=dim, keepdim=True)
+    sq = ((x - mean) ** 2).sum() if dim is None else ((x - mean) ** 2).sum(dim=dim)
+    return torch.sqrt(sq / (n - ddof)) if n > ddof else torch.full_like(sq, float("inf"))
+
+
+@torch.no_grad()
+def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.0,
+               degenerate: str = "zero"):
+    """Group-relative advantages A_ij = (r_ij − mean_j r_ij) / (std + eps); no gradient.
+
+    DeepSeekMath §4.1.2 (``scale='group'``: std over the group's G rewards); TRL
+    ``scale_rewards='batch'`` (std over all B·G rewards, mean still per group); Dr. GRPO §3
+    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of article 000
+    ((0,1,1,0) → (−1,1,1,−1)). A group is degenerate when G == 1 or its rewards are all
+    equal (for 'batch': B·G == 1 or all rewards equal; 'none': never), decided on the rewards
+    themselves, not on a rounded std. ``degenerate``: 'zero' → A = 0, keep = 1; 'drop' (DAPO
+    §3.2) → A = 0, keep = 0; 'raw' (verl) → a singleton group gets r/(1 + eps) (r for 'none'),
+    a zero-std group with G > 1 gets 0. ``rewards`` is [B,G].
+    Returns {"advantages"[B,G], "keep"[B] (1 or 0, in the rewards' dtype)}.
+    """
+    r = _common.array("rewards", rewards)
+    validate.rank("rewards", tuple(r.shape), 2)
+    validate.nonempty("rewards", tuple(r.shape))
+    validate.choice("scale", scale, SCALES)
+    if isinstance(std_ddof, bool) or std_ddof not in (0, 1):
+        validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
+    e = validate.in_range("eps", eps, 0, 1, hi_open=True)
+    validate.choice("degenerate", degenerate, DEGENERATE)
+
+    out = r.dtype
+    x = r.detach().to(_common.work_dtype(out))
+    n_groups, g = x.shape
+    centred = x - x.mean(dim=1, keepdim=True)
+    if scale == "group":
+        degen = (x == x[:, :1]).all(dim=1) | (g == 1)
+        divisor = (_std(x, int(std_ddof), dim=1) + e)[:, None]
+    elif scale == "batch":
+        degen = ((x == x.flatten()[0]).all() | (x.numel() == 1)).expand(n_groups)
+        divisor = _std(x, int(std_ddof)) + e
+    else:
+        degen = torch.zeros(n_groups, dtype=torch.bool, device=x.device)
+        divisor = 1.0
+    adv = torch.where(degen[:, None], torch.zeros_like(x), centred / divisor)
+    keep = torch.ones(n_groups, dtype=x.dtype, device=x.device)
+    if degenerate == "drop":
+        keep = torch.where(degen, torch.zeros_like(keep), keep)
+    if degenerate == "raw" and g == 1:
+        adv = x.clone() if scale == "none" else x / (1 + e)
+    return {"advantages": adv.to(out), "keep": keep.to(out)}
+
+
+# ----------------------------------------------------------------------------- clipped surrogate
+
+def _clip_params(eps_low, eps_high, dual_clip):
+    """(1 − ε_low, 1 + ε_high, c), checked as in the exact reference."""
+    lo = validate.in_range("eps_low", eps_low, 0, 1, hi_open=True)
+    if eps_high is None:
+        hi = lo
+    else:
+        hi = validate.real("eps_high", eps_high)
+        if hi < 0:
+            validate.fail("eps_high", f"must be >= 0, got {eps_high!r}")
+    c = None
+    if dual_clip is not None:
+        c = validate.real("dual_clip", dual_clip)
+        if c <= 1:
+            validate.fail("dual_clip", f"must be > 1, got {dual_clip!r}")
+    return 1 - lo, 1 + hi, c
+
+
+def _surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, lower=None, upper=None,
+               dual=None, cap=None) -> torch.Tensor:
+    """C = min(ρA, clip(ρ, lower, upper)·A) with ρ = exp(log_ratio), differentiable in
+    ``log_ratio``; ``adv`` is a constant broadcast against it.
+
+    The gradient is ρA where the unclipped branch is active (ties included) and 0 elsewhere
+    (PPO eq. 7): where the clipped branch is strictly smaller ρ lies outside the band, so that
+    branch is flat and is built without a graph. ``dual`` (Ye et al. 2020): where A < 0,
+    C = max(C, c·A), flat. ``cap`` (used by proximal_kl): ρ → min(ρ, cap) first, flat where
+    ρ > cap. ``lower=None``: no clip band. The active branch sees the log-ratio only where it
+    is active (double where), so an overflowing ρ of a flat branch never meets a 0 cotangent
+    (0·inf = NaN).
+    """
+    with torch.no_grad():
+        rho = torch.exp(log_ratio)
+        live = torch.ones_like(rho, dtype=torch.bool)
+        if cap is not None:
+            live = rho <= cap  # ρ == cap passes the gradient (closed, as torch.clamp)
+            rho = torch.where(live, rho, torch.full_like(rho, cap))
+        zero = torch.zeros_like(rho)
+        unclipped = torch.where(adv == 0, zero, rho * adv)  # A = 0: no inf·0 at ρ = inf
+        value = unclipped
+        if lower is not None:
+            clipped = torch.where(adv == 0, zero, torch.clamp(rho, lower, upper) * adv)
+            take = unclipped <= clipped  # ties take the unclipped branch
+            value = torch.where(take, unclipped, clipped)
+            live = live & take
+        if dual is not None:
+            floor = dual * adv + zero
+            dual_on = (adv < 0) & (floor > value)
+            value = torch.where(dual_on, floor, value)
+            live = live & ~dual_on
+    safe = torch.where(live, log_ratio, torch.zeros_like(log_ratio))
+    return torch.where(live, torch.exp(safe) * adv, value)
+
+
+def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
+         dual_clip: float | None = None):
+    """PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = π/π_old.
+
+    PPO (Schulman et al. 2017) eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher
+    (``eps_high`` ≠ ``eps_low``; None means symmetric); dual clip (Ye et al. 2020, verl's
+    clip_ratio_c): where A < 0, C = max(C, c·A). Article 000: A = 1, ρ = 1.5 → 1.2;
+    A = −1, ρ = 0.5 → −0.8. ``logp``, ``old_logp``, ``advantages`` share a shape; returns the
+    objective of that shape, to be maximised. Gradient wrt ``logp``.
+    """
+    lp = _common.array("logp", logp)
+    old = _common.array("old_logp", old_logp)
+    adv = _common.array("advantages", advantages)
+    validate.same_shape(logp=tuple(lp.shape), old_logp=tuple(old.shape),
+                        advantages=tuple(adv.shape))
+    lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    out = _common.result_dtype(lp, old, adv)
+    work = _common.work_dtype(out)
+    log_ratio = _common.upcast(lp, work) - _common.constant(old, work)
+    return _surrogate(log_ratio, _common.constant(adv, work), lower, upper, dual).to(out)
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def _aggregate_params(mode_name, mode, norm_length, length):
+    validate.choice(mode_name, mode, MODES)
+    return float(length) if norm_length is None else validate.positive("norm_length", norm_length)
+
+
+def _check_tokens(m: torch.Tensor) -> None:
+    if not m.any():
+        validate.fail("mask", "selects no token")
+
+
+def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float) -> torch.Tensor:
+    """Masked reduction of values [B,T] (m: bool [B,T], at least one token). Masked entries
+    are replaced, not multiplied, by 0: their gradient is exactly 0 whatever they hold."""
+    v = torch.where(m, values, torch.zeros_like(values))
+    lengths = m.sum(dim=1).to(values.dtype)
+    if mode == "token-mean":  # DAPO §3.3
+        return v.sum() / lengths.sum()
+    sums = v.sum(dim=1)
+    rows = lengths > 0  # rows without tokens leave the sequence means (verl 0.9.1 agg_loss)
+    n_rows = rows.sum().to(values.dtype)
+    if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
+        return (sums / torch.where(rows, lengths, torch.ones_like(lengths))).sum() / n_rows
+    seq_sum = sums.sum() / n_rows
+    return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
+
+
+def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """Masked reduction of per-token values [B,T] to a scalar; mask is 0/1 [B,T].
+
+    ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t);
+    ``token-mean``: DAPO §3.3 (Σ m·v / Σ m); ``seq-mean-token-sum``: mean over rows of Σ_t m·v;
+    ``seq-mean-token-sum-norm``: Dr. GRPO §3, that mean divided by L = ``norm_length``
+    (default: the padded length T). Rows without tokens are left out of the sequence means
+    (verl 0.9.1 agg_loss); a mask with no token is rejected. Gradient wrt ``values``.
+    """
+    v = _common.array("values", values)
+    validate.rank("values", tuple(v.shape), 2)
+    m = _common.mask("mask", mask, tuple(v.shape))
+    norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
+    _check_tokens(m)
+    work = _common.work_dtype(v.dtype)
+    return _aggregate(_common.upcast(v, work), m, mode, norm).to(v.dtype)
+
+
+# ----------------------------------------------------------------------------- loss
+
+def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
+         eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
+         kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
+         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+    """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
+
+    DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
+    its tokens, k3 penalty, β = 0.04 in §4.2, 1/G Σ_i 1/|o_i| Σ_t aggregation); DAPO §3.1
+    (``eps_high``) and §3.3 (``aggregation='token-mean'``); Dr. GRPO §3
+    (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t, differentiable, when
+    ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
+    ``logp``, ``old_logp``, ``ref_logp``, ``mask`` are [B,T], ``advantages`` [B]. Returns the
+    scalar loss; gradient wrt ``logp`` (exactly 0 at masked positions).
+    """
+    lp = _common.array("logp", logp)
+    validate.rank("logp", tuple(lp.shape), 2)
+    old = _common.array("old_logp", old_logp)
+    ref = _common.array("ref_logp", ref_logp)
+    validate.same_shape(logp=tuple(lp.shape), old_logp=tuple(old.shape), ref_logp=tuple(ref.shape))
+    adv = _common.array("advantages", advantages)
+    if tuple(adv.shape) != tuple(lp.shape[:1]):
+        validate.fail("advantages", f"shape {tuple(adv.shape)} does not match the batch dimension "
+                                    f"{tuple(lp.shape[:1])} of logp")
+    m = _common.mask("mask", mask, tuple(lp.shape))
+    lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    b = validate.real("beta", beta)
+    if b < 0:
+        validate.fail("beta", f"must be >= 0, got {beta!r}")
+    validate.choice("kl_kind", kl_kind, kl.KINDS)
+    c = validate.optional_positive("kl_clamp", kl_clamp)
+    validate.flag("kl_ratio_weight", kl_ratio_weight)
+    norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
+    _check_tokens(m)
+
+    out = _common.result_dtype(lp, old, ref, adv)
+    work = _common.work_dtype(out)
+    lp_w = _common.upcast(lp, work)
+    zero = torch.zeros_like(lp_w)
+    # Masked positions may hold any finite numbers: a neutral 0 log-ratio there keeps exp() of
+    # an arbitrary difference out of the graph (their gradient is exactly 0 through the where).
+    log_ratio = torch.where(m, lp_w - _common.constant(old, work), zero)
+    per_token = -_surrogate(log_ratio, _common.constant(adv, work)[:, None], lower, upper, dual)
+    if b != 0:  # β = 0 drops the term (no 0·inf when an unused KL overflows)
+        log_r = torch.where(m, _common.constant(ref, work) - lp_w, zero)
+        penalty = kl.clamped(log_r, kl_kind, c)
+        if kl_ratio_weight:
+            penalty = torch.exp(log_ratio) * penalty
+        per_token = per_token + b * penalty
+    return _aggregate(per_token, m, aggregation, norm).to(out)

@@ -1,0 +1,506 @@
+"""Tests of refimpl/exact/distill.py: analytic gradients against numerical derivatives, properties,
+the article's printed numbers, extreme inputs against a 100-digit evaluation, and bad inputs."""
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gradcheck
+from refimpl.exact import distill, mp
+from refimpl.validate import InputError
+
+NINF = float("-inf")
+GRAD_DIGITS: list[tuple[str, float]] = []  # (case, worst agreeing digits), summarised at the end
+
+
+def _rand(rng, shape, scale=2.0):
+    return (rng.standard_normal(shape) * scale).tolist()
+
+
+def _check(case: str, fn, vjp, kwargs, wrt, cotangents):
+    digits = gradcheck.assert_vjp_matches(fn, vjp, kwargs, wrt, cotangents)
+    GRAD_DIGITS.append((case, digits))
+    return digits
+
+
+def _finite_only(fn, vjp, name, template):
+    """Wrap fn/vjp so that only the finite entries of input ``name`` are differentiated (a −inf
+    logit has no neighbourhood to difference in); the analytic gradient at −inf entries must be
+    exactly 0 (an impossible token cannot move)."""
+    template = np.array(template, dtype=object)
+    finite = [idx for idx in np.ndindex(template.shape) if template[idx] != NINF]
+    inf_at = [idx for idx in np.ndindex(template.shape) if template[idx] == NINF]
+    assert inf_at, "the case must contain a -inf logit"
+
+    def embed(values):
+        x = template.copy()
+        for idx, v in zip(finite, values):
+            x[idx] = v
+        return x
+
+    def fn_w(**kw):
+        x = embed(kw.pop(name + "_finite"))
+        return fn(**kw, **{name: x})
+
+    def vjp_w(ct, **kw):
+        x = embed(kw.pop(name + "_finite"))
+        g = vjp(ct, **kw, **{name: x})[name]
+        assert all(g[idx] == 0 for idx in inf_at)
+        return {name + "_finite": np.array([g[idx] for idx in finite], dtype=object)}
+
+    return fn_w, vjp_w, [template[idx] for idx in finite]
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradient checks (analytic VJP vs mpmath.diff)
+# ---------------------------------------------------------------------------------------------
+
+TEMPERATURES = (0.5, 1.0, 3.0)
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("shape", [(2, 3), (2, 1, 3)])
+def test_grad_softmax(temperature, shape):
+    rng = np.random.default_rng(11)
+    kw = {"logits": _rand(rng, shape), "temperature": temperature}
+    _check(f"softmax T={temperature} {shape}", distill.softmax, distill.softmax_vjp, kw,
+           ["logits"], _rand(rng, shape, 1.0))
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("t2_scale", [True, False])
+@pytest.mark.parametrize("alpha", [0.3, 0.0, 1.0])
+def test_grad_hinton(temperature, t2_scale, alpha):
+    rng = np.random.default_rng(int(temperature * 10) + 2 * t2_scale)
+    kw = {"student_logits": _rand(rng, (2, 3)), "teacher_logits": _rand(rng, (2, 3)),
+          "labels": [2, 0], "temperature": temperature, "alpha": alpha, "t2_scale": t2_scale}
+    _check(f"hinton T={temperature} t2={t2_scale} a={alpha}", distill.hinton, distill.hinton_vjp,
+           kw, ["student_logits"], 0.7)
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("direction", distill.DIRECTIONS)
+def test_grad_token_kl(direction, temperature):
+    rng = np.random.default_rng(3 + int(temperature * 10))
+    kw = {"student_logits": _rand(rng, (2, 3)), "teacher_logits": _rand(rng, (2, 3)),
+          "direction": direction, "temperature": temperature}
+    _check(f"token_kl {direction} T={temperature}", distill.token_kl, distill.token_kl_vjp, kw,
+           ["student_logits"], _rand(rng, (2,), 1.0))
+
+
+@pytest.mark.parametrize("direction", distill.DIRECTIONS)
+def test_grad_token_kl_leading_axes(direction):
+    rng = np.random.default_rng(5)
+    kw = {"student_logits": _rand(rng, (2, 2, 2)), "teacher_logits": _rand(rng, (2, 2, 2)),
+          "direction": direction, "temperature": 1.0}
+    _check(f"token_kl {direction} [2,2,2]", distill.token_kl, distill.token_kl_vjp, kw,
+           ["student_logits"], _rand(rng, (2, 2), 1.0))
+
+
+JSD_CASES = [(e, b, 1.0) for e in distill.ENDPOINTS for b in (0.0, 0.3, 0.5, 1.0)] + [
+    ("limit", 0.3, 0.5), ("limit", 0.3, 3.0), ("kl", 0.7, 3.0), ("kl", 0.0, 0.5), ("kl", 1.0, 3.0)]
+
+
+@pytest.mark.parametrize("endpoints,beta,temperature", JSD_CASES)
+def test_grad_generalized_jsd(endpoints, beta, temperature):
+    rng = np.random.default_rng(17 + int(beta * 10))
+    kw = {"student_logits": _rand(rng, (2, 3)), "teacher_logits": _rand(rng, (2, 3)),
+          "beta": beta, "temperature": temperature, "endpoints": endpoints}
+    _check(f"jsd {endpoints} b={beta} T={temperature}", distill.generalized_jsd,
+           distill.generalized_jsd_vjp, kw, ["student_logits"], _rand(rng, (2,), 1.0))
+
+
+def test_grad_with_neg_inf_logits():
+    """−inf logits: impossible tokens in the student (differentiated only at finite entries)
+    and in the teacher (not differentiated)."""
+    s = [[0.3, NINF, 1.2], [-0.5, 0.4, 2.0]]
+    t_fin = [[0.1, -0.7, 0.9], [-1.3, 0.4, 1.0]]
+    t_ok = [[0.1, -0.7, 0.9], [NINF, 0.4, 1.0]]   # teacher −inf where the student is finite
+    t_same = [[0.1, NINF, 0.9], [0.2, 0.4, 1.0]]  # both −inf at the same token
+    t_fwd = [[0.1, NINF, 0.9], [NINF, 0.4, 1.0]]  # both of the above
+    ct = [0.6, -1.1]
+
+    fn, vjp, x0 = _finite_only(distill.softmax, distill.softmax_vjp, "logits", s)
+    _check("softmax -inf", fn, vjp, {"logits_finite": x0, "temperature": 0.5}, ["logits_finite"],
+           [[0.2, -0.3, 0.5], [1.0, 0.1, -0.4]])
+
+    for direction, t in (("reverse", t_fin), ("reverse", t_same), ("forward", t_fwd)):
+        fn, vjp, x0 = _finite_only(distill.token_kl, distill.token_kl_vjp, "student_logits", s)
+        _check(f"token_kl {direction} -inf", fn, vjp,
+               {"student_logits_finite": x0, "teacher_logits": t, "direction": direction,
+                "temperature": 3.0}, ["student_logits_finite"], ct)
+    # forward with −inf only in the teacher: the plain check applies
+    _check("token_kl forward teacher -inf", distill.token_kl, distill.token_kl_vjp,
+           {"student_logits": [[0.3, -1.0, 1.2], [-0.5, 0.4, 2.0]], "teacher_logits": t_ok,
+            "direction": "forward", "temperature": 1.0}, ["student_logits"], ct)
+
+    for endpoints, beta, t in (("limit", 0.3, t_ok), ("kl", 1.0, t_same), ("kl", 0.5, t_fwd)):
+        fn, vjp, x0 = _finite_only(distill.generalized_jsd, distill.generalized_jsd_vjp,
+                                   "student_logits", s)
+        _check(f"jsd {endpoints} b={beta} -inf", fn, vjp,
+               {"student_logits_finite": x0, "teacher_logits": t, "beta": beta,
+                "temperature": 1.0, "endpoints": endpoints}, ["student_logits_finite"], ct)
+    _check("jsd kl b=0 teacher -inf", distill.generalized_jsd, distill.generalized_jsd_vjp,
+           {"student_logits": [[0.3, -1.0, 1.2], [-0.5, 0.4, 2.0]], "teacher_logits": t_ok,
+            "beta": 0.0, "temperature": 1.0, "endpoints": "kl"}, ["student_logits"], ct)
+
+    fn, vjp, x0 = _finite_only(distill.hinton, distill.hinton_vjp, "student_logits", s)
+    _check("hinton -inf", fn, vjp,
+           {"student_logits_finite": x0, "teacher_logits": t_same, "labels": [0, 2],
+            "temperature": 2.0, "alpha": 0.4, "t2_scale": True}, ["student_logits_finite"], 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------
+
+PROPS = settings(derandomize=True, max_examples=30, deadline=None)
+logit = st.floats(-6, 6, allow_nan=False, allow_infinity=False)
+small_logit = st.floats(-0.2, 0.2, allow_nan=False, allow_infinity=False)
+temperature_st = st.sampled_from([0.5, 1.0, 2.0, 3.0])
+beta_st = st.sampled_from([0.0, 0.125, 0.25, 0.5, 0.75, 1.0])  # dyadic, so 1 − β is exact
+
+
+@st.composite
+def logit_pair(draw, elem=logit):
+    n, v = draw(st.integers(1, 2)), draw(st.integers(2, 4))
+    row = st.lists(elem, min_size=v, max_size=v)
+    return draw(st.lists(row, min_size=n, max_size=n)), draw(st.lists(row, min_size=n, max_size=n))
+
+
+def _close(a, b, digits=40):
+    a = np.asarray(a, dtype=object).ravel()
+    b = np.asarray(b, dtype=object).ravel()
+    return all(abs(x - y) <= mpmath.mpf(10) ** -digits * max(1, abs(y)) for x, y in zip(a, b))
+
+
+@PROPS
+@given(logit_pair(), temperature_st, st.sampled_from(distill.DIRECTIONS))
+def test_kl_nonnegative_and_zero_at_equal_inputs(pair, temperature, direction):
+    s, t = pair
+    kl = distill.token_kl(s, t, direction=direction, temperature=temperature)
+    assert all(v >= 0 for v in kl.flat)
+    assert all(v == 0 for v in distill.token_kl(s, s, direction=direction, temperature=temperature).flat)
+    assert all(v == 0 for v in distill.generalized_jsd(s, s, beta=0.25).flat)
+
+
+def _shift_row(x, row, c):
+    with mpmath.workdps(80):  # exact: binary64 + a small dyadic constant
+        out = np.array([[mpmath.mpf(v) for v in r] for r in x], dtype=object)
+        out[row] = out[row] + mpmath.mpf(c)
+    return out
+
+
+@PROPS
+@given(logit_pair(), temperature_st, st.sampled_from([-3.5, 0.25, 7.0, 1000.0]), st.booleans(),
+       beta_st)
+def test_shift_invariance(pair, temperature, c, shift_teacher, beta):
+    s, t = pair
+    row = len(s) - 1
+    s2, t2 = (s, _shift_row(t, row, c)) if shift_teacher else (_shift_row(s, row, c), t)
+    labels = [0] * len(s)
+    calls = [
+        lambda a, b: distill.softmax(a if not shift_teacher else b, temperature=temperature),
+        lambda a, b: distill.hinton(a, b, labels, temperature=temperature, alpha=0.3),
+        lambda a, b: distill.token_kl(a, b, direction="reverse", temperature=temperature),
+        lambda a, b: distill.token_kl(a, b, direction="forward", temperature=temperature),
+        lambda a, b: distill.generalized_jsd(a, b, beta=beta, temperature=temperature),
+        lambda a, b: distill.generalized_jsd(a, b, beta=beta, temperature=temperature, endpoints="kl"),
+    ]
+    for f in calls:
+        assert _close(f(s2, t2), f(s, t))
+    g = distill.token_kl_vjp([1] * len(s), s2, t2, temperature=temperature)["student_logits"]
+    assert _close(g, distill.token_kl_vjp([1] * len(s), s, t, temperature=temperature)["student_logits"])
+
+
+@PROPS
+@given(logit_pair(), beta_st, temperature_st, st.sampled_from(distill.ENDPOINTS))
+def test_jsd_nonnegative_and_role_swap(pair, beta, temperature, endpoints):
+    """JSD_β(q, p) = JSD_{1−β}(p, q): swapping student and teacher and β ↔ 1−β leaves
+    m = βp + (1−β)q and the two weighted KLs unchanged (with 'kl' endpoints: KL(p‖q) ↔ KL(p‖q))."""
+    s, t = pair
+    jsd = distill.generalized_jsd(s, t, beta=beta, temperature=temperature, endpoints=endpoints)
+    assert all(v >= 0 for v in jsd.flat)
+    swapped = distill.generalized_jsd(t, s, beta=1 - beta, temperature=temperature, endpoints=endpoints)
+    assert _close(jsd, swapped)
+    if 0 < beta < 1:  # the JSD is bounded by the entropy of the mixture weights
+        bound = -(beta * mpmath.log(beta) + (1 - beta) * mpmath.log(1 - beta))
+        assert all(v <= bound for v in jsd.flat)
+
+
+def _soft_grad(s, t, temperature, t2_scale=True):
+    return distill.hinton_vjp(1.0, [s], [t], [0], temperature=temperature, alpha=1.0,
+                              t2_scale=t2_scale)["student_logits"][0]
+
+
+def _centred(x):
+    with mpmath.workdps(60):
+        m = mpmath.fsum(mpmath.mpf(v) for v in x) / len(x)
+        return [mpmath.mpf(v) - m for v in x]
+
+
+@PROPS
+@given(st.integers(2, 4).flatmap(lambda v: st.tuples(*[st.lists(small_logit, min_size=v,
+                                                                  max_size=v)] * 2)))
+def test_t2_scale_makes_soft_gradient_free_of_T(pair):
+    """Hinton §2.1: with the T² factor the soft-term gradient T·(q − p) → (a − b)/V as T → ∞
+    (a, b the centred student and teacher logits). The remainder is first order in 1/T:
+    T(q_i − p_i)·V = (a_i − b_i) + [(a_i² − ⟨a²⟩) − (b_i² − ⟨b²⟩)]/(2T) + O(1/T²), so
+    |g − g∞| ≤ (max a² + max b²)/T (a margin of 2V over the first-order term)."""
+    s, t = pair
+    a, b = _centred(s), _centred(t)
+    v = len(s)
+    g_inf = [(ai - bi) / v for ai, bi in zip(a, b)]
+    bound = max(x * x for x in a) + max(x * x for x in b)
+    for temperature in (10.0, 20.0):
+        g = _soft_grad(s, t, temperature)
+        assert max(abs(x - y) for x, y in zip(g, g_inf)) <= bound / temperature + mpmath.mpf(1e-40)
+
+
+def test_t2_scale_first_order_remainder():
+    """Deterministic companion of the property above: from T = 10 to T = 20 the T²-scaled
+    gradient moves by O(1/T) of itself (not O(1/T²): T·(g(T) − g∞) converges to the nonzero
+    first-order coefficient c1), while the unscaled gradient (q − p)/T falls like 1/T²."""
+    s, t = [0.1, -0.05, 0.02], [-0.08, 0.03, 0.06]
+    a, b = _centred(s), _centred(t)
+    v = len(s)
+    g_inf = [(ai - bi) / v for ai, bi in zip(a, b)]
+    ma2, mb2 = sum(x * x for x in a) / v, sum(x * x for x in b) / v
+    c1 = [((ai * ai - ma2) - (bi * bi - mb2)) / (2 * v) for ai, bi in zip(a, b)]
+    g10, g20 = _soft_grad(s, t, 10.0), _soft_grad(s, t, 20.0)
+    norm = lambda x: max(abs(e) for e in x)  # noqa: E731
+    change = norm([x - y for x, y in zip(g10, g20)]) / norm(g10)
+    assert 0 < change < 0.02
+    e10 = [10 * (x - y) for x, y in zip(g10, g_inf)]
+    e20 = [20 * (x - y) for x, y in zip(g20, g_inf)]
+    assert norm([x - y for x, y in zip(e20, c1)]) < norm([x - y for x, y in zip(e10, c1)]) < 0.2 * norm(c1)
+    raw10, raw20 = (_soft_grad(s, t, T, t2_scale=False) for T in (10.0, 20.0))
+    assert abs(norm(raw20) / norm(raw10) - 0.25) < 0.01
+
+
+# ---------------------------------------------------------------------------------------------
+# The article's printed numbers (article 000, seeds/000_e49910fd474b12d2.txt)
+# ---------------------------------------------------------------------------------------------
+
+def test_article_softmax_temperatures():
+    # "les asigna las puntuaciones (2,0) [...] Con T=1, las probabilidades son aproximadamente
+    #  (0.88,0.12); con T=2, pasan a ser (0.73,0.27)."
+    assert [round(float(x), 2) for x in distill.softmax([2.0, 0.0], temperature=1.0)] == [0.88, 0.12]
+    assert [round(float(x), 2) for x in distill.softmax([2.0, 0.0], temperature=2.0)] == [0.73, 0.27]
+
+
+def _log_probs(*probs):
+    with mpmath.workdps(80):
+        return [mpmath.log(mpmath.mpf(x)) for x in probs]
+
+
+def test_article_forward_vs_reverse_weights():
+    # "las probabilidades del profesor para cat y dog son 0.8 y 0.2; las del alumno son 0.4 y 0.6.
+    #  La KL directa pondera los logaritmos de los cocientes profesor-alumno con 0.8 y 0.2. La KL
+    #  inversa pondera los logaritmos de los cocientes alumno-profesor con 0.4 y 0.6."
+    teacher, student = _log_probs("0.8", "0.2"), _log_probs("0.4", "0.6")
+    fwd = distill.token_kl(student, teacher, direction="forward").item()
+    rev = distill.token_kl(student, teacher, direction="reverse").item()
+    with mpmath.workdps(60):
+        p, q = [mpmath.mpf("0.8"), mpmath.mpf("0.2")], [mpmath.mpf("0.4"), mpmath.mpf("0.6")]
+        want_fwd = mpmath.fsum(w * mpmath.log(pi / qi) for w, pi, qi in zip(p, p, q))
+        want_rev = mpmath.fsum(w * mpmath.log(qi / pi) for w, pi, qi in zip(q, p, q))
+    assert _close(fwd, want_fwd, 45) and _close(rev, want_rev, 45)
+    assert fwd != rev
+
+
+def test_article_token_kl_example():
+    # "Con las tres filas, d_t=0.5log(0.5/0.6)+0.2log(0.2/0.3)+0.3log(0.3/0.1)≈0.157."
+    d_t = distill.token_kl(_log_probs("0.5", "0.2", "0.3"), _log_probs("0.6", "0.3", "0.1")).item()
+    assert round(float(d_t), 3) == 0.157
+    with mpmath.workdps(60):
+        want = (mpmath.mpf("0.5") * mpmath.log(mpmath.mpf(5) / 6)
+                + mpmath.mpf("0.2") * mpmath.log(mpmath.mpf(2) / 3) + mpmath.mpf("0.3") * mpmath.log(3))
+    assert _close(d_t, want, 45)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numerics: extreme inputs stay finite and agree with a 100-digit evaluation
+# ---------------------------------------------------------------------------------------------
+
+_BIG_S, _BIG_T = [[1e4, -1e4, 0.0], [2.0, -3.0, 1e4]], [[-1e4, 1e4, 3.0], [1.0, -2.5, 1e4]]
+_TINY_S, _TINY_T = [[0.0, -690.0, -1.0], [-690.0, 0.0, -695.0]], [[0.0, -695.0, -1.5], [-700.0, 0.0, -689.0]]
+_NEAR_S = [[0.3, -1.7, 2.25], [1e4, 0.5, -0.1]]
+_NEAR_T = np.nextafter(np.array(_NEAR_S), np.inf).tolist()  # one ulp apart: KL ≈ 1e-32
+NUMERIC_CASES = [
+    ("logits ±1e4", _BIG_S, _BIG_T, 1.0),
+    ("logits ±1e4, T=1e-3", _BIG_S, _BIG_T, 1e-3),
+    ("T=1e-3", [[0.01, 0.02, 0.0], [0.5, 0.501, 0.499]], [[0.02, 0.0, 0.01], [0.501, 0.5, 0.5]], 1e-3),
+    ("p ~ 1e-300", _TINY_S, _TINY_T, 1.0),
+    ("one ulp apart", _NEAR_S, _NEAR_T, 1.0),
+]
+
+
+def _all_objectives(s, t, temperature):
+    """(value, gradient) of every objective and convention on one input pair."""
+    out = {"softmax": (distill.softmax(s, temperature=temperature),
+                       distill.softmax_vjp([[1.0, -0.5, 0.25]] * 2, s, temperature=temperature)["logits"])}
+    for alpha, t2 in ((0.5, True), (0.0, True), (1.0, False)):
+        kw = {"labels": [0, 2], "temperature": temperature, "alpha": alpha, "t2_scale": t2}
+        out[f"hinton a={alpha}"] = (distill.hinton(s, t, **kw),
+                                    distill.hinton_vjp(1.0, s, t, **kw)["student_logits"])
+    for d in distill.DIRECTIONS:
+        out[f"token_kl {d}"] = (distill.token_kl(s, t, d, temperature),
+                                distill.token_kl_vjp([1.0, 1.0], s, t, d, temperature)["student_logits"])
+    for e, b in (("limit", 0.5), ("limit", 1e-3), ("kl", 0.0), ("kl", 1.0)):
+        kw = {"beta": b, "temperature": temperature, "endpoints": e}
+        out[f"jsd {e} b={b}"] = (distill.generalized_jsd(s, t, **kw),
+                                 distill.generalized_jsd_vjp([1.0, 1.0], s, t, **kw)["student_logits"])
+    return out
+
+
+def _rel_digits(got, want):
+    """Worst elementwise agreement in significant digits (exact zeros must match exactly)."""
+    worst = math.inf
+    for x, y in zip(np.asarray(got, dtype=object).ravel(), np.asarray(want, dtype=object).ravel()):
+        assert mpmath.isfinite(x)
+        if y == 0:
+            assert x == 0
+            continue
+        err = abs(x - y) / abs(y)
+        worst = min(worst, math.inf if err == 0 else float(-mpmath.log10(err)))
+    return worst
+
+
+@pytest.mark.parametrize("case,s,t,temperature", NUMERIC_CASES, ids=[c[0] for c in NUMERIC_CASES])
+def test_extreme_inputs_match_100_digits(case, s, t, temperature):
+    got = _all_objectives(s, t, temperature)
+    with mp.precision(100):
+        want = _all_objectives(s, t, temperature)
+    for name in got:
+        for g, w in zip(got[name], want[name]):
+            assert _rel_digits(g, w) >= 40, f"{case}: {name}"
+
+
+def test_extreme_closed_forms():
+    # The top token's log-probability keeps its distance from 0: −log q_y = log1p(e^{−1e4}).
+    ce = distill.hinton([[1e4, 0.0]], [[0.0, 0.0]], [0], alpha=0.0)
+    assert _rel_digits(ce, mpmath.log1p(mpmath.exp(-10000))) >= 45
+    g = distill.hinton_vjp(1.0, [[1e4, 0.0]], [[0.0, 0.0]], [0], alpha=0.0)["student_logits"]
+    assert _rel_digits(g[0, 0], -mpmath.exp(-10000) / (1 + mpmath.exp(-10000))) >= 45
+    q = distill.softmax([0.0, -690.0])
+    assert _rel_digits(q[1], mpmath.exp(-690) / (1 + mpmath.exp(-690))) >= 45
+    # two one-ulp-apart rows: KL ≈ ½ Var(ℓ) ~ 1e-32, computed without cancellation
+    s, t = [0.3, -1.7, 2.25], np.nextafter(np.array([0.3, -1.7, 2.25]), np.inf).tolist()
+    with mpmath.workdps(120):
+        z = [mpmath.mpf(x) for x in s]
+        w = [mpmath.mpf(x) for x in t]
+        lq = [x - mpmath.log(mpmath.fsum(mpmath.exp(y) for y in z)) for x in z]
+        lp = [x - mpmath.log(mpmath.fsum(mpmath.exp(y) for y in w)) for x in w]
+        want = mpmath.fsum(mpmath.exp(a) * (a - b) for a, b in zip(lq, lp))
+    assert 1e-34 < want < 1e-30
+    assert _rel_digits(distill.token_kl(s, t).item(), want) >= 40
+
+
+def test_finite_divergences_with_disjoint_supports():
+    """JSD is finite whatever the supports (and 'kl' agrees with 'limit' inside (0, 1)); the
+    KLs are finite when the weighting distribution's support is inside the other's."""
+    s, t = [[0.0, NINF, 1.0]], [[NINF, 0.5, 1.0]]
+    for e in distill.ENDPOINTS:
+        v = distill.generalized_jsd(s, t, beta=0.5, endpoints=e)[0]
+        assert mpmath.isfinite(v) and 0 < v < mpmath.log(2)
+    assert distill.generalized_jsd(s, t, beta=0.0)[0] == 0
+    assert distill.generalized_jsd(s, t, beta=1.0)[0] == 0
+    assert mpmath.isfinite(distill.token_kl([[0.0, NINF, 1.0]], [[0.0, 2.0, 1.0]])[0])
+    assert mpmath.isfinite(distill.token_kl([[0.0, 2.0, 1.0]], [[0.0, NINF, 1.0]], "forward")[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs: InputError (a ValueError) whose message starts with the offending argument
+# ---------------------------------------------------------------------------------------------
+
+S, T_, Y = [[1.0, 2.0, 3.0], [0.0, 1.0, 0.0]], [[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]], [2, 0]
+NAN, INF = float("nan"), float("inf")
+H = {"student_logits": S, "teacher_logits": T_, "labels": Y}
+P = {"student_logits": S, "teacher_logits": T_}
+
+BAD = [  # (objective, kwargs, cotangent for the vjp, argument named)
+    ("softmax", {"logits": [[NINF, NINF], [0.0, 1.0]]}, [[1, 1]] * 2, "logits"),
+    ("softmax", {"logits": [1.0, NAN]}, [1, 1], "logits"),
+    ("softmax", {"logits": [1.0, INF]}, [1, 1], "logits"),
+    ("softmax", {"logits": []}, [], "logits"),
+    ("softmax", {"logits": 3.0}, 1, "logits"),
+    ("softmax", {"logits": [[1.0, 2.0], [3.0]]}, [1, 1], "logits"),
+    ("softmax", {"logits": [1.0, 2.0], "temperature": 0.0}, [1, 1], "temperature"),
+    ("softmax", {"logits": [1.0, 2.0], "temperature": -1.0}, [1, 1], "temperature"),
+    ("softmax", {"logits": [1.0, 2.0], "temperature": NAN}, [1, 1], "temperature"),
+    ("softmax", {"logits": [1.0, 2.0], "temperature": INF}, [1, 1], "temperature"),
+    ("softmax", {"logits": [1.0, 2.0]}, [1, 1, 1], "cotangent"),
+    ("hinton", {**H, "temperature": 0.0}, 1, "temperature"),
+    ("hinton", {**H, "alpha": -0.1}, 1, "alpha"),
+    ("hinton", {**H, "alpha": 1.5}, 1, "alpha"),
+    ("hinton", {**H, "alpha": NAN}, 1, "alpha"),
+    ("hinton", {**H, "t2_scale": 1}, 1, "t2_scale"),
+    ("hinton", {**H, "t2_scale": "yes"}, 1, "t2_scale"),
+    ("hinton", {**H, "labels": [2, 3]}, 1, "labels"),
+    ("hinton", {**H, "labels": [-1, 0]}, 1, "labels"),
+    ("hinton", {**H, "labels": [True, False]}, 1, "labels"),
+    ("hinton", {**H, "labels": [1.5, 0]}, 1, "labels"),
+    ("hinton", {**H, "labels": ["a", 0]}, 1, "labels"),
+    ("hinton", {**H, "labels": [None, 0]}, 1, "labels"),
+    ("hinton", {**H, "labels": [0]}, 1, "labels"),
+    ("hinton", {**H, "labels": [[0, 1]]}, 1, "labels"),
+    ("hinton", {**H, "student_logits": [1.0, 2.0, 3.0], "teacher_logits": [0.0, 1.0, 2.0],
+                "labels": [0]}, 1, "student_logits"),
+    ("hinton", {**H, "teacher_logits": [[0.0, 1.0], [1.0, 1.0]]}, 1, "teacher_logits"),
+    ("hinton", {**H, "student_logits": [[1.0, NAN, 3.0], [0.0, 1.0, 0.0]]}, 1, "student_logits"),
+    ("hinton", {**H, "teacher_logits": [[0.0, INF, 2.0], [1.0, 1.0, 1.0]]}, 1, "teacher_logits"),
+    ("hinton", {**H, "student_logits": [[1.0, 2.0, NINF], [0.0, 1.0, 0.0]]}, 1, "student_logits"),
+    ("hinton", {**H, "student_logits": [[1.0, 2.0, NINF], [0.0, 1.0, 0.0]], "alpha": 1.0}, 1,
+     "student_logits"),
+    ("hinton", {**H, "student_logits": [[NINF, 2.0, 3.0], [0.0, 1.0, 0.0]]}, 1, "student_logits"),
+    ("hinton", {**H, "student_logits": [[NINF, 2.0, 3.0], [0.0, 1.0, 0.0]], "alpha": 0.0}, 1,
+     "student_logits"),
+    ("hinton", {**H, "teacher_logits": [[0.0, 1.0, 2.0], [NINF, NINF, NINF]]}, 1, "teacher_logits"),
+    ("hinton", {"student_logits": np.zeros((0, 3)), "teacher_logits": np.zeros((0, 3)),
+                "labels": []}, 1, "student_logits"),
+    ("hinton", H, [1.0], "cotangent"),
+    ("token_kl", {**P, "direction": "both"}, [1, 1], "direction"),
+    ("token_kl", {**P, "direction": None}, [1, 1], "direction"),
+    ("token_kl", {**P, "temperature": -1.0}, [1, 1], "temperature"),
+    ("token_kl", {**P, "teacher_logits": [[0.0, 1.0, 2.0]]}, [1, 1], "teacher_logits"),
+    ("token_kl", {**P, "teacher_logits": [[NINF, 1.0, 2.0], [1.0, 1.0, 1.0]]}, [1, 1], "teacher_logits"),
+    ("token_kl", {**P, "student_logits": [[NINF, 2.0, 3.0], [0.0, 1.0, 0.0]], "direction": "forward"},
+     [1, 1], "student_logits"),
+    ("token_kl", {**P, "student_logits": [[NINF] * 3, [0.0, 1.0, 0.0]]}, [1, 1], "student_logits"),
+    ("token_kl", {**P, "teacher_logits": [[0.0, NAN, 2.0], [1.0, 1.0, 1.0]]}, [1, 1], "teacher_logits"),
+    ("token_kl", P, [1, 1, 1], "cotangent"),
+    ("generalized_jsd", {**P, "beta": -0.1}, [1, 1], "beta"),
+    ("generalized_jsd", {**P, "beta": 1.1}, [1, 1], "beta"),
+    ("generalized_jsd", {**P, "beta": NAN}, [1, 1], "beta"),
+    ("generalized_jsd", {**P, "endpoints": "x"}, [1, 1], "endpoints"),
+    ("generalized_jsd", {**P, "temperature": 0.0}, [1, 1], "temperature"),
+    ("generalized_jsd", {**P, "student_logits": [[NINF, 2.0, 3.0], [0.0, 1.0, 0.0]], "beta": 0.0,
+                         "endpoints": "kl"}, [1, 1], "student_logits"),
+    ("generalized_jsd", {**P, "teacher_logits": [[NINF, 1.0, 2.0], [1.0, 1.0, 1.0]], "beta": 1.0,
+                         "endpoints": "kl"}, [1, 1], "teacher_logits"),
+    ("generalized_jsd", P, [[1, 1]], "cotangent"),
+]
+
+
+@pytest.mark.parametrize("objective,kwargs,cotangent,name", BAD,
+                         ids=[f"{o}-{n}-{i}" for i, (o, _, _, n) in enumerate(BAD)])
+def test_bad_input(objective, kwargs, cotangent, name):
+    fn, vjp = getattr(distill, objective), getattr(distill, objective + "_vjp")
+    if name != "cotangent":
+        with pytest.raises(InputError, match=f"^{name}:"):
+            fn(**kwargs)
+    with pytest.raises(InputError, match=f"^{name}:"):
+        vjp(cotangent, **kwargs)
+
+
+def test_zz_gradient_check_summary():
+    """Summary for the report (run with -s to see it): number of gradient checks, worst agreement."""
+    assert GRAD_DIGITS
+    case, worst = min(GRAD_DIGITS, key=lambda c: c[1])
+    print(f"\ndistill: {len(GRAD_DIGITS)} gradient checks, worst agreement {worst:.1f} digits ({case})")
+    assert worst >= gradcheck.AGREE_DIGITS

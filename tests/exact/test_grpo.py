@@ -1,0 +1,457 @@
+"""Exact reference for grpo.advantages, grpo.clip, grpo.aggregate and grpo.loss: gradients,
+properties, the article's numbers, extremes, bad input."""
+from __future__ import annotations
+
+import itertools
+import math
+import random
+
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gradcheck import assert_vjp_matches
+from refimpl.exact import grpo, kl, mp
+from refimpl.validate import InputError
+
+DIGITS: list[float] = []  # worst agreement of every gradient check, summarised at module end
+TINY = mpmath.mpf(10) ** -40
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gradcheck_summary():
+    yield
+    if DIGITS:
+        print(f"\n[grpo] {len(DIGITS)} gradient checks, worst agreement {min(DIGITS):.1f} digits")
+
+
+def _check(fn, vjp, kwargs, wrt, cotangents):
+    DIGITS.append(assert_vjp_matches(fn, vjp, kwargs, wrt, cotangents))
+
+
+def _away(x, kinks, margin=1e-3):
+    return all(abs(float(x) - k) > margin for k in kinks)
+
+
+# --------------------------------------------------------------------------- clip: gradients
+
+RATIOS = [0.5, 0.95, 1.1, 1.6, 2.5, 4.0]     # below / inside / above the band, past dual clips
+ADVANTAGES = [0.7, -1.3]
+CLIP_CONVENTIONS = [(0.2, None, None), (0.2, 0.28, None), (0.1, 0.3, 3.0), (0.2, None, 2.0)]
+
+
+def _clip_case(seed):
+    rng = random.Random(seed)
+    pairs = list(itertools.product(RATIOS, ADVANTAGES))
+    old = [rng.uniform(-4, -0.1) for _ in pairs]
+    logp = [o + math.log(r) for o, (r, _) in zip(old, pairs)]
+    adv = [a for _, a in pairs]
+    ct = [rng.uniform(-2, 2) for _ in pairs]
+    return logp, old, adv, ct
+
+
+@pytest.mark.parametrize("eps_low,eps_high,dual_clip", CLIP_CONVENTIONS)
+def test_clip_vjp_matches_numerical_derivative(eps_low, eps_high, dual_clip):
+    logp, old, adv, ct = _clip_case(3)
+    hi = eps_low if eps_high is None else eps_high
+    kinks = [1 - eps_low, 1 + hi] + ([dual_clip] if dual_clip else [])
+    assert all(_away(math.exp(lp - o), kinks) for lp, o in zip(logp, old))
+    kw = dict(logp=logp, old_logp=old, advantages=adv, eps_low=eps_low, eps_high=eps_high,
+              dual_clip=dual_clip)
+    grad = grpo.clip_vjp(ct, **kw)["logp"]
+    # Every branch occurs: unclipped (ρA), clipped (0) and, with a dual clip, the floor c·A.
+    assert any(g != 0 for g in grad) and any(g == 0 for g in grad)
+    if dual_clip:
+        value = grpo.clip(**kw)
+        with mpmath.workdps(50):
+            assert any(v == mpmath.mpf(dual_clip) * a for v, a in zip(value, adv))
+    _check(grpo.clip, grpo.clip_vjp, kw, ["logp"], ct)
+
+
+def test_clip_ties_take_the_unclipped_branch():
+    # ρ = 1 exactly inside; A = 0: both branches tie everywhere and the gradient is ρA = 0.
+    g = grpo.clip_vjp([1.0, 1.0], [-1.0, -2.0], [-1.0, -2.0], [2.0, 0.0])["logp"]
+    assert g[0] == 2 and g[1] == 0
+
+
+# --------------------------------------------------------------------------- aggregate: gradients
+
+AGG_MASK = [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]]   # ragged lengths and a fully-masked row
+
+
+@pytest.mark.parametrize("mode", grpo.MODES)
+@pytest.mark.parametrize("norm_length", [None, 7.0])
+def test_aggregate_vjp_matches_numerical_derivative(mode, norm_length):
+    rng = random.Random(5)
+    values = [[rng.uniform(-3, 3) for _ in range(4)] for _ in range(3)]
+    kw = dict(values=values, mask=AGG_MASK, mode=mode, norm_length=norm_length)
+    _check(grpo.aggregate, grpo.aggregate_vjp, kw, ["values"], 1.0)
+    grad = grpo.aggregate_vjp(0.75, **kw)["values"]
+    assert all(grad[i, j] == 0 for i in range(3) for j in range(4) if AGG_MASK[i][j] == 0)
+
+
+def test_aggregate_excludes_fully_masked_rows():
+    # verl 0.9.1 agg_loss: fully masked rows leave the sequence means.
+    values = [[1.0, 3.0, 9.0], [100.0, 100.0, 100.0], [4.0, 0.0, 0.0]]
+    mask = [[1, 1, 0], [0, 0, 0], [1, 0, 0]]
+    with mpmath.workdps(50):
+        assert grpo.aggregate(values, mask, "seq-mean-token-mean") == 3          # (2 + 4)/2
+        assert grpo.aggregate(values, mask, "token-mean") == mpmath.mpf(8) / 3
+        assert grpo.aggregate(values, mask, "seq-mean-token-sum") == 4           # (4 + 4)/2
+        assert grpo.aggregate(values, mask, "seq-mean-token-sum-norm") == mpmath.mpf(4) / 3
+        assert grpo.aggregate(values, mask, "seq-mean-token-sum-norm", norm_length=8) == 0.5
+
+
+# --------------------------------------------------------------------------- loss: gradients
+
+# Rows: full, ragged, a single token, fully masked (its entries are arbitrary).
+LOSS_MASK = [[1, 1, 1], [1, 1, 0], [1, 0, 0], [0, 0, 0]]
+LOG_RATIO = [[0.05, 0.4, -0.6], [-0.1, 0.9, 1.2], [0.2, -0.3, 0.0], [0.3, 0.3, 0.3]]
+LOG_REF = [[-2.0, 0.3, 1.5], [0.7, -0.5, 2.2], [-1.4, 0.1, 1.0], [0.5, 0.5, 0.5]]  # ref − logp
+LOSS_ADV = [0.8, -1.1, 0.5, 1.0]
+KL_CLAMP = 0.9
+
+
+def _loss_case(seed):
+    rng = random.Random(seed)
+    logp = [[rng.uniform(-3, -0.1) for _ in range(3)] for _ in range(4)]
+    old = [[lp - d for lp, d in zip(r1, r2)] for r1, r2 in zip(logp, LOG_RATIO)]
+    ref = [[lp + d for lp, d in zip(r1, r2)] for r1, r2 in zip(logp, LOG_REF)]
+    return dict(logp=logp, old_logp=old, ref_logp=ref, advantages=LOSS_ADV, mask=LOSS_MASK)
+
+
+def _assert_away_from_kinks(case, eps_low=0.2, eps_high=None, dual_clip=None, kl_clamp=None,
+                            kl_kind="k3", **_):
+    hi = eps_low if eps_high is None else eps_high
+    ratio_kinks = [1 - eps_low, 1 + hi] + ([dual_clip] if dual_clip else [])
+    on = np.array(LOSS_MASK, dtype=bool)
+    lr = np.array(case["logp"], dtype=object) - np.array(case["old_logp"], dtype=object)
+    log_r = mp.array("x", case["ref_logp"]) - mp.array("y", case["logp"])
+    kl_values = kl.unclamped(log_r, kl_kind)
+    for idx in zip(*np.nonzero(on)):
+        assert _away(math.exp(lr[idx]), ratio_kinks)
+        if kl_clamp is not None:
+            assert _away(abs(kl_values[idx]), [kl_clamp])
+
+
+@pytest.mark.parametrize("kl_kind", kl.KINDS)
+@pytest.mark.parametrize("kl_clamp", [None, KL_CLAMP])
+@pytest.mark.parametrize("kl_ratio_weight", [False, True])
+@pytest.mark.parametrize("beta", [0.0, 0.3])
+def test_loss_vjp_matches_numerical_derivative_kl(kl_kind, kl_clamp, kl_ratio_weight, beta):
+    case = _loss_case(17)
+    params = dict(kl_kind=kl_kind, kl_clamp=kl_clamp, kl_ratio_weight=kl_ratio_weight, beta=beta)
+    _assert_away_from_kinks(case, **params)
+    if kl_clamp is not None:  # the clamp must actually bite somewhere
+        log_r = mp.array("x", case["ref_logp"]) - mp.array("y", case["logp"])
+        vals = kl.unclamped(log_r, kl_kind)
+        assert any(abs(vals[i]) > kl_clamp for i in zip(*np.nonzero(np.array(LOSS_MASK))))
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], 1.0)
+
+
+@pytest.mark.parametrize("aggregation", grpo.MODES)
+@pytest.mark.parametrize("eps_low,eps_high,dual_clip,norm_length",
+                         [(0.2, None, None, None), (0.1, 0.28, 3.0, 5.0)])
+def test_loss_vjp_matches_numerical_derivative_aggregation(aggregation, eps_low, eps_high,
+                                                           dual_clip, norm_length):
+    case = _loss_case(23)
+    params = dict(aggregation=aggregation, eps_low=eps_low, eps_high=eps_high,
+                  dual_clip=dual_clip, norm_length=norm_length, kl_kind="k2", beta=0.04)
+    _assert_away_from_kinks(case, **params)
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], -1.5)
+
+
+def test_loss_composes_clip_kl_and_aggregate():
+    case = _loss_case(29)
+    params = dict(eps_low=0.2, eps_high=0.28, dual_clip=3.0)
+    for beta, kind, weight in [(0.0, "k3", False), (0.3, "k1", True), (0.1, "k3", False)]:
+        with mpmath.workdps(50):
+            per_token = -grpo.clip(case["logp"], case["old_logp"],
+                                   np.repeat(np.array(LOSS_ADV)[:, None], 3, axis=1), **params)
+            klv = kl.estimator(np.array(case["logp"]).ravel(), np.array(case["ref_logp"]).ravel(),
+                               kind=kind).reshape(4, 3)
+            w = mp.exp(mp.array("x", case["logp"]) - mp.array("y", case["old_logp"])) if weight else 1
+            total = per_token + mpmath.mpf(beta) * w * klv
+            want = grpo.aggregate(total, LOSS_MASK, "token-mean")
+            got = grpo.loss(**case, **params, beta=beta, kl_kind=kind, kl_ratio_weight=weight,
+                            aggregation="token-mean")
+            assert abs(got - want) < TINY
+
+
+def test_masked_positions_may_hold_any_finite_numbers():
+    case = _loss_case(31)
+    garbage = {k: [row[:] for row in case[k]] for k in ("logp", "old_logp", "ref_logp")}
+    garbage["logp"][3] = [1e300, -1e300, 700.0]
+    garbage["old_logp"][3] = [-1e300, 1e300, -700.0]
+    garbage["ref_logp"][1][2] = 1e308
+    garbage["logp"][2][1] = -1e300
+    kw = dict(beta=0.5, kl_ratio_weight=True)
+    a = grpo.loss(**{**case, **garbage}, **kw)
+    b = grpo.loss(**case, **kw)
+    assert a == b
+    g = grpo.loss_vjp(1.0, **{**case, **garbage}, **kw)["logp"]
+    assert all(g[i, j] == 0 for i in range(4) for j in range(3) if LOSS_MASK[i][j] == 0)
+    assert all(mpmath.isfinite(x) for x in g.flat)
+
+
+# --------------------------------------------------------------------------- advantages
+
+def test_degenerate_conventions():
+    rewards = [[1.0, 1.0, 1.0], [0.0, 1.0, 2.0]]
+    for degenerate, keep0 in [("zero", 1), ("drop", 0), ("raw", 1)]:
+        out = grpo.advantages(rewards, degenerate=degenerate)
+        assert all(a == 0 for a in out["advantages"][0]) and out["keep"][0] == keep0
+        assert out["keep"][1] == 1
+        with mpmath.workdps(50):
+            s = mpmath.sqrt(mpmath.mpf(2) / 3)
+            assert abs(out["advantages"][1][0] + 1 / s) < TINY
+    # 'none' (Dr. GRPO): no group is degenerate.
+    out = grpo.advantages(rewards, scale="none", degenerate="drop")
+    assert list(out["keep"]) == [1, 1] and list(out["advantages"][1]) == [-1, 0, 1]
+
+
+@pytest.mark.parametrize("std_ddof", [0, 1])
+@pytest.mark.parametrize("scale", grpo.SCALES)
+def test_singleton_groups_never_give_nan(std_ddof, scale):
+    rewards = [[0.5], [2.0], [-1.0]]
+    for degenerate in grpo.DEGENERATE:
+        out = grpo.advantages(rewards, scale=scale, std_ddof=std_ddof, eps=0.25, degenerate=degenerate)
+        adv = out["advantages"]
+        assert all(mpmath.isfinite(a) for a in adv.flat)
+        if degenerate == "raw":  # verl: a singleton group has mean 0 and std 1
+            want = [0.5, 2.0, -1.0] if scale == "none" else [0.5 / 1.25, 2.0 / 1.25, -1.0 / 1.25]
+            assert all(abs(a - w) < 1e-15 for a, w in zip(adv.flat, want))
+        else:
+            assert all(a == 0 for a in adv.flat)
+        if degenerate == "drop":
+            want_keep = 1 if scale in ("none", "batch") else 0  # 'batch': its std is defined
+            assert all(k == want_keep for k in out["keep"])
+
+
+def test_batch_scale_and_eps():
+    rewards = [[0.0, 1.0], [0.0, 3.0]]
+    out = grpo.advantages(rewards, scale="batch", std_ddof=1, eps=0.5)["advantages"]
+    with mpmath.workdps(50):
+        flat = [mpmath.mpf(x) for row in rewards for x in row]
+        m = sum(flat) / 4
+        std = mpmath.sqrt(sum((x - m) ** 2 for x in flat) / 3)
+        want = [[-0.5, 0.5], [-1.5, 1.5]]
+        for i, j in itertools.product(range(2), range(2)):
+            assert abs(out[i][j] - want[i][j] / (std + mpmath.mpf(0.5))) < TINY
+    # A batch whose rewards are all equal is degenerate (B·G > 1).
+    drop = grpo.advantages([[2.0, 2.0], [2.0, 2.0]], scale="batch", degenerate="drop")
+    assert list(drop["keep"]) == [0, 0]
+    single = grpo.advantages([[3.0]], scale="batch", std_ddof=1, degenerate="drop")
+    assert single["keep"][0] == 0 and single["advantages"][0][0] == 0
+
+
+# --------------------------------------------------------------------------- properties
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.floats(-1e3, 1e3), min_size=4, max_size=4), min_size=1, max_size=3))
+def test_population_std_advantages_are_standardised(rewards):
+    out = grpo.advantages(rewards)
+    for row, adv in zip(rewards, out["advantages"]):
+        if len(set(row)) == 1:
+            assert all(a == 0 for a in adv)
+            continue
+        with mpmath.workdps(50):
+            mean = mpmath.fsum(adv) / len(adv)
+            var = mpmath.fsum((a - mean) ** 2 for a in adv) / len(adv)
+            assert abs(mean) < TINY and abs(var - 1) < TINY
+
+
+@settings(derandomize=True, max_examples=80, deadline=None)
+@given(log_ratio=st.floats(-3, 3), adv=st.floats(0.01, 10), sign=st.sampled_from([1, -1]),
+       eps=st.floats(0.01, 0.9))
+def test_clipped_objective_shape(log_ratio, adv, sign, eps):
+    # Article 000: «Con anchura de recorte 0.2 y ventaja más 1, el objetivo recortado aumenta
+    # con el cociente hasta 1.2 y luego permanece plano. Con ventaja menos 1, permanece plano
+    # por debajo de 0.8 y disminuye cuando el cociente supera 0.8.»
+    a = sign * adv
+    value = grpo.clip([log_ratio], [0.0], [a], eps_low=eps)[0]
+    with mpmath.workdps(50):
+        rho, e = mpmath.exp(log_ratio), mpmath.mpf(eps)
+        if 1 - e <= rho <= 1 + e:
+            assert abs(value - rho * a) <= TINY * abs(a) * rho
+        elif a > 0 and rho > 1 + e:
+            assert value == (1 + e) * mpmath.mpf(a)              # flat above 1 + ε
+        elif a < 0 and rho < 1 - e:
+            assert value == (1 - e) * mpmath.mpf(a)              # flat below 1 − ε
+        else:
+            assert abs(value - rho * a) <= TINY * abs(a) * rho  # the side that keeps moving
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(-40, 0), st.floats(-40, 0)), min_size=1, max_size=4))
+def test_k3_is_nonnegative(pairs):
+    logp, ref = [p for p, _ in pairs], [r for _, r in pairs]
+    assert all(v >= 0 for v in kl.estimator(logp, ref, kind="k3"))
+    # With zero advantages grpo.loss is the aggregated k3 penalty alone.
+    loss = grpo.loss([logp], [logp], [ref], [0.0], [[1] * len(logp)], beta=0.04)
+    assert loss >= 0
+
+
+@settings(derandomize=True, max_examples=40, deadline=None)
+@given(st.integers(1, 4).flatmap(lambda t: st.lists(
+    st.lists(st.floats(-100, 100), min_size=t, max_size=t), min_size=1, max_size=3)))
+def test_aggregation_modes_agree_on_equal_length_rows(values):
+    mask = [[1] * len(values[0]) for _ in values]
+    token = grpo.aggregate(values, mask, "token-mean")
+    scale = TINY * max(1, max(abs(v) for row in values for v in row))
+    assert abs(grpo.aggregate(values, mask, "seq-mean-token-mean") - token) <= scale
+    assert abs(grpo.aggregate(values, mask, "seq-mean-token-sum-norm") - token) <= scale
+
+
+# --------------------------------------------------------------------------- article 000
+
+def test_article_group_advantages():
+    # Article 000 §GRPO: «GRPO muestrea 3, 4, 4 y 5 para la pregunta 2 más 2. Un verificador
+    # asigna recompensas 0, 1, 1 y 0.» and «En el grupo ilustrado (0,1,1,0), la media es 0.5 y
+    # la desviación típica poblacional es 0.5, lo que da ventajas (−1,1,1,−1)».
+    answers = [3, 4, 4, 5]
+    rewards = [[1.0 if a == 2 + 2 else 0.0 for a in answers]]
+    assert rewards == [[0.0, 1.0, 1.0, 0.0]]
+    adv = grpo.advantages(rewards)["advantages"][0]
+    assert list(adv) == [-1, 1, 1, -1]
+    # mean 0.5 and population std 0.5: r = 0.5 + 0.5·A exactly.
+    assert all(r == 0.5 + 0.5 * a for r, a in zip(rewards[0], adv))
+    # The sample std (ddof 1) would give ±√3/2 instead.
+    sample = grpo.advantages(rewards, std_ddof=1)["advantages"][0]
+    with mpmath.workdps(50):
+        assert abs(sample[1] - mpmath.sqrt(3) / 2) < TINY
+
+
+def test_article_ratio():
+    # Article 000: «Si un token muestreado tenía probabilidad 0.20 y el modelo actual le asigna
+    # ahora 0.24 en el mismo prefijo, el cociente es 0.24/0.20=1.2». The ratio sits at the band
+    # edge 1 + ε up to binary64 rounding of the logs, so either branch gives 1.2.
+    value = grpo.clip([math.log(0.24)], [math.log(0.20)], [1.0], eps_low=0.2)[0]
+    assert abs(value - 1.2) < 1e-15
+
+
+def test_article_clipped_values():
+    # Article 000: «Con A=1, ε=0.2 y ρt=1.5, los dos términos son 1.5 y 1.2, por lo que Ct=1.2.
+    # Con A=−1 y ρt=0.5, son −0.5 y −0.8, por lo que Ct=−0.8.»
+    value = grpo.clip([math.log(1.5), math.log(0.5)], [0.0, 0.0], [1.0, -1.0], eps_low=0.2)
+    assert abs(value[0] - 1.2) < 1e-15 and abs(value[1] + 0.8) < 1e-15
+    grad = grpo.clip_vjp([1.0, 1.0], [math.log(1.5), math.log(0.5)], [0.0, 0.0], [1.0, -1.0])
+    assert list(grad["logp"]) == [0, 0]  # «Son los dos tramos planos del gráfico.»
+
+
+# --------------------------------------------------------------------------- extremes
+
+@pytest.mark.parametrize("log_ratio", [50.0, -50.0])
+@pytest.mark.parametrize("adv", [1.0, -1.0])
+@pytest.mark.parametrize("dual_clip", [None, 3.0])
+def test_ratios_e_pm50(log_ratio, adv, dual_clip):
+    kw = dict(logp=[log_ratio - 1.0], old_logp=[-1.0], advantages=[adv], dual_clip=dual_clip)
+    value = grpo.clip(**kw)[0]
+    grad = grpo.clip_vjp([1.0], **kw)["logp"][0]
+    with mpmath.workdps(50):
+        rho = mpmath.exp(mpmath.mpf(log_ratio))
+        unclipped = rho * adv
+        if (adv > 0) == (log_ratio > 0):  # the flat side of the article's graph
+            want = (1 + mpmath.mpf(0.2)) * adv if adv > 0 else (1 - mpmath.mpf(0.2)) * adv
+            want_grad = 0
+        else:
+            want, want_grad = unclipped, unclipped
+        if dual_clip and adv < 0 and mpmath.mpf(dual_clip) * adv > want:
+            want, want_grad = mpmath.mpf(dual_clip) * adv, 0
+        assert abs(value - want) <= TINY * abs(want)
+        assert abs(grad - want_grad) <= TINY * abs(want_grad)
+    assert mpmath.isfinite(value) and mpmath.isfinite(grad)
+
+
+@pytest.mark.parametrize("kl_kind", kl.KINDS)
+def test_loss_with_extreme_ratios_is_finite(kl_kind):
+    kw = dict(logp=[[-1.0, -60.0]], old_logp=[[-51.0, -10.0]], ref_logp=[[-51.0, -10.0]],
+              advantages=[-0.5], mask=[[1, 1]], kl_kind=kl_kind, kl_ratio_weight=True, beta=0.04)
+    value = grpo.loss(**kw)
+    grad = grpo.loss_vjp(1.0, **kw)["logp"]
+    assert mpmath.isfinite(value) and all(mpmath.isfinite(g) for g in grad.flat)
+
+
+# --------------------------------------------------------------------------- bad input
+
+def _raises(name, fn, *args, **kwargs):
+    with pytest.raises(InputError, match=rf"^{name}: "):
+        fn(*args, **kwargs)
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(scale="group-mean"), "scale"), (dict(degenerate="skip"), "degenerate"),
+    (dict(std_ddof=2), "std_ddof"), (dict(std_ddof=True), "std_ddof"), (dict(std_ddof=0.5), "std_ddof"),
+    (dict(eps=-1e-6), "eps"), (dict(eps=1.0), "eps"), (dict(eps=float("nan")), "eps"),
+    (dict(rewards=[0.0, 1.0]), "rewards"), (dict(rewards=[[0.0, float("nan")]]), "rewards"),
+    (dict(rewards=[[0.0, float("inf")]]), "rewards"), (dict(rewards=[[0.0, 1.0], [1.0]]), "rewards"),
+    (dict(rewards=np.zeros((0, 3))), "rewards"),
+])
+def test_advantages_bad_input(override, name):
+    _raises(name, grpo.advantages, **{"rewards": [[0.0, 1.0]], **override})
+
+
+CLIP_GOOD = dict(logp=[-1.0, -2.0], old_logp=[-1.1, -1.9], advantages=[0.5, -0.5])
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(eps_low=1.0), "eps_low"), (dict(eps_low=-0.1), "eps_low"),
+    (dict(eps_high=-0.1), "eps_high"), (dict(eps_high=float("inf")), "eps_high"),
+    (dict(dual_clip=1.0), "dual_clip"), (dict(dual_clip=0.5), "dual_clip"),
+    (dict(logp=[-1.0]), "old_logp"), (dict(advantages=[1.0, 2.0, 3.0]), "advantages"),
+    (dict(logp=[float("nan"), -2.0]), "logp"), (dict(old_logp=[float("-inf"), -2.0]), "old_logp"),
+    (dict(advantages=[float("inf"), 1.0]), "advantages"),
+])
+def test_clip_bad_input(override, name):
+    _raises(name, grpo.clip, **{**CLIP_GOOD, **override})
+    _raises(name, grpo.clip_vjp, [1.0, 1.0], **{**CLIP_GOOD, **override})
+
+
+AGG_GOOD = dict(values=[[1.0, 2.0], [3.0, 4.0]], mask=[[1, 0], [1, 1]])
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(mode="sum"), "mode"), (dict(norm_length=0), "norm_length"),
+    (dict(norm_length=-4.0), "norm_length"),
+    (dict(mask=[[1, 0.5], [1, 1]]), "mask"), (dict(mask=[[1, 2], [1, 1]]), "mask"),
+    (dict(mask=[[1, 1]]), "mask"), (dict(mask=[[0, 0], [0, 0]]), "mask"),
+    (dict(values=[[1.0, float("nan")], [3.0, 4.0]]), "values"), (dict(values=[1.0, 2.0]), "values"),
+])
+def test_aggregate_bad_input(override, name):
+    _raises(name, grpo.aggregate, **{**AGG_GOOD, **override})
+    _raises(name, grpo.aggregate_vjp, 1.0, **{**AGG_GOOD, **override})
+
+
+def test_mask_with_no_token_message():
+    with pytest.raises(InputError, match=r"^mask: selects no token$"):
+        grpo.aggregate([[1.0]], [[0]])
+
+
+LOSS_GOOD = dict(logp=[[-1.0, -2.0], [-0.5, -0.7]], old_logp=[[-1.1, -1.9], [-0.4, -0.8]],
+                 ref_logp=[[-1.2, -2.1], [-0.6, -0.6]], advantages=[0.5, -0.5], mask=[[1, 1], [1, 0]])
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(beta=-0.1), "beta"), (dict(beta=float("nan")), "beta"),
+    (dict(kl_kind="k4"), "kl_kind"), (dict(kl_clamp=0.0), "kl_clamp"), (dict(kl_clamp=-1.0), "kl_clamp"),
+    (dict(kl_ratio_weight="yes"), "kl_ratio_weight"), (dict(aggregation="mean"), "aggregation"),
+    (dict(norm_length=0.0), "norm_length"), (dict(eps_low=1.5), "eps_low"),
+    (dict(eps_high=-1.0), "eps_high"), (dict(dual_clip=1.0), "dual_clip"),
+    (dict(advantages=[0.5, -0.5, 1.0]), "advantages"), (dict(advantages=[[0.5, -0.5]]), "advantages"),
+    (dict(ref_logp=[[-1.2, -2.1]]), "ref_logp"), (dict(old_logp=[[-1.1], [-0.4]]), "old_logp"),
+    (dict(logp=[-1.0, -2.0]), "logp"),
+    (dict(mask=[[1, 1], [1, -1]]), "mask"), (dict(mask=[[0, 0], [0, 0]]), "mask"),
+    (dict(ref_logp=[[-1.2, float("inf")], [-0.6, -0.6]]), "ref_logp"),
+    (dict(logp=[[-1.0, float("nan")], [-0.5, -0.7]]), "logp"),
+    (dict(advantages=[float("nan"), 0.5]), "advantages"),
+])
+def test_loss_bad_input(override, name):
+    _raises(name, grpo.loss, **{**LOSS_GOOD, **override})
+    _raises(name, grpo.loss_vjp, 1.0, **{**LOSS_GOOD, **override})
+
+
+def test_bad_cotangent():
+    _raises("cotangent", grpo.loss_vjp, [1.0, 2.0], **LOSS_GOOD)
+    _raises("cotangent", grpo.aggregate_vjp, float("nan"), **AGG_GOOD)
+    _raises("cotangent", grpo.clip_vjp, [1.0], **CLIP_GOOD)
