@@ -29,7 +29,8 @@ def namespace(*values):
     array-api-compat, when every argument is a list or a Python number)."""
     arrays = [v for v in values if _is_array(v)]
     if not arrays:
-        return array_api_compat.array_namespace(array_api_compat.numpy.asarray(0.0))
+        import array_api_compat.numpy as default_xp  # lists and numbers: NumPy
+        return default_xp
     try:
         return array_api_compat.array_namespace(*arrays)
     except TypeError as exc:  # arrays from two different libraries

@@ -41,6 +41,7 @@ class _Dist:
         e = xp.exp(shifted)
         top = xp.argmax(z, axis=-1, keepdims=True)
         is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
+        self.is_top = is_top
         # log Σ e^{shifted} = log1p(Σ_{j≠top} …): exact when that sum is below u.
         self.l1 = xp.log1p(xp.sum(_xp.masked(xp, ~is_top, e), axis=-1, keepdims=True))
         self.logp = shifted - self.l1
@@ -54,6 +55,18 @@ def _log_ratio(xp, q: _Dist, p: _Dist, T: float):
     d = xp.where(both, q.dz, xp.zeros_like(q.dz)) - xp.where(both, p.dz, xp.zeros_like(p.dz))
     r = (d / T if T != 1.0 else d) - (q.l1 - p.l1)
     return _xp.masked(xp, both, r)
+
+
+def _centred(xp, q: _Dist, g):
+    """g_j − Σ_i q_i g_i, anchored at the top token:
+    (g_j − g_top) − Σ_{i≠top} q_i (g_i − g_top). Equal (Σq = 1), but when q is nearly
+    one-hot (T = 1e-3, logits ±1e4) the top entry comes out of the tiny q_i instead of
+    cancelling g_top against Σ q g ≈ g_top. Entries with q_i = 0 take no part."""
+    g = _xp.masked(xp, q.support, g)
+    g_top = xp.sum(_xp.masked(xp, q.is_top, g), axis=-1, keepdims=True)
+    d = g - g_top
+    rest = xp.sum(_xp.masked(xp, q.support & ~q.is_top, q.p * d), axis=-1, keepdims=True)
+    return d - rest
 
 
 def _q_minus_p(xp, q: _Dist, p: _Dist, r):
@@ -147,8 +160,7 @@ def softmax_vjp(cotangent, logits, temperature: float = 1.0):
     """∂/∂z_j Σ_i c_i q_i = q_j (c_j − Σ_i c_i q_i) / T."""
     xp, dt, z, T, q = _softmax_prepare(logits, temperature)
     c = _cotangent(xp, dt, cotangent, _xp.shape(z))
-    mean = xp.sum(c * q.p, axis=-1, keepdims=True)
-    return {"logits": q.p * (c - mean) / T}
+    return {"logits": q.p * _centred(xp, q, c) / T}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,7 +265,7 @@ def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "re
                                                       direction, temperature)
     c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
     if direction == "reverse":
-        g = _xp.masked(xp, q.support, q.p * (r - xp.expand_dims(kl, axis=-1)))
+        g = _xp.masked(xp, q.support, q.p * _centred(xp, q, r))
     else:
         g = _q_minus_p(xp, q, p, r)
     return {"student_logits": c * g / T}
@@ -336,6 +348,6 @@ def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float =
                             "forward" if b == 0 else "reverse", temperature)
     if b == 0 or b == 1:
         return {"student_logits": xp.zeros(shape, dtype=q.p.dtype)}
-    _, lq_m, kl_qm = _jsd_parts(xp, q, p, r, b)
-    g = _xp.masked(xp, q.support, q.p * (lq_m - xp.expand_dims(kl_qm, axis=-1)))
+    _, lq_m, _ = _jsd_parts(xp, q, p, r, b)
+    g = _xp.masked(xp, q.support, q.p * _centred(xp, q, lq_m))
     return {"student_logits": xp.expand_dims(c, axis=-1) * ((1 - b) / T) * g}

@@ -40,7 +40,7 @@ class _Row:
 
     def __init__(self, z, T):
         self.z = z
-        k = max(range(len(z)), key=lambda i: z[i])
+        self.k = k = max(range(len(z)), key=lambda i: z[i])
         self.max = z[k]
         shifted = [(zi - self.max) / T for zi in z]  # exactly 0 at k, −inf for impossible tokens
         # log Z/e^{max/T} = log(1 + Σ_{j≠k} …): log1p keeps the top token's log-probability
@@ -92,6 +92,17 @@ def _forward_kl_row(q: _Row, p: _Row, r):
     """KL(p‖q) and ℓ = log p − log q on supp p."""
     ell = [-ri if s else None for ri, s in zip(r, p.support)]
     return _kl_terms(p.p, p.support, q.p, ell), ell
+
+
+def _minus_mean(q: _Row, x):
+    """x_j − Σ_i q_i x_i on supp q (None elsewhere), without cancellation at the top token k:
+    x_k − Σ_i q_i x_i = Σ_{i≠k} q_i (x_k − x_i) is of the size of 1 − q_k (e^{−1e4} at
+    logits ±1e4), which subtracting a separately computed mean would round away."""
+    k = q.k
+    delta = mpmath.fsum(qi * (x[k] - xi) for i, (qi, xi, s) in enumerate(zip(q.p, x, q.support))
+                        if s and i != k)
+    return [None if not s else (delta if j == k else (xj - x[k]) + delta)
+            for j, (xj, s) in enumerate(zip(x, q.support))]
 
 
 def _q_minus_p(q: _Row, p: _Row, r):
@@ -195,9 +206,8 @@ def softmax_vjp(cotangent, logits, temperature: float = 1.0):
     ct = _cotangent(cotangent, z.shape)
     grads = []
     for idx, r in zip(np.ndindex(z.shape[:-1]), _rows("logits", z, T)):
-        c = list(ct[idx])
-        mean = mpmath.fsum(ci * qi for ci, qi in zip(c, r.p))
-        grads.append([qj * (cj - mean) / T for qj, cj in zip(r.p, c)])
+        centred = _minus_mean(r, list(ct[idx]))
+        grads.append([qj * cj / T if s else mp.ZERO for qj, cj, s in zip(r.p, centred, r.support)])
     return {"logits": _stack(z.shape, grads)}
 
 
@@ -336,13 +346,14 @@ def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "re
 
     An impossible student token (q_j = 0) gets gradient 0.
     """
-    shape, T, q, p, r, kls = _token_kl_rows(student_logits, teacher_logits, direction, temperature)
+    shape, T, q, p, r, _ = _token_kl_rows(student_logits, teacher_logits, direction, temperature)
     ct = _cotangent(cotangent, shape[:-1])
     grads = []
-    for idx, qi, pi, ri, kl in zip(np.ndindex(shape[:-1]), q, p, r, kls):
+    for idx, qi, pi, ri in zip(np.ndindex(shape[:-1]), q, p, r):
         c = ct[idx]
         if direction == "reverse":
-            g = [c * qj * (rj - kl) / T if s else mp.ZERO for qj, rj, s in zip(qi.p, ri, qi.support)]
+            centred = _minus_mean(qi, ri)  # ℓ_j − Σ q_i ℓ_i = ℓ_j − kl
+            g = [c * qj * lj / T if s else mp.ZERO for qj, lj, s in zip(qi.p, centred, qi.support)]
         else:
             g = [c * d / T for d in _q_minus_p(qi, pi, ri)]
         grads.append(g)
@@ -354,8 +365,8 @@ def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "re
 # ---------------------------------------------------------------------------------------------
 
 def _jsd_row(q: _Row, p: _Row, r, beta):
-    """β·KL(p‖m) + (1−β)·KL(q‖m), m = βp + (1−β)q, 0 < β < 1; also ℓ^q = log q − log m and
-    KL(q‖m) for the gradient.
+    """β·KL(p‖m) + (1−β)·KL(q‖m), m = βp + (1−β)q, 0 < β < 1; also ℓ^q = log q − log m
+    for the gradient.
 
     log m = logsumexp(log p + log β, log q + log(1−β)), taken relative to log q (resp. log p):
         log q − log m = −log1p(β·(e^{−r} − 1)),   log p − log m = −log1p((1−β)·(e^{r} − 1)),
@@ -375,7 +386,7 @@ def _jsd_row(q: _Row, p: _Row, r, beta):
     m_where_p0 = [one_b * qj for qj in q.p]     # m on supp q \ supp p
     kl_qm = _kl_terms(q.p, q.support, m_where_q0, lq_m)
     kl_pm = _kl_terms(p.p, p.support, m_where_p0, lp_m)
-    return beta * kl_pm + one_b * kl_qm, lq_m, kl_qm
+    return beta * kl_pm + one_b * kl_qm, lq_m
 
 
 def _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints):
@@ -441,8 +452,9 @@ def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float =
         return {"student_logits": mp.zeros(shape)}
     grads = []
     for idx, qi, pi, ri in zip(np.ndindex(lead), q, p, r):
-        _, ell, kl_qm = _jsd_row(qi, pi, ri, b)
+        _, ell = _jsd_row(qi, pi, ri, b)
+        centred = _minus_mean(qi, ell)  # ℓ_j − Σ q_i ℓ_i = ℓ_j − KL(q‖m)
         c = ct[idx]
-        grads.append([c * (1 - b) * qj * (lj - kl_qm) / T if s else mp.ZERO
-                      for qj, lj, s in zip(qi.p, ell, qi.support)])
+        grads.append([c * (1 - b) * qj * lj / T if s else mp.ZERO
+                      for qj, lj, s in zip(qi.p, centred, qi.support)])
     return {"student_logits": _stack(shape, grads)}

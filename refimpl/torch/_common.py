@@ -11,6 +11,8 @@ import torch
 
 from refimpl import validate
 
+CHECK_CHUNK = 1 << 24  # elements per slice of a value check
+
 _FLOATS = {torch.float64: "float64", torch.float32: "float32",
            torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -38,13 +40,14 @@ def array(name: str, x, *, allow_neg_inf: bool = False) -> torch.Tensor:
             validate.fail(name, f"dtype {t.dtype} is not supported; expected one of "
                                 f"{', '.join(_FLOATS.values())}")
         t = t.to(torch.float64)  # integer tensors: exact as binary64 up to 2**53
-    d = t.detach()
-    if torch.isnan(d).any():
-        validate.fail(name, "contains NaN")
-    if (d == float("inf")).any():
-        validate.fail(name, "contains +inf")
-    if not allow_neg_inf and (d == float("-inf")).any():
-        validate.fail(name, "contains -inf")
+    # In slices, so that a [N,V] logit tensor never gets a [N,V] boolean companion.
+    for d in t.detach().reshape(-1).split(CHECK_CHUNK):
+        if torch.isnan(d).any():
+            validate.fail(name, "contains NaN")
+        if (d == float("inf")).any():
+            validate.fail(name, "contains +inf")
+        if not allow_neg_inf and (d == float("-inf")).any():
+            validate.fail(name, "contains -inf")
     return t
 
 

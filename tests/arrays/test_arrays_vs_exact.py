@@ -1,0 +1,500 @@
+"""refimpl.arrays against the exact reference: values and VJPs of every catalog objective
+(not tabular) under every convention, on random inputs from fixed seeds and at the numerical
+extremes the design names; the same InputError messages for bad input; and one code path for
+every array-API namespace (run here on array_api_strict, the standard's strict namespace).
+
+Tolerances, relative to the output's scale (max |exact|, per output): float64 1e-12;
+float32 (inputs rounded to float32 first, the exact reference evaluated on the rounded
+inputs) 2e-5. Run as a script to print the worst relative error per objective and dtype.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+from conformance import catalog
+from refimpl import arrays
+from refimpl.arrays import _xp
+from refimpl.exact import distill as ex_distill, dpo as ex_dpo, grpo as ex_grpo
+from refimpl.exact import kl as ex_kl, proximal_kl as ex_proximal_kl
+from refimpl.validate import InputError
+
+EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "grpo": ex_grpo,
+         "proximal_kl": ex_proximal_kl}
+TOL = {"float64": 1e-12, "float32": 2e-5}
+SEEDS = (0, 1)
+NEG_INF = -math.inf
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def _logits(rng, shape, sd=2.0):
+    return rng.normal(0.0, sd, shape)
+
+
+def _mask(rng, b, t, empty_row=True):
+    m = (rng.random((b, t)) < 0.7).astype(np.float64)
+    m[0, 0] = 1.0
+    if empty_row and b >= 3:
+        m[1] = 0.0  # a fully masked row: left out of the sequence means
+    return m
+
+
+def _logp(rng, shape):
+    return -rng.exponential(1.5, shape) - 0.01
+
+
+def _inputs(oid: str, rng) -> dict:
+    if oid == "distill.softmax":
+        z = _logits(rng, (2, 3, 5))
+        z[0, 1, 2] = NEG_INF
+        return {"logits": z}
+    if oid in ("distill.token_kl", "distill.generalized_jsd", "distill.hinton"):
+        z, t = _logits(rng, (3, 5)), _logits(rng, (3, 5), 3.0)
+        z[1, 3] = t[1, 3] = NEG_INF  # impossible under both: 0·log 0 terms
+        out = {"student_logits": z, "teacher_logits": t}
+        if oid == "distill.hinton":
+            out["labels"] = np.array([0, 4, 2])
+        return out
+    if oid == "kl.estimator":
+        lp = _logp(rng, 6)
+        return {"logp": lp, "ref_logp": lp + rng.normal(0, 1.0, 6)}
+    if oid == "dpo.loss":
+        names = ("policy_chosen_logps", "policy_rejected_logps",
+                 "reference_chosen_logps", "reference_rejected_logps")
+        return {k: -rng.uniform(0.05, 30.0, 4) for k in names}
+    if oid == "grpo.advantages":
+        r = rng.integers(0, 3, (4, 4)).astype(np.float64) + rng.normal(0, 0.1, (4, 4)) * (rng.random((4, 4)) < .5)
+        r[2] = 0.3  # a constant group (degenerate)
+        return {"rewards": r}
+    if oid == "grpo.clip":
+        lp = _logp(rng, 8)
+        return {"logp": lp, "old_logp": lp + rng.normal(0, 0.4, 8),
+                "advantages": rng.normal(0, 1.0, 8)}
+    if oid == "grpo.aggregate":
+        return {"values": rng.normal(0, 2.0, (3, 4)), "mask": _mask(rng, 3, 4)}
+    lp = _logp(rng, (3, 4))
+    if oid == "grpo.loss":
+        return {"logp": lp, "old_logp": lp + rng.normal(0, 0.4, (3, 4)),
+                "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "advantages": rng.normal(0, 1, 3),
+                "mask": _mask(rng, 3, 4)}
+    if oid == "proximal_kl.future_cost":
+        return {"logp": lp, "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "mask": _mask(rng, 3, 4)}
+    if oid == "proximal_kl.loss":
+        return {"logp": lp, "behavior_logp": lp + rng.normal(0, 0.4, (3, 4)),
+                "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "advantages": rng.normal(0, 1, 3),
+                "mask": _mask(rng, 3, 4)}
+    raise KeyError(oid)
+
+
+def _grid(**axes):
+    keys = list(axes)
+    return [dict(zip(keys, vals)) for vals in itertools.product(*axes.values())]
+
+
+CONVENTIONS = {
+    "distill.softmax": _grid(temperature=[1.0, 0.5, 2.0, 1e-3]),
+    "distill.hinton": _grid(temperature=[1.0, 2.0, 0.5], alpha=[0.0, 0.5, 1.0], t2_scale=[True, False]),
+    "distill.token_kl": _grid(direction=["reverse", "forward"], temperature=[1.0, 2.0, 0.5]),
+    "distill.generalized_jsd": _grid(beta=[0.0, 0.1, 0.5, 0.9, 1.0], endpoints=["limit", "kl"],
+                                     temperature=[1.0, 2.0]),
+    "kl.estimator": _grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5]),
+    "dpo.loss": _grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust"],
+                      label_smoothing=[0.0, 0.2], beta=[0.1, 1.0]),
+    "grpo.advantages": _grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
+                             degenerate=["zero", "drop", "raw"]),
+    "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),
+    "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]),
+    "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
+                        kl_ratio_weight=[False, True])
+                  + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
+                          aggregation=["seq-mean-token-sum-norm"], norm_length=[None, 6.0])),
+    "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
+    "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
+                               ratio_cap=[None, 1.3])
+                         + _grid(future_clip=[None, 0.7], future_window=[None, 2], beta=[0.04, 0.5])),
+}
+assert set(CONVENTIONS) == {o.id for o in catalog.OBJECTIVES if o.family != "tabular"}
+
+
+# ------------------------------------------------------------------------------ helpers
+
+def _fns(oid):
+    fam, name = oid.split(".")
+    mod_x, mod_a = EXACT[fam], getattr(arrays, fam)
+    return (getattr(mod_x, name), getattr(mod_x, name + "_vjp", None),
+            getattr(mod_a, name), getattr(mod_a, name + "_vjp", None))
+
+
+def _float_names(oid):
+    return [i.name for i in catalog.get(oid).inputs if i.kind in ("float", "mask")]
+
+
+def _round(kwargs, oid, dtype):
+    """Inputs for the fast backend (in ``dtype``) and, for the exact one, the same values
+    in binary64 (float32 rounding first: the exact reference sees the rounded numbers)."""
+    fast, exact = dict(kwargs), dict(kwargs)
+    for k in _float_names(oid):
+        a = np.asarray(kwargs[k], dtype=np.float64).astype(dtype)
+        fast[k], exact[k] = a, a.astype(np.float64)
+    return fast, exact
+
+
+def _to_float(x):
+    if isinstance(x, np.ndarray) and x.dtype == object:
+        return np.vectorize(float, otypes=[np.float64])(x)
+    if isinstance(x, (mpmath.mpf, int, float)):
+        return np.float64(float(x))
+    return np.asarray(np.from_dlpack(x) if not isinstance(x, np.ndarray) else x, dtype=np.float64)
+
+
+def rel_err(got, want, dtype="float64") -> float:
+    """(max |got − want| − tiny) / max |want|, tiny = the dtype's smallest normal number
+    (so ``rel_err <= tol`` is |got − want| ≤ tol·scale + tiny: an exact value that
+    underflows the dtype is not an error). 0/0 → 0; an error on an exact-zero output → inf."""
+    g, w = _to_float(got), _to_float(want)
+    assert np.shape(g) == np.shape(w), (np.shape(g), np.shape(w))
+    err = float(np.max(np.abs(g - w), initial=0.0))
+    err = max(0.0, err - float(np.finfo(dtype).tiny))
+    scale = float(np.max(np.abs(w), initial=0.0))
+    if err == 0.0:
+        return 0.0
+    return err / scale if scale > 0 else math.inf
+
+
+def _outputs(out):
+    return out if isinstance(out, dict) else {"": out}
+
+
+def _cotangent(oid, rng, exact_out, dtype):
+    outs = catalog.get(oid).outputs
+    def one(o):
+        shape = np.shape(_to_float(o))
+        return np.asarray(rng.normal(0, 1.0, shape), dtype=dtype).astype(np.float64) if shape else \
+            float(np.float64(rng.normal(0, 1.0)).astype(dtype))
+    if isinstance(exact_out, dict):
+        return {k: one(exact_out[k]) for k in outs}
+    return one(exact_out)
+
+
+WORST: dict = {}
+
+
+def _record(oid, dtype, what, err):
+    key = (oid, dtype, what)
+    WORST[key] = max(WORST.get(key, 0.0), err)
+
+
+def compare_case(oid, kwargs, params, dtype, seed):
+    """Values and VJPs of the fast backend vs exact; returns {output or 'grad:x': rel err}."""
+    fx, fx_vjp, fa, fa_vjp = _fns(oid)
+    fast_in, exact_in = _round(kwargs, oid, dtype)
+    want = fx(**exact_in, **params)
+    got = fa(**fast_in, **params)
+    errs = {}
+    for name, w in _outputs(want).items():
+        g = _outputs(got)[name]
+        assert _to_float(g).dtype == np.float64
+        if name != "keep":
+            assert str(g.dtype) == np.dtype(dtype).name, (name, g.dtype)
+        errs[name or "value"] = rel_err(g, w, dtype)
+    if catalog.get(oid).grads:
+        ct = _cotangent(oid, np.random.default_rng(seed + 100), want, dtype)
+        gw = fx_vjp(ct, **exact_in, **params)
+        ga = fa_vjp(ct, **fast_in, **params)
+        assert set(gw) == set(ga) == set(catalog.get(oid).grads)
+        for k in gw:
+            assert str(ga[k].dtype) == np.dtype(dtype).name
+            errs["grad:" + k] = rel_err(ga[k], gw[k], dtype)
+    return errs
+
+
+CASES = [(oid, i, p) for oid, grid in CONVENTIONS.items() for i, p in enumerate(grid)]
+
+
+def _case_id(c):
+    oid, _, p = c
+    return oid + "[" + ",".join(f"{k}={v}" for k, v in p.items()) + "]"
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_random_inputs_match_exact(case, dtype):
+    oid, _, params = case
+    for seed in SEEDS:
+        kwargs = _inputs(oid, np.random.default_rng(seed))
+        errs = compare_case(oid, kwargs, params, dtype, seed)
+        for what, e in errs.items():
+            _record(oid, dtype, what, e)
+            assert e <= TOL[dtype], f"{oid} {params} seed {seed}: {what} rel err {e:.3g}"
+
+
+# ------------------------------------------------------------------------------ extremes
+
+def _extreme_cases():
+    """The regimes DESIGN §"Numerics" names: logits ±1e4, temperature 1e-3, βΔ = ±1e4,
+    ratios e^±50 (float64, same tolerance)."""
+    big = np.array([[1e4, -1e4, 0.0, 3.0], [-1e4, 1e4 - 1.0, 1e4, NEG_INF]])
+    big_t = np.array([[1e4 - 2.0, -1e4, 5.0, 0.0], [-1e4, 1e4, 1e4 - 0.5, NEG_INF]])
+    out = []
+    for T in (1.0, 1e-3):
+        out.append(("distill.softmax", {"logits": big}, {"temperature": T}))
+        out.append(("distill.hinton", {"student_logits": big, "teacher_logits": big_t,
+                                        "labels": np.array([0, 2])}, {"temperature": T}))
+        for d in ("reverse", "forward"):
+            out.append(("distill.token_kl", {"student_logits": big, "teacher_logits": big_t},
+                        {"direction": d, "temperature": T}))
+        for b in (0.5, 0.01, 0.99):
+            out.append(("distill.generalized_jsd", {"student_logits": big, "teacher_logits": big_t},
+                        {"beta": b, "temperature": T}))
+    # q ≈ p (the KL's non-negative-term form): a 1e-9 perturbation.
+    z = np.array([[0.3, -1.2, 2.0, 0.7, -0.4]])
+    out.append(("distill.token_kl", {"student_logits": z, "teacher_logits": z + np.array([[1e-9, 0, -2e-9, 0, 0]])}, {}))
+    out.append(("distill.generalized_jsd", {"student_logits": z, "teacher_logits": z + 1e-9 * np.arange(5.0)}, {}))
+    lp = np.array([-1.0, -3.0, -0.5, -2.0])
+    for kind in ("k1", "k2", "k3"):
+        out.append(("kl.estimator", {"logp": lp, "ref_logp": lp + np.array([50.0, -50.0, 1e-9, -3e-7])},
+                    {"kind": kind}))
+    pc = np.array([-1.0, -1.0, -5.0, -2.0])
+    for lt in ("sigmoid", "hinge", "ipo", "cdpo", "robust"):
+        for ls in (0.0, 0.25):
+            out.append(("dpo.loss", {"policy_chosen_logps": pc, "policy_rejected_logps": np.array([-1.0, -1.0, -1.0, -1.0]),
+                                     "reference_chosen_logps": np.array([-1e4 - 1.0, 1e4 - 1.0, -5.0, -2.0]),
+                                     "reference_rejected_logps": np.array([-1.0, -1.0, -1.0 + 1e-8, -1.5])},
+                        {"loss_type": lt, "beta": 1.0, "label_smoothing": ls}))
+    for dual in (None, 3.0):
+        out.append(("grpo.clip", {"logp": np.array([-1.0, -60.0, -0.5, -70.0]),
+                                  "old_logp": np.array([-51.0, -10.0, -50.5, -20.0]),
+                                  "advantages": np.array([1.0, -1.0, -2.0, 0.5])}, {"dual_clip": dual}))
+    ratio = {"logp": np.array([[-1.0, -60.0], [-0.5, -2.0]]), "old_logp": np.array([[-51.0, -10.0], [-0.6, -2.0]]),
+             "ref_logp": np.array([[-1.0, -11.0], [-50.0, -2.0]]), "advantages": np.array([1.0, -0.5]),
+             "mask": np.ones((2, 2))}
+    for w in (False, True):
+        out.append(("grpo.loss", ratio, {"kl_ratio_weight": w, "kl_kind": "k2"}))
+    prox = dict(ratio)
+    prox["behavior_logp"] = prox.pop("old_logp")
+    out.append(("proximal_kl.loss", prox, {}))
+    out.append(("proximal_kl.loss", prox, {"ratio_cap": 2.0, "ratio_clip": 0.2}))
+    return out
+
+
+EXTREMES = _extreme_cases()
+
+
+@pytest.mark.parametrize("i", range(len(EXTREMES)), ids=[f"{c[0]}-{n}" for n, c in enumerate(EXTREMES)])
+def test_extremes_match_exact(i):
+    oid, kwargs, params = EXTREMES[i]
+    for what, e in compare_case(oid, kwargs, params, "float64", i).items():
+        _record(oid, "float64-extreme", what, e)
+        assert e <= TOL["float64"], f"{oid} {params}: {what} rel err {e:.3g}"
+
+
+# ------------------------------------------------------------------------------ bad input
+
+def _bad_inputs():
+    """(objective, kwargs, argument named): every data check raises the exact reference's
+    InputError, with the same message."""
+    rng = np.random.default_rng(7)
+    out = []
+    def bad(oid, name, value, **params):
+        kw = _inputs(oid, rng)
+        if name is not None:
+            kw[name] = value
+        out.append((oid, kw, params))
+
+    z = _logits(rng, (3, 5))
+    bad("distill.softmax", "logits", np.array([[1.0, np.nan]]))
+    bad("distill.softmax", "logits", np.array([[1.0, np.inf]]))
+    bad("distill.softmax", "logits", np.array([[0.0, 1.0], [NEG_INF, NEG_INF]]))
+    bad("distill.softmax", "logits", np.zeros((2, 0)))
+    bad("distill.softmax", "logits", 1.0)
+    bad("distill.softmax", None, None, temperature=0.0)
+    bad("distill.softmax", None, None, temperature=float("nan"))
+    bad("distill.hinton", "labels", np.array([0, 5, 1]))
+    bad("distill.hinton", "labels", np.array([0, -1, 1]))
+    bad("distill.hinton", "labels", np.array([0.5, 1, 1]))
+    bad("distill.hinton", "labels", np.array([0, 1]))
+    bad("distill.hinton", None, None, alpha=1.5)
+    bad("distill.hinton", None, None, t2_scale=1)
+    zl = z.copy(); zl[1, 4] = NEG_INF
+    bad("distill.hinton", "student_logits", zl)           # −inf at the label
+    zk = z.copy(); zk[2, 1] = NEG_INF
+    bad("distill.hinton", "student_logits", zk)           # teacher > 0 where student −inf
+    bad("distill.hinton", "teacher_logits", z[:2])
+    tk = z.copy(); tk[0, 3] = NEG_INF
+    bad("distill.token_kl", "teacher_logits", tk)         # reverse KL infinite
+    bad("distill.token_kl", "student_logits", zk, direction="forward")
+    bad("distill.token_kl", None, None, direction="sideways")
+    bad("distill.token_kl", "teacher_logits", np.where(np.arange(5) == 2, np.nan, z))
+    bad("distill.generalized_jsd", None, None, beta=1.2)
+    bad("distill.generalized_jsd", None, None, endpoints="both")
+    bad("distill.generalized_jsd", "student_logits", zk, beta=0.0, endpoints="kl")
+    bad("distill.generalized_jsd", "teacher_logits", tk, beta=1.0, endpoints="kl")
+    bad("kl.estimator", "logp", np.array([0.0, np.nan, 1.0, 2.0, 3.0, 4.0]))
+    bad("kl.estimator", "ref_logp", np.zeros(5))
+    bad("kl.estimator", None, None, kind="k4")
+    bad("kl.estimator", None, None, clamp=-1.0)
+    bad("dpo.loss", "reference_rejected_logps", np.array([0.0, -np.inf, 0, 0]))
+    bad("dpo.loss", "policy_rejected_logps", np.zeros(3))
+    bad("dpo.loss", "policy_chosen_logps", np.zeros((2, 2)))
+    bad("dpo.loss", None, None, beta=0.0)
+    bad("dpo.loss", None, None, label_smoothing=0.5)
+    bad("dpo.loss", None, None, loss_type="kto")
+    bad("grpo.advantages", "rewards", np.zeros(4))
+    bad("grpo.advantages", "rewards", np.zeros((2, 0)))
+    bad("grpo.advantages", "rewards", np.array([[1.0, np.inf]]))
+    bad("grpo.advantages", None, None, std_ddof=2)
+    bad("grpo.advantages", None, None, eps=1.0)
+    bad("grpo.advantages", None, None, scale="global")
+    bad("grpo.advantages", None, None, degenerate="skip")
+    bad("grpo.clip", "advantages", np.zeros(3))
+    bad("grpo.clip", None, None, eps_low=1.0)
+    bad("grpo.clip", None, None, eps_high=-0.1)
+    bad("grpo.clip", None, None, dual_clip=1.0)
+    bad("grpo.aggregate", "mask", np.full((3, 4), 0.5))
+    bad("grpo.aggregate", "mask", np.zeros((3, 4)))
+    bad("grpo.aggregate", "mask", np.ones((3, 5)))
+    bad("grpo.aggregate", "values", np.zeros(4))
+    bad("grpo.aggregate", None, None, mode="sum")
+    bad("grpo.aggregate", None, None, norm_length=0.0)
+    bad("grpo.loss", "advantages", np.zeros(4))
+    bad("grpo.loss", "mask", np.zeros((3, 4)))
+    bad("grpo.loss", "mask", np.full((3, 4), 2.0))
+    bad("grpo.loss", "ref_logp", np.full((3, 4), np.nan))
+    bad("grpo.loss", None, None, beta=-0.1)
+    bad("grpo.loss", None, None, kl_kind="k0")
+    bad("grpo.loss", None, None, kl_ratio_weight="yes")
+    bad("grpo.loss", None, None, aggregation="mean")
+    bad("proximal_kl.future_cost", "mask", np.zeros((3, 4)))
+    bad("proximal_kl.future_cost", None, None, window=0)
+    bad("proximal_kl.future_cost", None, None, window=1.5)
+    bad("proximal_kl.future_cost", None, None, clip=0.0)
+    bad("proximal_kl.loss", "behavior_logp", np.zeros((3, 3)))
+    bad("proximal_kl.loss", "advantages", np.zeros((3, 1)))
+    bad("proximal_kl.loss", "mask", np.full((3, 4), -1.0))
+    bad("proximal_kl.loss", None, None, beta=0.0)
+    bad("proximal_kl.loss", None, None, ratio_clip=1.0)
+    bad("proximal_kl.loss", None, None, ratio_cap=0.0)
+    bad("proximal_kl.loss", None, None, future_window=-2)
+    return out
+
+
+BAD = _bad_inputs()
+
+
+@pytest.mark.parametrize("i", range(len(BAD)), ids=[f"{c[0]}-{n}" for n, c in enumerate(BAD)])
+def test_bad_input_raises_same_input_error(i):
+    oid, kwargs, params = BAD[i]
+    fx, fx_vjp, fa, fa_vjp = _fns(oid)
+    with pytest.raises(InputError) as want:
+        fx(**kwargs, **params)
+    with pytest.raises(InputError) as got:
+        fa(**kwargs, **params)
+    assert isinstance(got.value, ValueError)
+    assert str(got.value) == str(want.value)
+    assert str(got.value).split(":")[0] in {i.name for i in catalog.get(oid).inputs} | \
+        {p.name for p in catalog.get(oid).params}
+    if fa_vjp is not None:
+        ct = 1.0 if not catalog.get(oid).outputs[0] in ("probs", "kl", "jsd", "value", "objective", "losses") else None
+        if ct is not None:
+            with pytest.raises(InputError) as got_vjp:
+                fa_vjp(ct, **kwargs, **params)
+            assert str(got_vjp.value) == str(want.value)
+
+
+def test_bad_cotangent_shape_matches_exact():
+    kw = _inputs("kl.estimator", np.random.default_rng(0))
+    for fx, fa, ct in ((ex_kl.estimator_vjp, arrays.kl.estimator_vjp, np.zeros(5)),):
+        with pytest.raises(InputError) as want:
+            fx(ct, **kw)
+        with pytest.raises(InputError) as got:
+            fa(ct, **kw)
+        assert str(got.value) == str(want.value)
+    kw = _inputs("dpo.loss", np.random.default_rng(0))
+    for ct in ([1.0], {"losses": np.zeros(3)}, {"loss": np.zeros(4)}):
+        with pytest.raises(InputError) as want:
+            ex_dpo.loss_vjp(ct, **kw)
+        with pytest.raises(InputError) as got:
+            arrays.dpo.loss_vjp(ct, **kw)
+        assert str(got.value) == str(want.value)
+
+
+def test_unsupported_dtype_is_refused():
+    with pytest.raises(InputError, match="^logp: dtype float16"):
+        arrays.kl.estimator(np.zeros(3, np.float16), np.zeros(3, np.float16))
+
+
+def test_supported_dtypes_declared():
+    assert arrays.SUPPORTED_DTYPES == ("float64", "float32")
+
+
+# ------------------------------------------------------------------------------ namespace
+
+def test_namespace_generic_on_array_api_strict():
+    """Every objective runs unchanged on array_api_strict (the standard with nothing extra:
+    no NumPy functions, no implicit conversions), returns that namespace's arrays, and
+    agrees with the NumPy run."""
+    xps = pytest.importorskip("array_api_strict")
+    for oid, grid in CONVENTIONS.items():
+        fx, fx_vjp, fa, fa_vjp = _fns(oid)
+        for params in grid[:: max(1, len(grid) // 6)]:
+            kwargs = _inputs(oid, np.random.default_rng(3))
+            strict = {k: (xps.asarray(v) if isinstance(v, np.ndarray) else v) for k, v in kwargs.items()}
+            got, ref = _outputs(fa(**strict, **params)), _outputs(fa(**kwargs, **params))
+            for name in ref:
+                assert _xp.namespace(got[name]) is xps, (oid, name)
+                assert rel_err(got[name], ref[name]) <= 1e-15, (oid, params, name)
+            if fa_vjp is None:
+                continue
+            ct = _cotangent(oid, np.random.default_rng(4), _outputs(ref) if isinstance(ref, dict) and "" not in ref else ref[""], "float64")
+            ct_s = ({k: xps.asarray(v) for k, v in ct.items()} if isinstance(ct, dict)
+                    else xps.asarray(ct))
+            g_s, g_n = fa_vjp(ct_s, **strict, **params), fa_vjp(ct, **kwargs, **params)
+            for k in g_n:
+                assert _xp.namespace(g_s[k]) is xps
+                assert rel_err(g_s[k], g_n[k]) <= 1e-15, (oid, params, k)
+
+
+def test_float32_strict_stays_float32():
+    xps = pytest.importorskip("array_api_strict")
+    z = xps.asarray(np.random.default_rng(0).normal(size=(2, 4)), dtype=xps.float32)
+    assert arrays.distill.softmax(z, temperature=0.5).dtype == xps.float32
+    out = arrays.distill.token_kl_vjp(xps.ones((2,), dtype=xps.float32), z, z * 0.5)
+    assert out["student_logits"].dtype == xps.float32
+
+
+def test_bool_mask_and_int_labels_accepted():
+    kw = _inputs("grpo.loss", np.random.default_rng(5))
+    as_bool = dict(kw, mask=kw["mask"].astype(bool))
+    assert float(arrays.grpo.loss(**as_bool)) == float(arrays.grpo.loss(**kw))
+
+
+# ------------------------------------------------------------------------------ report
+
+def _print_table():
+    rows = {}
+    for (oid, dtype, _), e in WORST.items():
+        rows[(oid, dtype)] = max(rows.get((oid, dtype), 0.0), e)
+    for (oid, dtype), e in sorted(rows.items()):
+        print(f"{oid:28s} {dtype:16s} worst rel err {e:.3g}")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _summary():
+    yield
+    if WORST:
+        print()
+        _print_table()
+
+
+if __name__ == "__main__":
+    for case in CASES:
+        for dtype in ("float64", "float32"):
+            test_random_inputs_match_exact(case, dtype)
+    for i in range(len(EXTREMES)):
+        test_extremes_match_exact(i)
+    _print_table()
