@@ -68,6 +68,10 @@ class _Framework:
         if name == "torch":
             import torch
             self.torch = torch
+            # The first backward pass imports modules lazily; do it here, outside any
+            # per-case time limit, so that an alarm cannot interrupt an import halfway.
+            x = torch.ones(1, dtype=torch.float64, requires_grad=True)
+            torch.autograd.grad((x * x).sum(), x)
         elif name == "cupy":
             import cupy
             self.cupy = cupy
@@ -203,8 +207,11 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
 
     for name in spec.outputs:
         check(name, returned[name], test["expected"][name], float(test["scale"]["outputs"][name]))
-        a, b = fw.to_numpy(returned[name]), fw.to_numpy(again[name])
-        if a.shape == b.shape and not np.array_equal(a, b, equal_nan=True):
+        try:
+            a, b = fw.to_numpy(returned[name]), fw.to_numpy(again[name])
+        except TypeError:
+            continue  # already reported by check()
+        if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
             failures.append(f"{name}: a second call on the same inputs returned different values")
 
     if test.get("grads"):

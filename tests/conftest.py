@@ -2,3 +2,4 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "exact"))
+sys.path.insert(0, str(Path(__file__).parent / "harness"))

@@ -1,0 +1,398 @@
+"""Shared machinery of the refimpl.torch tests: cases for every catalog objective and
+convention, and one runner that compares values and autograd VJPs with refimpl.exact.
+
+Policy. Inputs are first rounded to the dtype under test; the exact reference is evaluated on
+the rounded inputs (and on the rounded cotangents), so only the computation's own error is
+measured. Per output (and per gradient) the scale is max |exact| over its elements, and
+
+    float64:                   |torch − exact| ≤ 1e-12 · scale
+    float32/bfloat16/float16:  |torch − exact| ≤ K · eps(dtype) · scale · max(1, log2 n)
+
+with n the reduction length of the case (the catalog's ``reduction`` input's element count,
+the group/batch size for advantages, 1 for elementwise objectives) and K = ``K_UNITS``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import math
+
+import numpy as np
+import torch
+
+from conformance import catalog
+
+NEG_INF = -math.inf
+K_UNITS = 4
+F64_REL = 1e-12
+DTYPES = {"float64": torch.float64, "float32": torch.float32,
+          "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+WORST: dict[tuple[str, str], float] = {}  # (objective, dtype) -> worst err / (eps·scale·log2 n)
+WORST_REL: dict[tuple[str, str], float] = {}  # (objective, dtype) -> worst err / scale
+
+
+@dataclasses.dataclass
+class Case:
+    objective: str
+    label: str
+    inputs: dict
+    params: dict
+    n: int = 1          # reduction length for the bound
+
+    @property
+    def id(self) -> str:
+        return f"{self.objective}[{self.label}]"
+
+
+# ------------------------------------------------------------------------------ inputs
+
+def _grid(**axes):
+    keys = list(axes)
+    return [dict(zip(keys, vals)) for vals in itertools.product(*axes.values())]
+
+
+def _label(params: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+
+
+def _mask(rng, b, t, empty_row=True):
+    m = (rng.random((b, t)) < 0.7).astype(np.int64)
+    m[0, 0] = 1
+    if empty_row and b >= 3:
+        m[1] = 0
+    return m
+
+
+def _junk(x, m, rng, size=1e4):
+    """Masked-out positions hold arbitrary finite values (large ones, to provoke overflow)."""
+    x = x.copy()
+    off = m == 0
+    x[off] = rng.choice([-size, size, 37.0, -0.5], size=int(off.sum()))
+    return x
+
+
+def _logp(rng, shape):
+    return -rng.exponential(1.5, shape) - 0.01
+
+
+def _distill_pair(rng, shape=(3, 5), scale=2.0, student_only=(), teacher_only=(), both=()):
+    z = rng.normal(0, scale, shape)
+    t = rng.normal(0, scale * 1.5, shape)
+    for idx in student_only:
+        z[idx] = NEG_INF
+    for idx in teacher_only:
+        t[idx] = NEG_INF
+    for idx in both:
+        z[idx] = t[idx] = NEG_INF
+    return z, t
+
+
+def cases() -> list[Case]:
+    out: list[Case] = []
+    add = out.append
+
+    # distill.softmax
+    for i, p in enumerate(_grid(temperature=[1.0, 0.5, 2.0, 1e-3])):
+        rng = np.random.default_rng(100 + i)
+        z = rng.normal(0, 2, (2, 3, 5))
+        z[0, 1, 2] = NEG_INF
+        add(Case("distill.softmax", _label(p), {"logits": z}, p, 5))
+    rng = np.random.default_rng(110)
+    z = np.round(rng.normal(0, 1, (3, 6)), 2) * 1e4  # logits ±1e4 at T = 1e-3
+    z[1, 0] = NEG_INF
+    add(Case("distill.softmax", "extreme:logits±1e4,T=1e-3", {"logits": z}, {"temperature": 1e-3}, 6))
+    add(Case("distill.softmax", "rank1", {"logits": np.array([2.0, 0.0, NEG_INF, -1.0])},
+             {"temperature": 2.0}, 4))
+
+    # distill.hinton
+    for i, p in enumerate(_grid(temperature=[1.0, 2.0, 0.5], alpha=[0.0, 0.5, 1.0],
+                                t2_scale=[True, False])):
+        rng = np.random.default_rng(200 + i)
+        z, t = _distill_pair(rng, teacher_only=[(0, 3)], both=[(2, 1)])
+        add(Case("distill.hinton", _label(p), {"student_logits": z, "teacher_logits": t,
+                                               "labels": np.array([0, 4, 2])}, p, 15))
+    rng = np.random.default_rng(230)
+    z, t = _distill_pair(rng, (2, 6), scale=1.0)
+    add(Case("distill.hinton", "extreme:logits±1e4,T=1e-3",
+             {"student_logits": np.round(z, 1) * 1e4, "teacher_logits": np.round(t, 1) * 1e4,
+              "labels": np.array([1, 5])}, {"temperature": 1e-3}, 12))
+
+    # distill.token_kl
+    for i, p in enumerate(_grid(direction=["reverse", "forward"], temperature=[1.0, 2.0, 0.5, 1e-3])):
+        rng = np.random.default_rng(300 + i)
+        only = {"student_only": [(0, 2)]} if p["direction"] == "reverse" else {"teacher_only": [(0, 2)]}
+        z, t = _distill_pair(rng, both=[(1, 3)], **only)
+        add(Case("distill.token_kl", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
+    for i, (d, T) in enumerate(itertools.product(["reverse", "forward"], [1.0, 1e-3])):
+        rng = np.random.default_rng(320 + i)
+        t = np.round(rng.normal(0, 1, (2, 2, 6)), 1) * 1e4
+        z = t + rng.normal(0, 1, t.shape) * (1.0 if T == 1 else 1e-3)  # close at large logits
+        z[0, 0] = np.round(rng.normal(0, 1, 6), 1) * 1e4                 # far in one row
+        add(Case("distill.token_kl", f"extreme:logits±1e4,{d},T={T}",
+                 {"student_logits": z, "teacher_logits": t}, {"direction": d, "temperature": T}, 6))
+
+    # distill.generalized_jsd
+    for i, p in enumerate(_grid(beta=[0.0, 0.1, 0.5, 0.9, 1.0], endpoints=["limit", "kl"],
+                                temperature=[1.0, 2.0])):
+        rng = np.random.default_rng(400 + i)
+        if p["endpoints"] == "kl" and p["beta"] == 0.0:
+            special = {"teacher_only": [(0, 2)]}
+        elif p["endpoints"] == "kl" and p["beta"] == 1.0:
+            special = {"student_only": [(0, 2)]}
+        else:
+            special = {"teacher_only": [(0, 2)], "student_only": [(2, 4)]}
+        z, t = _distill_pair(rng, both=[(1, 3)], **special)
+        add(Case("distill.generalized_jsd", _label(p), {"student_logits": z, "teacher_logits": t},
+                 p, 5))
+    for i, (b, T) in enumerate(itertools.product([1e-6, 0.5, 1 - 1e-6], [1.0, 1e-3])):
+        rng = np.random.default_rng(440 + i)
+        z, t = _distill_pair(rng, (2, 6), scale=1.0)
+        add(Case("distill.generalized_jsd", f"extreme:logits±1e4,beta={b},T={T}",
+                 {"student_logits": np.round(z, 1) * 1e4, "teacher_logits": np.round(t, 1) * 1e4},
+                 {"beta": b, "temperature": T}, 6))
+
+    # kl.estimator
+    for i, p in enumerate(_grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5])):
+        rng = np.random.default_rng(500 + i)
+        lp = _logp(rng, 8)
+        add(Case("kl.estimator", _label(p), {"logp": lp, "ref_logp": lp + rng.normal(0, 1, 8)}, p))
+    for kind in ("k1", "k2", "k3"):
+        # log r = ±50 (ratios e^±50), near 0, and exactly on the clamp bound (closed band).
+        lp = np.array([-60.0, -1.0, -2.0, -3.0, -1.0, -5.0])
+        ref = np.array([-10.0, -51.0, -2.0 + 2.0**-20, -3.0 - 1e-3, -1.5, -5.0])
+        add(Case("kl.estimator", f"extreme:ratios e^±50,{kind}", {"logp": lp, "ref_logp": ref},
+                 {"kind": kind}))
+        add(Case("kl.estimator", f"clamp bound,{kind}", {"logp": lp, "ref_logp": ref},
+                 {"kind": kind, "clamp": 0.5}))
+
+    # dpo.loss
+    names = ("policy_chosen_logps", "policy_rejected_logps",
+             "reference_chosen_logps", "reference_rejected_logps")
+    for i, p in enumerate(_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust"],
+                                label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])):
+        rng = np.random.default_rng(600 + i)
+        add(Case("dpo.loss", _label(p), {k: -rng.uniform(0.05, 30.0, 5) for k in names}, p))
+    for lt in ("sigmoid", "hinge", "ipo", "robust"):
+        # βΔ = ±1e4 (β = 1) and the hinge kink βΔ = 1 exactly (β = 1: Δ = 1).
+        ext = {"policy_chosen_logps": np.array([-1.0, -10001.0, -3.0, -2.0]),
+               "policy_rejected_logps": np.array([-10001.0, -1.0, -2.0, -2.5]),
+               "reference_chosen_logps": np.array([-1.0, -1.0, -2.0, -2.0]),
+               "reference_rejected_logps": np.array([-1.0, -1.0, -2.0, -3.5])}
+        add(Case("dpo.loss", f"extreme:βΔ=±1e4,{lt}", ext,
+                 {"beta": 1.0, "loss_type": lt, "label_smoothing": 0.1}))
+
+    # grpo.advantages
+    for i, p in enumerate(_grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
+                                degenerate=["zero", "drop", "raw"])):
+        rng = np.random.default_rng(700 + i)
+        r = rng.integers(0, 3, (4, 4)).astype(np.float64) + rng.normal(0, 0.1, (4, 4))
+        r[2] = 0.3  # a constant group
+        r[3] = [0.0, 1.0, 1.0, 0.0]  # article 000
+        add(Case("grpo.advantages", _label(p), {"rewards": r}, p, 16))
+    for deg in ("zero", "drop", "raw"):
+        for sc in ("group", "batch", "none"):
+            rng = np.random.default_rng(730)
+            add(Case("grpo.advantages", f"G=1,scale={sc},degenerate={deg}",
+                     {"rewards": rng.normal(0, 1, (3, 1))},
+                     {"scale": sc, "degenerate": deg, "eps": 1e-3}, 3))
+
+    # grpo.clip
+    for i, p in enumerate(_grid(eps_low=[0.2, 0.1], eps_high=[None, 0.28], dual_clip=[None, 3.0])):
+        rng = np.random.default_rng(800 + i)
+        ratios = np.array([0.5, 0.85, 0.95, 1.0, 1.1, 1.25, 1.6, 4.0] * 2)
+        old = _logp(rng, 16)
+        adv = np.concatenate([rng.uniform(0.1, 2, 7), [0.0], -rng.uniform(0.1, 2, 8)])
+        add(Case("grpo.clip", _label(p), {"logp": old + np.log(ratios), "old_logp": old,
+                                          "advantages": adv}, p))
+    old = np.array([-60.0, -1.0, -60.0, -1.0, -5.0, -5.0])
+    lp = np.array([-10.0, -51.0, -10.0, -51.0, -5.0, -5.0])
+    add(Case("grpo.clip", "extreme:ratios e^±50", {"logp": lp, "old_logp": old,
+             "advantages": np.array([1.5, 1.5, -1.5, -1.5, 0.0, 2.0])}, {"dual_clip": 3.0}))
+
+    # grpo.aggregate
+    for i, p in enumerate(_grid(mode=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                      "seq-mean-token-sum-norm"], norm_length=[None, 7.0])):
+        rng = np.random.default_rng(900 + i)
+        m = _mask(rng, 3, 5)
+        add(Case("grpo.aggregate", _label(p),
+                 {"values": _junk(rng.normal(0, 2, (3, 5)), m, rng), "mask": m}, p, 15))
+
+    # grpo.loss
+    grid = (_grid(aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                               "seq-mean-token-sum-norm"], kl_kind=["k1", "k2", "k3"],
+                  kl_ratio_weight=[False, True])
+            + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
+                    aggregation=["seq-mean-token-sum-norm"], norm_length=[None, 6.0]))
+    for i, p in enumerate(grid):
+        rng = np.random.default_rng(1000 + i)
+        m = _mask(rng, 3, 5)
+        lp = _logp(rng, (3, 5))
+        add(Case("grpo.loss", _label(p), {
+            "logp": _junk(lp, m, rng), "old_logp": _junk(lp + rng.normal(0, 0.3, (3, 5)), m, rng),
+            "ref_logp": _junk(lp + rng.normal(0, 0.5, (3, 5)), m, rng),
+            "advantages": rng.normal(0, 1, 3), "mask": m}, p, 15))
+    rng = np.random.default_rng(1050)
+    m = np.array([[1, 1, 1, 0], [1, 1, 0, 0]])
+    add(Case("grpo.loss", "extreme:ratios e^±50", {
+        "logp": np.array([[-10.0, -51.0, -2.0, -1e4], [-10.0, -51.0, 3.0, 1e4]]),
+        "old_logp": np.array([[-60.0, -1.0, -2.0, 0.0], [-60.0, -1.0, -1e4, -1e4]]),
+        "ref_logp": np.array([[-11.0, -50.0, -2.5, 1e4], [-9.0, -52.0, 0.0, -1e4]]),
+        "advantages": np.array([1.0, -1.0]), "mask": m},
+        {"beta": 0.04, "dual_clip": 3.0, "aggregation": "token-mean"}, 8))
+
+    # proximal_kl.future_cost
+    for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):
+        rng = np.random.default_rng(1100 + i)
+        m = _mask(rng, 3, 6)
+        lp = _logp(rng, (3, 6))
+        add(Case("proximal_kl.future_cost", _label(p),
+                 {"logp": _junk(lp, m, rng, 50.0), "ref_logp": lp + rng.normal(0, 0.5, (3, 6)),
+                  "mask": m}, p, 6))
+
+    # proximal_kl.loss
+    grid = (_grid(aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                               "seq-mean-token-sum-norm"], ratio_clip=[None, 0.2],
+                  ratio_cap=[None, 1.3])
+            + _grid(future_clip=[None, 0.7], future_window=[None, 2], beta=[0.04, 0.5]))
+    for i, p in enumerate(grid):
+        rng = np.random.default_rng(1200 + i)
+        m = _mask(rng, 3, 5)
+        lp = _logp(rng, (3, 5))
+        add(Case("proximal_kl.loss", _label(p), {
+            "logp": _junk(lp, m, rng),
+            "behavior_logp": _junk(lp + rng.normal(0, 0.4, (3, 5)), m, rng),
+            "ref_logp": lp + rng.normal(0, 0.5, (3, 5)), "advantages": rng.normal(0, 1, 3),
+            "mask": m}, p, 15))
+    add(Case("proximal_kl.loss", "extreme:ratios e^±50", {
+        "logp": np.array([[-10.0, -51.0, -2.0, -1e4], [-10.0, -51.0, 3.0, 1e4]]),
+        "behavior_logp": np.array([[-60.0, -1.0, -2.0, 0.0], [-60.0, -1.0, -1e4, -1e4]]),
+        "ref_logp": np.array([[-11.0, -50.0, -2.5, -3.0], [-9.0, -52.0, 0.0, -1.0]]),
+        "advantages": np.array([1.0, -1.0]), "mask": np.array([[1, 1, 1, 0], [1, 1, 0, 0]])},
+        {"ratio_cap": 2.0}, 8))
+    return out
+
+
+# ------------------------------------------------------------------------------ running
+
+def _exact_module(family):
+    return importlib.import_module(f"refimpl.exact.{family}")
+
+
+def _torch_module(family):
+    return importlib.import_module(f"refimpl.torch.{family}")
+
+
+def _to_float(a) -> np.ndarray:
+    return np.vectorize(float, otypes=[np.float64])(np.asarray(a, dtype=object))
+
+
+def _eps(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps
+
+
+def _bound(dtype: torch.dtype, scale: float, n: int) -> float:
+    if dtype == torch.float64:
+        return F64_REL * scale
+    return K_UNITS * _eps(dtype) * scale * max(1.0, math.log2(n))
+
+
+def _compare(case: Case, dtype_name: str, what: str, got: torch.Tensor, want) -> float:
+    dtype = DTYPES[dtype_name]
+    g = got.detach().to("cpu", torch.float64).numpy()
+    w = _to_float(want)
+    assert g.shape == w.shape, f"{case.id} {what}: shape {g.shape} != {w.shape}"
+    assert np.isfinite(g).all(), f"{case.id} {what}: non-finite result {g}"
+    scale = float(np.max(np.abs(w))) if w.size else 0.0
+    err = float(np.max(np.abs(g - w))) if w.size else 0.0
+    if scale == 0.0:
+        assert err == 0.0, f"{case.id} {what} ({dtype_name}): want 0, got {g}"
+        return 0.0
+    bound = _bound(dtype, scale, case.n)
+    key = (case.objective, dtype_name)
+    WORST_REL[key] = max(WORST_REL.get(key, 0.0), err / scale)
+    if dtype != torch.float64:
+        units = err / (_eps(dtype) * scale * max(1.0, math.log2(case.n)))
+        WORST[key] = max(WORST.get(key, 0.0), units)
+    assert err <= bound, (f"{case.id} {what} ({dtype_name}): |err| {err:.3e} > bound {bound:.3e} "
+                          f"(scale {scale:.3e})\n got  {g}\n want {w}")
+    return err / scale
+
+
+def rounded_inputs(case: Case, dtype: torch.dtype, device: str):
+    """(torch kwargs, exact kwargs, names of differentiated inputs) with floats rounded to dtype."""
+    spec = catalog.get(case.objective)
+    kinds = {i.name: i.kind for i in spec.inputs}
+    t_in, e_in = {}, {}
+    for name, x in case.inputs.items():
+        if kinds[name] == "float":
+            t = torch.tensor(np.asarray(x, dtype=np.float64), dtype=torch.float64).to(dtype)
+            e_in[name] = t.to(torch.float64).numpy().tolist()
+            t_in[name] = t.to(device).requires_grad_(name in spec.grads)
+        else:
+            e_in[name] = np.asarray(x).tolist()
+            t_in[name] = torch.tensor(np.asarray(x), dtype=torch.int64, device=device)
+    return t_in, e_in, list(spec.grads)
+
+
+def run(case: Case, dtype_name: str, device: str = "cpu", seed: int = 0) -> None:
+    """Values and VJPs of refimpl.torch against refimpl.exact for one case and dtype."""
+    dtype = DTYPES[dtype_name]
+    family, name = case.objective.split(".")
+    t_fn = getattr(_torch_module(family), name)
+    e_mod = _exact_module(family)
+    t_in, e_in, wrt = rounded_inputs(case, dtype, device)
+
+    got = t_fn(**t_in, **case.params)
+    want = getattr(e_mod, name)(**e_in, **case.params)
+    multi = isinstance(want, dict)
+    got_d = got if multi else {"": got}
+    want_d = want if multi else {"": want}
+    assert set(got_d) == set(want_d), f"{case.id}: outputs {set(got_d)} != {set(want_d)}"
+    for out_name, g in got_d.items():
+        assert g.dtype == dtype, f"{case.id} {out_name}: dtype {g.dtype}, want {dtype}"
+        assert g.device.type == torch.device(device).type
+        _compare(case, dtype_name, f"value {out_name}".strip(), g, want_d[out_name])
+    if not wrt:
+        return
+
+    rng = np.random.default_rng(seed)
+    cot_t, cot_e = {}, {}
+    for out_name, g in got_d.items():
+        c = torch.tensor(rng.normal(0, 1, tuple(g.shape)), dtype=torch.float64).to(dtype)
+        cot_t[out_name] = c.to(device)
+        cot_e[out_name] = c.to(torch.float64).numpy().tolist()
+    outs = [got_d[k] for k in got_d]
+    grads = torch.autograd.grad(outs, [t_in[w] for w in wrt], [cot_t[k] for k in got_d])
+    want_g = getattr(e_mod, name + "_vjp")(cot_e if multi else cot_e[""], **e_in, **case.params)
+    for w, g in zip(wrt, grads):
+        assert g.dtype == dtype, f"{case.id} grad {w}: dtype {g.dtype}, want {dtype}"
+        _compare(case, dtype_name, f"grad {w}", g, want_g[w])
+        # Masked-out positions and impossible tokens: exactly zero gradient.
+        for m_name, x in case.inputs.items():
+            if m_name == "mask":
+                assert (g.detach().cpu()[torch.tensor(x) == 0] == 0).all(), f"{case.id}: masked grad"
+        x = np.asarray(case.inputs[w], dtype=np.float64)
+        if np.isneginf(x).any():
+            assert (g.detach().cpu().double().numpy()[np.isneginf(x)] == 0).all(), f"{case.id}: -inf grad"
+
+
+def supports_dtype(case: Case, dtype_name: str) -> bool:
+    return dtype_name in ("float64", "float32") or catalog.get(case.objective).low_precision
+
+
+def summary() -> str:
+    lines = ["worst |err|/scale per objective and dtype "
+             "(low precision: also in units of eps·scale·log2 n)"]
+    objectives = sorted({k[0] for k in WORST_REL})
+    for o in objectives:
+        cells = []
+        for d in DTYPES:
+            if (o, d) in WORST_REL:
+                cell = f"{d}={WORST_REL[(o, d)]:.2e}"
+                if (o, d) in WORST:
+                    cell += f" ({WORST[(o, d)]:.2f} u)"
+                cells.append(cell)
+        lines.append(f"  {o:26s} " + "  ".join(cells))
+    return "\n".join(lines)
