@@ -147,6 +147,8 @@ def cmd_check(args):
         raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
     tolerances = compare.Tolerances.from_file(args.tolerances)
     vs = _vector_set(args)
+    if not any(c for c in vs.cases(args.objective) if not args.uid or c.uid in args.uid):
+        raise UsageError("no vector matched the selection (check --objective / --uid)")
     targets = [load(spec) for spec in specs]
     results = []
     start = time.perf_counter()
@@ -157,8 +159,6 @@ def cmd_check(args):
             results += harness.run(target, vs, objective=args.objective, dtypes=dtypes or None,
                                    device=args.device, uids=set(args.uid or []), tolerances=tolerances,
                                    time_limit=args.time_limit, as_paper=args.as_paper, progress=progress)
-    if not results:
-        raise UsageError("no vector matched the selection (check --objective / --uid)")
     elapsed = time.perf_counter() - start
     report.console(results, quiet=args.quiet)
     if not args.quiet:

@@ -52,8 +52,9 @@ def ulp(want: np.ndarray, dtype: str) -> np.ndarray:
     """Spacing of ``dtype`` at |want| (subnormal spacing near zero)."""
     bits, emin = _FORMAT[dtype]
     a = np.abs(np.asarray(want, dtype=np.float64))
+    a = np.where(np.isfinite(a), a, 0.0)  # infinite exact values are matched exactly, not by ulps
     with np.errstate(divide="ignore"):
-        e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+        e = np.where(a > 0, np.floor(np.log2(np.where(a > 0, a, 1.0))), emin)
     e = np.maximum(e, emin)
     return np.ldexp(1.0, (e - (bits - 1)).astype(int))
 
@@ -137,6 +138,8 @@ def measure(got, want, scale: float, dtype: str, k: float) -> Metrics:
     if g.size == 0:
         return Metrics(0.0, 0.0, 0.0, 0.0, 0.0, (), 0.0, 0.0)
     idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.ndim else ()
-    return Metrics(float(err.max()), float(np.max(rel)), float(np.max(err / spacing)), float(ratio.max()),
+    with np.errstate(invalid="ignore"):
+        ulps = np.where(err == 0, 0.0, err / spacing)
+    return Metrics(float(err.max()), float(np.max(rel)), float(np.max(ulps)), float(ratio.max()),
                    float(tol[idx] if tol.ndim else tol), tuple(int(i) for i in idx),
                    float(g[idx] if g.ndim else g), float(w[idx] if w.ndim else w))
