@@ -8,6 +8,7 @@ GRPO's per-token KL penalty. With log r = ref_logp − logp:
 """
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 
 from refimpl import validate
@@ -31,7 +32,20 @@ def unclamped(log_r, kind):
         return -log_r
     if kind == "k2":
         return log_r * log_r / 2
-    return mp.expm1(log_r) - log_r  # r − 1 − log r, with r − 1 formed without cancellation
+    return _k3(log_r)
+
+
+def _k3_one(x):
+    # e^x − 1 − x ≈ x²/2 cancels about |log2 x| bits: work with that many extra bits so the
+    # result keeps the full working precision however close π is to π_ref.
+    if x == 0:
+        return mp.ZERO
+    with mpmath.extraprec(max(0, -mpmath.mag(x)) + 16):
+        value = mpmath.expm1(x) - x
+    return +value
+
+
+_k3 = np.frompyfunc(_k3_one, 1, 1)
 
 
 def unclamped_dlogp(log_r, kind):
@@ -82,5 +96,5 @@ def estimator_vjp(cotangent, logp, ref_logp, kind: str = "k3", clamp: float | No
     (the band is closed, as in ``torch.clamp``)."""
     lp, rp, c = _prepare(logp, ref_logp, kind, clamp)
     ct = mp.array("cotangent", cotangent)
-    validate.same_shape(cotangent=ct.shape, logp=lp.shape)
+    validate.same_shape(logp=lp.shape, cotangent=ct.shape)
     return {"logp": ct * clamped_dlogp(rp - lp, kind, c)}

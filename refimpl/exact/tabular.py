@@ -402,28 +402,14 @@ def residual(update: Mapping[tuple, Sequence]) -> mpmath.mpf:
 
 # --------------------------------------------------------------------------- fixed points
 
-def _to_policy(tree, pre, z):
-    V = tree.vocab
-    out = {}
-    for i, s in enumerate(pre):
-        logits = list(z[i * (V - 1):(i + 1) * (V - 1)]) + [mp.ZERO]
-        lse = mp.logsumexp(mp.array("logits", logits))
-        out[s] = [mpmath.exp(v - lse) for v in logits]
-    return out
+FREEZE_BELOW = mpmath.mpf("1e-30")   # a probability this small is taken to be on its way to 0
 
 
-def _from_policy(tree, pre, p):
-    V = tree.vocab
-    return [mpmath.log(p[s][a]) - mpmath.log(p[s][V - 1]) for s in pre for a in range(V - 1)]
-
-
-def _equations(tree, pre, z, rule, mu, beta, baseline, params):
-    """Per-prefix conditional update Δθ_s / P(reach s), components 0..V−2 (the last one is
-    minus their sum), as one vector: a square system in the V−1 free logits per prefix."""
-    p = _to_policy(tree, pre, z)
-    upd = expected_update(tree, p, mu, beta=beta, rule=rule, baseline=baseline, params=params)
-    reach = _reach(tree, p if rule.endswith("_on_policy") else policy(tree, mu, "mu"))
-    return [upd[s][a] / reach[s] for s in pre for a in range(tree.vocab - 1)]
+def _softmax_row(logits):
+    top = max(logits)
+    e = [mpmath.exp(v - top) for v in logits]
+    total = mpmath.fsum(e)
+    return [v / total for v in e]
 
 
 def _norm(v):
@@ -432,58 +418,105 @@ def _norm(v):
 
 @mp.exact
 def fixed_point(tree: Tree, rule: str = "proximal_kl", mu=None, beta=None, start=None,
-                baseline: str = "mean", params: dict | None = None, max_iter: int = 80) -> dict:
-    """Solve expected_update(π) = 0 (per prefix, in the softmax tangent space) by damped
-    Newton on the V−1 free logits of every prefix, with a forward-difference Jacobian taken at
-    20 extra digits (step 10^−(dps/2+10)), so that Newton converges to the working precision.
+                baseline: str = "mean", params: dict | None = None, max_iter: int = 100) -> dict:
+    """Solve expected_update(π) = 0 (per prefix, in the softmax tangent space).
 
-    ``start`` defaults to π_ref (so that an unbiased rule must *find* π*, not start there).
-    Returns {"policy", "residual" (max |Δθ| at the solution, at the working precision),
-    "iterations", "converged" (residual below 10^−(dps−8))}."""
+    Damped Newton on the free logits of every prefix (one token per prefix fixes the softmax
+    gauge), on the equations Δθ_s / P(reach s) so that rarely visited prefixes weigh the same;
+    the Jacobian is a forward difference at 20 extra digits (step 10^−(dps/2+10)), enough for
+    Newton to converge to the working precision. Steps are capped at 2 nats per logit and
+    halved until the residual decreases.
+
+    Some biased rules have no interior rest point: they remove the KL barrier of a token (e.g.
+    clipping the own-token cost) or feed back on their own scale (σ-normalisation on-policy),
+    and the update drives a probability to 0. A token whose probability falls below 1e-30 is
+    then frozen at e^{−(dps+30)·ln 10} relative to the prefix's leading token (the limit on the
+    face of the simplex) and the rest is solved; such tokens are listed in ``boundary`` with
+    the limiting growth rate of their log-probability, Δθ_s(a) / (P(reach s)·π(a|s)) − (the same
+    for the leading token), negative when the face attracts.
+
+    ``start`` defaults to π_ref, so that an unbiased rule must *find* π*. Returns {"policy",
+    "residual" (max |Δθ| at the working precision), "iterations", "converged" (residual below
+    10^−(dps−8)), "boundary"}."""
     check_tree(tree)
     validate.choice("rule", rule, RULES)
     dps = mp.get_dps()
     tol = mpmath.mpf(10) ** (-(dps - 8))
+    on_policy = rule.endswith("_on_policy")
     mu = tree.behavior if mu is None else mu
     pre = prefixes(tree)
-    z0 = _from_policy(tree, pre, policy(tree, tree.ref if start is None else start, "start"))
+    V = tree.vocab
+    p0 = policy(tree, tree.ref if start is None else start, "start")
+    frozen: set = set()
+
+    def run(logits, x, free, lead):
+        lg = {s: list(logits[s]) for s in pre}
+        for (s, a), v in zip(free, x):
+            lg[s][a] = lg[s][lead[s]] + v
+        return {s: _softmax_row(lg[s]) for s in pre}, lg
+
+    def equations(pol, free):
+        upd = expected_update(tree, pol, mu, beta=beta, rule=rule, baseline=baseline, params=params)
+        reach = _reach(tree, pol if on_policy else policy(tree, mu, "mu"))
+        return [upd[s][a] / reach[s] for s, a in free], upd, reach
+
     with mp.precision(dps + 20), mpmath.workdps(dps + 20):
-        z = [+v for v in z0]
+        gap = (dps + 30) * mpmath.log(10)
+        logits = {s: [mpmath.log(v) for v in p0[s]] for s in pre}
         h = mpmath.mpf(10) ** (-(dps // 2 + 10))
-        f = _equations(tree, pre, z, rule, mu, beta, baseline, params)
         it = 0
-        while it < max_iter and _norm(f) > tol * mpmath.mpf(10) ** -10:
+        while True:
+            lead = {s: max((a for a in range(V) if (s, a) not in frozen), key=lambda a: logits[s][a])
+                    for s in pre}
+            for s, a in frozen:
+                logits[s][a] = logits[s][lead[s]] - gap
+            free = [(s, a) for s in pre for a in range(V) if (s, a) not in frozen and a != lead[s]]
+            x = [logits[s][a] - logits[s][lead[s]] for s, a in free]
+            pol, _ = run(logits, x, free, lead)
+            f, _, _ = equations(pol, free)
+            if it >= max_iter or _norm(f) <= tol * mpmath.mpf(10) ** -10 or not free:
+                break
             it += 1
-            n = len(z)
+            n = len(x)
             jac = mpmath.matrix(n, n)
             for j in range(n):
-                zj = list(z)
-                zj[j] += h
-                fj = _equations(tree, pre, zj, rule, mu, beta, baseline, params)
+                xj = list(x)
+                xj[j] += h
+                fj, _, _ = equations(run(logits, xj, free, lead)[0], free)
                 for i in range(n):
                     jac[i, j] = (fj[i] - f[i]) / h
             try:
-                step = mpmath.lu_solve(jac, mpmath.matrix([-v for v in f]))
+                sol = mpmath.lu_solve(jac, mpmath.matrix([-v for v in f]))
             except ZeroDivisionError:
                 break
-            step = [step[i] for i in range(n)]
-            # damping: at most 2 nats per logit, then halve until the residual decreases
+            step = [sol[i] for i in range(n)]
             big = _norm(step)
             alpha = min(mp.ONE, 2 / big) if big > 0 else mp.ONE
             base_norm = _norm(f)
             for _ in range(60):
-                zt = [z[i] + alpha * step[i] for i in range(n)]
-                ft = _equations(tree, pre, zt, rule, mu, beta, baseline, params)
+                xt = [x[i] + alpha * step[i] for i in range(n)]
+                pol_t, lg_t = run(logits, xt, free, lead)
+                ft, _, _ = equations(pol_t, free)
                 if _norm(ft) < base_norm:
                     break
                 alpha /= 2
             else:
                 break
-            z, f = zt, ft
-        sol = _to_policy(tree, pre, z)
-    sol = {s: [+v for v in row] for s, row in sol.items()}
-    res = residual(expected_update(tree, sol, mu, beta=beta, rule=rule, baseline=baseline, params=params))
-    return {"policy": sol, "residual": res, "iterations": it, "converged": bool(res < tol)}
+            logits = lg_t
+            frozen |= {(s, a) for s, a in free if pol_t[s][a] < FREEZE_BELOW}
+        pol, _ = run(logits, x, free, lead)
+        boundary = []
+        if frozen:
+            _, upd, reach = equations(pol, free)
+            for s, a in sorted(frozen):
+                rate = (upd[s][a] / pol[s][a] - upd[s][lead[s]] / pol[s][lead[s]]) / reach[s]
+                boundary.append({"prefix": s, "token": a, "rate": +rate})
+    pol = {s: [+v for v in row] for s, row in pol.items()}
+    for b in boundary:
+        b["rate"] = +b["rate"]
+    res = residual(expected_update(tree, pol, mu, beta=beta, rule=rule, baseline=baseline, params=params))
+    return {"policy": pol, "residual": res, "iterations": it, "converged": bool(res < tol),
+            "boundary": boundary}
 
 
 # --------------------------------------------------------------------------- built-in trees
