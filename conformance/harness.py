@@ -263,41 +263,47 @@ def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):
 
 # --- the run ----------------------------------------------------------------------------
 
+def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | None = None,
+             tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
+             as_paper: bool = False, frameworks: dict | None = None) -> list[CaseResult]:
+    """Judge one vector on a target: one result per dtype (and device) it runs in."""
+    tolerances = tolerances or compare.Tolerances({})
+    devices = [device] if device else list(target.devices[:1])
+    frameworks = frameworks or {d: _Framework(target.framework, d) for d in devices}
+    base = dict(uid=case.uid, objective=case.objective, target=target.name, flags=case.flags, result=case.result)
+    if case.objective not in target.objectives:
+        return [CaseResult(dtype="-", device="-", status="unsupported",
+                           message="the target does not implement this objective", **base)]
+    declared = Target(target.name, target.framework, target.objectives, {} if as_paper else target.conventions)
+    if not declared.accepts(case.objective, case.conventions):
+        return [CaseResult(dtype="-", device="-", status="skip",
+                           message="conventions differ from the target's declaration", **base)]
+    run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes and (not dtypes or d in dtypes)]
+    if not run_dtypes:
+        return [CaseResult(dtype="-", device="-", status="skip",
+                           message="no dtype shared by the vector, the target and --dtype", **base)]
+    results = []
+    for dev in devices:
+        for dt in run_dtypes:
+            started = time.perf_counter()
+            r = _judge(target, case, dt, dev, tolerances, time_limit, frameworks[dev])
+            r.seconds = time.perf_counter() - started
+            results.append(r)
+    return results
+
+
 def run(target: Target, vs: VectorSet, *, objective: str = "*", dtypes=None, device: str | None = None,
         uids=None, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
         as_paper: bool = False, progress=None) -> list[CaseResult]:
-    tolerances = tolerances or compare.Tolerances({})
     cases = [c for c in vs.cases(objective) if not uids or c.uid in uids]
     devices = [device] if device else list(target.devices[:1])
     frameworks = {d: _Framework(target.framework, d) for d in devices}
-    conventions = {} if as_paper else target.conventions
-    probe = Target(target.name, target.framework, target.objectives, conventions, target.vjps,
-                   target.dtypes, target.devices, target.version, target.spec)
     results = []
     for i, case in enumerate(cases):
         if progress:
             progress(i, len(cases))
-        base = dict(uid=case.uid, objective=case.objective, target=target.name, flags=case.flags,
-                    result=case.result)
-        if case.objective not in target.objectives:
-            results.append(CaseResult(dtype="-", device="-", status="unsupported",
-                                      message="the target does not implement this objective", **base))
-            continue
-        if not probe.accepts(case.objective, case.conventions):
-            results.append(CaseResult(dtype="-", device="-", status="skip",
-                                      message="conventions differ from the target's declaration", **base))
-            continue
-        run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes and (not dtypes or d in dtypes)]
-        if not run_dtypes:
-            results.append(CaseResult(dtype="-", device="-", status="skip",
-                                      message="no dtype shared by the vector, the target and --dtype", **base))
-            continue
-        for dev in devices:
-            for dt in run_dtypes:
-                started = time.perf_counter()
-                r = _judge(target, case, dt, dev, tolerances, time_limit, frameworks[dev])
-                r.seconds = time.perf_counter() - started
-                results.append(r)
+        results += run_case(target, case, dtypes=dtypes, device=device, tolerances=tolerances,
+                            time_limit=time_limit, as_paper=as_paper, frameworks=frameworks)
     if progress:
         progress(len(cases), len(cases))
     return results

@@ -1,0 +1,36 @@
+"""Use the vectors from your own test code.
+
+    from conformance import testing
+    for case in testing.cases("my_pkg.losses:TARGET", objective="grpo.*"):
+        result = testing.check(case)          # one CaseResult per dtype
+        assert all(r.status in ("pass", "skip") for r in result), result
+
+The pytest plugin (``pytest --lossproof-target=SPEC``) is built on these two functions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from conformance import compare, harness, targets, vectors
+
+
+@dataclass(frozen=True)
+class TargetCase:
+    target: targets.Target
+    case: vectors.VectorCase
+    dtypes: tuple | None = None
+
+    @property
+    def uid(self) -> str:
+        return self.case.uid
+
+
+def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", dtypes=None) -> list[TargetCase]:
+    t = targets.load(target) if isinstance(target, str) else target
+    vs = vectors.VectorSet(vectors_dir)
+    return [TargetCase(t, c, tuple(dtypes) if dtypes else None) for c in vs.cases(objective)]
+
+
+def check(tc: TargetCase, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0):
+    """Judge one vector on its target: a list of CaseResult (one per dtype run)."""
+    return harness.run_case(tc.target, tc.case, dtypes=tc.dtypes, tolerances=tolerances, time_limit=time_limit)
