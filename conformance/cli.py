@@ -174,6 +174,31 @@ def cmd_check(args):
     return 1 if s["fail"] or s["error"] else 0
 
 
+def cmd_export_prompt(args):
+    from conformance import exchange
+    counts = exchange.export_prompts(_vector_set(args), Path(args.directory), args.objective)
+    if not counts:
+        raise UsageError(f"no vector matched --objective {args.objective!r}")
+    print(f"wrote prompts for {sum(counts.values())} vectors of {len(counts)} objectives to {args.directory}")
+    return 0
+
+
+def cmd_validate(args):
+    from conformance import compare, exchange, harness, report
+    results = exchange.validate(_vector_set(args), Path(args.responses),
+                                compare.Tolerances.from_file(args.tolerances))
+    report.console(results, quiet=args.quiet)
+    if args.report_json:
+        vs = _vector_set(args)
+        suite = {"version": conformance.__version__,
+                 "vectorSetVersion": next(iter(vs.files.values()))["vectorSetVersion"],
+                 "manifest_sha256": vs.manifest_sha256}
+        env = {"python": "", "platform": "", "backends": {}, "devices": []}
+        report.write_json(args.report_json, report.to_json(results, suite, env))
+    s = harness.summary(results)
+    return 1 if s["fail"] or s["error"] else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -198,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--junit", metavar="PATH")
     chk.add_argument("--quiet", action="store_true")
     chk.set_defaults(fn=cmd_check)
+    exp = with_vectors(sub.add_parser("export-prompt", help="write vector inputs for out-of-process targets"))
+    exp.add_argument("directory")
+    exp.add_argument("--objective", default="*", metavar="GLOB")
+    exp.set_defaults(fn=cmd_export_prompt)
+    val = with_vectors(sub.add_parser("validate", help="judge a responses file (lossproof-responses/1)"))
+    val.add_argument("responses")
+    val.add_argument("--tolerances", metavar="FILE")
+    val.add_argument("--report-json", metavar="PATH")
+    val.add_argument("--quiet", action="store_true")
+    val.set_defaults(fn=cmd_validate)
     with_vectors(sub.add_parser("examples", help="the source article's worked examples")).set_defaults(fn=cmd_examples)
     vec = sub.add_parser("vectors", help="generate or lint the vector files")
     vsub = vec.add_subparsers(dest="vectors_command", required=True)

@@ -132,6 +132,31 @@ def _repro(target: Target, case: VectorCase, dtype: str, device: str) -> str:
 
 # --- one case ---------------------------------------------------------------------------
 
+def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray, want_strings, scale: float,
+                   dtype: str, k: float) -> None:
+    """Judge one output (or gradient) against the exact values; records metrics in ``res``
+    and appends a message to ``failures`` when it is out of tolerance."""
+    w = _expected(want_strings)
+    if got.shape != w.shape:
+        failures.append(f"{label}: shape {got.shape}, expected {w.shape}")
+        return
+    if np.isnan(got).any() or (np.isinf(got) & ~np.isinf(w)).any():
+        failures.append(f"{label}: non-finite value where the exact value is finite")
+    m = compare.measure(got, w, scale, dtype, k)
+    res.outputs[label] = m.as_dict()
+    if not m.passed and res.worst is None:
+        res.worst = {"output": label, "index": list(m.worst_index), "got": m.got, "want": m.want,
+                     "tol": m.tol, "ulps": m.max_ulp}
+    if not m.passed:
+        failures.append(f"{label}: error {m.max_abs:.3g} > tolerance {m.tol:.3g} "
+                        f"(got {m.got!r}, want {m.want!r} at {list(m.worst_index)})")
+
+
+def tolerance_k(spec: catalog.Objective, test: dict, dtype: str, tolerances: compare.Tolerances) -> float:
+    n = compare.reduction_length(spec, {k: decode_input(v) for k, v in test["inputs"].items()})
+    return tolerances.k(spec, dtype, n, test.get("tolerance", {}).get("k"))
+
+
 def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances: compare.Tolerances,
            time_limit: float, fw: _Framework) -> CaseResult:
     spec = catalog.get(case.objective)
@@ -180,8 +205,7 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             res.status, res.message = "fail", f"mutated its input {name!r} in place"
             return res
 
-    n = compare.reduction_length(spec, {k: decode_input(v) for k, v in test["inputs"].items()})
-    k = tolerances.k(spec, dtype, n, test.get("tolerance", {}).get("k"))
+    k = tolerance_k(spec, test, dtype, tolerances)
     failures = []
 
     def check(label, got, want_strings, scale):
@@ -190,20 +214,7 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
         except TypeError as err:
             failures.append(f"{label}: {err}")
             return
-        w = _expected(want_strings)
-        if g.shape != w.shape:
-            failures.append(f"{label}: shape {g.shape}, expected {w.shape}")
-            return
-        if np.isnan(g).any() or (np.isinf(g) & ~np.isinf(w)).any():
-            failures.append(f"{label}: non-finite value where the exact value is finite")
-        m = compare.measure(g, w, scale, dtype, k)
-        res.outputs[label] = m.as_dict()
-        if not m.passed and not failures:
-            res.worst = {"output": label, "index": list(m.worst_index), "got": m.got, "want": m.want,
-                         "tol": m.tol, "ulps": m.max_ulp}
-        if not m.passed:
-            failures.append(f"{label}: error {m.max_abs:.3g} > tolerance {m.tol:.3g} "
-                            f"(got {m.got!r}, want {m.want!r} at {list(m.worst_index)})")
+        compare_output(res, failures, label, g, want_strings, scale, dtype, k)
 
     for name in spec.outputs:
         check(name, returned[name], test["expected"][name], float(test["scale"]["outputs"][name]))

@@ -70,7 +70,8 @@ def junit(results: list[CaseResult]) -> bytes:
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
-def console(results: list[CaseResult], out=sys.stdout, max_failures: int = 25, quiet: bool = False) -> None:
+def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False) -> None:
+    out = out or sys.stdout
     s = summary(results)
     bad = [r for r in results if r.status in ("fail", "error")]
     if bad:

@@ -1,0 +1,107 @@
+"""Out-of-process conformance, for implementations in other languages or frameworks.
+
+``export_prompts`` writes, per objective, the inputs of every vector (no expected values);
+the implementation computes its outputs (and gradients: VJPs with the given cotangents)
+and writes a responses file; ``validate`` judges that file against the vectors.
+
+Responses (``lossproof-responses/1``)::
+
+    {"schema": "lossproof-responses/1", "target": "my-impl", "dtype": "float32",
+     "responses": {UID: {"outputs": {name: nested numbers}, "grads": {input: nested numbers}}
+                   | {"error": "message"}}}
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from conformance import catalog, compare, harness, numbers
+from conformance.vectors import VectorError, VectorSet, write_atomically
+
+PROMPTS_SCHEMA = "lossproof-prompts/1"
+RESPONSES_SCHEMA = "lossproof-responses/1"
+
+
+def export_prompts(vs: VectorSet, directory: Path, objective: str = "*") -> dict[str, int]:
+    by_objective: dict[str, list] = {}
+    for case in vs.cases(objective):
+        t = case.test
+        by_objective.setdefault(case.objective, []).append({
+            "uid": case.uid, "result": t["result"], "dtypes": t["dtypes"], "inputs": t["inputs"],
+            "params": t["params"], "conventions": case.conventions, "cotangents": t.get("cotangents", {}),
+        })
+    for objective_id, cases in by_objective.items():
+        spec = catalog.get(objective_id)
+        doc = {"schema": PROMPTS_SCHEMA, "objective": objective_id,
+               "arguments": [i.name for i in spec.inputs] + [p.name for p in spec.params],
+               "outputs": list(spec.outputs), "grads": list(spec.grads), "cases": cases}
+        write_atomically(directory / spec.family / f"{spec.name}.json",
+                         (json.dumps(doc, indent=1) + "\n").encode())
+    return {k: len(v) for k, v in by_objective.items()}
+
+
+def _load_responses(path: Path) -> dict:
+    try:
+        doc = json.loads(path.read_bytes())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise VectorError(path, "$", f"cannot read responses: {err}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != RESPONSES_SCHEMA:
+        raise VectorError(path, "$.schema", f"expected {RESPONSES_SCHEMA!r}")
+    if doc.get("dtype") not in compare.UNIT_ROUNDOFF:
+        raise VectorError(path, "$.dtype", f"must be one of {', '.join(compare.UNIT_ROUNDOFF)}")
+    if not isinstance(doc.get("responses"), dict):
+        raise VectorError(path, "$.responses", "must be an object keyed by uid")
+    return doc
+
+
+def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = None) -> list[harness.CaseResult]:
+    tolerances = tolerances or compare.Tolerances({})
+    doc = _load_responses(path)
+    dtype, name = doc["dtype"], str(doc.get("target", path.stem))
+    index = {c.uid: c for c in vs.cases()}
+    results = []
+    for uid, response in doc["responses"].items():
+        case = index.get(uid)
+        if case is None:
+            raise VectorError(path, f"$.responses[{uid!r}]", "no vector with this uid")
+        spec, test = catalog.get(case.objective), case.test
+        res = harness.CaseResult(uid, case.objective, name, dtype, "-", "pass", test["flags"],
+                                 repro=f"lossproof validate {path}", result=test["result"])
+        results.append(res)
+        if not isinstance(response, dict):
+            res.status, res.message = "error", "response must be an object"
+            continue
+        if test["result"] == "invalid":
+            if "error" not in response:
+                res.status, res.message = "fail", f"accepted invalid input; expected: {test['error']}"
+            continue
+        if "error" in response:
+            res.status, res.message = "error", f"reported error: {str(response['error'])[:300]}"
+            continue
+        if dtype not in test["dtypes"]:
+            res.status, res.message = "skip", f"inputs are not exactly representable in {dtype}"
+            continue
+        k = harness.tolerance_k(spec, test, dtype, tolerances)
+        failures: list[str] = []
+        outputs, grads = response.get("outputs", {}), response.get("grads")
+        for out in spec.outputs:
+            if out not in outputs:
+                failures.append(f"{out}: missing")
+                continue
+            got = np.asarray(numbers.decode_input(outputs[out]), dtype=np.float64)
+            harness.compare_output(res, failures, out, got, test["expected"][out],
+                                   float(test["scale"]["outputs"][out]), dtype, k)
+        if grads is not None and test.get("grads"):
+            for g in spec.grads:
+                if g not in grads:
+                    failures.append(f"grad:{g}: missing")
+                    continue
+                got = np.asarray(numbers.decode_input(grads[g]), dtype=np.float64)
+                harness.compare_output(res, failures, f"grad:{g}", got, test["grads"][g],
+                                       float(test["scale"]["grads"][g]), dtype, k)
+        if failures:
+            res.status = "pass" if test["result"] == "acceptable" else "fail"
+            res.message = ("acceptable difference: " if res.status == "pass" else "") + "; ".join(failures)
+    return results
