@@ -132,14 +132,13 @@ def measure(got, want, scale: float, dtype: str, k: float) -> Metrics:
     err = np.where(np.isnan(err), np.inf, err)
     spacing = ulp(w, dtype)
     tol = k * UNIT_ROUNDOFF[dtype] * scale + spacing
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where(err == 0, 0.0, err / tol)
         rel = np.where(err == 0, 0.0, err / np.abs(w))
+        ulps = np.where(err == 0, 0.0, err / spacing)
     if g.size == 0:
         return Metrics(0.0, 0.0, 0.0, 0.0, 0.0, (), 0.0, 0.0)
     idx = np.unravel_index(int(np.argmax(ratio)), ratio.shape) if ratio.ndim else ()
-    with np.errstate(invalid="ignore"):
-        ulps = np.where(err == 0, 0.0, err / spacing)
     return Metrics(float(err.max()), float(np.max(rel)), float(np.max(ulps)), float(ratio.max()),
                    float(tol[idx] if tol.ndim else tol), tuple(int(i) for i in idx),
                    float(g[idx] if g.ndim else g), float(w[idx] if w.ndim else w))
