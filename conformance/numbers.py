@@ -45,7 +45,8 @@ def encode_exact(x, digits: int = DIGITS):
         return [encode_exact(v, digits) for v in x] if x.ndim else encode_exact(x.item(), digits)
     if isinstance(x, (list, tuple)):
         return [encode_exact(v, digits) for v in x]
-    x = mpmath.mpf(x)
+    if not isinstance(x, mpmath.mpf):
+        x = mpmath.mpf(x)  # an existing mpf keeps its digits (mpf(x) would round it to the current dps)
     if x == 0:
         return "0"
     if mpmath.isinf(x):

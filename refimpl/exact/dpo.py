@@ -66,7 +66,8 @@ def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     """Per-pair preference loss of the margin Δ = g_c − g_r (no mean over the batch).
 
     Rafailov et al. 2023 (DPO) §4 eq. 7 (``sigmoid``; with ``label_smoothing`` ε > 0 the
-    conservative form, as TRL applies it); cDPO (Mitchell 2023) for ``cdpo`` (same formula);
+    conservative form, as OpenRLHF's DPOLoss applies it — TRL 1.16 ignores ε for 'sigmoid');
+    cDPO (Mitchell 2023) for ``cdpo`` (same formula);
     SLiC hinge; IPO (Azar et al. 2023) eq. 17; robust DPO (Chowdhury et al. 2024).
     ``label_smoothing`` does not enter ``hinge`` or ``ipo``.
     Returns {"losses"[B], "chosen_rewards"[B] = β·g_c, "rejected_rewards"[B] = β·g_r}.

@@ -1,0 +1,814 @@
+"""Vectors for ``grpo.advantages``, ``grpo.clip``, ``grpo.aggregate`` and ``grpo.loss``
+(DeepSeekMath §4.1.1–4.1.2; PPO eq. 7; DAPO §3.1–3.3; Dr. GRPO §3; dual clip, Ye et al. 2020).
+
+Each objective has its own convention sets; a group name labels one of them and, where a
+library's defaults are meant, is the library's name (so ``trl-1.16`` is TRL's default for
+every objective that has one). ``eps_low``, ``eps_high``, ``beta`` and ``norm_length`` are
+arguments, not conventions: they vary inside a group.
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath
+
+from conformance.generate import sampling as S
+from conformance.generate.case import Case, article, generated
+
+ADV, CLIP, AGG, LOSS = "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss"
+GRPO_SECTION = "GRPO: el objetivo de PPO con una referencia de grupo"
+PPO_SECTION = "Qué cambia respecto a PPO"
+NEAR = 1e-4  # random tokens keep this relative distance from every kink (clip band, dual clip, KL clamp)
+
+NOTES = {
+    "Article": {"category": "article", "description": "A number printed in the source article: rewards (0,1,1,0) "
+                "→ mean 0.5, population std 0.5, advantages (−1,1,1,−1); ratio 0.24/0.20 = 1.2; with ε = 0.2, "
+                "A = 1, ρ = 1.5 → C = 1.2 and A = −1, ρ = 0.5 → C = −0.8."},
+    "Random": {"category": "random", "description": "Random inputs from a fixed seed: rewards [B ≤ 16, G ≤ 64] "
+               "(binary, Gaussian, graded or offset), per-token log-probabilities with ragged right-padded "
+               "masks (T ≤ 256; most T ≤ 64), old and reference log-probabilities drawn near the policy's; "
+               "half the cases rounded to float32. Random tokens stay 1e-4 (relative) away from the clip "
+               "band's edges, the dual-clip bound and the KL clamp, so that no side is decided by rounding."},
+    "Large": {"category": "random", "description": "A large random case (B = 16, T = 256): realistic sizes for "
+              "the reductions."},
+    "ZeroStd": {"category": "edge", "description": "Groups whose rewards are all equal (exactly representable "
+                "means): the formula is 0/0; 'zero' gives A = 0, 'drop' gives A = 0 and keep = 0, 'raw' "
+                "gives A = 0 for G > 1. With eps > 0 the exact value (r − mean)/(0 + eps) is 0 as well."},
+    "ZeroStdRounding": {"category": "numerics", "description": "All-equal groups whose floating-point mean is "
+                        "not exactly the common value (0.1 or 0.7 seven times, 0.1 three times, in binary64; "
+                        "float32 0.1, 0.7, 0.3 seven times): "
+                        "the exact advantage is 0, so an implementation must decide the degenerate case on "
+                        "the rewards, not on a rounded std, and must not divide rounding noise by eps."},
+    "SingletonGroup": {"category": "edge", "description": "G = 1: the group std is undefined; 'zero'/'drop' "
+                       "give A = 0, verl's 'raw' gives mean 0, std 1: A = r/(1 + eps) (A = r without std "
+                       "scaling). With scale='batch' the batch std is used and the centred value is 0."},
+    "TinyStd": {"category": "numerics", "description": "A group whose rewards differ by 2^−40 only: the "
+                "advantages are well defined (±1/√3, √3 with ddof 0) but formed from tiny differences; "
+                "judged against max|r|/(std + eps)."},
+    "LargeOffset": {"category": "numerics", "description": "Rewards near 1e6 that differ by units: r − mean "
+                    "cancels; judged against max|r|/(std + eps)."},
+    "ExtremeRatio": {"category": "numerics", "description": "log ρ = logp − old_logp = ±50 (ratios e^±50) and "
+                     "log-probabilities near log(1e−300): the unclipped branch ρA is formed where it is "
+                     "active only (no inf·0). verl 0.9.1 and OpenRLHF 0.11.2 clamp log ρ to ±20 first, which "
+                     "the catalog does not express (they differ where that clamp binds)."},
+    "BoundaryUlps": {"category": "acceptable", "description": "Ratios within a few ulps of 1 − ε_low, 1 + ε_high "
+                     "(or of the dual-clip bound c): the value is continuous there and must match, but which "
+                     "branch is active — gradient ρA or 0 — is decided by rounding; either gradient is "
+                     "accepted."},
+    "DualClipActive": {"category": "convention", "description": "A < 0 and ρ > c = 3: the dual clip bounds the "
+                       "objective by c·A (flat, zero gradient); tokens with ρ just below c stay on the "
+                       "clipped branch."},
+    "ZeroAdvantage": {"category": "edge", "description": "A = 0: the objective and its gradient are exactly 0 "
+                      "whatever the ratio."},
+    "FullyMaskedRow": {"category": "edge", "description": "Rows with no token under a token mean, or under a "
+                       "sequence mean whose libraries agree with the exact reference (verl 0.9.1 agg_loss and "
+                       "OpenRLHF 0.11.2 aggregate_loss exclude them from the mean)."},
+    "FullyMaskedRowSeqMean": {"category": "acceptable", "description": "Rows with no token under a "
+                              "sequence-mean aggregation: the exact reference (as verl 0.9.1) leaves them out of "
+                              "the mean over rows; TRL 1.16.0 ('grpo', 'dr_grpo') and Liger 0.8.5 count them as "
+                              "zero-loss sequences (divide by B). Either is accepted."},
+    "MaskedValues": {"category": "edge", "description": "Masked positions hold large finite values (±1e30); "
+                     "they must not reach the result or its gradient."},
+    "KLCancellation": {"category": "numerics", "description": "logp ≈ ref_logp (|log r| ≤ 1e−6) with A = 0: "
+                       "the loss is β times a KL estimate of order 1e−13 or less, formed from terms of order 1 "
+                       "(k3 = e^x − x − 1); judged against the size of its terms."},
+    "KLClamped": {"category": "convention", "description": "KL estimates beyond the ±10 clamp (verl 0.9.1 "
+                  "low_var_kl, OpenRLHF 0.11.2 compute_approx_kl): the penalty is constant there and its "
+                  "gradient is 0."},
+    "BetaZero": {"category": "convention", "description": "β = 0 (TRL 1.16.0's default): no KL term at all, "
+                 "even where the KL estimate would be large."},
+    "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
+                     "(log-probabilities in [−6, 0], advantages in [−2, 2]); judged in that dtype."},
+    "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
+                     "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
+                     "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
+}
+
+GROUPS = {
+    "paper": "Paper defaults. grpo.advantages: DeepSeekMath §4.1.2 with the article's population std "
+             "(std_ddof 0, eps 0, all-equal groups → 0). grpo.clip: PPO eq. 7 / DeepSeekMath eq. 3 without "
+             "dual clip — also TRL 1.16.0 trainer/grpo_trainer.py (delta=None), Liger 0.8.5 "
+             "chunked_loss/grpo_loss.py and OpenRLHF 0.11.2 models/loss.py PolicyLoss (dual_clip=None). "
+             "grpo.aggregate and grpo.loss: DeepSeekMath eq. 3 seq-mean-token-mean, k3 without clamp or ratio "
+             "weight — also TRL 1.16.0 loss_type='grpo' with use_bias_correction_kl=False and Liger 0.8.5 "
+             "loss_type='grpo' (both count fully masked rows; verl 0.9.1 agg_loss and OpenRLHF 0.11.2 "
+             "aggregate_loss divide each row by (|o_i| + 1e−8), which the catalog does not express)",
+    "dapo-drop": "grpo.advantages: DAPO §3.2 dynamic sampling — groups whose rewards are all equal are "
+                 "dropped (keep = 0), population std, eps 0",
+    "dr-grpo": "grpo.advantages: Dr. GRPO §3 (A = r − mean, no std scaling; std_ddof and eps do not enter) — "
+               "TRL 1.16.0 trainer/grpo_trainer.py scale_rewards='none'; OpenRLHF 0.11.2 "
+               "trainer/ppo_utils/experience_maker.py advantage estimator 'dr_grpo' / 'reinforce_baseline'",
+    "trl-1.16": "TRL 1.16.0 defaults. grpo.advantages: trainer/grpo_trainer.py scale_rewards='group', std with "
+                "Bessel's correction (trainer/utils.py nanstd, ddof 1) + 1e−4, all-equal groups → 0. grpo.loss: "
+                "loss_type='dapo' (token mean), use_bias_correction_kl=True (k3 × ρ, differentiable ρ), k3 "
+                "without clamp",
+    "trl-1.16-batch": "grpo.advantages: TRL 1.16.0 trainer/grpo_trainer.py scale_rewards='batch' (group mean, "
+                      "std over the whole batch with ddof 1, + 1e−4)",
+    "trl-1.16-grpo": "grpo.loss: TRL 1.16.0 trainer/grpo_trainer.py loss_type='grpo' (seq-mean-token-mean) with "
+                     "use_bias_correction_kl=True; fully masked rows count as zero-loss sequences there",
+    "trl-1.16-dr_grpo": "grpo.loss: TRL 1.16.0 trainer/grpo_trainer.py loss_type='dr_grpo' "
+                        "(Σ m·ℓ / (B · max_completion_length): seq-mean-token-sum-norm with norm_length = "
+                        "max_completion_length) with use_bias_correction_kl=True",
+    "verl-0.9.1": "verl 0.9.1 trainer/ppo/core_algos.py defaults. grpo.advantages: "
+                  "compute_grpo_outcome_advantage (torch.std, ddof 1, + epsilon 1e−6; a singleton group gets "
+                  "mean 0 and std 1: 'raw'). grpo.loss: compute_policy_loss_vanilla with clip_ratio_c = 3 "
+                  "(dual clip), kl_penalty 'low_var_kl' (k3 clamped to ±10), agg_loss 'token-mean'. Not "
+                  "expressed: log ρ and log r are clamped to ±20 before exp",
+    "verl-0.9.1-no-std": "grpo.advantages: verl 0.9.1 trainer/ppo/core_algos.py compute_grpo_outcome_advantage "
+                         "with norm_adv_by_std_in_grpo=False (A = r − mean; a singleton group keeps r)",
+    "verl-0.9.1-seq-mean-token-mean": "grpo.loss: verl 0.9.1 defaults with agg_loss loss_agg_mode="
+                                      "'seq-mean-token-mean' (fully masked rows excluded; the row mean divides "
+                                      "by |o_i| + 1e−8, not expressed)",
+    "verl-0.9.1-seq-mean-token-sum": "grpo.loss: verl 0.9.1 defaults with agg_loss loss_agg_mode="
+                                     "'seq-mean-token-sum'",
+    "verl-0.9.1-seq-mean-token-sum-norm": "grpo.loss: verl 0.9.1 defaults with agg_loss loss_agg_mode="
+                                          "'seq-mean-token-sum-norm' (loss_scale_factor = norm_length; None → T)",
+    "openrlhf-0.11.2": "OpenRLHF 0.11.2. grpo.advantages: trainer/ppo_utils/experience_maker.py estimator "
+                       "'group_norm' (torch.std, ddof 1, + 1e−9; requires G > 1). grpo.loss: models/loss.py "
+                       "PolicyLoss (token_level_loss=True, dual_clip=None) + KL loss from models/utils.py "
+                       "compute_approx_kl 'k3' clamped to ±10",
+    "openrlhf-0.11.2-seq-mean": "grpo.loss: OpenRLHF 0.11.2 models/loss.py aggregate_loss with "
+                                "token_level_loss=False (per-sequence token means, fully masked rows excluded; "
+                                "divides by |o_i| + 1e−8, not expressed) and k3 clamped to ±10",
+    "openrlhf-0.11.2-k2": "grpo.loss: OpenRLHF 0.11.2 models/utils.py compute_approx_kl 'k2' ((log r)²/2, "
+                          "clamped to ±10) as the KL loss, token-level PolicyLoss",
+    "dual-clip-3": "grpo.clip: dual clip c = 3 (Ye et al. 2020) — verl 0.9.1 trainer/ppo/core_algos.py "
+                   "compute_policy_loss_vanilla clip_ratio_c=3.0 (always on; log ρ clamped to ±20 first, not "
+                   "expressed); OpenRLHF 0.11.2 models/loss.py PolicyLoss(dual_clip=3)",
+    "token-mean": "DAPO §3.3 token-level mean Σ m·v / Σ m. grpo.aggregate mode 'token-mean': TRL 1.16.0 "
+                  "loss_type 'dapo'/'bnpo', verl 0.9.1 agg_loss 'token-mean' (its default), OpenRLHF 0.11.2 "
+                  "aggregate_loss token_level_loss=True, Liger 0.8.5 'dapo'. grpo.loss with k3, no clamp, no "
+                  "ratio weight: Liger 0.8.5 chunked_loss/grpo_loss.py defaults (loss_type='dapo', "
+                  "use_bias_correction_kl=False); TRL 1.16.0 loss_type='dapo' with use_bias_correction_kl=False",
+    "seq-mean-token-sum": "grpo.aggregate: verl 0.9.1 agg_loss 'seq-mean-token-sum' (fully masked rows excluded)",
+    "seq-mean-token-sum-norm": "grpo.aggregate: Dr. GRPO §3 (constant normaliser L = norm_length); verl 0.9.1 "
+                               "agg_loss 'seq-mean-token-sum-norm' (loss_scale_factor, default T); TRL 1.16.0 "
+                               "loss_type='dr_grpo' (L = max_completion_length; divides by B including fully "
+                               "masked rows)",
+    "invalid": "inputs outside the domain (all conventions)",
+}
+
+ADV_GROUPS = {
+    "paper": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+    "dapo-drop": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "drop"},
+    "dr-grpo": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+    "trl-1.16": {"scale": "group", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
+    "trl-1.16-batch": {"scale": "batch", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
+    "verl-0.9.1": {"scale": "group", "std_ddof": 1, "eps": 1e-6, "degenerate": "raw"},
+    "verl-0.9.1-no-std": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"},
+    "openrlhf-0.11.2": {"scale": "group", "std_ddof": 1, "eps": 1e-9, "degenerate": "zero"},
+}
+CLIP_GROUPS = {"paper": {"dual_clip": None}, "dual-clip-3": {"dual_clip": 3.0}}
+AGG_GROUPS = {"paper": "seq-mean-token-mean", "token-mean": "token-mean",
+              "seq-mean-token-sum": "seq-mean-token-sum", "seq-mean-token-sum-norm": "seq-mean-token-sum-norm"}
+
+
+def _lg(dual, kind, clamp, weight, agg):
+    return {"dual_clip": dual, "kl_kind": kind, "kl_clamp": clamp, "kl_ratio_weight": weight, "aggregation": agg}
+
+
+LOSS_GROUPS = {
+    "paper": _lg(None, "k3", None, False, "seq-mean-token-mean"),
+    "token-mean": _lg(None, "k3", None, False, "token-mean"),
+    "trl-1.16": _lg(None, "k3", None, True, "token-mean"),
+    "trl-1.16-grpo": _lg(None, "k3", None, True, "seq-mean-token-mean"),
+    "trl-1.16-dr_grpo": _lg(None, "k3", None, True, "seq-mean-token-sum-norm"),
+    "verl-0.9.1": _lg(3.0, "k3", 10.0, False, "token-mean"),
+    "verl-0.9.1-seq-mean-token-mean": _lg(3.0, "k3", 10.0, False, "seq-mean-token-mean"),
+    "verl-0.9.1-seq-mean-token-sum": _lg(3.0, "k3", 10.0, False, "seq-mean-token-sum"),
+    "verl-0.9.1-seq-mean-token-sum-norm": _lg(3.0, "k3", 10.0, False, "seq-mean-token-sum-norm"),
+    "openrlhf-0.11.2": _lg(None, "k3", 10.0, False, "token-mean"),
+    "openrlhf-0.11.2-seq-mean": _lg(None, "k3", 10.0, False, "seq-mean-token-mean"),
+    "openrlhf-0.11.2-k2": _lg(None, "k2", 10.0, False, "token-mean"),
+}
+# Groups whose libraries count rows without tokens in a sequence mean (the exact reference
+# leaves them out, as verl and OpenRLHF do): those cases are implementation-defined there.
+COUNTS_EMPTY_ROWS = {"paper", "trl-1.16-grpo", "trl-1.16-dr_grpo", "seq-mean-token-sum-norm"}
+
+# (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
+CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
+
+
+def _dtype_of(i: int) -> str | None:
+    return "float32" if i % 2 == 0 else None
+
+
+def _round(x, dtype):
+    return S.in_dtype(x, dtype) if dtype else x
+
+
+def _cotangent(r, shape) -> list:
+    """Random cotangents, multiples of 1/64 in [−2, 2]: exact in every dtype."""
+    return (r.integers(-128, 129, size=shape) / 64).tolist()
+
+
+# ============================================================================ advantages
+
+def _rewards(r, kind: str, b: int, g: int) -> list:
+    if kind == "binary":
+        p = r.uniform(0.1, 0.9, size=(b, 1))
+        return (r.uniform(size=(b, g)) < p).astype(float).tolist()
+    if kind == "graded":
+        return (r.integers(0, 5, size=(b, g)) / 4).tolist()
+    if kind == "offset":
+        return (r.normal(0, 3, size=(b, g)) + r.uniform(-50, 50)).tolist()
+    return r.normal(0, 1, size=(b, g)).tolist()
+
+
+def _adv_case(group, rewards, flags, comment, seed, recipe, result="valid"):
+    return Case(ADV, {"rewards": rewards}, conventions=ADV_GROUPS[group], group=group, flags=flags,
+                comment=comment, result=result, provenance=generated(seed, recipe))
+
+
+def _adv_cases() -> list[Case]:
+    out = [Case(ADV, {"rewards": [[0.0, 1.0, 1.0, 0.0]]}, conventions=ADV_GROUPS["paper"], group="paper",
+                flags=("Article",), comment="rewards (0,1,1,0): mean 0.5, population std 0.5 → (−1,1,1,−1)",
+                provenance=article(GRPO_SECTION, "En el grupo ilustrado (0,1,1,0), la media es 0.5 y la desviación "
+                                   "típica poblacional es 0.5, lo que da ventajas (−1,1,1,−1)"))]
+    kinds = ("binary", "normal", "graded", "offset")
+    sizes = [2, 4, 5, 8, 16, 64, 3, 7, 12, 32]
+    for gi, group in enumerate(ADV_GROUPS):
+        singleton_ok = group != "openrlhf-0.11.2"  # OpenRLHF's group_norm requires G > 1
+        for i in range(9):
+            seed = 7000 + 100 * gi + i
+            r = S.rng(seed)
+            b = int(r.integers(1, 17))
+            g = int(sizes[(i + gi) % len(sizes)]) if i < 8 or not singleton_ok else 1
+            if i == 8 and singleton_ok:
+                b = max(b, 2)
+            kind = kinds[i % len(kinds)]
+            rewards = _round(_rewards(r, kind, b, g), _dtype_of(i))
+            flags = ("Random",) + (("SingletonGroup",) if g == 1 else ())
+            out.append(_adv_case(group, rewards, flags, f"random {kind} rewards B={b}, G={g}"
+                                 + (", float32" if _dtype_of(i) else ""), seed, f"{kind} rewards"))
+        out.append(_adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4, [-1.0] * 4],
+                             ("ZeroStd",), "all-equal groups (1, 0, 0.5, −1) beside a mixed one", 0, "fixed"))
+        out.append(_adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
+                             ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
+        out.append(_adv_case(group, S.in_dtype([[0.1] * 7, [0.7] * 7, [0.3] * 7], "float32"), ("ZeroStdRounding",),
+                             "float32 0.1, 0.7, 0.3 seven times (float32 mean ≠ value)", 0, "fixed"))
+        out.append(_adv_case(group, [[0.1] * 3, [0.3, 0.1, 0.2]], ("ZeroStdRounding",),
+                             "0.1 three times (binary64 mean ≠ 0.1)", 0, "fixed"))
+        out.append(_adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
+                             "groups whose rewards differ by 2^−40", 0, "fixed"))
+        out.append(_adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
+                             ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
+        if singleton_ok:
+            out.append(_adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
+                                 "G = 1 for every prompt", 0, "fixed"))
+            out.append(_adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
+    bad = [
+        ({"rewards": [0.0, 1.0, 1.0, 0.0]}, {}, "rank-1 rewards (expected [B, G])"),
+        ({"rewards": [[]]}, {}, "empty group (G = 0)"),
+        ({"rewards": [[0.0, math.nan]]}, {}, "NaN reward"),
+        ({"rewards": [[0.0, math.inf]]}, {}, "+inf reward"),
+        ({"rewards": [[0.0, -math.inf]]}, {}, "−inf reward"),
+        ({"rewards": [[0.0, 1.0]]}, {"std_ddof": 2}, "std_ddof = 2"),
+        ({"rewards": [[0.0, 1.0]]}, {"eps": 1.0}, "eps = 1 (outside [0, 1))"),
+        ({"rewards": [[0.0, 1.0]]}, {"eps": -1e-4}, "negative eps"),
+        ({"rewards": [[0.0, 1.0]]}, {"scale": "global"}, "unknown scale"),
+        ({"rewards": [[0.0, 1.0]]}, {"degenerate": "skip"}, "unknown degenerate rule"),
+    ]
+    for inputs, conv, why in bad:
+        out.append(Case(ADV, inputs, conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",),
+                        comment=why, provenance=generated(0, "fixed")))
+    return out
+
+
+def _adv_scale(kwargs, outputs, grads):
+    """A = (r − mean)/(std + eps): r − mean carries an absolute error of about u·max|r| and the
+    std the same, so A inherits u·max|r|/(std + eps)·(1 + |A|) (std over the group, or over the
+    batch for 'batch'); degenerate groups are exactly 0."""
+    r = [[mpmath.mpf(v) for v in row] for row in kwargs["rewards"]]
+    eps = mpmath.mpf(kwargs["eps"])
+    ddof = int(kwargs["std_ddof"])
+    adv = outputs["advantages"]
+    worst = max((abs(a) for a in adv.flat), default=mpmath.mpf(0))
+
+    def std(xs):
+        m = mpmath.fsum(xs) / len(xs)
+        return mpmath.sqrt(mpmath.fsum((x - m) ** 2 for x in xs) / (len(xs) - ddof))
+
+    scale = worst
+    flat = [x for row in r for x in row]
+    for i, row in enumerate(r):
+        size = max(abs(x) for x in row)
+        if kwargs["scale"] == "none" or (kwargs["degenerate"] == "raw" and len(row) == 1):
+            term = size
+        else:
+            pool = flat if kwargs["scale"] == "batch" else row
+            if len(pool) == 1 or all(x == pool[0] for x in pool):
+                continue
+            row_worst = max(abs(a) for a in adv[i])
+            term = size / (std(pool) + eps) * (1 + row_worst)
+        scale = max(scale, term)
+    return {"advantages": scale, "keep": mpmath.mpf(1)}
+
+
+# ============================================================================ clip
+
+def _near_kink(rho: float, bounds) -> bool:
+    return any(abs(rho / b - 1) < NEAR for b in bounds)
+
+
+def _away_from_kinks(lp, old, bounds, dtype):
+    """Move any token whose ratio lies within NEAR of a kink (nudging logp, re-rounding to dtype)."""
+    lp = list(lp)
+    for i in range(len(lp)):
+        step = 0
+        while _near_kink(math.exp(lp[i] - old[i]), bounds):
+            step += 1
+            lp[i] = _round([min(lp[i] - 0.02 * step, -1e-6)], dtype)[0]
+    return lp
+
+
+def _bounds(eps_low, eps_high, dual):
+    hi = eps_low if eps_high is None else eps_high
+    return [1 - eps_low, 1 + hi] + ([dual] if dual else [])
+
+
+def _clip_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False, cot_seed=None):
+    n = len(inputs["logp"])
+    r = S.rng(seed if cot_seed is None else cot_seed)
+    return Case(CLIP, inputs, params=params, conventions=CLIP_GROUPS[group], group=group, flags=flags,
+                comment=comment, result=result, low_precision=low, cotangents={"objective": _cotangent(r, n)},
+                provenance=generated(seed, recipe))
+
+
+def _clip_cases() -> list[Case]:
+    out = []
+    p0 = {"eps_low": 0.2, "eps_high": None}
+    # Article: ρ = 0.24/0.20 with A = 1 sits on the band's upper edge up to rounding.
+    out.append(Case(CLIP, {"logp": [math.log(0.24)], "old_logp": [math.log(0.20)], "advantages": [1.0]}, params=p0,
+                    conventions=CLIP_GROUPS["paper"], group="paper", flags=("Article", "BoundaryUlps"),
+                    result="acceptable", comment="ρ = 0.24/0.20 = 1.2 = 1 + ε: C = 1.2 (gradient side by rounding)",
+                    cotangents={"objective": [1.0]},
+                    provenance=article(PPO_SECTION, "el cociente es 0.24/0.20=1.2")))
+    out.append(Case(CLIP, {"logp": [math.log(1.5)], "old_logp": [0.0], "advantages": [1.0]}, params=p0,
+                    conventions=CLIP_GROUPS["paper"], group="paper", flags=("Article",),
+                    comment="A = 1, ε = 0.2, ρ = 1.5: terms 1.5 and 1.2 → C = 1.2", cotangents={"objective": [1.0]},
+                    provenance=article(PPO_SECTION, "Con A=1, ε=0.2 y ρt=1.5, los dos términos son 1.5 y 1.2, "
+                                       "por lo que Ct=1.2")))
+    out.append(Case(CLIP, {"logp": [math.log(0.5)], "old_logp": [0.0], "advantages": [-1.0]}, params=p0,
+                    conventions=CLIP_GROUPS["paper"], group="paper", flags=("Article",),
+                    comment="A = −1, ρ = 0.5: terms −0.5 and −0.8 → C = −0.8", cotangents={"objective": [1.0]},
+                    provenance=article(PPO_SECTION, "Con A=−1 y ρt=0.5, son −0.5 y −0.8, por lo que Ct=−0.8")))
+    for gi, group in enumerate(CLIP_GROUPS):
+        dual = CLIP_GROUPS[group]["dual_clip"]
+        for i in range(26):
+            seed = 8000 + 100 * gi + i
+            r = S.rng(seed)
+            n = int(r.choice([1, 3, 8, 16, 32, 64, 100])) if i < 24 else 512
+            eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
+            spread = float(r.choice([0.05, 0.2, 0.5] if not dual else [0.2, 0.6, 1.2]))
+            dtype = _dtype_of(i)
+            lp = _round(S.logprobs(r, n), dtype)
+            old = _round(S.logprobs_near(r, lp, spread), dtype)
+            adv = _round(r.normal(0, 1, n).tolist(), dtype)
+            lp = _away_from_kinks(lp, old, _bounds(eps_low, eps_high, dual), dtype)
+            out.append(_clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
+                                  {"eps_low": eps_low, "eps_high": eps_high}, ("Random",),
+                                  f"random N={n}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
+                                  + (", float32" if dtype else ""), seed, "logprobs; old = logp + normal offset"))
+        ext_lp = [0.0, -50.0, 0.0, -50.0, -690.0, -640.0, -1e-3, -50.0]
+        ext_old = [-50.0, 0.0, -50.0, 0.0, -640.0, -690.0, -50.001, -1e-3]
+        ext_adv = [1.0, 1.0, -1.0, -1.0, 0.5, -0.5, -2.0, 2.0]
+        out.append(_clip_case(group, {"logp": ext_lp, "old_logp": ext_old, "advantages": ext_adv}, p0,
+                              ("ExtremeRatio",), "ratios e^±50 with both signs of A; probabilities ~1e−300",
+                              8900 + gi, "fixed"))
+        out.append(_clip_case(group, {"logp": [-0.5, -3.0, -1.0, -2.0], "old_logp": [-1.5, -1.0, -1.0, -0.25],
+                                      "advantages": [0.0, 0.0, 0.0, 0.0]}, p0, ("ZeroAdvantage",),
+                              "A = 0 at ratios e, e^−2, 1, e^−1.75", 8910 + gi, "fixed"))
+        for k, dtype in enumerate(("bfloat16", "float16")):
+            seed = 8920 + 10 * gi + k
+            r = S.rng(seed)
+            eps_low, eps_high = CLIP_PARAMS[k]
+            lp = S.in_dtype(S.logprobs(r, 24), dtype)
+            old = S.in_dtype(S.logprobs_near(r, lp, 0.5), dtype)
+            adv = S.in_dtype(r.uniform(-2, 2, 24).tolist(), dtype)
+            lp = _away_from_kinks(lp, old, _bounds(eps_low, eps_high, dual), dtype)
+            out.append(_clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
+                                  {"eps_low": eps_low, "eps_high": eps_high}, ("LowPrecision",),
+                                  f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}", low=True))
+        for k, (eps_low, eps_high) in enumerate([(0.2, None), (0.2, 0.28)]):
+            for dtype in (None, "float32"):
+                out.append(_boundary_clip(group, eps_low, eps_high, dual, dtype, 8950 + 10 * gi + 2 * k
+                                          + (dtype is not None)))
+    dual = CLIP_GROUPS["dual-clip-3"]["dual_clip"]
+    lp = [-0.1, -0.2, -0.05, -0.3, -1.0, -0.4, -0.7]
+    ratios = [3.5, 10.0, math.exp(5.0), 2.5, 2.9, 1.1, 0.5]
+    old = [a - math.log(q) for a, q in zip(lp, ratios)]
+    out.append(_clip_case("dual-clip-3", {"logp": lp, "old_logp": old, "advantages": [-1.0, -0.5, -2.0, -1.0,
+                                                                                       -1.5, -1.0, 1.0]},
+                          p0, ("DualClipActive",), f"A < 0 with ρ = 3.5, 10, e^5 (dual clip c = {dual:g} active), "
+                          "ρ = 2.5, 2.9 (clipped branch), 1.1, and A > 0", 8990, "fixed"))
+    bad = [
+        ({"logp": [-1.0, -2.0], "old_logp": [-1.0, -2.0], "advantages": [1.0]}, {}, {}, "shapes disagree"),
+        ({"logp": [math.nan], "old_logp": [-1.0], "advantages": [1.0]}, {}, {}, "NaN log-probability"),
+        ({"logp": [-1.0], "old_logp": [math.inf], "advantages": [1.0]}, {}, {}, "+inf old log-probability"),
+        ({"logp": [-math.inf], "old_logp": [-1.0], "advantages": [1.0]}, {}, {}, "−inf log-probability"),
+        ({"logp": [-1.0], "old_logp": [-1.0], "advantages": [math.nan]}, {}, {}, "NaN advantage"),
+        ({"logp": [-1.0], "old_logp": [-1.2], "advantages": [1.0]}, {"eps_low": -0.1}, {}, "negative eps_low"),
+        ({"logp": [-1.0], "old_logp": [-1.2], "advantages": [1.0]}, {"eps_low": 1.0}, {}, "eps_low = 1"),
+        ({"logp": [-1.0], "old_logp": [-1.2], "advantages": [1.0]}, {"eps_high": -0.2}, {}, "negative eps_high"),
+        ({"logp": [-1.0], "old_logp": [-1.2], "advantages": [-1.0]}, {}, {"dual_clip": 1.0}, "dual_clip = 1"),
+        ({"logp": [-1.0], "old_logp": [-1.2], "advantages": [-1.0]}, {}, {"dual_clip": 0.5}, "dual_clip < 1"),
+    ]
+    for inputs, params, conv, why in bad:
+        out.append(Case(CLIP, inputs, params={**p0, **params}, conventions=conv, group="invalid", result="invalid",
+                        flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed")))
+    return out
+
+
+def _ulp_steps(x: float, k: int) -> float:
+    for _ in range(abs(k)):
+        x = math.nextafter(x, math.inf if k > 0 else -math.inf)
+    return x
+
+
+def _boundary_clip(group, eps_low, eps_high, dual, dtype, seed) -> Case:
+    """Tokens whose ratio is within a few ulps (of binary64, or of float32 after rounding) of the
+    band's edges (and of the dual-clip bound), with both signs of A."""
+    hi = eps_low if eps_high is None else eps_high
+    targets = [1 - eps_low, 1 + hi] + ([dual] if dual else [])
+    lp, old, adv = [], [], []
+    base = -1.5
+    for t in targets:
+        for k in (-2, 0, 2):
+            for a in (1.0, -1.0):
+                x = base + math.log(t)
+                x = _ulp_steps(x, k) if dtype is None else _round([x], dtype)[0]
+                lp.append(x)
+                old.append(base)
+                adv.append(a if not (dual and t == dual) else -abs(a))
+    inputs = {"logp": lp, "old_logp": old, "advantages": adv}
+    return _clip_case(group, inputs, {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
+                      "ratios within a few ulps of the band's edges" + (" and of the dual-clip bound" if dual else "")
+                      + (" (float32 inputs)" if dtype else ""), seed, "fixed", result="acceptable")
+
+
+def _band(kwargs):
+    lo = 1 - mpmath.mpf(kwargs["eps_low"])
+    hi = 1 + mpmath.mpf(kwargs["eps_low"] if kwargs["eps_high"] is None else kwargs["eps_high"])
+    return lo, hi, kwargs["dual_clip"]
+
+
+def _branch(rho, a, lo, hi, dual):
+    """(unclipped branch active?, |value|) of the clipped surrogate at one token."""
+    unclipped, clipped = rho * a, min(max(rho, lo), hi) * a
+    if dual is not None and a < 0 and dual * a > min(unclipped, clipped):
+        return False, abs(dual * a)
+    return unclipped <= clipped, abs(min(unclipped, clipped))
+
+
+def _clip_scale(kwargs, outputs, grads):
+    """ρ = exp(logp − old_logp) inherits the absolute error u·(|logp| + |old_logp|) of the
+    difference, so ρA carries |ρA|·(1 + |logp| + |old_logp|); a clipped value only its rounding."""
+    lo, hi, dual = _band(kwargs)
+    value, grad = mpmath.mpf(0), mpmath.mpf(0)
+    for a, b, c, g in zip(kwargs["logp"], kwargs["old_logp"], kwargs["advantages"], grads["logp"]):
+        a, b, c = mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(c)
+        size = 1 + abs(a) + abs(b)
+        active, magnitude = _branch(mpmath.exp(a - b), c, lo, hi, dual)
+        value = max(value, magnitude * size if active else magnitude)
+        grad = max(grad, abs(g) * size)
+    return {"objective": value, "grad:logp": grad}
+
+
+# ============================================================================ aggregate
+
+def _agg_case(group, values, mask, flags, comment, seed, recipe, norm_length=None, result="valid", low=False):
+    return Case(AGG, {"values": values, "mask": mask}, params={"norm_length": norm_length},
+                conventions={"mode": AGG_GROUPS[group]}, group=group, flags=flags, comment=comment,
+                result=result, low_precision=low, provenance=generated(seed, recipe))
+
+
+def _with_empty_rows(mask, rows):
+    mask = [list(m) for m in mask]
+    for i in rows:
+        mask[i] = [0] * len(mask[i])
+    return mask
+
+
+def _agg_cases() -> list[Case]:
+    out = []
+    lengths = [1, 2, 5, 8, 16, 32, 64, 100]
+    for gi, group in enumerate(AGG_GROUPS):
+        norm = group == "seq-mean-token-sum-norm"
+        empty_result = "acceptable" if group in COUNTS_EMPTY_ROWS else "valid"
+        empty_flag = "FullyMaskedRowSeqMean" if group in COUNTS_EMPTY_ROWS else "FullyMaskedRow"
+        for i in range(16):
+            seed = 9000 + 100 * gi + i
+            r = S.rng(seed)
+            b = int(r.integers(1, 17))
+            t = int(lengths[(i + gi) % len(lengths)])
+            if i == 15:
+                b, t = (16, 256) if gi < 2 else (8, 128)
+            dtype = _dtype_of(i)
+            values = _round(r.normal(0, 1, (b, t)).tolist(), dtype)
+            mask = S.mask(r, b, t)
+            norm_length = (None if i % 3 == 0 else float(r.choice([256, 1024, 4096]))) if norm else None
+            flags = ("Random",) + (("Large",) if i == 15 and gi < 2 else ())
+            out.append(_agg_case(group, values, mask, flags, f"random B={b}, T={t}" + (", float32" if dtype else "")
+                                 + (f", L={norm_length:g}" if norm_length else ""), seed, "normal values, ragged mask",
+                                 norm_length))
+        for k in range(2):
+            seed = 9500 + 10 * gi + k
+            r = S.rng(seed)
+            b, t = 6, 12
+            values = _round(r.normal(0, 1, (b, t)).tolist(), "float32" if k == 0 else None)
+            mask = _with_empty_rows(S.mask(r, b, t), [1, 4] if k == 0 else [0])
+            out.append(_agg_case(group, values, mask, (empty_flag,), "rows without tokens among ragged rows",
+                                 seed, "normal values, ragged mask, emptied rows", 512.0 if norm and k else None,
+                                 result=empty_result))
+        for k, dtype in enumerate(("bfloat16", "float16")):
+            seed = 9600 + 10 * gi + k
+            r = S.rng(seed)
+            values = S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype)
+            out.append(_agg_case(group, values, S.mask(r, 4, 16), ("LowPrecision",), f"values exact in {dtype}",
+                                 seed, f"normal values rounded to {dtype}", low=True))
+        r = S.rng(9700 + gi)
+        values = r.normal(0, 1, (3, 8)).tolist()
+        mask = S.mask(r, 3, 8, min_len=2)
+        for i, row in enumerate(mask):
+            for j, m in enumerate(row):
+                if not m:
+                    values[i][j] = 1e30 if (i + j) % 2 else -1e30
+        out.append(_agg_case(group, values, mask, ("MaskedValues",), "±1e30 at every masked position",
+                             9700 + gi, "normal values; padding filled with ±1e30"))
+        out.append(_agg_case(group, [[0.0, 0.0, 0.0], [0.0, 2.5, 0.0]], [[0, 0, 0], [0, 1, 0]],
+                             (empty_flag,), "a single token in the whole batch", 0, "fixed",
+                             result=empty_result))
+        out.append(_agg_case(group, [[1.5, -0.25, 3.0, 0.125]], [[1, 1, 1, 1]], ("Random",),
+                             "one full row (no padding)", 0, "fixed"))
+    ok = [[1.0, 2.0], [3.0, 4.0]]
+    bad = [
+        ({"values": ok, "mask": [[0, 0], [0, 0]]}, {}, {}, "mask selects no token"),
+        ({"values": ok, "mask": [[1, 2], [1, 0]]}, {}, {}, "mask value 2"),
+        ({"values": ok, "mask": [[1, 0.5], [1, 0]]}, {}, {}, "mask value 0.5"),
+        ({"values": ok, "mask": [[1, 1, 0], [1, 0, 0]]}, {}, {}, "mask shape differs"),
+        ({"values": [[1.0, math.nan], [3.0, 4.0]], "mask": [[1, 1], [1, 1]]}, {}, {}, "NaN value"),
+        ({"values": [[1.0, math.inf], [3.0, 4.0]], "mask": [[1, 0], [1, 1]]}, {}, {}, "+inf value (masked)"),
+        ({"values": [1.0, 2.0], "mask": [1, 1]}, {}, {}, "rank-1 values"),
+        ({"values": ok, "mask": [[1, 1], [1, 0]]}, {}, {"mode": "sum"}, "unknown mode"),
+        ({"values": ok, "mask": [[1, 1], [1, 0]]}, {"norm_length": 0.0}, {"mode": "seq-mean-token-sum-norm"},
+         "norm_length = 0"),
+        ({"values": ok, "mask": [[1, 1], [1, 0]]}, {"norm_length": -4.0}, {"mode": "seq-mean-token-sum-norm"},
+         "negative norm_length"),
+    ]
+    for inputs, params, conv, why in bad:
+        out.append(Case(AGG, inputs, params={"norm_length": None, **params}, conventions=conv, group="invalid",
+                        result="invalid", flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed")))
+    return out
+
+
+def _weights(mask, mode, norm_length):
+    """|∂ aggregate / ∂ v_t| (the aggregate is linear in the values); rows without tokens weigh 0."""
+    lengths = [sum(row) for row in mask]
+    rows = sum(1 for n in lengths if n > 0)
+    total = sum(lengths)
+    norm = mpmath.mpf(norm_length if norm_length is not None else len(mask[0]))
+    out = []
+    for row, n in zip(mask, lengths):
+        if mode == "token-mean":
+            w = mpmath.mpf(1) / total
+        elif mode == "seq-mean-token-mean":
+            w = mpmath.mpf(1) / (n * rows) if n else 0
+        elif mode == "seq-mean-token-sum":
+            w = mpmath.mpf(1) / rows
+        else:
+            w = 1 / (rows * norm)
+        out.append([w * m for m in row])
+    return out
+
+
+def _agg_scale(kwargs, outputs, grads):
+    """Σ|w_t·v_t|: the size of the terms of the masked sum."""
+    w = _weights(kwargs["mask"], kwargs["mode"], kwargs["norm_length"])
+    terms = [wt * abs(mpmath.mpf(v)) for wr, vr in zip(w, kwargs["values"]) for wt, v in zip(wr, vr) if wt]
+    return {"value": mpmath.fsum(terms)}
+
+
+# ============================================================================ loss
+
+def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False):
+    conv = LOSS_GROUPS[group]
+    full = {"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None, **params}
+    return Case(LOSS, inputs, params=full, conventions=conv, group=group, flags=flags, comment=comment,
+                result=result, low_precision=low, provenance=generated(seed, recipe))
+
+
+def _kl_value(x: float, kind: str) -> float:
+    return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x}[kind]
+
+
+def _loss_away(lp, old, ref, params, conv, dtype):
+    """Nudge tokens off every kink: clip band, dual clip, and the KL clamp."""
+    bounds = _bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])
+    lp = [list(row) for row in lp]
+    for i, row in enumerate(lp):
+        for j in range(len(row)):
+            step = 0
+            while True:
+                near = _near_kink(math.exp(row[j] - old[i][j]), bounds)
+                if conv["kl_clamp"]:
+                    k = abs(_kl_value(ref[i][j] - row[j], conv["kl_kind"]))
+                    near = near or abs(k / conv["kl_clamp"] - 1) < NEAR
+                if not near:
+                    break
+                step += 1
+                row[j] = _round([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
+    return lp
+
+
+def _random_loss(group, gi, i, big=False) -> Case:
+    conv = LOSS_GROUPS[group]
+    seed = 9900 + 100 * gi + i
+    r = S.rng(seed)
+    b = int(r.integers(1, 17)) if not big else 16
+    t = int(r.choice([1, 3, 8, 16, 24, 32, 48, 64])) if not big else 256
+    dtype = _dtype_of(i)
+    eps_low, eps_high = CLIP_PARAMS[(i + gi) % len(CLIP_PARAMS)]
+    trl = group.startswith("trl")
+    beta = float(r.choice([0.04, 0.001, 0.1] + ([0.0] if trl else [])))
+    params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
+    if conv["aggregation"] == "seq-mean-token-sum-norm":
+        params["norm_length"] = None if i % 2 else float(r.choice([256, 1024]))
+    s_old = float(r.choice([0.02, 0.1, 0.3] + ([0.8] if conv["dual_clip"] else [])))
+    s_ref = float(r.choice([0.05, 0.3, 1.0]))
+    lp = _round(S.logprobs(r, (b, t)), dtype)
+    old = _round(S.logprobs_near(r, lp, s_old), dtype)
+    ref = _round(S.logprobs_near(r, lp, s_ref), dtype)
+    adv = _round(r.normal(0, 1, b).tolist(), dtype)
+    mask = S.mask(r, b, t)
+    lp = _loss_away(lp, old, ref, params, conv, dtype)
+    flags = ("Random",) + (("Large",) if big else ()) + (("BetaZero",) if beta == 0 else ())
+    comment = (f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
+               + (f", L={params['norm_length']:g}" if params.get("norm_length") else "")
+               + (", float32" if dtype else ""))
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
+
+
+def _loss_cases() -> list[Case]:
+    out = []
+    large = {"paper", "trl-1.16", "verl-0.9.1"}
+    for gi, group in enumerate(LOSS_GROUPS):
+        conv = LOSS_GROUPS[group]
+        seq_mean = conv["aggregation"] != "token-mean"
+        for i in range(5):
+            out.append(_random_loss(group, gi, i))
+        if group in large:
+            out.append(_random_loss(group, gi, 50, big=True))
+        # Low precision, alternating bfloat16 / float16 across groups.
+        dtype = ("bfloat16", "float16")[gi % 2]
+        seed = 9950 + gi
+        r = S.rng(seed)
+        lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
+        old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
+        ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
+        adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
+        lp = _loss_away(lp, old, ref, {}, conv, dtype)
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
+                                      "mask": S.mask(r, 4, 8)}, {}, ("LowPrecision",), f"inputs exact in {dtype}",
+                              seed, f"logprobs rounded to {dtype}", low=True))
+        # KL ≈ 0: A = 0, ρ = 1, |log r| ≤ 1e−6.
+        lp = [[-2.0, -0.5, -3.0, -1.25], [-0.75, -4.0, -1.0, -6.0]]
+        offs = [[1e-8, -3e-7, 1e-6, -2e-9], [5e-7, -1e-6, 7e-8, 0.0]]
+        ref = [[a + d for a, d in zip(ra, rd)] for ra, rd in zip(lp, offs)]
+        out.append(_loss_case(group, {"logp": lp, "old_logp": lp, "ref_logp": ref, "advantages": [0.0, 0.0],
+                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("KLCancellation",),
+                              "A = 0, ρ = 1, |log r| between 0 and 1e−6", 0, "fixed"))
+        # Rows without tokens.
+        seed = 9970 + gi
+        r = S.rng(seed)
+        lp = S.logprobs(r, (5, 6))
+        old = S.logprobs_near(r, lp, 0.1)
+        ref = S.logprobs_near(r, lp, 0.3)
+        lp = _loss_away(lp, old, ref, {}, conv, None)
+        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
+        empty_acceptable = seq_mean and group in COUNTS_EMPTY_ROWS
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
+                                      "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, {},
+                              ("FullyMaskedRowSeqMean",) if empty_acceptable else ("FullyMaskedRow",),
+                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                              result="acceptable" if empty_acceptable else "valid"))
+    # Extreme ratios (log ρ = ±50) with modest KL, under the paper, TRL (ρ-weighted KL) and verl (dual clip).
+    for group in ("paper", "trl-1.16", "verl-0.9.1", "openrlhf-0.11.2"):
+        lp = [[0.0, -50.0, -1e-3, -690.0], [-50.0, 0.0, -640.0, -2.0]]
+        old = [[-50.0, 0.0, -50.001, -640.0], [0.0, -50.0, -690.0, -2.5]]
+        ref = [[-0.5, -50.25, -0.5, -690.125], [-50.5, -0.125, -640.5, -2.25]]
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
+                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
+                              "ratios e^±50 with A = ±1; probabilities ~1e−300", 0, "fixed"))
+    # Ratios at the band's edges (and at the dual-clip bound for verl): implementation-defined gradient.
+    for group in ("paper", "verl-0.9.1", "trl-1.16"):
+        dual = LOSS_GROUPS[group]["dual_clip"]
+        targets = [0.8, 1.2] + ([dual] if dual else [])
+        base = -1.5
+        lp = [[_ulp_steps(base + math.log(tgt), k) for k in (-2, 0, 2)] for tgt in targets]
+        old = [[base] * 3 for _ in targets]
+        ref = [[base - 0.25] * 3 for _ in targets]
+        adv = [1.0 if tgt == 1.2 else -1.0 for tgt in targets]
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
+                                      "mask": [[1, 1, 1]] * len(targets)}, {}, ("BoundaryUlps",),
+                              "ratios within 2 ulps of 1 ± ε" + (" and of c" if dual else ""), 0, "fixed",
+                              result="acceptable"))
+    # Dual clip active (verl): A < 0, ρ > 3.
+    for group in ("verl-0.9.1", "verl-0.9.1-seq-mean-token-mean"):
+        lp = [[-0.1, -0.2, -0.05, -0.3], [-1.0, -0.4, -0.7, -0.9]]
+        ratios = [[3.5, 10.0, math.exp(5.0), 2.5], [2.9, 1.1, 0.5, 4.0]]
+        old = [[a - math.log(q) for a, q in zip(ra, rq)] for ra, rq in zip(lp, ratios)]
+        ref = [[a - 0.1 for a in row] for row in lp]
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [-1.0, -0.5],
+                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("DualClipActive",),
+                              "A < 0 with ρ = 3.5, 10, e^5, 4 (dual clip active) and ρ ≤ 2.9", 0, "fixed"))
+    # KL clamp active (verl, OpenRLHF): |KL| > 10 where log r = ±15 (k3: e^15 − 16; e^−15 + 14).
+    for group in ("verl-0.9.1", "openrlhf-0.11.2", "openrlhf-0.11.2-k2"):
+        lp = [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]]
+        old = [[-20.1, -1.05, -1.9], [-0.45, -17.2, -3.1]]
+        ref = [[-5.0, -16.0, -2.5], [-0.25, -2.0, -3.5]]
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.5, -1.0],
+                                      "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
+                              "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
+    # β = 0 (TRL's default): a huge KL estimate does not enter.
+    out.append(_loss_case("trl-1.16", {"logp": [[-40.0, -1.0], [-0.5, -2.0]], "old_logp": [[-40.1, -1.1], [-0.6, -1.9]],
+                                       "ref_logp": [[-1.0, -38.0], [-0.5, -2.5]], "advantages": [1.0, -0.5],
+                                       "mask": [[1, 1], [1, 1]]}, {"beta": 0.0}, ("BetaZero",),
+                          "β = 0 with |log r| = 37 and 39", 0, "fixed"))
+    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
+          "mask": [[1, 1]]}
+    bad = [
+        ({**ok, "advantages": [1.0, -1.0]}, {}, {}, "advantages do not match the batch"),
+        ({**ok, "advantages": [[1.0]]}, {}, {}, "per-token advantages [B,1] instead of [B]"),
+        ({**ok, "ref_logp": [[-1.2]]}, {}, {}, "ref_logp shape differs"),
+        ({**ok, "mask": [[0, 0]]}, {}, {}, "mask selects no token"),
+        ({**ok, "mask": [[1, 3]]}, {}, {}, "mask value 3"),
+        ({**ok, "logp": [[math.nan, -2.0]]}, {}, {}, "NaN log-probability"),
+        ({**ok, "ref_logp": [[-math.inf, -1.9]]}, {}, {}, "−inf reference log-probability"),
+        ({"logp": [-1.0, -2.0], "old_logp": [-1.1, -2.1], "ref_logp": [-1.2, -1.9], "advantages": [1.0],
+          "mask": [1, 1]}, {}, {}, "rank-1 log-probabilities"),
+        (ok, {"beta": -0.04}, {}, "negative β"),
+        (ok, {"eps_low": 1.5}, {}, "eps_low outside [0, 1)"),
+        (ok, {"eps_high": -0.1}, {}, "negative eps_high"),
+        (ok, {}, {"dual_clip": 0.9}, "dual_clip ≤ 1"),
+        (ok, {}, {"kl_kind": "k4"}, "unknown KL estimator"),
+        (ok, {}, {"kl_clamp": 0.0}, "kl_clamp = 0"),
+        (ok, {}, {"kl_ratio_weight": 1}, "kl_ratio_weight not a boolean"),
+        (ok, {}, {"aggregation": "sum"}, "unknown aggregation"),
+        (ok, {"norm_length": 0.0}, {"aggregation": "seq-mean-token-sum-norm"}, "norm_length = 0"),
+    ]
+    for inputs, params, conv, why in bad:
+        out.append(Case(LOSS, inputs, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None,
+                                              **params},
+                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
+
+
+def _loss_scale(kwargs, outputs, grads):
+    """Σ_t w_t·T_t for the value and max_t w_t·T_t for the gradient, where T_t is the size of the
+    terms of ℓ_t that rounding touches: |ρA|·(1 + |logp| + |old|) on the unclipped branch, and
+    β·(size of the KL estimate's terms), times ρ·(1 + |logp| + |old|) when ρ weighs the KL."""
+    w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
+    beta = mpmath.mpf(kwargs["beta"])
+    kind, clamp = kwargs["kl_kind"], kwargs["kl_clamp"]
+    lo, hi, dual = _band(kwargs)
+    value_terms, grad_terms = [], [mpmath.mpf(0)]
+    for i, row in enumerate(w):
+        a = mpmath.mpf(kwargs["advantages"][i])
+        for j, wt in enumerate(row):
+            if not wt:
+                continue
+            lp, old, ref = (mpmath.mpf(kwargs[n][i][j]) for n in ("logp", "old_logp", "ref_logp"))
+            rho = mpmath.exp(lp - old)
+            size_ratio = 1 + abs(lp) + abs(old)
+            active, magnitude = _branch(rho, a, lo, hi, dual)
+            surrogate = magnitude * size_ratio if active else magnitude
+            x = ref - lp
+            size_ref = 1 + abs(lp) + abs(ref)
+            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
+            if clamp is not None and abs(k) >= clamp:
+                kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
+            elif kind == "k3":
+                kl_terms = mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref
+                dkl_terms = (mpmath.exp(x) + 1) * size_ref
+            elif kind == "k2":
+                kl_terms = abs(x) * size_ref + x * x / 2
+                dkl_terms = size_ref
+            else:
+                kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
+            weight = rho * size_ratio if kwargs["kl_ratio_weight"] else 1
+            penalty = beta * weight * kl_terms
+            value_terms.append(wt * (surrogate + penalty))
+            grad_terms.append(wt * (surrogate + penalty + beta * weight * dkl_terms))
+    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms)}
+
+
+# ============================================================================ all
+
+def cases() -> list[Case]:
+    return _adv_cases() + _clip_cases() + _agg_cases() + _loss_cases()
+
+
+SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale}
