@@ -5,9 +5,11 @@ Every function here takes the namespace ``xp`` explicitly (found with
 array-API library: nothing calls NumPy on an input. Input checks raise the same
 ``refimpl.validate.InputError`` messages as the exact reference (``refimpl/exact/mp.py``).
 
-The numerical kernels are the stable forms the objectives need: log-sum-exp with the
-maximum shifted out *before* dividing by the temperature, log σ without overflow,
-e^x − 1 − x without cancellation, and a KL divergence summed from non-negative terms.
+The numerical kernels are the stable forms the objectives need: a row maximum safe for
+all-(−inf) rows, log σ and σ without overflow, log-add-exp, e^x − 1 − x without
+cancellation, and a KL divergence summed from non-negative terms. (The tempered
+log-softmax, with the maximum shifted out before dividing by T and log1p of the sum
+without the top token, lives in ``distill._Dist``, its only user.)
 """
 from __future__ import annotations
 
@@ -24,17 +26,52 @@ def _is_array(x) -> bool:
     return array_api_compat.is_array_api_obj(x)
 
 
+class _OnDevice:
+    """The array namespace with array creation (asarray, zeros, ones, full, arange)
+    defaulting to the inputs' device, so that arrays made here (cotangents given as lists,
+    zero padding, index ranges) live beside the inputs (CuPy's current device, a torch
+    CUDA tensor's device). Everything else is the namespace itself."""
+
+    def __init__(self, xp, device):
+        self._xp, self._device = xp, device
+
+    def __getattr__(self, name):
+        return getattr(self._xp, name)
+
+    def _on(self, kw):
+        if self._device is not None:
+            kw.setdefault("device", self._device)
+        return kw
+
+    def asarray(self, obj, **kw):
+        return self._xp.asarray(obj, **self._on(kw))
+
+    def zeros(self, shape, **kw):
+        return self._xp.zeros(shape, **self._on(kw))
+
+    def ones(self, shape, **kw):
+        return self._xp.ones(shape, **self._on(kw))
+
+    def full(self, shape, fill_value, **kw):
+        return self._xp.full(shape, fill_value, **self._on(kw))
+
+    def arange(self, *args, **kw):
+        return self._xp.arange(*args, **self._on(kw))
+
+
 def namespace(*values):
     """The array namespace of the array-valued arguments (NumPy's, through
-    array-api-compat, when every argument is a list or a Python number)."""
+    array-api-compat, when every argument is a list or a Python number), creating new
+    arrays on the device of the first array argument."""
     arrays = [v for v in values if _is_array(v)]
     if not arrays:
         import array_api_compat.numpy as default_xp  # lists and numbers: NumPy
-        return default_xp
+        return _OnDevice(default_xp, None)
     try:
-        return array_api_compat.array_namespace(*arrays)
+        xp = array_api_compat.array_namespace(*arrays)
     except TypeError as exc:  # arrays from two different libraries
         validate.fail("inputs", f"arrays from different array libraries ({exc})")
+    return _OnDevice(xp, array_api_compat.device(arrays[0]))
 
 
 def _dtype_name(xp, dtype) -> str:
@@ -70,6 +107,30 @@ def _first_bad(xp, name: str, a, bad) -> None:
     validate.fail(name, f"contains {'+' if v > 0 else '-'}inf")
 
 
+def _leaves(x):
+    """The elements of nested lists/tuples in C order (``x`` itself if it is not one)."""
+    if isinstance(x, (list, tuple)):
+        for e in x:
+            yield from _leaves(e)
+    else:
+        yield x
+
+
+def _as_floats(name: str, x):
+    """Nested lists with numeric strings (which the exact reference accepts, as mpmath
+    does) turned into floats; the first non-number is reported as ``mp.array`` does."""
+    if isinstance(x, (list, tuple)):
+        return [_as_floats(name, e) for e in x]
+    if isinstance(x, str):
+        try:
+            return float(x)
+        except ValueError:
+            validate.fail(name, f"not a number: {x!r}")
+    if x is None or not isinstance(x, (int, float)) and not hasattr(x, "__float__"):
+        validate.fail(name, f"not a number: {x!r}")
+    return x
+
+
 def _raw(xp, name: str, x):
     if _is_array(x):
         return x
@@ -77,6 +138,13 @@ def _raw(xp, name: str, x):
         a = xp.asarray(x)
     except (ValueError, TypeError):
         validate.fail(name, "ragged nested lists (rows of different lengths)")
+    if not xp.isdtype(a.dtype, ("real floating", "integral", "bool")):
+        try:
+            a = xp.asarray(_as_floats(name, x))
+        except validate.InputError:
+            raise
+        except (ValueError, TypeError):
+            validate.fail(name, "ragged nested lists (rows of different lengths)")
     return a
 
 
@@ -97,15 +165,26 @@ def array(xp, name: str, x, dtype, *, allow_neg_inf: bool = False):
 
 
 def int_array(xp, name: str, x):
-    """An int64 array; integral floats are accepted, booleans and fractions are not."""
+    """An int64 array; integral floats are accepted, booleans and fractions are not
+    (``mp.int_array`` and distill's label check)."""
+    if not _is_array(x):
+        for e in _leaves(x):
+            if isinstance(e, bool) or type(e).__name__ in ("bool", "bool_"):
+                validate.fail(name, f"expected integers, got {e!r}")
+            try:
+                integral = float(e).is_integer()
+            except (TypeError, ValueError, OverflowError):
+                validate.fail(name, f"expected integers, got {x!r}")
+            if not integral:
+                validate.fail(name, f"expected integers, got {e!r}")
     a = _raw(xp, name, x)
     if xp.isdtype(a.dtype, "bool"):
-        if a.ndim == 0 or a.size:
+        if a.ndim == 0 or size(a):
             validate.fail(name, f"expected integers, got {bool(xp.reshape(a, (-1,))[0])!r}")
     if xp.isdtype(a.dtype, "integral"):
         return xp.astype(a, xp.int64)
     if not xp.isdtype(a.dtype, "real floating"):
-        validate.fail(name, f"expected integers (dtype {a.dtype})")
+        validate.fail(name, f"expected integers, got {x!r}")
     bad = ~xp.isfinite(a)
     bad = bad | (xp.where(bad, 0.0, a) != xp.floor(xp.where(bad, 0.0, a)))
     if bool(xp.any(bad)):
@@ -117,7 +196,7 @@ def int_array(xp, name: str, x):
 def mask(xp, name: str, x, shape: tuple, dtype):
     """A 0/1 mask of the given shape as a float array (``mp.mask``)."""
     m = array(xp, name, x, dtype)
-    validate.same_shape(**{name: tuple(m.shape), "inputs": shape})
+    validate.same_shape(**{"inputs": shape, name: tuple(m.shape)})  # the message names the mask
     if bool(xp.any((m != 0) & (m != 1))):
         validate.fail(name, "must contain only 0 and 1")
     return m
@@ -132,7 +211,7 @@ def cotangents(xp, ct, dtype, outputs: tuple, like_name: str, like_shape: tuple)
     for name in outputs:
         if name in ct:
             c = array(xp, "cotangent", ct[name], dtype)
-            validate.same_shape(**{f"cotangent[{name!r}]": tuple(c.shape), like_name: tuple(like_shape)})
+            validate.same_shape(**{like_name: tuple(like_shape), f"cotangent[{name!r}]": tuple(c.shape)})
             out[name] = c
         else:
             out[name] = xp.zeros(like_shape, dtype=dtype)
@@ -146,11 +225,15 @@ def shape(a) -> tuple:
     return tuple(a.shape)
 
 
+def size(a) -> int:
+    """Number of elements (``.size`` is a method on torch tensors, an attribute elsewhere)."""
+    n = 1
+    for d in a.shape:
+        n *= int(d)
+    return n
+
+
 # --------------------------------------------------------------------------- kernels
-
-def zeros_like(xp, a):
-    return xp.zeros(a.shape, dtype=a.dtype)
-
 
 def masked(xp, cond, a):
     """``a`` where ``cond`` else 0 — a select, not a product, so an inf or NaN in an
@@ -165,26 +248,6 @@ def row_max(xp, z, axis: int = -1):
     return xp.where(m == -xp.inf, xp.zeros_like(m), m)
 
 
-def logsumexp(xp, a, axis: int = -1, keepdims: bool = False):
-    """log Σ exp(a) with the maximum shifted out; −inf entries contribute nothing."""
-    m = row_max(xp, a, axis)
-    out = xp.log(xp.sum(xp.exp(a - m), axis=axis, keepdims=True)) + m
-    return out if keepdims else xp.squeeze(out, axis=axis)
-
-
-def log_softmax(xp, z, temperature: float = 1.0, axis: int = -1):
-    """log softmax(z / T) on ``axis``.
-
-    The row maximum is subtracted *before* the division: z − max is exact or nearly so
-    (Sterbenz), whereas z/T at T = 1e-3 and z = 1e4 would carry an absolute rounding
-    error of ~1e7·u into every exponent."""
-    shifted = z - row_max(xp, z, axis)
-    if temperature != 1.0:
-        shifted = shifted / temperature
-    # −inf − finite stays −inf: an impossible token keeps log-probability −inf.
-    return shifted - logsumexp(xp, shifted, axis=axis, keepdims=True)
-
-
 def logsigmoid(xp, x):
     """log σ(x) = min(x, 0) − log1p(e^{−|x|}); the exponent is ≤ 0, nothing overflows."""
     return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
@@ -197,25 +260,29 @@ def sigmoid(xp, x):
     return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-# Taylor coefficients 1/(k+2)! of (e^x − 1 − x)/x², enough for |x| ≤ 1/2 in binary64.
+# Taylor coefficients 1/(k+2)! of (e^x − 1 − x)/x². For |x| ≤ 1/2 the first omitted term
+# is below the dtype's rounding unit relative to the sum (≥ 0.39): k ≤ 14 for binary64
+# (0.5^15/17! ≈ 8.6e-20), k ≤ 8 for binary32 (0.5^9/11! ≈ 4.9e-11 ≪ 6e-8).
 _EXPM1MX_COEFFS = []
 _f = 2.0
-for _k in range(16):
+for _k in range(15):
     _EXPM1MX_COEFFS.append(1.0 / _f)
     _f *= _k + 3
 del _f, _k
+_EXPM1MX_TERMS = {"float64": 15, "float32": 9}
 
 _SERIES_RADIUS = 0.5
 
 
 def expm1mx(xp, x):
     """e^x − 1 − x without the cancellation of ``expm1(x) − x`` near 0 (where the result
-    is ~x²/2 but each operand is ~x): a Taylor series for |x| ≤ 1/2 (last term below
-    1e-17 relative), ``expm1(x) − x`` outside (at most two bits lost there)."""
+    is ~x²/2 but each operand is ~x): a Taylor series for |x| ≤ 1/2, ``expm1(x) − x``
+    outside (at most two bits lost there)."""
     small = xp.abs(x) <= _SERIES_RADIUS
     xs = xp.where(small, x, xp.zeros_like(x))
-    poly = xp.zeros_like(x) + _EXPM1MX_COEFFS[-1]
-    for c in reversed(_EXPM1MX_COEFFS[:-1]):
+    coeffs = _EXPM1MX_COEFFS[:_EXPM1MX_TERMS["float32" if x.dtype == xp.float32 else "float64"]]
+    poly = xp.zeros_like(x) + coeffs[-1]
+    for c in reversed(coeffs[:-1]):
         poly = poly * xs + c
     series = xs * xs * poly
     return xp.where(small, series, xp.expm1(x) - x)

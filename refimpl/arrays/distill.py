@@ -36,25 +36,54 @@ class _Dist:
     def __init__(self, xp, z, T: float):
         self.z = z
         self.support = z > -xp.inf
-        self.dz = z - _xp.row_max(xp, z)  # exactly 0 at the top, −inf for impossible tokens
+        self.max = _xp.row_max(xp, z)
+        self.dz = z - self.max  # exactly 0 at the top, −inf for impossible tokens
         shifted = self.dz / T if T != 1.0 else self.dz
-        e = xp.exp(shifted)
+        self.e = xp.exp(shifted)
         top = xp.argmax(z, axis=-1, keepdims=True)
-        is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
-        self.is_top = is_top
-        # log Σ e^{shifted} = log1p(Σ_{j≠top} …): exact when that sum is below u.
-        self.l1 = xp.log1p(xp.sum(_xp.masked(xp, ~is_top, e), axis=-1, keepdims=True))
+        self.is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
+        # log Σ e^{shifted} = log1p(S), S = Σ_{j≠top} e^{shifted_j}: exact when S is below u.
+        self.s = xp.sum(_xp.masked(xp, ~self.is_top, self.e), axis=-1, keepdims=True)
+        self.l1 = xp.log1p(self.s)
         self.logp = shifted - self.l1
         self.p = xp.exp(self.logp)
 
 
 def _log_ratio(xp, q: _Dist, p: _Dist, T: float):
-    """r = log q − log p where both tokens are possible (0 elsewhere): the logit differences
-    are grouped first, so r keeps its relative accuracy when q ≈ p with large logits."""
+    """r = log q − log p where both tokens are possible (0 elsewhere), accurate to a few ulps
+    *of r* when q ≈ p (where the KL is ~r²/2 and an absolute error of u in r would be a
+    relative error u/r in the KL).
+
+    Anchored at the student's top token a: r_j = w_j − D with
+    w_j = ((z_j − t_j) − (z_a − t_a))/T (differences of nearby numbers when q ≈ p, exact
+    by Sterbenz) and D = log(Z_q/Z_p) for the partition sums taken relative to z_a and t_a.
+    D = log1p(X), X = Σ_both p_j·expm1(w_j) + Σ_{p_j=0} q_j·e^{D₀} − Σ_{q_j=0} p_j, comes
+    out of small differences too; D₀ = log1p S_q − log1p S_p − (max t − t_a)/T is the
+    plain estimate, used instead when |D₀| > 1 (X near −1 would lose the digits there) or
+    t_a = −inf, with r grouped as ((z_j − t_j) − (max z − max t))/T − (log1p S_q − log1p S_p)
+    so that no two large numbers cancel."""
+    zero = xp.zeros_like(q.dz)
     both = q.support & p.support
-    d = xp.where(both, q.dz, xp.zeros_like(q.dz)) - xp.where(both, p.dz, xp.zeros_like(p.dz))
-    r = (d / T if T != 1.0 else d) - (q.l1 - p.l1)
-    return _xp.masked(xp, both, r)
+    zt = xp.where(both, q.z, zero) - xp.where(both, p.z, zero)
+    t_a = xp.sum(xp.where(q.is_top, xp.where(p.support, p.z, zero), zero), axis=-1, keepdims=True)
+    anchored = xp.any(q.is_top & p.support, axis=-1, keepdims=True)
+    t_a = xp.where(anchored, t_a, p.max)
+    rel_max = (p.max - t_a) / T if T != 1.0 else p.max - t_a
+    d0 = (q.l1 - p.l1) - rel_max
+    refine = anchored & (xp.abs(d0) <= 1.0)
+
+    wa = zt - (q.max - t_a)
+    wa = _xp.masked(xp, both, wa / T if T != 1.0 else wa)
+    near = xp.abs(wa) <= 1.0
+    e_d0 = xp.exp(xp.where(refine, d0, xp.zeros_like(d0)))
+    term = xp.where(both, xp.where(near, p.p * xp.expm1(xp.where(near, wa, zero)), q.p * e_d0 - p.p),
+                    xp.where(q.support, q.p * e_d0, -p.p))
+    x = _xp.masked(xp, refine, xp.sum(term, axis=-1, keepdims=True))
+    r_refined = wa - xp.log1p(x)
+
+    wm = zt - (q.max - p.max)
+    r_plain = (wm / T if T != 1.0 else wm) - (q.l1 - p.l1)
+    return _xp.masked(xp, both, xp.where(refine, r_refined, r_plain))
 
 
 def _centred(xp, q: _Dist, g):
@@ -70,9 +99,12 @@ def _centred(xp, q: _Dist, g):
 
 
 def _q_minus_p(xp, q: _Dist, p: _Dist, r):
-    """q − p without cancellation: p·expm1(r) where both are possible."""
+    """q − p without cancellation: p·expm1(r) where both are possible and r ≤ 1 (beyond,
+    q > e·p, the plain difference loses nothing and e^r may overflow)."""
     both = q.support & p.support
-    return xp.where(both, p.p * xp.expm1(r), xp.where(q.support, q.p, -p.p))
+    near = both & (r <= 1.0)
+    close = p.p * xp.expm1(xp.where(near, r, xp.zeros_like(r)))
+    return xp.where(near, close, xp.where(q.support, q.p, xp.zeros_like(q.p)) - xp.where(p.support, p.p, xp.zeros_like(p.p)))
 
 
 # ---------------------------------------------------------------------------------------------

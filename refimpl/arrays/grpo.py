@@ -58,7 +58,7 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     validate.rank("rewards", _xp.shape(r), 2)
     validate.nonempty("rewards", _xp.shape(r))
     validate.choice("scale", scale, SCALES)
-    if isinstance(std_ddof, bool) or std_ddof not in (0, 1):
+    if type(std_ddof).__name__ in ("bool", "bool_") or std_ddof not in (0, 1):
         validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
     e = validate.in_range("eps", eps, 0, 1, hi_open=True)
     validate.choice("degenerate", degenerate, DEGENERATE)
@@ -70,9 +70,9 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
         degen = _constant(xp, r, axis=1) | (g == 1)
         divisor = _std(xp, centred, 1, g, ddof) + e
     elif scale == "batch":
-        batch_degen = r.size == 1 or bool(_constant(xp, r))
+        batch_degen = _xp.size(r) == 1 or bool(_constant(xp, r))
         degen = xp.zeros((n_groups,), dtype=xp.bool) | batch_degen
-        divisor = xp.zeros((n_groups,), dtype=dt) + _std(xp, _centred(xp, r, axis=None), None, r.size, ddof) + e
+        divisor = xp.zeros((n_groups,), dtype=dt) + _std(xp, _centred(xp, r, axis=None), None, _xp.size(r), ddof) + e
     else:
         degen = xp.zeros((n_groups,), dtype=xp.bool)
         divisor = xp.ones((n_groups,), dtype=dt)
@@ -153,7 +153,7 @@ def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
     xp, dt, lp, old, adv = _clip_inputs(logp, old_logp, advantages)
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
     ct = _xp.array(xp, "cotangent", cotangent, dt)
-    validate.same_shape(cotangent=_xp.shape(ct), logp=_xp.shape(lp))
+    validate.same_shape(logp=_xp.shape(lp), cotangent=_xp.shape(ct))
     rho = xp.exp(lp - old)
     _, active = surrogate(xp, rho, adv, lower, upper, dual)
     return {"logp": ct * _xp.masked(xp, active, rho * adv)}
@@ -207,7 +207,7 @@ def aggregate_weights(xp, m, mode, norm):
 
 def scalar_cotangent(xp, cotangent, dt):
     ct = _xp.array(xp, "cotangent", cotangent, dt)
-    if ct.size != 1:
+    if _xp.size(ct) != 1:
         validate.fail("cotangent", f"expected a scalar for a scalar output, got shape {_xp.shape(ct)}")
     return xp.reshape(ct, ())
 
@@ -281,10 +281,11 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
     objective, active = surrogate(xp, rho, adv[:, None], *clip_params)
     dobjective = _xp.masked(xp, active, rho * adv[:, None])
     penalty = kl.clamped(xp, log_r, kl_kind, kl_clamp)
-    dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
     if kl_ratio_weight:
-        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·KL + ρ·dKL.
-        penalty, dpenalty = rho * penalty, rho * (penalty + dpenalty)
+        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·(KL + dKL).
+        penalty, dpenalty = rho * penalty, rho * kl.clamped_plus_dlogp(xp, log_r, kl_kind, kl_clamp)
+    else:
+        dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
     return -objective + beta * penalty, -dobjective + beta * dpenalty
 
 

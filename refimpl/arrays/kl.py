@@ -62,6 +62,22 @@ def clamped_dlogp(xp, log_r, kind, clamp):
     return _xp.masked(xp, (value >= -clamp) & (value <= clamp), grad)
 
 
+def clamped_plus_dlogp(xp, log_r, kind, clamp):
+    """clamped + clamped_dlogp, the factor in d(ρ·KL)/dlogp = ρ·(KL + dKL/dlogp) when the
+    estimate is weighted by a differentiable ratio ρ (grpo.loss ``kl_ratio_weight``).
+    For k3 the two terms (r − 1 − log r) + (1 − r) are each ~r while their sum is −log r:
+    formed directly, since at r = e^{30} the sum of the two would keep no digit."""
+    if kind == "k3":
+        total = -log_r
+    else:
+        total = unclamped(xp, log_r, kind) + unclamped_dlogp(xp, log_r, kind)
+    if clamp is None:
+        return total
+    value = unclamped(xp, log_r, kind)
+    inside = (value >= -clamp) & (value <= clamp)
+    return xp.where(inside, total, xp.clip(value, -clamp, clamp))
+
+
 def estimator(logp, ref_logp, kind: str = "k3", clamp: float | None = None):
     """Per-token KL estimate of KL(π‖π_ref) from the sampled token's log-probabilities.
 
@@ -78,5 +94,5 @@ def estimator_vjp(cotangent, logp, ref_logp, kind: str = "k3", clamp: float | No
     clamped, the band being closed)."""
     xp, dt, lp, rp, c = _prepare(logp, ref_logp, kind, clamp)
     ct = _xp.array(xp, "cotangent", cotangent, dt)
-    validate.same_shape(cotangent=_xp.shape(ct), logp=_xp.shape(lp))
+    validate.same_shape(logp=_xp.shape(lp), cotangent=_xp.shape(ct))
     return {"logp": ct * clamped_dlogp(xp, rp - lp, kind, c)}

@@ -23,7 +23,7 @@ AGGREGATIONS = grpo.MODES
 def _window(name, value):
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, float)):
+    if type(value).__name__ in ("bool", "bool_") or not isinstance(value, (numbers.Integral, float)):
         validate.fail(name, f"must be an integer >= 1, got {value!r}")
     if isinstance(value, float) and not value.is_integer():
         validate.fail(name, f"must be an integer >= 1, got {value!r}")
