@@ -68,7 +68,7 @@ def int_array(name: str, x) -> torch.Tensor:
     """An int64 tensor; floating values must be integers (mirrors ``mp.int_array``)."""
     t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
     if t.dtype == torch.bool:
-        validate.fail(name, "expected integers, got booleans")
+        validate.fail(name, f"expected integers, got {bool(t.flatten()[0]) if t.numel() else True!r}")
     if t.is_floating_point():
         d = t.detach()
         bad = ~torch.isfinite(d) | (d != torch.trunc(d))

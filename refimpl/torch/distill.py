@@ -6,12 +6,13 @@ Notation: z = student logits, t = teacher logits, T = temperature, q = softmax(z
 are batch axes. A logit of −inf marks an impossible token (probability exactly 0); a row with
 no possible token is rejected. The teacher is a constant (detached).
 
-Gradients. ``softmax`` is plain autograd. ``hinton``, ``token_kl`` and ``generalized_jsd``
-run through ``_VocabRows``, a ``torch.autograd.Function`` that returns one value per row and,
-in backward, recomputes the rows in chunks and writes the analytic gradient (the closed forms
-of ``refimpl.exact.distill``'s ``*_vjp``) straight into a tensor of the student's dtype: no
-[N,V] float32 intermediate is kept between forward and backward, and at most one chunk of
-them exists at a time. Not twice differentiable.
+Gradients. ``softmax`` has its own backward (``_Softmax``: the centred form, accurate in
+saturated rows). ``hinton``, ``token_kl`` and ``generalized_jsd`` run through ``_VocabRows``,
+a ``torch.autograd.Function`` that returns one value per row and, in backward, recomputes the
+rows in chunks and writes the analytic gradient (the closed forms of
+``refimpl.exact.distill``'s ``*_vjp``) straight into a tensor of the student's dtype: no [N,V]
+float32 intermediate is kept between forward and backward, and at most one chunk of them
+exists at a time. Neither is twice differentiable.
 
 Numerics (as in the exact reference). log q = (z − max)/T − log1p(Σ_{j≠argmax} e^{(z_j−max)/T});
 log-ratios come from logit differences, r = ((z − t) − (max z − max t))/T − (log1p S_q −
@@ -33,12 +34,17 @@ from refimpl.torch.kl import k3
 DIRECTIONS = ("reverse", "forward")
 ENDPOINTS = ("limit", "kl")
 
-CHUNK_ELEMENTS = 1 << 22  # logits per chunk of rows (forward, backward and the input checks)
+# Logits per chunk of rows (forward, backward and the input checks); None: by device, small
+# enough on a CPU for the chunk's temporaries to stay in cache, large enough on a GPU for the
+# kernel launches not to dominate (about 20 chunk-sized float32 temporaries live at a time).
+CHUNK_ELEMENTS: int | None = None
+_CHUNK_BY_DEVICE = {"cpu": 1 << 20, "cuda": 1 << 23}
 _NEG_INF = float("-inf")
 
 
-def _row_slices(n_rows: int, v: int):
-    step = max(1, CHUNK_ELEMENTS // max(v, 1))
+def _row_slices(n_rows: int, v: int, device=None):
+    chunk = CHUNK_ELEMENTS or _CHUNK_BY_DEVICE.get(getattr(device, "type", "cpu"), 1 << 22)
+    step = max(1, chunk // max(v, 1))
     for start in range(0, n_rows, step):
         yield slice(start, min(n_rows, start + step))
 
@@ -53,10 +59,10 @@ class _Dist:
     def __init__(self, z: torch.Tensor, T: float):
         self.z = z
         self.support = z != _NEG_INF
-        self.max, top = z.max(dim=-1, keepdim=True)
+        self.max, self.top = z.max(dim=-1, keepdim=True)
         x = (z - self.max) / T  # exactly 0 at the top token, −inf for impossible tokens
         # log1p keeps the top token's log-probability −log1p(S) accurate when S < epsilon.
-        others = x.scatter(-1, top, _NEG_INF)
+        others = x.scatter(-1, self.top, _NEG_INF)
         self.l1 = torch.log1p(torch.exp(others).sum(dim=-1, keepdim=True))
         self.logp = x - self.l1
         self.p = torch.exp(self.logp)
@@ -74,12 +80,24 @@ def _log_ratio(q: _Dist, p: _Dist, T: float):
     return torch.where(both, r, zero), both
 
 
-def _kl(a: torch.Tensor, a_support, b: torch.Tensor, ell: torch.Tensor) -> torch.Tensor:
+def _kl(a: torch.Tensor, a_support, ell: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """KL(a‖b) = Σ_{a>0} a·k3(−ℓ) + Σ_{a=0} b, ℓ = log a − log b, supp a ⊆ supp b (checked by
-    the callers); every term is ≥ 0."""
+    the callers); every term is ≥ 0.
+
+    Where b ≫ a (ℓ < −20) e^{−ℓ} may overflow while a·e^{−ℓ} = b does not: there the term is
+    written b − a + a·ℓ, in which b dominates and nothing cancels."""
     zero = torch.zeros_like(a)
-    return (torch.where(a_support, a * k3(-ell), zero)
-            + torch.where(a_support, zero, b)).sum(dim=-1)
+    far = a_support & (ell < -20)
+    inside = torch.where(far, b - a + a * ell, a * k3(-torch.where(far, zero, ell)))
+    return torch.where(a_support, inside, b).sum(dim=-1)
+
+
+def _centred(x: torch.Tensor, q: torch.Tensor, top: torch.Tensor, support) -> torch.Tensor:
+    """x_j − Σ_i q_i x_i (over supp q), written (x_j − x_k) − Σ_i q_i (x_i − x_k) with k = top,
+    the most probable token: when q is nearly one-hot both sides are ≈ 0 and this form keeps
+    their relative accuracy (every error term carries a factor q_i)."""
+    d = torch.where(support, x - x.gather(-1, top), torch.zeros_like(x))
+    return d - (q * d).sum(dim=-1, keepdim=True)
 
 
 def _q_minus_p(q: _Dist, p: _Dist, r, both) -> torch.Tensor:
@@ -92,15 +110,22 @@ def _q_minus_p(q: _Dist, p: _Dist, r, both) -> torch.Tensor:
     return torch.where(both, d, torch.where(q.support, q.p, -p.p))
 
 
-def _log1p_mix(w: float, y: torch.Tensor) -> torch.Tensor:
-    """log(1 − w + w·e^y) = log1p(w·expm1(y)) for 0 < w < 1 and any real y, without overflow:
-    log1p(w·expm1(y)) for y ≤ 1 (no cancellation near 0), logaddexp(log1p(−w), log w + y)
-    above (where the value is at least w·(e − 1))."""
+def _log_mix(w: float, w_c: float, y: torch.Tensor) -> torch.Tensor:
+    """log(w_c + w·e^y) = log1p(w·expm1(y)) for w, w_c > 0 with w + w_c = 1, both given to full
+    relative accuracy (1 − w is never formed: it would lose β's digits at β = 1e-6), without
+    overflow or cancellation:
+        y > 1:                     logaddexp(log w_c, log w + y)   (value ≥ log1p(w·(e − 1)))
+        y ≤ 1, w·expm1(y) ≥ −1/2:  log1p(w·expm1(y))               (value near 0 keeps its digits)
+        y ≤ 1, w·expm1(y) < −1/2:  log(w_c + w·e^y)                (value ≤ log 1/2)."""
+    zero = torch.zeros_like(y)
     low = y <= 1
-    small = torch.log1p(w * torch.expm1(torch.where(low, y, torch.zeros_like(y))))
-    big = torch.logaddexp(torch.full_like(y, math.log1p(-w)),
-                          math.log(w) + torch.where(low, torch.full_like(y, 2.0), y))
-    return torch.where(low, small, big)
+    t = w * torch.expm1(torch.where(low, y, zero))
+    near = t >= -0.5
+    small = torch.log1p(torch.where(near, t, zero))
+    direct = torch.log(w_c + w * torch.exp(torch.where(low, y, zero)))
+    big = torch.logaddexp(torch.full_like(y, math.log(w_c)),
+                          math.log(w) + torch.where(low, zero + 2, y))
+    return torch.where(low, torch.where(near, small, direct), big)
 
 
 class _ReverseKL:
@@ -112,11 +137,10 @@ class _ReverseKL:
     def __call__(self, z, t, y, need_grad):
         q, p = _Dist(z, self.T), _Dist(t, self.T)
         r, _ = _log_ratio(q, p, self.T)
-        kl = _kl(q.p, q.support, p.p, r)
+        kl = _kl(q.p, q.support, r, p.p)
         if not need_grad:
             return kl, None
-        g = torch.where(q.support, q.p * (r - kl[:, None]) / self.T, torch.zeros_like(r))
-        return kl, g
+        return kl, q.p * _centred(r, q.p, q.top, q.support) / self.T
 
 
 class _ForwardKL:
@@ -128,7 +152,7 @@ class _ForwardKL:
     def __call__(self, z, t, y, need_grad):
         q, p = _Dist(z, self.T), _Dist(t, self.T)
         r, both = _log_ratio(q, p, self.T)
-        kl = _kl(p.p, p.support, q.p, -r)
+        kl = _kl(p.p, p.support, -r, q.p)
         return kl, (_q_minus_p(q, p, r, both) / self.T if need_grad else None)
 
 
@@ -145,16 +169,15 @@ class _JSD:
         r, both = _log_ratio(q, p, self.T)
         # log q − log m = −log(1 − β + β·e^{−r}); log p − log m = −log(β + (1−β)·e^{r}):
         # small differences come out of log1p/expm1, large ones out of logaddexp.
-        lq_m = torch.where(both, -_log1p_mix(b, -r), torch.full_like(r, -math.log1p(-b)))
-        lp_m = torch.where(both, -_log1p_mix(1 - b, r), torch.full_like(r, -math.log(b)))
-        kl_qm = _kl(q.p, q.support, b * p.p, lq_m)        # m = β·p where q = 0
-        kl_pm = _kl(p.p, p.support, (1 - b) * q.p, lp_m)  # m = (1−β)·q where p = 0
+        lq_m = torch.where(both, -_log_mix(b, 1 - b, -r), torch.full_like(r, -math.log1p(-b)))
+        lp_m = torch.where(both, -_log_mix(1 - b, b, r), torch.full_like(r, -math.log(b)))
+        m = torch.exp(torch.logaddexp(math.log(b) + p.logp, math.log1p(-b) + q.logp))
+        kl_qm = _kl(q.p, q.support, lq_m, m)
+        kl_pm = _kl(p.p, p.support, lp_m, m)
         jsd = b * kl_pm + (1 - b) * kl_qm
         if not need_grad:
             return jsd, None
-        g = torch.where(q.support, (1 - b) * q.p * (lq_m - kl_qm[:, None]) / self.T,
-                        torch.zeros_like(r))
-        return jsd, g
+        return jsd, ((1 - b) / self.T) * q.p * _centred(lq_m, q.p, q.top, q.support)
 
 
 class _Hinton:
@@ -170,7 +193,7 @@ class _Hinton:
         q1 = q if T == 1 else _Dist(z, 1.0)
         r, both = _log_ratio(q, p, T)
         logq1_y = q1.logp.gather(-1, y[:, None])
-        value = (1 - a) * (-logq1_y[:, 0]) + a * self.s * _kl(p.p, p.support, q.p, -r)
+        value = (1 - a) * (-logq1_y[:, 0]) + a * self.s * _kl(p.p, p.support, -r, q.p)
         if not need_grad:
             return value, None
         ce = q1.p.scatter(-1, y[:, None], torch.expm1(logq1_y))  # q_y − 1 without cancellation
@@ -185,7 +208,7 @@ class _VocabRows(torch.autograd.Function):
     def forward(ctx, kernel, work, student, teacher, labels):
         n, v = student.shape
         out = torch.empty(n, dtype=work, device=student.device)
-        for sl in _row_slices(n, v):
+        for sl in _row_slices(n, v, student.device):
             out[sl] = kernel(student[sl].to(work), teacher[sl].to(work),
                              None if labels is None else labels[sl], False)[0]
         ctx.kernel, ctx.work = kernel, work
@@ -198,7 +221,7 @@ class _VocabRows(torch.autograd.Function):
         student, teacher, labels = ctx.saved_tensors
         n, v = student.shape
         grad = torch.empty_like(student)
-        for sl in _row_slices(n, v):
+        for sl in _row_slices(n, v, student.device):
             _, d = ctx.kernel(student[sl].to(ctx.work), teacher[sl].to(ctx.work),
                               None if labels is None else labels[sl], True)
             grad[sl] = (g[sl, None].to(ctx.work) * d).to(student.dtype)
@@ -224,7 +247,7 @@ def _row_index(flat: int, lead: tuple) -> tuple:
 def _first(fn, *mats):
     """First (row, token) — or (row,) — where ``fn`` of the chunks is True, else None."""
     n, v = mats[0].shape
-    for sl in _row_slices(n, v):
+    for sl in _row_slices(n, v, mats[0].device):
         hit = fn(*(m[sl].detach() for m in mats))
         if hit.any():
             idx = hit.nonzero()[0].tolist()
@@ -279,20 +302,43 @@ def _require_support(name: str, inner: torch.Tensor, outer: torch.Tensor, what: 
 # Objectives
 # ---------------------------------------------------------------------------------------------
 
+class _Softmax(torch.autograd.Function):
+    """softmax(z/T) on the last axis with the backward q_j·(c_j − Σ_i q_i c_i)/T in the centred
+    form of ``_centred``. Autograd's softmax backward forms c_j − Σ q c directly, which leaves
+    no correct digit in a saturated row (logits ±1e4, T = 1e-3), where the whole gradient is
+    ~ 1 − q_top. Saves q and the argmax, as torch's softmax saves q."""
+
+    @staticmethod
+    def forward(ctx, z, T, work):
+        zw = z.to(work)
+        top_value, top = zw.max(dim=-1, keepdim=True)
+        # The maximum is subtracted before dividing by T: a large logit at a small T costs no
+        # absolute accuracy in the exponent.
+        q = torch.softmax((zw - top_value) / T, dim=-1)
+        ctx.save_for_backward(q, top)
+        ctx.T, ctx.in_dtype = T, z.dtype
+        return q
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, c):
+        q, top = ctx.saved_tensors
+        grad = q * _centred(c.to(q.dtype), q, top, q > 0) / ctx.T
+        return grad.to(ctx.in_dtype), None, None
+
+
 def softmax(logits, temperature: float = 1.0):
-    """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis (autograd).
+    """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis.
 
     Hinton, Vinyals & Dean 2015 §2; article 000 §"Destilación clásica" ((2,0) → (0.88, 0.12)
     at T=1, (0.73, 0.27) at T=2). ``logits`` [...,V]; returns probs of the same shape; a −inf
-    logit has probability 0 and gradient 0. The maximum is subtracted before dividing by T,
-    so a large logit at a small T costs no absolute accuracy.
+    logit has probability 0 and gradient 0. Gradient by ``_Softmax`` (accurate in saturated
+    rows).
     """
     z = _logits("logits", logits)
     T = _temperature(temperature)
     _rows("logits", z)
-    zw = _common.upcast(z, _common.work_dtype(z.dtype))
-    x = (zw - zw.detach().amax(dim=-1, keepdim=True)) / T
-    return torch.softmax(x, dim=-1).to(z.dtype)
+    return _Softmax.apply(z, T, _common.work_dtype(z.dtype)).to(z.dtype)
 
 
 def _labels(labels, n: int, v: int, device) -> torch.Tensor:

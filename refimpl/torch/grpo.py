@@ -128,6 +128,7 @@ def _surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, lower=None, upper=Non
             dual_on = (adv < 0) & (floor > value)
             value = torch.where(dual_on, floor, value)
             live = live & ~dual_on
+        live = live & (adv != 0)  # ρ·0 has gradient 0: kept off the graph (ρ may be inf)
     safe = torch.where(live, log_ratio, torch.zeros_like(log_ratio))
     return torch.where(live, torch.exp(safe) * adv, value)
 

@@ -29,8 +29,8 @@ def k3(x: torch.Tensor) -> torch.Tensor:
     last = 16 if x.dtype == torch.float64 else 10  # 2·0.5^(n−2)/n! < epsilon
     acc = torch.full_like(xs, 1 / math.factorial(last))
     for n in range(last - 1, 1, -1):
-        acc = acc * xs + 1 / math.factorial(n)
-    return torch.where(small, acc * xs * xs, torch.expm1(x) - x)
+        acc.mul_(xs).add_(1 / math.factorial(n))  # in place: one buffer for the whole series
+    return torch.where(small, acc.mul_(xs).mul_(xs), torch.expm1(x) - x)
 
 
 class _K3(torch.autograd.Function):

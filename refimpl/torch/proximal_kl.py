@@ -50,7 +50,7 @@ def _tokens(logp, ref_logp, mask):
 
 @torch.no_grad()
 def _future(k: torch.Tensor, m: torch.Tensor, clip, window) -> torch.Tensor:
-    """F_t = Σ_{u>t, m_u} k_u (u ≤ t + window when windowed), clipped to [−clip, clip].
+    """F_t = Σ_{u>t, m_u} k_u (u ≤ t + window when windowed), clipped to [−clip, clip], float64.
 
     The suffix sums run in float64 for every input dtype: a [B,T] scan is cheap, and a
     float32 scan over T tokens would lose up to T ulps; a window is the difference of two
@@ -65,7 +65,7 @@ def _future(k: torch.Tensor, m: torch.Tensor, clip, window) -> torch.Tensor:
         cost = cost - suffix[:, stop]
     if clip is not None:
         cost = torch.clamp(cost, -clip, clip)
-    return cost.to(k.dtype)
+    return cost  # float64: the callers round once, to the dtype they need
 
 
 def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | None = None):
@@ -119,7 +119,8 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
     work = _common.work_dtype(out)
     lp_w = _common.upcast(lp, work)
     k = lp_w.detach() - _common.constant(rp, work)
-    x = _common.constant(adv, work)[:, None] - b * (k + _future(k, m, f_clip, f_window))  # sg(·)
+    future = _future(k, m, f_clip, f_window).to(work)
+    x = _common.constant(adv, work)[:, None] - b * (k + future)  # sg(·): built from detached k
     log_ratio = torch.where(m, lp_w - _common.constant(bp, work), torch.zeros_like(lp_w))
     lower, upper = (None, None) if eps is None else (1 - eps, 1 + eps)
     per_token = -grpo._surrogate(log_ratio, x, lower, upper, cap=cap)

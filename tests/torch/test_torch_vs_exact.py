@@ -84,7 +84,7 @@ def test_k3_backward_gradcheck_and_accuracy_near_zero():
         (g,) = torch.autograd.grad(val.sum(), logp)
         want = float(e_kl.estimator([0.0], [float(ref[0])])[0])
         want_g = float(e_kl.estimator_vjp([1.0], [0.0], [float(ref[0])])["logp"][0])
-        assert abs(float(val[0]) - want) <= 4 * 2**-24 * want
+        assert abs(float(val.detach()[0]) - want) <= 4 * 2**-24 * want
         assert abs(float(g[0]) - want_g) <= 4 * 2**-24 * abs(want_g)
 
 
@@ -110,8 +110,15 @@ def test_nonfinite_safety_far_outside_the_normal_range():
                      kl_kind="k1", aggregation="token-mean")
     (g,) = torch.autograd.grad(loss, logp)
     assert torch.isfinite(loss) and torch.isfinite(g).all() and g[0, 0] == 0
-    v = kl.estimator(torch.tensor([0.0], requires_grad=True), torch.tensor([150.0]), clamp=10.0)
-    assert float(v) == 10.0
+    x = torch.tensor([0.0], requires_grad=True)
+    v = kl.estimator(x, torch.tensor([150.0]), clamp=10.0)  # k3 = e^150: inf in float32
+    (g,) = torch.autograd.grad(v.sum(), x)
+    assert float(v.detach()) == 10.0 and g.item() == 0.0
+    # A = 0 with ρ = e^200 (inf in float32): objective 0, gradient 0 (no inf·0).
+    lp = torch.tensor([200.0, 200.0], requires_grad=True)
+    c = grpo.clip(lp, torch.zeros(2), torch.tensor([0.0, 1.0]))
+    (g,) = torch.autograd.grad(c.sum(), lp)
+    assert c.detach().tolist() == [0.0, 1.2000000476837158] and g.tolist() == [0.0, 0.0]
 
 
 # ------------------------------------------------------------------------------ bad input
