@@ -27,7 +27,7 @@ import mpmath
 import numpy as np
 
 from refimpl import validate
-from refimpl.exact import mp
+from refimpl.exact import grpo, mp
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
@@ -76,32 +76,6 @@ def _future(k, m, clip, window):
     return cost if clip is None else mp.clip(cost, -clip, clip)
 
 
-# --------------------------------------------------------------------------- aggregation
-
-def _aggregation_weights(m, mode):
-    """Per-token weights w with aggregate(values) = Σ w·values (every mode is linear).
-
-    Local stand-in with the semantics of grpo.aggregate (verl's agg_loss): fully masked rows
-    are excluded from the sequence means; 'seq-mean-token-sum-norm' divides by the padded
-    length T (proximal_kl.loss has no norm_length argument in the catalog)."""
-    B, T = m.shape
-    if mode == "token-mean":
-        return m / sum(m.flat, mp.ZERO)
-    lengths = [sum(m[b], mp.ZERO) for b in range(B)]
-    rows = sum(1 for n in lengths if n > 0)
-    w = mp.zeros((B, T))
-    for b in range(B):
-        if lengths[b] == 0:
-            continue
-        if mode == "seq-mean-token-mean":
-            w[b] = m[b] / (lengths[b] * rows)
-        elif mode == "seq-mean-token-sum":
-            w[b] = m[b] / rows
-        else:  # seq-mean-token-sum-norm (Dr. GRPO: a constant length instead of |o_i|)
-            w[b] = m[b] / (rows * T)
-    return w
-
-
 # --------------------------------------------------------------------------- future cost
 
 @mp.exact
@@ -128,7 +102,9 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
     bp = mp.array("behavior_logp", behavior_logp)
     validate.same_shape(logp=lp.shape, behavior_logp=bp.shape)
     adv = mp.array("advantages", advantages)
-    validate.same_shape(advantages=adv.shape, batch=lp.shape[:1])
+    if adv.shape != lp.shape[:1]:
+        validate.fail("advantages", f"shape {adv.shape} does not match the batch dimension "
+                                    f"{lp.shape[:1]} of logp")
     p = {
         "beta": _exact(beta, validate.positive("beta", beta)),
         "ratio_clip": None if ratio_clip is None else _exact(ratio_clip, validate.in_range(
@@ -165,15 +141,11 @@ def _per_token(lp, bp, rp, adv, m, p):
     value = np.empty(plain.shape, dtype=object)
     grad = np.empty(plain.shape, dtype=object)
     for idx in np.ndindex(plain.shape):
-        # PPO's pessimistic min; on a tie the two branches share the gradient (torch.minimum).
-        if plain[idx] < clipped[idx]:
-            g = drho[idx] * coef[idx]
-        elif plain[idx] > clipped[idx]:
-            g = drho_c[idx] * coef[idx]
-        else:
-            g = (drho[idx] + drho_c[idx]) * coef[idx] / 2
+        # PPO's pessimistic min. On a tie both branches have the same gradient (inside the closed
+        # band clip passes it; outside, a tie means X_t = 0), so the unclipped one is taken.
+        g = drho[idx] if plain[idx] <= clipped[idx] else drho_c[idx]
         value[idx] = -min(plain[idx], clipped[idx])
-        grad[idx] = -g
+        grad[idx] = -g * coef[idx]
     return value, grad
 
 
@@ -192,14 +164,15 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
     ``ratio_cap=c`` replaces ρ_t by min(ρ_t, c) (zero gradient where capped; ρ_t = c passes it,
     as torch.clamp); ``ratio_clip=ε`` ∈ (0,1) applies PPO's pessimistic clip
     ℓ_t = −min(ρ_t·X_t, clip(ρ_t, 1−ε, 1+ε)·X_t) (after the cap, if both are given).
-    ``aggregation`` has grpo.aggregate's modes; the paper default is 'token-mean' (the summary's
-    per-minibatch token averages). Returns the scalar loss.
+    ``aggregation`` is grpo.aggregate's mode (fully masked rows leave the sequence means;
+    'seq-mean-token-sum-norm' divides by the padded length T, as the catalog gives this objective
+    no norm_length); the paper default is 'token-mean' (the summary's per-minibatch token
+    averages). Returns the scalar loss.
     """
     lp, bp, rp, adv, m, p = _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta,
                                      ratio_clip, ratio_cap, future_clip, future_window, aggregation)
     value, _ = _per_token(lp, bp, rp, adv, m, p)
-    w = _aggregation_weights(m, p["aggregation"])
-    return sum((w * value).flat, mp.ZERO)
+    return grpo.aggregate(value, m, mode=p["aggregation"])
 
 
 @mp.exact
@@ -208,13 +181,17 @@ def loss_vjp(cotangent, logp, behavior_logp, ref_logp, advantages, mask, beta: f
              future_clip: float | None = None, future_window: int | None = None,
              aggregation: str = "token-mean"):
     """Gradient of cotangent·loss with respect to ``logp``: w_t·(−ρ_t·X_t) on the tokens whose
-    ratio is neither capped nor clipped, X_t = A − β·(k_t + F_t) held constant (stop-gradient),
-    w_t the aggregation weight. Source as for :func:`loss` (article 004 summary; FRPO 2601.10201)."""
+    ratio is neither capped nor clipped (0 on the others), X_t = A − β·(k_t + F_t) held constant
+    (stop-gradient), w_t the aggregation weight; unbounded, this is −ρ_t·(A − β·Σ_{u≥t} k_u)·∇log π.
+
+    Reconstructed, like :func:`loss`, from the article-004 summary of Proximal KL and FRPO
+    (arXiv 2601.10201), since the paper text is not public in our sources."""
     lp, bp, rp, adv, m, p = _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta,
                                      ratio_clip, ratio_cap, future_clip, future_window, aggregation)
     ct = mp.array("cotangent", cotangent)
     validate.same_shape(cotangent=ct.shape, loss=())
     ct = ct.item()
-    _, grad = _per_token(lp, bp, rp, adv, m, p)
-    w = _aggregation_weights(m, p["aggregation"])
-    return {"logp": ct * w * grad}
+    value, grad = _per_token(lp, bp, rp, adv, m, p)
+    # the aggregate is linear in the per-token values: its VJP is the aggregation weights
+    w = grpo.aggregate_vjp(ct, value, m, mode=p["aggregation"])["values"]
+    return {"logp": w * grad}

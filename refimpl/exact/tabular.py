@@ -31,10 +31,11 @@ so the theorem holds with either; it does change the biased rules without a rati
 """
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import mpmath
 
@@ -59,33 +60,47 @@ class Tree:
     description: str = ""
 
 
-def num(x) -> mpmath.mpf:
+def num(x, name: str = "value") -> mpmath.mpf:
     """An exact-as-possible mpf at the working precision (Fractions and decimal strings are
-    rounded once, at the current precision)."""
+    rounded once, at the current precision; binary64 floats convert exactly)."""
     if isinstance(x, Fraction):
         return mpmath.mpf(x.numerator) / x.denominator
     if isinstance(x, mpmath.mpf):
         return +x
-    if isinstance(x, str):
-        return mpmath.mpf(x)
-    return mpmath.mpf(x)
+    if isinstance(x, bool):
+        validate.fail(name, f"not a number: {x!r}")
+    try:
+        v = mpmath.mpf(x)
+    except (TypeError, ValueError):
+        validate.fail(name, f"not a number: {x!r}")
+    if not mpmath.isfinite(v):
+        validate.fail(name, f"must be finite, got {x!r}")
+    return v
 
 
 def is_leaf(tree: Tree, y: tuple) -> bool:
     return len(y) >= tree.horizon or (tree.eos is not None and len(y) > 0 and y[-1] == tree.eos)
 
 
-def prefixes(tree: Tree) -> list[tuple]:
-    """The non-terminal prefixes (where a policy acts), breadth first from the root ()."""
+@functools.lru_cache(maxsize=64)
+def _shape(vocab: int, horizon: int, eos) -> tuple[tuple, tuple]:
+    skeleton = Tree("", vocab, horizon, 1, {}, {}, eos=eos)
     out, frontier = [], [()]
     while frontier:
         out.extend(frontier)
-        frontier = [s + (a,) for s in frontier for a in range(tree.vocab) if not is_leaf(tree, s + (a,))]
-    return out
+        frontier = [s + (a,) for s in frontier for a in range(vocab) if not is_leaf(skeleton, s + (a,))]
+    ends = [s + (a,) for s in out for a in range(vocab) if is_leaf(skeleton, s + (a,))]
+    return tuple(out), tuple(ends)
+
+
+def prefixes(tree: Tree) -> list[tuple]:
+    """The non-terminal prefixes (where a policy acts), breadth first from the root ()."""
+    return list(_shape(tree.vocab, tree.horizon, tree.eos)[0])
 
 
 def leaves(tree: Tree) -> list[tuple]:
-    return [s + (a,) for s in prefixes(tree) for a in range(tree.vocab) if is_leaf(tree, s + (a,))]
+    """The complete sequences (length H, or ending with ``eos``)."""
+    return list(_shape(tree.vocab, tree.horizon, tree.eos)[1])
 
 
 def check_tree(tree: Tree) -> Tree:
@@ -95,15 +110,16 @@ def check_tree(tree: Tree) -> Tree:
         validate.fail("tree.horizon", f"must be an integer >= 1, got {tree.horizon!r}")
     if tree.eos is not None and (isinstance(tree.eos, bool) or tree.eos not in range(tree.vocab)):
         validate.fail("tree.eos", f"must be a token id in [0, {tree.vocab}), got {tree.eos!r}")
-    validate.positive("tree.beta", num(tree.beta))
+    validate.positive("tree.beta", num(tree.beta, "tree.beta"))
     for y in leaves(tree):
         if y not in tree.rewards:
             validate.fail("tree.rewards", f"no reward for leaf {list(y)}")
-        validate.real("tree.rewards", num(tree.rewards[y]))
+        num(tree.rewards[y], "tree.rewards")
     policy(tree, tree.ref, "tree.ref")
     return tree
 
 
+@mp.exact
 def policy(tree: Tree, p: Mapping[tuple, Sequence[object]], name: str = "pi") -> dict:
     """Validate a tabular policy (one distribution with full support per prefix) and convert
     it to mpf at the working precision. Rows must sum to 1 within 1e-9 (binary64 inputs) and
@@ -114,7 +130,7 @@ def policy(tree: Tree, p: Mapping[tuple, Sequence[object]], name: str = "pi") ->
     for s in prefixes(tree):
         if s not in p:
             validate.fail(name, f"no distribution for prefix {list(s)}")
-        row = [num(v) for v in p[s]]
+        row = [num(v, name) for v in p[s]]
         if len(row) != tree.vocab:
             validate.fail(name, f"prefix {list(s)}: expected {tree.vocab} probabilities, got {len(row)}")
         for v in row:
@@ -126,11 +142,6 @@ def policy(tree: Tree, p: Mapping[tuple, Sequence[object]], name: str = "pi") ->
             validate.fail(name, f"prefix {list(s)}: probabilities sum to {mp.nstr(total, 12)}, not 1")
         out[s] = [v / total for v in row]
     return out
-
-
-def as_strings(tree: Tree, p: Mapping[tuple, Sequence], digits: int) -> list[dict]:
-    """The JSON layout of a policy: [{"prefix": [ids], "probs": [decimal strings]}]."""
-    return [{"prefix": list(s), "probs": [mp.nstr(v, digits) for v in p[s]]} for s in prefixes(tree)]
 
 
 # --------------------------------------------------------------------------- sequences
@@ -165,7 +176,7 @@ def optimum(tree: Tree, beta=None) -> dict:
     prefix and leaf}. Source: the KL-regularised optimum π* ∝ π_ref·exp(r/β) (e.g. DPO §4
     eq. 4) computed token by token (soft Q-learning's backup; FRPO arXiv 2601.10201)."""
     check_tree(tree)
-    b = num(tree.beta if beta is None else beta)
+    b = num(tree.beta if beta is None else beta, "beta")
     validate.positive("beta", b)
     ref = policy(tree, tree.ref, "tree.ref")
     value = {y: num(tree.rewards[y]) for y in leaves(tree)}
@@ -183,7 +194,7 @@ def enumerated_optimum(tree: Tree, beta=None) -> dict:
     """π*(y) = π_ref(y)·exp(r(y)/β) / Z over the enumerated sequences (the closed form that the
     soft Bellman backup must reproduce), and β·log Z."""
     check_tree(tree)
-    b = num(tree.beta if beta is None else beta)
+    b = num(tree.beta if beta is None else beta, "beta")
     validate.positive("beta", b)
     logw = {y: mpmath.log(p) + num(tree.rewards[y]) / b for y, p in sequences(tree, tree.ref)}
     ys = list(logw)
@@ -193,12 +204,28 @@ def enumerated_optimum(tree: Tree, beta=None) -> dict:
 
 # --------------------------------------------------------------------------- KL and objective
 
+def _token_kl(p_row, q_row):
+    """KL(p‖q) of one distribution as Σ_a q_a·φ(p_a/q_a), φ(x) = x·log x − x + 1 ≥ 0 (equal to
+    Σ p·log(p/q) when both sum to 1): every term is non-negative, so a KL near zero keeps its
+    relative accuracy instead of drowning in the cancellation of Σ p·log p − Σ p·log q."""
+    total = []
+    for p_a, q_a in zip(p_row, q_row):
+        d = (p_a - q_a) / q_a                   # p/q − 1 without rounding it through 1 + d
+        if d < -0.5:                            # p ≪ q: φ(x) directly (1 + d may round to 0)
+            x = p_a / q_a
+            total.append(q_a * (x * mpmath.log(x) - x + 1))
+        else:                                   # φ(1 + d) = (1 + d)·log1p(d) − d ≈ d²/2
+            total.append(q_a * ((1 + d) * mpmath.log1p(d) - d))
+    return mpmath.fsum(total)
+
+
 @mp.exact
 def sequence_kl(tree: Tree, pi, rho) -> dict:
     """KL(π‖ρ) between the sequence distributions, exactly, and its chain-rule decomposition
-    KL = E_{y~π} Σ_t KL(π(·|s_t)‖ρ(·|s_t)) = Σ_s P_π(s)·KL_s.
+    KL = E_{y~π} Σ_t KL(π(·|s_t)‖ρ(·|s_t)) = Σ_s P_π(s)·KL_s (Cover & Thomas, Thm 2.5.3).
 
-    Returns {"kl": by enumeration Σ_y π(y)·log(π(y)/ρ(y)), "per_prefix": {s: {"reach": P_π(s),
+    Returns {"kl": by enumeration Σ_y π(y)·log(π(y)/ρ(y)), "chain": Σ_s P_π(s)·KL_s (a sum of
+    non-negative terms, accurate also when the KL is tiny), "per_prefix": {s: {"reach": P_π(s),
     "token_kl": KL_s}}, "per_step": [Σ_{|s|=t} P_π(s)·KL_s for t = 0..H−1]}."""
     check_tree(tree)
     p, q = policy(tree, pi, "pi"), policy(tree, rho, "rho")
@@ -208,17 +235,17 @@ def sequence_kl(tree: Tree, pi, rho) -> dict:
     reach = _reach(tree, p)
     per_prefix, per_step = {}, [mp.ZERO] * tree.horizon
     for s in prefixes(tree):
-        kl_s = mpmath.fsum(p[s][a] * (mpmath.log(p[s][a]) - mpmath.log(q[s][a])) for a in range(tree.vocab))
+        kl_s = _token_kl(p[s], q[s])
         per_prefix[s] = {"reach": reach[s], "token_kl": kl_s}
         per_step[len(s)] += reach[s] * kl_s
-    return {"kl": total, "per_prefix": per_prefix, "per_step": per_step}
+    return {"kl": total, "chain": mpmath.fsum(per_step), "per_prefix": per_prefix, "per_step": per_step}
 
 
 @mp.exact
 def objective(tree: Tree, pi, beta=None) -> mpmath.mpf:
     """J(π) = E_{y~π}[r(y)] − β·KL(π‖π_ref); its maximum is β·log Z, reached at π* only."""
     check_tree(tree)
-    b = num(tree.beta if beta is None else beta)
+    b = num(tree.beta if beta is None else beta, "beta")
     seqs = sequences(tree, pi)
     er = mpmath.fsum(pr * num(tree.rewards[y]) for y, pr in seqs)
     return er - b * sequence_kl(tree, pi, tree.ref)["kl"]
@@ -237,9 +264,9 @@ class Rule:
 
 # Parameters of the biased rules: small enough to bind at π* on every built-in tree (checked by
 # the tests through fixed_point_kl), recorded in the theorem table.
-FUTURE_CLIP = Fraction(1, 4)      # |F_t| ≤ 0.25 nats
+FUTURE_CLIP = Fraction(1, 2)      # |F_t| ≤ 0.5 nat
 FUTURE_WINDOW = 1                 # only the next token's KL
-WHOLE_COST_CLIP = Fraction(1, 4)  # |k_t + F_t| ≤ 0.25 nats
+WHOLE_COST_CLIP = Fraction(1, 2)  # |k_t + F_t| ≤ 0.5 nat
 RATIO_CAP = Fraction(3, 2)        # truncated importance weight min(ρ, 1.5)
 
 _OFF = (
@@ -256,7 +283,8 @@ _OFF = (
          "importance corrected (on-policy it is ∇KL(π_ref‖π), the reverse KL, per token)"),
     Rule("grpo_k3_ratio_weighted", "−ρ_t·A + β·ρ_t·k3_t (TRL's use_bias_correction_kl)", False,
          "d(ρ·k3)/dlogp = ρ·k_t: the same expected update as own_token_kl (no future KL)"),
-    Rule("sequence_is", "−(Π_u ρ_u)·sg(A − β·Σ_u k_u) (whole-sequence importance sampling)", True,
+    Rule("sequence_is", "L(y) = −(Π_u ρ_u)·sg(A − β·Σ_u k_u), one term per sequence "
+         "(whole-sequence importance sampling)", True,
          "E_μ[(π(y)/μ(y))·f(y)] = E_π[f(y)]: the expected update is ∇J itself (REINFORCE with the "
          "exact sequence-level KL reward), whose only zero is π*"),
     Rule("future_clipped", "proximal_kl with F_t clipped to [−c, c]", False,
@@ -267,6 +295,9 @@ _OFF = (
          "window covers every later token)", {"future_window": FUTURE_WINDOW}),
     Rule("whole_cost_clipped", "proximal_kl with k_t + F_t clipped to [−c, c]", False,
          "at π* |k_t + F_t| exceeds c on some path", {"whole_cost_clip": WHOLE_COST_CLIP}),
+    # The truncated weight is detached (truncated importance sampling). proximal_kl.loss's
+    # ratio_cap is torch.clamp-like instead (no gradient where ρ > C): its expected update jumps
+    # at π(a|s) = C·μ(a|s) and its rest point generically sits on that jump, where no zero exists.
     Rule("ratio_capped", "proximal_kl with the detached truncated weight min(ρ_t, C)·∇log π", False,
          "where π*(a|s) > C·μ(a|s) the token weight min(π, C·μ) is no longer ∝ π",
          {"ratio_cap": RATIO_CAP}),
@@ -290,6 +321,22 @@ def _on_policy(rule: Rule) -> Rule:
 RULES: dict[str, Rule] = {r.name: r for r in _OFF}
 RULES.update({r.name: r for r in map(_on_policy, _OFF)})
 BASELINES = ("mean", "none")
+
+
+def unbiased_on(tree: Tree, rule: str, params: dict | None = None) -> tuple[bool, str]:
+    """Whether ``rule`` provably keeps π* as its rest point on this tree, and why.
+
+    Beyond ``RULES[rule].unbiased``: a future window W covers every later token when every
+    sequence has at most W + 1 tokens (H ≤ W + 1), and then future_window is proximal_kl."""
+    validate.choice("rule", rule, RULES)
+    r = RULES[rule]
+    prm = dict(r.params)
+    prm.update(params or {})
+    if r.name.startswith("future_window") and tree.horizon <= prm["future_window"] + 1:
+        return True, (f"H = {tree.horizon} ≤ W + 1 = {prm['future_window'] + 1}: the window covers "
+                      "every later token, so the rule is proximal_kl" +
+                      ("_on_policy" if r.name.endswith("_on_policy") else "") + " on this tree")
+    return r.unbiased, r.why
 
 
 def _clip(x, c):
@@ -323,18 +370,125 @@ def _token_derivs(base: str, params: dict, lp, lm, lr, adv, beta):
         w = mpmath.fprod(rho) * (adv - beta * mpmath.fsum(k))
         return [-w] * T
     if base == "future_clipped":
-        c = num(params["future_clip"])
+        c = params["future_clip"]
         return [-rho[t] * (adv - beta * (k[t] + _clip(future(t), c))) for t in range(T)]
     if base == "future_window":
-        w = int(params["future_window"])
+        w = params["future_window"]
         return [-rho[t] * (adv - beta * (k[t] + future(t, w))) for t in range(T)]
     if base == "whole_cost_clipped":
-        c = num(params["whole_cost_clip"])
+        c = params["whole_cost_clip"]
         return [-rho[t] * (adv - beta * _clip(k[t] + future(t), c)) for t in range(T)]
     if base == "ratio_capped":
-        c = num(params["ratio_cap"])
+        c = params["ratio_cap"]
         return [-min(rho[t], c) * (adv - beta * (k[t] + future(t))) for t in range(T)]
     raise AssertionError(base)
+
+
+class _Setting:
+    """Everything of an expected update except π, validated and converted once (at the precision
+    in effect), so that the fixed-point solver evaluates only the π-dependent part."""
+
+    def __init__(self, tree, rule, mu, pi_ref, beta, rewards, baseline, params):
+        check_tree(tree)
+        validate.choice("rule", rule, RULES)
+        validate.choice("baseline", baseline, BASELINES)
+        self.tree, self.baseline = tree, baseline
+        self.on_policy = rule.endswith("_on_policy")
+        self.base = rule[: -len("_on_policy")] if self.on_policy else rule
+        prm = dict(RULES[rule].params)
+        prm.update(params or {})
+        for key in ("future_clip", "whole_cost_clip", "ratio_cap"):
+            if key in prm:
+                prm[key] = num(prm[key], key)
+                validate.positive(key, prm[key])
+        if "future_window" in prm:
+            w = prm["future_window"]
+            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+                validate.fail("future_window", f"must be an integer >= 1, got {w!r}")
+        self.params = prm
+        self.beta = num(tree.beta if beta is None else beta, "beta")
+        validate.positive("beta", self.beta)
+        self.pre = prefixes(tree)
+        self.paths = _paths(tree)
+        ref = policy(tree, tree.ref if pi_ref is None else pi_ref, "pi_ref")
+        self.log_ref = {s: [mpmath.log(v) for v in ref[s]] for s in self.pre}
+        rw = tree.rewards if rewards is None else rewards
+        self.r = {}
+        for y, _ in self.paths:
+            if y not in rw:
+                validate.fail("rewards", f"no reward for leaf {list(y)}")
+            self.r[y] = num(rw[y], "rewards")
+        self.mu = None if self.on_policy else policy(tree, tree.behavior if mu is None else mu, "mu")
+        if self.mu is not None:
+            self._sampling = self._sampler(self.mu)
+
+    def _sampler(self, m):
+        """Sequence weights μ(y), log μ per prefix, and the advantage's shift and scale."""
+        weight = {y: mpmath.fprod(m[s][a] for s, a in path) for y, path in self.paths}
+        log_m = {s: [mpmath.log(v) for v in m[s]] for s in self.pre}
+        mean = mpmath.fsum(weight[y] * self.r[y] for y in self.r)
+        shift = mean if self.baseline == "mean" else mp.ZERO
+        scale = mp.ONE
+        if self.base == "sigma_normalized":
+            # population std of the group (std_ddof = 0, eps = 0: the paper defaults)
+            scale = mpmath.sqrt(mpmath.fsum(weight[y] * (self.r[y] - mean) ** 2 for y in self.r))
+            if scale == 0:
+                validate.fail("rewards", "constant under the sampling policy: σ = 0, "
+                                         "sigma_normalized is undefined")
+        return weight, log_m, shift, scale
+
+    def reach_of(self, p):
+        return _reach(self.tree, p if self.on_policy else self.mu)
+
+    def advantage_terms(self, p):
+        """(shift, scale) of A = (r − shift)/scale under the sampling policy (π when on-policy)."""
+        return (self._sampler(p) if self.on_policy else self._sampling)[2:]
+
+    def local_update(self, p: dict, s: tuple, shift, scale) -> list:
+        """Δθ_s / P(reach s): the update at prefix s from the sequences through s, sampled from s
+        on. It depends on π at s and below only: the past enters the proximal family nowhere,
+        and sequence_is only through a positive factor (the past ratios) and an additive constant
+        in the coefficient (the past KL), which Σ_a π(a|s)·E_μ[Π_{u>t} ρ_u | s·a]·(e_a − π) = 0
+        removes. So the fixed point can be solved prefix by prefix from the leaves up; the
+        advantage's shift and scale are passed in (on-policy, a constant shift of A changes no
+        update: every token is weighted by π(a|s))."""
+        V, t0 = self.tree.vocab, len(s)
+        samp = p if self.on_policy else self.mu
+        row = [mp.ZERO] * V
+        ps = p[s]
+        for y, path in self.paths:
+            if len(y) <= t0 or y[:t0] != s:
+                continue
+            sub = path[t0:]
+            weight = mpmath.fprod(samp[q][a] for q, a in sub)
+            lp = [mpmath.log(p[q][a]) for q, a in sub]
+            lm = lp if self.on_policy else [mpmath.log(samp[q][a]) for q, a in sub]
+            lr = [self.log_ref[q][a] for q, a in sub]
+            d = _token_derivs(self.base, self.params, lp, lm, lr, (self.r[y] - shift) / scale, self.beta)
+            c = weight * d[0]
+            for j in range(V):
+                row[j] += c * ps[j]
+            row[sub[0][1]] -= c
+        return row
+
+    def update(self, p: dict) -> dict:
+        """Δθ_s for the mpf policy ``p`` (already validated)."""
+        weight, log_m, shift, scale = self._sampler(p) if self.on_policy else self._sampling
+        log_p = {s: [mpmath.log(v) for v in p[s]] for s in self.pre}
+        V = self.tree.vocab
+        update = {s: [mp.ZERO] * V for s in self.pre}
+        for y, path in self.paths:
+            lp = [log_p[s][a] for s, a in path]
+            lm = [log_m[s][a] for s, a in path]
+            lr = [self.log_ref[s][a] for s, a in path]
+            d = _token_derivs(self.base, self.params, lp, lm, lr, (self.r[y] - shift) / scale, self.beta)
+            for (s, a), dt in zip(path, d):
+                c = weight[y] * dt
+                row, ps = update[s], p[s]
+                for j in range(V):
+                    row[j] += c * ps[j]          # −c·(e_a − π)_j
+                row[a] -= c
+        return update
 
 
 @mp.exact
@@ -350,49 +504,8 @@ def expected_update(tree: Tree, pi, mu=None, pi_ref=None, beta=None, rule: str =
     Rules and why each is or is not unbiased: ``RULES``. Sources: the Proximal KL update of the
     article-004 summary / FRPO arXiv 2601.10201 (reconstructed, see proximal_kl.py); GRPO's k3
     loss, DeepSeekMath §4.1.1 eq. 3–4; TRL's ratio-weighted k3 (use_bias_correction_kl)."""
-    check_tree(tree)
-    validate.choice("rule", rule, RULES)
-    validate.choice("baseline", baseline, BASELINES)
-    on_policy = rule.endswith("_on_policy")
-    base = rule[: -len("_on_policy")] if on_policy else rule
-    prm = dict(RULES[rule].params)
-    prm.update(params or {})
-    b = num(tree.beta if beta is None else beta)
-    validate.positive("beta", b)
-    p = policy(tree, pi, "pi")
-    m = p if on_policy else policy(tree, tree.behavior if mu is None else mu, "mu")
-    ref = policy(tree, tree.ref if pi_ref is None else pi_ref, "pi_ref")
-    rw = tree.rewards if rewards is None else rewards
-    paths = _paths(tree)
-    r = {}
-    for y, _ in paths:
-        if y not in rw:
-            validate.fail("rewards", f"no reward for leaf {list(y)}")
-        r[y] = num(rw[y])
-    logs = {name: {s: [mpmath.log(v) for v in d[s]] for s in d} for name, d in
-            (("pi", p), ("mu", m), ("ref", ref))}
-    weight = {y: mpmath.fprod(m[s][a] for s, a in path) for y, path in paths}
-    mean = mpmath.fsum(weight[y] * r[y] for y in r)
-    shift = mean if baseline == "mean" else mp.ZERO
-    scale = mp.ONE
-    if base == "sigma_normalized":
-        # population std of the group (std_ddof = 0, eps = 0: the paper defaults)
-        scale = mpmath.sqrt(mpmath.fsum(weight[y] * (r[y] - mean) ** 2 for y in r))
-        if scale == 0:
-            validate.fail("rewards", "constant under μ: σ = 0, sigma_normalized is undefined")
-    update = {s: [mp.ZERO] * tree.vocab for s in prefixes(tree)}
-    for y, path in paths:
-        lp = [logs["pi"][s][a] for s, a in path]
-        lm = [logs["mu"][s][a] for s, a in path]
-        lr = [logs["ref"][s][a] for s, a in path]
-        d = _token_derivs(base, prm, lp, lm, lr, (r[y] - shift) / scale, b)
-        for (s, a), dt in zip(path, d):
-            c = weight[y] * dt
-            row, ps = update[s], p[s]
-            for j in range(tree.vocab):
-                row[j] += c * ps[j]          # −c·(e_a − π)_j
-            row[a] -= c
-    return update
+    setting = _Setting(tree, rule, mu, pi_ref, beta, rewards, baseline, params)
+    return setting.update(policy(tree, pi, "pi"))
 
 
 def residual(update: Mapping[tuple, Sequence]) -> mpmath.mpf:
@@ -402,7 +515,9 @@ def residual(update: Mapping[tuple, Sequence]) -> mpmath.mpf:
 
 # --------------------------------------------------------------------------- fixed points
 
-FREEZE_BELOW = mpmath.mpf("1e-30")   # a probability this small is taken to be on its way to 0
+DELTA0 = 1                           # first pseudo-time step of the local solver
+FREEZE_BELOW = mpmath.mpf("1e-9")   # a probability this small is taken to be on its way to 0
+RELEASE_CHECK_BELOW = mpmath.mpf("1e-8")  # frozen tokens are re-examined once the rest is this close
 
 
 def _softmax_row(logits):
@@ -416,107 +531,208 @@ def _norm(v):
     return max((abs(x) for x in v), default=mp.ZERO)
 
 
+def _vanishing(history, a, steps=8):
+    """A probability below 1e-3 that fell by a factor ≥ 1.1 at each of the last ``steps`` steps
+    is on its way to 0; freezing it early is safe because a frozen token whose limiting rate is
+    positive is released for good."""
+    if len(history) <= steps or history[-1][a] >= mpmath.mpf("1e-3"):
+        return False
+    recent = [h[a] for h in history[-steps - 1:]]
+    return all(later * 11 < earlier * 10 for earlier, later in zip(recent, recent[1:]))
+
+
+def _solve_prefix(setting, pol, s, shift, scale, gap, tol, max_iter, h):
+    """Rest point of the update at prefix s, descendants held at their rest points.
+
+    Unknowns: the logits of the free tokens relative to the leading one. Equations: the rates
+    G_j − G_lead with G_j = Δθ_s(j) / (P(reach s)·π(j|s)) (interior zero ⟺ all G_j equal), solved
+    by pseudo-transient continuation (I/δ − ∂e/∂x)·Δx = e: Euler steps of the (rate) flow for
+    small δ, Newton for large δ; δ grows at least ×2 per accepted step; steps ≤ 2 nats."""
+    V = setting.tree.vocab
+    logits = [mpmath.log(v) for v in pol[s]]
+    frozen, released_once = set(), set()
+    history, delta, it = [], mpmath.mpf(DELTA0), 0
+
+    def rates(lg):
+        row = _softmax_row(lg)
+        trial = dict(pol)
+        trial[s] = row
+        u = setting.local_update(trial, s, shift, scale)
+        return [u[j] / row[j] for j in range(V)], row
+
+    while True:
+        lead = max((a for a in range(V) if a not in frozen), key=lambda a: logits[a])
+        for a in frozen:
+            logits[a] = logits[lead] - gap
+        free = [a for a in range(V) if a not in frozen and a != lead]
+        g, row = rates(logits)
+        e = [g[a] - g[lead] for a in free]
+        en = _norm(e)
+        done = it >= max_iter or en <= tol or not free
+        if frozen and (done or en < RELEASE_CHECK_BELOW):
+            released = {a for a in frozen if g[a] - g[lead] > 0}
+            if released and it < max_iter:
+                frozen -= released
+                released_once |= released
+                for a in released:   # back into the interior, 1e-6 below the leading token
+                    logits[a] = logits[lead] - 6 * mpmath.log(10)
+                history, delta = [], mpmath.mpf(DELTA0)
+                continue
+        if done:
+            break
+        it += 1
+        n = len(free)
+        jac = mpmath.matrix(n, n)
+        for j, b in enumerate(free):
+            lg = list(logits)
+            lg[b] += h
+            gj = rates(lg)[0]
+            for i, a in enumerate(free):
+                jac[i, j] = ((gj[a] - gj[lead]) - e[i]) / h
+        for _ in range(80):
+            lhs = -jac
+            for i in range(n):
+                lhs[i, i] += 1 / delta
+            try:
+                sol = mpmath.lu_solve(lhs, mpmath.matrix(e))
+            except ZeroDivisionError:
+                delta /= 4
+                continue
+            step = [sol[i] for i in range(n)]
+            big = _norm(step)
+            if big > 2:
+                step = [v * 2 / big for v in step]
+            lg = list(logits)
+            for i, a in enumerate(free):
+                lg[a] += step[i]
+            gt, row_t = rates(lg)
+            if _norm([gt[a] - gt[lead] for a in free]) < 10 * en:
+                break
+            delta /= 4
+        else:
+            break
+        logits = lg
+        delta *= 2
+        history.append(row_t)
+        frozen |= {a for a in free if a not in released_once
+                   and (row_t[a] < FREEZE_BELOW or _vanishing(history, a))}
+    row = _softmax_row(logits)
+    boundary = [{"prefix": s, "token": a, "rate": g[a] - g[lead]} for a in sorted(frozen)]
+    return row, boundary, it, en
+
+
+def _sigma_on_policy(tree, beta):
+    """sigma_normalized_on_policy: its update is (1/σ_π)·proximal_kl_on_policy with β' = β·σ_π,
+    whose only rest point is π*_{β'}; so π = π*_{β·s} with s = σ_{π*_{β·s}}(r), a scalar
+    equation. The rest point the update reaches is the largest root (stable: the curve
+    s ↦ σ(π*_{β·s}) crosses the diagonal from above), else the collapse s → 0 (the greedy
+    policy, reported as π*_{β'} with β' = β·σ_max·1e-6, its non-greedy probabilities far
+    below the working precision)."""
+    b = num(tree.beta if beta is None else beta, "beta")
+    rs = [num(tree.rewards[y]) for y in leaves(tree)]
+    hi = (max(rs) - min(rs)) / 2             # no distribution of r has a larger std
+    if hi == 0:
+        validate.fail("tree.rewards", "constant: σ = 0, sigma_normalized is undefined")
+
+    def h(sc):
+        star = optimum(tree, beta=b * sc)["policy"]
+        weights = sequences(tree, star)
+        mean = mpmath.fsum(w * num(tree.rewards[y]) for y, w in weights)
+        return mpmath.sqrt(mpmath.fsum(w * (num(tree.rewards[y]) - mean) ** 2 for y, w in weights)) - sc
+
+    grid = [hi * mpmath.mpf(2) ** (-k / mpmath.mpf(4)) for k in range(0, 121)]
+    values = [h(sc) for sc in grid]
+    for k in range(1, len(grid)):
+        if values[k] > 0 >= values[k - 1]:
+            root = mpmath.findroot(h, (grid[k], grid[k - 1]), solver="anderson")
+            return optimum(tree, beta=b * root)["policy"], root, abs(h(root))
+    return optimum(tree, beta=b * hi * mpmath.mpf("1e-6"))["policy"], mp.ZERO, None
+
+
 @mp.exact
 def fixed_point(tree: Tree, rule: str = "proximal_kl", mu=None, beta=None, start=None,
-                baseline: str = "mean", params: dict | None = None, max_iter: int = 100) -> dict:
-    """Solve expected_update(π) = 0 (per prefix, in the softmax tangent space).
+                baseline: str = "mean", params: dict | None = None, max_iter: int = 200) -> dict:
+    """Solve expected_update(π) = 0 (per prefix, in the softmax tangent space) for the rest point
+    that the update itself reaches.
 
-    Damped Newton on the free logits of every prefix (one token per prefix fixes the softmax
-    gauge), on the equations Δθ_s / P(reach s) so that rarely visited prefixes weigh the same;
-    the Jacobian is a forward difference at 20 extra digits (step 10^−(dps/2+10)), enough for
-    Newton to converge to the working precision. Steps are capped at 2 nats per logit and
-    halved until the residual decreases.
+    Every rule's update at prefix s depends on π at s and below only (``_Setting.local_update``),
+    so the fixed point is solved prefix by prefix from the leaves up, each a small system in the
+    V−1 free logits (``_solve_prefix``: pseudo-transient continuation on the rates, a Jacobian by
+    forward differences at 20 extra digits with step 10^−(dps/2+10), enough for Newton to reach
+    the working precision). sigma_normalized_on_policy couples every prefix through σ_π(r) and
+    is solved as a scalar equation (``_sigma_on_policy``; ``start``, ``mu``, ``baseline`` and
+    ``params`` play no part there) and its result checked like the others.
 
     Some biased rules have no interior rest point: they remove the KL barrier of a token (e.g.
-    clipping the own-token cost) or feed back on their own scale (σ-normalisation on-policy),
-    and the update drives a probability to 0. A token whose probability falls below 1e-30 is
-    then frozen at e^{−(dps+30)·ln 10} relative to the prefix's leading token (the limit on the
-    face of the simplex) and the rest is solved; such tokens are listed in ``boundary`` with
-    the limiting growth rate of their log-probability, Δθ_s(a) / (P(reach s)·π(a|s)) − (the same
-    for the leading token), negative when the face attracts.
+    clipping the own-token cost) or feed back on their own scale (σ-normalisation on-policy), and
+    the update drives a probability to 0. A token whose probability falls below 1e-9 (or below
+    1e-3 after falling by a factor ≥ 1.1 at each of eight steps) is frozen at 10^{−2(dps+30)}
+    relative to the prefix's leading token (the limit on the face of the simplex) and the rest is
+    solved; such tokens are listed in ``boundary`` with the limiting rate G_a − G_lead
+    (G_a = Δθ_s(a) / (P(reach s)·π(a|s))), negative when the face attracts. A frozen token whose
+    rate comes out positive is released for good and the solve resumed.
 
-    ``start`` defaults to π_ref, so that an unbiased rule must *find* π*. Returns {"policy",
-    "residual" (max |Δθ| at the working precision), "iterations", "converged" (residual below
-    10^−(dps−8)), "boundary"}."""
+    ``start`` (default π_ref) is where each prefix's solve starts, so that an unbiased rule must
+    *find* π*. Returns {"policy", "residual" (max |Δθ| at the working precision), "rate_residual"
+    (max |G_a − G_lead| over the tokens not on the boundary), "iterations", "converged"
+    (rate_residual below 10^−(dps−8) and no boundary rate > 0; for the σ → 0 collapse of
+    sigma_normalized_on_policy, where A/σ makes rates unbounded, the scalar analysis decides and
+    rate_residual is None), "boundary", "note"}."""
     check_tree(tree)
     validate.choice("rule", rule, RULES)
+    validate.choice("baseline", baseline, BASELINES)
     dps = mp.get_dps()
     tol = mpmath.mpf(10) ** (-(dps - 8))
-    on_policy = rule.endswith("_on_policy")
     mu = tree.behavior if mu is None else mu
     pre = prefixes(tree)
     V = tree.vocab
-    p0 = policy(tree, tree.ref if start is None else start, "start")
-    frozen: set = set()
-
-    def run(logits, x, free, lead):
-        lg = {s: list(logits[s]) for s in pre}
-        for (s, a), v in zip(free, x):
-            lg[s][a] = lg[s][lead[s]] + v
-        return {s: _softmax_row(lg[s]) for s in pre}, lg
-
-    def equations(pol, free):
-        upd = expected_update(tree, pol, mu, beta=beta, rule=rule, baseline=baseline, params=params)
-        reach = _reach(tree, pol if on_policy else policy(tree, mu, "mu"))
-        return [upd[s][a] / reach[s] for s, a in free], upd, reach
-
+    boundary, iterations, note, scalar_res = [], 0, "", None
     with mp.precision(dps + 20), mpmath.workdps(dps + 20):
-        gap = (dps + 30) * mpmath.log(10)
-        logits = {s: [mpmath.log(v) for v in p0[s]] for s in pre}
-        h = mpmath.mpf(10) ** (-(dps // 2 + 10))
-        it = 0
-        while True:
-            lead = {s: max((a for a in range(V) if (s, a) not in frozen), key=lambda a: logits[s][a])
-                    for s in pre}
-            for s, a in frozen:
-                logits[s][a] = logits[s][lead[s]] - gap
-            free = [(s, a) for s in pre for a in range(V) if (s, a) not in frozen and a != lead[s]]
-            x = [logits[s][a] - logits[s][lead[s]] for s, a in free]
-            pol, _ = run(logits, x, free, lead)
-            f, _, _ = equations(pol, free)
-            if it >= max_iter or _norm(f) <= tol * mpmath.mpf(10) ** -10 or not free:
-                break
-            it += 1
-            n = len(x)
-            jac = mpmath.matrix(n, n)
-            for j in range(n):
-                xj = list(x)
-                xj[j] += h
-                fj, _, _ = equations(run(logits, xj, free, lead)[0], free)
-                for i in range(n):
-                    jac[i, j] = (fj[i] - f[i]) / h
-            try:
-                sol = mpmath.lu_solve(jac, mpmath.matrix([-v for v in f]))
-            except ZeroDivisionError:
-                break
-            step = [sol[i] for i in range(n)]
-            big = _norm(step)
-            alpha = min(mp.ONE, 2 / big) if big > 0 else mp.ONE
-            base_norm = _norm(f)
-            for _ in range(60):
-                xt = [x[i] + alpha * step[i] for i in range(n)]
-                pol_t, lg_t = run(logits, xt, free, lead)
-                ft, _, _ = equations(pol_t, free)
-                if _norm(ft) < base_norm:
-                    break
-                alpha /= 2
-            else:
-                break
-            logits = lg_t
-            frozen |= {(s, a) for s, a in free if pol_t[s][a] < FREEZE_BELOW}
-        pol, _ = run(logits, x, free, lead)
-        boundary = []
-        if frozen:
-            _, upd, reach = equations(pol, free)
-            for s, a in sorted(frozen):
-                rate = (upd[s][a] / pol[s][a] - upd[s][lead[s]] / pol[s][lead[s]]) / reach[s]
-                boundary.append({"prefix": s, "token": a, "rate": +rate})
+        if rule == "sigma_normalized_on_policy":
+            pol, sigma, scalar_res = _sigma_on_policy(tree, beta)
+            note = (f"π = π*(β·σ) with σ = σ_π(r) = {mp.nstr(sigma, 20)}" if scalar_res is not None else
+                    "collapse: no σ > 0 solves σ = σ_{π*(β·σ)}(r); the rest point is the σ → 0 limit "
+                    "(the greedy policy), whose rates are unbounded (A/σ)")
+            cut = mpmath.mpf(10) ** (-(dps + 30))
+            boundary = [{"prefix": s, "token": a, "rate": None} for s in pre for a in range(V)
+                        if pol[s][a] < cut]
+        else:
+            setting = _Setting(tree, rule, mu, None, beta, None, baseline, params)
+            pol = policy(tree, tree.ref if start is None else start, "start")
+            gap = 2 * (dps + 30) * mpmath.log(10)
+            h = mpmath.mpf(10) ** (-(dps // 2 + 10))
+            for s in reversed(pre):
+                shift, scale = setting.advantage_terms(pol)
+                pol[s], bnd, it, _ = _solve_prefix(setting, pol, s, shift, scale, gap,
+                                                   tol * mpmath.mpf(10) ** -10, max_iter, h)
+                boundary += bnd
+                iterations += it
     pol = {s: [+v for v in row] for s, row in pol.items()}
-    for b in boundary:
-        b["rate"] = +b["rate"]
-    res = residual(expected_update(tree, pol, mu, beta=beta, rule=rule, baseline=baseline, params=params))
-    return {"policy": pol, "residual": res, "iterations": it, "converged": bool(res < tol),
-            "boundary": boundary}
+    on_face = {(b["prefix"], b["token"]) for b in boundary}
+    setting = _Setting(tree, rule, mu, None, beta, None, baseline, params)
+    upd = setting.update(pol)
+    reach = setting.reach_of(pol)
+    rate_res = mp.ZERO
+    for s in pre:
+        lead = max(range(V), key=lambda a: pol[s][a])
+        g = [upd[s][a] / (reach[s] * pol[s][a]) for a in range(V)]
+        for b in boundary:
+            if b["prefix"] == s:
+                b["rate"] = +(g[b["token"]] - g[lead])
+        for a in range(V):
+            # on the boundary only a repelling face (rate > 0) counts against the rest point
+            if (s, a) not in on_face or g[a] - g[lead] > 0:
+                rate_res = max(rate_res, abs(g[a] - g[lead]))
+    if rule == "sigma_normalized_on_policy" and scalar_res is None:
+        # the σ → 0 limit: A/σ is unbounded, so rates mean nothing; the scalar analysis decides
+        for b in boundary:
+            b["rate"] = None
+        rate_res = None
+    converged = (rate_res is None) or bool(rate_res < tol)
+    if scalar_res is not None:
+        converged = converged and bool(scalar_res < tol)
+    return {"policy": pol, "residual": residual(upd), "rate_residual": rate_res,
+            "iterations": iterations, "converged": converged, "boundary": boundary, "note": note}
 
 
 # --------------------------------------------------------------------------- built-in trees

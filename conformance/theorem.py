@@ -1,0 +1,131 @@
+"""The stationary-policy probe: which update rules keep π* ∝ π_ref·exp(r/β) as their rest point.
+
+Source: the stationary-policy theorem of Proximal KL (Bai, Yao, Zhang) as summarised in article
+004 and derived in FRPO (arXiv 2601.10201) — reconstructed, the paper text is not public in our
+sources (see refimpl/exact/proximal_kl.py). With exact population expectations and the full
+future KL cost, the Proximal KL update vanishes at π* for every behaviour μ with full support;
+own-token-only KL, GRPO's k3-as-loss, dropping the ratio, bounding the future cost or
+σ-normalising the reward move the rest point. On each built-in token tree this module computes,
+at ``dps`` digits, π* (soft Bellman backup), each rule's expected update at π*, and each rule's
+rest point with its distance KL(π_fix‖π*) and objective J(π_fix) ≤ β·log Z.
+
+``lossproof theorem`` prints this table; the JSON layout is::
+
+    {"trees": [{"name", "vocab", "horizon", "beta", "optimum": {"policy": [{"prefix", "probs"}],
+     "beta_log_z"}, "rules": [{"rule", "residual_at_optimum", "fixed_point_kl",
+     "objective_at_fixed_point", "fixed_point": [{"prefix", "probs"}], ...}]}]}
+
+with every number a decimal string. Additional keys (additive): top level "schema", "dps",
+"reduced"; per tree "eos", "description", "behavior" (the μ of the off-policy rules); per rule
+"unbiased" (the claim, with "why"), "params" (the recorded parameters of biased rules),
+"converged", "boundary" (tokens whose probability goes to 0 at the rest point; printed as "0"
+in "fixed_point") and "note".
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import mpmath
+
+from refimpl import validate
+from refimpl.exact import mp, tabular
+
+SCHEMA = "lossproof-theorem/1"
+EXTRA_DPS = 20   # fixed points, KL and J are computed this much beyond dps, then printed at dps
+
+# The reduced table (CI): two trees, the rules that carry the claim.
+REDUCED_TREES = ("worked-v2h2", "eos-v3h3")
+REDUCED_RULES = ("proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3",
+                 "sequence_is", "future_clipped", "whole_cost_clipped", "ratio_capped",
+                 "sigma_normalized", "proximal_kl_on_policy", "grpo_k3_on_policy")
+REDUCED_DPS = 30
+
+
+def _s(x, digits: int) -> str:
+    return mp.nstr(x, digits)
+
+
+def _param(v) -> str:
+    return _s(tabular.num(v), 20) if not isinstance(v, int) else str(v)
+
+
+def _policy_json(tree, pol, digits, zeros=frozenset()):
+    return [{"prefix": list(s),
+             "probs": ["0" if (s, a) in zeros else _s(v, digits) for a, v in enumerate(pol[s])]}
+            for s in tabular.prefixes(tree)]
+
+
+def _resolve(trees) -> list:
+    if trees is None:
+        return list(tabular.BUILTIN_TREES.values())
+    out = []
+    for t in trees:
+        if isinstance(t, tabular.Tree):
+            out.append(t)
+        elif t in tabular.BUILTIN_TREES:
+            out.append(tabular.BUILTIN_TREES[t])
+        else:
+            raise validate.InputError(
+                f"trees: unknown tree {t!r}; built-in: {', '.join(tabular.BUILTIN_TREES)}")
+    return out
+
+
+def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
+        progress: Callable[[str], None] | None = None, rules: Iterable[str] | None = None) -> dict:
+    """The stationary-policy table (module docstring) at ``dps`` digits.
+
+    ``trees``: built-in tree names or ``tabular.Tree`` objects (default: every built-in tree);
+    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 11 rules, 30 digits unless
+    ``dps`` is given below that); ``rules``: a subset of ``tabular.RULES``; ``progress`` is
+    called with a short string before each tree and each rule."""
+    if reduced:
+        dps = min(dps, REDUCED_DPS)
+        trees = REDUCED_TREES if trees is None else trees
+        rules = REDUCED_RULES if rules is None else rules
+    rule_names = list(tabular.RULES) if rules is None else list(rules)
+    for r in rule_names:
+        validate.choice("rules", r, tabular.RULES)
+    note = progress or (lambda _msg: None)
+    out = {"schema": SCHEMA, "dps": dps, "reduced": bool(reduced), "trees": []}
+    for tree in _resolve(trees):
+        note(f"{tree.name}: optimum")
+        with mp.precision(dps):
+            opt = tabular.optimum(tree)
+            mu = tabular.policy(tree, tree.behavior, "mu") if tree.behavior else None
+        with mp.precision(dps + EXTRA_DPS):
+            opt_hp = tabular.optimum(tree)
+        entry = {
+            "name": tree.name, "vocab": tree.vocab, "horizon": tree.horizon,
+            "beta": _s(tabular.num(tree.beta), dps), "eos": tree.eos,
+            "description": tree.description,
+            "behavior": _policy_json(tree, mu, dps) if mu else None,
+            "optimum": {"policy": _policy_json(tree, opt["policy"], dps),
+                        "beta_log_z": _s(opt["beta_log_z"], dps)},
+            "rules": [],
+        }
+        for rule in rule_names:
+            note(f"{tree.name}: {rule}")
+            with mp.precision(dps):
+                at_opt = tabular.residual(tabular.expected_update(tree, opt["policy"], rule=rule))
+            with mp.precision(dps + EXTRA_DPS):
+                fp = tabular.fixed_point(tree, rule)
+                with mpmath.workdps(dps + EXTRA_DPS):
+                    kl = tabular.sequence_kl(tree, fp["policy"], opt_hp["policy"])["chain"]
+                    value = tabular.objective(tree, fp["policy"])
+            unbiased, why = tabular.unbiased_on(tree, rule)
+            zeros = {(b["prefix"], b["token"]) for b in fp["boundary"]}
+            entry["rules"].append({
+                "rule": rule,
+                "residual_at_optimum": _s(at_opt, 6),
+                "fixed_point_kl": _s(kl, dps),
+                "objective_at_fixed_point": _s(value, dps),
+                "fixed_point": _policy_json(tree, fp["policy"], dps, zeros),
+                "unbiased": unbiased,
+                "why": why,
+                "params": {k: _param(v) for k, v in tabular.RULES[rule].params.items()},
+                "converged": fp["converged"],
+                "boundary": [{"prefix": list(b["prefix"]), "token": b["token"]} for b in fp["boundary"]],
+                "note": fp["note"],
+            })
+        out["trees"].append(entry)
+    return out
