@@ -68,6 +68,12 @@ def same_shape(**shapes: tuple) -> tuple:
     return tuple(first)
 
 
+def per_sequence(name: str, shape: tuple, logp_shape: tuple) -> None:
+    """A per-sequence input ([B]) must match the batch dimension of the [B,T] log-probabilities."""
+    if tuple(shape) != tuple(logp_shape[:1]):
+        fail(name, f"shape {tuple(shape)} does not match the batch dimension {tuple(logp_shape[:1])} of logp")
+
+
 def rank(name: str, shape: tuple, expected: int | tuple) -> None:
     allowed = (expected,) if isinstance(expected, int) else expected
     if len(shape) not in allowed:

@@ -255,9 +255,7 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     ref = _xp.array(xp, "ref_logp", ref_logp, dt)
     validate.same_shape(logp=_xp.shape(lp), old_logp=_xp.shape(old), ref_logp=_xp.shape(ref))
     adv = _xp.array(xp, "advantages", advantages, dt)
-    if _xp.shape(adv) != _xp.shape(lp)[:1]:
-        validate.fail("advantages", f"shape {_xp.shape(adv)} does not match the batch dimension "
-                                    f"{_xp.shape(lp)[:1]} of logp")
+    validate.per_sequence("advantages", _xp.shape(adv), _xp.shape(lp))
     m = _xp.mask(xp, "mask", mask, _xp.shape(lp), dt)
     clip_params = _clip_params(eps_low, eps_high, dual_clip)
     b = validate.real("beta", beta)

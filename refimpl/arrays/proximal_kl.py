@@ -94,7 +94,7 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
     bp = _xp.array(xp, "behavior_logp", behavior_logp, dt)
     validate.same_shape(logp=_xp.shape(lp), behavior_logp=_xp.shape(bp))
     adv = _xp.array(xp, "advantages", advantages, dt)
-    validate.same_shape(advantages=_xp.shape(adv), batch=_xp.shape(lp)[:1])
+    validate.per_sequence("advantages", _xp.shape(adv), _xp.shape(lp))
     p = {
         "beta": validate.positive("beta", beta),
         "ratio_clip": None if ratio_clip is None else validate.in_range(

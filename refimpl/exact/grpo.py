@@ -262,9 +262,7 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     ref = mp.array("ref_logp", ref_logp)
     validate.same_shape(logp=lp.shape, old_logp=old.shape, ref_logp=ref.shape)
     adv = mp.array("advantages", advantages)
-    if adv.shape != lp.shape[:1]:
-        validate.fail("advantages", f"shape {adv.shape} does not match the batch dimension "
-                                    f"{lp.shape[:1]} of logp")
+    validate.per_sequence("advantages", adv.shape, lp.shape)
     m = mp.mask("mask", mask, lp.shape)
     clip_params = _clip_params(eps_low, eps_high, dual_clip)
     b = mp.mpf(validate.real("beta", beta))

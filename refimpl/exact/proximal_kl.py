@@ -102,9 +102,7 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
     bp = mp.array("behavior_logp", behavior_logp)
     validate.same_shape(logp=lp.shape, behavior_logp=bp.shape)
     adv = mp.array("advantages", advantages)
-    if adv.shape != lp.shape[:1]:
-        validate.fail("advantages", f"shape {adv.shape} does not match the batch dimension "
-                                    f"{lp.shape[:1]} of logp")
+    validate.per_sequence("advantages", adv.shape, lp.shape)
     p = {
         "beta": _exact(beta, validate.positive("beta", beta)),
         "ratio_clip": None if ratio_clip is None else _exact(ratio_clip, validate.in_range(

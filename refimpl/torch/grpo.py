@@ -223,9 +223,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     ref = _common.array("ref_logp", ref_logp)
     validate.same_shape(logp=tuple(lp.shape), old_logp=tuple(old.shape), ref_logp=tuple(ref.shape))
     adv = _common.array("advantages", advantages)
-    if tuple(adv.shape) != tuple(lp.shape[:1]):
-        validate.fail("advantages", f"shape {tuple(adv.shape)} does not match the batch dimension "
-                                    f"{tuple(lp.shape[:1])} of logp")
+    validate.per_sequence("advantages", tuple(adv.shape), tuple(lp.shape))
     m = _common.mask("mask", mask, tuple(lp.shape))
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
     b = validate.real("beta", beta)

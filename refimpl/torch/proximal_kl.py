@@ -106,7 +106,7 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
     bp = _common.array("behavior_logp", behavior_logp)
     validate.same_shape(logp=tuple(lp.shape), behavior_logp=tuple(bp.shape))
     adv = _common.array("advantages", advantages)
-    validate.same_shape(advantages=tuple(adv.shape), batch=tuple(lp.shape[:1]))
+    validate.per_sequence("advantages", tuple(adv.shape), tuple(lp.shape))
     b = validate.positive("beta", beta)
     eps = None if ratio_clip is None else validate.in_range(
         "ratio_clip", ratio_clip, 0, 1, lo_open=True, hi_open=True)
