@@ -61,6 +61,23 @@ class Objective:
 
 _LOGITS_NOTE = "−inf marks an impossible token"
 
+# Token trees (family ``tabular``) travel as arrays; this is their canonical order.
+_TREE_ENCODING = (
+    "Tree encoding: params vocab V (≥ 2), horizon H (≥ 1) and eos (a token id or None) fix the tree; a "
+    "sequence ends when it emits eos or reaches length H. Prefix order (rows P of every policy): the "
+    "non-terminal prefixes breadth first — by length, then lexicographically — starting with the empty "
+    "prefix. Leaf order (rewards[L]): for each prefix in that order, its children s·a that end the "
+    "sequence, by token a. A policy row is one distribution with full support (within 1e-9 of summing "
+    "to 1; the exact reference divides by the exact row sum).")
+_TREE_PARAMS = (
+    Param("vocab", None, source="tree: V tokens (required)"),
+    Param("horizon", None, source="tree: maximal length H (required)"),
+    Param("eos", None, source="tree: no end-of-sequence token unless given"),
+)
+TABULAR_RULES = tuple(r + s for s in ("", "_on_policy") for r in (
+    "proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3", "grpo_k3_ratio_weighted", "sequence_is",
+    "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized"))
+
 OBJECTIVES: tuple[Objective, ...] = (
     Objective(
         "distill.softmax", "Softmax with temperature: q_i = exp(z_i/T) / Σ_j exp(z_j/T).",
@@ -171,6 +188,41 @@ OBJECTIVES: tuple[Objective, ...] = (
                "Proximal KL summary: per-minibatch token averages", convention=True)),
         ("loss",), ("logp",), "Proximal KL (Bai, Yao, Zhang) summary, article 004; FRPO arXiv 2601.10201",
         reduction="logp"),
+    Objective(
+        "tabular.optimum", "Optimum of E[r] − β·KL(π‖π_ref) on a token tree: π*(a|s) = π_ref(a|s)·"
+        "exp((V*(s·a) − V*(s))/β) by the soft Bellman backup V*(s) = β·log Σ_a π_ref(a|s)·exp(V*(s·a)/β), "
+        "V*(leaf) = r; returns π* per prefix and β·log Z = V*(root). " + _TREE_ENCODING,
+        (Input("pi_ref", "P,V"), Input("rewards", "L")),
+        _TREE_PARAMS + (Param("beta", None, source="required (no paper default)"),),
+        ("policy", "beta_log_z"), (), "KL-regularised optimum π* ∝ π_ref·exp(r/β) (DPO §4 eq. 4) by soft "
+        "Bellman backup; Proximal KL summary (article 004), FRPO arXiv 2601.10201",
+        reduction="rewards", low_precision=False),
+    Objective(
+        "tabular.sequence_kl", "KL(π‖ρ) between the sequence distributions of two policies on a token tree "
+        "and its chain-rule decomposition Σ_s P_π(s)·KL(π(·|s)‖ρ(·|s)): kl (scalar), reach[P] = P_π(s), "
+        "token_kl[P] = KL(π(·|s)‖ρ(·|s)), per_step[H] = Σ_{|s|=t} P_π(s)·token_kl(s). " + _TREE_ENCODING,
+        (Input("pi", "P,V"), Input("rho", "P,V")),
+        _TREE_PARAMS,
+        ("kl", "reach", "token_kl", "per_step"), (), "chain rule of relative entropy (Cover & Thomas "
+        "Thm 2.5.3); Proximal KL summary (article 004)",
+        reduction="pi", low_precision=False),
+    Objective(
+        "tabular.expected_update", "Exact population update of an update rule at every prefix: "
+        "Δθ_s = −E_{y~μ}[∇_{θ_s} L(y)] with respect to the softmax logits θ_s of π(·|s) (rows sum to 0), "
+        "advantage A = r − E_μ[r] (baseline 'mean'; E_π[r] for the *_on_policy rules, which ignore mu) or "
+        "A = r ('none'); no division by E_μ|y|. Rules and their recorded parameters: "
+        "refimpl/exact/tabular.py RULES (future_clipped c = 0.5, future_window W = 1, whole_cost_clipped "
+        "c = 0.5, ratio_capped C = 1.5, detached min(ρ, C)). " + _TREE_ENCODING,
+        (Input("pi", "P,V"), Input("mu", "P,V"), Input("pi_ref", "P,V"), Input("rewards", "L")),
+        _TREE_PARAMS + (
+            Param("beta", None, source="required (no paper default)"),
+            Param("rule", "proximal_kl", TABULAR_RULES, "Proximal KL summary (article 004): the update whose "
+                  "rest point is π* for every μ with full support", convention=True),
+            Param("baseline", "mean", ("mean", "none"), "Proximal KL summary: group-normalised rewards "
+                  "(the infinite-group mean)", convention=True)),
+        ("update",), (), "Proximal KL (Bai, Yao, Zhang) stationary-policy theorem, article 004 summary "
+        "(reconstructed); FRPO arXiv 2601.10201; GRPO k3 loss, DeepSeekMath §4.1.1 eq. 3–4",
+        reduction="rewards", low_precision=False),
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

@@ -45,6 +45,10 @@ K_BASE = {
     "grpo.loss": 8.0,
     "proximal_kl.future_cost": 4.0,
     "proximal_kl.loss": 8.0,
+    # token trees: H nested log-sum-exps / products along a path, then sums over the leaves
+    "tabular.optimum": 8.0,
+    "tabular.sequence_kl": 8.0,
+    "tabular.expected_update": 8.0,
 }
 
 

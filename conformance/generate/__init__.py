@@ -19,7 +19,7 @@ from conformance import catalog, vectors
 from conformance.generate.build import build_test
 from refimpl.exact import mp
 
-FAMILY_MODULES = ("distill", "kl", "dpo", "grpo", "proximal_kl")
+FAMILY_MODULES = ("distill", "kl", "dpo", "grpo", "proximal_kl", "tabular")
 VECTOR_SET_VERSION = "1.0.0"
 
 

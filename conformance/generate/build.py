@@ -29,6 +29,10 @@ class GenerationError(RuntimeError):
 def exact_functions(objective_id: str):
     family, name = objective_id.split(".")
     module = importlib.import_module(f"refimpl.exact.{family}")
+    # a family whose natural arguments are not arrays (tabular: trees) exposes its catalog form apart
+    form = getattr(module, "CATALOG_FORM", {})
+    if name in form:
+        return form[name], None
     return getattr(module, name), getattr(module, f"{name}_vjp", None)
 
 

@@ -790,3 +790,107 @@ def random_behavior(tree: Tree, seed: int) -> dict:
         w = [rng.randint(1, 99) for _ in range(tree.vocab)]
         out[s] = [Fraction(x, sum(w)) for x in w]
     return out
+
+
+# --------------------------------------------------------------------------- catalog form
+#
+# The catalog ids tabular.optimum, tabular.sequence_kl and tabular.expected_update take a tree
+# as arrays (conformance/catalog.py, _TREE_ENCODING): params vocab, horizon, eos; a policy as a
+# [P, V] array whose rows follow prefixes(tree) (breadth first, then lexicographic); rewards as
+# an [L] array in the order of leaves(tree). These functions decode the arrays, call the
+# functions above, and return arrays in the same orders.
+
+CATALOG_EXTRA_DPS = 20   # at π* an update cancels ~17 digits: compute beyond the printed ones
+
+
+def _count(name, value, lo):
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        validate.fail(name, f"must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def tree_of(vocab, horizon, eos=None, pi_ref=None, rewards=None, beta=1) -> Tree:
+    """The tree that the catalog's arrays describe: π_ref rows in prefix order (uniform when
+    None), rewards in leaf order (0 when None)."""
+    _count("vocab", vocab, 2)
+    _count("horizon", horizon, 1)
+    if eos is not None and (isinstance(eos, bool) or not isinstance(eos, int) or eos not in range(vocab)):
+        validate.fail("eos", f"must be None or a token id in [0, {vocab}), got {eos!r}")
+    skeleton = _full_tree(vocab, horizon, eos)
+    ends = leaves(skeleton)
+    ref = (rows_to_policy(skeleton, "pi_ref", pi_ref) if pi_ref is not None
+           else {s: _uniform(vocab) for s in prefixes(skeleton)})
+    if rewards is None:
+        rw = [0] * len(ends)
+    else:
+        rw = mp.array("rewards", rewards)
+        if rw.shape != (len(ends),):
+            validate.fail("rewards", f"expected shape ({len(ends)},) (one reward per leaf), got {rw.shape}")
+    return Tree("arrays", vocab, horizon, beta, dict(zip(ends, list(rw))), ref, eos=eos)
+
+
+def rows_to_policy(tree: Tree, name: str, rows) -> dict:
+    """A [P, V] array (rows in prefix order) as a policy dict (validated by :func:`policy`)."""
+    a = mp.array(name, rows)
+    shape = (len(prefixes(tree)), tree.vocab)
+    if a.shape != shape:
+        validate.fail(name, f"expected shape {shape} (prefixes × vocab), got {a.shape}")
+    return {s: list(a[i]) for i, s in enumerate(prefixes(tree))}
+
+
+def _rows(tree: Tree, p: dict):
+    out = mp.zeros((len(prefixes(tree)), tree.vocab))
+    for i, s in enumerate(prefixes(tree)):
+        out[i, :] = p[s]
+    return out
+
+
+def _beta(beta):
+    validate.positive("beta", beta)
+    return num(beta, "beta")
+
+
+@mp.exact
+def catalog_optimum(pi_ref, rewards, vocab=None, horizon=None, eos=None, beta=None) -> dict:
+    """Catalog form of :func:`optimum`: {"policy": π*[P, V], "beta_log_z": β·log Z}."""
+    b = _beta(beta)
+    tree = tree_of(vocab, horizon, eos, pi_ref, rewards, beta=b)
+    with mp.precision(mp.get_dps() + CATALOG_EXTRA_DPS):
+        out = optimum(tree, beta=b)
+        return {"policy": _rows(tree, out["policy"]), "beta_log_z": out["beta_log_z"]}
+
+
+@mp.exact
+def catalog_sequence_kl(pi, rho, vocab=None, horizon=None, eos=None) -> dict:
+    """Catalog form of :func:`sequence_kl`: {"kl": the chain-rule sum (equal to the enumerated
+    KL, and accurate when it is tiny), "reach": P_π(s)[P], "token_kl": KL(π(·|s)‖ρ(·|s))[P],
+    "per_step": [H]}."""
+    tree = tree_of(vocab, horizon, eos)
+    p, q = rows_to_policy(tree, "pi", pi), rows_to_policy(tree, "rho", rho)
+    with mp.precision(mp.get_dps() + CATALOG_EXTRA_DPS):
+        out = sequence_kl(tree, p, q)
+        pre = prefixes(tree)
+        return {"kl": out["chain"],
+                "reach": mp.array("reach", [out["per_prefix"][s]["reach"] for s in pre]),
+                "token_kl": mp.array("token_kl", [out["per_prefix"][s]["token_kl"] for s in pre]),
+                "per_step": mp.array("per_step", out["per_step"])}
+
+
+@mp.exact
+def catalog_expected_update(pi, mu, pi_ref, rewards, vocab=None, horizon=None, eos=None, beta=None,
+                            rule: str = "proximal_kl", baseline: str = "mean") -> dict:
+    """Catalog form of :func:`expected_update` with the rules' recorded parameters:
+    {"update": Δθ[P, V]}. ``mu`` is validated always and ignored by the *_on_policy rules."""
+    validate.choice("rule", rule, RULES)
+    validate.choice("baseline", baseline, BASELINES)
+    b = _beta(beta)
+    tree = tree_of(vocab, horizon, eos, pi_ref, rewards, beta=b)
+    p, m = rows_to_policy(tree, "pi", pi), rows_to_policy(tree, "mu", mu)
+    policy(tree, m, "mu")
+    with mp.precision(mp.get_dps() + CATALOG_EXTRA_DPS):
+        out = expected_update(tree, p, mu=m, beta=b, rule=rule, baseline=baseline)
+        return {"update": _rows(tree, out)}
+
+
+CATALOG_FORM = {"optimum": catalog_optimum, "sequence_kl": catalog_sequence_kl,
+                "expected_update": catalog_expected_update}
