@@ -330,6 +330,54 @@ def cmd_probe(args):
     return 1 if bad else 0
 
 
+def cmd_docs(args):
+    from conformance import docsgen
+    start = time.perf_counter()
+
+    def note(artifact):
+        if not args.quiet and artifact.path in (docsgen.THEOREM_PAGE, docsgen.THEOREM_FIGURE) and not args.fast:
+            print(f"{artifact.path}: running the 50-digit theorem (about a minute)", file=sys.stderr, flush=True)
+    try:
+        outcomes = docsgen.run(check=args.check, include_slow=not args.fast, on_start=note)
+    except docsgen.DocsError as err:
+        raise UsageError(str(err)) from None
+    elapsed = time.perf_counter() - start
+    if outcomes and outcomes[-1].status == "stale":
+        print(f"lossproof: {outcomes[-1].path}: out of date (run 'lossproof docs build')", file=sys.stderr)
+        return 1
+    written = [o.path for o in outcomes if o.status == "written"]
+    if not args.quiet:
+        for path in written:
+            print(f"wrote {path}")
+    skipped = "" if not args.fast else " (the theorem figure and block skipped: --fast)"
+    print(f"docs {'up to date' if args.check else 'built'}: {len(outcomes)} generated files, "
+          f"{len(written)} rewritten, {elapsed:.1f} s{skipped}")
+    return 0
+
+
+def cmd_bench(args):
+    from conformance import bench
+    try:
+        sizes = bench.parse_sizes(args.sizes) if args.sizes else None
+    except ValueError:
+        raise UsageError(f"--sizes {args.sizes!r}: expected NxV[,NxV...], e.g. 4096x131072") from None
+    for name, given, known in (("--kernel", args.kernel, bench.KERNELS), ("--method", args.method, bench.METHODS)):
+        bad = [x for x in given or [] if x not in known]
+        if bad:
+            raise UsageError(f"{name} {bad[0]!r}: choose from {', '.join(known)}")
+    doc = bench.run(quick=args.quick, sizes=sizes, kernels=args.kernel, methods=args.method, reps=args.reps,
+                    exact=not args.no_exact, log=(lambda *a: None) if args.quiet else print)
+    s = doc["summary"]
+    for key in ("token_kl_speedup_vs_naive", "token_kl_peak_extra_fraction", "token_kl_bandwidth_fraction",
+                "token_kl_speedup_vs_best_library", "generate_seconds", "check_estimated_full_seconds"):
+        if s.get(key) is not None:
+            print(f"{key}: {s[key]:.3g}")
+    if args.json:
+        bench.write_json(args.json, doc)
+        print(f"wrote {args.json}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -402,6 +450,23 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", metavar="PATH")
     pr.add_argument("--quiet", action="store_true")
     pr.set_defaults(fn=cmd_probe)
+    docs = sub.add_parser("docs", help="the generated tables and figures of docs/")
+    dsub = docs.add_subparsers(dest="docs_command", required=True)
+    db = dsub.add_parser("build", help="regenerate every generated table and figure in docs/")
+    db.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the first out-of-date file")
+    db.add_argument("--fast", action="store_true", help="skip the 50-digit theorem block and figure (about a minute)")
+    db.add_argument("--quiet", action="store_true")
+    db.set_defaults(fn=cmd_docs)
+    bn = sub.add_parser("bench", help="time and memory of the distillation kernels against naive torch and the libraries")
+    bn.add_argument("--quick", action="store_true", help="small sizes, the exact side sampled (under 2 minutes)")
+    bn.add_argument("--json", metavar="PATH", help="write every row and the summary as JSON")
+    bn.add_argument("--sizes", metavar="NxV,...", help="e.g. 4096x131072 (default: by --quick)")
+    bn.add_argument("--kernel", action="append", metavar="NAME", help="token_kl.reverse, token_kl.forward, generalized_jsd, hinton")
+    bn.add_argument("--method", action="append", metavar="NAME", help="lossproof, lossproof-plain, naive, trl, liger")
+    bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3)")
+    bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
+    bn.add_argument("--quiet", action="store_true")
+    bn.set_defaults(fn=cmd_bench)
     return p
 
 

@@ -3,6 +3,21 @@
 Each case runs in every dtype that both the vector and the target support. A target that
 raises, returns NaN or the wrong shape, mutates its inputs, answers differently on a second
 call, or overruns the per-case time limit is reported with a message and the run goes on.
+
+Two more misbehaviours are failures even on ``acceptable`` vectors, because no numerical
+convention excuses them:
+- dtype: a floating array output (or gradient) whose dtype is not the case's dtype (float32
+  returned for float64 inputs loses half the digits even when the values happen to agree).
+- gradient leak: for torch targets, the outputs of ``DETACHED`` objectives (stop-gradient
+  coefficients by definition, DESIGN §4) must carry no gradient. The harness calls the target
+  once more with every floating input requiring grad and fails the case if any output has a
+  nonzero gradient with respect to any of them; a target that cannot run with such inputs is
+  not judged by this probe. Inputs outside a catalog objective's ``grads`` (old_logp, ref_logp,
+  reference log-probabilities, the behaviour policy) are *not* probed: the objective's
+  derivative with respect to them is mathematically nonzero and callers pass them detached,
+  so a target that does not detach them is correct; the bug class that matters there —
+  old/reference log-probs taken from the live graph — changes the gradient with respect to
+  ``logp`` and is caught by the gradient vectors.
 """
 from __future__ import annotations
 
@@ -20,6 +35,10 @@ from conformance.targets import Target
 from conformance.vectors import VectorCase, VectorSet
 
 STATUSES = ("pass", "fail", "error", "unsupported", "skip")
+
+# Objectives whose outputs are constants by definition: advantages (PPO eq. 7's Â is data) and
+# the future KL cost (the sg(·) of Proximal KL's coefficient).
+DETACHED = ("grpo.advantages", "proximal_kl.future_cost")
 
 
 @dataclass
@@ -101,6 +120,16 @@ class _Framework:
 
     def snapshot(self, inputs: dict) -> dict:
         return {k: self.to_numpy(v).copy() for k, v in inputs.items()}
+
+    def dtype_of(self, x) -> str | None:
+        """The name of a floating array's dtype ('float32', ...); None for anything else
+        (Python scalars, integer or boolean arrays, non-arrays)."""
+        if self.name == "torch" and isinstance(x, self.torch.Tensor):
+            return str(x.dtype).removeprefix("torch.") if x.is_floating_point() else None
+        dt = getattr(x, "dtype", None)
+        if isinstance(x, (np.ndarray, np.generic)) or (self.name == "cupy" and isinstance(x, self.cupy.ndarray)):
+            return np.dtype(dt).name if np.issubdtype(dt, np.floating) else None
+        return None
 
 
 def _expected(values) -> np.ndarray:
@@ -207,6 +236,7 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
 
     k = tolerance_k(spec, test, dtype, tolerances)
     failures = []
+    hard = []   # failures that no 'acceptable' flag excuses (dtype, gradient leak)
 
     def check(label, got, want_strings, scale):
         try:
@@ -214,6 +244,9 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
         except TypeError as err:
             failures.append(f"{label}: {err}")
             return
+        got_dtype = fw.dtype_of(got)
+        if got_dtype is not None and got_dtype != dtype:
+            hard.append(f"{label}: dtype {got_dtype}, expected {dtype} (the inputs' dtype)")
         compare_output(res, failures, label, g, want_strings, scale, dtype, k)
 
     for name in spec.outputs:
@@ -242,10 +275,39 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             for name in spec.grads:
                 check(f"grad:{name}", grads[name], test["grads"][name], float(test["scale"]["grads"][name]))
 
+    if autograd and case.objective in DETACHED:
+        hard += _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit)
     if failures:
         res.status = "pass" if test["result"] == "acceptable" else "fail"
         res.message = ("acceptable difference: " if res.status == "pass" else "") + "; ".join(failures)
+    if hard:
+        res.status, res.message = "fail", "; ".join(hard + failures)
     return res
+
+
+def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
+    """Messages for the outputs of a DETACHED objective that carry a nonzero gradient to a
+    floating input (one extra call with every floating input requiring grad)."""
+    torch = fw.torch
+    probe = {name: (t.detach().clone().requires_grad_(True) if kinds.get(name) == "float" and t.is_floating_point()
+                    else t) for name, t in inputs.items()}
+    leaves = {name: t for name, t in probe.items() if t.requires_grad}
+    try:
+        with _time_limit(time_limit):
+            returned = _outputs(spec, fn(**{**kwargs, **probe}))
+            out = []
+            for oname in spec.outputs:
+                o = returned.get(oname)
+                if not (isinstance(o, torch.Tensor) and o.requires_grad):
+                    continue
+                grads = torch.autograd.grad(o, list(leaves.values()), torch.ones_like(o), allow_unused=True)
+                for iname, g in zip(leaves, grads):
+                    if g is not None and bool((g != 0).any()):
+                        out.append(f"{oname}: leaks gradient to input {iname!r} "
+                                   f"({spec.id} declares its outputs constant: detach them)")
+            return out
+    except Exception:
+        return []   # a target that cannot run on inputs requiring grad: the probe cannot judge it
 
 
 def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):

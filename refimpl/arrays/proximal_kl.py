@@ -158,6 +158,6 @@ def loss_vjp(cotangent, logp, behavior_logp, ref_logp, advantages, mask, beta: f
                                              ratio_clip, ratio_cap, future_clip, future_window,
                                              aggregation)
     ct = _xp.array(xp, "cotangent", cotangent, dt)
-    validate.same_shape(cotangent=_xp.shape(ct), loss=())
+    validate.same_shape(loss=(), cotangent=_xp.shape(ct))  # the message names the cotangent
     _, grad = _per_token(xp, lp, bp, rp, adv, m, p)
     return {"logp": ct * grpo.aggregate_weights(xp, m, p["aggregation"], float(lp.shape[1])) * grad}

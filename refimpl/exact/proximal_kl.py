@@ -187,7 +187,7 @@ def loss_vjp(cotangent, logp, behavior_logp, ref_logp, advantages, mask, beta: f
     lp, bp, rp, adv, m, p = _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta,
                                      ratio_clip, ratio_cap, future_clip, future_window, aggregation)
     ct = mp.array("cotangent", cotangent)
-    validate.same_shape(cotangent=ct.shape, loss=())
+    validate.same_shape(loss=(), cotangent=ct.shape)  # the message names the cotangent
     ct = ct.item()
     value, grad = _per_token(lp, bp, rp, adv, m, p)
     # the aggregate is linear in the per-token values: its VJP is the aggregation weights

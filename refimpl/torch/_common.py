@@ -66,7 +66,10 @@ def mask(name: str, x, shape: tuple) -> torch.Tensor:
 
 def int_array(name: str, x) -> torch.Tensor:
     """An int64 tensor; floating values must be integers (mirrors ``mp.int_array``)."""
-    t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    try:
+        t = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError):  # None, strings, dicts: as mp.int_array says
+        validate.fail(name, f"expected integers, got {x!r}")
     if t.dtype == torch.bool:
         validate.fail(name, f"expected integers, got {bool(t.flatten()[0]) if t.numel() else True!r}")
     if t.is_floating_point():
