@@ -372,14 +372,31 @@ def run(target: Target, vs: VectorSet, *, objective: str = "*", dtypes=None, dev
     devices = [device] if device else list(target.devices[:1])
     frameworks = {d: _Framework(target.framework, d) for d in devices}
     results = []
-    for i, case in enumerate(cases):
-        if progress:
-            progress(i, len(cases))
-        results += run_case(target, case, dtypes=dtypes, device=device, tolerances=tolerances,
-                            time_limit=time_limit, as_paper=as_paper, frameworks=frameworks)
+    with _single_threaded(target.framework):
+        for i, case in enumerate(cases):
+            if progress:
+                progress(i, len(cases))
+            results += run_case(target, case, dtypes=dtypes, device=device, tolerances=tolerances,
+                                time_limit=time_limit, as_paper=as_paper, frameworks=frameworks)
     if progress:
         progress(len(cases), len(cases))
     return results
+
+
+@contextlib.contextmanager
+def _single_threaded(framework: str):
+    """Vectors are small: torch's intra-op thread pool costs far more than it saves on them
+    (a tiny logsigmoid takes ~30× longer with 2 threads on 2 cores). Restored afterwards."""
+    if framework != "torch":
+        yield
+        return
+    import torch
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(saved)
 
 
 def summary(results: list[CaseResult]) -> dict:

@@ -73,29 +73,40 @@ def manifest_bytes(files: dict[str, bytes]) -> bytes:
     return (json.dumps({"schema": MANIFEST_SCHEMA, "files": entries}, indent=1) + "\n").encode()
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def _staged(path: Path, data: bytes) -> str:
+    """Write ``data`` to a temporary file beside ``path`` (readable like a normal file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         umask = os.umask(0)
         os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would make shared vector files unreadable to others
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp's 0600 would make shared files unreadable to others
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        os.unlink(tmp)
         raise
+    return tmp
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    os.replace(_staged(path, data), path)
 
 
 def write_tree(directory: Path, files: dict[str, bytes]) -> None:
-    """Write every file atomically; the manifest last, so a crash leaves a detectable mismatch
-    rather than a manifest describing files that were never written."""
-    for rel, data in sorted(files.items()):
-        if rel != MANIFEST:
-            write_atomically(directory / rel, data)
-    write_atomically(directory / MANIFEST, files[MANIFEST])
+    """Stage every file first, then rename them into place with the manifest last: a failure
+    while staging leaves the previous set untouched, and a crash during the renames leaves a
+    manifest mismatch that the loader reports, never a silently mixed set."""
+    staged = {}
+    try:
+        for rel, data in sorted(files.items()):
+            staged[rel] = _staged(directory / rel, data)
+    except BaseException:
+        for tmp in staged.values():
+            os.unlink(tmp)
+        raise
+    for rel in sorted(staged, key=lambda r: r == MANIFEST):
+        os.replace(staged[rel], directory / rel)
 
 
 @lru_cache(maxsize=None)
