@@ -7,7 +7,7 @@ target that does not declare a convention is checked against that value.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,8 @@ def cmd_check(args):
     for target in targets:
         if args.device and args.device not in target.devices:
             raise UsageError(f"--device {args.device!r}: target {target.name} runs on {', '.join(target.devices)}")
+        if args.as_paper:
+            _print_deviations(target)
         with bar(f"checking {target.name}", args.quiet) as progress:
             results += harness.run(target, vs, objective=args.objective, dtypes=dtypes or None,
                                    device=args.device, uids=set(args.uid or []), tolerances=tolerances,
@@ -204,6 +206,25 @@ def cmd_check(args):
     return 1 if s["fail"] or s["error"] else 0
 
 
+def _print_deviations(target) -> None:
+    """--as-paper: the declared conventions that differ from the paper defaults, before the run."""
+    from conformance.targets import ANY
+    devs = target.deviations()
+    if target.conventions == ANY:
+        return  # implements every convention: each vector runs with its own
+    if not devs:
+        print(f"{target.name}: declares the paper defaults (nothing deviates)")
+        return
+    print(f"{target.name}: declared conventions that differ from the paper (checked against the paper instead):")
+    for objective in dict.fromkeys(d[0] for d in devs):
+        spec = catalog.get(objective)
+        paper = {name: spec.defaults[name] for name in spec.conventions}
+        items = ", ".join(f"{name} {json.dumps(value)} (paper {json.dumps(default)})"
+                          for oid, name, value, default in devs if oid == objective)
+        settable = "the paper setting is available" if target.accepts(objective, paper) else "no paper setting"
+        print(f"  {objective}: {items} — {settable}")
+
+
 def cmd_export_prompt(args):
     from conformance import exchange
     counts = exchange.export_prompts(_vector_set(args), Path(args.directory), args.objective)
@@ -214,7 +235,7 @@ def cmd_export_prompt(args):
 
 
 def cmd_validate(args):
-    from conformance import compare, exchange, harness, report
+    from conformance import exchange, harness, report
     results = exchange.validate(_vector_set(args), Path(args.responses),
                                 _tolerances(args))
     report.console(results, quiet=args.quiet)
@@ -335,8 +356,8 @@ def cmd_docs(args):
     start = time.perf_counter()
 
     def note(artifact):
-        if not args.quiet and artifact.path in (docsgen.THEOREM_PAGE, docsgen.THEOREM_FIGURE) and not args.fast:
-            print(f"{artifact.path}: running the 50-digit theorem (about a minute)", file=sys.stderr, flush=True)
+        if artifact.note and not (args.quiet or args.fast):
+            print(f"{artifact.path}: {artifact.note}", file=sys.stderr, flush=True)
     try:
         outcomes = docsgen.run(check=args.check, include_slow=not args.fast, on_start=note)
     except docsgen.DocsError as err:
@@ -389,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     chk = with_vectors(sub.add_parser("check", help="run backends or targets over the vectors"))
     chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy")
-    chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME or path/file.py:NAME")
+    chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME, path/file.py:NAME or "
+                     "a third-party adapter: trl, verl, openrlhf, liger")
     chk.add_argument("--objective", default="*", metavar="GLOB", help="e.g. 'grpo.*'")
     chk.add_argument("--dtype", action="append", metavar="DTYPE", help="float64, float32, bfloat16, float16")
     chk.add_argument("--device", help="cpu or cuda (default: the target's first device)")

@@ -7,7 +7,6 @@ import sys
 from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
-import conformance
 from conformance.harness import CaseResult, summary
 
 REPORT_SCHEMA = "lossproof-report/1"
@@ -17,6 +16,8 @@ def worst_table(results: list[CaseResult]) -> dict:
     """{(target, objective): {dtype: worst err/tolerance and worst ulps}}"""
     table: dict = defaultdict(dict)
     for r in results:
+        if r.result == "acceptable":
+            continue  # implementation-defined cases may legitimately sit far outside the bound
         for metrics in r.outputs.values():
             cell = table[(r.target, r.objective)].setdefault(r.dtype, {"ulp": 0.0, "err_over_tol": 0.0})
             cell["ulp"] = max(cell["ulp"], metrics["max_ulp"])

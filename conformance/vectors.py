@@ -89,8 +89,16 @@ def _staged(path: Path, data: bytes) -> str:
     return tmp
 
 
+def _commit(tmp: str, path: Path) -> None:
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def write_atomically(path: Path, data: bytes) -> None:
-    os.replace(_staged(path, data), path)
+    _commit(_staged(path, data), path)
 
 
 def write_tree(directory: Path, files: dict[str, bytes]) -> None:
@@ -105,8 +113,14 @@ def write_tree(directory: Path, files: dict[str, bytes]) -> None:
         for tmp in staged.values():
             os.unlink(tmp)
         raise
-    for rel in sorted(staged, key=lambda r: r == MANIFEST):
-        os.replace(staged[rel], directory / rel)
+    order = sorted(staged, key=lambda r: r == MANIFEST)
+    for i, rel in enumerate(order):
+        try:
+            _commit(staged[rel], directory / rel)
+        except BaseException:
+            for later in order[i + 1:]:
+                os.unlink(staged[later])
+            raise
 
 
 @lru_cache(maxsize=None)

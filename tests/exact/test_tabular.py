@@ -3,11 +3,9 @@ the stationary-policy theorem (proximal_kl vanishes at π* for every full-suppor
 function tied to the population update, gradients of J, fixed points against closed forms."""
 from __future__ import annotations
 
-import random
 from fractions import Fraction
 
 import mpmath
-import numpy as np
 import pytest
 
 from refimpl.exact import mp, proximal_kl, tabular as tb
