@@ -20,6 +20,7 @@ def text(case: VectorCase, vector_set_version: str) -> str:
 def bibtex(case: VectorCase, vector_set_version: str) -> str:
     key = case.uid.replace(".", "_").replace(":", "_")
     return (f"@misc{{lossproof_{key},\n"
+            f"  author = {{{{The lossproof authors}}}},\n"   # as in CITATION.cff
             f"  title = {{lossproof test vector {case.uid}: {case.objective}}},\n"
             f"  note = {{{case.test['comment']}. Vector set {vector_set_version}, exact to 32 digits}},\n"
             f"  howpublished = {{lossproof {conformance.__version__}, \\texttt{{lossproof show {case.uid}}}}},\n"
