@@ -1,11 +1,16 @@
 """Targets: what ``lossproof check`` runs the vectors against (DESIGN §8).
 
 A target is a built-in backend name (``numpy``, ``torch``, ``cupy``), ``package.module:NAME``
-or ``path/to/file.py:NAME``, where NAME is a dict (or an object with the same attributes):
+or ``path/to/file.py:NAME``, or a third-party adapter (``trl``, ``verl``, ``openrlhf``, ``liger``),
+where NAME is a dict (or an object with the same attributes):
 
     {"name": ..., "framework": "torch" | "numpy" | "cupy", "conventions": {...},
      "objectives": {id: callable}, "vjps": {id: callable} (optional, non-autograd frameworks),
      "dtypes": [...] (optional), "devices": [...] (optional)}
+
+A convention's declared value is a value, a list of values (the first is the target's default)
+or "*"; an objective's declaration may also be a list of such dicts, alternatives for
+conventions that do not vary independently (the first is the target's default).
 """
 from __future__ import annotations
 
@@ -49,6 +54,9 @@ class Target:
             return True
         spec = catalog.get(objective_id)
         declared = self.declared(objective_id)
+        if isinstance(declared, list):  # alternative combinations (conventions that do not vary independently)
+            return any(Target(self.name, self.framework, self.objectives, {objective_id: d}).accepts(
+                objective_id, conventions) for d in declared)
         for name, value in conventions.items():
             allowed = declared.get(name, spec.defaults.get(name))
             if allowed == ANY:
@@ -59,6 +67,21 @@ class Target:
             elif value != allowed:
                 return False
         return True
+
+    def deviations(self) -> list[tuple[str, str, object, object]]:
+        """(objective, convention, declared, paper default) for every declared convention whose
+        value — the first one of a list, the target's default — differs from the paper default."""
+        if self.conventions == ANY:
+            return []
+        out = []
+        for oid, declared in self.conventions.items():
+            first = declared[0] if isinstance(declared, list) and declared else declared
+            defaults = catalog.get(oid).defaults
+            for name, value in (first or {}).items():
+                default_value = value[0] if isinstance(value, (list, tuple)) and value else value
+                if value != ANY and default_value != defaults.get(name):
+                    out.append((oid, name, value, defaults.get(name)))
+        return out
 
 
 def _from_mapping(obj, spec: str) -> Target:
@@ -83,7 +106,7 @@ def _from_mapping(obj, spec: str) -> Target:
             if oid not in catalog.BY_ID:
                 raise TargetError(f"{spec}: conventions for unknown objective {oid!r}")
             known = set(p.name for p in catalog.get(oid).params)
-            for key in conv:
+            for key in (k for c in (conv if isinstance(conv, list) else [conv]) for k in c):
                 if key not in known:
                     raise TargetError(f"{spec}: {oid} has no convention {key!r} (known: {', '.join(sorted(known))})")
     dtypes = tuple(get("dtypes", None) or (("float64", "float32") if framework != "torch"
@@ -118,8 +141,13 @@ def _import_object(spec: str):
     return getattr(module, attr)
 
 
+PEERS = ("trl", "verl", "openrlhf", "liger")   # third-party adapters, conformance/targets/<name>.py
+
+
 def load(spec: str) -> Target:
     from conformance.targets import builtin
     if spec in builtin.BUILTINS:
         return builtin.load(spec)
+    if spec in PEERS:
+        return importlib.import_module(f"conformance.targets.{spec}").target()
     return _from_mapping(_import_object(spec), spec)

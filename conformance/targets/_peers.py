@@ -1,0 +1,221 @@
+"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger``).
+
+An adapter calls the library's own loss code, never a re-implementation of it. This module
+holds what the four adapters share: the convention table each one declares (one row per
+convention, with the library file it comes from), the lazy import of a pinned library with
+a one-line install hint, importing a library module without running its package
+``__init__`` (OpenRLHF and verl import GPU-only or cluster packages there), and the
+documented findings (library bugs and deviations) that explain the cases a library fails.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import sys
+import types
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from conformance import catalog
+from conformance.targets import Target, TargetError, _from_mapping
+
+# One command installs every pinned library next to the core install (see docs/conventions.md).
+INSTALL_ALL = "scripts/install-peers.sh"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One convention of a library: the value(s) it can be configured to (the first is its
+    default), where that comes from, and a note when it needs one."""
+    objective: str
+    param: str
+    values: tuple            # accepted values, library default first
+    source: str              # library file (and function) the behaviour comes from
+    note: str = ""
+
+    @property
+    def default(self):
+        return self.values[0]
+
+    @property
+    def paper(self):
+        return catalog.get(self.objective).defaults[self.param]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A documented reason why a library fails some vectors under its declared conventions:
+    ``bug`` (the library computes something other than what it declares), ``deviation`` (a
+    behaviour the catalog cannot express, e.g. a clamp), ``precision`` (a narrower internal
+    dtype than the inputs'), ``validation`` (an invalid input accepted), or ``n/a`` (an input
+    the library's interface cannot receive)."""
+    id: str
+    kind: str
+    summary: str
+    source: str
+    match: Callable = field(compare=False, repr=False)   # (CaseResult, VectorCase) -> bool
+    as_paper_only: bool = False
+
+
+def declaration(conventions: list[Convention], alternatives: dict | None = None) -> dict:
+    """The harness declaration {objective: {param: value | [values]}} of a convention table.
+    ``alternatives`` replaces an objective's declaration by a list of admissible combinations
+    (a library whose conventions do not vary independently)."""
+    out: dict = {}
+    for c in conventions:
+        out.setdefault(c.objective, {})[c.param] = c.values[0] if len(c.values) == 1 else list(c.values)
+    for objective, combos in (alternatives or {}).items():
+        out[objective] = [dict(combo) for combo in combos]
+    return out
+
+
+def require(module: str, distribution: str, version: str, install: str) -> str:
+    """Check that the pinned library is importable without importing it; returns its version.
+    A missing or differently versioned library is a usage error (exit status 2)."""
+    if importlib.util.find_spec(module) is None:
+        raise TargetError(f"{distribution} is not installed: {install} (or {INSTALL_ALL} for all four peers)")
+    try:
+        installed = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        installed = ""
+    if installed and installed != version:
+        raise TargetError(f"{distribution} {installed} is installed but the adapter is pinned to {version} "
+                          f"(its declared conventions were read from that release): {install}")
+    return installed or version
+
+
+def load_or_explain(loader, distribution: str, install: str):
+    """Run ``loader`` (the adapter's lazy import); a missing runtime import is a usage error."""
+    try:
+        return loader()
+    except ImportError as err:
+        raise TargetError(f"{distribution}: cannot import its loss code ({err}): {install} "
+                          f"(or {INSTALL_ALL})") from None
+
+
+def build(name: str, version: str, objectives: dict, conventions: list[Convention], *,
+          alternatives: dict | None = None, dtypes=("float64", "float32", "bfloat16", "float16")) -> Target:
+    spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
+            "conventions": declaration(conventions, alternatives), "dtypes": list(dtypes), "devices": ["cpu"]}
+    return _from_mapping(spec, name)
+
+
+# --- importing a module without its package __init__ ------------------------------------------
+
+class _Absent:
+    """Stands for an attribute of a package that is not installed (GPU-only). Importing it works;
+    using it raises."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return _Absent(f"{self._name}.{item}")
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(f"{self._name} is not available: its package is not installed (GPU-only); "
+                           "lossproof loads only the library's loss code")
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _AbsentModule(types.ModuleType):
+    def __getattr__(self, item):
+        if item.startswith("__"):
+            raise AttributeError(item)
+        return _Absent(f"{self.__name__}.{item}")
+
+
+class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, roots):
+        self.roots = tuple(roots)
+        self.created: list[str] = []
+
+    def find_spec(self, fullname, path=None, target=None):
+        if any(fullname == r or fullname.startswith(r + ".") for r in self.roots):
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        module = _AbsentModule(spec.name)
+        module.__path__ = []
+        self.created.append(spec.name)
+        return module
+
+    def exec_module(self, module):
+        pass
+
+
+def _package_dir(name: str) -> list[str]:
+    parent, _, leaf = name.rpartition(".")
+    if not parent:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.submodule_search_locations is None:
+            raise TargetError(f"{name} is not installed")
+        return list(spec.submodule_search_locations)
+    import os
+    return [os.path.join(d, leaf) for d in sys.modules[parent].__path__]
+
+
+@contextmanager
+def _bare_packages(packages, absent):
+    """Stand-in package objects (real ``__path__``, ``__init__`` not run) for ``packages``, and
+    placeholder modules for the ``absent`` names, while the body imports."""
+    finder = _AbsentFinder(absent)
+    sys.meta_path.insert(0, finder)
+    try:
+        for name in packages:
+            if name in sys.modules:
+                continue
+            module = types.ModuleType(name)
+            module.__path__ = _package_dir(name)
+            module.__package__ = name
+            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
+            module.__spec__.submodule_search_locations = module.__path__
+            module.__lossproof_bare__ = True
+            sys.modules[name] = module
+            parent, _, leaf = name.rpartition(".")
+            if parent:
+                setattr(sys.modules[parent], leaf, module)
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in finder.created:
+            sys.modules.pop(name, None)
+
+
+def import_bare(module: str, packages=(), absent=()):
+    """Import ``module`` with the ``__init__`` of ``packages`` skipped and ``absent`` packages
+    replaced by placeholders (removed from ``sys.modules`` again afterwards)."""
+    if module in sys.modules:
+        return sys.modules[module]
+    with _bare_packages(packages, absent):
+        return importlib.import_module(module)
+
+
+# --- small shared helpers -------------------------------------------------------------------------
+
+def per_element(fn, *tensors):
+    """Call ``fn`` on each element (as a (1, 1) tensor) of same-shaped 1-D tensors and stack the
+    scalar results: for library functions that only return a reduced loss."""
+    import torch
+    outs = [fn(*(t[i].reshape(1, 1) for t in tensors)) for i in range(tensors[0].shape[0])]
+    return torch.stack([o.reshape(()) for o in outs]) if outs else tensors[0][:0].clone()
+
+
+def finite_logits(*tensors, why: str) -> None:
+    import torch
+    for t in tensors:
+        if torch.isinf(t).any():
+            raise ValueError(why)
+
+
+def has_flag(*flags):
+    return lambda r, c=None: any(f in r.flags for f in flags)

@@ -1,0 +1,192 @@
+"""``--target liger``: Liger-Kernel 0.8.5, the pure-PyTorch ``chunked_loss`` modules on CPU with
+compilation off (``compiled=False``; no Triton kernel is used).
+
+- ``grpo.loss`` and ``grpo.clip``: ``LigerFusedLinearPPOBase._compute_loss_from_logps`` with
+  ``LigerFusedLinearGRPOFunction.ppo_loss_fn`` — the per-chunk loss the fused module runs once it
+  has the per-token log-probabilities (which it computes from hidden states; the vectors give
+  log-probabilities directly). ``grpo.clip``: one token per call, β = 0, ``loss_type='bnpo'``.
+- ``dpo.loss``: ``LigerFusedLinearDPOFunction.preference_loss_fn`` on sequence log-probabilities,
+  one pair per call (it returns the mean over pairs).
+- ``kl.estimator`` (k3): ``chunked_loss/grpo_loss.py k3_loss_fn``.
+- ``distill.*``: the module ``LigerFusedLinearJSDLoss(compiled=False)`` with identity lm-head
+  weights, so that ``hidden @ weight.T`` reproduces the vector's logits exactly (rows selected one
+  at a time through ``ignore_index`` labels for the per-row divergences). Logits of −inf cannot
+  come out of a linear layer: such vectors are outside this interface.
+
+Install: ``pip install --no-deps liger-kernel==0.8.5`` (needs only torch for these modules).
+"""
+from __future__ import annotations
+
+from conformance.targets._peers import Convention as C
+from conformance.targets._peers import Finding, build, finite_logits, has_flag, load_or_explain, per_element, require
+
+VERSION = "0.8.5"
+INSTALL = "pip install --no-deps liger-kernel==0.8.5"
+CL = "liger_kernel/chunked_loss"
+
+CONVENTIONS = [
+    C("grpo.clip", "dual_clip", (None,), f"{CL}/grpo_loss.py ppo_loss_fn (delta: an upper clamp of ρ, not the "
+      "dual clip; default None)"),
+    C("grpo.loss", "dual_clip", (None,), f"{CL}/grpo_loss.py ppo_loss_fn"),
+    C("grpo.loss", "kl_kind", ("k3",), f"{CL}/grpo_loss.py k3_loss_fn"),
+    C("grpo.loss", "kl_clamp", (None,), f"{CL}/grpo_loss.py k3_loss_fn (no clamp)"),
+    C("grpo.loss", "kl_ratio_weight", (False, True), f"{CL}/grpo_loss.py LigerFusedLinearGRPOLoss "
+      "(use_bias_correction_kl=False)"),
+    C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+      f"{CL}/grpo_loss.py ppo_loss_fn (loss_type, default 'dapo': token mean; 'grpo': per-sequence means over B "
+      "rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
+    C("kl.estimator", "kind", ("k3",), f"{CL}/grpo_loss.py k3_loss_fn"),
+    C("kl.estimator", "clamp", (None,), f"{CL}/grpo_loss.py k3_loss_fn (no clamp)"),
+    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "robust"), f"{CL}/dpo_loss.py preference_loss_fn (loss_type, "
+      "default 'sigmoid'; 'ipo' raises NotImplementedError; label_smoothing is read by 'robust' and 'exo_pair' "
+      "only)"),
+    C("distill.hinton", "t2_scale", (False,), f"{CL}/fused_linear_distillation.py _compute_loss (weight_hard_loss·CE "
+      "+ weight_soft_loss·divergence of logits/T, no T²)"),
+    C("distill.token_kl", "direction", ("reverse", "forward"), f"{CL}/jsd_loss.py distillation_loss_fn (beta=1: "
+      "KL(q‖p); beta=0: KL(p‖q))"),
+    C("distill.generalized_jsd", "endpoints", ("kl",), f"{CL}/jsd_loss.py distillation_loss_fn (`if beta == 0` / "
+      "`elif beta == 1` branches)"),
+]
+PARAM_DEFAULTS = [
+    C("grpo.loss", "beta", (0.04,), f"{CL}/grpo_loss.py LigerFusedLinearGRPOLoss beta=0.04"),
+    C("dpo.loss", "beta", (0.1,), f"{CL}/dpo_loss.py LigerFusedLinearDPOLoss beta=0.1"),
+    C("distill.hinton", "alpha", (0.5,), f"{CL}/jsd_loss.py LigerFusedLinearJSDLoss weight_soft_loss=0.5"),
+]
+
+_AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+
+_FLOAT32 = Finding(
+    "liger-float32-accumulation", "precision",
+    "float64 inputs are computed partly in float32: _compute_loss_from_logps casts old/ref log-probabilities "
+    "with .float(), the distillation modules accumulate the loss in torch.zeros(()) (float32) and take the "
+    "cross-entropy of .float() logits",
+    f"{CL}/fused_linear_ppo.py _compute_loss_from_logps; {CL}/fused_linear_distillation.py forward (loss_acc)",
+    lambda r, c: r.dtype == "float64" and (r.objective.startswith("distill.") or r.objective in
+                                           ("grpo.loss", "grpo.clip")))
+_DTYPE = Finding(
+    "liger-float32-output", "dtype",
+    "returns float32 for bfloat16/float16 inputs (float32 normalisers and accumulators) instead of the inputs' "
+    "dtype", f"{CL}/fused_linear_ppo.py _compute_dapo_normalizer (.to(torch.float32)); "
+    f"{CL}/fused_linear_distillation.py forward (loss_acc)",
+    lambda r, c: r.dtype in ("bfloat16", "float16") and "dtype float32" in r.message)
+_NEG_INF = Finding(
+    "liger-neginf-logits", "n/a",
+    "−inf logits cannot be produced by the fused lm-head (hidden @ weight.T): vectors with impossible tokens are "
+    "outside the interface of the distillation modules", f"{CL}/fused_linear_distillation.py chunk_forward",
+    lambda r, c: "−inf logits" in r.message)
+_CDPO = Finding(
+    "liger-sigmoid-label-smoothing", "deviation",
+    "loss_type='sigmoid' ignores label_smoothing (no cDPO): with ε > 0 the loss is plain DPO",
+    f"{CL}/dpo_loss.py preference_loss_fn: loss = -F.logsigmoid(logits_diff).sum() / n_pairs",
+    has_flag("LabelSmoothing"))
+_NO_VALIDATION = Finding(
+    "liger-no-input-validation", "validation",
+    "invalid inputs (NaN/inf, mismatched shapes, out-of-range parameters) are computed on instead of rejected",
+    CL, lambda r, c: r.result == "invalid")
+FINDINGS = [_NO_VALIDATION, _NEG_INF, _CDPO, _FLOAT32, _DTYPE]
+
+
+def _mods():
+    from liger_kernel.chunked_loss import dpo_loss, fused_linear_ppo, grpo_loss, jsd_loss
+    return dpo_loss, fused_linear_ppo, grpo_loss, jsd_loss
+
+
+def _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type, max_len, bias_kl):
+    _, ppo, grpo, _ = _mods()
+    loss, _metrics = ppo.LigerFusedLinearPPOBase._compute_loss_from_logps(
+        per_token_logps=logp, attention_mask_chunk=mask, advantages_chunk=advantages,
+        ref_per_token_logps_chunk=ref_logp, old_per_token_logps_chunk=old_logp, full_attention_mask=mask,
+        epsilon_low=eps_low, epsilon_high=eps_low if eps_high is None else eps_high, beta=beta, loss_type=loss_type,
+        max_completion_length=max_len, ppo_loss_fn=grpo.LigerFusedLinearGRPOFunction.ppo_loss_fn,
+        use_bias_correction_kl=bias_kl)
+    return loss
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
+              kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
+              norm_length=None):
+    # Liger has no dual clip, KL clamp or other estimator: those conventions keep its fixed behaviour.
+    return _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, _AGG.get(aggregation, "dapo"),
+                logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight)
+
+
+def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+    import torch
+
+    def one(lp, olp, a):
+        mask = torch.ones_like(lp)
+        return -_ppo(lp, olp, None, a.reshape(1), mask, eps_low, eps_high, 0.0, "bnpo", 1, False)
+
+    return per_element(one, logp, old_logp, advantages)
+
+
+def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
+    # k3_loss_fn(log_p, log_q) estimates KL[q, p] with log_p the reference (as ppo_loss_fn calls it).
+    return _mods()[2].k3_loss_fn(ref_logp, logp)
+
+
+def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+    import torch
+    fn = _mods()[0].LigerFusedLinearDPOFunction.preference_loss_fn
+    losses, chosen, rejected = [], [], []
+    full_target = torch.zeros(2, 1, dtype=torch.long)  # one (chosen, rejected) pair: n_pairs = 1
+    for i in range(policy_chosen_logps.shape[0]):
+        pick = slice(i, i + 1)
+        loss, c, r = fn(policy_chosen_logps[pick], policy_rejected_logps[pick], full_target,
+                        reference_chosen_logps[pick], reference_rejected_logps[pick], beta=beta, loss_type=loss_type,
+                        label_smoothing=label_smoothing)
+        losses.append(loss.reshape(1))
+        chosen.append(c.detach())
+        rejected.append(r.detach())
+    cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
+    return {"losses": cat(losses), "chosen_rewards": cat(chosen), "rejected_rewards": cat(rejected)}
+
+
+# --- distillation through the fused module ------------------------------------------------------
+
+_NEG_INF_MSG = "−inf logits cannot come out of Liger's fused lm-head (hidden @ weight.T)"
+
+
+def _jsd(student_logits, teacher_logits, labels, beta, temperature, weight_hard, weight_soft):
+    import torch
+    jsd = _mods()[3]
+    v = student_logits.shape[-1]
+    eye = torch.eye(v, dtype=student_logits.dtype)
+    module = jsd.LigerFusedLinearJSDLoss(weight_hard_loss=weight_hard, weight_soft_loss=weight_soft, beta=beta,
+                                         temperature=temperature, compiled=False)
+    return module(student_logits, eye, teacher_logits, eye.clone(), labels)
+
+
+def _per_row(student_logits, teacher_logits, beta, temperature):
+    import torch
+    finite_logits(student_logits, teacher_logits, why=_NEG_INF_MSG)
+    n = student_logits.shape[0]
+    out = []
+    for i in range(n):
+        labels = torch.full((n,), -100, dtype=torch.long)
+        labels[i] = 0  # only row i counts: the loss is that row's divergence (divided by 1 valid token)
+        out.append(_jsd(student_logits, teacher_logits, labels, beta, temperature, 0.0, 1.0).reshape(1))
+    return torch.cat(out) if out else student_logits[:, 0].clone()
+
+
+def generalized_jsd(student_logits, teacher_logits, beta=0.5, temperature=1.0, endpoints="limit"):
+    return _per_row(student_logits, teacher_logits, beta, temperature)
+
+
+def token_kl(student_logits, teacher_logits, direction="reverse", temperature=1.0):
+    return _per_row(student_logits, teacher_logits, 1.0 if direction == "reverse" else 0.0, temperature)
+
+
+def hinton(student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t2_scale=True):
+    finite_logits(student_logits, teacher_logits, why=_NEG_INF_MSG)
+    # beta=0: the soft term is KL(p‖q) of logits/T; no T² factor exists in Liger (t2_scale=False).
+    return _jsd(student_logits, teacher_logits, labels, 0.0, temperature, 1.0 - alpha, alpha)
+
+
+def target():
+    version = require("liger_kernel", "liger-kernel", VERSION, INSTALL)
+    load_or_explain(_mods, "liger-kernel", INSTALL)
+    objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
+                  "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd}
+    return build("liger", version, objectives, CONVENTIONS)

@@ -1,0 +1,293 @@
+"""``--target trl``: TRL 1.16.0 on CPU.
+
+Calls TRL's own code, driven without a model:
+
+- ``grpo.advantages``: ``GRPOTrainer._generate_and_score_completions`` with generation and the
+  reward functions replaced by the vector's rewards (one reward function, weight 1);
+- ``grpo.clip`` and ``grpo.loss``: ``GRPOTrainer._compute_loss`` with the policy forward pass
+  replaced by the vector's per-token log-probabilities (``grpo.clip``: one token per call, β = 0,
+  ``loss_type='bnpo'``);
+- ``dpo.loss``: ``DPOTrainer._compute_loss`` with the model forward replaced by one-token
+  completions whose log-probabilities are the sequence log-probabilities (precomputed reference
+  log-probabilities), one pair per call;
+- ``distill.token_kl`` and ``distill.generalized_jsd``: ``GKDTrainer.generalized_jsd_loss``
+  (experimental/gkd), one row per call;
+- ``distill.softmax``: ``trainer/utils.py selective_log_softmax`` over every index, exponentiated.
+
+The trainers' ``__init__`` is never run: each call uses a stand-in ``self`` holding only the
+attributes those methods read (the configuration they would get from ``GRPOConfig`` / ``DPOConfig``).
+Install: ``pip install trl==1.16.0`` (brings transformers, accelerate, datasets; torch 2.13 CPU
+satisfies it).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+from conformance.targets._peers import Convention as C
+from conformance.targets._peers import Finding, build, has_flag, load_or_explain, per_element, require
+
+VERSION = "1.16.0"
+INSTALL = "pip install trl==1.16.0"
+GRPO = "trl/trainer/grpo_trainer.py"
+GRPO_CFG = "trl/trainer/grpo_config.py"
+DPO = "trl/trainer/dpo_trainer.py"
+GKD = "trl/experimental/gkd/gkd_trainer.py"
+
+CONVENTIONS = [
+    C("grpo.advantages", "scale", ("group", "batch", "none"), f"{GRPO} _generate_and_score_completions "
+      f"(scale_rewards, default 'group' in {GRPO_CFG})"),
+    C("grpo.advantages", "std_ddof", (1,), "trl/trainer/utils.py nanstd (Bessel's correction)"),
+    C("grpo.advantages", "eps", (1e-4,), f"{GRPO} _generate_and_score_completions (std_rewards + 1e-4)"),
+    C("grpo.advantages", "degenerate", ("zero",), f"{GRPO} (all-equal group: 0/(0 + 1e-4))"),
+    C("grpo.clip", "dual_clip", (None,), f"{GRPO} _compute_loss (delta clamps ρ from above on both signs of A "
+      "(INTELLECT-2), not the dual clip; default None)"),
+    C("grpo.loss", "dual_clip", (None,), f"{GRPO} _compute_loss"),
+    C("grpo.loss", "kl_kind", ("k3",), f"{GRPO} _compute_loss (exp(ref − logp) − (ref − logp) − 1)"),
+    C("grpo.loss", "kl_clamp", (None,), f"{GRPO} _compute_loss (no clamp)"),
+    C("grpo.loss", "kl_ratio_weight", (True, False), f"{GRPO} _compute_loss (use_bias_correction_kl, default True "
+      f"in {GRPO_CFG}: per_token_kl * coef_1)"),
+    C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
+      f"{GRPO} _compute_loss (loss_type, default 'dapo' in {GRPO_CFG}: token mean; 'grpo': per-sequence means "
+      "over B rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
+    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust"), f"{DPO} _compute_loss (loss_type, default "
+      "'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' only; 'ipo' divides each gain by the "
+      "completion length — one token here)"),
+    C("distill.token_kl", "direction", ("reverse", "forward"), f"{GKD} GKDTrainer.generalized_jsd_loss "
+      "(beta=1: KL(q‖p); beta=0: KL(p‖q))"),
+    C("distill.generalized_jsd", "endpoints", ("kl",), f"{GKD} GKDTrainer.generalized_jsd_loss (`if beta == 0` / "
+      "`elif beta == 1` branches)"),
+]
+# loss_type values combine the aggregation with nothing else; the advantage settings come together.
+ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
+                                    {"scale": "batch", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}]}
+PARAM_DEFAULTS = [
+    C("grpo.loss", "beta", (0.0,), f"{GRPO_CFG} beta: 0.0 (no KL term by default)"),
+    C("grpo.loss", "eps_high", (None,), f"{GRPO_CFG} epsilon_high: None (= epsilon 0.2)"),
+    C("dpo.loss", "beta", (0.1,), "trl/trainer/dpo_config.py beta: 0.1"),
+    C("distill.generalized_jsd", "beta", (0.5,), "trl/experimental/gkd/gkd_config.py beta: 0.5"),
+]
+
+_AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+_CDPO = Finding(
+    "trl-sigmoid-label-smoothing", "deviation",
+    "loss_type='sigmoid' ignores label_smoothing (TRL 1.16 reads it for 'robust', 'exo_pair' and 'aot' only; "
+    "there is no 'cdpo'): with ε > 0 the loss is plain DPO, not the conservative cDPO loss",
+    f"{DPO} _compute_loss: per_sequence_loss = -F.logsigmoid(self.beta * delta_score)",
+    has_flag("LabelSmoothing"))
+_ZERO_STD = Finding(
+    "trl-zero-std-rounding", "numerics",
+    "an all-equal group whose floating-point mean is inexact gets (r − mean)/(std + 1e-4) with std of order one "
+    "ulp: advantages of order 1e-12 (float64) or 1e-3 (float32) instead of 0",
+    f"{GRPO} _generate_and_score_completions: advantages / (std_rewards + 1e-4)", has_flag("ZeroStdRounding"))
+_NANSTD = Finding(
+    "trl-nanstd-float32-bessel", "bug",
+    "nanstd computes Bessel's factor count/(count − 1) from integer counts, which torch divides in the default "
+    "dtype (float32): the std of float64 rewards has a relative error up to ~3e-8 (e.g. 8/7 rounded to float32), "
+    "so float64 advantages are only float32-accurate",
+    "trl/trainer/utils.py nanstd: correction = count / (count - 1)",
+    lambda r, c: r.objective == "grpo.advantages" and r.dtype == "float64")
+_DTYPE = Finding(
+    "trl-float32-output", "dtype",
+    "returns float32 for bfloat16/float16 inputs where a normaliser is built from the integer mask "
+    "(mask.sum().clamp(min=1.0) is float32): 'bnpo'/'dapo' normalisers, 'ipo' completion lengths",
+    f"{GRPO} _compute_loss; {DPO} _compute_loss ('ipo')",
+    lambda r, c: r.dtype in ("bfloat16", "float16") and "dtype float32" in r.message)
+_KL_DIV_NEG_INF = Finding(
+    "trl-jsd-neginf-nan", "bug",
+    "generalized_jsd_loss returns NaN (value and gradient) when a logit is −inf (an impossible token, e.g. a "
+    "masked vocabulary entry), where the divergence is finite: F.kl_div(..., log_target=True) forms "
+    "exp(t)·(t − s) = 0·(−inf) on that token. Repro: GKDTrainer.generalized_jsd_loss(torch.tensor([[[0., 1., 2.]]]), "
+    "torch.tensor([[[0.5, float('-inf'), 1.]]]), beta=0.0, reduction='sum') → nan (exact: 0.2684)",
+    f"{GKD} GKDTrainer.generalized_jsd_loss (F.kl_div with log_target=True)",
+    lambda r, c: r.objective in ("distill.token_kl", "distill.generalized_jsd") and "NegInfLogits" in r.flags)
+_SELECTIVE_1D = Finding(
+    "trl-selective-log-softmax-1d", "bug",
+    "selective_log_softmax documents logits of shape (..., num_classes) but on 1-D logits its float32/float64 "
+    "path iterates over the elements instead of the rows (torch.logsumexp of each scalar) and broadcasts: "
+    "selective_log_softmax(torch.tensor([2., 0.], dtype=torch.float64), torch.arange(2)) has shape (2, 2) "
+    "instead of (2,) (2-D and larger inputs are right)",
+    "trl/trainer/utils.py selective_log_softmax: torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])",
+    lambda r, c: r.objective == "distill.softmax" and len(c.test["inputs"]["logits"]) > 0
+    and not isinstance(c.test["inputs"]["logits"][0], list))
+_EXP_LOGP = Finding(
+    "trl-probs-from-logps", "precision",
+    "TRL exposes log-probabilities only (selective_log_softmax = x − logsumexp(x)); probabilities within a few "
+    "ulps of 1 are then off by about one ulp after exp (logsumexp of 1 + tiny rounds the tiny part)",
+    "trl/trainer/utils.py selective_log_softmax", lambda r, c: r.objective == "distill.softmax"
+    and "NearDeterministic" in r.flags)
+_NO_VALIDATION = Finding(
+    "trl-no-input-validation", "validation",
+    "invalid inputs (NaN/inf, mismatched shapes, out-of-range parameters) are computed on instead of rejected "
+    "(GRPOConfig/DPOConfig validate some parameters in __post_init__, which a direct call does not run)",
+    GRPO, lambda r, c: r.result == "invalid")
+FINDINGS = [_NO_VALIDATION, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXP_LOGP, _DTYPE]
+
+
+def _mods():
+    import os
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # GKDTrainer lives in trl.experimental
+    from trl.experimental.gkd.gkd_trainer import GKDTrainer
+    from trl.trainer import utils
+    from trl.trainer.dpo_trainer import DPOTrainer
+    from trl.trainer.grpo_trainer import GRPOTrainer
+    return SimpleNamespace(GRPOTrainer=GRPOTrainer, DPOTrainer=DPOTrainer, GKDTrainer=GKDTrainer, utils=utils)
+
+
+def _accelerator():
+    import torch
+    return SimpleNamespace(device=torch.device("cpu"), process_index=0, num_processes=1, sync_gradients=True,
+                           gather=lambda t: t, gather_for_metrics=lambda t: t, reduce=lambda t, reduction="sum": t,
+                           unwrap_model=lambda m: m)
+
+
+def _model(training: bool):
+    return SimpleNamespace(training=training, is_gradient_checkpointing=False)
+
+
+# --- GRPO ---------------------------------------------------------------------------------
+
+def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+    import torch
+    trainer = _mods().GRPOTrainer
+    b, g = rewards.shape
+    n = b * g
+    fake = SimpleNamespace(
+        accelerator=_accelerator(), model=_model(True), environment_factories=None, environments=None, tools=None,
+        _tokenizer=SimpleNamespace(pad_token_id=0), pad_to_multiple_of=None, mask_truncated_completions=False,
+        args=SimpleNamespace(per_device_train_batch_size=n, per_device_eval_batch_size=n, steps_per_generation=1,
+                             gradient_accumulation_steps=1, gradient_checkpointing_kwargs=None),
+        num_iterations=1, use_vllm=False, vllm_importance_sampling_correction=False, beta=0.0, ref_model=None,
+        multi_objective_aggregation="sum_then_normalize", reward_weights=torch.ones(1, dtype=rewards.dtype),
+        scale_rewards=scale, num_generations=g, num_generations_eval=g, reward_func_names=["vector"],
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        _logs={"prompt": [], "completion": [], "rewards": defaultdict(list), "advantages": [],
+               "extra": defaultdict(list), "images": []},
+        _pending_extra_logs={}, _pending_metrics={}, log_multimodal=False)
+    # Generation: one-token prompts and completions; the reward functions: the vector's rewards.
+    fake._generate = lambda prompts: ([[1]] * n, [[1]] * n, None, ["c"] * n, None, {}, None, None)
+    # (reward functions return Python floats: the rewards carry no gradient)
+    fake._calculate_rewards = lambda inputs, prompts, completions, ids: rewards.detach().reshape(n, 1).clone()
+    out = trainer._generate_and_score_completions(fake, [{"prompt": "p"} for _ in range(n)])
+    return {"advantages": out["advantages"].reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
+
+
+def _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight, max_completion_length):
+    import torch
+    fake = SimpleNamespace(
+        accelerator=_accelerator(), model=_model(True), aux_loss_enabled=False, top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None, importance_sampling_level="token", beta=beta, epsilon_low=eps_low,
+        epsilon_high=eps_low if eps_high is None else eps_high, loss_type=loss_type, use_vllm=False,
+        vllm_importance_sampling_correction=False, current_gradient_accumulation_steps=1,
+        max_completion_length=max_completion_length, _entropy_bonus_enabled=False,
+        args=SimpleNamespace(use_bias_correction_kl=kl_ratio_weight, delta=None, steps_per_generation=1),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+    # The policy forward pass: the vector's log-probabilities (entropies only feed a logged metric).
+    fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp), None)
+    return fake
+
+
+def _grpo_inputs(logp, old_logp, ref_logp, advantages, mask):
+    import torch
+    b, t = logp.shape
+    return {"prompt_ids": torch.ones(b, 1, dtype=torch.long), "prompt_mask": torch.ones(b, 1, dtype=torch.long),
+            "completion_ids": torch.ones(b, t, dtype=torch.long), "completion_mask": mask,
+            "old_per_token_logps": old_logp, "ref_per_token_logps": ref_logp, "advantages": advantages,
+            # _generate_and_score_completions: num_items_in_batch = gather(loss_mask.sum()).sum()
+            "num_items_in_batch": mask.sum()}
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
+              kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
+              norm_length=None):
+    trainer = _mods().GRPOTrainer
+    # TRL has no dual clip, KL clamp or other estimator: those conventions keep TRL's fixed behaviour.
+    loss_type = _AGG.get(aggregation, "dapo")
+    fake = _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight,
+                      logp.shape[1] if norm_length is None else norm_length)
+    return trainer._compute_loss(fake, None, _grpo_inputs(logp, old_logp, ref_logp, advantages, mask))
+
+
+def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+    import torch
+    trainer = _mods().GRPOTrainer
+
+    def one(lp, olp, a):
+        fake = _grpo_fake(lp, 0.0, eps_low, eps_high, "bnpo", False, 1)
+        mask = torch.ones_like(lp, dtype=torch.long)
+        return -trainer._compute_loss(fake, None, _grpo_inputs(lp, olp, olp, a.reshape(1), mask))
+
+    return per_element(one, logp, old_logp, advantages)
+
+
+# --- DPO ----------------------------------------------------------------------------------
+
+def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+    import torch
+    trainer = _mods().DPOTrainer
+    losses, chosen, rejected = [], [], []
+    for i in range(policy_chosen_logps.shape[0]):
+        logps = torch.stack([policy_chosen_logps[i], policy_rejected_logps[i]]).reshape(2, 1)
+        outputs = SimpleNamespace(log_probs=logps, entropy=torch.zeros(2, 1), mean_logits=torch.zeros(2, 1),
+                                  is_top1=torch.zeros(2, 1, dtype=torch.bool), aux_loss=None)
+        fake = SimpleNamespace(
+            model=_model(False), accelerator=_accelerator(), aux_loss_enabled=False, ld_alpha=None,
+            precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=[loss_type], loss_weights=[1.0],
+            beta=beta, label_smoothing=label_smoothing, use_weighting=False, _total_train_tokens=0, _tp_size=1,
+            _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+        # [prompt, completion] tokens: a one-token completion (completion length 1, so 'ipo' divides by 1).
+        inputs = {"input_ids": torch.ones(2, 2, dtype=torch.long), "attention_mask": torch.ones(2, 2, dtype=torch.long),
+                  "completion_mask": torch.tensor([[0, 1], [0, 1]]),
+                  "ref_chosen_logps": reference_chosen_logps[i].reshape(1),
+                  "ref_rejected_logps": reference_rejected_logps[i].reshape(1)}
+        loss = trainer._compute_loss(fake, lambda outputs=outputs, **kw: outputs, inputs, False)
+        losses.append(loss.reshape(1))
+        # The implicit rewards are logged metrics in TRL (detached; per pair here, exact .item() values).
+        metrics = fake._metrics["eval"]
+        chosen.append(metrics["rewards/chosen"][-1])
+        rejected.append(metrics["rewards/rejected"][-1])
+    dtype = policy_chosen_logps.dtype
+    cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
+    return {"losses": cat(losses), "chosen_rewards": torch.tensor(chosen, dtype=dtype),
+            "rejected_rewards": torch.tensor(rejected, dtype=dtype)}
+
+
+# --- distillation ---------------------------------------------------------------------------
+
+def _rows(fn, student_logits, teacher_logits):
+    import torch
+    rows = [fn(student_logits[i].reshape(1, 1, -1), teacher_logits[i].reshape(1, 1, -1)).reshape(1)
+            for i in range(student_logits.shape[0])]
+    return torch.cat(rows) if rows else student_logits[:, 0].clone()
+
+
+def generalized_jsd(student_logits, teacher_logits, beta=0.5, temperature=1.0, endpoints="limit"):
+    gkd = _mods().GKDTrainer
+    return _rows(lambda s, t: gkd.generalized_jsd_loss(s, t, beta=beta, temperature=temperature, reduction="sum"),
+                 student_logits, teacher_logits)
+
+
+def token_kl(student_logits, teacher_logits, direction="reverse", temperature=1.0):
+    gkd = _mods().GKDTrainer
+    beta = 1.0 if direction == "reverse" else 0.0
+    return _rows(lambda s, t: gkd.generalized_jsd_loss(s, t, beta=beta, temperature=temperature, reduction="sum"),
+                 student_logits, teacher_logits)
+
+
+def softmax(logits, temperature=1.0):
+    import torch
+    utils = _mods().utils
+    v = logits.shape[-1]
+    index = torch.arange(v).expand(logits.shape).contiguous()
+    return torch.exp(utils.selective_log_softmax(logits, index, temperature=temperature))
+
+
+def target():
+    version = require("trl", "trl", VERSION, INSTALL)
+    load_or_explain(_mods, "trl", INSTALL)
+    objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
+                  "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
+                  "distill.softmax": softmax}
+    return build("trl", version, objectives, CONVENTIONS, alternatives=ALTERNATIVES)

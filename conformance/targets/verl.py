@@ -1,0 +1,182 @@
+"""``--target verl``: verl 0.9.1 (``verl/trainer/ppo/core_algos.py``) on CPU.
+
+Calls verl's own functions: ``compute_grpo_outcome_advantage``, ``compute_policy_loss_vanilla``,
+``agg_loss`` and ``kl_penalty``; ``grpo.loss`` joins them the way the actor loss does
+(``verl/workers/utils/losses.py`` ppo_loss: ``policy_loss = pg_loss + kl_loss * kl_loss_coef``,
+both aggregated with ``loss_agg_mode``). verl's package ``__init__`` imports Ray; it is skipped
+(Ray stands as a placeholder while core_algos imports) so that Ray need not be installed.
+Install: ``pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson``
+then ``pip install omegaconf codetiming`` (or ``scripts/install-peers.sh``).
+
+A convention value verl has no setting for (e.g. ``dual_clip=None``: verl always applies the
+dual clip) is computed with verl's fixed behaviour: under ``--as-paper`` that is where the
+deviations show.
+"""
+from __future__ import annotations
+
+from conformance.targets._peers import Convention as C
+from conformance.targets._peers import Finding, build, has_flag, import_bare, load_or_explain, per_element, require
+
+VERSION = "0.9.1"
+INSTALL = ("pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson && "
+           "pip install omegaconf codetiming")
+CORE = "verl/trainer/ppo/core_algos.py"
+ACTOR_YAML = "verl/trainer/config/actor/actor.yaml"
+
+CONVENTIONS = [
+    # compute_grpo_outcome_advantage: torch.std (Bessel, ddof 1) of each group, + epsilon=1e-6;
+    # a singleton group gets mean 0 and std 1 (so A = r/(1+eps)): 'raw'.
+    C("grpo.advantages", "scale", ("group", "none"), f"{CORE} compute_grpo_outcome_advantage "
+      "(norm_adv_by_std_in_grpo=True → 'group'; False → 'none', Dr. GRPO)"),
+    C("grpo.advantages", "std_ddof", (1,), f"{CORE} compute_grpo_outcome_advantage (torch.std: ddof 1)"),
+    C("grpo.advantages", "eps", (1e-6,), f"{CORE} compute_grpo_outcome_advantage (epsilon=1e-6)"),
+    C("grpo.advantages", "degenerate", ("raw",), f"{CORE} compute_grpo_outcome_advantage (singleton group: "
+      "mean 0, std 1; all-equal group: 0/(0+eps))"),
+    # compute_policy_loss_vanilla: dual clip always on, clip_ratio_c (default 3.0, must be > 1).
+    C("grpo.clip", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c, default 3.0 in "
+      f"{ACTOR_YAML}); log ρ clamped to ±20 before exp"),
+    C("grpo.aggregate", "mode", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                 "seq-mean-token-sum-norm"),
+      f"{CORE} agg_loss (loss_agg_mode, default token-mean in {ACTOR_YAML}); seq-mean-token-mean divides "
+      "each row by (|o_i| + 1e-8); fully masked rows are left out of every sequence mean"),
+    C("grpo.loss", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c=3.0)"),
+    C("grpo.loss", "kl_kind", ("k3",), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML})"),
+    C("grpo.loss", "kl_clamp", (10.0,), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10))"),
+    C("grpo.loss", "kl_ratio_weight", (False,), "verl/workers/utils/losses.py ppo_loss (kl_loss = agg_loss(kld))"),
+    C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                   "seq-mean-token-sum-norm"),
+      f"verl/workers/utils/losses.py ppo_loss (policy and KL terms both use config.loss_agg_mode, default "
+      f"token-mean in {ACTOR_YAML})"),
+    C("kl.estimator", "kind", ("k3", "k1", "k2"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
+      "'mse'/'k2')"),
+    C("kl.estimator", "clamp", (10.0, None), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
+]
+# Conventions that do not vary independently: the std settings only with scale 'group', the
+# clamp only on k3.
+ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-6, "degenerate": "raw"},
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"}],
+                "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
+                                 {"kind": "k2", "clamp": None}]}
+PARAM_DEFAULTS = [
+    C("grpo.loss", "beta", (0.001,), f"{ACTOR_YAML} kl_loss_coef: 0.001 (use_kl_loss: false by default)"),
+]
+
+_LOG_RATIO_CLAMP = Finding(
+    "verl-log-ratio-clamp", "deviation",
+    "log ρ = logp − old_logp (and log r in low_var_kl) is clamped to ±20 before exp, which the catalog does not "
+    "express: results differ where |log ρ| > 20 (ratios e^±50)",
+    f"{CORE} compute_policy_loss_vanilla: torch.clamp(negative_approx_kl, min=-20.0, max=20.0)",
+    has_flag("ExtremeRatio"))
+_ROW_EPS = Finding(
+    "verl-row-length-eps", "deviation",
+    "seq-mean-token-mean divides each row sum by (|o_i| + 1e-8) instead of |o_i|: a relative error of "
+    "1e-8/|o_i|, visible in float64",
+    f"{CORE} agg_loss: seq_losses = sum(loss_mat * loss_mask, -1) / (seq_mask + 1e-8)",
+    lambda r, c: r.dtype == "float64" and "seq-mean-token-mean" in (c.conventions.get("mode"),
+                                                                    c.conventions.get("aggregation")))
+_ZERO_STD = Finding(
+    "verl-zero-std-rounding", "numerics",
+    "an all-equal group whose floating-point mean is not exactly the common value gets (r − mean)/(std + 1e-6) "
+    "with std of order one ulp: advantages of order 1e-10 instead of 0",
+    f"{CORE} compute_grpo_outcome_advantage: (scores[i] - mean) / (std + epsilon)",
+    has_flag("ZeroStdRounding"))
+_SINGLETON_F32 = Finding(
+    "verl-singleton-float32", "precision",
+    "a singleton group gets id2std = torch.tensor(1.0), a float32 tensor, so std + epsilon = 1 + 1e-6 is rounded "
+    "to float32 before the float64 division: A = r/1.00000095 instead of r/1.000001 (relative error 5e-8)",
+    f"{CORE} compute_grpo_outcome_advantage: id2mean[idx] = torch.tensor(0.0); id2std[idx] = torch.tensor(1.0)",
+    lambda r, c: r.dtype == "float64" and "SingletonGroup" in r.flags)
+_DTYPE = Finding(
+    "verl-float32-output", "dtype",
+    "agg_loss returns float32 for bfloat16/float16 inputs in the sequence-mean modes (seq_mask is built with "
+    ".float() and promotes the result) instead of the inputs' dtype",
+    f"{CORE} agg_loss: seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()",
+    lambda r, c: r.dtype in ("bfloat16", "float16") and "dtype float32" in r.message)
+_NO_VALIDATION = Finding(
+    "verl-no-input-validation", "validation",
+    "invalid inputs (NaN/inf, mismatched shapes, out-of-range parameters) are computed on instead of rejected",
+    CORE, lambda r, c: r.result == "invalid")
+FINDINGS = [_NO_VALIDATION, _LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _DTYPE]
+
+_KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
+
+
+def _core():
+    return import_bare("verl.trainer.ppo.core_algos", packages=("verl",), absent=("ray",))
+
+
+def _actor_config(eps_low, eps_high, dual_clip, aggregation="token-mean", beta=0.0, kl_kind="k3",
+                  norm_length=None):
+    from verl.workers.config import ActorConfig
+    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+                       clip_ratio=eps_low, clip_ratio_low=eps_low,
+                       clip_ratio_high=eps_low if eps_high is None else eps_high,
+                       # verl has no "off" for the dual clip: None keeps its default (see module docstring).
+                       clip_ratio_c=3.0 if dual_clip is None else dual_clip,
+                       loss_agg_mode=aggregation, use_kl_loss=beta != 0, kl_loss_coef=beta,
+                       kl_loss_type=_KL_NAMES.get(kl_kind, kl_kind), loss_scale_factor=norm_length)
+
+
+def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+    import numpy as np
+    import torch
+    b, g = rewards.shape
+    token_level = rewards.reshape(b * g, 1)
+    index = np.repeat(np.arange(b), g)
+    adv, _ = _core().compute_grpo_outcome_advantage(
+        token_level_rewards=token_level, response_mask=torch.ones_like(token_level), index=index,
+        epsilon=eps, norm_adv_by_std_in_grpo=scale != "none")
+    # verl keeps every group (no dynamic-sampling drop): keep = 1 everywhere.
+    return {"advantages": adv.reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
+
+
+def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+    import torch
+    core = _core()
+    config = _actor_config(eps_low, eps_high, dual_clip)
+
+    def one(lp, olp, a):
+        pg_loss, _ = core.compute_policy_loss_vanilla(
+            old_log_prob=olp, log_prob=lp, advantages=a, response_mask=torch.ones_like(lp, dtype=torch.bool),
+            loss_agg_mode="token-mean", config=config)
+        return -pg_loss  # verl returns the loss −C of the single token
+
+    return per_element(one, logp, old_logp, advantages)
+
+
+def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None):
+    return _core().agg_loss(loss_mat=values, loss_mask=mask, loss_agg_mode=mode, loss_scale_factor=norm_length)
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
+              kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
+              norm_length=None):
+    core = _core()
+    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length)
+    response_mask = mask.to(bool)
+    # compute_grpo_outcome_advantage broadcasts the outcome advantage over the response tokens.
+    token_adv = advantages.unsqueeze(-1) * mask
+    batch_info = {"loss_scale_factor": config.loss_scale_factor}
+    config.global_batch_info.update(batch_info)
+    pg_loss, _ = core.compute_policy_loss_vanilla(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
+                                                  response_mask=response_mask, loss_agg_mode=config.loss_agg_mode,
+                                                  config=config)
+    policy_loss = pg_loss
+    if config.use_kl_loss:  # losses.py ppo_loss, lines 132–140
+        kld = core.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=config.kl_loss_type)
+        kl_loss = core.agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=config.loss_agg_mode,
+                                **config.global_batch_info)
+        policy_loss = policy_loss + kl_loss * config.kl_loss_coef
+    return policy_loss
+
+
+def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
+    return _core().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=_KL_NAMES.get(kind, kind))
+
+
+def target():
+    version = require("verl", "verl", VERSION, INSTALL)
+    load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
+    objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
+                  "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
+    return build("verl", version, objectives, CONVENTIONS, alternatives=ALTERNATIVES)

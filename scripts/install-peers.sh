@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install the four third-party libraries that `lossproof check --target trl|verl|openrlhf|liger`
+# checks, at the pinned versions, on CPU, next to an installed torch 2.13.0 (CPU build) and lossproof.
+#
+#   scripts/install-peers.sh            # uses the `python3` on PATH (or $PYTHON)
+#
+# TRL installs normally (its dependencies are resolvable next to torch 2.13). verl, OpenRLHF and
+# Liger-Kernel are installed with --no-deps: their declared dependencies include GPU-only or
+# cluster packages (vLLM, DeepSpeed, flash-attn, Ray, ...) that the loss code never calls; the
+# adapters load the loss modules without them. The few runtime imports the loss modules do need
+# are listed explicitly below.
+set -euo pipefail
+PYTHON="${PYTHON:-python3}"
+pip() { "$PYTHON" -m pip --disable-pip-version-check "$@"; }
+
+# Refuse to replace the torch build: every peer must run on the torch already installed.
+"$PYTHON" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.') else 'torch 2.13 must be installed first')"
+
+pip install --quiet "trl==1.16.0"                                   # brings transformers, accelerate, datasets
+pip install --quiet --no-deps "verl==0.9.1" "openrlhf==0.11.2" "liger-kernel==0.8.5"
+# Runtime imports of verl/trainer/ppo/core_algos.py and verl/workers/config (Ray is not needed).
+pip install --quiet "omegaconf==2.3.1" "codetiming==1.4.0"
+# verl pins tensordict<=0.10.0; its own runtime imports, without letting it downgrade `packaging`.
+pip install --quiet --no-deps "tensordict==0.10.0" "pyvers==0.1.0" "cloudpickle" "orjson"
+
+"$PYTHON" - <<'PY'
+import torch
+from conformance.targets import load
+for name in ("trl", "verl", "openrlhf", "liger"):
+    t = load(name)
+    print(f"{name} {t.version}: {len(t.objectives)} objectives (torch {torch.__version__})")
+PY
