@@ -259,7 +259,7 @@ def _softmax_cases() -> list[Case]:
         out.append(Case(SM, {"logits": [2.0, 0.0]}, params={"temperature": T}, flags=("Article",),
                         comment=f"«cat», «dog» with scores (2, 0) at T = {T:g}",
                         provenance=article(SEC_CLASSIC, printed)))
-    for i in range(40):
+    for i in range(60):
         seed = 7000 + i
         r = S.rng(seed)
         v = int(r.choice(VOCABS))

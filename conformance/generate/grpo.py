@@ -128,8 +128,10 @@ GROUPS = {
                        "PolicyLoss (token_level_loss=True, dual_clip=None) + KL loss from models/utils.py "
                        "compute_approx_kl 'k3' clamped to ±10",
     "openrlhf-0.11.2-seq-mean": "grpo.loss: OpenRLHF 0.11.2 models/loss.py aggregate_loss with "
-                                "token_level_loss=False (per-sequence token means, fully masked rows excluded; "
-                                "divides by |o_i| + 1e−8, not expressed) and k3 clamped to ±10",
+                                "token_level_loss=False for the policy term (per-sequence token means, fully "
+                                "masked rows excluded; divides by |o_i| + 1e−8, not expressed) and k3 clamped "
+                                "to ±10. OpenRLHF keeps its KL term a token mean even then, which one "
+                                "aggregation cannot express: see docs/conventions.md",
     "openrlhf-0.11.2-k2": "grpo.loss: OpenRLHF 0.11.2 models/utils.py compute_approx_kl 'k2' ((log r)²/2, "
                           "clamped to ±10) as the KL loss, token-level PolicyLoss",
     "dual-clip-3": "grpo.clip: dual clip c = 3 (Ye et al. 2020) — verl 0.9.1 trainer/ppo/core_algos.py "
@@ -355,7 +357,7 @@ def _clip_cases() -> list[Case]:
                     provenance=article(PPO_SECTION, "Con A=−1 y ρt=0.5, son −0.5 y −0.8, por lo que Ct=−0.8")))
     for gi, group in enumerate(CLIP_GROUPS):
         dual = CLIP_GROUPS[group]["dual_clip"]
-        for i in range(26):
+        for i in range(36):
             seed = 8000 + 100 * gi + i
             r = S.rng(seed)
             n = int(r.choice([1, 3, 8, 16, 32, 64, 100])) if i < 24 else 512
@@ -497,7 +499,7 @@ def _agg_cases() -> list[Case]:
         norm = group == "seq-mean-token-sum-norm"
         empty_result = "acceptable" if group in COUNTS_EMPTY_ROWS else "valid"
         empty_flag = "FullyMaskedRowSeqMean" if group in COUNTS_EMPTY_ROWS else "FullyMaskedRow"
-        for i in range(16):
+        for i in range(20):
             seed = 9000 + 100 * gi + i
             r = S.rng(seed)
             b = int(r.integers(1, 17))

@@ -48,7 +48,7 @@ def cases() -> list[Case]:
         for clamp in (None, 10.0):
             conv = {"kind": kind, "clamp": clamp}
             g = _group(kind, clamp)
-            for i in range(12):
+            for i in range(20):
                 seed = 1000 + i
                 r = S.rng(seed)
                 n = int(r.integers(1, 65))
