@@ -19,7 +19,7 @@ from conformance.generate.grpo import _weights
 
 FC, LOSS = "proximal_kl.future_cost", "proximal_kl.loss"
 NEAR = 1e-4   # random tokens keep this relative distance from the ratio cap and the clip band's edges
-SUMMARY = "Proximal KL summary, article 004 (/work/shared/seeds/004_40cb3236a8d8fc7a.txt)"
+SUMMARY = "Proximal KL summary, article 004 (seed file 004_40cb3236a8d8fc7a.txt)"
 
 NOTES = {
     "Random": {"category": "random", "description": "Random per-token log-probabilities with ragged right-padded "

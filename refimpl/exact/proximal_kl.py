@@ -1,7 +1,7 @@
 """Proximal KL: a per-token importance-corrected update with the future KL cost.
 
 Source. The Proximal KL paper (H. Bai, J. Yao, T. Zhang) is *not public in our sources*: this
-module is reconstructed from the article-004 summary (/work/shared/seeds/004_*.txt: "corrige
+module is reconstructed from the article-004 summary (seed file 004_40cb3236a8d8fc7a.txt: "corrige
 cada palabra según cómo se muestreó y también resta un costo limitado que depende de palabras
 posteriores y de un modelo de referencia fijo"; "promedios de tokens por minibatch") and from
 the companion paper FRPO (arXiv 2601.10201), which derives the same per-token update. Where the
