@@ -68,6 +68,19 @@ def same_shape(**shapes: tuple) -> tuple:
     return tuple(first)
 
 
+def clip_band(eps_low, eps_high, dual_clip) -> tuple[float, float, float | None]:
+    """The PPO/GRPO clip parameters, checked: ε_low in [0, 1), ε_high >= 0 (None: = ε_low, the
+    symmetric clip), dual clip c > 1 or None. Returns (ε_low, ε_high, c)."""
+    lo = in_range("eps_low", eps_low, 0, 1, hi_open=True)
+    hi = lo if eps_high is None else real("eps_high", eps_high)
+    if hi < 0:
+        fail("eps_high", f"must be >= 0, got {eps_high!r}")
+    c = None if dual_clip is None else real("dual_clip", dual_clip)
+    if c is not None and c <= 1:
+        fail("dual_clip", f"must be > 1, got {dual_clip!r}")
+    return lo, hi, c
+
+
 def per_sequence(name: str, shape: tuple, logp_shape: tuple) -> None:
     """A per-sequence input ([B]) must match the batch dimension of the [B,T] log-probabilities."""
     if tuple(shape) != tuple(logp_shape[:1]):

@@ -80,19 +80,8 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
 # ----------------------------------------------------------------------------- clipped surrogate
 
 def _clip_params(eps_low, eps_high, dual_clip):
-    """(1 − ε_low, 1 + ε_high, c), checked as in the exact reference."""
-    lo = validate.in_range("eps_low", eps_low, 0, 1, hi_open=True)
-    if eps_high is None:
-        hi = lo
-    else:
-        hi = validate.real("eps_high", eps_high)
-        if hi < 0:
-            validate.fail("eps_high", f"must be >= 0, got {eps_high!r}")
-    c = None
-    if dual_clip is not None:
-        c = validate.real("dual_clip", dual_clip)
-        if c <= 1:
-            validate.fail("dual_clip", f"must be > 1, got {dual_clip!r}")
+    """(1 − ε_low, 1 + ε_high, c) as Python floats."""
+    lo, hi, c = validate.clip_band(eps_low, eps_high, dual_clip)
     return 1 - lo, 1 + hi, c
 
 
