@@ -3,6 +3,7 @@ with the same message (the message always names the offending argument)."""
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Iterable
 
 
@@ -66,6 +67,19 @@ def same_shape(**shapes: tuple) -> tuple:
         if tuple(shape) != tuple(first):
             fail(name, f"shape {tuple(shape)} does not match {first_name} shape {tuple(first)}")
     return tuple(first)
+
+
+def optional_count(name: str, value) -> int | None:
+    """None, or an integer >= 1 (an integral float such as 4.0 is accepted; bools are not)."""
+    if value is None:
+        return None
+    if type(value).__name__ in ("bool", "bool_") or not isinstance(value, (numbers.Integral, float)):
+        fail(name, f"must be an integer >= 1, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        fail(name, f"must be an integer >= 1, got {value!r}")
+    if int(value) < 1:
+        fail(name, f"must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def clip_band(eps_low, eps_high, dual_clip) -> tuple[float, float, float | None]:

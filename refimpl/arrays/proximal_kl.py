@@ -12,24 +12,11 @@ reused from ``refimpl.arrays.grpo``, as is the PPO clip of ``ratio_clip``).
 """
 from __future__ import annotations
 
-import numbers
 
 from refimpl import validate
 from refimpl.arrays import _xp, grpo
 
 AGGREGATIONS = grpo.MODES
-
-
-def _window(name, value):
-    if value is None:
-        return None
-    if type(value).__name__ in ("bool", "bool_") or not isinstance(value, (numbers.Integral, float)):
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    if int(value) < 1:
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def _tokens(xp, dt, logp, ref_logp, mask):
@@ -81,7 +68,7 @@ def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | N
     dt = _xp.float_dtype(xp, logp=logp, ref_logp=ref_logp)
     lp, rp, m = _tokens(xp, dt, logp, ref_logp, mask)
     c = None if clip is None else validate.positive("clip", clip)
-    w = _window("window", window)
+    w = validate.optional_count("window", window)
     return _future(xp, lp - rp, m, c, w)
 
 
@@ -101,7 +88,7 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
             "ratio_clip", ratio_clip, 0, 1, lo_open=True, hi_open=True),
         "ratio_cap": None if ratio_cap is None else validate.positive("ratio_cap", ratio_cap),
         "future_clip": None if future_clip is None else validate.positive("future_clip", future_clip),
-        "future_window": _window("future_window", future_window),
+        "future_window": validate.optional_count("future_window", future_window),
         "aggregation": validate.choice("aggregation", aggregation, AGGREGATIONS),
     }
     return xp, dt, lp, bp, rp, adv, m, p

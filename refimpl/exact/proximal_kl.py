@@ -21,7 +21,6 @@ full support (verified exactly in refimpl/exact/tabular.py).
 """
 from __future__ import annotations
 
-import numbers
 
 import mpmath
 import numpy as np
@@ -33,18 +32,6 @@ AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-
 
 
 # --------------------------------------------------------------------------- validation
-
-def _window(name, value):
-    if value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, float)):
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    if int(value) < 1:
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    return int(value)
-
 
 def _exact(raw, checked: float):
     """The validated parameter as an mpf, keeping every digit of an mpf argument (the tabular
@@ -90,7 +77,7 @@ def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | N
     """
     lp, rp, m = _tokens(logp, ref_logp, mask)
     c = None if clip is None else _exact(clip, validate.positive("clip", clip))
-    w = _window("window", window)
+    w = validate.optional_count("window", window)
     return _future(lp - rp, m, c, w)
 
 
@@ -110,7 +97,7 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
         "ratio_cap": None if ratio_cap is None else _exact(ratio_cap, validate.positive("ratio_cap", ratio_cap)),
         "future_clip": None if future_clip is None else _exact(
             future_clip, validate.positive("future_clip", future_clip)),
-        "future_window": _window("future_window", future_window),
+        "future_window": validate.optional_count("future_window", future_window),
         "aggregation": validate.choice("aggregation", aggregation, AGGREGATIONS),
     }
     return lp, bp, rp, adv, m, p

@@ -14,7 +14,6 @@ aggregated over the minibatch's tokens (token mean by default).
 """
 from __future__ import annotations
 
-import numbers
 
 import torch
 
@@ -22,18 +21,6 @@ from refimpl import validate
 from refimpl.torch import _common, grpo
 
 AGGREGATIONS = grpo.MODES
-
-
-def _window(name, value):
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, float)):
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    if int(value) < 1:
-        validate.fail(name, f"must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def _tokens(logp, ref_logp, mask):
@@ -79,7 +66,7 @@ def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | N
     """
     lp, rp, m = _tokens(logp, ref_logp, mask)
     c = None if clip is None else validate.positive("clip", clip)
-    w = _window("window", window)
+    w = validate.optional_count("window", window)
     out = _common.result_dtype(lp, rp)
     work = _common.work_dtype(out)
     k = _common.constant(lp, work) - _common.constant(rp, work)
@@ -112,7 +99,7 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
         "ratio_clip", ratio_clip, 0, 1, lo_open=True, hi_open=True)
     cap = None if ratio_cap is None else validate.positive("ratio_cap", ratio_cap)
     f_clip = None if future_clip is None else validate.positive("future_clip", future_clip)
-    f_window = _window("future_window", future_window)
+    f_window = validate.optional_count("future_window", future_window)
     validate.choice("aggregation", aggregation, AGGREGATIONS)
 
     out = _common.result_dtype(lp, bp, rp, adv)
