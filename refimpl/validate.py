@@ -32,6 +32,13 @@ def positive(name: str, value) -> float:
     return v
 
 
+def nonnegative(name: str, value) -> float:
+    v = real(name, value)
+    if v < 0:
+        fail(name, f"must be >= 0, got {value!r}")
+    return v
+
+
 def in_range(name: str, value, lo: float, hi: float, *, lo_open=False, hi_open=False) -> float:
     v = real(name, value)
     below = v <= lo if lo_open else v < lo

@@ -247,9 +247,7 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.per_sequence("advantages", _xp.shape(adv), _xp.shape(lp))
     m = _xp.mask(xp, "mask", mask, _xp.shape(lp), dt)
     clip_params = _clip_params(eps_low, eps_high, dual_clip)
-    b = validate.real("beta", beta)
-    if b < 0:
-        validate.fail("beta", f"must be >= 0, got {beta!r}")
+    b = validate.nonnegative("beta", beta)
     validate.choice("kl_kind", kl_kind, kl.KINDS)
     c = validate.optional_positive("kl_clamp", kl_clamp)
     validate.flag("kl_ratio_weight", kl_ratio_weight)

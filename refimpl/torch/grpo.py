@@ -215,9 +215,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     validate.per_sequence("advantages", tuple(adv.shape), tuple(lp.shape))
     m = _common.mask("mask", mask, tuple(lp.shape))
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
-    b = validate.real("beta", beta)
-    if b < 0:
-        validate.fail("beta", f"must be >= 0, got {beta!r}")
+    b = validate.nonnegative("beta", beta)
     validate.choice("kl_kind", kl_kind, kl.KINDS)
     c = validate.optional_positive("kl_clamp", kl_clamp)
     validate.flag("kl_ratio_weight", kl_ratio_weight)
