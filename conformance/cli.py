@@ -386,8 +386,12 @@ def cmd_bench(args):
         bad = [x for x in given or [] if x not in known]
         if bad:
             raise UsageError(f"{name} {bad[0]!r}: choose from {', '.join(known)}")
+    if args.device.startswith("cuda"):
+        import torch
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no CUDA device on this machine (torch.cuda.is_available() is False)")
     doc = bench.run(quick=args.quick, sizes=sizes, kernels=args.kernel, methods=args.method, reps=args.reps,
-                    exact=not args.no_exact, log=(lambda *a: None) if args.quiet else print)
+                    exact=not args.no_exact, log=(lambda *a: None) if args.quiet else print, device=args.device)
     s = doc["summary"]
     for key in ("token_kl_speedup_vs_naive", "token_kl_peak_extra_fraction", "token_kl_bandwidth_fraction",
                 "token_kl_speedup_vs_best_library", "generate_seconds", "check_estimated_full_seconds"):
@@ -487,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--method", action="append", metavar="NAME", help="lossproof, lossproof-plain, naive, trl, liger")
     bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3)")
     bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
+    bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     bn.add_argument("--quiet", action="store_true")
     bn.set_defaults(fn=cmd_bench)
     return p

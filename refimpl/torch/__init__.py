@@ -20,6 +20,9 @@ Custom backward passes (everything else is plain autograd):
   analytic gradient, recomputed in chunks of rows in backward, so that no [N,V] float32
   intermediate is kept between forward and backward (memory), and with q·(ℓ − KL) formed
   relative to the most probable token (accuracy in saturated rows). Not twice differentiable.
+  Tensor inputs take the fused path first (``distill._FusedRows``: values and gradient in one
+  pass over vocabulary tiles, tile-sized buffers only; rows it cannot evaluate to its accuracy
+  are redone by ``_VocabRows``'s kernels; docs/performance.md).
 - ``distill.softmax``: ``distill._Softmax``, same memory as torch's softmax (saves q), its
   backward q·(c − Σqc)/T in the same centred form: torch's loses every digit of a saturated
   row's gradient (logits ±1e4 at T = 1e-3). Not twice differentiable.
