@@ -92,7 +92,7 @@ def target_table(doc) -> str:
             if not r.get("available"):
                 out.append(f"| {k} | {name} | n/a: {r.get('reason', '')} | | | | |")
                 continue
-            note = f" ¹" if r.get("scaled_from_rows") else ""
+            note = " ¹" if r.get("scaled_from_rows") else ""
             out.append(f"| {k} | {name}{note} | {_ms(r['median_s'])} | {_ratio(r.get('speedup_vs_naive'), 1)}× | "
                        f"{_mib(r.get('peak_extra_bytes'))} | {_ratio(r.get('peak_extra_fraction'), 3)} | "
                        f"{_ratio(r.get('bandwidth_fraction'))} |")
@@ -183,8 +183,8 @@ described at the end, with the commands given there.
 
 {target_table}
 
-¹ run on fewer rows ({scaled_note}) because its peak would not fit in the machine's memory, and
-scaled to N = 4096 (rows are independent: time and memory grow linearly with N).
+¹ run on fewer rows because its peak would not fit in the machine's memory ({scaled_note}),
+and scaled to N = 4096 (rows are independent: time and memory grow linearly with N).
 
 Peak extra memory is the process's peak resident set during one forward + backward, above what
 was resident before it, minus the gradient itself (which every method must return); "of copy
@@ -269,8 +269,10 @@ Generating the vector set with the exact reference (mpmath, 50 and 80 digits), p
 
 {exact_section}
 
-The check grows linearly with the number of vectors (the last column is flat): every vector is
-one small evaluation per dtype plus its gradient.
+Both grow linearly with the number of vectors: generation costs what each vector's exact
+evaluation costs (the distillation vectors, with their vocabulary-wide sums at 50 and 80 digits,
+dominate), and a check costs a fixed start-up plus about 2 ms per vector (the last column is
+nearly flat), each vector being a few small evaluations (one per dtype) and their gradients.
 
 ## GPU
 
@@ -305,8 +307,8 @@ def docs() -> int:
         return 1
     s = target["summary"]
     rows = target["rows"]
-    scaled = sorted({f"{METHOD_NAMES[r['method']]} on {r['scaled_from_rows']} rows"
-                     for r in rows if r.get("scaled_from_rows")})
+    scaled = [f"{r['kernel']} {METHOD_NAMES[r['method']]} on {r['scaled_from_rows']} rows"
+              for r in rows if r.get("scaled_from_rows")]
     ref = next(r for r in rows if r.get("available"))
     machines = []
     for name, doc in (("cpu_4096x131072.json", target), ("cpu_vocab_sweep.json", sweep), ("exact.json", exact)):

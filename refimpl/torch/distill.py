@@ -634,7 +634,7 @@ def _fused(k, zs, ts, y, need_grad, cot, check):
     workers = min(_workers(zs.device), len(starts))
     flagged = []
     if workers <= 1:
-        scratch = _Scratch(k.work, zs.device, per_block * width)
+        scratch = _Scratch(k.work, zs.device, min(per_block, n) * width)
         with np.errstate(**_QUIET):
             for r0 in starts:
                 flagged += _block(k, scratch, zs, ts, y, need_grad, cot, values, grad, r0, min(n, r0 + per_block), width)
@@ -647,7 +647,7 @@ def _fused(k, zs, ts, y, need_grad, cot, check):
 
         @torch.no_grad()  # grad mode is per thread
         def work():
-            scratch = _Scratch(k.work, zs.device, per_block * width)
+            scratch = _Scratch(k.work, zs.device, min(per_block, n) * width)
             mine = []
             with np.errstate(**_QUIET):  # numpy's error state is per thread too
                 while True:
