@@ -372,7 +372,7 @@ def run(target: Target, vs: VectorSet, *, objective: str = "*", dtypes=None, dev
     devices = [device] if device else list(target.devices[:1])
     frameworks = {d: _Framework(target.framework, d) for d in devices}
     results = []
-    with _single_threaded(target.framework):
+    with single_threaded(target.framework):
         for i, case in enumerate(cases):
             if progress:
                 progress(i, len(cases))
@@ -384,7 +384,7 @@ def run(target: Target, vs: VectorSet, *, objective: str = "*", dtypes=None, dev
 
 
 @contextlib.contextmanager
-def _single_threaded(framework: str):
+def single_threaded(framework: str):
     """Vectors are small: torch's intra-op thread pool costs far more than it saves on them
     (a tiny logsigmoid takes ~30× longer with 2 threads on 2 cores). Restored afterwards."""
     if framework != "torch":

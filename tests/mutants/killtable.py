@@ -14,7 +14,7 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from conformance import cli, vectors
+from conformance import cli, harness, vectors
 
 from mutants import Pair, all_pairs, module_of
 
@@ -41,19 +41,6 @@ def twin_name(pair: Pair, pairs: list[Pair]) -> str:
     return f"{first.slug}__TWIN"
 
 
-@contextlib.contextmanager
-def _one_thread():
-    """torch on 2 threads spends ~17 ms per tiny log_sigmoid call in thread hand-offs; the
-    vectors are small, so one thread is both faster and deterministic."""
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run(pairs: list[Pair], vector_set: vectors.VectorSet | None = None) -> dict:
     """{"cases": {target name: [report cases]}, "exit": {objective: exit status}}."""
     vs = vector_set or vectors.VectorSet()
@@ -64,7 +51,7 @@ def run(pairs: list[Pair], vector_set: vectors.VectorSet | None = None) -> dict:
     original = cli._vector_set
     cli._vector_set = lambda args: vs   # load the vectors once, not once per objective
     try:
-        with _one_thread(), tempfile.TemporaryDirectory() as tmp:
+        with harness.single_threaded("torch"), tempfile.TemporaryDirectory() as tmp:
             for objective, group in sorted(by_objective.items()):
                 specs = []
                 for p in group:

@@ -10,7 +10,6 @@ from conformance import catalog, harness, targets, vectors
 from refimpl.arrays import kl as np_kl
 from refimpl.torch import grpo, kl
 
-from mutants import killtable
 from mutants import proximal_kl as pkl
 
 
@@ -21,7 +20,7 @@ def vs():
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    with killtable._one_thread():
+    with harness.single_threaded("torch"):
         yield
 
 
