@@ -7,15 +7,33 @@ import sys
 import time
 from pathlib import Path
 
+import mpmath
+from rich.console import Console
+from rich.table import Table
+
 import conformance
-from conformance import catalog, cite, examples, vectors
+from conformance import (
+    bench,
+    catalog,
+    compare,
+    docsgen,
+    exchange,
+    generate,
+    harness,
+    report,
+)
+from conformance._io import write_atomically
+from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
-from conformance.targets import TargetError
+from conformance.results import summary
+from conformance.targets import ANY, builtin, load
+from conformance.theorem import probe
+from conformance.theorem import table as theorem
+from conformance.vectors import cite, examples
+from conformance.vectors.format import MANIFEST
+from conformance.vectors.lint import lint
+from conformance.vectors.load import VectorSet, default_dir
 from refimpl.validate import InputError
-
-
-class UsageError(Exception):
-    pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,15 +59,14 @@ def _positive(kind):
 
 
 def _tolerances(args):
-    from conformance import compare
     try:
         return compare.Tolerances.from_file(args.tolerances)
     except ValueError as err:   # unreadable, not JSON, or not {glob: {dtype: k}}: a usage error
         raise UsageError(str(err)) from None
 
 
-def _vector_set(args) -> vectors.VectorSet:
-    return vectors.VectorSet(args.vectors)
+def _vector_set(args) -> VectorSet:
+    return VectorSet(args.vectors)
 
 
 def _find(vs, uid):
@@ -62,8 +79,6 @@ def _find(vs, uid):
 def cmd_examples(args):
     vs = _vector_set(args)
     rows = examples.article_rows(vs)
-    from rich.console import Console
-    from rich.table import Table
     table = Table(title="Worked examples of the source article (exact values: 30 digits)", show_lines=True)
     for col in ("objective", "inputs / params", "article prints", "exact value", "uid"):
         table.add_column(col, overflow="fold")
@@ -77,27 +92,20 @@ def cmd_examples(args):
 
 
 def cmd_generate(args):
-    from conformance import generate
-    directory = Path(args.vectors) if args.vectors else vectors.DEFAULT_DIR
+    directory = Path(args.vectors) if args.vectors else default_dir()
     start = time.perf_counter()
     with bar("generating vectors", args.quiet) as progress:
         files = generate.generate(progress=progress, workers=args.workers)
     elapsed = time.perf_counter() - start
     if args.check:
-        for rel, data in sorted(files.items()):
-            path = directory / rel
-            if not path.is_file() or path.read_bytes() != data:
-                print(f"lossproof: {path}: differs from what the generator produces "
-                      f"(run 'lossproof vectors generate')", file=sys.stderr)
-                return 1
-        stale = [p for p in directory.rglob("*.json") if p.relative_to(directory).as_posix() not in files]
-        if stale:
-            print(f"lossproof: {stale[0]}: not produced by the generator", file=sys.stderr)
+        problem = generate.first_difference(directory, files)
+        if problem:
+            print(f"lossproof: {problem}", file=sys.stderr)
             return 1
         print(f"vectors up to date: {len(files) - 1} files, regenerated in {elapsed:.1f} s")
         return 0
-    vectors.write_tree(directory, files)
-    n = sum(json.loads(d)["numberOfTests"] for r, d in files.items() if r != vectors.MANIFEST)
+    generate.write(directory, files)
+    n = sum(json.loads(d)["numberOfTests"] for r, d in files.items() if r != MANIFEST)
     size = sum(len(d) for d in files.values())
     print(f"wrote {len(files) - 1} files, {n} tests, {size / 1e6:.1f} MB to {directory} in {elapsed:.1f} s")
     return 0
@@ -105,7 +113,7 @@ def cmd_generate(args):
 
 def cmd_lint(args):
     vs = _vector_set(args)
-    problems = vectors.lint(vs)
+    problems = lint(vs)
     for p in problems:
         print(p, file=sys.stderr)
     total = sum(sum(c.values()) for c in vs.counts().values())
@@ -149,11 +157,7 @@ def cmd_cite(args):
 
 
 def cmd_list(args):
-    counts = {}
-    try:
-        counts = _vector_set(args).counts()
-    except vectors.VectorError as err:
-        print(f"(vectors unavailable: {err})")
+    counts = _vector_set(args).counts()
     print(f"{'objective':28} {'valid':>6} {'invalid':>8} {'accept.':>8}  conventions")
     for spec in catalog.OBJECTIVES:
         c = counts.get(spec.id, {})
@@ -163,8 +167,6 @@ def cmd_list(args):
 
 
 def cmd_check(args):
-    from conformance import compare, harness, report
-    from conformance.targets import builtin, load
     specs = (args.backend or []) + (args.target or [])
     if not specs:
         specs = builtin.available()
@@ -201,14 +203,13 @@ def cmd_check(args):
     if args.report_json:
         report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets)))
     if args.junit:
-        vectors.write_atomically(Path(args.junit), report.junit(results))
-    s = harness.summary(results)
+        write_atomically(Path(args.junit), report.junit(results))
+    s = summary(results)
     return 1 if s["fail"] or s["error"] else 0
 
 
 def _print_deviations(target) -> None:
     """--as-paper: the declared conventions that differ from the paper defaults, before the run."""
-    from conformance.targets import ANY
     devs = target.deviations()
     if target.conventions == ANY:
         return  # implements every convention: each vector runs with its own
@@ -226,7 +227,6 @@ def _print_deviations(target) -> None:
 
 
 def cmd_export_prompt(args):
-    from conformance import exchange
     counts = exchange.export_prompts(_vector_set(args), Path(args.directory), args.objective)
     if not counts:
         raise UsageError(f"no vector matched --objective {args.objective!r}")
@@ -235,7 +235,6 @@ def cmd_export_prompt(args):
 
 
 def cmd_validate(args):
-    from conformance import exchange, harness, report
     results = exchange.validate(_vector_set(args), Path(args.responses),
                                 _tolerances(args))
     report.console(results, quiet=args.quiet)
@@ -246,7 +245,7 @@ def cmd_validate(args):
                  "manifest_sha256": vs.manifest_sha256}
         env = {"python": "", "platform": "", "backends": {}, "devices": []}
         report.write_json(args.report_json, report.to_json(results, suite, env))
-    s = harness.summary(results)
+    s = summary(results)
     return 1 if s["fail"] or s["error"] else 0
 
 
@@ -261,13 +260,8 @@ def _counting(progress, total):
 
 
 def cmd_theorem(args):
-    import mpmath
-    from rich.console import Console
-    from rich.table import Table
-    from conformance import theorem
-    from refimpl.exact import tabular
-    trees = args.tree or list(theorem.REDUCED_TREES if args.reduced else tabular.BUILTIN_TREES)
-    rules = args.rule or list(theorem.REDUCED_RULES if args.reduced else tabular.RULES)
+    trees = args.tree or list(theorem.REDUCED_TREES if args.reduced else theorem.ALL_TREES)
+    rules = args.rule or list(theorem.REDUCED_RULES if args.reduced else theorem.ALL_RULES)
     dps = args.dps if args.dps is not None else (theorem.REDUCED_DPS if args.reduced else 50)
     start = time.perf_counter()
     with bar("stationary-policy table", args.quiet) as progress:
@@ -277,50 +271,34 @@ def cmd_theorem(args):
         progress(total, total)
     elapsed = time.perf_counter() - start
     if args.json:
-        vectors.write_atomically(Path(args.json), (json.dumps(out, indent=1, ensure_ascii=False) + "\n").encode())
-    digits = out["dps"]
-    bound = mpmath.mpf(10) ** -(digits - 10)
-    contradicted = []
+        write_atomically(Path(args.json), (json.dumps(out, indent=1, ensure_ascii=False) + "\n").encode())
+    v = theorem.verdict(out)
     console = Console(width=160)
-    with mpmath.workdps(digits + 10):
-        for tree in out["trees"]:
-            best = mpmath.mpf(tree["optimum"]["beta_log_z"])
-            table = Table(title=f"{tree['name']}: β = {mpmath.nstr(mpmath.mpf(tree['beta']), 6)}, "
-                                f"β·log Z = J(π*) = {mpmath.nstr(best, 15)}", title_justify="left")
-            for col in ("rule", "claim", "max |Δθ| at π*", "KL(π_fix‖π*)", "J(π_fix)", "rest point"):
-                table.add_column(col, justify="left" if col in ("rule", "claim", "rest point") else "right")
-            for r in tree["rules"]:
-                res, kl = mpmath.mpf(r["residual_at_optimum"]), mpmath.mpf(r["fixed_point_kl"])
-                holds = (res < bound and kl < bound) if r["unbiased"] else kl >= bound
-                if not holds or not r["converged"]:
-                    contradicted.append(f"{tree['name']}/{r['rule']}")
-                where = ("interior" if not r["boundary"] else f"boundary ({len(r['boundary'])} → 0)")
-                if not r["converged"]:
-                    where += ", NOT converged"
-                table.add_row(r["rule"], "unbiased" if r["unbiased"] else "biased", mpmath.nstr(res, 3),
-                              mpmath.nstr(kl, 4), mpmath.nstr(mpmath.mpf(r["objective_at_fixed_point"]), 12),
-                              where)
-            if not args.quiet:
-                console.print(table)
-        worst = max((mpmath.mpf(r["residual_at_optimum"]) for t in out["trees"] for r in t["rules"]
-                     if r["rule"] == "proximal_kl"), default=None)
-    if worst is not None:
-        print(f"proximal_kl: largest |Δθ| at π* = {mpmath.nstr(worst, 3)} over {len(out['trees'])} tree(s) "
-              f"at {digits} digits")
-    n_biased = sum(1 for t in out["trees"] for r in t["rules"] if not r["unbiased"])
-    print(f"{n_biased} biased (tree, rule) pair(s), {len(trees) * len(rules) - n_biased} unbiased; "
+    for tree in v["trees"]:
+        table = Table(title=f"{tree['name']}: β = {mpmath.nstr(tree['beta'], 6)}, "
+                            f"β·log Z = J(π*) = {mpmath.nstr(tree['beta_log_z'], 15)}", title_justify="left")
+        for col in ("rule", "claim", "max |Δθ| at π*", "KL(π_fix‖π*)", "J(π_fix)", "rest point"):
+            table.add_column(col, justify="left" if col in ("rule", "claim", "rest point") else "right")
+        for r in tree["rows"]:
+            where = "interior" if not r["boundary"] else f"boundary ({r['boundary']} → 0)"
+            if not r["converged"]:
+                where += ", NOT converged"
+            table.add_row(r["rule"], "unbiased" if r["unbiased"] else "biased", mpmath.nstr(r["residual"], 3),
+                          mpmath.nstr(r["kl"], 4), mpmath.nstr(r["objective"], 12), where)
+        if not args.quiet:
+            console.print(table)
+    if v["worst_proximal_kl"] is not None:
+        print(f"proximal_kl: largest |Δθ| at π* = {mpmath.nstr(v['worst_proximal_kl'], 3)} over "
+              f"{len(v['trees'])} tree(s) at {v['dps']} digits")
+    print(f"{v['biased']} biased (tree, rule) pair(s), {len(trees) * len(rules) - v['biased']} unbiased; "
           f"{elapsed:.1f} s" + (f"; table written to {args.json}" if args.json else ""))
-    if contradicted:
-        print(f"lossproof: the theorem's claims do not hold for {', '.join(contradicted)}", file=sys.stderr)
+    if v["contradicted"]:
+        print(f"lossproof: the theorem's claims do not hold for {', '.join(v['contradicted'])}", file=sys.stderr)
         return 1
     return 0
 
 
 def cmd_probe(args):
-    from rich.console import Console
-    from rich.table import Table
-    from conformance import probe
-    from conformance.targets import load
     targets = [load(spec) for spec in (args.target or ["torch"])]
     results = []
     for target in targets:
@@ -330,7 +308,7 @@ def cmd_probe(args):
                                        progress=progress)
     if args.json:
         doc = {"schema": "lossproof-probe/1", "results": results}
-        vectors.write_atomically(Path(args.json), (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode())
+        write_atomically(Path(args.json), (json.dumps(doc, indent=1, ensure_ascii=False) + "\n").encode())
     table = Table(title="Stationary-policy probe: the target's expected update vs the exact one "
                         f"({'on-policy' if args.on_policy else 'off-policy, μ = the tree behaviour policy'})",
                   title_justify="left")
@@ -352,7 +330,6 @@ def cmd_probe(args):
 
 
 def cmd_docs(args):
-    from conformance import docsgen
     start = time.perf_counter()
 
     def note(artifact):
@@ -377,7 +354,6 @@ def cmd_docs(args):
 
 
 def cmd_bench(args):
-    from conformance import bench
     try:
         sizes = bench.parse_sizes(args.sizes) if args.sizes else None
     except ValueError:
@@ -502,7 +478,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except (vectors.VectorError, UsageError, InputError, OSError, TargetError) as err:
+    except (LossproofError, InputError, OSError) as err:
         if args.debug:
             raise
         print(f"lossproof: error: {err}", file=sys.stderr)

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from conformance import catalog, compare, harness, numbers
-from conformance.vectors import VectorError, VectorSet, write_atomically
+from conformance._io import write_atomically
+from conformance.results import CaseResult
+from conformance.vectors.load import VectorError, VectorSet
 
 PROMPTS_SCHEMA = "lossproof-prompts/1"
 RESPONSES_SCHEMA = "lossproof-responses/1"
@@ -56,7 +58,7 @@ def _load_responses(path: Path) -> dict:
     return doc
 
 
-def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = None) -> list[harness.CaseResult]:
+def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = None) -> list[CaseResult]:
     tolerances = tolerances or compare.Tolerances({})
     doc = _load_responses(path)
     dtype, name = doc["dtype"], str(doc.get("target", path.stem))
@@ -67,7 +69,7 @@ def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = 
         if case is None:
             raise VectorError(path, f"$.responses[{uid!r}]", "no vector with this uid")
         spec, test = catalog.get(case.objective), case.test
-        res = harness.CaseResult(uid, case.objective, name, dtype, "-", "pass", test["flags"],
+        res = CaseResult(uid, case.objective, name, dtype, "-", "pass", test["flags"],
                                  repro=f"lossproof validate {path}", result=test["result"])
         results.append(res)
         if not isinstance(response, dict):

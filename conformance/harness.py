@@ -25,37 +25,18 @@ import contextlib
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from conformance import catalog, compare
 from conformance.numbers import decode_input
-from conformance.targets import Target
-from conformance.vectors import VectorCase, VectorSet
-
-STATUSES = ("pass", "fail", "error", "unsupported", "skip")
+from conformance.results import CaseResult
+from conformance.targets.target import Target
+from conformance.vectors.load import VectorCase, VectorSet
 
 # Objectives whose outputs are constants by definition: advantages (PPO eq. 7's Â is data) and
 # the future KL cost (the sg(·) of Proximal KL's coefficient).
 DETACHED = ("grpo.advantages", "proximal_kl.future_cost")
-
-
-@dataclass
-class CaseResult:
-    uid: str
-    objective: str
-    target: str
-    dtype: str
-    device: str
-    status: str
-    flags: list
-    outputs: dict = field(default_factory=dict)   # name (grads as "grad:NAME") -> metrics dict
-    message: str = ""
-    repro: str = ""
-    result: str = "valid"
-    worst: dict | None = None                    # got / want / tol of the worst element
-    seconds: float = 0.0
 
 
 class _Timeout(Exception):
@@ -397,10 +378,3 @@ def single_threaded(framework: str):
         yield
     finally:
         torch.set_num_threads(saved)
-
-
-def summary(results: list[CaseResult]) -> dict:
-    out = {s: 0 for s in STATUSES}
-    for r in results:
-        out[r.status] += 1
-    return out

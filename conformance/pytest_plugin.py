@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.errors import LossproofError
+
+# pytest loads this plugin in every session of every project where lossproof is installed, so
+# the harness (numpy, the vectors) is imported only once a lossproof option asks for it.
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("lossproof", "lossproof conformance vectors")
@@ -60,11 +65,9 @@ class LossproofCollector(pytest.Collector):
 
 
 def pytest_collection_modifyitems(session, config, items):
-    from conformance.targets import TargetError
-    from conformance.vectors import VectorError
     for spec in config.getoption("lossproof_target"):
         collector = LossproofCollector.from_parent(session, name=f"lossproof[{spec}]", target_spec=spec)
         try:
             items.extend(collector.collect())
-        except (TargetError, VectorError) as err:
+        except LossproofError as err:
             raise pytest.UsageError(f"lossproof: {err}") from None

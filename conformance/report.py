@@ -7,7 +7,8 @@ import sys
 from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
-from conformance.harness import CaseResult, summary
+from conformance._io import write_atomically
+from conformance.results import CaseResult, summary
 
 REPORT_SCHEMA = "lossproof-report/1"
 
@@ -45,9 +46,7 @@ def environment(targets) -> dict:
 
 
 def write_json(path: str, doc: dict) -> None:
-    from pathlib import Path
-    from conformance.vectors import write_atomically
-    write_atomically(Path(path), (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
+    write_atomically(path, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
 
 
 def junit(results: list[CaseResult]) -> bytes:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conformance import compare, harness, targets, vectors
+from conformance import compare, harness, targets
+from conformance.vectors.load import VectorCase, VectorSet
 
 
 @dataclass(frozen=True)
 class TargetCase:
     target: targets.Target
-    case: vectors.VectorCase
+    case: VectorCase
     dtypes: tuple | None = None
 
     @property
@@ -27,7 +28,7 @@ class TargetCase:
 
 def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", dtypes=None) -> list[TargetCase]:
     t = targets.load(target) if isinstance(target, str) else target
-    vs = vectors.VectorSet(vectors_dir)
+    vs = VectorSet(vectors_dir)
     return [TargetCase(t, c, tuple(dtypes) if dtypes else None) for c in vs.cases(objective)]
 
 

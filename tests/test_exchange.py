@@ -1,7 +1,6 @@
 """Out-of-process mode: export the prompts, compute responses elsewhere, validate them."""
 import json
 
-
 from conformance import cli
 from refimpl.exact import kl
 

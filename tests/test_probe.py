@@ -13,8 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conformance import cli, probe  # noqa: E402
+from conformance import cli  # noqa: E402
 from conformance.targets import Target, TargetError  # noqa: E402
+from conformance.theorem import probe  # noqa: E402
 from refimpl.exact import mp, tabular  # noqa: E402
 from refimpl.torch import proximal_kl as torch_proximal_kl  # noqa: E402
 from refimpl.validate import InputError  # noqa: E402

@@ -7,7 +7,7 @@ import time
 import mpmath
 import pytest
 
-from conformance import theorem
+from conformance.theorem import table as theorem
 from refimpl.exact import tabular
 from refimpl.validate import InputError
 

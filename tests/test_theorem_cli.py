@@ -6,7 +6,8 @@ import json
 
 import mpmath
 
-from conformance import cli, theorem, theorem_doc
+from conformance import cli, theorem_doc
+from conformance.theorem import table as theorem
 
 
 def test_theorem_reduced_writes_the_table_and_exits_0(tmp_path, capsys):

@@ -4,7 +4,11 @@ import shutil
 
 import pytest
 
-from conformance import cli, generate, vectors
+from conformance import cli, generate
+from conformance._io import write_tree
+from conformance.vectors.format import MANIFEST, manifest_bytes, serialize
+from conformance.vectors.lint import lint
+from conformance.vectors.load import VectorError, VectorSet
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +18,7 @@ def kl_files():
 
 @pytest.fixture
 def vdir(tmp_path, kl_files):
-    vectors.write_tree(tmp_path, kl_files)
+    write_tree(tmp_path, kl_files, last=MANIFEST)
     return tmp_path
 
 
@@ -22,7 +26,7 @@ def _rewrite(vdir, rel, data: bytes, fix_manifest=True):
     (vdir / rel).write_bytes(data)
     if fix_manifest:
         files = {p.relative_to(vdir).as_posix(): p.read_bytes() for p in vdir.rglob("*.json")}
-        (vdir / vectors.MANIFEST).write_bytes(vectors.manifest_bytes(files))
+        (vdir / MANIFEST).write_bytes(manifest_bytes(files))
 
 
 def test_generation_is_deterministic(kl_files):
@@ -30,15 +34,15 @@ def test_generation_is_deterministic(kl_files):
 
 
 def test_clean_directory_loads_and_lints(vdir):
-    vs = vectors.VectorSet(vdir)
-    assert vectors.lint(vs) == []
+    vs = VectorSet(vdir)
+    assert lint(vs) == []
     counts = vs.counts()["kl.estimator"]
     assert counts["valid"] >= 50 and counts["invalid"] >= 5
 
 
-def _error(vdir) -> vectors.VectorError:
-    with pytest.raises(vectors.VectorError) as info:
-        vectors.VectorSet(vdir)
+def _error(vdir) -> VectorError:
+    with pytest.raises(VectorError) as info:
+        VectorSet(vdir)
     return info.value
 
 
@@ -58,7 +62,7 @@ def test_truncated_file_fails_the_hash(vdir):
 def test_schema_violation_names_the_json_path(vdir):
     doc = json.loads((vdir / "kl/estimator.json").read_bytes())
     doc["testGroups"][0]["tests"][0]["result"] = "maybe"
-    _rewrite(vdir, "kl/estimator.json", vectors.serialize(doc))
+    _rewrite(vdir, "kl/estimator.json", serialize(doc))
     err = _error(vdir)
     assert err.where == "$.testGroups[0].tests[0].result"
 
@@ -66,7 +70,7 @@ def test_schema_violation_names_the_json_path(vdir):
 def test_unknown_flag(vdir):
     doc = json.loads((vdir / "kl/estimator.json").read_bytes())
     doc["testGroups"][0]["tests"][0]["flags"] = ["NoSuchFlag"]
-    _rewrite(vdir, "kl/estimator.json", vectors.serialize(doc))
+    _rewrite(vdir, "kl/estimator.json", serialize(doc))
     err = _error(vdir)
     assert "NoSuchFlag" in err.problem and err.where.endswith(".flags")
 
@@ -80,7 +84,7 @@ def test_missing_and_unlisted_files(vdir):
 
 
 def test_missing_manifest(vdir):
-    (vdir / vectors.MANIFEST).unlink()
+    (vdir / MANIFEST).unlink()
     assert "MANIFEST" in str(_error(vdir))
 
 
@@ -89,15 +93,15 @@ def test_lint_finds_duplicate_uid_and_count(vdir):
     tests = doc["testGroups"][0]["tests"]
     tests[1]["uid"] = tests[0]["uid"]
     doc["numberOfTests"] += 1
-    _rewrite(vdir, "kl/estimator.json", vectors.serialize(doc))
-    problems = "\n".join(vectors.lint(vectors.VectorSet(vdir)))
+    _rewrite(vdir, "kl/estimator.json", serialize(doc))
+    problems = "\n".join(lint(VectorSet(vdir)))
     assert "duplicate" in problems and "numberOfTests" in problems and "content hash" in problems
 
 
 def test_lint_finds_non_canonical_formatting(vdir):
     doc = json.loads((vdir / "kl/estimator.json").read_bytes())
     _rewrite(vdir, "kl/estimator.json", json.dumps(doc).encode())
-    assert any("canonical" in p for p in vectors.lint(vectors.VectorSet(vdir)))
+    assert any("canonical" in p for p in lint(VectorSet(vdir)))
 
 
 def test_lint_finds_non_representable_low_precision_input(vdir):
@@ -105,8 +109,8 @@ def test_lint_finds_non_representable_low_precision_input(vdir):
     test = next(t for g in doc["testGroups"] for t in g["tests"] if "bfloat16" in t["dtypes"])
     test["dtypes"] = ["float64", "float32", "bfloat16"]
     test["inputs"]["logp"][0] = 0.1
-    _rewrite(vdir, "kl/estimator.json", vectors.serialize(doc))
-    problems = "\n".join(vectors.lint(vectors.VectorSet(vdir)))
+    _rewrite(vdir, "kl/estimator.json", serialize(doc))
+    problems = "\n".join(lint(VectorSet(vdir)))
     assert "not exactly representable in float32" in problems
 
 
@@ -125,7 +129,7 @@ def test_cli_usage_and_input_errors_exit_2_with_one_line(vdir, argv, capsys):
 
 def test_generate_check_detects_a_changed_byte(tmp_path, kl_files, monkeypatch, capsys):
     monkeypatch.setattr(generate, "available_families", lambda: ["kl"])
-    vectors.write_tree(tmp_path, kl_files)
+    write_tree(tmp_path, kl_files, last=MANIFEST)
     assert cli.main(["vectors", "generate", "--check", "--quiet", "--workers", "1", "--vectors", str(tmp_path)]) == 0
     p = tmp_path / "kl/estimator.json"
     p.write_bytes(p.read_bytes().replace(b'"comment":"random', b'"comment":"Random', 1))
@@ -134,7 +138,7 @@ def test_generate_check_detects_a_changed_byte(tmp_path, kl_files, monkeypatch, 
 
 
 def test_show_and_cite(vdir, capsys):
-    uid = next(vectors.VectorSet(vdir).cases()).uid
+    uid = next(VectorSet(vdir).cases()).uid
     assert cli.main(["show", uid, "--vectors", str(vdir)]) == 0
     assert cli.main(["cite", uid, "--bibtex", "--vectors", str(vdir)]) == 0
     out = capsys.readouterr().out
@@ -145,6 +149,6 @@ def test_a_non_decimal_expected_value_is_a_schema_error(vdir):
     doc = json.loads((vdir / "kl/estimator.json").read_bytes())
     test = doc["testGroups"][0]["tests"][0]
     test["expected"]["value"][0] = "1/3"
-    _rewrite(vdir, "kl/estimator.json", vectors.serialize(doc))
+    _rewrite(vdir, "kl/estimator.json", serialize(doc))
     err = _error(vdir)
     assert err.where == "$.testGroups[0].tests[0].expected.value" and "decimal" in err.problem

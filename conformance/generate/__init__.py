@@ -8,15 +8,18 @@ tolerance policy). Generation is deterministic: same code, same bytes.
 from __future__ import annotations
 
 import importlib
-import multiprocessing
-import os
 from collections import defaultdict
+from pathlib import Path
 
 import mpmath
+import numpy as np
 
 import conformance
-from conformance import catalog, vectors
+from conformance import catalog
+from conformance._host import pool_context, usable_cores
+from conformance._io import write_tree
 from conformance.generate.build import build_test
+from conformance.vectors.format import MANIFEST, SCHEMA_ID, manifest_bytes, serialize
 from refimpl.exact import mp
 
 FAMILY_MODULES = ("distill", "kl", "dpo", "grpo", "proximal_kl", "tabular")
@@ -64,13 +67,12 @@ def generate(families=None, progress=None, workers: int | None = None) -> dict[s
     families = list(families or available_families())
     _load_cases(families)
     jobs = [(f, i) for f in families for i in range(len(_CASES[f]))]
-    workers = workers or min(len(os.sched_getaffinity(0)), 8)
+    workers = workers or min(usable_cores(), 8)
     if progress:
         progress(0, len(jobs))
     results = []
     if workers > 1 and len(jobs) > 50:
-        ctx = multiprocessing.get_context("fork")
-        with ctx.Pool(workers, initializer=_init_worker, initargs=(families,)) as pool:
+        with pool_context().Pool(workers, initializer=_init_worker, initargs=(families,)) as pool:
             for done, test in enumerate(pool.imap(_build, jobs, chunksize=4), 1):
                 results.append(test)
                 if progress:
@@ -87,10 +89,26 @@ def generate(families=None, progress=None, workers: int | None = None) -> dict[s
     for objective_id, items in by_objective.items():
         spec = catalog.get(objective_id)
         module = family_module(spec.family)
-        files[f"{spec.family}/{spec.name}.json"] = vectors.serialize(
+        files[f"{spec.family}/{spec.name}.json"] = serialize(
             _vector_file(spec, items, module.NOTES, module.GROUPS))
-    files["MANIFEST.json"] = vectors.manifest_bytes(files)
+    files[MANIFEST] = manifest_bytes(files)
     return files
+
+
+def write(directory: Path, files: dict[str, bytes]) -> None:
+    write_tree(directory, files, last=MANIFEST)
+
+
+def first_difference(directory: Path, files: dict[str, bytes]) -> str | None:
+    """Why the directory does not hold exactly ``files`` (``generate --check``), or None."""
+    for rel, data in sorted(files.items()):
+        path = directory / rel
+        if not path.is_file() or path.read_bytes() != data:
+            return f"{path}: differs from what the generator produces (run 'lossproof vectors generate')"
+    stale = sorted(p for p in directory.rglob("*.json") if p.relative_to(directory).as_posix() not in files)
+    if stale:
+        return f"{stale[0]}: not produced by the generator"
+    return None
 
 
 def _vector_file(spec, items, notes, group_sources) -> dict:
@@ -107,11 +125,11 @@ def _vector_file(spec, items, notes, group_sources) -> dict:
             test["tcId"] = tc
     used = sorted({f for _, t in items for f in t["flags"]})
     return {
-        "schema": vectors.SCHEMA_ID,
+        "schema": SCHEMA_ID,
         "objective": spec.id,
         "vectorSetVersion": VECTOR_SET_VERSION,
         "generator": {"name": "lossproof", "version": conformance.__version__,
-                      "mpmath": mpmath.__version__, "dps": mp.get_dps(), "digits": 32},
+                      "mpmath": mpmath.__version__, "numpy": np.__version__, "dps": mp.get_dps(), "digits": 32},
         "numberOfTests": tc,
         "notes": {flag: notes[flag] for flag in used},
         "testGroups": list(groups.values()),

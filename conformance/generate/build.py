@@ -6,23 +6,23 @@ a digit that cancellation could have corrupted.
 """
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import random
 
 import mpmath
 import numpy as np
 
 from conformance import catalog, numbers
+from conformance.errors import LossproofError
 from conformance.generate.case import Case
+from conformance.vectors.format import uid
 from refimpl import validate
 from refimpl.exact import mp
 
 CHECK_EXTRA_DPS = 30
 
 
-class GenerationError(RuntimeError):
+class GenerationError(LossproofError):
     pass
 
 
@@ -48,14 +48,7 @@ def full_conventions(spec: catalog.Objective, case: Case) -> dict:
 
 
 def uid_of(spec: catalog.Objective, case: Case) -> str:
-    """Content address: the objective plus a hash of the canonical inputs and parameters."""
-    content = {
-        "inputs": {k: numbers.encode_input(v) for k, v in sorted(case.inputs.items())},
-        "params": dict(sorted(case.params.items())),
-        "conventions": dict(sorted(full_conventions(spec, case).items())),
-    }
-    digest = hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode())
-    return f"{spec.id}:{digest.hexdigest()[:16]}"
+    return uid(spec.id, case.inputs, case.params, full_conventions(spec, case))
 
 
 def _shape(x) -> tuple:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import importlib
 
 from conformance import catalog
-from conformance.targets import ANY, Target, TargetError
+from conformance.targets.target import ANY, Target, TargetError
 
 BUILTINS = ("numpy", "torch", "cupy")
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import torch
 
-from refimpl.torch import proximal_kl as ref
+torch = pytest.importorskip("torch", reason="the twins are compared with refimpl.torch")
 
 from mutants import proximal_kl as pkl
+from refimpl.torch import proximal_kl as ref
 
 FUTURE_GRID = list(itertools.product([None, 0.5], [None, 1, 3]))
 LOSS_GRID = list(itertools.product([None, 0.2], [None, 1.1], [None, 0.7], [None, 2], pkl.MODES))

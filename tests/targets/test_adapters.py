@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import catalog, cli, conventions_doc, harness, targets, vectors
+from conformance import catalog, cli, conventions_doc, harness, targets
+from conformance.results import summary
 from conformance.targets import TargetError
+from conformance.vectors.load import VectorSet
 
 PEERS = {  # adapter: (import name, distribution, pinned version)
     "trl": ("trl", "trl", "1.16.0"),
@@ -40,7 +42,7 @@ def _require(name):
 
 @pytest.fixture(scope="module")
 def vs():
-    return vectors.VectorSet()
+    return VectorSet()
 
 
 @pytest.mark.parametrize("name", PEERS)
@@ -92,7 +94,7 @@ def test_every_failure_is_a_documented_finding(name, vs):
     by = conventions_doc.attribute(results, target, module, vs, as_paper=False)
     unexplained = [f"{r.uid} ({r.dtype}): {r.message[:160]}" for r in by.get("unexplained", [])]
     assert not unexplained, "\n".join(unexplained)
-    counts = harness.summary(results)
+    counts = summary(results)
     assert counts["pass"] > 100
     # Every objective the adapter implements passes on some vector (where vectors exist).
     with_vectors = {c.objective for c in vs.cases("*")}
@@ -115,7 +117,7 @@ def test_as_paper_lists_the_deviations(name, vs, capsys):
 
 def test_import_bare_removes_its_placeholders():
     _require("openrlhf")
-    from conformance.targets import openrlhf
+    from conformance.targets.peers import openrlhf
     openrlhf._load()
     for name in ("deepspeed", "vllm", "flash_attn"):
         module = sys.modules.get(name)

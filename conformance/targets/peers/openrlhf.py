@@ -16,8 +16,16 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conformance.targets._peers import Convention as C
-from conformance.targets._peers import Finding, build, has_flag, import_bare, load_or_explain, per_element, require
+from conformance.targets.peers._common import Convention as C
+from conformance.targets.peers._common import (
+    Finding,
+    build,
+    has_flag,
+    import_bare,
+    load_or_explain,
+    per_element,
+    require,
+)
 
 VERSION = "0.11.2"
 INSTALL = "pip install --no-deps openrlhf==0.11.2 transformers"

@@ -1,7 +1,7 @@
 """The source article's worked examples, read from the vectors."""
 from __future__ import annotations
 
-from conformance.vectors import VectorSet
+from conformance.vectors.load import VectorSet
 
 
 def article_rows(vs: VectorSet) -> list[dict]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import conformance
-from conformance.vectors import VectorCase
+from conformance.vectors.load import VectorCase
 
 
 def _first_value(case: VectorCase) -> tuple[str, str]:

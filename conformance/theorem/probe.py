@@ -41,7 +41,7 @@ import mpmath
 import numpy as np
 
 from conformance import catalog
-from conformance.targets import ANY, Target, TargetError
+from conformance.targets import ANY, Target, TargetError, load
 from refimpl import validate
 from refimpl.exact import mp, tabular
 
@@ -80,7 +80,6 @@ def _as_target(target, objective):
     if isinstance(target, Target):
         return target
     if isinstance(target, str):
-        from conformance.targets import load
         return load(target)
     if callable(target):
         if objective not in OBJECTIVES:

@@ -14,8 +14,16 @@ deviations show.
 """
 from __future__ import annotations
 
-from conformance.targets._peers import Convention as C
-from conformance.targets._peers import Finding, build, has_flag, import_bare, load_or_explain, per_element, require
+from conformance.targets.peers._common import Convention as C
+from conformance.targets.peers._common import (
+    Finding,
+    build,
+    has_flag,
+    import_bare,
+    load_or_explain,
+    per_element,
+    require,
+)
 
 VERSION = "0.9.1"
 INSTALL = ("pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson && "

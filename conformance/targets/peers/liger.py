@@ -17,8 +17,16 @@ Install: ``pip install --no-deps liger-kernel==0.8.5`` (needs only torch for the
 """
 from __future__ import annotations
 
-from conformance.targets._peers import Convention as C
-from conformance.targets._peers import Finding, build, finite_logits, has_flag, load_or_explain, per_element, require
+from conformance.targets.peers._common import Convention as C
+from conformance.targets.peers._common import (
+    Finding,
+    build,
+    finite_logits,
+    has_flag,
+    load_or_explain,
+    per_element,
+    require,
+)
 
 VERSION = "0.8.5"
 INSTALL = "pip install --no-deps liger-kernel==0.8.5"
@@ -87,7 +95,12 @@ FINDINGS = [_NO_VALIDATION, _NEG_INF, _CDPO, _FLOAT32, _DTYPE]
 
 
 def _mods():
-    from liger_kernel.chunked_loss import dpo_loss, fused_linear_ppo, grpo_loss, jsd_loss
+    from liger_kernel.chunked_loss import (
+        dpo_loss,
+        fused_linear_ppo,
+        grpo_loss,
+        jsd_loss,
+    )
     return dpo_loss, fused_linear_ppo, grpo_loss, jsd_loss
 
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from conformance import catalog
-from conformance.targets import Target, TargetError, _from_mapping
+from conformance.targets.target import Target, TargetError, from_mapping
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
 INSTALL_ALL = "scripts/install-peers.sh"
@@ -101,7 +101,7 @@ def build(name: str, version: str, objectives: dict, conventions: list[Conventio
           alternatives: dict | None = None, dtypes=("float64", "float32", "bfloat16", "float16")) -> Target:
     spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "dtypes": list(dtypes), "devices": ["cpu"]}
-    return _from_mapping(spec, name)
+    return from_mapping(spec, name)
 
 
 # --- importing a module without its package __init__ ------------------------------------------

@@ -39,6 +39,8 @@ REDUCED_RULES = ("proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3
                  "sequence_is", "future_clipped", "whole_cost_clipped", "ratio_capped",
                  "sigma_normalized", "proximal_kl_on_policy", "grpo_k3_on_policy")
 REDUCED_DPS = 30
+ALL_TREES = tuple(tabular.BUILTIN_TREES)
+ALL_RULES = tuple(tabular.RULES)
 
 
 def _s(x, digits: int) -> str:
@@ -129,3 +131,30 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
             })
         out["trees"].append(entry)
     return out
+
+
+def verdict(out: dict) -> dict:
+    """Judge a table from :func:`run` against the theorem's claims at its own precision: an
+    unbiased rule must leave π* stationary and converge to it (residual and KL below
+    10^-(dps-10)); a biased one must not. Returns per-tree rows (mpf values) for printing,
+    the contradicted (tree, rule) pairs and the largest Proximal KL residual at π*."""
+    digits = out["dps"]
+    bound = mpmath.mpf(10) ** -(digits - 10)
+    trees, contradicted, worst = [], [], None
+    with mpmath.workdps(digits + 10):
+        for tree in out["trees"]:
+            rows = []
+            for r in tree["rules"]:
+                res, kl = mpmath.mpf(r["residual_at_optimum"]), mpmath.mpf(r["fixed_point_kl"])
+                holds = (res < bound and kl < bound) if r["unbiased"] else kl >= bound
+                if not holds or not r["converged"]:
+                    contradicted.append(f"{tree['name']}/{r['rule']}")
+                if r["rule"] == "proximal_kl":
+                    worst = res if worst is None else max(worst, res)
+                rows.append({"rule": r["rule"], "unbiased": r["unbiased"], "residual": res, "kl": kl,
+                             "objective": mpmath.mpf(r["objective_at_fixed_point"]),
+                             "boundary": len(r["boundary"]), "converged": r["converged"]})
+            trees.append({"name": tree["name"], "beta": mpmath.mpf(tree["beta"]),
+                          "beta_log_z": mpmath.mpf(tree["optimum"]["beta_log_z"]), "rows": rows})
+    return {"dps": digits, "trees": trees, "contradicted": contradicted, "worst_proximal_kl": worst,
+            "biased": sum(1 for t in out["trees"] for r in t["rules"] if not r["unbiased"])}

@@ -24,8 +24,15 @@ from __future__ import annotations
 from collections import defaultdict
 from types import SimpleNamespace
 
-from conformance.targets._peers import Convention as C
-from conformance.targets._peers import Finding, build, has_flag, load_or_explain, per_element, require
+from conformance.targets.peers._common import Convention as C
+from conformance.targets.peers._common import (
+    Finding,
+    build,
+    has_flag,
+    load_or_explain,
+    per_element,
+    require,
+)
 
 VERSION = "1.16.0"
 INSTALL = "pip install trl==1.16.0"

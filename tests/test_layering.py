@@ -1,0 +1,160 @@
+"""Imports run one way, downward, with no circles (DESIGN §3).
+
+An AST walk of every module of ``refimpl`` and ``conformance`` collects every import edge,
+function-local ones included, and checks it against the rank table below: an edge must go to
+a strictly lower rank, or stay inside one subpackage (``conformance.vectors.lint`` may import
+``conformance.vectors.load``). The module graph must also be free of cycles, inside
+subpackages too.
+"""
+from __future__ import annotations
+
+import ast
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("refimpl", "conformance")
+
+# (glob over dotted module names, rank): the first matching glob wins.
+RANKS = (
+    ("refimpl", 0), ("refimpl.validate", 0),
+    ("refimpl.exact.mp", 1),
+    ("refimpl.*", 2),
+    ("conformance", 0),
+    ("conformance.errors", 1), ("conformance._io", 1), ("conformance._host", 1), ("conformance.numbers", 1),
+    ("conformance.catalog", 1), ("conformance.results", 1), ("conformance.progress", 1),
+    ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2), ("conformance.vectors.*", 2),
+    ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
+    ("conformance.harness", 4),
+    ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
+    ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.testing", 5),
+    ("conformance.docs", 6), ("conformance.docs.*", 6), ("conformance.bench", 6), ("conformance.bench.*", 6),
+    ("conformance.pytest_plugin", 6),
+    ("conformance.cli", 7),
+    ("conformance.__main__", 8),
+)
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str) -> str:
+    """The longest project module that ``name`` designates (``a.b.func`` -> ``a.b``)."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _edges(module: str, path: Path) -> list[tuple[str, int, bool]]:
+    """(imported project module, line, function-local) for every import in the file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    local = {id(node) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+             for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in PACKAGES:
+                target = _resolve(name)
+                if target != module:
+                    out.append((target, node.lineno, id(node) in local))
+    return out
+
+
+EDGES = {module: _edges(module, path) for module, path in MODULES.items()}
+
+
+def rank(module: str) -> int:
+    for pattern, r in RANKS:
+        if fnmatch(module, pattern):
+            return r
+    raise AssertionError(f"{module}: no rank in tests/test_layering.py RANKS (add it where it belongs)")
+
+
+def _subpackage(module: str) -> str:
+    """The unit inside which same-rank imports are allowed: the first two name parts
+    (``conformance.vectors``, ``refimpl.exact``); a top-level module is a unit of its own."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_every_module_has_a_rank():
+    for module in MODULES:
+        rank(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_downward(module):
+    bad = []
+    for target, line, local in EDGES[module]:
+        if rank(target) < rank(module):
+            continue
+        if _subpackage(target) == _subpackage(module) and rank(target) == rank(module):
+            continue
+        bad.append(f"{MODULES[module].relative_to(ROOT)}:{line}: imports {target} "
+                   f"(rank {rank(target)} from rank {rank(module)}{', function-local' if local else ''})")
+    assert not bad, "\n".join(bad)
+
+
+def test_refimpl_imports_nothing_from_conformance():
+    bad = [f"{m} -> {t}" for m, edges in EDGES.items() if m.startswith("refimpl")
+           for t, _, _ in edges if t.startswith("conformance")]
+    assert not bad
+
+
+def test_backends_are_independent_of_each_other():
+    """The exact, certified, array, torch and triton backends share only refimpl.validate and
+    the exact precision helper: the certified reference in particular must not borrow from exact."""
+    bad = []
+    for module, edges in EDGES.items():
+        unit = _subpackage(module)
+        if not unit.startswith("refimpl.") or unit == "refimpl.validate":
+            continue
+        for target, line, _ in edges:
+            other = _subpackage(target)
+            if other not in (unit, "refimpl.validate") and not (target == "refimpl.exact.mp" and unit != "refimpl.certified"):
+                bad.append(f"{module}:{line} -> {target}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_import_cycles():
+    graph = {m: sorted({t for t, _, _ in edges if t in MODULES}) for m, edges in EDGES.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for t in graph[m]:
+            if state.get(t) == "open":
+                cycles.append(" -> ".join(stack[stack.index(t):] + [t]))
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert not cycles, "\n".join(cycles)
