@@ -19,11 +19,11 @@ from conformance import catalog
 from conformance._host import pool_context, usable_cores
 from conformance._io import write_tree
 from conformance.generate.build import build_test
+from conformance.vectors import versions
 from conformance.vectors.format import MANIFEST, SCHEMA_ID, manifest_bytes, serialize
 from refimpl.exact import mp
 
 FAMILY_MODULES = ("distill", "kl", "dpo", "grpo", "proximal_kl", "tabular")
-VECTOR_SET_VERSION = "1.0.0"
 
 
 def family_module(family: str):
@@ -127,7 +127,7 @@ def _vector_file(spec, items, notes, group_sources) -> dict:
     return {
         "schema": SCHEMA_ID,
         "objective": spec.id,
-        "vectorSetVersion": VECTOR_SET_VERSION,
+        "vectorSetVersion": versions.CURRENT,
         "generator": {"name": "lossproof", "version": conformance.__version__,
                       "mpmath": mpmath.__version__, "numpy": np.__version__, "dps": mp.get_dps(), "digits": 32},
         "numberOfTests": tc,

@@ -3,7 +3,8 @@ match their content, tcIds in order, representable low-precision inputs, 30 digi
 from __future__ import annotations
 
 from conformance import catalog, numbers
-from conformance.vectors.format import json_path, serialize, uid
+from conformance.vectors import versions
+from conformance.vectors.format import cases_digest, json_path, serialize, uid
 from conformance.vectors.load import VectorSet
 
 
@@ -59,7 +60,22 @@ def lint(vs: VectorSet) -> list[str]:
             problems.append(f"{where}: $.testGroups: tcIds must run 1..n in order")
         if doc["numberOfTests"] != len(tcids):
             problems.append(f"{where}: $.numberOfTests: says {doc['numberOfTests']}, file holds {len(tcids)}")
+    problems += _version_problems(vs)
     return problems
+
+
+def _version_problems(vs: VectorSet) -> list[str]:
+    found = sorted({doc["vectorSetVersion"] for doc in vs.files.values()})
+    if len(found) != 1:
+        return [f"{vs.directory}: vectorSetVersion: the files disagree ({', '.join(found)})"]
+    version, digest = found[0], cases_digest(vs.files.values())
+    if version not in versions.RELEASED:
+        return [f"{vs.directory}: vectorSetVersion {version} is not recorded in conformance/vectors/versions.py"]
+    if versions.RELEASED[version] != digest:
+        return [f"{vs.directory}: the cases differ from those released as vector set {version} "
+                f"(a changed case needs a new version: add it to conformance/vectors/versions.py "
+                f"with digest {digest} and regenerate)"]
+    return []
 
 
 def _flat(x):
