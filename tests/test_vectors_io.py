@@ -6,6 +6,7 @@ import pytest
 
 from conformance import cli, generate
 from conformance._io import write_tree
+from conformance.vectors import versions
 from conformance.vectors.format import MANIFEST, manifest_bytes, serialize
 from conformance.vectors.lint import lint
 from conformance.vectors.load import VectorError, VectorSet
@@ -152,3 +153,19 @@ def test_a_non_decimal_expected_value_is_a_schema_error(vdir):
     _rewrite(vdir, "kl/estimator.json", serialize(doc))
     err = _error(vdir)
     assert err.where == "$.testGroups[0].tests[0].expected.value" and "decimal" in err.problem
+
+
+def test_lint_refuses_a_changed_case_under_a_released_version(vdir):
+    """A case whose expected digits change keeps its uid (same inputs), so only the version
+    rule notices: the vector set must not claim the version whose cases it no longer holds."""
+    doc = json.loads((vdir / "kl/estimator.json").read_bytes())
+    test = next(t for g in doc["testGroups"] for t in g["tests"] if t["result"] == "valid")
+    name = next(iter(test["expected"]))
+    value = test["expected"][name]
+    while isinstance(value, list):
+        value = value[0]
+    flipped = value[:-1] + ("1" if value[-1] != "1" else "2")
+    test["expected"][name] = json.loads(json.dumps(test["expected"][name]).replace(value, flipped, 1))
+    _rewrite(vdir, "kl/estimator.json", serialize(doc))
+    problems = lint(VectorSet(vdir))
+    assert len(problems) == 1 and f"differ from those released as vector set {versions.CURRENT}" in problems[0]

@@ -66,15 +66,14 @@ def uid(objective_id: str, inputs: dict, params: dict, conventions: dict) -> str
     return f"{objective_id}:{digest.hexdigest()[:16]}"
 
 
-def cases_digest(docs) -> str:
-    """sha256 of every case of the given vector files, independent of file and test order
-    (see ``conformance.vectors.versions``)."""
+def cases_digest(doc: dict) -> str:
+    """sha256 of every case of one vector file, independent of test order (see
+    ``conformance.vectors.versions``)."""
     cases = []
-    for doc in docs:
-        for group in doc["testGroups"]:
-            for test in group["tests"]:
-                case = {k: v for k, v in test.items() if k not in ("tcId", "comment")}
-                cases.append({"objective": doc["objective"], "conventions": group["conventions"], "test": case})
+    for group in doc["testGroups"]:
+        for test in group["tests"]:
+            case = {k: v for k, v in test.items() if k not in ("tcId", "comment")}
+            cases.append({"conventions": group["conventions"], "test": case})
     cases.sort(key=lambda c: c["test"]["uid"])
     return sha256(json.dumps(cases, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode())
 

@@ -1,4 +1,4 @@
-"""Released vector sets: version -> digest of their cases.
+"""Released vector sets: version -> objective -> digest of its cases.
 
 A paper cites a uid together with the vector-set version, so a version must name one set of
 cases forever. The digest covers every test (inputs, params, expected values, gradients,
@@ -10,6 +10,22 @@ whoever changes a case adds a new version here (the generator writes the newest 
 from __future__ import annotations
 
 RELEASED = {
-    "1.0.0": "41381e87f7270313c12a63bf0cf369a66b36d54d4acfb60ee82cb16be5349d79",
+    "1.0.0": {
+        "distill.generalized_jsd": "62494a77725d06e58b4f58202d398d642291607d49e63ba74971aacc6d6e0e5e",
+        "distill.hinton": "f5e0ed4d12a23e97f8667cc104fe4e0f07e0497de812edfff3d0f452d37a23d7",
+        "distill.softmax": "a2d067aba205a3702c6f8d0b7a2c1fb1ae592ac4efb8f07b5e8a060154841664",
+        "distill.token_kl": "9878b72314ec97076c2d6b82d9062c53b07c8353d5bf75b147202c50d3093c3b",
+        "dpo.loss": "fe1e0a135eb0ee33c77881e24b6cdf3f2ee32737a19020d54b9d7bd245299fef",
+        "grpo.advantages": "91f6ea6eb25195dd057783e4b7a6ed0adb6721c995cbc4594748bfa8355020e1",
+        "grpo.aggregate": "36e320670d6743418b3bb6f8d06c86e3c951aadaa88c8ab6b8186e7d7d2d53fb",
+        "grpo.clip": "a47d3cb4699d0f2339c22d30e8ab0e32d05ffbf90439e009a7e7c2877c43f825",
+        "grpo.loss": "b99a5973fdc164d95f61380930d90398d2daa92bb55250014a57ed819a6a7fb8",
+        "kl.estimator": "a08d0231a2ee7b5c93f0ac839e1474e328a76184823adebf76b5ff7c1729cbb8",
+        "proximal_kl.future_cost": "1838adbc82178a3d53d5dc840da41bcdc9ef2728b431c7b4ba5919b2418767f8",
+        "proximal_kl.loss": "3e11ffa76d49e32fb79ef063f68afc6ee18222b0968a6ac74a956da388a943a1",
+        "tabular.expected_update": "e28e250969c3b4ae1b03be4f055b7d6cd402a82be70ba853990257c89f76378b",
+        "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
+        "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
+    },
 }
 CURRENT = next(reversed(RELEASED))
