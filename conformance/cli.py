@@ -13,7 +13,6 @@ from rich.table import Table
 
 import conformance
 from conformance import (
-    bench,
     catalog,
     compare,
     docsgen,
@@ -23,6 +22,8 @@ from conformance import (
     report,
 )
 from conformance._io import write_atomically
+from conformance.bench import methods as bench_methods
+from conformance.bench import run as bench
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
 from conformance.results import summary
@@ -187,6 +188,10 @@ def cmd_check(args):
     for target in targets:
         if args.device and args.device not in target.devices:
             raise UsageError(f"--device {args.device!r}: target {target.name} runs on {', '.join(target.devices)}")
+        device = args.device or target.devices[0]
+        if device.startswith("cuda") and not builtin.cuda_available():
+            raise UsageError(f"target {target.name} runs on {device}, and this machine has no CUDA device "
+                             f"(torch.cuda.is_available() is False)")
         if args.as_paper:
             _print_deviations(target)
         with bar(f"checking {target.name}", args.quiet) as progress:
@@ -299,6 +304,8 @@ def cmd_theorem(args):
 
 
 def cmd_probe(args):
+    if args.device.startswith("cuda") and not builtin.cuda_available():
+        raise UsageError(f"--device {args.device}: this machine has no CUDA device (torch.cuda.is_available() is False)")
     targets = [load(spec) for spec in (args.target or ["torch"])]
     results = []
     for target in targets:
@@ -358,14 +365,11 @@ def cmd_bench(args):
         sizes = bench.parse_sizes(args.sizes) if args.sizes else None
     except ValueError:
         raise UsageError(f"--sizes {args.sizes!r}: expected NxV[,NxV...], e.g. 4096x131072") from None
-    for name, given, known in (("--kernel", args.kernel, bench.KERNELS), ("--method", args.method, bench.METHODS)):
+    for name, given, known in (("--kernel", args.kernel, bench_methods.KERNELS),
+                               ("--method", args.method, bench_methods.METHODS)):
         bad = [x for x in given or [] if x not in known]
         if bad:
             raise UsageError(f"{name} {bad[0]!r}: choose from {', '.join(known)}")
-    if args.device.startswith("cuda"):
-        import torch
-        if not torch.cuda.is_available():
-            raise UsageError("--device cuda: no CUDA device on this machine (torch.cuda.is_available() is False)")
     doc = bench.run(quick=args.quick, sizes=sizes, kernels=args.kernel, methods=args.method, reps=args.reps,
                     exact=not args.no_exact, log=(lambda *a: None) if args.quiet else print, device=args.device)
     s = doc["summary"]
@@ -463,9 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--quick", action="store_true", help="small sizes, the exact side sampled (under 2 minutes)")
     bn.add_argument("--json", metavar="PATH", help="write every row and the summary as JSON")
     bn.add_argument("--sizes", metavar="NxV,...", help="e.g. 4096x131072 (default: by --quick)")
-    bn.add_argument("--kernel", action="append", metavar="NAME", help="token_kl.reverse, token_kl.forward, generalized_jsd, hinton")
-    bn.add_argument("--method", action="append", metavar="NAME", help="lossproof, lossproof-plain, naive, trl, liger")
-    bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3)")
+    bn.add_argument("--kernel", action="append", metavar="NAME", help=", ".join(bench_methods.KERNELS))
+    bn.add_argument("--method", action="append", metavar="NAME", help=", ".join(bench_methods.METHODS))
+    bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3; 2 with --quick)")
     bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
     bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     bn.add_argument("--quiet", action="store_true")

@@ -46,3 +46,16 @@ def test_failing_target_exits_1_with_repro(tmp_path, capsys):
 def test_no_matching_vector_is_a_usage_error(capsys):
     assert cli.main(["check", "--backend", "torch", "--objective", "nothing.*"]) == 2
     assert capsys.readouterr().err.startswith("lossproof: error: no vector matched")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA device")
+@pytest.mark.parametrize("command", ["check", "probe"])
+def test_a_cuda_only_target_on_a_machine_without_cuda_is_a_usage_error(tmp_path, capsys, command):
+    path = tmp_path / "gpu.py"
+    path.write_text("from refimpl.torch import proximal_kl\n"
+                    "T = {'name': 'gpu', 'framework': 'torch', 'devices': ['cuda'],\n"
+                    "     'objectives': {'proximal_kl.loss': proximal_kl.loss}}\n")
+    argv = [command, "--target", f"{path}:T", "--quiet"] + (["--device", "cuda"] if command == "probe" else [])
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no CUDA device" in err[0]
