@@ -1,7 +1,7 @@
-"""Bad input everywhere gives a clear answer and loses nothing (issue: reliability §1).
+"""Bad input everywhere gives a clear answer and loses nothing.
 
-Property-based (hypothesis with a fixed seed — derandomize=True — and no example
-database) over every catalog objective of the three reference backends — refimpl.exact,
+Property-based (hypothesis, under the profile of tests/conftest.py: derandomized by default)
+over every catalog objective of the three reference backends — refimpl.exact,
 refimpl.arrays (NumPy) and refimpl.torch — and the exact/arrays VJPs. Each bad input must
 either raise ``refimpl.validate.InputError`` whose message starts with the name of the
 offending argument, or return the documented value (never a NaN). Any other exception is a
@@ -16,7 +16,6 @@ Regressions found by these properties are pinned at the bottom (``REGRESSIONS``)
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import mpmath
 import numpy as np
@@ -25,13 +24,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conformance import catalog, cli, vectors
+import records
+from conformance import catalog, cli
+from conformance._io import write_tree
+from conformance.vectors.format import MANIFEST, manifest_bytes
 from refimpl import validate
 
 BACKENDS = ("exact", "arrays", "torch")
 OBJECTIVES = [o for o in catalog.OBJECTIVES if o.family != "tabular"]
-COUNTS: Counter = Counter()
-SETTINGS = settings(derandomize=True, database=None, deadline=None, max_examples=150,
+SETTINGS = settings(max_examples=150,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
 
@@ -200,7 +201,7 @@ def test_nonfinite_values(backend, data, objective_id, seed):
     neg_inf_ok = bad == -INF and next(i for i in spec.inputs if i.name == name).neg_inf
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
     culprits = {i.name for i in spec.inputs} if neg_inf_ok else {name}
-    COUNTS["non-finite values"] += 1
+    records.bad_input("non-finite values")
     judge(lambda: function(backend, objective_id)(**kwargs, **params_of(objective_id)), culprits,
           allow_value=neg_inf_ok, what=f"{backend} {objective_id} {name}[..]={bad}")
 
@@ -241,7 +242,7 @@ def test_wrong_dtypes(backend, data, objective_id, seed):
     how = data.draw(st.sampled_from(choices), label="how")
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
     kwargs[victim.name] = wrong_dtype(backend, inputs[victim.name], how, victim.kind)
-    COUNTS["wrong dtypes"] += 1
+    records.bad_input("wrong dtypes")
     # exact and arrays read booleans as the numbers 0 and 1 (mp._to_mpf, _xp.array: documented);
     # torch refuses a bool tensor where it expects floats
     lenient = how == "bool" and victim.kind == "float" and backend != "torch"
@@ -273,7 +274,7 @@ def test_wrong_shapes(backend, data, objective_id, seed):
     # a lone input may change its sizes freely, and its rank too where the catalog says "...,V"
     alone = len(spec.inputs) == 1 and (how == "shorter" or spec.inputs[0].shape.startswith("..."))
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
-    COUNTS["wrong shapes"] += 1
+    records.bad_input("wrong shapes")
     judge(lambda: function(backend, objective_id)(**kwargs, **params_of(objective_id)),
           {i.name for i in spec.inputs} | {"inputs", "batch"}, allow_value=alone,
           what=f"{backend} {objective_id} {victim.name} {how}")
@@ -293,7 +294,7 @@ def test_empty_arrays(backend, data, objective_id, seed):
         if v.ndim > axis and v.shape[axis] == size:
             inputs[k] = np.take(v, [], axis=axis)
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
-    COUNTS["empty arrays"] += 1
+    records.bad_input("empty arrays")
     judge(lambda: function(backend, objective_id)(**kwargs, **params_of(objective_id)),
           {i.name for i in spec.inputs} | {"inputs", "batch"}, allow_value=True,
           what=f"{backend} {objective_id} empty along axis {axis}")
@@ -315,7 +316,7 @@ def test_masks_that_are_not_0_1(backend, data, objective_id, seed):
         m.reshape(-1)[data.draw(st.integers(0, m.size - 1), label="index")] = how
     inputs["mask"] = m
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
-    COUNTS["non-0/1 masks"] += 1
+    records.bad_input("non-0/1 masks")
     judge(lambda: function(backend, objective_id)(**kwargs, **params_of(objective_id)), {"mask"},
           allow_value=False, what=f"{backend} {objective_id} mask {how}")
 
@@ -336,7 +337,7 @@ def test_out_of_range_parameters_and_conventions(backend, data, objective_id, se
         return
     inputs = valid_inputs(objective_id, seed)
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
-    COUNTS["out-of-range parameters"] += 1
+    records.bad_input("out-of-range parameters")
     judge(lambda: function(backend, objective_id)(**kwargs, **{**params_of(objective_id), param: bad}), {param},
           allow_value=False, what=f"{backend} {objective_id} {param}={bad!r}")
 
@@ -366,7 +367,7 @@ def test_bad_cotangents(backend, data, objective_id, seed):
     else:
         bad = np.full(arr.shape, "abc").tolist()
     ct = {**ct, key: bad} if key else bad
-    COUNTS["bad cotangents"] += 1
+    records.bad_input("bad cotangents")
     judge(lambda: vjp(ct, **inputs, **params), {"cotangent"} | ({f"cotangent[{key!r}]", f"cotangent.{key}", key}
                                                              if key else set()),
           allow_value=False, what=f"{backend} {objective_id}_vjp cotangent {how}")
@@ -410,7 +411,7 @@ def test_cli_bad_arguments_exit_2_with_one_line(tmp_path, capsys, argv, named):
     (tmp_path / "wrong-shape.json").write_text('{"kl.*": 3}')
     code = _exit_status([a.replace("{tmp}", str(tmp_path)) for a in argv])
     err = capsys.readouterr().err.strip().splitlines()
-    COUNTS["bad CLI arguments"] += 1
+    records.bad_input("bad CLI arguments")
     assert code == 2
     assert len(err) == 1 and "Traceback" not in err[0] and "error" in err[0], err
     assert named in err[0], err
@@ -432,8 +433,8 @@ def test_failed_report_write_leaves_the_previous_report_intact(tmp_path, monkeyp
 def test_failed_generation_leaves_the_vectors_intact(tmp_path, monkeypatch):
     from conformance import generate
     files = {"kl/estimator.json": b"{}\n"}
-    files["MANIFEST.json"] = vectors.manifest_bytes(files)
-    vectors.write_tree(tmp_path, files)
+    files["MANIFEST.json"] = manifest_bytes(files)
+    write_tree(tmp_path, files, last=MANIFEST)
     before = {p.name: p.read_bytes() for p in tmp_path.rglob("*.json")}
 
     def broken(**kw):
@@ -479,11 +480,3 @@ def test_regressions(backend, objective_id, vjp, kwargs, culprit):
     kwargs = {k: to_backend(backend, v) for k, v in kwargs.items()}
     judge(lambda: function(backend, objective_id, vjp=vjp)(**kwargs), {culprit}, allow_value=False,
           what=f"regression {backend} {objective_id}{'_vjp' if vjp else ''}")
-
-
-def test_zz_counts(capsys):
-    """How many bad inputs were tried, per category (printed for the record)."""
-    with capsys.disabled():
-        print("\nbad inputs tried per category: " + ", ".join(f"{k} {v}" for k, v in sorted(COUNTS.items())))
-    if COUNTS:
-        assert all(v > 0 for v in COUNTS.values())

@@ -11,6 +11,8 @@ import numpy as np
 
 from refimpl.exact import mp
 
+import records
+
 EVAL_DPS = 120     # precision of the value function inside the finite differences
 DIFF_DPS = 60      # working precision of mpmath.diff
 AGREE_DIGITS = 30  # required agreement (significant digits, relative to the gradient's scale)
@@ -49,13 +51,15 @@ def agreement_digits(analytic, numeric) -> float:
     return float(-mpmath.log10(worst / scale))
 
 
-def assert_vjp_matches(fn, vjp, kwargs: dict, wrt: list[str], cotangents) -> float:
+def assert_vjp_matches(fn, vjp, kwargs: dict, wrt: list[str], cotangents, case: str | None = None) -> float:
     """Assert the analytic VJP equals the numerical one to AGREE_DIGITS; returns the worst
-    agreement in digits (reported by the test-suite summary)."""
+    agreement in digits, also recorded for the terminal summary (tests/records.py)."""
     analytic = vjp(cotangents, **kwargs)
     worst = float("inf")
     for name in wrt:
         digits = agreement_digits(analytic[name], numerical_vjp(fn, kwargs, name, cotangents))
         assert digits >= AGREE_DIGITS, f"gradient wrt {name}: only {digits:.1f} digits agree"
         worst = min(worst, digits)
+    family = fn.__module__.rpartition(".")[2]
+    records.gradient_check(family, case or fn.__name__, worst)
     return worst

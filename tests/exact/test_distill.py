@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import math
 
+import gradcheck
 import mpmath
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-import gradcheck
 from refimpl.exact import distill, mp
 from refimpl.validate import InputError
 
 NINF = float("-inf")
-GRAD_DIGITS: list[tuple[str, float]] = []  # (case, worst agreeing digits), summarised at the end
 
 
 def _rand(rng, shape, scale=2.0):
@@ -22,9 +22,7 @@ def _rand(rng, shape, scale=2.0):
 
 
 def _check(case: str, fn, vjp, kwargs, wrt, cotangents):
-    digits = gradcheck.assert_vjp_matches(fn, vjp, kwargs, wrt, cotangents)
-    GRAD_DIGITS.append((case, digits))
-    return digits
+    return gradcheck.assert_vjp_matches(fn, vjp, kwargs, wrt, cotangents, case)
 
 
 def _finite_only(fn, vjp, name, template):
@@ -158,7 +156,7 @@ def test_grad_with_neg_inf_logits():
 # Properties
 # ---------------------------------------------------------------------------------------------
 
-PROPS = settings(derandomize=True, max_examples=30, deadline=None)
+PROPS = settings(max_examples=30)
 logit = st.floats(-6, 6, allow_nan=False, allow_infinity=False)
 small_logit = st.floats(-0.2, 0.2, allow_nan=False, allow_infinity=False)
 temperature_st = st.sampled_from([0.5, 1.0, 2.0, 3.0])
@@ -535,11 +533,3 @@ def test_bad_input(objective, kwargs, cotangent, name):
             fn(**kwargs)
     with pytest.raises(InputError, match=f"^{name}:"):
         vjp(cotangent, **kwargs)
-
-
-def test_zz_gradient_check_summary():
-    """Summary for the report (run with -s to see it): number of gradient checks, worst agreement."""
-    assert GRAD_DIGITS
-    case, worst = min(GRAD_DIGITS, key=lambda c: c[1])
-    print(f"\ndistill: {len(GRAD_DIGITS)} gradient checks, worst agreement {worst:.1f} digits ({case})")
-    assert worst >= gradcheck.AGREE_DIGITS

@@ -5,9 +5,10 @@ import random
 
 import mpmath
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from gradcheck import assert_vjp_matches
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from refimpl.exact import dpo, mp
 from refimpl.validate import InputError
 
@@ -86,7 +87,7 @@ def test_hinge_kink_takes_the_active_branch():
 
 # --------------------------------------------------------------------------- properties
 
-@settings(derandomize=True, max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(pc=st.floats(-60, 0), pr=st.floats(-60, 0), rc=st.floats(-60, 0), rr=st.floats(-60, 0),
        beta=st.floats(0.01, 10))
 def test_sigmoid_loss_difference_under_swapped_margin(pc, pr, rc, rr, beta):
@@ -99,7 +100,7 @@ def test_sigmoid_loss_difference_under_swapped_margin(pc, pr, rc, rr, beta):
         assert abs((fwd - bwd) - want) <= mpmath.mpf(10) ** -40 * max(1, abs(want))
 
 
-@settings(derandomize=True, max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(pc=st.floats(-30, 0), pr=st.floats(-30, 0), shift=st.floats(-30, 30),
        loss_type=st.sampled_from(dpo.LOSS_TYPES))
 def test_loss_depends_on_the_margin_only(pc, pr, shift, loss_type):

@@ -9,9 +9,10 @@ import random
 import mpmath
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
-
 from gradcheck import assert_vjp_matches
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from refimpl.exact import grpo, kl, mp
 from refimpl.validate import InputError
 
@@ -248,7 +249,7 @@ def test_batch_scale_and_eps():
 
 # --------------------------------------------------------------------------- properties
 
-@settings(derandomize=True, max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(st.lists(st.floats(-1e3, 1e3), min_size=4, max_size=4), min_size=1, max_size=3))
 def test_population_std_advantages_are_standardised(rewards):
     out = grpo.advantages(rewards)
@@ -262,7 +263,7 @@ def test_population_std_advantages_are_standardised(rewards):
             assert abs(mean) < TINY and abs(var - 1) < TINY
 
 
-@settings(derandomize=True, max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(log_ratio=st.floats(-3, 3), adv=st.floats(0.01, 10), sign=st.sampled_from([1, -1]),
        eps=st.floats(0.01, 0.9))
 def test_clipped_objective_shape(log_ratio, adv, sign, eps):
@@ -283,7 +284,7 @@ def test_clipped_objective_shape(log_ratio, adv, sign, eps):
             assert abs(value - rho * a) <= TINY * abs(a) * rho  # the side that keeps moving
 
 
-@settings(derandomize=True, max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(st.tuples(st.floats(-40, 0), st.floats(-40, 0)), min_size=1, max_size=4))
 def test_k3_is_nonnegative(pairs):
     logp, ref = [p for p, _ in pairs], [r for _, r in pairs]
@@ -293,7 +294,7 @@ def test_k3_is_nonnegative(pairs):
     assert loss >= 0
 
 
-@settings(derandomize=True, max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(1, 4).flatmap(lambda t: st.lists(
     st.lists(st.floats(-100, 100), min_size=t, max_size=t), min_size=1, max_size=3)))
 def test_aggregation_modes_agree_on_equal_length_rows(values):
