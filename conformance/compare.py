@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance import catalog
+from conformance import catalog, numbers
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 # (mantissa bits incl. the implicit one, smallest normal exponent)
@@ -99,6 +99,24 @@ class Tolerances:
         if case_k is not None:
             return float(case_k)
         return K_BASE[spec.id] * (1.0 + math.log2(max(n, 1)))
+
+    def for_case(self, spec: catalog.Objective, test: dict, dtype: str) -> "CaseTolerance":
+        """The bound for every output and gradient of one vector judged in ``dtype``."""
+        n = reduction_length(spec, {name: numbers.decode_input(v) for name, v in test["inputs"].items()})
+        return CaseTolerance(test, dtype, self.k(spec, dtype, n, test.get("tolerance", {}).get("k")))
+
+
+@dataclass
+class CaseTolerance:
+    test: dict
+    dtype: str
+    k: float
+
+    def measure(self, label: str, got, want) -> "Metrics":
+        """Judge an output (``name``) or a gradient (``grad:name``) against the exact values."""
+        kind, _, name = label.rpartition(":")
+        scale = float(self.test["scale"]["grads" if kind == "grad" else "outputs"][name])
+        return measure(got, want, scale, self.dtype, self.k)
 
 
 @dataclass

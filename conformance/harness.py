@@ -142,8 +142,8 @@ def _repro(target: Target, case: VectorCase, dtype: str, device: str) -> str:
 
 # --- one case ---------------------------------------------------------------------------
 
-def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray, want_strings, scale: float,
-                   dtype: str, k: float) -> None:
+def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray, want_strings,
+                   tolerance: compare.CaseTolerance) -> None:
     """Judge one output (or gradient) against the exact values; records metrics in ``res``
     and appends a message to ``failures`` when it is out of tolerance."""
     w = _expected(want_strings)
@@ -152,7 +152,7 @@ def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray,
         return
     if np.isnan(got).any() or (np.isinf(got) & ~np.isinf(w)).any():
         failures.append(f"{label}: non-finite value where the exact value is finite")
-    m = compare.measure(got, w, scale, dtype, k)
+    m = tolerance.measure(label, got, w)
     res.outputs[label] = m.as_dict()
     if not m.passed and res.worst is None:
         res.worst = {"output": label, "index": list(m.worst_index), "got": m.got, "want": m.want,
@@ -160,11 +160,6 @@ def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray,
     if not m.passed:
         failures.append(f"{label}: error {m.max_abs:.3g} > tolerance {m.tol:.3g} "
                         f"(got {m.got!r}, want {m.want!r} at {list(m.worst_index)})")
-
-
-def tolerance_k(spec: catalog.Objective, test: dict, dtype: str, tolerances: compare.Tolerances) -> float:
-    n = compare.reduction_length(spec, {k: decode_input(v) for k, v in test["inputs"].items()})
-    return tolerances.k(spec, dtype, n, test.get("tolerance", {}).get("k"))
 
 
 def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances: compare.Tolerances,
@@ -215,11 +210,11 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             res.status, res.message = "fail", f"mutated its input {name!r} in place"
             return res
 
-    k = tolerance_k(spec, test, dtype, tolerances)
+    tolerance = tolerances.for_case(spec, test, dtype)
     failures = []
     hard = []   # failures that no 'acceptable' flag excuses (dtype, gradient leak)
 
-    def check(label, got, want_strings, scale):
+    def check(label, got, want_strings):
         try:
             g = fw.to_numpy(got)
         except TypeError as err:
@@ -228,10 +223,10 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
         got_dtype = fw.dtype_of(got)
         if got_dtype is not None and got_dtype != dtype:
             hard.append(f"{label}: dtype {got_dtype}, expected {dtype} (the inputs' dtype)")
-        compare_output(res, failures, label, g, want_strings, scale, dtype, k)
+        compare_output(res, failures, label, g, want_strings, tolerance)
 
     for name in spec.outputs:
-        check(name, returned[name], test["expected"][name], float(test["scale"]["outputs"][name]))
+        check(name, returned[name], test["expected"][name])
         try:
             a, b = fw.to_numpy(returned[name]), fw.to_numpy(again[name])
         except TypeError:
@@ -254,7 +249,7 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             return res
         else:
             for name in spec.grads:
-                check(f"grad:{name}", grads[name], test["grads"][name], float(test["scale"]["grads"][name]))
+                check(f"grad:{name}", grads[name], test["grads"][name])
 
     if autograd and case.objective in DETACHED:
         hard += _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit)
