@@ -16,7 +16,6 @@ import conformance
 from conformance import (
     catalog,
     compare,
-    docsgen,
     exchange,
     generate,
     harness,
@@ -25,10 +24,11 @@ from conformance import (
 from conformance._io import write_atomically
 from conformance.bench import methods as bench_methods
 from conformance.bench import run as bench
+from conformance.docs import build as docs_build
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
-from conformance.results import summary
-from conformance.targets import ANY, builtin, load
+from conformance.results import CHECKED, failed
+from conformance.targets import ANY, builtin, known_file, load
 from conformance.theorem import probe
 from conformance.theorem import table as theorem
 from conformance.vectors import cite, examples
@@ -36,6 +36,9 @@ from conformance.vectors.format import MANIFEST
 from conformance.vectors.lint import lint
 from conformance.vectors.load import VectorSet, default_dir
 from refimpl.validate import InputError
+
+
+DEFAULT_TIME_LIMIT = 30.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -168,6 +171,24 @@ def cmd_list(args):
     return 0
 
 
+def _verdict_options(args) -> tuple:
+    """The options of this run that change a case's verdict: every repro line carries them."""
+    out = []
+    if args.vectors:
+        out.append(f"--vectors {args.vectors}")
+    if args.as_paper:
+        out.append("--as-paper")
+    if args.tolerances:
+        out.append(f"--tolerances {args.tolerances}")
+    if args.known:
+        out.append(f"--known {args.known}")
+    if args.strict:
+        out.append("--strict")
+    if args.time_limit != DEFAULT_TIME_LIMIT:
+        out.append(f"--time-limit {args.time_limit:g}")
+    return tuple(out)
+
+
 def cmd_check(args):
     specs = (args.backend or []) + (args.target or [])
     if not specs:
@@ -179,11 +200,14 @@ def cmd_check(args):
     bad = [d for d in dtypes if d not in compare.UNIT_ROUNDOFF]
     if bad:
         raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
+    objectives = args.objective or ["*"]
     tolerances = _tolerances(args)
+    known = known_file(args.known) if args.known else {}
     vs = _vector_set(args)
-    if not any(c for c in vs.cases(args.objective) if not args.uid or c.uid in args.uid):
+    if not any(c for g in objectives for c in vs.cases(g) if not args.uid or c.uid in args.uid):
         raise UsageError("no vector matched the selection (check --objective / --uid)")
     targets = [load(spec) for spec in specs]
+    options = _verdict_options(args)
     results = []
     start = time.perf_counter()
     for target in targets:
@@ -193,14 +217,23 @@ def cmd_check(args):
         if device.startswith("cuda") and not builtin.cuda_available():
             raise UsageError(f"target {target.name} runs on {device}, and this machine has no CUDA device "
                              f"(torch.cuda.is_available() is False)")
+        missing = [d for d in dtypes if d not in target.dtypes]
+        if dtypes and len(missing) == len(dtypes):
+            raise UsageError(f"--dtype {', '.join(dtypes)}: target {target.name} runs in {', '.join(target.dtypes)} only")
+        target.known = {**target.known, **known}
         if args.as_paper:
             _print_deviations(target)
         with bar(f"checking {target.name}", args.quiet) as progress:
-            results += harness.run(target, vs, objective=args.objective, dtypes=dtypes or None,
-                                   device=args.device, uids=set(args.uid or []), tolerances=tolerances,
-                                   time_limit=args.time_limit, as_paper=args.as_paper, progress=progress)
+            ran = harness.run(target, vs, objective=objectives, dtypes=dtypes or None, device=args.device,
+                              uids=set(args.uid or []), tolerances=tolerances, time_limit=args.time_limit,
+                              as_paper=args.as_paper, progress=progress, options=options)
+        for line in harness.uncovered(target, vs, objectives, as_paper=args.as_paper):
+            print(f"note: {line}", file=sys.stderr)
+        if not any(r.status in CHECKED for r in ran):
+            raise UsageError(f"target {target.name}: the selection checks nothing ({harness.why_nothing(ran)})")
+        results += ran
     elapsed = time.perf_counter() - start
-    report.console(results, quiet=args.quiet)
+    report.console(results, quiet=args.quiet, strict=args.strict)
     if not args.quiet:
         print(f"{len(targets)} target(s), {elapsed:.1f} s")
     suite = {"version": conformance.__version__,
@@ -209,9 +242,8 @@ def cmd_check(args):
     if args.report_json:
         report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets)))
     if args.junit:
-        write_atomically(Path(args.junit), report.junit(results))
-    s = summary(results)
-    return 1 if s["fail"] or s["error"] else 0
+        write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
+    return 1 if failed(results, strict=args.strict) else 0
 
 
 def _print_deviations(target) -> None:
@@ -251,8 +283,7 @@ def cmd_validate(args):
                  "manifest_sha256": vs.manifest_sha256}
         env = {"python": "", "platform": "", "backends": {}, "devices": []}
         report.write_json(args.report_json, report.to_json(results, suite, env))
-    s = summary(results)
-    return 1 if s["fail"] or s["error"] else 0
+    return 1 if failed(results) else 0
 
 
 def _counting(progress, total):
@@ -338,26 +369,33 @@ def cmd_probe(args):
 
 
 def cmd_docs(args):
+    if args.docs_command == "list":
+        for art in docs_build.ARTIFACTS:
+            print(f"{art.path}  ({art.kind}{', slow' if art.slow else ''})\n    from: {art.inputs}\n"
+                  f"    needs: {', '.join(art.needs) or 'nothing beyond lossproof[docs]'}")
+        return 0
     start = time.perf_counter()
 
-    def note(artifact):
+    def note(artifact):   # every note announces slow work, which --fast leaves out
         if artifact.note and not (args.quiet or args.fast):
             print(f"{artifact.path}: {artifact.note}", file=sys.stderr, flush=True)
-    try:
-        outcomes = docsgen.run(check=args.check, include_slow=not args.fast, on_start=note)
-    except docsgen.DocsError as err:
-        raise UsageError(str(err)) from None
+    outcomes = docs_build.run(check=args.check, include_slow=not args.fast, on_start=note)
     elapsed = time.perf_counter() - start
-    if outcomes and outcomes[-1].status == "stale":
-        print(f"lossproof: {outcomes[-1].path}: out of date (run 'lossproof docs build')", file=sys.stderr)
+    for o in outcomes:
+        if not args.quiet and o.status != "left out":
+            print(f"{o.status:>9} {o.seconds:6.1f} s  {o.path}")
+        for reason in o.skipped:   # printed even with --quiet: a skip is never silent
+            part = "" if o.status == "skipped" else " (in part)"
+            print(f"lossproof: {o.path}: skipped{part}: {reason}", file=sys.stderr)
+    stale = [o.path for o in outcomes if o.status == "stale"]
+    for path in stale:
+        print(f"lossproof: {path}: out of date (run 'lossproof docs build')", file=sys.stderr)
+    if stale:
         return 1
-    written = [o.path for o in outcomes if o.status == "written"]
-    if not args.quiet:
-        for path in written:
-            print(f"wrote {path}")
-    skipped = "" if not args.fast else " (the theorem figure and block skipped: --fast)"
-    print(f"docs {'up to date' if args.check else 'built'}: {len(outcomes)} generated files, "
-          f"{len(written)} rewritten, {elapsed:.1f} s{skipped}")
+    count = {status: sum(o.status == status for o in outcomes) for status in ("written", "skipped", "left out")}
+    done = len(outcomes) - count["skipped"] - count["left out"]
+    print(f"docs {'up to date' if args.check else 'built'}: {done} files, {count['written']} rewritten; "
+          f"{count['skipped']} skipped (inputs missing); {count['left out']} left out (--fast); {elapsed:.1f} s")
     return 0
 
 
@@ -397,12 +435,16 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy")
     chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME, path/file.py:NAME or "
                      "a third-party adapter: trl, verl, openrlhf, liger")
-    chk.add_argument("--objective", default="*", metavar="GLOB", help="e.g. 'grpo.*'")
+    chk.add_argument("--objective", action="append", metavar="GLOB", help="e.g. 'grpo.*' (repeatable)")
     chk.add_argument("--dtype", action="append", metavar="DTYPE", help="float64, float32, bfloat16, float16")
     chk.add_argument("--device", help="cpu or cuda (default: the target's first device)")
     chk.add_argument("--uid", action="append", help="run only this vector (repeatable)")
     chk.add_argument("--tolerances", metavar="FILE", help="per-target tolerance overrides (JSON)")
-    chk.add_argument("--time-limit", type=_positive(float), default=30.0, metavar="S", help="per-case limit (default 30 s)")
+    chk.add_argument("--time-limit", type=_positive(float), default=DEFAULT_TIME_LIMIT, metavar="S",
+                     help=f"per-case limit (default {DEFAULT_TIME_LIMIT:g} s)")
+    chk.add_argument("--known", metavar="FILE", help="known failures: JSON {uid or glob[@dtype]: reason and link}")
+    chk.add_argument("--strict", action="store_true", help="also fail on an invalid input not rejected and on a "
+                     "known failure that now passes")
     chk.add_argument("--as-paper", action="store_true", help="judge against the paper defaults, not the "
                      "target's declared conventions")
     chk.add_argument("--report-json", metavar="PATH")
@@ -457,13 +499,16 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--json", metavar="PATH")
     pr.add_argument("--quiet", action="store_true")
     pr.set_defaults(fn=cmd_probe)
-    docs = sub.add_parser("docs", help="the generated tables and figures of docs/")
+    docs = sub.add_parser("docs", help="the generated pages, tables, figures and console sessions of docs/ and README.md")
     dsub = docs.add_subparsers(dest="docs_command", required=True)
-    db = dsub.add_parser("build", help="regenerate every generated table and figure in docs/")
-    db.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the first out-of-date file")
-    db.add_argument("--fast", action="store_true", help="skip the 50-digit theorem block and figure (about a minute)")
+    db = dsub.add_parser("build", help="regenerate every generated artifact (lossproof docs list names them)")
+    db.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every out-of-date file")
+    db.add_argument("--fast", action="store_true", help="leave out the slow artifacts: the 50-digit theorem, the "
+                    "console sessions, the kill table and the adapters' runs (a few minutes together)")
     db.add_argument("--quiet", action="store_true")
     db.set_defaults(fn=cmd_docs)
+    dl = dsub.add_parser("list", help="every generated artifact: what it is built from and what it needs")
+    dl.set_defaults(fn=cmd_docs)
     bn = sub.add_parser("bench", help="time and memory of the distillation kernels against naive torch and the libraries")
     bn.add_argument("--quick", action="store_true", help="small sizes, the exact side sampled (under 2 minutes)")
     bn.add_argument("--json", metavar="PATH", help="write every row and the summary as JSON")

@@ -76,8 +76,13 @@ def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = 
             res.status, res.message = "error", "response must be an object"
             continue
         if test["result"] == "invalid":
-            if "error" not in response:
-                res.status, res.message = "fail", f"accepted invalid input; expected: {test['error']}"
+            if "error" in response:
+                res.status, res.raised = "rejected", {"type": "reported", "message": str(response["error"])[:300]}
+            else:
+                values = [numbers.decode_input(v) for v in response.get("outputs", {}).values()]
+                finite = all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in values)
+                res.status = "accepted" if finite else "non-finite"
+                res.message = f"no error reported for an invalid input; a careful implementation raises: {test['error']}"
             continue
         if "error" in response:
             res.status, res.message = "error", f"reported error: {str(response['error'])[:300]}"

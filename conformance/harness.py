@@ -22,21 +22,25 @@ convention excuses them:
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import json
 import signal
 import threading
 import time
+from collections import Counter
 
 import numpy as np
 
 from conformance import catalog, compare
 from conformance.numbers import decode_input
 from conformance.results import CaseResult
-from conformance.targets.target import Target
+from conformance.targets.target import ANY, Target
 from conformance.vectors.load import VectorCase, VectorSet
 
 # Objectives whose outputs are constants by definition: advantages (PPO eq. 7's Â is data) and
 # the future KL cost (the sg(·) of Proximal KL's coefficient).
 DETACHED = ("grpo.advantages", "proximal_kl.future_cost")
+LEAK_PROBE_SEED = 20261201
 
 
 class _Timeout(Exception):
@@ -124,32 +128,42 @@ def decode_input_strings(x):
 
 
 def _outputs(spec: catalog.Objective, returned) -> dict:
-    if len(spec.outputs) == 1 and not isinstance(returned, dict):
-        return {spec.outputs[0]: returned}
-    if not isinstance(returned, dict):
-        raise TypeError(f"returned {type(returned).__name__}; {spec.id} has outputs "
-                        f"{', '.join(spec.outputs)}: return a dict by output name")
-    missing = [o for o in spec.outputs if o not in returned]
-    if missing:
-        raise TypeError(f"returned dict lacks output(s) {', '.join(missing)}")
-    return returned
+    """The returned outputs by name: a dict by output name, a tuple in catalog order (a prefix
+    of the outputs), or a single array, which is the primary output (the others are then not
+    checked)."""
+    if isinstance(returned, dict):
+        missing = [o for o in spec.outputs[:1] if o not in returned]
+        if missing:
+            raise TypeError(f"returned a dict without the primary output {missing[0]!r} "
+                            f"({spec.id} outputs: {', '.join(spec.outputs)})")
+        return {o: returned[o] for o in spec.outputs if o in returned}
+    if isinstance(returned, tuple):
+        if not 1 <= len(returned) <= len(spec.outputs):
+            raise TypeError(f"returned a tuple of {len(returned)}; {spec.id} has outputs "
+                            f"{', '.join(spec.outputs)} (a tuple is read in this order)")
+        return dict(zip(spec.outputs, returned))
+    return {spec.outputs[0]: returned}
 
 
-def _repro(target: Target, case: VectorCase, dtype: str, device: str) -> str:
+def _repro(target: Target, case: VectorCase, dtype: str, device: str, options: tuple) -> str:
+    """The command that reruns this one case with every option that changes its verdict."""
     cmd = f"lossproof check --target {target.spec or target.name} --uid {case.uid} --dtype {dtype}"
-    return cmd + (f" --device {device}" if device != "cpu" else "")
+    return " ".join([cmd] + ([f"--device {device}"] if device != "cpu" else []) + list(options))
 
 
 # --- one case ---------------------------------------------------------------------------
 
 def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray, want_strings,
-                   tolerance: compare.CaseTolerance) -> None:
+                   tolerance: compare.CaseTolerance, selected: np.ndarray | None = None) -> None:
     """Judge one output (or gradient) against the exact values; records metrics in ``res``
-    and appends a message to ``failures`` when it is out of tolerance."""
+    and appends a message to ``failures`` when it is out of tolerance. ``selected``: the
+    elements that are compared (the others are unspecified, e.g. masked tokens)."""
     w = _expected(want_strings)
     if got.shape != w.shape:
         failures.append(f"{label}: shape {got.shape}, expected {w.shape}")
         return
+    if selected is not None and not label.startswith("grad:"):
+        got, w = np.where(selected, got, w), w
     if np.isnan(got).any() or (np.isinf(got) & ~np.isinf(w)).any():
         failures.append(f"{label}: non-finite value where the exact value is finite")
     m = tolerance.measure(label, got, w)
@@ -162,12 +176,13 @@ def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray,
                         f"(got {m.got!r}, want {m.want!r} at {list(m.worst_index)})")
 
 
-def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances: compare.Tolerances,
-           time_limit: float, fw: _Framework) -> CaseResult:
+def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, device: str,
+           tolerances: compare.Tolerances, time_limit: float, fw: _Framework, options: tuple) -> CaseResult:
     spec = catalog.get(case.objective)
     test = case.test
     res = CaseResult(case.uid, case.objective, target.name, dtype, device, "pass", test["flags"],
-                     repro=_repro(target, case, dtype, device), result=test["result"])
+                     repro=_repro(target, case, dtype, device, options), result=test["result"],
+                     group=case.group, conventions=conventions)
     fn = target.objectives[case.objective]
     autograd = target.framework == "torch"
     kinds = {i.name: i.kind for i in spec.inputs}
@@ -178,27 +193,59 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
     except (TypeError, ValueError, OverflowError) as err:
         res.status, res.message = "skip", f"inputs not representable on this backend: {err}"
         return res
-    kwargs = {**inputs, **case.conventions, **test["params"]}
-    before = fw.snapshot(inputs)
-
+    kwargs = {**inputs, **conventions, **test["params"]}
     if test["result"] == "invalid":
-        try:
-            with _time_limit(time_limit):
-                fn(**kwargs)
-        except _Timeout:
-            res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
-        except Exception:
-            pass
-        else:
-            res.status, res.message = "fail", f"accepted invalid input ({test['comment']}); expected: {test['error']}"
-        return res
+        return _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test)
+    return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit)
 
+
+def _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
+    """Validation: a bad input must be rejected with an exception. NotImplementedError says the
+    target does not take these arguments at all (unsupported), not that it checked them."""
+    try:
+        with _time_limit(time_limit):
+            returned = _outputs(spec, fn(**kwargs))
+    except _Timeout:
+        res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
+        return res
+    except NotImplementedError as err:
+        res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
+        return res
+    except Exception as err:
+        res.status = "rejected"
+        res.raised = {"type": type(err).__name__, "message": str(err)[:300]}
+        res.message = f"rejected with {type(err).__name__}: {str(err)[:200]}"
+        return res
+    finite = True
+    for value in returned.values():
+        try:
+            finite = finite and bool(np.isfinite(fw.to_numpy(value)).all())
+        except TypeError:
+            continue
+    res.status = "accepted" if finite else "non-finite"
+    res.message = (f"{'returned finite numbers for' if finite else 'returned NaN or inf for'} an invalid "
+                   f"input ({test['comment']}); a careful implementation raises: {test['error']}")
+    return res
+
+
+def _widens(got: str, want: str) -> bool:
+    """Whether dtype ``got`` holds every value of ``want`` (float32 for bfloat16 inputs)."""
+    return got == want or (got, want) in {("float32", "bfloat16"), ("float32", "float16"), ("float64", "bfloat16"),
+                                          ("float64", "float16"), ("float64", "float32")}
+
+
+def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit) -> CaseResult:
+    test = case.test
+    before = fw.snapshot(inputs)
     try:
         with _time_limit(time_limit):
             returned = _outputs(spec, fn(**kwargs))
             again = _outputs(spec, fn(**kwargs))
     except _Timeout:
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
+        return res
+    except NotImplementedError as err:
+        res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
         return res
     except Exception as err:
         res.status, res.message = "error", f"raised {type(err).__name__}: {str(err)[:300]}"
@@ -211,6 +258,7 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             return res
 
     tolerance = tolerances.for_case(spec, test, dtype)
+    selected = _selection(spec, test)
     failures = []
     hard = []   # failures that no 'acceptable' flag excuses (dtype, gradient leak)
 
@@ -221,11 +269,11 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             failures.append(f"{label}: {err}")
             return
         got_dtype = fw.dtype_of(got)
-        if got_dtype is not None and got_dtype != dtype:
-            hard.append(f"{label}: dtype {got_dtype}, expected {dtype} (the inputs' dtype)")
-        compare_output(res, failures, label, g, want_strings, tolerance)
+        if got_dtype is not None and not _widens(got_dtype, dtype):
+            hard.append(f"{label}: dtype {got_dtype}, narrower than the inputs' {dtype}")
+        compare_output(res, failures, label, g, want_strings, tolerance, selected.get(label.rpartition(":")[2]))
 
-    for name in spec.outputs:
+    for name in returned:
         check(name, returned[name], test["expected"][name])
         try:
             a, b = fw.to_numpy(returned[name]), fw.to_numpy(again[name])
@@ -235,24 +283,33 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
             failures.append(f"{name}: a second call on the same inputs returned different values")
 
     if test.get("grads"):
+        unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(_expected(ct))]
         try:
             with _time_limit(time_limit):
-                grads = _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
+                grads = None if unchecked else _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
+            msg = ""
         except _Timeout:
             grads, msg = None, f"gradient exceeded the {time_limit:g} s time limit"
         except Exception as err:
             grads, msg = None, f"gradient raised {type(err).__name__}: {str(err)[:300]}"
-        if grads is None and target.framework != "torch" and case.objective not in target.vjps:
+        if unchecked:
+            res.message = (f"gradients not checked: the vector's cotangent weights output(s) "
+                           f"{', '.join(unchecked)}, which the target does not return")
+        elif grads is None and target.framework != "torch" and case.objective not in target.vjps:
             pass  # a values-only target: gradients are not checked
         elif grads is None:
             res.status, res.message = "error", msg
             return res
         else:
+            grads, detached = grads
             for name in spec.grads:
                 check(f"grad:{name}", grads[name], test["grads"][name])
+            if detached and any(f.startswith("grad:") for f in failures):
+                failures.insert(0, f"output(s) {', '.join(detached)} carry no gradient (computed under "
+                                   f"torch.no_grad() or detached?)")
 
-    if autograd and case.objective in DETACHED:
-        hard += _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit)
+    if target.framework == "torch" and case.objective in DETACHED:
+        hard += _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit)
     if failures:
         res.status = "pass" if test["result"] == "acceptable" else "fail"
         res.message = ("acceptable difference: " if res.status == "pass" else "") + "; ".join(failures)
@@ -261,22 +318,33 @@ def _judge(target: Target, case: VectorCase, dtype: str, device: str, tolerances
     return res
 
 
+def _selection(spec: catalog.Objective, test: dict) -> dict:
+    """{output name: boolean array} for per-token outputs of masked objectives: values where
+    the mask does not select the token are unspecified (DESIGN §6) and are not compared."""
+    if "mask" not in test["inputs"]:
+        return {}
+    mask = np.asarray(decode_input(test["inputs"]["mask"]), dtype=np.float64) != 0
+    return {name: mask for name in spec.outputs if np.shape(_expected(test["expected"][name])) == mask.shape}
+
+
 def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
-    """Messages for the outputs of a DETACHED objective that carry a nonzero gradient to a
-    floating input (one extra call with every floating input requiring grad)."""
+    """Messages for the outputs of a DETACHED objective that carry a gradient to a floating
+    input. The probe's cotangent is random, not ones: a leak through a mean-centred output
+    (group-normalised advantages sum to zero) is invisible to a cotangent of ones."""
     torch = fw.torch
     probe = {name: (t.detach().clone().requires_grad_(True) if kinds.get(name) == "float" and t.is_floating_point()
                     else t) for name, t in inputs.items()}
     leaves = {name: t for name, t in probe.items() if t.requires_grad}
+    generator = torch.Generator().manual_seed(LEAK_PROBE_SEED)
     try:
         with _time_limit(time_limit):
             returned = _outputs(spec, fn(**{**kwargs, **probe}))
             out = []
-            for oname in spec.outputs:
-                o = returned.get(oname)
+            for oname, o in returned.items():
                 if not (isinstance(o, torch.Tensor) and o.requires_grad):
                     continue
-                grads = torch.autograd.grad(o, list(leaves.values()), torch.ones_like(o), allow_unused=True)
+                cotangent = torch.rand(o.shape, generator=generator, dtype=torch.float64).add_(0.5)
+                grads = torch.autograd.grad(o, list(leaves.values()), cotangent.to(o.dtype), allow_unused=True)
                 for iname, g in zip(leaves, grads):
                     if g is not None and bool((g != 0).any()):
                         out.append(f"{oname}: leaks gradient to input {iname!r} "
@@ -287,64 +355,107 @@ def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
 
 
 def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):
-    cotangents = {name: fw.array(v, dtype) for name, v in test["cotangents"].items()}
+    """(gradients by input name, names of returned outputs that carry no gradient although
+    their cotangent is nonzero); None for a values-only target."""
+    cotangents = {name: fw.array(v, dtype) for name, v in test["cotangents"].items() if name in returned}
     if target.framework == "torch":
         torch = fw.torch
-        outs, cts = [], []
+        outs, cts, detached = [], [], []
         for name, ct in cotangents.items():
             out = returned[name]
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 outs.append(out)
                 cts.append(ct.to(out.dtype).reshape(out.shape))
+            elif bool((ct != 0).any()):
+                detached.append(name)
         wrt = [inputs[name] for name in spec.grads]
-        if outs:
-            got = torch.autograd.grad(outs, wrt, cts, allow_unused=True)
-        else:
-            got = [None] * len(wrt)
+        got = torch.autograd.grad(outs, wrt, cts, allow_unused=True) if outs else [None] * len(wrt)
         return {name: (g if g is not None else torch.zeros_like(inputs[name]))
-                for name, g in zip(spec.grads, got)}
+                for name, g in zip(spec.grads, got)}, detached
     vjp = target.vjps.get(spec.id)
     if vjp is None:
         return None
     ct_arg = cotangents if len(spec.outputs) > 1 else cotangents[spec.outputs[0]]
-    return vjp(ct_arg, **kwargs)
+    return vjp(ct_arg, **kwargs), []
 
 
 # --- the run ----------------------------------------------------------------------------
 
+def _conventions(target: Target, case: VectorCase, as_paper: bool) -> tuple[dict | None, str]:
+    """The conventions to call the target with, or (None, why the case does not run).
+
+    Valid vectors run when their group's conventions are ones the target declares. Invalid
+    vectors are about an input or a parameter, not a convention set: they run under the
+    target's own conventions, so every target is asked to reject them; an invalid value of a
+    convention runs only for targets that declare that convention."""
+    spec = catalog.get(case.objective)
+    declared = Target(target.name, target.framework, target.objectives, {} if as_paper else target.conventions)
+    if case.result != "invalid":
+        if not declared.accepts(case.objective, case.conventions):
+            return None, "conventions differ from the target's declaration"
+        return case.conventions, ""
+    culprit = case.test.get("error", "").partition(":")[0].strip()
+    if culprit in spec.conventions:
+        if not declared.declares(case.objective, culprit):
+            return None, f"invalid value of convention {culprit}, which the target does not declare"
+        return case.conventions, ""
+    return {**case.conventions, **declared.default_conventions(case.objective)}, ""
+
+
 def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | None = None,
              tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
-             as_paper: bool = False, frameworks: dict | None = None) -> list[CaseResult]:
-    """Judge one vector on a target: one result per dtype (and device) it runs in."""
+             as_paper: bool = False, frameworks: dict | None = None, options: tuple = ()) -> list[CaseResult]:
+    """Judge one vector on a target: one result per dtype (and device) it runs in. ``options``
+    are the command-line options that changed the verdict, for the repro line."""
     tolerances = tolerances or compare.Tolerances({})
     devices = [device] if device else list(target.devices[:1])
-    frameworks = frameworks or {d: _Framework(target.framework, d) for d in devices}
-    base = dict(uid=case.uid, objective=case.objective, target=target.name, flags=case.flags, result=case.result)
+    base = dict(uid=case.uid, objective=case.objective, target=target.name, flags=case.flags, result=case.result,
+                group=case.group)
     if case.objective not in target.objectives:
         return [CaseResult(dtype="-", device="-", status="unsupported",
                            message="the target does not implement this objective", **base)]
-    declared = Target(target.name, target.framework, target.objectives, {} if as_paper else target.conventions)
-    if not declared.accepts(case.objective, case.conventions):
-        return [CaseResult(dtype="-", device="-", status="skip",
-                           message="conventions differ from the target's declaration", **base)]
+    conventions, why = _conventions(target, case, as_paper)
+    if conventions is None:
+        return [CaseResult(dtype="-", device="-", status="skip", message=why, conventions=case.conventions, **base)]
+    refused = target.refused_params(case.objective, {**conventions, **case.test["params"]})
+    if refused:
+        return [CaseResult(dtype="-", device="-", status="unsupported", message=refused, conventions=conventions,
+                           **base)]
     run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes and (not dtypes or d in dtypes)]
     if not run_dtypes:
-        return [CaseResult(dtype="-", device="-", status="skip",
+        return [CaseResult(dtype="-", device="-", status="skip", conventions=conventions,
                            message="no dtype shared by the vector, the target and --dtype", **base)]
+    frameworks = frameworks or {d: _Framework(target.framework, d) for d in devices}
     results = []
     for dev in devices:
         for dt in run_dtypes:
             started = time.perf_counter()
-            r = _judge(target, case, dt, dev, tolerances, time_limit, frameworks[dev])
+            r = _judge(target, case, conventions, dt, dev, tolerances, time_limit, frameworks[dev], options)
             r.seconds = time.perf_counter() - started
+            _apply_known(r, target.known_failure(case, dt))
             results.append(r)
     return results
 
 
-def run(target: Target, vs: VectorSet, *, objective: str = "*", dtypes=None, device: str | None = None,
+def _apply_known(r: CaseResult, reason: str | None) -> None:
+    """A declared known failure turns fail/error into xfail, and a pass into xpass (the
+    declaration is stale). Validation results keep their status and carry the reason."""
+    if not reason:
+        return
+    r.known = reason
+    if r.axis == "conformance" and r.status in ("fail", "error"):
+        r.status = "xfail"
+    elif r.axis == "conformance" and r.status == "pass":
+        r.status, r.message = "xpass", f"passes although declared a known failure ({reason}): remove the declaration"
+
+
+def run(target: Target, vs: VectorSet, *, objective="*", dtypes=None, device: str | None = None,
         uids=None, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
-        as_paper: bool = False, progress=None) -> list[CaseResult]:
-    cases = [c for c in vs.cases(objective) if not uids or c.uid in uids]
+        as_paper: bool = False, progress=None, options: tuple = ()) -> list[CaseResult]:
+    """Judge every selected vector on the target. ``objective``: a glob or a list of globs."""
+    globs = [objective] if isinstance(objective, str) else list(objective)
+    cases = [c for c in vs.cases() if any(fnmatch.fnmatchcase(c.objective, g) for g in globs)
+             and (not uids or c.uid in uids)]
     devices = [device] if device else list(target.devices[:1])
     frameworks = {d: _Framework(target.framework, d) for d in devices}
     results = []
@@ -353,10 +464,39 @@ def run(target: Target, vs: VectorSet, *, objective: str = "*", dtypes=None, dev
             if progress:
                 progress(i, len(cases))
             results += run_case(target, case, dtypes=dtypes, device=device, tolerances=tolerances,
-                                time_limit=time_limit, as_paper=as_paper, frameworks=frameworks)
+                                time_limit=time_limit, as_paper=as_paper, frameworks=frameworks, options=options)
     if progress:
         progress(len(cases), len(cases))
     return results
+
+
+def uncovered(target: Target, vs: VectorSet, objectives, as_paper: bool = False) -> list[str]:
+    """A line for every convention value the target declares that no vector group holds: the
+    cases of that setting are not checked at all (a run can pass while checking nothing of it)."""
+    if target.conventions == ANY or as_paper:
+        return []
+    lines = []
+    for oid, declared in target.conventions.items():
+        if oid not in target.objectives or not any(fnmatch.fnmatchcase(oid, g) for g in objectives):
+            continue
+        groups = [c for c in {json.dumps(case.conventions, sort_keys=True): case.conventions
+                              for case in vs.cases(oid) if case.result != "invalid"}.values()]
+        for combo in declared if isinstance(declared, list) else [declared]:
+            for name, value in combo.items():
+                for v in (value if isinstance(value, (list, tuple)) else [value]):
+                    if v != ANY and groups and not any(g.get(name) == v for g in groups):
+                        held = sorted({json.dumps(g.get(name)) for g in groups})
+                        lines.append(f"{target.name}: {oid} declares {name}={json.dumps(v)}, and no vector group "
+                                     f"has it (the groups hold {name} {', '.join(held)}): not checked")
+    return list(dict.fromkeys(lines))
+
+
+def why_nothing(results: list[CaseResult]) -> str:
+    """The most common reasons the cases of a run were not checked, for a one-line message."""
+    if not results:
+        return "no vector selected"
+    reasons = Counter(r.message for r in results)
+    return "; ".join(f"{n} case(s): {msg}" for msg, n in reasons.most_common(3))
 
 
 @contextlib.contextmanager

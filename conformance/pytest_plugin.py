@@ -2,7 +2,7 @@
 group) to your own suite, named by the vector's uid.
 
 Options: --lossproof-target SPEC (repeatable), --lossproof-objective GLOB,
---lossproof-vectors DIR, --lossproof-dtype DTYPE (repeatable).
+--lossproof-vectors DIR, --lossproof-dtype DTYPE (repeatable), --lossproof-strict.
 """
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ def pytest_addoption(parser):
     group.addoption("--lossproof-objective", default="*", metavar="GLOB", help="objective glob, e.g. 'grpo.*'")
     group.addoption("--lossproof-vectors", default=None, metavar="DIR", help="vector directory")
     group.addoption("--lossproof-dtype", action="append", default=[], metavar="DTYPE", help="dtypes to run")
+    group.addoption("--lossproof-strict", action="store_true", help="fail on invalid input that is not rejected "
+                    "and on known failures that now pass")
 
 
 class LossproofFailure(Exception):
@@ -35,11 +37,13 @@ class LossproofItem(pytest.Item):
     def runtest(self):
         from conformance import testing
         results = testing.check(self.target_case)
-        bad = [r for r in results if r.status in ("fail", "error")]
+        bad = testing.failed(results, strict=self.config.getoption("lossproof_strict"))
         if bad:
             raise LossproofFailure("\n".join(f"{r.status} [{r.dtype}] {r.message}\nrepro: {r.repro}" for r in bad))
         if all(r.status in ("skip", "unsupported") for r in results):
             pytest.skip(results[0].message)
+        if all(r.status == "xfail" for r in results):
+            pytest.xfail(results[0].known)
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, LossproofFailure):

@@ -8,9 +8,9 @@ from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
 from conformance._io import write_atomically
-from conformance.results import CaseResult, summary
+from conformance.results import CHECKED, CaseResult, failed, summary
 
-REPORT_SCHEMA = "lossproof-report/1"
+REPORT_SCHEMA = "lossproof-report/2"
 
 
 def worst_table(results: list[CaseResult]) -> dict:
@@ -33,8 +33,10 @@ def to_json(results: list[CaseResult], suite: dict, environment: dict) -> dict:
         "environment": environment,
         "summary": summary(results),
         "cases": [{
-            "uid": r.uid, "objective": r.objective, "target": r.target, "dtype": r.dtype, "device": r.device,
-            "status": r.status, "outputs": r.outputs, "flags": r.flags, "message": r.message, "repro": r.repro,
+            "uid": r.uid, "objective": r.objective, "group": r.group, "conventions": r.conventions,
+            "target": r.target, "dtype": r.dtype, "device": r.device, "axis": r.axis, "status": r.status,
+            "outputs": r.outputs, "flags": r.flags, "message": r.message, "known": r.known, "raised": r.raised,
+            "repro": r.repro,
         } for r in results],
     }
 
@@ -49,57 +51,115 @@ def write_json(path: str, doc: dict) -> None:
     write_atomically(path, (json.dumps(doc, indent=1, sort_keys=False) + "\n").encode())
 
 
-def junit(results: list[CaseResult]) -> bytes:
+def junit(results: list[CaseResult], strict: bool = False) -> bytes:
+    """One testsuite per target, one testcase per case and dtype. A known failure (xfail) is
+    reported skipped with its reason; validation outcomes are failures only with ``strict``."""
+    bad = {id(r) for r in failed(results, strict)}
     suites = ET.Element("testsuites", name="lossproof")
     by_target = defaultdict(list)
     for r in results:
         by_target[r.target].append(r)
     for target, rs in by_target.items():
-        s = summary(rs)
-        suite = ET.SubElement(suites, "testsuite", name=target, tests=str(len(rs)), failures=str(s["fail"]),
-                              errors=str(s["error"]), skipped=str(s["skip"] + s["unsupported"]))
+        n_bad = [r for r in rs if id(r) in bad]
+        suite = ET.SubElement(suites, "testsuite", name=target, tests=str(len(rs)),
+                              failures=str(sum(r.status != "error" for r in n_bad)),
+                              errors=str(sum(r.status == "error" for r in n_bad)),
+                              skipped=str(sum(r.status in ("skip", "unsupported", "xfail") for r in rs)))
         for r in rs:
             case = ET.SubElement(suite, "testcase", classname=f"{target}.{r.objective}",
                                  name=f"{r.uid}[{r.dtype}-{r.device}]", time=f"{r.seconds:.4f}")
-            if r.status == "fail":
-                ET.SubElement(case, "failure", message=r.message[:500]).text = r.repro
-            elif r.status == "error":
-                ET.SubElement(case, "error", message=r.message[:500]).text = r.repro
+            if id(r) in bad:
+                tag = "error" if r.status == "error" else "failure"
+                ET.SubElement(case, tag, message=f"{r.status}: {r.message}"[:500]).text = r.repro
             elif r.status in ("skip", "unsupported"):
                 ET.SubElement(case, "skipped", message=r.message[:500])
+            elif r.status == "xfail":
+                ET.SubElement(case, "skipped", message=f"known failure: {r.known}"[:500])
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True)
 
 
-def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False) -> None:
+def distinctive_flag(r: CaseResult, failures: list[CaseResult], checked: list[CaseResult]) -> str:
+    """The flag of ``r`` that best separates failures from passes: the highest ratio of its
+    frequency among failures to its frequency among all checked cases (a flag carried by
+    most vectors, such as DPO's DetachedRewards, explains nothing)."""
+    if not r.flags:
+        return "(no flag)"
+    in_failures = Counter(f for x in failures for f in x.flags)
+    in_checked = Counter(f for x in checked for f in x.flags)
+    return max(r.flags, key=lambda f: (in_failures[f] / len(failures)) / (in_checked[f] / len(checked)))
+
+
+def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False,
+            strict: bool = False) -> None:
     out = out or sys.stdout
     s = summary(results)
-    bad = [r for r in results if r.status in ("fail", "error")]
+    bad = failed(results, strict)
+    checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
     if bad:
-        by_flag = Counter(f for r in bad for f in (r.flags or ["(no flag)"]))
-        print("failures by flag: " + ", ".join(f"{flag} {n}" for flag, n in by_flag.most_common()), file=out)
-        for r in bad[:max_failures]:
-            print(f"  {r.status.upper():5} {r.target}/{r.dtype}/{r.device} {r.uid}: {r.message}", file=out)
-            if r.worst:
-                w = r.worst
-                print(f"        {w['output']}[{','.join(map(str, w['index']))}]: got {w['got']!r} want "
-                      f"{w['want']!r} ({w['ulps']:.3g} ulp, tolerance {w['tol']:.3g})", file=out)
-            print(f"        repro: {r.repro}", file=out)
-        if len(bad) > max_failures:
-            print(f"  … and {len(bad) - max_failures} more (use --report-json for all)", file=out)
+        groups = defaultdict(list)
+        for r in bad:
+            groups[distinctive_flag(r, bad, checked)].append(r)
+        print("failures by their most distinctive flag: "
+              + ", ".join(f"{flag} {len(rs)}" for flag, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))),
+              file=out)
+        shown = 0
+        for flag, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+            print(f"  [{flag}]", file=out)
+            for r in rs[:max(1, max_failures - shown)]:
+                _print_case(r, out)
+                shown += 1
+        if len(bad) > shown:
+            print(f"  … and {len(bad) - shown} more (use --report-json for all)", file=out)
+    xfails = [r for r in results if r.status == "xfail"]
+    if xfails:
+        reasons = Counter((r.target, r.known) for r in xfails)
+        print(f"known failures ({len(xfails)} cases, declared; not counted as failures):", file=out)
+        for (target, reason), n in reasons.most_common():
+            print(f"  {target}: {n:4} × {reason}", file=out)
+    xpasses = [r for r in results if r.status == "xpass"]
+    if xpasses:
+        print(f"stale known failures ({len(xpasses)} cases now pass: remove their declarations):", file=out)
+        for r in xpasses[:max_failures]:
+            print(f"  {r.target}/{r.dtype} {r.uid}: {r.known}", file=out)
     if not quiet:
-        table = worst_table(results)
-        counts = defaultdict(Counter)
-        for r in results:
-            counts[(r.target, r.objective)][r.status] += 1
-        targets = sorted({r.target for r in results})
-        for target in targets:
-            print(f"\n{target}: {'objective':26} {'pass':>6} {'fail':>5} {'error':>5} {'skip':>5}   "
-                  f"worst error/tolerance by dtype", file=out)
-            for objective in sorted({r.objective for r in results if r.target == target}):
-                c = counts[(target, objective)]
-                worst = "  ".join(f"{dt} {v['err_over_tol']:.2g}"
-                                  for dt, v in sorted(table.get((target, objective), {}).items()))
-                print(f"{'':{len(target) + 2}}{objective:26} {c['pass']:6} {c['fail']:5} {c['error']:5} "
-                      f"{c['skip'] + c['unsupported']:5}   {worst}", file=out)
-    print(f"\n{s['pass']} passed, {s['fail']} failed, {s['error']} errors, {s['unsupported']} unsupported, "
-          f"{s['skip']} skipped", file=out)
+        _table(results, out)
+    c, v = s["conformance"], s["validation"]
+    print(f"\nconformance: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['xfail']} known failures, "
+          f"{c['xpass']} stale known, {c['unsupported']} unsupported, {c['skip']} skipped", file=out)
+    print(f"validation:  {v['rejected']} rejected, {v['non-finite']} returned non-finite values, "
+          f"{v['accepted']} accepted silently, {v['error']} errors, {v['unsupported']} unsupported, "
+          f"{v['skip']} skipped{'' if strict else ' (informational; --strict fails on anything but rejected)'}",
+          file=out)
+
+
+def _print_case(r: CaseResult, out) -> None:
+    print(f"    {r.status.upper():5} {r.target}/{r.dtype}/{r.device} {r.uid} [{r.group}]: {r.message}", file=out)
+    if r.worst:
+        w = r.worst
+        print(f"          {w['output']}[{','.join(map(str, w['index']))}]: got {w['got']!r} want "
+              f"{w['want']!r} ({w['ulps']:.3g} ulp, tolerance {w['tol']:.3g})", file=out)
+    print(f"          repro: {r.repro}", file=out)
+
+
+def _table(results: list[CaseResult], out) -> None:
+    """Per target, the objectives that were checked (at least one case reached a verdict)."""
+    table = worst_table(results)
+    counts = defaultdict(Counter)
+    for r in results:
+        counts[(r.target, r.objective)][r.status] += 1
+    for target in sorted({r.target for r in results}):
+        rows = [o for o in sorted({r.objective for r in results if r.target == target})
+                if any(counts[(target, o)][st] for st in CHECKED)]
+        print(f"\n{target}: {'objective':24} {'pass':>5} {'fail':>5} {'error':>5} {'xfail':>5} {'unsup':>5} "
+              f"{'skip':>5} │ {'rej':>4} {'nonf':>4} {'acc':>4}   worst error/tolerance by dtype", file=out)
+        for objective in rows:
+            c = counts[(target, objective)]
+            conf = [r for r in results if r.target == target and r.objective == objective and r.axis == "conformance"]
+            val = [r for r in results if r.target == target and r.objective == objective and r.axis == "validation"]
+            unsup = sum(r.status == "unsupported" for r in conf)
+            skip = sum(r.status == "skip" for r in conf)
+            worst = "  ".join(f"{dt} {v['err_over_tol']:.2g}"
+                              for dt, v in sorted(table.get((target, objective), {}).items()))
+            print(f"{'':{len(target) + 2}}{objective:24} {c['pass']:5} {c['fail']:5} {c['error'] - sum(r.status == 'error' for r in val):5} "
+                  f"{c['xfail']:5} {unsup:5} {skip:5} │ {c['rejected']:4} {c['non-finite']:4} {c['accepted']:4}   {worst}",
+                  file=out)

@@ -1,9 +1,18 @@
-"""The record of one judged case, and counts by status: what reports and the CLI read."""
+"""The record of one judged case, and counts by status: what reports and the CLI read.
+
+Two verdicts are kept apart (DESIGN §9):
+- **conformance** — valid and acceptable vectors: values, gradients, dtypes;
+- **validation** — invalid vectors: did the target reject the bad input?
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STATUSES = ("pass", "fail", "error", "unsupported", "skip")
+CONFORMANCE = ("pass", "fail", "error", "xfail", "xpass", "unsupported", "skip")
+VALIDATION = ("rejected", "non-finite", "accepted", "error", "unsupported", "skip")
+# a conformance verdict: a selection in which no case reaches one checked nothing (validation
+# alone says nothing about the values a target computes)
+CHECKED = ("pass", "fail", "error", "xfail", "xpass")
 
 
 @dataclass
@@ -21,10 +30,29 @@ class CaseResult:
     result: str = "valid"
     worst: dict | None = None                    # got / want / tol of the worst element
     seconds: float = 0.0
+    group: str = ""
+    conventions: dict = field(default_factory=dict)  # the conventions the target was called with
+    known: str = ""                              # the declared reason of an expected failure
+    raised: dict | None = None                   # validation: {"type", "message"} of the rejection
+
+    @property
+    def axis(self) -> str:
+        return "validation" if self.result == "invalid" else "conformance"
 
 
 def summary(results: list[CaseResult]) -> dict:
-    out = {s: 0 for s in STATUSES}
+    """{"conformance": {status: n}, "validation": {status: n}}"""
+    out = {"conformance": {s: 0 for s in CONFORMANCE}, "validation": {s: 0 for s in VALIDATION}}
     for r in results:
-        out[r.status] += 1
+        out[r.axis][r.status] += 1
     return out
+
+
+def failed(results: list[CaseResult], strict: bool = False) -> list[CaseResult]:
+    """The results that make a run exit 1: conformance failures and errors (not the declared
+    known ones); with ``strict``, also stale known failures and every invalid input not rejected."""
+    bad = [r for r in results if r.axis == "conformance" and r.status in ("fail", "error")]
+    if strict:
+        bad += [r for r in results if r.status == "xpass"
+                or (r.axis == "validation" and r.status in ("non-finite", "accepted", "error"))]
+    return bad

@@ -2,8 +2,8 @@
 
     from conformance import testing
     for case in testing.cases("my_pkg.losses:TARGET", objective="grpo.*"):
-        result = testing.check(case)          # one CaseResult per dtype
-        assert all(r.status in ("pass", "skip") for r in result), result
+        results = testing.check(case)         # one CaseResult per dtype
+        assert not testing.failed(results), results
 
 The pytest plugin (``pytest --lossproof-target=SPEC``) is built on these two functions.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from conformance import compare, harness, targets
+from conformance.results import failed
 from conformance.vectors.load import VectorCase, VectorSet
 
 
@@ -30,6 +31,9 @@ def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", 
     t = targets.load(target) if isinstance(target, str) else target
     vs = VectorSet(vectors_dir)
     return [TargetCase(t, c, tuple(dtypes) if dtypes else None) for c in vs.cases(objective)]
+
+
+__all__ = ["TargetCase", "cases", "check", "failed"]
 
 
 def check(tc: TargetCase, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0):

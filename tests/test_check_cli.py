@@ -19,7 +19,7 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
 TARGET = {"name": "buggy", "framework": "torch", "objectives": {"grpo.clip": clip}}
 '''
 
-SCHEMA = json.loads((Path(cli.__file__).parent / "schema" / "report-1.json").read_text())
+SCHEMA = json.loads((Path(cli.__file__).parent / "schema" / "report-2.json").read_text())
 
 
 def test_check_passes_and_writes_valid_reports(tmp_path, capsys):
@@ -29,7 +29,11 @@ def test_check_passes_and_writes_valid_reports(tmp_path, capsys):
     assert code == 0
     doc = json.loads(report.read_text())
     jsonschema.validate(doc, SCHEMA)
-    assert doc["summary"]["fail"] == 0 and doc["summary"]["pass"] > 100
+    conformance, validation = doc["summary"]["conformance"], doc["summary"]["validation"]
+    assert conformance["fail"] == 0 and conformance["pass"] > 100
+    assert validation["rejected"] > 5 and validation["accepted"] == validation["non-finite"] == 0
+    case = next(c for c in doc["cases"] if c["axis"] == "validation")
+    assert case["raised"]["type"] == "InputError" and case["group"] and case["conventions"]
     assert ET.parse(junit).getroot().tag == "testsuites"
     assert "passed, 0 failed" in capsys.readouterr().out
 

@@ -1,6 +1,6 @@
 """The stationary-policy probe (conformance/probe.py) on our backends and on mutants.
 
-The claims are those of the issue: our torch proximal_kl.loss reproduces the exact expected
+The claims checked: our torch proximal_kl.loss reproduces the exact expected
 update (tabular.expected_update, rule 'proximal_kl') to 1e-12 in float64 and keeps π*
 stationary; our torch grpo.loss is reported non-stationary off-policy (β > 0); a Proximal KL
 without the ratio ρ is reported non-stationary."""

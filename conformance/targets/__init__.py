@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 from conformance.targets import builtin
-from conformance.targets.target import ANY, Target, TargetError, from_mapping
+from conformance.targets.target import ANY, Target, TargetError, from_mapping, known_file
 
-__all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "load"]
+__all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load"]
 
 def _import_object(spec: str):
     module_part, _, attr = spec.rpartition(":")

@@ -2,7 +2,10 @@
 checks of a declaration (DESIGN §8)."""
 from __future__ import annotations
 
+import fnmatch
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from conformance import catalog
 from conformance.errors import LossproofError
@@ -26,6 +29,9 @@ class Target:
     devices: tuple = ("cpu",)
     version: str = ""
     spec: str = ""
+    params: dict = field(default_factory=dict)    # {objective: {param: [the only values it takes]}}
+    known: dict = field(default_factory=dict)     # {uid glob, optionally "@dtype": reason and link}
+    known_rules: tuple = ()                       # ((reason, predicate(case, dtype) -> bool), ...)
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -52,6 +58,49 @@ class Target:
             elif value != allowed:
                 return False
         return True
+
+    def declares(self, objective_id: str, name: str) -> bool:
+        """Whether the target states convention ``name`` itself (it can then be asked to reject
+        an invalid value of it); an undeclared convention is fixed at the paper default."""
+        if self.conventions == ANY:
+            return True
+        declared = self.declared(objective_id)
+        combos = declared if isinstance(declared, list) else [declared]
+        return any(name in combo for combo in combos)
+
+    def default_conventions(self, objective_id: str) -> dict:
+        """The conventions the target runs with by default: the first value of each declared
+        convention (the first combination of a list), the paper default for the others. A
+        convention declared ``"*"`` has no default: it is left out."""
+        spec = catalog.get(objective_id)
+        declared = self.declared(objective_id)
+        first = (declared[0] if declared else {}) if isinstance(declared, list) else declared
+        out = {}
+        for name in spec.conventions:
+            value = first.get(name, spec.defaults[name])
+            if isinstance(value, (list, tuple)):
+                value = value[0]
+            if value != ANY:
+                out[name] = value
+        return out
+
+    def refused_params(self, objective_id: str, values: dict) -> str | None:
+        """Why the target cannot be called with these parameter values (its ``params``
+        declaration lists the only values it takes), or None."""
+        for name, allowed in self.params.get(objective_id, {}).items():
+            if name in values and values[name] not in allowed:
+                return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
+        return None
+
+    def known_failure(self, case, dtype: str) -> str | None:
+        """The declared reason why this case is expected to fail in ``dtype``, or None."""
+        for pattern, reason in self.known.items():
+            if fnmatch.fnmatchcase(case.uid, pattern) or fnmatch.fnmatchcase(f"{case.uid}@{dtype}", pattern):
+                return reason
+        for reason, predicate in self.known_rules:
+            if predicate(case, dtype):
+                return reason
+        return None
 
     def deviations(self) -> list[tuple[str, str, object, object]]:
         """(objective, convention, declared, paper default) for every declared convention whose
@@ -97,6 +146,41 @@ def from_mapping(obj, spec: str) -> Target:
     dtypes = tuple(get("dtypes", None) or (("float64", "float32") if framework != "torch"
                                             else ("float64", "float32", "bfloat16", "float16")))
     return Target(name, framework, dict(objectives), conventions, dict(get("vjps", {}) or {}), dtypes,
-                  tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec)
+                  tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
+                  _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
+                  tuple(get("known_rules", ()) or ()))
+
+
+def _params(params, spec: str) -> dict:
+    if not isinstance(params, dict):
+        raise TargetError(f"{spec}: 'params' must be a dict {{objective: {{param: [values]}}}}")
+    for oid, per_param in params.items():
+        if oid not in catalog.BY_ID:
+            raise TargetError(f"{spec}: params for unknown objective {oid!r}")
+        if not isinstance(per_param, dict):
+            raise TargetError(f"{spec}: params[{oid!r}] must be a dict {{param: [values]}}")
+        names = {p.name for p in catalog.get(oid).params}
+        for name, values in per_param.items():
+            if name not in names:
+                raise TargetError(f"{spec}: {oid} has no parameter {name!r} (known: {', '.join(sorted(names))})")
+            if not isinstance(values, (list, tuple)):
+                raise TargetError(f"{spec}: params[{oid!r}][{name!r}] must be a list of the values it takes")
+    return {oid: {name: list(values) for name, values in per_param.items()} for oid, per_param in params.items()}
+
+
+def known_file(path: str) -> dict:
+    """Known failures from a JSON file ``{uid or glob[@dtype]: reason and link}`` (``--known``)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TargetError(f"--known {path}: {err}") from None
+    return _known(data, f"--known {path}")
+
+
+def _known(known, spec: str) -> dict:
+    if not isinstance(known, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                              for k, v in known.items()):
+        raise TargetError(f"{spec}: 'known' must be a dict {{uid or glob: reason}} with a non-empty reason each")
+    return dict(known)
 
 

@@ -28,7 +28,9 @@ def _valid(results):
 
 def test_correct_target_passes(vs):
     results = _run(vs, kl.estimator)
-    assert results and all(r.status == "pass" for r in results if r.status != "skip")
+    assert _valid(results) and all(r.status == "pass" for r in _valid(results) if r.status != "skip")
+    invalid = [r for r in results if r.result == "invalid"]
+    assert invalid and all(r.status == "rejected" and r.raised["type"] == "InputError" for r in invalid)
 
 
 def test_raising_target_is_an_error(vs):
@@ -90,11 +92,34 @@ def test_slow_target_hits_the_time_limit_and_the_run_goes_on(vs):
     assert sum(r.status == "pass" for r in rs) > 50
 
 
-def test_accepting_invalid_input_is_a_failure(vs):
+def test_accepting_invalid_input_is_reported_on_the_validation_axis(vs):
     def lenient(logp, ref_logp, kind="k3", clamp=None):
         return torch.nan_to_num(kl.estimator(logp.nan_to_num(0.0).clamp(-1e3, 0), ref_logp.clamp(-1e3, 0), kind))
     rs = [r for r in _run(vs, lenient) if r.result == "invalid"]
-    assert any(r.status == "fail" and "accepted invalid input" in r.message for r in rs)
+    assert any(r.status == "accepted" and "returned finite numbers" in r.message for r in rs)
+    assert all(r.axis == "validation" for r in rs)
+
+
+def test_returning_nan_for_invalid_input_is_non_finite(vs):
+    def unchecked(logp, ref_logp, kind="k3", clamp=None):
+        return kl.estimator(logp.nan_to_num(0.0).clamp(-1e3, 0), ref_logp.clamp(-1e3, 0), kind) + logp.sum() * 0
+    rs = [r for r in _run(vs, unchecked) if r.result == "invalid" and "NaN" in r.message]
+    assert rs and all(r.status == "non-finite" for r in rs)
+
+
+def test_not_implemented_is_never_a_rejection(vs):
+    def refuses(**kw):
+        raise NotImplementedError("this library has no clamp")
+    rs = _run(vs, refuses)
+    assert rs and all(r.status == "unsupported" for r in rs if r.status != "skip")
+
+
+def test_a_stub_that_always_raises_fails_conformance_although_it_rejects_everything(vs):
+    def stub(**kw):
+        raise ValueError("not written yet")
+    rs = _run(vs, stub)
+    assert all(r.status == "rejected" for r in rs if r.result == "invalid")
+    assert all(r.status == "error" for r in _valid(rs))
 
 
 def test_unsupported_objective_is_reported(vs):
