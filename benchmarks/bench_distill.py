@@ -3,10 +3,10 @@
     python -m pytest benchmarks/bench_distill.py --benchmark-group-by=param:kernel
     LOSSPROOF_BENCH_SIZE=1024x131072 python -m pytest benchmarks/bench_distill.py
 
-Methods as ``conformance.bench`` (``lossproof bench`` is the one-run comparison with memory and
-bandwidth; this file gives pytest-benchmark's statistics and history). A library that is not
-installed is skipped with the reason. Not part of the test suite (testpaths = tests): speed is
-never asserted.
+Methods as ``conformance.bench.methods`` (``lossproof bench`` is the one-run comparison with
+memory and bandwidth; this file gives pytest-benchmark's statistics and history). A library
+that is not installed is skipped with the reason. Not part of the test suite (testpaths =
+tests): speed is never asserted.
 """
 from __future__ import annotations
 
@@ -17,22 +17,21 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytest_benchmark")
 
-from conformance import bench  # noqa: E402
+from conformance.bench import methods  # noqa: E402
 
 N, V = (int(x) for x in os.environ.get("LOSSPROOF_BENCH_SIZE", "256x32768").lower().split("x"))
-PEERS = bench._peers()
-TRL_STATE: dict = {}
+RUNNERS = methods.Runners(methods.DEFAULT_METHODS)
 
 
 @pytest.fixture(scope="module")
 def inputs():
-    return bench._inputs(N, V, torch.float32)
+    return methods.inputs(N, V, torch.float32)
 
 
-@pytest.mark.parametrize("method", bench.DEFAULT_METHODS)
-@pytest.mark.parametrize("kernel", bench.KERNELS)
+@pytest.mark.parametrize("method", methods.DEFAULT_METHODS)
+@pytest.mark.parametrize("kernel", methods.KERNELS)
 def test_forward_backward(benchmark, inputs, kernel, method):
-    fn = bench._runner(method, kernel, PEERS, TRL_STATE)
+    fn = RUNNERS.get(method, kernel)
     if isinstance(fn, str):
         pytest.skip(fn)
     z, t, y = inputs

@@ -15,9 +15,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-
-from conformance import harness, vectors
+from conformance import harness
+from conformance.results import summary
 from conformance.targets import builtin
+from conformance.vectors.load import VectorSet
 
 
 def _run(name: str, device: str, vs) -> tuple[list, float]:
@@ -67,13 +68,13 @@ def main(argv=None) -> int:
         print(f"gpu_parity: no GPU backend available (torch CUDA: {builtin.cuda_available()}; CuPy: {why}); "
               "nothing to measure")
         return 0
-    vs = vectors.VectorSet()
+    vs = VectorSet()
     cpu, cpu_seconds = _run("torch", "cpu", vs)
     doc = {"backends": {"torch-cpu": {"seconds": cpu_seconds, "table": _table(cpu)}}}
     for name, device in backends:
         results, seconds = _run(name, device, vs)
         doc["backends"][f"{name}-{device}"] = {
-            "seconds": seconds, "table": _table(results), "summary": harness.summary(results),
+            "seconds": seconds, "table": _table(results), "summary": summary(results),
             "gap_to_cpu_in_tolerances": _cpu_gap(results, cpu) if name == "torch" else None}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
