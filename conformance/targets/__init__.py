@@ -14,8 +14,12 @@ conventions that do not vary independently (the first is the target's default).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -29,17 +33,7 @@ def _import_object(spec: str):
     if not module_part or not attr:
         raise TargetError(f"--target {spec!r}: expected a built-in name, package.module:NAME or path/file.py:NAME")
     if module_part.endswith(".py"):
-        path = Path(module_part)
-        if not path.is_file():
-            raise TargetError(f"--target {spec!r}: file {path} not found")
-        mod_name = f"lossproof_target_{abs(hash(str(path.resolve())))}"
-        loader = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[mod_name] = module
-        try:
-            loader.loader.exec_module(module)
-        except Exception as err:
-            raise TargetError(f"--target {spec!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+        module = _import_file(Path(module_part), spec)
     else:
         try:
             module = importlib.import_module(module_part)
@@ -48,6 +42,35 @@ def _import_object(spec: str):
     if not hasattr(module, attr):
         raise TargetError(f"--target {spec!r}: {module_part} has no attribute {attr!r}")
     return getattr(module, attr)
+
+
+def _import_file(path: Path, spec: str):
+    """Import a target file with its folder importable (it stays on sys.path, so that the
+    target can import its siblings, also lazily when it is called)."""
+    if not path.is_file():
+        raise TargetError(f"--target {spec!r}: file {path} not found")
+    folder, stem = str(path.resolve().parent), path.stem
+    source = path.read_text(encoding="utf-8", errors="replace")
+    if re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M) and _installed_elsewhere(stem, folder):
+        raise TargetError(f"--target {spec!r}: the file is named like the module {stem!r} it imports, so "
+                          f"'import {stem}' would import the target file itself: rename it (e.g. {stem}_target.py)")
+    mod_name = f"lossproof_target_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
+    loader = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(loader)
+    sys.modules[mod_name] = module
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        loader.loader.exec_module(module)
+    except Exception as err:
+        raise TargetError(f"--target {spec!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+    return module
+
+
+def _installed_elsewhere(name: str, folder: str) -> bool:
+    """Whether ``name`` is importable from somewhere other than ``folder``."""
+    path = [p for p in sys.path if os.path.abspath(p or ".") != folder]
+    return importlib.machinery.PathFinder.find_spec(name, path) is not None or name in sys.builtin_module_names
 
 
 PEERS = ("trl", "verl", "openrlhf", "liger")   # third-party adapters, conformance/targets/peers/<name>.py

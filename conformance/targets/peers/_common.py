@@ -14,13 +14,11 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
-import sys
-import types
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from conformance import catalog
+from conformance.targets.imports import import_bare  # noqa: F401  (the adapters import it from here)
 from conformance.targets.target import Target, TargetError, from_mapping
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
@@ -102,102 +100,6 @@ def build(name: str, version: str, objectives: dict, conventions: list[Conventio
     spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "dtypes": list(dtypes), "devices": ["cpu"]}
     return from_mapping(spec, name)
-
-
-# --- importing a module without its package __init__ ------------------------------------------
-
-class _Absent:
-    """Stands for an attribute of a package that is not installed (GPU-only). Importing it works;
-    using it raises."""
-
-    def __init__(self, name: str):
-        self._name = name
-
-    def __getattr__(self, item):
-        if item.startswith("__"):
-            raise AttributeError(item)
-        return _Absent(f"{self._name}.{item}")
-
-    def __call__(self, *args, **kwargs):
-        raise RuntimeError(f"{self._name} is not available: its package is not installed (GPU-only); "
-                           "lossproof loads only the library's loss code")
-
-    def __mro_entries__(self, bases):
-        return (object,)
-
-
-class _AbsentModule(types.ModuleType):
-    def __getattr__(self, item):
-        if item.startswith("__"):
-            raise AttributeError(item)
-        return _Absent(f"{self.__name__}.{item}")
-
-
-class _AbsentFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, roots):
-        self.roots = tuple(roots)
-        self.created: list[str] = []
-
-    def find_spec(self, fullname, path=None, target=None):
-        if any(fullname == r or fullname.startswith(r + ".") for r in self.roots):
-            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
-        return None
-
-    def create_module(self, spec):
-        module = _AbsentModule(spec.name)
-        module.__path__ = []
-        self.created.append(spec.name)
-        return module
-
-    def exec_module(self, module):
-        pass
-
-
-def _package_dir(name: str) -> list[str]:
-    parent, _, leaf = name.rpartition(".")
-    if not parent:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.submodule_search_locations is None:
-            raise TargetError(f"{name} is not installed")
-        return list(spec.submodule_search_locations)
-    import os
-    return [os.path.join(d, leaf) for d in sys.modules[parent].__path__]
-
-
-@contextmanager
-def _bare_packages(packages, absent):
-    """Stand-in package objects (real ``__path__``, ``__init__`` not run) for ``packages``, and
-    placeholder modules for the ``absent`` names, while the body imports."""
-    finder = _AbsentFinder(absent)
-    sys.meta_path.insert(0, finder)
-    try:
-        for name in packages:
-            if name in sys.modules:
-                continue
-            module = types.ModuleType(name)
-            module.__path__ = _package_dir(name)
-            module.__package__ = name
-            module.__spec__ = importlib.machinery.ModuleSpec(name, None, is_package=True)
-            module.__spec__.submodule_search_locations = module.__path__
-            module.__lossproof_bare__ = True
-            sys.modules[name] = module
-            parent, _, leaf = name.rpartition(".")
-            if parent:
-                setattr(sys.modules[parent], leaf, module)
-        yield
-    finally:
-        sys.meta_path.remove(finder)
-        for name in finder.created:
-            sys.modules.pop(name, None)
-
-
-def import_bare(module: str, packages=(), absent=()):
-    """Import ``module`` with the ``__init__`` of ``packages`` skipped and ``absent`` packages
-    replaced by placeholders (removed from ``sys.modules`` again afterwards)."""
-    if module in sys.modules:
-        return sys.modules[module]
-    with _bare_packages(packages, absent):
-        return importlib.import_module(module)
 
 
 # --- small shared helpers -------------------------------------------------------------------------
