@@ -1,0 +1,534 @@
+"""Independent 40-digit values for grpo.advantages, grpo.clip and grpo.loss (with gradients).
+
+Written from the papers:
+
+advantages  DeepSeekMath (Shao et al. 2024) §4.1.2: A_ij = (r_ij − mean_j r_ij)/(std_j + eps),
+            std over the group's G rewards with divisor G − std_ddof (0: population, as the
+            article's (0,1,1,0) → (−1,1,1,−1)); scale 'batch' takes the std over all B·G
+            rewards (mean still per group), 'none' divides by 1 (Dr. GRPO §3). A group whose
+            rewards are all equal gets A = 0 ('zero'; 'drop' also sets keep = 0, DAPO §3.2).
+clip        PPO (Schulman et al. 2017) eq. 7 / DeepSeekMath eq. 3, ρ = exp(logp − old_logp):
+            C = min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A) (DAPO §3.1: ε_high ≠ ε_low);
+            dual clip (Ye et al. 2020): C = max(C, c·A) where A < 0.
+            dC/dlogp = ρ·A where the unclipped branch is the minimum, else 0 (no row has a tie
+            outside the band), and 0 where the dual clip binds.
+loss        DeepSeekMath §4.1.1 eq. 3–4 negated: ℓ_t = −C_t + β·(π_ref/π − log(π_ref/π) − 1),
+            loss = 1/G Σ_i 1/|o_i| Σ_t m_it·ℓ_it ('seq-mean-token-mean'), or Σ m·ℓ / Σ m
+            ('token-mean', DAPO §3.3). Gradient by hand: w_it·(−dC_t/dlogp + β·(1 − π_ref/π)),
+            w_it = m_it/(G·|o_i|) or m_it/Σ m.
+"""
+from __future__ import annotations
+
+import mpmath as mpm
+import pytest
+from decimal_tables import Table
+
+from refimpl.exact import grpo
+
+# ------------------------------------------------------------------------------ advantages
+
+def std(xs, ddof):
+    mean = sum(xs) / len(xs)
+    return mpm.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - ddof))
+
+
+def advantages_values(rewards, scale, std_ddof, eps, degenerate):
+    everything = [r for row in rewards for r in row]
+    advantages, keep = [], []
+    for row in rewards:
+        row = list(row)
+        if scale == "group":
+            constant, divisor = len(set(row)) == 1, std(row, std_ddof) + eps
+        elif scale == "batch":
+            constant, divisor = len(set(everything)) == 1, std(everything, std_ddof) + eps
+        else:
+            constant, divisor = False, mpm.mpf(1)
+        mean = sum(row) / len(row)
+        advantages.append([mpm.mpf(0) if constant else (r - mean) / divisor for r in row])
+        keep.append(0 if constant and degenerate == "drop" else 1)
+    return {"advantages": advantages, "keep": keep}
+
+
+# Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits, i.e. advantages_values,
+# e.g. (r - mean)/(mp.sqrt(mp.fsum((x - mean)**2 for x in group)/(G - ddof)) + eps).
+ADVANTAGES_ROWS = [
+    {"id": "article",
+     "inputs": {"rewards": [[0.0, 1.0, 1.0, 0.0]]},
+     "params": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["-1.000000000000000000000000000000000000000",
+                         "1.000000000000000000000000000000000000000",
+                         "1.000000000000000000000000000000000000000",
+                         "-1.000000000000000000000000000000000000000"]],
+         "keep": ["1"]}},
+    {"id": "group",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["0.1690308509457033155019236654731890585262",
+                         "1.521277658511329839517312989258701526735",
+                         "-1.183215956619923208513465658312323409683",
+                         "-0.5070925528371099465057709964195671755785"],
+                        ["0.4160582109597285838742043937821265693777",
+                         "-1.399468527773632509395051142721698460634",
+                         "-0.3404112635125052049879854130944671931272",
+                         "1.323821580326409130508832162034039084384"]],
+         "keep": ["1", "1"]}},
+    {"id": "group-ddof1",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "group", "std_ddof": 1, "eps": 0.0, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["0.1463850109422799769031576954360150284391",
+                         "1.317465098480519792128419258924135255952",
+                         "-1.024695076595959838322103868052105199074",
+                         "-0.4391550328268399307094730863080450853172"],
+                        ["0.3603169801442301036004623083832731233060",
+                         "-1.211975296848773984837918673652827778393",
+                         "-0.2948048019361882665821964341317689190686",
+                         "1.146463118640732147819652799401323574156"]],
+         "keep": ["1", "1"]}},
+    {"id": "group-eps",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "group", "std_ddof": 0, "eps": 0.0001, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["0.1689851490200456438230726618018679210951",
+                         "1.520866341180410794407653956216811289856",
+                         "-1.182896043140319506761508632613075447665",
+                         "-0.5069554470601369314692179854056037632852"],
+                        ["0.4160330336565019260198433210129535859388",
+                         "-1.399383840480961023884927534316298425431",
+                         "-0.3403906639007743031071445353742347521318",
+                         "1.323741470725233400972228748677579591624"]],
+         "keep": ["1", "1"]}},
+    {"id": "group-ddof1-eps-nondyadic",
+     "inputs": {"rewards": [[0.3, 0.7, 0.1, 0.9], [1.1, 0.2, 0.2, 0.6]]},
+     "params": {"scale": "group", "std_ddof": 1, "eps": 1e-06, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["-0.5477210575092740327900921363998590197124",
+                         "0.5477210575092739187727429266182002384449",
+                         "-1.095442115018548008571509667908888648791",
+                         "1.095442115018548122588858877690547430059"],
+                        ["1.345970042077945209027394311188451662353",
+                         "-0.7607656759570994038260839570729466623620",
+                         "-0.7607656759570994038260839570729466623620",
+                         "0.1755613098362535986247736029574416623708"]],
+         "keep": ["1", "1"]}},
+    {"id": "batch",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "batch", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["0.04902903378454600798104061643291136528427",
+                         "0.4412613040609140718293655478962022875584",
+                         "-0.3432032364918220558672843150303795569899",
+                         "-0.1470871013536380239431218492987340958528"],
+                        ["0.5393193716300060877914467807620250181269",
+                         "-1.814074250028202295298502808017720515518",
+                         "-0.4412613040609140718293655478962022875584",
+                         "1.716016182459110279336421575151897784949"]],
+         "keep": ["1", "1"]}},
+    {"id": "none",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["0.06250000000000000000000000000000000000000",
+                         "0.5625000000000000000000000000000000000000",
+                         "-0.4375000000000000000000000000000000000000",
+                         "-0.1875000000000000000000000000000000000000"],
+                        ["0.6875000000000000000000000000000000000000",
+                         "-2.312500000000000000000000000000000000000",
+                         "-0.5625000000000000000000000000000000000000",
+                         "2.187500000000000000000000000000000000000"]],
+         "keep": ["1", "1"]}},
+    {"id": "constant-group-zero",
+     "inputs": {"rewards": [[1.0, 1.0, 1.0], [0.0, 1.0, 0.5]]},
+     "params": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+     "expect": {
+         "advantages": [["0", "0", "0"],
+                        ["-1.224744871391589049098642037352945695983",
+                         "1.224744871391589049098642037352945695983",
+                         "0"]],
+         "keep": ["1", "1"]}},
+    {"id": "constant-group-drop",
+     "inputs": {"rewards": [[1.0, 1.0, 1.0], [0.0, 1.0, 0.5]]},
+     "params": {"scale": "group", "std_ddof": 1, "eps": 0.0, "degenerate": "drop"},
+     "expect": {
+         "advantages": [["0", "0", "0"],
+                        ["-1.000000000000000000000000000000000000000",
+                         "1.000000000000000000000000000000000000000",
+                         "0"]],
+         "keep": ["0", "1"]}},
+]
+
+
+# ------------------------------------------------------------------------------ clip
+
+def band(rho, eps_low, eps_high):
+    return min(max(rho, 1 - eps_low), 1 + (eps_low if eps_high is None else eps_high))
+
+
+def surrogate(log_ratio, adv, eps_low, eps_high, dual_clip):
+    """C and dC/dlogp for one token."""
+    rho = mpm.exp(log_ratio)
+    value = min(rho * adv, band(rho, eps_low, eps_high) * adv)
+    slope = rho * adv if rho * adv <= band(rho, eps_low, eps_high) * adv else mpm.mpf(0)
+    if dual_clip is not None and adv < 0 and dual_clip * adv > value:
+        return dual_clip * adv, mpm.mpf(0)
+    return value, slope
+
+
+def clip_values(logp, old_logp, advantages, eps_low, eps_high, dual_clip):
+    return {"objective": [surrogate(p - o, a, eps_low, eps_high, dual_clip)[0]
+                          for p, o, a in zip(logp, old_logp, advantages)]}
+
+
+def clip_gradient(cotangent, logp, old_logp, advantages, eps_low, eps_high, dual_clip):
+    return {"grad:logp": [c * surrogate(p - o, a, eps_low, eps_high, dual_clip)[1]
+                          for c, p, o, a in zip(cotangent, logp, old_logp, advantages)]}
+
+
+# log ρ = logp − old_logp = (0.25, −0.5, 0.125, −0.125, 0.375, −0.375, 0.1875, 1.25), so
+# ρ ≈ (1.284, 0.607, 1.133, 0.882, 1.455, 0.687, 1.206, 3.490) against A = advantages: every
+# side of the band for both signs of A; 1.206 lies between 1 + 0.2 and 1 + 0.28, and ρ·A =
+# −3.49 is below the dual-clip floor 3·A = −3.
+# Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits, i.e. clip_values and
+# clip_gradient, e.g. min(mp.exp(lp - old)*A, min(max(mp.exp(lp - old), 1 - el), 1 + eh)*A).
+CLIP_ROWS = [
+    {"id": "symmetric",
+     "inputs": {"logp": [-1.25, -2.5, -0.625, -3.125, -0.875, -2.875, -0.8125, -2.75],
+                "old_logp": [-1.5, -2.0, -0.75, -3.0, -1.25, -2.5, -1.0, -4.0],
+                "advantages": [1.5, 1.5, -0.75, 2.0, -1.25, -0.5, 0.5, -1.0]},
+     "params": {"eps_low": 0.2, "eps_high": None, "dual_clip": None},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5, 1.0, 0.75, 1.0],
+     "expect": {
+         "objective": ["1.800000000000000016653345369377348106354",
+                       "0.9097959895689501354056993024867706801629",
+                       "-0.8498613398001197376217554208588454044241",
+                       "1.764993805169190805729784286458101472444",
+                       "-1.818739268272751670067242114984398135434",
+                       "-0.3999999999999999944488848768742172978818",
+                       "0.6000000000000000055511151231257827021182",
+                       "-3.490342957461841376130546029672265482652"],
+         "grad:logp": ["0",
+                       "-0.4548979947844750677028496512433853400814",
+                       "-1.699722679600239475243510841717690808848",
+                       "0.4412484512922977014324460716145253681110",
+                       "2.728108902409127505100863172476597203150",
+                       "0",
+                       "0",
+                       "-3.490342957461841376130546029672265482652"]}},
+    {"id": "clip-higher",
+     "inputs": {"logp": [-1.25, -2.5, -0.625, -3.125, -0.875, -2.875, -0.8125, -2.75],
+                "old_logp": [-1.5, -2.0, -0.75, -3.0, -1.25, -2.5, -1.0, -4.0],
+                "advantages": [1.5, 1.5, -0.75, 2.0, -1.25, -0.5, 0.5, -1.0]},
+     "params": {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": None},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5, 1.0, 0.75, 1.0],
+     "expect": {
+         "objective": ["1.920000000000000039968028886505635455251",
+                       "0.9097959895689501354056993024867706801629",
+                       "-0.8498613398001197376217554208588454044241",
+                       "1.764993805169190805729784286458101472444",
+                       "-1.818739268272751670067242114984398135434",
+                       "-0.3999999999999999944488848768742172978818",
+                       "0.6031151247104903553277930052232167740202",
+                       "-3.490342957461841376130546029672265482652"],
+         "grad:logp": ["0",
+                       "-0.4548979947844750677028496512433853400814",
+                       "-1.699722679600239475243510841717690808848",
+                       "0.4412484512922977014324460716145253681110",
+                       "2.728108902409127505100863172476597203150",
+                       "0",
+                       "0.4523363435328677664958447539174125805151",
+                       "-3.490342957461841376130546029672265482652"]}},
+    {"id": "asymmetric",
+     "inputs": {"logp": [-1.25, -2.5, -0.625, -3.125, -0.875, -2.875, -0.8125, -2.75],
+                "old_logp": [-1.5, -2.0, -0.75, -3.0, -1.25, -2.5, -1.0, -4.0],
+                "advantages": [1.5, 1.5, -0.75, 2.0, -1.25, -0.5, 0.5, -1.0]},
+     "params": {"eps_low": 0.1, "eps_high": 0.3, "dual_clip": None},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5, 1.0, 0.75, 1.0],
+     "expect": {
+         "objective": ["1.926038125031612226110130852093654687504",
+                       "0.9097959895689501354056993024867706801629",
+                       "-0.8498613398001197376217554208588454044241",
+                       "1.764993805169190805729784286458101472444",
+                       "-1.818739268272751670067242114984398135434",
+                       "-0.4499999999999999972244424384371086489409",
+                       "0.6031151247104903553277930052232167740202",
+                       "-3.490342957461841376130546029672265482652"],
+         "grad:logp": ["1.926038125031612226110130852093654687504",
+                       "-0.4548979947844750677028496512433853400814",
+                       "-1.699722679600239475243510841717690808848",
+                       "0.4412484512922977014324460716145253681110",
+                       "2.728108902409127505100863172476597203150",
+                       "0",
+                       "0.4523363435328677664958447539174125805151",
+                       "-3.490342957461841376130546029672265482652"]}},
+    {"id": "dual-clip",
+     "inputs": {"logp": [-1.25, -2.5, -0.625, -3.125, -0.875, -2.875, -0.8125, -2.75],
+                "old_logp": [-1.5, -2.0, -0.75, -3.0, -1.25, -2.5, -1.0, -4.0],
+                "advantages": [1.5, 1.5, -0.75, 2.0, -1.25, -0.5, 0.5, -1.0]},
+     "params": {"eps_low": 0.2, "eps_high": None, "dual_clip": 3.0},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5, 1.0, 0.75, 1.0],
+     "expect": {
+         "objective": ["1.800000000000000016653345369377348106354",
+                       "0.9097959895689501354056993024867706801629",
+                       "-0.8498613398001197376217554208588454044241",
+                       "1.764993805169190805729784286458101472444",
+                       "-1.818739268272751670067242114984398135434",
+                       "-0.3999999999999999944488848768742172978818",
+                       "0.6000000000000000055511151231257827021182",
+                       "-3.000000000000000000000000000000000000000"],
+         "grad:logp": ["0",
+                       "-0.4548979947844750677028496512433853400814",
+                       "-1.699722679600239475243510841717690808848",
+                       "0.4412484512922977014324460716145253681110",
+                       "2.728108902409127505100863172476597203150",
+                       "0",
+                       "0",
+                       "0"]}},
+]
+
+
+# ------------------------------------------------------------------------------ loss
+
+def token_losses(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta):
+    """{(i, t): (ℓ_it, dℓ_it/dlogp_it)} over the unmasked tokens."""
+    out = {}
+    for i, a in enumerate(advantages):
+        for t in range(len(logp[i])):
+            if mask[i][t] == 1:
+                c, dc = surrogate(logp[i][t] - old_logp[i][t], a, eps_low, eps_high, None)
+                log_r = ref_logp[i][t] - logp[i][t]
+                k3 = mpm.exp(log_r) - log_r - 1
+                out[i, t] = (-c + beta * k3, -dc + beta * (1 - mpm.exp(log_r)))
+    return out
+
+
+def token_weights(mask, aggregation):
+    lengths = [sum(row) for row in mask]
+    if aggregation == "token-mean":
+        return {(i, t): mpm.mpf(1) / sum(lengths) for i, row in enumerate(mask)
+                for t, m in enumerate(row) if m == 1}
+    return {(i, t): mpm.mpf(1) / (len(mask) * lengths[i]) for i, row in enumerate(mask)
+            for t, m in enumerate(row) if m == 1}
+
+
+def loss_values(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, aggregation):
+    per_token = token_losses(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta)
+    if aggregation == "token-mean":
+        return {"loss": sum(v for v, _ in per_token.values()) / len(per_token)}
+    rows = [[value for (i, _), (value, _) in per_token.items() if i == b] for b in range(len(mask))]
+    return {"loss": sum(sum(r) / len(r) for r in rows) / len(rows)}
+
+
+def loss_gradient(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
+                  aggregation):
+    per_token = token_losses(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta)
+    weights = token_weights(mask, aggregation)
+    grad = [[mpm.mpf(0)] * len(row) for row in logp]
+    for (i, t), (_, d) in per_token.items():
+        grad[i][t] = cotangent * weights[i, t] * d
+    return {"grad:logp": grad}
+
+
+# Ratios per token (log ρ = logp − old_logp) cover both sides of the band for A > 0 and A < 0;
+# in the [3,4] rows log ρ[0][1] = 0.1875 (ρ ≈ 1.206) is clipped at ε_high = 0.2, not at 0.28.
+# The fully masked row of "token-mean-empty-row" contributes nothing to Σ m·ℓ / Σ m.
+# Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits, i.e. loss_values and
+# loss_gradient, e.g. seq-mean-token-mean: mp.fsum(mp.fsum(l[i])/len(l[i]) for i in rows)/B with
+# l = -min(rho*A, clip(rho)*A) + beta*(mp.exp(ref - lp) - (ref - lp) - 1) on the unmasked tokens.
+LOSS_ROWS = [
+    {"id": "deepseekmath",
+     "inputs": {"logp": [[-1.25, -0.5, -2.0], [-0.75, -3.0, -1.5]],
+                "old_logp": [[-1.5, -0.375, -2.125], [-0.5, -2.5, -1.5]],
+                "ref_logp": [[-1.0, -0.625, -2.5], [-1.0, -2.75, -1.25]],
+                "advantages": [1.25, -0.75],
+                "mask": [[1, 1, 1], [1, 1, 0]]},
+     "params": {"eps_low": 0.2,
+                "eps_high": None,
+                "beta": 0.04,
+                "aggregation": "seq-mean-token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.3683108339032215991187718809858494955351",
+         "grad:logp": [["-0.001893502777918276599905915101935171522300",
+                        "-0.1830701673890213449329783136006598783855",
+                        "-0.2334494654536730387754636625601767913516"],
+                       ["0.002211992169285951363594634267063234111036",
+                        "-0.002840254166877414899858872652902757283450",
+                        "0"]]}},
+    {"id": "token-mean",
+     "inputs": {"logp": [[-1.25, -0.5, -2.0], [-0.75, -3.0, -1.5]],
+                "old_logp": [[-1.5, -0.375, -2.125], [-0.5, -2.5, -1.5]],
+                "ref_logp": [[-1.0, -0.625, -2.5], [-1.0, -2.75, -1.25]],
+                "advantages": [1.25, -0.75],
+                "mask": [[1, 1, 1], [1, 1, 0]]},
+     "params": {"eps_low": 0.2, "eps_high": None, "beta": 0.04, "aggregation": "token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.5622243054829025026916974155996203932756",
+         "grad:logp": [["-0.002272203333501931919887098122322205826760",
+                        "-0.2196842008668256139195739763207918540627",
+                        "-0.2801393585444076465305563950722121496219"],
+                       ["0.001769593735428761090875707413650587288829",
+                        "-0.002272203333501931919887098122322205826760",
+                        "0"]]}},
+    {"id": "beta0",
+     "inputs": {"logp": [[-1.25, -0.5, -2.0], [-0.75, -3.0, -1.5]],
+                "old_logp": [[-1.5, -0.375, -2.125], [-0.5, -2.5, -1.5]],
+                "ref_logp": [[-1.0, -0.625, -2.5], [-1.0, -2.75, -1.25]],
+                "advantages": [1.25, -0.75],
+                "mask": [[1, 1, 1], [1, 1, 0]]},
+     "params": {"eps_low": 0.2,
+                "eps_high": None,
+                "beta": 0.0,
+                "aggregation": "seq-mean-token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.3699261157607128647458633459469224459686",
+         "grad:logp": [["0",
+                        "-0.1838535213717907089301858631727189033796",
+                        "-0.2360725943889221493393765057941237234511"],
+                       ["0", "0", "0"]]}},
+    {"id": "deepseekmath-3x4",
+     "inputs": {"logp": [[-0.8125, -1.0, -2.25, -0.4],
+                         [-1.7, -2.0, -0.3, -5.0],
+                         [-3.0, -1.1, -0.2, -0.9]],
+                "old_logp": [[-1.0, -1.1875, -2.0, -0.6],
+                             [-1.5, -2.4, -0.1, -5.0],
+                             [-2.25, -1.0, -0.2, -1.0]],
+                "ref_logp": [[-0.5, -1.25, -2.5, -0.45],
+                             [-2.0, -1.9, -0.35, -4.5],
+                             [-2.5, -1.2, -0.1, -0.8]],
+                "advantages": [0.5, -1.0, 2.0],
+                "mask": [[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]]},
+     "params": {"eps_low": 0.2,
+                "eps_high": None,
+                "beta": 0.04,
+                "aggregation": "seq-mean-token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.1096017183616677831465542567456130612948",
+         "grad:logp": [["-0.001222793137245987901583684779731369264204",
+                        "0.0007373307230953171211982114223544113703455",
+                        "-0.03171270190487988572235054970174228226702",
+                        "0.0001625685849976199378768271315672633520665"],
+                       ["0.1381830040417855303196632626938740707143",
+                        "0.2479363101530407127196343630962138484743",
+                        "0",
+                        "0"],
+                       ["-0.3235606521033448468967360339568769263535", "0", "0", "0"]]}},
+    {"id": "clip-higher-beta0.1",
+     "inputs": {"logp": [[-0.8125, -1.0, -2.25, -0.4],
+                         [-1.7, -2.0, -0.3, -5.0],
+                         [-3.0, -1.1, -0.2, -0.9]],
+                "old_logp": [[-1.0, -1.1875, -2.0, -0.6],
+                             [-1.5, -2.4, -0.1, -5.0],
+                             [-2.25, -1.0, -0.2, -1.0]],
+                "ref_logp": [[-0.5, -1.25, -2.5, -0.45],
+                             [-2.0, -1.9, -0.35, -4.5],
+                             [-2.5, -1.2, -0.1, -0.8]],
+                "advantages": [0.5, -1.0, 2.0],
+                "mask": [[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]]},
+     "params": {"eps_low": 0.2,
+                "eps_high": 0.28,
+                "beta": 0.1,
+                "aggregation": "seq-mean-token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.1070125259427604295584961426011358677076",
+         "grad:logp": [["-0.05331657656898916613733569379012707248287",
+                        "-0.04841626691813590341036730946709531304248",
+                        "-0.03060670582023690997659998682259060884483",
+                        "-0.05048536012751302429453624748832928202562"],
+                       ["0.1407748218349683521918065215975210554591",
+                        "0.2468846009722842354072210765219563637736",
+                        "0",
+                        "0"],
+                       ["-0.3365350775173474108540282123816027504885", "0", "0", "0"]]}},
+    {"id": "clip-higher-token-mean",
+     "inputs": {"logp": [[-0.8125, -1.0, -2.25, -0.4],
+                         [-1.7, -2.0, -0.3, -5.0],
+                         [-3.0, -1.1, -0.2, -0.9]],
+                "old_logp": [[-1.0, -1.1875, -2.0, -0.6],
+                             [-1.5, -2.4, -0.1, -5.0],
+                             [-2.25, -1.0, -0.2, -1.0]],
+                "ref_logp": [[-0.5, -1.25, -2.5, -0.45],
+                             [-2.0, -1.9, -0.35, -4.5],
+                             [-2.5, -1.2, -0.1, -0.8]],
+                "advantages": [0.5, -1.0, 2.0],
+                "mask": [[1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]]},
+     "params": {"eps_low": 0.2, "eps_high": 0.28, "beta": 0.04, "aggregation": "token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.1183135001640789739466384518758222433044",
+         "grad:logp": [["-0.08825552033677745859239960322571331502723",
+                        "-0.08489530800476379283905920973642340536801",
+                        "-0.05436463183693694695260094234584391245775",
+                        "-0.08696436515144477865506068324845478351894"],
+                       ["0.1184425748929590259882827965947492034694",
+                        "0.2125168372740348966168294540824690129780",
+                        "0",
+                        "0"],
+                       ["-0.1386688509014335058128868716958043970086", "0", "0", "0"]]}},
+    {"id": "token-mean-empty-row",
+     "inputs": {"logp": [[-0.8125, -1.0, -2.25, -0.4],
+                         [-1.7, -2.0, -0.3, -5.0],
+                         [-3.0, -1.1, -0.2, -0.9]],
+                "old_logp": [[-1.0, -1.1875, -2.0, -0.6],
+                             [-1.5, -2.4, -0.1, -5.0],
+                             [-2.25, -1.0, -0.2, -1.0]],
+                "ref_logp": [[-0.5, -1.25, -2.5, -0.45],
+                             [-2.0, -1.9, -0.35, -4.5],
+                             [-2.5, -1.2, -0.1, -0.8]],
+                "advantages": [0.5, -1.0, 2.0],
+                "mask": [[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 0, 1]]},
+     "params": {"eps_low": 0.1, "eps_high": 0.3, "beta": 0.5, "aggregation": "token-mean"},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-1.005018932632497702312880313496504799677",
+         "grad:logp": [["-0.1123620136139126481067387702262601585867",
+                        "-0.07035935946374182706433973410176815680980",
+                        "-0.03982868329591498117788146671118866389954",
+                        "-0.08375944161863455709514905887370931743019"],
+                       ["0", "0", "0", "0"],
+                       ["-0.1812991058331562125286312136848025159668",
+                        "-0.2517276492985569760647841634322974156331",
+                        "0",
+                        "-0.3232753278841598572399942280771839466833"]]}},
+]
+
+TABLES = [
+    Table("grpo.advantages", ADVANTAGES_ROWS, advantages_values, grpo.advantages),
+    Table("grpo.clip", CLIP_ROWS, clip_values, grpo.clip, clip_gradient, grpo.clip_vjp,
+          output="objective"),
+    Table("grpo.loss", LOSS_ROWS, loss_values, grpo.loss, loss_gradient, grpo.loss_vjp,
+          output="loss"),
+]
+CASES = [case for table in TABLES for case in table.cases()]
+IDS = [f"{table.objective}:{row['id']}" for table, row in CASES]
+GRADIENT_CASES = [(table, row) for table, row in CASES if table.hand_gradient is not None]
+
+
+@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+def test_literals_are_the_written_expressions(table, row):
+    table.check_literals(row)
+
+
+@pytest.mark.parametrize("table,row", GRADIENT_CASES,
+                         ids=[f"{t.objective}:{r['id']}" for t, r in GRADIENT_CASES])
+def test_hand_gradient_is_the_derivative_of_the_written_objective(table, row):
+    table.check_hand_gradient(row)
+
+
+@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+def test_reference_matches_literals(table, row):
+    table.check_reference(row)
+
+
+def test_article_example():
+    """Article 000's worked GRPO numbers, exactly: rewards (0,1,1,0) → (−1,1,1,−1)."""
+    row = next(r for r in ADVANTAGES_ROWS if r["id"] == "article")
+    assert row["expect"]["advantages"] == [["-1.000000000000000000000000000000000000000",
+                                            "1.000000000000000000000000000000000000000",
+                                            "1.000000000000000000000000000000000000000",
+                                            "-1.000000000000000000000000000000000000000"]]
