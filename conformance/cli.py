@@ -354,7 +354,8 @@ def cmd_probe(args):
     for col in ("target", "objective", "variant", "tree", "rule", "max |target − exact|", "max |Δθ| at π*",
                 "π* stationary", "matches"):
         table.add_column(col, justify="right" if col.startswith("max") else "left")
-    for r in results:
+    probed = [r for r in results if "refused" not in r]
+    for r in probed:
         variant = r["aggregation"] + (f", kl_ratio_weight={r['params'].get('kl_ratio_weight')}"
                                       if r["objective"] == "grpo.loss" else "")
         table.add_row(r["target"], r["objective"], variant, r["tree"], r["rule"], f"{r['max_abs_diff']:.2e}",
@@ -362,8 +363,13 @@ def cmd_probe(args):
                       "yes" if r["matches"] else "NO")
     if not args.quiet:
         Console(width=180).print(table)
-    bad = [r for r in results if not r["matches"]]
-    print(f"{len(results)} probe(s): {sum(r['stationary'] for r in results)} keep π* stationary, "
+    for target, objective, reason in dict.fromkeys((r["target"], r["objective"], r["refused"])
+                                                   for r in results if "refused" in r):
+        print(f"not probed: {target} {objective}: {reason}")
+    if not probed:
+        raise UsageError("nothing was probed: " + "; ".join(dict.fromkeys(r["refused"] for r in results)))
+    bad = [r for r in probed if not r["matches"]]
+    print(f"{len(probed)} probe(s): {sum(r['stationary'] for r in probed)} keep π* stationary, "
           f"{len(bad)} disagree with the exact update of their rule")
     return 1 if bad else 0
 
@@ -379,22 +385,23 @@ def cmd_docs(args):
     def note(artifact):   # every note announces slow work, which --fast leaves out
         if artifact.note and not (args.quiet or args.fast):
             print(f"{artifact.path}: {artifact.note}", file=sys.stderr, flush=True)
-    outcomes = docs_build.run(check=args.check, include_slow=not args.fast, on_start=note)
-    elapsed = time.perf_counter() - start
-    for o in outcomes:
+
+    def done(o):
         if not args.quiet and o.status != "left out":
-            print(f"{o.status:>9} {o.seconds:6.1f} s  {o.path}")
+            print(f"{o.status:>9} {o.seconds:6.1f} s  {o.path}", flush=True)
         for reason in o.skipped:   # printed even with --quiet: a skip is never silent
             part = "" if o.status == "skipped" else " (in part)"
-            print(f"lossproof: {o.path}: skipped{part}: {reason}", file=sys.stderr)
+            print(f"lossproof: {o.path}: skipped{part}: {reason}", file=sys.stderr, flush=True)
+    outcomes = docs_build.run(check=args.check, include_slow=not args.fast, on_start=note, on_done=done)
+    elapsed = time.perf_counter() - start
     stale = [o.path for o in outcomes if o.status == "stale"]
     for path in stale:
         print(f"lossproof: {path}: out of date (run 'lossproof docs build')", file=sys.stderr)
     if stale:
         return 1
     count = {status: sum(o.status == status for o in outcomes) for status in ("written", "skipped", "left out")}
-    done = len(outcomes) - count["skipped"] - count["left out"]
-    print(f"docs {'up to date' if args.check else 'built'}: {done} files, {count['written']} rewritten; "
+    built = len(outcomes) - count["skipped"] - count["left out"]
+    print(f"docs {'up to date' if args.check else 'built'}: {built} files, {count['written']} rewritten; "
           f"{count['skipped']} skipped (inputs missing); {count['left out']} left out (--fast); {elapsed:.1f} s")
     return 0
 

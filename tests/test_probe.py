@@ -145,3 +145,26 @@ def test_cli_probe(tmp_path, capsys):
     assert cli.main(["probe", "--target", f"{mutant}:TARGET", "--quiet"]) == 1
     assert "3 probe(s): 0 keep π* stationary, 3 disagree" in capsys.readouterr().out
     assert cli.main(["probe", "--target", "no_such_module:TARGET"]) == 2
+
+
+def test_variants_accept_every_declaration_form():
+    from refimpl.torch import grpo as torch_grpo
+    combos = Target("combos", "torch", {"grpo.loss": torch_grpo.loss},
+                    {"grpo.loss": [{"aggregation": "token-mean", "kl_ratio_weight": False},
+                                   {"aggregation": "seq-mean-token-mean", "kl_ratio_weight": True}]})
+    assert probe.variants(combos, "grpo.loss") == [
+        {"aggregation": "token-mean", "kl_kind": "k3", "kl_clamp": None, "kl_ratio_weight": False},
+        {"aggregation": "seq-mean-token-mean", "kl_kind": "k3", "kl_clamp": None, "kl_ratio_weight": True}]
+    anything = Target("any", "torch", {"grpo.loss": torch_grpo.loss}, "*")
+    assert [v["kl_ratio_weight"] for v in probe.variants(anything, "grpo.loss")] == [False, True]
+
+
+def test_a_declared_kl_clamp_is_probed_unclamped_when_it_can_be_and_refused_otherwise():
+    from refimpl.torch import grpo as torch_grpo
+    optional = Target("opt", "torch", {"grpo.loss": torch_grpo.loss}, {"grpo.loss": {"kl_clamp": [10.0, None]}})
+    assert all(v["kl_clamp"] is None and "refused" not in v for v in probe.variants(optional, "grpo.loss"))
+    always = Target("always", "torch", {"grpo.loss": torch_grpo.loss}, {"grpo.loss": {"kl_clamp": 10.0}})
+    (variant,) = probe.variants(always, "grpo.loss")
+    assert "no exact rule for a clamped KL" in variant["refused"]
+    results = probe.probe_all(always, trees=["worked-v2h2"])
+    assert results and all("refused" in r for r in results)

@@ -35,6 +35,7 @@ clip; with ``behavior='on-policy'`` (μ = π) the rules are the ``*_on_policy`` 
 """
 from __future__ import annotations
 
+import json
 from typing import Callable, Iterable
 
 import mpmath
@@ -86,17 +87,6 @@ def _as_target(target, objective):
             raise validate.InputError(f"objective: a bare callable needs objective= one of {', '.join(OBJECTIVES)}")
         return Target(getattr(target, "__name__", "callable"), "torch", {objective: target}, ANY)
     raise TargetError(f"probe: cannot use {type(target).__name__} as a target")
-
-
-def _declared(target: Target, oid: str, name: str):
-    """The values of convention ``name`` the target declares for ``oid`` (paper default when
-    undeclared; ANY → None: the probe chooses)."""
-    if target.conventions == ANY:
-        return None
-    value = target.declared(oid).get(name, catalog.get(oid).defaults.get(name))
-    if value == ANY:
-        return None
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 class _Caller:
@@ -314,21 +304,38 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
 
 
 def variants(target: Target, objective: str) -> list[dict]:
-    """The parameter sets worth probing for ``objective`` on ``target``: grpo.loss with each
-    kl_ratio_weight the target declares (both for ANY), at its declared (else paper-default)
-    aggregation; proximal_kl.loss at its declared aggregation. None (an empty list) for a
-    grpo.loss that declares only KL estimators without an exact rule (k1/k2)."""
-    aggs = _declared(target, objective, "aggregation") or [catalog.get(objective).defaults["aggregation"]]
-    base = {"aggregation": aggs[0]}
-    if objective == "proximal_kl.loss":
-        return [base]
-    kinds = _declared(target, objective, "kl_kind")
-    if kinds is not None and "k3" not in kinds:
-        return []
-    if kinds is not None:
+    """The parameter sets worth probing for ``objective`` on ``target``, one per declared
+    combination of conventions (a declaration may be a value, a list, ``"*"`` or a list of
+    combinations, as for the harness): its first aggregation, and for grpo.loss the k3 estimator
+    with each kl_ratio_weight it declares (both for ``"*"``). Every variant names the conventions
+    it sets, so the target never falls back to a default of its own. A combination without k3
+    has no exact rule and is left out; one whose KL is always clamped is returned with a
+    ``refused`` reason instead of being probed against the unclamped rule."""
+    spec = catalog.get(objective)
+    declared = {} if target.conventions == ANY else target.declared(objective)
+    out = []
+    for combo in declared if isinstance(declared, list) else [declared]:
+        def values(name, fallback):
+            value = ANY if target.conventions == ANY else combo.get(name, spec.defaults[name])
+            if value == ANY:
+                return fallback
+            return list(value) if isinstance(value, (list, tuple)) else [value]
+        base = {"aggregation": values("aggregation", [spec.defaults["aggregation"]])[0]}
+        if objective == "proximal_kl.loss":
+            out.append(base)
+            continue
+        if "k3" not in values("kl_kind", ["k3"]):
+            continue
         base["kl_kind"] = "k3"
-    weights = _declared(target, objective, "kl_ratio_weight") or [False, True]
-    return [{**base, "kl_ratio_weight": bool(w)} for w in weights]
+        clamps = values("kl_clamp", [None])
+        if None not in clamps:
+            out.append({**base, "kl_clamp": clamps[0],
+                        "refused": f"declares kl_clamp={clamps[0]} only: the probe has no exact rule for a clamped "
+                                   "KL (declare None among its values to probe the unclamped update)"})
+            continue
+        base["kl_clamp"] = None
+        out += [{**base, "kl_ratio_weight": bool(w)} for w in values("kl_ratio_weight", [False, True])]
+    return list({json.dumps(v, sort_keys=True): v for v in out}.values())
 
 
 def probe_all(target, trees: Iterable | None = None, behavior=None, dtype: str = "float64",
@@ -349,6 +356,10 @@ def probe_all(target, trees: Iterable | None = None, behavior=None, dtype: str =
     for i, (oid, params, tree) in enumerate(jobs):
         if progress:
             progress(i, len(jobs))
+        if "refused" in params:
+            out.append({"target": tgt.name, "objective": oid, "tree": tree, "params": params,
+                        "refused": params["refused"]})
+            continue
         out.append(probe(tgt, tree=tree, behavior=behavior, objective=oid, params=params,
                          dtype=dtype, device=device))
     if progress:
