@@ -36,8 +36,9 @@ class LossproofItem(pytest.Item):
 
     def runtest(self):
         from conformance import testing
-        results = testing.check(self.target_case)
-        bad = testing.failed(results, strict=self.config.getoption("lossproof_strict"))
+        strict = self.config.getoption("lossproof_strict")
+        results = testing.check(self.target_case, options=("--strict",) if strict else ())
+        bad = testing.failed(results, strict=strict)
         if bad:
             raise LossproofFailure("\n".join(f"{r.status} [{r.dtype}] {r.message}\nrepro: {r.repro}" for r in bad))
         if all(r.status in ("skip", "unsupported") for r in results):

@@ -113,12 +113,12 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
     xfails = [r for r in results if r.status == "xfail"]
     if xfails:
         reasons = Counter((r.target, r.known) for r in xfails)
-        print(f"known failures ({len(xfails)} cases, declared; not counted as failures):", file=out)
+        print(f"known failures ({len(xfails)} case(s), declared; not counted as failures):", file=out)
         for (target, reason), n in reasons.most_common():
             print(f"  {target}: {n:4} × {reason}", file=out)
     xpasses = [r for r in results if r.status == "xpass"]
     if xpasses:
-        print(f"stale known failures ({len(xpasses)} cases now pass: remove their declarations):", file=out)
+        print(f"stale known failures ({len(xpasses)} case(s) now pass: remove their declarations):", file=out)
         for r in xpasses[:max_failures]:
             print(f"  {r.target}/{r.dtype} {r.uid}: {r.known}", file=out)
     if not quiet:

@@ -36,6 +36,9 @@ def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", 
 __all__ = ["TargetCase", "cases", "check", "failed"]
 
 
-def check(tc: TargetCase, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0):
-    """Judge one vector on its target: a list of CaseResult (one per dtype run)."""
-    return harness.run_case(tc.target, tc.case, dtypes=tc.dtypes, tolerances=tolerances, time_limit=time_limit)
+def check(tc: TargetCase, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
+          options: tuple = ()):
+    """Judge one vector on its target: a list of CaseResult (one per dtype run). ``options``:
+    the ``lossproof check`` options that reproduce this verdict, for the repro lines."""
+    return harness.run_case(tc.target, tc.case, dtypes=tc.dtypes, tolerances=tolerances, time_limit=time_limit,
+                            options=options)

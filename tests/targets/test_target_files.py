@@ -11,13 +11,15 @@ from conformance.targets import TargetError, load
 from conformance.targets.imports import import_bare
 
 
-def test_a_target_file_imports_its_siblings(tmp_path):
+def test_a_target_file_imports_its_siblings(tmp_path, monkeypatch):
+    monkeypatch.delitem(sys.modules, "my_losses", raising=False)   # removed again after the test
     (tmp_path / "my_losses.py").write_text("def estimator(logp, ref_logp, kind='k3', clamp=None):\n"
                                            "    raise NotImplementedError\n")
     (tmp_path / "target.py").write_text("import my_losses\n"
                                         "T = {'name': 'sib', 'framework': 'numpy',\n"
                                         "     'objectives': {'kl.estimator': my_losses.estimator}}\n")
     assert load(f"{tmp_path / 'target.py'}:T").objectives["kl.estimator"].__module__ == "my_losses"
+    monkeypatch.delitem(sys.modules, "my_losses")
 
 
 def test_a_target_file_named_like_the_library_it_imports(tmp_path, capsys):
