@@ -1,5 +1,14 @@
 """Argument checks shared by every backend, so that all of them reject the same inputs
-with the same message (the message always names the offending argument)."""
+with the same message (the message always names the offending argument).
+
+Two layers. The primitives (``real``, ``positive``, ``in_range``, ``choice``, ``flag``, ...)
+say what kind of value is allowed. Above them, one function per parameter or convention of
+the catalog (``temperature``, ``std_ddof``, ``clip_band``, ``aggregation``, ...) holds that
+parameter's whole rule, its options and its message; the backends call only these, so each
+convention is decided in exactly one place. The array checks (NaN, infinities, dtypes) live
+with each backend's array conversion (``refimpl.exact.mp``, ``refimpl.arrays._xp``,
+``refimpl.torch._common``), which must read its own array type; the shape checks are here.
+"""
 from __future__ import annotations
 
 import math
@@ -15,10 +24,22 @@ def fail(name: str, problem: str) -> None:
     raise InputError(f"{name}: {problem}")
 
 
+# ----------------------------------------------------------------------------- primitives
+
+def _is_bool(value) -> bool:
+    # Python's bool, NumPy's bool_ (not a bool subclass) and the like: a truth value is never
+    # accepted as a number, where it would silently read as 0 or 1.
+    return type(value).__name__ in ("bool", "bool_")
+
+
 def real(name: str, value) -> float:
+    """A finite real number as a float. Truth values and strings are refused (a parameter
+    given as True or "0.5" is a mistake in the caller, not a number)."""
+    if _is_bool(value) or isinstance(value, (str, bytes)):
+        fail(name, f"expected a real number, got {value!r}")
     try:
         v = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         fail(name, f"expected a real number, got {value!r}")
     if math.isnan(v) or math.isinf(v):
         fail(name, f"must be finite, got {value!r}")
@@ -55,9 +76,10 @@ def optional_positive(name: str, value):
 
 def choice(name: str, value, options: Iterable[str]) -> str:
     options = tuple(options)
-    if value not in options:
+    # isinstance first: an array compared with a string is an array, whose truth is undefined
+    if not isinstance(value, str) or value not in options:
         fail(name, f"must be one of {', '.join(map(repr, options))}, got {value!r}")
-    return value
+    return str(value)
 
 
 def flag(name: str, value) -> bool:
@@ -65,6 +87,26 @@ def flag(name: str, value) -> bool:
         fail(name, f"must be True or False, got {value!r}")
     return value
 
+
+def count(name: str, value, lo: int = 1, *, integral_float: bool = True) -> int:
+    """An integer >= ``lo``; truth values are refused, an integral float such as 4.0 is
+    accepted when ``integral_float``."""
+    kinds = (numbers.Integral, float) if integral_float else numbers.Integral
+    if _is_bool(value) or not isinstance(value, kinds):
+        fail(name, f"must be an integer >= {lo}, got {value!r}")
+    if isinstance(value, float) and not value.is_integer():
+        fail(name, f"must be an integer >= {lo}, got {value!r}")
+    if int(value) < lo:
+        fail(name, f"must be an integer >= {lo}, got {value!r}")
+    return int(value)
+
+
+def optional_count(name: str, value) -> int | None:
+    """None, or an integer >= 1 (see :func:`count`)."""
+    return None if value is None else count(name, value)
+
+
+# ----------------------------------------------------------------------------- shapes
 
 def same_shape(**shapes: tuple) -> tuple:
     """All named shapes must be equal; returns the common shape."""
@@ -74,32 +116,6 @@ def same_shape(**shapes: tuple) -> tuple:
         if tuple(shape) != tuple(first):
             fail(name, f"shape {tuple(shape)} does not match {first_name} shape {tuple(first)}")
     return tuple(first)
-
-
-def optional_count(name: str, value) -> int | None:
-    """None, or an integer >= 1 (an integral float such as 4.0 is accepted; bools are not)."""
-    if value is None:
-        return None
-    if type(value).__name__ in ("bool", "bool_") or not isinstance(value, (numbers.Integral, float)):
-        fail(name, f"must be an integer >= 1, got {value!r}")
-    if isinstance(value, float) and not value.is_integer():
-        fail(name, f"must be an integer >= 1, got {value!r}")
-    if int(value) < 1:
-        fail(name, f"must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-def clip_band(eps_low, eps_high, dual_clip) -> tuple[float, float, float | None]:
-    """The PPO/GRPO clip parameters, checked: ε_low in [0, 1), ε_high >= 0 (None: = ε_low, the
-    symmetric clip), dual clip c > 1 or None. Returns (ε_low, ε_high, c)."""
-    lo = in_range("eps_low", eps_low, 0, 1, hi_open=True)
-    hi = lo if eps_high is None else real("eps_high", eps_high)
-    if hi < 0:
-        fail("eps_high", f"must be >= 0, got {eps_high!r}")
-    c = None if dual_clip is None else real("dual_clip", dual_clip)
-    if c is not None and c <= 1:
-        fail("dual_clip", f"must be > 1, got {dual_clip!r}")
-    return lo, hi, c
 
 
 def per_sequence(name: str, shape: tuple, logp_shape: tuple) -> None:
@@ -117,3 +133,200 @@ def rank(name: str, shape: tuple, expected: int | tuple) -> None:
 def nonempty(name: str, shape: tuple) -> None:
     if any(d == 0 for d in shape):
         fail(name, f"must not be empty, got shape {tuple(shape)}")
+
+
+# ----------------------------------------------------------------------------- distill
+
+DIRECTIONS = ("reverse", "forward")
+ENDPOINTS = ("limit", "kl")
+
+
+def temperature(value) -> float:
+    """The softmax temperature T > 0 (Hinton et al. 2015 §2)."""
+    return positive("temperature", value)
+
+
+def alpha(value) -> float:
+    """Hinton's weight λ of the soft term, in [0, 1]."""
+    return in_range("alpha", value, 0.0, 1.0)
+
+
+def t2_scale(value) -> bool:
+    """Whether Hinton's soft term is multiplied by T²."""
+    return flag("t2_scale", value)
+
+
+def direction(value) -> str:
+    """token_kl's direction: 'reverse' Σ q log q/p (student first) or 'forward'."""
+    return choice("direction", value, DIRECTIONS)
+
+
+def jsd_beta(value) -> float:
+    """The generalized JSD's mixture weight β in [0, 1]."""
+    return in_range("beta", value, 0.0, 1.0)
+
+
+def endpoints(value) -> str:
+    """What the generalized JSD is at β ∈ {0, 1}: the formula's 'limit' or TRL's 'kl'."""
+    return choice("endpoints", value, ENDPOINTS)
+
+
+# ----------------------------------------------------------------------------- kl
+
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def kl_kind(value, name: str = "kind") -> str:
+    """Schulman's estimator k1, k2 or k3 (``kl_kind`` inside grpo.loss)."""
+    return choice(name, value, KL_KINDS)
+
+
+def kl_clamp(value, name: str = "clamp") -> float | None:
+    """The clamp c > 0 of an estimator's value to [−c, c], or None (``kl_clamp`` in grpo.loss)."""
+    return optional_positive(name, value)
+
+
+# ----------------------------------------------------------------------------- dpo
+
+LOSS_TYPES = ("sigmoid", "hinge", "ipo", "cdpo", "robust")
+
+
+def dpo_beta(value) -> float:
+    """DPO's β > 0 (the margin is scaled by it, IPO divides by it)."""
+    return positive("beta", value)
+
+
+def loss_type(value) -> str:
+    return choice("loss_type", value, LOSS_TYPES)
+
+
+def label_smoothing(value) -> float:
+    """ε in [0, 1/2): the robust loss divides by 1 − 2ε."""
+    return in_range("label_smoothing", value, 0, 0.5, hi_open=True)
+
+
+# ----------------------------------------------------------------------------- grpo
+
+SCALES = ("group", "batch", "none")
+DEGENERATE = ("zero", "drop", "raw")
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+def advantage_scale(value) -> str:
+    """What the advantages are divided by: the group's std, the batch's, or nothing."""
+    return choice("scale", value, SCALES)
+
+
+def std_ddof(value) -> int:
+    """0 (population std, the article's) or 1 (sample std); truth values are refused."""
+    if _is_bool(value) or not isinstance(value, (numbers.Integral, float)) or value not in (0, 1):
+        fail("std_ddof", f"must be 0 or 1, got {value!r}")
+    return int(value)
+
+
+def advantage_eps(value) -> float:
+    """The ε added to the std, in [0, 1)."""
+    return in_range("eps", value, 0, 1, hi_open=True)
+
+
+def degenerate(value) -> str:
+    """What a group without spread gets: 'zero', 'drop' (DAPO) or 'raw' (verl)."""
+    return choice("degenerate", value, DEGENERATE)
+
+
+def clip_band(eps_low, eps_high, dual_clip) -> tuple[float, float, float | None]:
+    """The PPO/GRPO clip parameters, checked: ε_low in [0, 1), ε_high >= 0 (None: = ε_low, the
+    symmetric clip), dual clip c > 1 or None. Returns (ε_low, ε_high, c)."""
+    lo = in_range("eps_low", eps_low, 0, 1, hi_open=True)
+    hi = lo if eps_high is None else real("eps_high", eps_high)
+    if hi < 0:
+        fail("eps_high", f"must be >= 0, got {eps_high!r}")
+    c = None if dual_clip is None else real("dual_clip", dual_clip)
+    if c is not None and c <= 1:
+        fail("dual_clip", f"must be > 1, got {dual_clip!r}")
+    return lo, hi, c
+
+
+def aggregation(value, name: str = "aggregation") -> str:
+    """A masked reduction's mode (``mode`` in grpo.aggregate)."""
+    return choice(name, value, AGGREGATIONS)
+
+
+def norm_length(value) -> float | None:
+    """The constant length L > 0 of 'seq-mean-token-sum-norm', or None (the padded T)."""
+    return optional_positive("norm_length", value)
+
+
+def kl_penalty_beta(value) -> float:
+    """grpo.loss's KL weight β >= 0 (0 drops the term)."""
+    return nonnegative("beta", value)
+
+
+def kl_ratio_weight(value) -> bool:
+    """Whether the KL term is weighted by the ratio ρ (TRL's use_bias_correction_kl)."""
+    return flag("kl_ratio_weight", value)
+
+
+# ----------------------------------------------------------------------------- proximal_kl
+
+def cost_clip(value, name: str = "future_clip") -> float | None:
+    """The clip c > 0 of a KL cost to [−c, c], or None: the future cost F_t (``future_clip``,
+    ``clip`` in future_cost) or, in the tabular rules, the whole cost k_t + F_t."""
+    return optional_positive(name, value)
+
+
+def future_window(value, name: str = "future_window") -> int | None:
+    """The number W >= 1 of later tokens the future cost sums, or None (``window`` in future_cost)."""
+    return optional_count(name, value)
+
+
+def regularization_beta(value, name: str = "beta") -> float:
+    """β > 0 of the KL-regularised objective E[r] − β·KL(π‖π_ref), whose optimum is
+    π* ∝ π_ref·exp(r/β): Proximal KL's β and the tabular trees'."""
+    return positive(name, value)
+
+
+def ratio_clip(value) -> float | None:
+    """PPO's ε of the ratio clip, in (0, 1), or None."""
+    return None if value is None else in_range("ratio_clip", value, 0, 1, lo_open=True, hi_open=True)
+
+
+def ratio_cap(value) -> float | None:
+    """The cap C > 0 of the ratio, min(ρ, C), or None."""
+    return optional_positive("ratio_cap", value)
+
+
+# ----------------------------------------------------------------------------- tabular
+
+BASELINES = ("mean", "none")
+UPDATE_RULES = tuple(r + s for s in ("", "_on_policy") for r in (
+    "proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3", "grpo_k3_ratio_weighted", "sequence_is",
+    "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized"))
+
+
+def vocab(value, name: str = "vocab") -> int:
+    """A token tree's vocabulary size V, an integer >= 2."""
+    return count(name, value, 2, integral_float=False)
+
+
+def horizon(value, name: str = "horizon") -> int:
+    """A token tree's maximal sequence length H, an integer >= 1."""
+    return count(name, value, 1, integral_float=False)
+
+
+def eos(value, vocab_size: int, name: str = "eos") -> int | None:
+    """A token tree's end-of-sequence token: None, or a token id in [0, V)."""
+    if value is not None and (_is_bool(value) or not isinstance(value, numbers.Integral)
+                              or not 0 <= value < vocab_size):
+        fail(name, f"must be None or a token id in [0, {vocab_size}), got {value!r}")
+    return None if value is None else int(value)
+
+
+def update_rule(value, name: str = "rule") -> str:
+    """An update rule of the tabular expected update (refimpl/exact/_tree.py RULES)."""
+    return choice(name, value, UPDATE_RULES)
+
+
+def baseline(value) -> str:
+    """The advantage's baseline of the tabular expected update: E_μ[r] ('mean') or 0."""
+    return choice("baseline", value, BASELINES)

@@ -1,7 +1,7 @@
 """The stationary-policy probe (conformance/probe.py) on our backends and on mutants.
 
 The claims checked: our torch proximal_kl.loss reproduces the exact expected
-update (tabular.expected_update, rule 'proximal_kl') to 1e-12 in float64 and keeps π*
+update (_tree.expected_update, rule 'proximal_kl') to 1e-12 in float64 and keeps π*
 stationary; our torch grpo.loss is reported non-stationary off-policy (β > 0); a Proximal KL
 without the ratio ρ is reported non-stationary."""
 from __future__ import annotations
@@ -16,11 +16,11 @@ torch = pytest.importorskip("torch")
 from conformance import cli  # noqa: E402
 from conformance.targets import Target, TargetError  # noqa: E402
 from conformance.theorem import probe  # noqa: E402
-from refimpl.exact import mp, tabular  # noqa: E402
+from refimpl.exact import _fixed_point, _tree, mp  # noqa: E402
 from refimpl.torch import proximal_kl as torch_proximal_kl  # noqa: E402
 from refimpl.validate import InputError  # noqa: E402
 
-TREES = list(tabular.BUILTIN_TREES)
+TREES = list(_tree.BUILTIN_TREES)
 
 
 def no_ratio_loss(logp, behavior_logp, ref_logp, advantages, mask, beta=0.04, ratio_clip=None,
@@ -57,10 +57,10 @@ def test_torch_proximal_kl_matches_the_exact_update_and_keeps_the_optimum(tree):
 
 
 def test_torch_proximal_kl_keeps_the_optimum_for_random_behaviours_and_every_aggregation():
-    tree = tabular.BUILTIN_TREES["eos-v3h3"]
+    tree = _tree.BUILTIN_TREES["eos-v3h3"]
     for seed in (1, 2):
         r = probe.probe("torch", tree=tree, objective="proximal_kl.loss",
-                        behavior=tabular.random_behavior(tree, seed))
+                        behavior=_tree.random_behavior(tree, seed))
         assert r["max_abs_diff"] < 1e-12 and r["residual_at_optimum"] < 1e-12
     for mode in torch_proximal_kl.AGGREGATIONS:
         r = probe.probe("torch", tree=tree, objective="proximal_kl.loss", params={"aggregation": mode})
@@ -100,8 +100,8 @@ def test_mutant_without_the_ratio_is_reported_non_stationary():
         assert not r["matches"] and not r["stationary"]
         # what it computes instead is exactly the no-ratio rule
         with mp.precision(30), mpmath.workdps(30):
-            tr = tabular.BUILTIN_TREES[tree]
-            want = tabular.residual(tabular.expected_update(tr, tabular.optimum(tr)["policy"],
+            tr = _tree.BUILTIN_TREES[tree]
+            want = _fixed_point.residual(_tree.expected_update(tr, _tree.optimum(tr)["policy"],
                                                             rule="proximal_kl_no_ratio"))
         assert abs(r["residual_at_optimum"] - float(want)) < 1e-12
 

@@ -7,7 +7,7 @@ import mpmath
 import pytest
 
 from conformance.theorem import table as theorem
-from refimpl.exact import tabular
+from refimpl.exact import _tree
 from refimpl.validate import InputError
 
 
@@ -47,7 +47,7 @@ def test_layout_and_decimal_strings(table):
             assert key in tree
         _num(tree["beta"])
         _num(tree["optimum"]["beta_log_z"])
-        n_prefixes = len(tabular.prefixes(tabular.BUILTIN_TREES[tree["name"]]))
+        n_prefixes = len(_tree.prefixes(_tree.BUILTIN_TREES[tree["name"]]))
         assert len(tree["optimum"]["policy"]) == n_prefixes
         for row in tree["optimum"]["policy"]:
             assert isinstance(row["prefix"], list) and len(row["probs"]) == tree["vocab"]

@@ -1,6 +1,6 @@
 """Vectors for ``tabular.optimum``, ``tabular.sequence_kl`` and ``tabular.expected_update``: exact
 quantities on enumerated token trees (the stationary-policy theorem of Proximal KL as summarised
-in article 004, and FRPO arXiv 2601.10201; reconstructed, see refimpl/exact/tabular.py).
+in article 004, and FRPO arXiv 2601.10201; reconstructed, see refimpl/exact/_tree.py).
 
 A tree travels as arrays in the catalog's canonical order (conformance/catalog.py,
 ``_TREE_ENCODING``; note ``TreeEncoding``): params ``vocab``, ``horizon``, ``eos``; each policy a
@@ -22,6 +22,7 @@ import numpy as np
 
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
+from refimpl.exact import _tree
 from refimpl.exact import tabular as tb
 
 OPT, SKL, UPD = "tabular.optimum", "tabular.sequence_kl", "tabular.expected_update"
@@ -82,7 +83,7 @@ GROUPS = {
              "Proximal KL update −ρ_t·sg(A − β(k_t + F_t)) with unbounded F_t, baseline E_μ[r] — " + _THEOREM,
     "invalid": "bad trees and parameters (all conventions)",
 }
-for _name, _rule in tb.RULES.items():
+for _name, _rule in _tree.RULES.items():
     if _name != "proximal_kl":
         _prm = ", ".join(f"{k} = {float(v):g}" for k, v in _rule.params.items())
         GROUPS[_name] = (f"expected_update rule {_name}: {_rule.summary}" + (f" ({_prm})" if _prm else "")
@@ -116,15 +117,15 @@ class T:
         self.name, self.vocab, self.horizon, self.eos, self.beta = name, vocab, horizon, eos, beta
         self.ref, self.behavior, self.rewards, self.builtin = ref, behavior, rewards, builtin
         self.seed, self.recipe = seed, recipe
-        skeleton = tb._full_tree(vocab, horizon, eos)
-        self.prefixes, self.leaves = tb.prefixes(skeleton), tb.leaves(skeleton)
+        skeleton = _tree.skeleton(vocab, horizon, eos)
+        self.prefixes, self.leaves = _tree.prefixes(skeleton), _tree.leaves(skeleton)
 
     @property
     def shape(self) -> dict:
         return {"vocab": self.vocab, "horizon": self.horizon, "eos": self.eos}
 
     def optimum(self, beta=None) -> list[list[float]]:
-        out = tb.catalog_optimum(self.ref, self.rewards, **self.shape, beta=self.beta if beta is None else beta)
+        out = tb.optimum(self.ref, self.rewards, **self.shape, beta=self.beta if beta is None else beta)
         return _rows([[float(v) for v in row] for row in out["policy"]])
 
     def random_policy(self, seed) -> list[list[float]]:
@@ -135,11 +136,11 @@ class T:
         return f"{self.name} (V={self.vocab}, H={self.horizon}, eos={self.eos})"
 
 
-def _builtin(tree: tb.Tree) -> T:
-    pre = tb.prefixes(tree)
+def _builtin(tree: _tree.Tree) -> T:
+    pre = _tree.prefixes(tree)
     return T(tree.name, tree.vocab, tree.horizon, tree.eos, float(Fraction(tree.beta)),
              _rows([tree.ref[s] for s in pre]), _rows([tree.behavior[s] for s in pre]),
-             [float(Fraction(tree.rewards[y])) for y in tb.leaves(tree)], builtin=True,
+             [float(Fraction(tree.rewards[y])) for y in _tree.leaves(tree)], builtin=True,
              recipe=f"built-in tree {tree.name} (refimpl/exact/tabular.py BUILTIN_TREES: {tree.description}); "
                     "probabilities rounded to the 2^−53 grid")
 
@@ -163,13 +164,13 @@ def _random_tree(i, vocab, horizon, eos) -> T:
     seed = 16000 + i
     r = S.rng(seed)
     kind = REWARD_KINDS[i % len(REWARD_KINDS)]
-    skeleton = tb._full_tree(vocab, horizon, eos)
-    n_pre, n_leaf = len(tb.prefixes(skeleton)), len(tb.leaves(skeleton))
+    skeleton = _tree.skeleton(vocab, horizon, eos)
+    n_pre, n_leaf = len(_tree.prefixes(skeleton)), len(_tree.leaves(skeleton))
     ref = _rows(r.uniform(0.05, 1.0, (n_pre, vocab)).tolist())
     behavior = _rows(r.uniform(0.05, 1.0, (n_pre, vocab)).tolist())
     while True:   # no prefix whose leaves all share one reward (its exact update would be 0 by symmetry)
         rewards = _rewards(r, kind, n_leaf)
-        below = [[v for y, v in zip(tb.leaves(skeleton), rewards) if y[:len(s)] == s] for s in tb.prefixes(skeleton)]
+        below = [[v for y, v in zip(_tree.leaves(skeleton), rewards) if y[:len(s)] == s] for s in _tree.prefixes(skeleton)]
         if all(len(set(vs)) > 1 for vs in below):
             break
     beta = float(r.choice([0.1, 0.25, 0.5, 1.0]))
@@ -179,7 +180,7 @@ def _random_tree(i, vocab, horizon, eos) -> T:
 
 
 def trees() -> list[T]:
-    return ([_builtin(t) for t in tb.BUILTIN_TREES.values()]
+    return ([_builtin(t) for t in _tree.BUILTIN_TREES.values()]
             + [_random_tree(i, *shape) for i, shape in enumerate(RANDOM_SHAPES)])
 
 
@@ -334,7 +335,7 @@ def _skl_scale(kwargs, outputs, grads):
     terms = [mpmath.fsum(mpmath.mpf(p) * (abs(mpmath.log(mpmath.mpf(p))) + abs(mpmath.log(mpmath.mpf(q))))
                          for p, q in zip(pr, qr)) for pr, qr in zip(kwargs["pi"], kwargs["rho"])]
     reach = list(outputs["reach"])
-    pre = tb.prefixes(tb._full_tree(kwargs["vocab"], H, kwargs["eos"]))
+    pre = _tree.prefixes(_tree.skeleton(kwargs["vocab"], H, kwargs["eos"]))
     steps = [mpmath.fsum(r * (t + H * k) for s, r, t, k in zip(pre, reach, terms, outputs["token_kl"])
                          if len(s) == d) for d in range(H)]
     return {"kl": mpmath.fsum(steps), "reach": mpmath.mpf(H), "token_kl": max(terms), "per_step": max(steps)}
@@ -361,14 +362,14 @@ def _upd_cases(ts: list[T]) -> list[Case]:
     # every rule at π* on each built-in tree, and at a random policy on two of them
     for tree in (worked, rand3, eos):
         star = tree.optimum()
-        for rule in tb.RULES:
-            unbiased = tb.unbiased_on(tb.BUILTIN_TREES[tree.name], rule)[0]
+        for rule in _tree.RULES:
+            unbiased = _tree.unbiased_on(_tree.BUILTIN_TREES[tree.name], rule)[0]
             out.append(_upd_case(tree, star, rule, _flags(tree, "AtOptimum"),
                                  f"π = π* ({'unbiased: ≈ 0' if unbiased else 'biased'})"))
     for k, tree in enumerate((worked, eos)):
         seed = 18000 + k
         pi = tree.random_policy(seed)
-        for rule in tb.RULES:
+        for rule in _tree.RULES:
             out.append(_upd_case(tree, pi, rule, _flags(tree, "RandomPolicy"), "random π", seed=seed,
                                  recipe="integer weights 1..99 per prefix"))
     # baseline 'none' for the rules where it matters and where it does not
@@ -418,15 +419,15 @@ def _upd_scale(kwargs, outputs, grads):
     At π* the unbiased rules' update is ≈ 0 and is judged against these terms."""
     tree = tb.tree_of(kwargs["vocab"], kwargs["horizon"], kwargs["eos"], kwargs["pi_ref"], kwargs["rewards"],
                       beta=kwargs["beta"])
-    rule, beta = kwargs["rule"], tb.num(kwargs["beta"])
+    rule, beta = kwargs["rule"], _tree.num(kwargs["beta"])
     on = rule.endswith("_on_policy")
     base = rule[: -len("_on_policy")] if on else rule
-    params = {k: tb.num(v) if not isinstance(v, int) else v for k, v in tb.RULES[rule].params.items()}
-    pi = tb.policy(tree, tb.rows_to_policy(tree, "pi", kwargs["pi"]), "pi")
-    samp = pi if on else tb.policy(tree, tb.rows_to_policy(tree, "mu", kwargs["mu"]), "mu")
-    ref = tb.policy(tree, tree.ref, "pi_ref")
-    paths = tb._paths(tree)
-    r = {y: tb.num(tree.rewards[y]) for y, _ in paths}
+    params = {k: _tree.num(v) if not isinstance(v, int) else v for k, v in _tree.RULES[rule].params.items()}
+    pi = _tree.policy(tree, tb.rows_to_policy(tree, "pi", kwargs["pi"]), "pi")
+    samp = pi if on else _tree.policy(tree, tb.rows_to_policy(tree, "mu", kwargs["mu"]), "mu")
+    ref = _tree.policy(tree, tree.ref, "pi_ref")
+    paths = _tree._paths(tree)
+    r = {y: _tree.num(tree.rewards[y]) for y, _ in paths}
     w = {y: mpmath.fprod(samp[s][a] for s, a in path) for y, path in paths}
     mean = mpmath.fsum(w[y] * r[y] for y in r)
     b = mean if kwargs["baseline"] == "mean" else mpmath.mpf(0)
@@ -438,7 +439,7 @@ def _upd_scale(kwargs, outputs, grads):
         lp = [mpmath.log(pi[s][a]) for s, a in path]
         lm = [mpmath.log(samp[s][a]) for s, a in path]
         lr = [mpmath.log(ref[s][a]) for s, a in path]
-        d = tb._token_derivs(base, params, lp, lm, lr, (r[y] - b) / sigma, beta)
+        d = _tree._token_derivs(base, params, lp, lm, lr, (r[y] - b) / sigma, beta)
         logs = 1 + mpmath.fsum(abs(v) for v in lp + lm + lr) + (abs(r[y]) + abs(b)) / sigma
         seq_ratio = mpmath.exp(mpmath.fsum(lp) - mpmath.fsum(lm))
         for t, dt in enumerate(d):

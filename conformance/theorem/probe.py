@@ -1,8 +1,8 @@
 """The stationary-policy theorem as a conformance probe (DESIGN §3: the probe stands on the
-targets and on refimpl.exact.tabular).
+targets and on refimpl.exact._tree).
 
 Source: the stationary-policy theorem of Proximal KL (Bai, Yao, Zhang), as summarised in
-article 004 and derived in FRPO (arXiv 2601.10201), reconstructed in refimpl/exact/tabular.py.
+article 004 and derived in FRPO (arXiv 2601.10201), reconstructed in refimpl/exact/_tree.py.
 
 For a target implementing ``proximal_kl.loss`` or ``grpo.loss`` (ours or a third party's), on a
 token tree: every complete sequence y is fed to the target as its own minibatch (B = 1, padded
@@ -21,11 +21,11 @@ times a known positive factor c_y (token-mean and seq-mean-token-mean: 1/|y|; se
 the per-sequence token sum whatever mode the target uses. Weighting by μ(y) afterwards is exact
 (a batch in which sequences appear in proportion to μ(y) would need rational weights), and the
 result is the large-minibatch limit of the token mean, Σ_y μ(y)·Σ_t ∇ℓ_t / E_μ|y|, up to the
-constant 1/E_μ|y| — exactly what ``tabular.expected_update`` computes. What a sequence-level
+constant 1/E_μ|y| — exactly what ``_tree.expected_update`` computes. What a sequence-level
 mean does instead (weights 1/|y|, DeepSeekMath eq. 3's 1/|o_i|) is reported separately as
 ``minibatch_residual_at_optimum``: on trees with variable lengths it moves the rest point too.
 
-The result is compared with ``tabular.expected_update`` of the matching rule, at π* and at a
+The result is compared with ``_tree.expected_update`` of the matching rule, at π* and at a
 generic policy (so that agreement is tested where the update is not zero):
 ``proximal_kl.loss`` → 'proximal_kl' (with ``future_clip`` → 'future_clipped', ``future_window``
 → 'future_window'); ``grpo.loss`` (k3) → 'grpo_k3', or 'grpo_k3_ratio_weighted' with
@@ -44,7 +44,7 @@ import numpy as np
 from conformance import catalog
 from conformance.targets import ANY, Target, TargetError, load
 from refimpl import validate
-from refimpl.exact import mp, tabular
+from refimpl.exact import _fixed_point, _tree, mp
 
 OBJECTIVES = ("proximal_kl.loss", "grpo.loss")
 ON_POLICY = "on-policy"
@@ -145,7 +145,7 @@ def _f(x) -> float:
 def _rho_range(tree, policies, mu):
     lo, hi = mpmath.inf, mp.ZERO
     for pi in policies:
-        for s in tabular.prefixes(tree):
+        for s in _tree.prefixes(tree):
             for a in range(tree.vocab):
                 r = pi[s][a] / mu[s][a]
                 lo, hi = min(lo, r), max(hi, r)
@@ -176,7 +176,7 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
 
     ``target``: a ``Target``, a target spec ('torch', 'pkg.mod:NAME', 'file.py:NAME') or a bare
     torch callable (then ``objective`` is required). ``tree``: a built-in tree name or a
-    ``tabular.Tree``; ``beta`` overrides the tree's β (the target receives it as ``beta``);
+    ``_tree.Tree``; ``beta`` overrides the tree's β (the target receives it as ``beta``);
     ``behavior``: μ as a policy dict (default the tree's), or 'on-policy' (μ = π);
     ``objective``: 'proximal_kl.loss' or 'grpo.loss' (default: the first the target has);
     ``params``: further keyword arguments for the target (aggregation, kl_ratio_weight,
@@ -199,10 +199,10 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
     if dtype not in TOLERANCES:
         raise validate.InputError(f"dtype: choose from {', '.join(TOLERANCES)}, got {dtype!r}")
     tol = TOLERANCES[dtype] if tol is None else float(tol)
-    tr = tabular.BUILTIN_TREES.get(tree) if isinstance(tree, str) else tree
-    if not isinstance(tr, tabular.Tree):
-        raise validate.InputError(f"tree: unknown tree {tree!r}; built-in: {', '.join(tabular.BUILTIN_TREES)}")
-    tabular.check_tree(tr)
+    tr = _tree.BUILTIN_TREES.get(tree) if isinstance(tree, str) else tree
+    if not isinstance(tr, _tree.Tree):
+        raise validate.InputError(f"tree: unknown tree {tree!r}; built-in: {', '.join(_tree.BUILTIN_TREES)}")
+    _tree.check_tree(tr)
     prm = dict(params or {})
     if "beta" in prm:
         raise validate.InputError("params: pass beta as beta=, not in params")
@@ -217,11 +217,11 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
     norm_length = prm.get("norm_length")
 
     with mp.precision(EXACT_DPS), mpmath.workdps(EXACT_DPS):
-        b = tabular.num(tr.beta if beta is None else beta, "beta")
+        b = _tree.num(tr.beta if beta is None else beta, "beta")
         validate.positive("beta", b)
-        star = tabular.optimum(tr, beta=b)["policy"]
-        generic = tabular.policy(tr, tabular.random_behavior(tr, GENERIC_SEED))
-        mu_fixed = None if on_policy else tabular.policy(tr, tr.behavior if behavior is None else behavior, "behavior")
+        star = _tree.optimum(tr, beta=b)["policy"]
+        generic = _tree.policy(tr, _tree.random_behavior(tr, GENERIC_SEED))
+        mu_fixed = None if on_policy else _tree.policy(tr, tr.behavior if behavior is None else behavior, "behavior")
         if oid == "grpo.loss":
             lo = hi = None
             for pi in (star, generic):
@@ -232,19 +232,19 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
             prm.update(eps_low=_f(1 - lo / 2), eps_high=_f(2 * hi))
         exact = {}
         for label, pi in (("optimum", star), ("generic", generic)):
-            exact[label] = tabular.expected_update(tr, pi, mu=mu_fixed, beta=b, rule=rule,
+            exact[label] = _tree.expected_update(tr, pi, mu=mu_fixed, beta=b, rule=rule,
                                                    params=rule_params or None)
-        claim = tabular.unbiased_on(tr, rule, rule_params or None)[0]
+        claim = _tree.unbiased_on(tr, rule, rule_params or None)[0]
         # the rows fed to the target: every sequence, its log-probs under π, μ, π_ref
-        ref = tabular.policy(tr, tr.ref, "tree.ref")
-        rewards = {y: tabular.num(tr.rewards[y]) for y in tabular.leaves(tr)}
+        ref = _tree.policy(tr, tr.ref, "tree.ref")
+        rewards = {y: _tree.num(tr.rewards[y]) for y in _tree.leaves(tr)}
         runs = {}
         for label, pi in (("optimum", star), ("generic", generic)):
             mu = pi if on_policy else mu_fixed
-            weights = dict(tabular.sequences(tr, mu))
+            weights = dict(_tree.sequences(tr, mu))
             baseline = mpmath.fsum(weights[y] * rewards[y] for y in rewards)
             rows = []
-            for y in tabular.leaves(tr):
+            for y in _tree.leaves(tr):
                 path = [(y[:t], y[t]) for t in range(len(y))]
                 rows.append({"y": y, "weight": weights[y], "adv": _f(rewards[y] - baseline),
                              "logp": [_f(mpmath.log(pi[s][a])) for s, a in path],
@@ -258,7 +258,7 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
     call_params = {**prm, "beta": _f(b)}
     updates, minibatch = {}, {}
     for label, (pi, rows) in runs.items():
-        pif = {s: np.array([_f(v) for v in pi[s]]) for s in tabular.prefixes(tr)}
+        pif = {s: np.array([_f(v) for v in pi[s]]) for s in _tree.prefixes(tr)}
         upd = {s: np.zeros(V) for s in pif}
         mb = {s: np.zeros(V) for s in pif}
         for row in rows:
@@ -297,7 +297,7 @@ def probe(target, tree="worked-v2h2", beta=None, behavior=None, objective: str |
         "params": {k: v for k, v in call_params.items()}, "aggregation": mode,
         "max_abs_diff": max_diff, "scale": scale, "matches": bool(max_diff <= bound),
         "residual_at_optimum": residual,
-        "exact_residual_at_optimum": _f(tabular.residual(exact["optimum"])),
+        "exact_residual_at_optimum": _f(_fixed_point.residual(exact["optimum"])),
         "stationary": bool(residual <= bound), "expected_stationary": bool(claim),
         "minibatch_residual_at_optimum": mb_res, "worst": worst, "tol": tol,
     }
@@ -350,7 +350,7 @@ def probe_all(target, trees: Iterable | None = None, behavior=None, dtype: str =
     oids = [o for o in (objectives or OBJECTIVES) if o in tgt.objectives]
     if not oids:
         raise TargetError(f"{tgt.name}: implements none of {', '.join(objectives or OBJECTIVES)}")
-    names = list(tabular.BUILTIN_TREES) if trees is None else list(trees)
+    names = list(_tree.BUILTIN_TREES) if trees is None else list(trees)
     jobs = [(o, v, t) for o in oids for v in variants(tgt, o) for t in names]
     out = []
     for i, (oid, params, tree) in enumerate(jobs):

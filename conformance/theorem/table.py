@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 import mpmath
 
 from refimpl import validate
-from refimpl.exact import mp, tabular
+from refimpl.exact import _fixed_point, _tree, mp
 
 SCHEMA = "lossproof-theorem/1"
 EXTRA_DPS = 20   # fixed points, KL and J are computed this much beyond dps, then printed at dps
@@ -39,8 +39,8 @@ REDUCED_RULES = ("proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3
                  "sequence_is", "future_clipped", "whole_cost_clipped", "ratio_capped",
                  "sigma_normalized", "proximal_kl_on_policy", "grpo_k3_on_policy")
 REDUCED_DPS = 30
-ALL_TREES = tuple(tabular.BUILTIN_TREES)
-ALL_RULES = tuple(tabular.RULES)
+ALL_TREES = tuple(_tree.BUILTIN_TREES)
+ALL_RULES = tuple(_tree.RULES)
 
 
 def _s(x, digits: int) -> str:
@@ -48,27 +48,27 @@ def _s(x, digits: int) -> str:
 
 
 def _param(v) -> str:
-    return _s(tabular.num(v), 20) if not isinstance(v, int) else str(v)
+    return _s(_tree.num(v), 20) if not isinstance(v, int) else str(v)
 
 
 def _policy_json(tree, pol, digits, zeros=frozenset()):
     return [{"prefix": list(s),
              "probs": ["0" if (s, a) in zeros else _s(v, digits) for a, v in enumerate(pol[s])]}
-            for s in tabular.prefixes(tree)]
+            for s in _tree.prefixes(tree)]
 
 
 def _resolve(trees) -> list:
     if trees is None:
-        return list(tabular.BUILTIN_TREES.values())
+        return list(_tree.BUILTIN_TREES.values())
     out = []
     for t in trees:
-        if isinstance(t, tabular.Tree):
+        if isinstance(t, _tree.Tree):
             out.append(t)
-        elif t in tabular.BUILTIN_TREES:
-            out.append(tabular.BUILTIN_TREES[t])
+        elif t in _tree.BUILTIN_TREES:
+            out.append(_tree.BUILTIN_TREES[t])
         else:
             raise validate.InputError(
-                f"trees: unknown tree {t!r}; built-in: {', '.join(tabular.BUILTIN_TREES)}")
+                f"trees: unknown tree {t!r}; built-in: {', '.join(_tree.BUILTIN_TREES)}")
     return out
 
 
@@ -76,29 +76,29 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
         progress: Callable[[str], None] | None = None, rules: Iterable[str] | None = None) -> dict:
     """The stationary-policy table (module docstring) at ``dps`` digits.
 
-    ``trees``: built-in tree names or ``tabular.Tree`` objects (default: every built-in tree);
+    ``trees``: built-in tree names or ``refimpl.exact._tree.Tree`` objects (default: every built-in tree);
     ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 11 rules, 30 digits unless
-    ``dps`` is given below that); ``rules``: a subset of ``tabular.RULES``; ``progress`` is
+    ``dps`` is given below that); ``rules``: a subset of ``_tree.RULES``; ``progress`` is
     called with a short string before each tree and each rule."""
     if reduced:
         dps = min(dps, REDUCED_DPS)
         trees = REDUCED_TREES if trees is None else trees
         rules = REDUCED_RULES if rules is None else rules
-    rule_names = list(tabular.RULES) if rules is None else list(rules)
+    rule_names = list(_tree.RULES) if rules is None else list(rules)
     for r in rule_names:
-        validate.choice("rules", r, tabular.RULES)
+        validate.update_rule(r, "rules")
     note = progress or (lambda _msg: None)
     out = {"schema": SCHEMA, "dps": dps, "reduced": bool(reduced), "trees": []}
     for tree in _resolve(trees):
         note(f"{tree.name}: optimum")
         with mp.precision(dps):
-            opt = tabular.optimum(tree)
-            mu = tabular.policy(tree, tree.behavior, "mu") if tree.behavior else None
+            opt = _tree.optimum(tree)
+            mu = _tree.policy(tree, tree.behavior, "mu") if tree.behavior else None
         with mp.precision(dps + EXTRA_DPS):
-            opt_hp = tabular.optimum(tree)
+            opt_hp = _tree.optimum(tree)
         entry = {
             "name": tree.name, "vocab": tree.vocab, "horizon": tree.horizon,
-            "beta": _s(tabular.num(tree.beta), dps), "eos": tree.eos,
+            "beta": _s(_tree.num(tree.beta), dps), "eos": tree.eos,
             "description": tree.description,
             "behavior": _policy_json(tree, mu, dps) if mu else None,
             "optimum": {"policy": _policy_json(tree, opt["policy"], dps),
@@ -108,13 +108,13 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
         for rule in rule_names:
             note(f"{tree.name}: {rule}")
             with mp.precision(dps):
-                at_opt = tabular.residual(tabular.expected_update(tree, opt["policy"], rule=rule))
+                at_opt = _fixed_point.residual(_tree.expected_update(tree, opt["policy"], rule=rule))
             with mp.precision(dps + EXTRA_DPS):
-                fp = tabular.fixed_point(tree, rule)
+                fp = _fixed_point.fixed_point(tree, rule)
                 with mpmath.workdps(dps + EXTRA_DPS):
-                    kl = tabular.sequence_kl(tree, fp["policy"], opt_hp["policy"])["chain"]
-                    value = tabular.objective(tree, fp["policy"])
-            unbiased, why = tabular.unbiased_on(tree, rule)
+                    kl = _tree.sequence_kl(tree, fp["policy"], opt_hp["policy"])["chain"]
+                    value = _tree.objective(tree, fp["policy"])
+            unbiased, why = _tree.unbiased_on(tree, rule)
             zeros = {(b["prefix"], b["token"]) for b in fp["boundary"]}
             entry["rules"].append({
                 "rule": rule,
@@ -124,7 +124,7 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
                 "fixed_point": _policy_json(tree, fp["policy"], dps, zeros),
                 "unbiased": unbiased,
                 "why": why,
-                "params": {k: _param(v) for k, v in tabular.RULES[rule].params.items()},
+                "params": {k: _param(v) for k, v in _tree.RULES[rule].params.items()},
                 "converged": fp["converged"],
                 "boundary": [{"prefix": list(b["prefix"]), "token": b["token"]} for b in fp["boundary"]],
                 "note": fp["note"],

@@ -22,8 +22,11 @@ import math
 from refimpl import validate
 from refimpl.arrays import _xp
 
-DIRECTIONS = ("reverse", "forward")
-ENDPOINTS = ("limit", "kl")
+__all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
+           "generalized_jsd", "generalized_jsd_vjp"]
+
+DIRECTIONS = validate.DIRECTIONS
+ENDPOINTS = validate.ENDPOINTS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,7 +151,7 @@ def _pair(student_logits, teacher_logits, temperature, rank=None):
     zs = _logits(xp, dt, "student_logits", student_logits, rank)
     ts = _logits(xp, dt, "teacher_logits", teacher_logits, rank)
     validate.same_shape(student_logits=_xp.shape(zs), teacher_logits=_xp.shape(ts))
-    T = validate.positive("temperature", temperature)
+    T = validate.temperature(temperature)
     return xp, dt, _xp.shape(zs), T, _dist(xp, "student_logits", zs, T), _dist(xp, "teacher_logits", ts, T)
 
 
@@ -175,7 +178,7 @@ def _softmax_prepare(logits, temperature):
     xp = _xp.namespace(logits)
     dt = _xp.float_dtype(xp, logits=logits)
     z = _logits(xp, dt, "logits", logits)
-    T = validate.positive("temperature", temperature)
+    T = validate.temperature(temperature)
     return xp, dt, z, T, _dist(xp, "logits", z, T)
 
 
@@ -216,8 +219,8 @@ def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, 
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
     y = _labels(xp, labels, n, v)
-    a = validate.in_range("alpha", alpha, 0.0, 1.0)
-    s = T * T if validate.flag("t2_scale", t2_scale) else 1.0
+    a = validate.alpha(alpha)
+    s = T * T if validate.t2_scale(t2_scale) else 1.0
     q1 = qT if T == 1.0 else _Dist(xp, qT.z, 1.0)
     onehot = xp.arange(v, dtype=y.dtype) == y[:, None]
     dead_label = xp.any(onehot & ~q1.support, axis=-1)
@@ -267,7 +270,7 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
 
 def _token_kl_prepare(student_logits, teacher_logits, direction, temperature):
     xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
-    validate.choice("direction", direction, DIRECTIONS)
+    validate.direction(direction)
     if direction == "reverse":
         _require_support(xp, "teacher_logits", q, p, shape, "reverse KL(q‖p)")
     else:
@@ -335,8 +338,8 @@ def _jsd_parts(xp, q: _Dist, p: _Dist, r, beta: float):
 
 def _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints):
     xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
-    b = validate.in_range("beta", beta, 0.0, 1.0)
-    validate.choice("endpoints", endpoints, ENDPOINTS)
+    b = validate.jsd_beta(beta)
+    validate.endpoints(endpoints)
     if endpoints == "kl" and b == 0:
         _require_support(xp, "student_logits", p, q, shape, "beta=0 with endpoints='kl' → KL(p‖q)")
     if endpoints == "kl" and b == 1:

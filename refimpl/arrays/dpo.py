@@ -16,7 +16,9 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.arrays import _xp
 
-LOSS_TYPES = ("sigmoid", "hinge", "ipo", "cdpo", "robust")
+__all__ = ["loss", "loss_vjp"]
+
+LOSS_TYPES = validate.LOSS_TYPES
 OUTPUTS = ("losses", "chosen_rewards", "rejected_rewards")
 _INPUTS = ("policy_chosen_logps", "policy_rejected_logps",
            "reference_chosen_logps", "reference_rejected_logps")
@@ -28,9 +30,9 @@ def _prepare(arrays, beta, loss_type, label_smoothing):
     pc, pr, rc, rr = (_xp.array(xp, name, x, dt) for name, x in zip(_INPUTS, arrays))
     validate.rank("policy_chosen_logps", _xp.shape(pc), 1)
     validate.same_shape(**dict(zip(_INPUTS, map(_xp.shape, (pc, pr, rc, rr)))))
-    b = validate.positive("beta", beta)
-    validate.choice("loss_type", loss_type, LOSS_TYPES)
-    eps = validate.in_range("label_smoothing", label_smoothing, 0, 0.5, hi_open=True)
+    b = validate.dpo_beta(beta)
+    validate.loss_type(loss_type)
+    eps = validate.label_smoothing(label_smoothing)
     return xp, dt, pc, pr, rc, rr, b, eps
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.arrays import _xp, kl
 
-SCALES = ("group", "batch", "none")
-DEGENERATE = ("zero", "drop", "raw")
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp"]
+
+SCALES = validate.SCALES
+DEGENERATE = validate.DEGENERATE
+MODES = validate.AGGREGATIONS
 
 
 # ----------------------------------------------------------------------------- advantages
@@ -57,13 +59,11 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     r = _xp.array(xp, "rewards", rewards, dt)
     validate.rank("rewards", _xp.shape(r), 2)
     validate.nonempty("rewards", _xp.shape(r))
-    validate.choice("scale", scale, SCALES)
-    if type(std_ddof).__name__ in ("bool", "bool_") or std_ddof not in (0, 1):
-        validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
-    e = validate.in_range("eps", eps, 0, 1, hi_open=True)
-    validate.choice("degenerate", degenerate, DEGENERATE)
+    validate.advantage_scale(scale)
+    ddof = validate.std_ddof(std_ddof)
+    e = validate.advantage_eps(eps)
+    validate.degenerate(degenerate)
     n_groups, g = _xp.shape(r)
-    ddof = int(std_ddof)
 
     centred = _centred(xp, r, axis=1)
     if scale == "group":
@@ -152,10 +152,9 @@ def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
 
 def aggregate_params(mode_name, mode, norm_length, length):
     """Checks the mode; returns the length normaliser L (``norm_length`` or the padded T)."""
-    validate.choice(mode_name, mode, MODES)
-    if norm_length is None:
-        return float(length)
-    return validate.positive("norm_length", norm_length)
+    validate.aggregation(mode, mode_name)
+    norm = validate.norm_length(norm_length)
+    return float(length) if norm is None else norm
 
 
 def _lengths(xp, m):
@@ -247,10 +246,10 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.per_sequence("advantages", _xp.shape(adv), _xp.shape(lp))
     m = _xp.mask(xp, "mask", mask, _xp.shape(lp), dt)
     clip_params = _clip_params(eps_low, eps_high, dual_clip)
-    b = validate.nonnegative("beta", beta)
-    validate.choice("kl_kind", kl_kind, kl.KINDS)
-    c = validate.optional_positive("kl_clamp", kl_clamp)
-    validate.flag("kl_ratio_weight", kl_ratio_weight)
+    b = validate.kl_penalty_beta(beta)
+    validate.kl_kind(kl_kind, "kl_kind")
+    c = validate.kl_clamp(kl_clamp, "kl_clamp")
+    validate.kl_ratio_weight(kl_ratio_weight)
     norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     return xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm
 

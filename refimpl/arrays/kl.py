@@ -12,7 +12,9 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.arrays import _xp
 
-KINDS = ("k1", "k2", "k3")
+__all__ = ["estimator", "estimator_vjp"]
+
+KINDS = validate.KL_KINDS
 
 
 def _prepare(logp, ref_logp, kind, clamp):
@@ -21,8 +23,8 @@ def _prepare(logp, ref_logp, kind, clamp):
     lp = _xp.array(xp, "logp", logp, dt)
     rp = _xp.array(xp, "ref_logp", ref_logp, dt)
     validate.same_shape(logp=_xp.shape(lp), ref_logp=_xp.shape(rp))
-    validate.choice("kind", kind, KINDS)
-    c = validate.optional_positive("clamp", clamp)
+    validate.kl_kind(kind)
+    c = validate.kl_clamp(clamp)
     return xp, dt, lp, rp, c
 
 

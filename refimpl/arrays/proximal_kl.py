@@ -12,11 +12,12 @@ reused from ``refimpl.arrays.grpo``, as is the PPO clip of ``ratio_clip``).
 """
 from __future__ import annotations
 
-
 from refimpl import validate
 from refimpl.arrays import _xp, grpo
 
-AGGREGATIONS = grpo.MODES
+__all__ = ["future_cost", "loss", "loss_vjp"]
+
+AGGREGATIONS = validate.AGGREGATIONS
 
 
 def _tokens(xp, dt, logp, ref_logp, mask):
@@ -67,8 +68,8 @@ def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | N
     xp = _xp.namespace(logp, ref_logp, mask)
     dt = _xp.float_dtype(xp, logp=logp, ref_logp=ref_logp)
     lp, rp, m = _tokens(xp, dt, logp, ref_logp, mask)
-    c = None if clip is None else validate.positive("clip", clip)
-    w = validate.optional_count("window", window)
+    c = validate.cost_clip(clip, "clip")
+    w = validate.future_window(window, "window")
     return _future(xp, lp - rp, m, c, w)
 
 
@@ -83,13 +84,12 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
     adv = _xp.array(xp, "advantages", advantages, dt)
     validate.per_sequence("advantages", _xp.shape(adv), _xp.shape(lp))
     p = {
-        "beta": validate.positive("beta", beta),
-        "ratio_clip": None if ratio_clip is None else validate.in_range(
-            "ratio_clip", ratio_clip, 0, 1, lo_open=True, hi_open=True),
-        "ratio_cap": None if ratio_cap is None else validate.positive("ratio_cap", ratio_cap),
-        "future_clip": None if future_clip is None else validate.positive("future_clip", future_clip),
-        "future_window": validate.optional_count("future_window", future_window),
-        "aggregation": validate.choice("aggregation", aggregation, AGGREGATIONS),
+        "beta": validate.regularization_beta(beta),
+        "ratio_clip": validate.ratio_clip(ratio_clip),
+        "ratio_cap": validate.ratio_cap(ratio_cap),
+        "future_clip": validate.cost_clip(future_clip),
+        "future_window": validate.future_window(future_window),
+        "aggregation": validate.aggregation(aggregation),
     }
     return xp, dt, lp, bp, rp, adv, m, p
 

@@ -27,8 +27,11 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import mp
 
-DIRECTIONS = ("reverse", "forward")
-ENDPOINTS = ("limit", "kl")
+__all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
+           "generalized_jsd", "generalized_jsd_vjp"]
+
+DIRECTIONS = validate.DIRECTIONS
+ENDPOINTS = validate.ENDPOINTS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,8 +152,7 @@ def _rows(name: str, a: np.ndarray, T) -> list[_Row]:
 
 
 def _temperature(temperature):
-    validate.positive("temperature", temperature)
-    return mp.scalar("temperature", temperature)
+    return mp.mpf(validate.temperature(temperature))
 
 
 def _pair(student_logits, teacher_logits, temperature, rank=None):
@@ -246,9 +248,8 @@ def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, 
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
     y = _labels(labels, n, v)
-    validate.in_range("alpha", alpha, 0.0, 1.0)
-    a = mp.scalar("alpha", alpha)
-    s = T * T if validate.flag("t2_scale", t2_scale) else mp.ONE
+    a = mp.mpf(validate.alpha(alpha))
+    s = T * T if validate.t2_scale(t2_scale) else mp.ONE
     zs = [r.z for r in qT]
     q1 = qT if T == 1 else [_Row(z, mp.ONE) for z in zs]
     for i, (r, yi) in enumerate(zip(q1, y)):
@@ -316,7 +317,7 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
 
 def _token_kl_rows(student_logits, teacher_logits, direction, temperature):
     shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
-    validate.choice("direction", direction, DIRECTIONS)
+    validate.direction(direction)
     lead = shape[:-1]
     if direction == "reverse":
         _require_support("teacher_logits", q, p, lead, "reverse KL(q‖p)")
@@ -401,9 +402,8 @@ def _jsd_row(q: _Row, p: _Row, r, beta):
 
 def _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints):
     shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
-    validate.in_range("beta", beta, 0.0, 1.0)
-    b = mp.scalar("beta", beta)
-    validate.choice("endpoints", endpoints, ENDPOINTS)
+    b = mp.mpf(validate.jsd_beta(beta))
+    validate.endpoints(endpoints)
     lead = shape[:-1]
     # 'kl' replaces the endpoints by the divergences TRL/Liger compute there; both can be +inf.
     if endpoints == "kl" and b == 0:

@@ -22,7 +22,9 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import mp
 
-LOSS_TYPES = ("sigmoid", "hinge", "ipo", "cdpo", "robust")
+__all__ = ["loss", "loss_vjp"]
+
+LOSS_TYPES = validate.LOSS_TYPES
 OUTPUTS = ("losses", "chosen_rewards", "rejected_rewards")
 _INPUTS = ("policy_chosen_logps", "policy_rejected_logps",
            "reference_chosen_logps", "reference_rejected_logps")
@@ -32,9 +34,9 @@ def _prepare(arrays, beta, loss_type, label_smoothing):
     pc, pr, rc, rr = (mp.array(name, x) for name, x in zip(_INPUTS, arrays))
     validate.rank("policy_chosen_logps", pc.shape, 1)
     validate.same_shape(**dict(zip(_INPUTS, (pc.shape, pr.shape, rc.shape, rr.shape))))
-    b = mp.mpf(validate.positive("beta", beta))
-    validate.choice("loss_type", loss_type, LOSS_TYPES)
-    eps = mp.mpf(validate.in_range("label_smoothing", label_smoothing, 0, 0.5, hi_open=True))
+    b = mp.mpf(validate.dpo_beta(beta))
+    validate.loss_type(loss_type)
+    eps = mp.mpf(validate.label_smoothing(label_smoothing))
     return pc, pr, rc, rr, b, eps
 
 

@@ -20,9 +20,11 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import kl, mp
 
-SCALES = ("group", "batch", "none")
-DEGENERATE = ("zero", "drop", "raw")
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp"]
+
+SCALES = validate.SCALES
+DEGENERATE = validate.DEGENERATE
+MODES = validate.AGGREGATIONS
 
 
 def _bool(a) -> np.ndarray:
@@ -66,21 +68,20 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     r = mp.array("rewards", rewards)
     validate.rank("rewards", r.shape, 2)
     validate.nonempty("rewards", r.shape)
-    validate.choice("scale", scale, SCALES)
-    if isinstance(std_ddof, (bool, np.bool_)) or std_ddof not in (0, 1):
-        validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
-    e = mp.mpf(validate.in_range("eps", eps, 0, 1, hi_open=True))
-    validate.choice("degenerate", degenerate, DEGENERATE)
+    validate.advantage_scale(scale)
+    ddof = validate.std_ddof(std_ddof)
+    e = mp.mpf(validate.advantage_eps(eps))
+    validate.degenerate(degenerate)
     n_groups, g = r.shape
 
     centred = r - np.array([mpmath.fsum(row) / g for row in r], dtype=object)[:, None]
     if scale == "group":
         degen = [g == 1 or _constant(row) for row in r]
-        divisor = [None if d else _std(row, int(std_ddof)) + e for row, d in zip(r, degen)]
+        divisor = [None if d else _std(row, ddof) + e for row, d in zip(r, degen)]
     elif scale == "batch":
         batch_degen = r.size == 1 or _constant(r)
         degen = [batch_degen] * n_groups
-        divisor = [None if batch_degen else _std(r, int(std_ddof)) + e] * n_groups
+        divisor = [None if batch_degen else _std(r, ddof) + e] * n_groups
     else:
         degen = [False] * n_groups
         divisor = [mp.ONE] * n_groups
@@ -163,10 +164,9 @@ def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
 # ----------------------------------------------------------------------------- aggregation
 
 def _aggregate_params(mode_name, mode, norm_length, length):
-    validate.choice(mode_name, mode, MODES)
-    if norm_length is None:
-        return mp.mpf(length)
-    return mp.mpf(validate.positive("norm_length", norm_length))
+    validate.aggregation(mode, mode_name)
+    norm = validate.norm_length(norm_length)
+    return mp.mpf(length if norm is None else norm)
 
 
 def _lengths(m):
@@ -254,10 +254,10 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.per_sequence("advantages", adv.shape, lp.shape)
     m = mp.mask("mask", mask, lp.shape)
     clip_params = _clip_params(eps_low, eps_high, dual_clip)
-    b = mp.mpf(validate.nonnegative("beta", beta))
-    validate.choice("kl_kind", kl_kind, kl.KINDS)
-    c = validate.optional_positive("kl_clamp", kl_clamp)
-    validate.flag("kl_ratio_weight", kl_ratio_weight)
+    b = mp.mpf(validate.kl_penalty_beta(beta))
+    validate.kl_kind(kl_kind, "kl_kind")
+    c = validate.kl_clamp(kl_clamp, "kl_clamp")
+    validate.kl_ratio_weight(kl_ratio_weight)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     return lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)), norm
 

@@ -14,15 +14,17 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import mp
 
-KINDS = ("k1", "k2", "k3")
+__all__ = ["estimator", "estimator_vjp"]
+
+KINDS = validate.KL_KINDS
 
 
 def _prepare(logp, ref_logp, kind, clamp):
     lp = mp.array("logp", logp)
     rp = mp.array("ref_logp", ref_logp)
     validate.same_shape(logp=lp.shape, ref_logp=rp.shape)
-    validate.choice("kind", kind, KINDS)
-    c = validate.optional_positive("clamp", clamp)
+    validate.kl_kind(kind)
+    c = validate.kl_clamp(clamp)
     return lp, rp, (None if c is None else mp.mpf(c))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+
 import mpmath
 import numpy as np
 
@@ -103,10 +104,6 @@ def mask(name: str, x, shape: tuple) -> np.ndarray:
     if any(e != 0 and e != 1 for e in m.flat):
         validate.fail(name, "must contain only 0 and 1")
     return m
-
-
-def scalar(name: str, x) -> mpmath.mpf:
-    return _to_mpf(name, validate.real(name, x), False)
 
 
 def zeros(shape) -> np.ndarray:

@@ -17,10 +17,9 @@ y_t sampled by a behaviour policy μ at prefixes s_t:
 
 averaged over the tokens of the minibatch. Its gradient is −ρ_t·(A − β·Σ_{u≥t} k_u)·∇log π(y_t|s_t);
 with exact expectations and unbounded F its fixed point is π* ∝ π_ref·exp(r/β) for every μ with
-full support (verified exactly in refimpl/exact/tabular.py).
+full support (verified exactly on token trees: refimpl/exact/_tree.py, _fixed_point.py).
 """
 from __future__ import annotations
-
 
 import mpmath
 import numpy as np
@@ -28,14 +27,19 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import grpo, mp
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+__all__ = ["future_cost", "loss", "loss_vjp"]
+
+AGGREGATIONS = validate.AGGREGATIONS
 
 
 # --------------------------------------------------------------------------- validation
 
-def _exact(raw, checked: float):
-    """The validated parameter as an mpf, keeping every digit of an mpf argument (the tabular
-    theorem passes 50-digit values; binary64 arguments convert without rounding)."""
+def _exact(raw, checked: float | None):
+    """The validated parameter as an mpf (None stays None), keeping every digit of an mpf
+    argument (the tabular theorem passes 50-digit values; binary64 arguments convert without
+    rounding)."""
+    if checked is None:
+        return None
     return raw if isinstance(raw, mpmath.mpf) else mp.mpf(checked)
 
 
@@ -76,8 +80,8 @@ def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | N
     not (only later tokens are masked out). Returns cost[B,T].
     """
     lp, rp, m = _tokens(logp, ref_logp, mask)
-    c = None if clip is None else _exact(clip, validate.positive("clip", clip))
-    w = validate.optional_count("window", window)
+    c = _exact(clip, validate.cost_clip(clip, "clip"))
+    w = validate.future_window(window, "window")
     return _future(lp - rp, m, c, w)
 
 
@@ -91,14 +95,12 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
     adv = mp.array("advantages", advantages)
     validate.per_sequence("advantages", adv.shape, lp.shape)
     p = {
-        "beta": _exact(beta, validate.positive("beta", beta)),
-        "ratio_clip": None if ratio_clip is None else _exact(ratio_clip, validate.in_range(
-            "ratio_clip", ratio_clip, 0, 1, lo_open=True, hi_open=True)),
-        "ratio_cap": None if ratio_cap is None else _exact(ratio_cap, validate.positive("ratio_cap", ratio_cap)),
-        "future_clip": None if future_clip is None else _exact(
-            future_clip, validate.positive("future_clip", future_clip)),
-        "future_window": validate.optional_count("future_window", future_window),
-        "aggregation": validate.choice("aggregation", aggregation, AGGREGATIONS),
+        "beta": _exact(beta, validate.regularization_beta(beta)),
+        "ratio_clip": _exact(ratio_clip, validate.ratio_clip(ratio_clip)),
+        "ratio_cap": _exact(ratio_cap, validate.ratio_cap(ratio_cap)),
+        "future_clip": _exact(future_clip, validate.cost_clip(future_clip)),
+        "future_window": validate.future_window(future_window),
+        "aggregation": validate.aggregation(aggregation),
     }
     return lp, bp, rp, adv, m, p
 

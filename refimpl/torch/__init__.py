@@ -16,14 +16,14 @@ dtype; their gradients come back in the input dtype. float32 inputs are computed
 
 Custom backward passes (everything else is plain autograd):
 - ``distill.hinton``, ``distill.token_kl``, ``distill.generalized_jsd``: one
-  ``torch.autograd.Function`` over rows of the vocabulary (``distill._VocabRows``) with the
+  ``torch.autograd.Function`` over rows of the vocabulary (``_careful.VocabRows``) with the
   analytic gradient, recomputed in chunks of rows in backward, so that no [N,V] float32
   intermediate is kept between forward and backward (memory), and with q·(ℓ − KL) formed
   relative to the most probable token (accuracy in saturated rows). Not twice differentiable.
-  Tensor inputs take the fused path first (``distill._FusedRows``: values and gradient in one
+  Tensor inputs take the fused path first (``_fused.FusedRows``: values and gradient in one
   pass over vocabulary tiles, tile-sized buffers only; rows it cannot evaluate to its accuracy
-  are redone by ``_VocabRows``'s kernels; docs/performance.md).
-- ``distill.softmax``: ``distill._Softmax``, same memory as torch's softmax (saves q), its
+  are redone by the careful kernels of ``_careful``; docs/performance.md).
+- ``distill.softmax``: ``_careful.Softmax``, same memory as torch's softmax (saves q), its
   backward q·(c − Σqc)/T in the same centred form: torch's loses every digit of a saturated
   row's gradient (logits ±1e4 at T = 1e-3). Not twice differentiable.
 - ``kl.estimator`` with ``kind='k3'`` (also inside ``grpo.loss``): ``kl._K3`` returns

@@ -19,7 +19,9 @@ import torch.nn.functional as F
 from refimpl import validate
 from refimpl.torch import _common
 
-LOSS_TYPES = ("sigmoid", "hinge", "ipo", "cdpo", "robust")
+__all__ = ["loss"]
+
+LOSS_TYPES = validate.LOSS_TYPES
 OUTPUTS = ("losses", "chosen_rewards", "rejected_rewards")
 _INPUTS = ("policy_chosen_logps", "policy_rejected_logps",
            "reference_chosen_logps", "reference_rejected_logps")
@@ -59,9 +61,9 @@ def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                   reference_chosen_logps, reference_rejected_logps)))
     validate.rank("policy_chosen_logps", tuple(pc.shape), 1)
     validate.same_shape(**dict(zip(_INPUTS, (tuple(t.shape) for t in (pc, pr, rc, rr)))))
-    b = validate.positive("beta", beta)
-    validate.choice("loss_type", loss_type, LOSS_TYPES)
-    eps = validate.in_range("label_smoothing", label_smoothing, 0, 0.5, hi_open=True)
+    b = validate.dpo_beta(beta)
+    validate.loss_type(loss_type)
+    eps = validate.label_smoothing(label_smoothing)
 
     out = _common.result_dtype(pc, pr, rc, rr)
     work = _common.work_dtype(out)

@@ -16,9 +16,11 @@ import torch
 from refimpl import validate
 from refimpl.torch import _common, kl
 
-SCALES = ("group", "batch", "none")
-DEGENERATE = ("zero", "drop", "raw")
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+__all__ = ["advantages", "clip", "aggregate", "loss"]
+
+SCALES = validate.SCALES
+DEGENERATE = validate.DEGENERATE
+MODES = validate.AGGREGATIONS
 
 
 # ----------------------------------------------------------------------------- advantages
@@ -49,11 +51,10 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     r = _common.array("rewards", rewards)
     validate.rank("rewards", tuple(r.shape), 2)
     validate.nonempty("rewards", tuple(r.shape))
-    validate.choice("scale", scale, SCALES)
-    if isinstance(std_ddof, bool) or std_ddof not in (0, 1):
-        validate.fail("std_ddof", f"must be 0 or 1, got {std_ddof!r}")
-    e = validate.in_range("eps", eps, 0, 1, hi_open=True)
-    validate.choice("degenerate", degenerate, DEGENERATE)
+    validate.advantage_scale(scale)
+    ddof = validate.std_ddof(std_ddof)
+    e = validate.advantage_eps(eps)
+    validate.degenerate(degenerate)
 
     out = r.dtype
     x = r.detach().to(_common.work_dtype(out))
@@ -61,10 +62,10 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     centred = x - x.mean(dim=1, keepdim=True)
     if scale == "group":
         degen = (x == x[:, :1]).all(dim=1) | (g == 1)
-        divisor = (_std(x, int(std_ddof), dim=1) + e)[:, None]
+        divisor = (_std(x, ddof, dim=1) + e)[:, None]
     elif scale == "batch":
         degen = ((x == x.flatten()[0]).all() | (x.numel() == 1)).expand(n_groups)
-        divisor = _std(x, int(std_ddof)) + e
+        divisor = _std(x, ddof) + e
     else:
         degen = torch.zeros(n_groups, dtype=torch.bool, device=x.device)
         divisor = 1.0
@@ -147,8 +148,9 @@ def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | Non
 # ----------------------------------------------------------------------------- aggregation
 
 def _aggregate_params(mode_name, mode, norm_length, length):
-    validate.choice(mode_name, mode, MODES)
-    return float(length) if norm_length is None else validate.positive("norm_length", norm_length)
+    validate.aggregation(mode, mode_name)
+    norm = validate.norm_length(norm_length)
+    return float(length) if norm is None else norm
 
 
 def _check_tokens(m: torch.Tensor) -> None:
@@ -215,10 +217,10 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     validate.per_sequence("advantages", tuple(adv.shape), tuple(lp.shape))
     m = _common.mask("mask", mask, tuple(lp.shape))
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
-    b = validate.nonnegative("beta", beta)
-    validate.choice("kl_kind", kl_kind, kl.KINDS)
-    c = validate.optional_positive("kl_clamp", kl_clamp)
-    validate.flag("kl_ratio_weight", kl_ratio_weight)
+    b = validate.kl_penalty_beta(beta)
+    validate.kl_kind(kl_kind, "kl_kind")
+    c = validate.kl_clamp(kl_clamp, "kl_clamp")
+    validate.kl_ratio_weight(kl_ratio_weight)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     _check_tokens(m)
 

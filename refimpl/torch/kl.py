@@ -14,7 +14,9 @@ import torch
 from refimpl import validate
 from refimpl.torch import _common
 
-KINDS = ("k1", "k2", "k3")
+__all__ = ["estimator"]
+
+KINDS = validate.KL_KINDS
 
 
 def k3(x: torch.Tensor) -> torch.Tensor:
@@ -79,8 +81,8 @@ def estimator(logp, ref_logp, kind: str = "k3", clamp: float | None = None):
     lp = _common.array("logp", logp)
     rp = _common.array("ref_logp", ref_logp)
     validate.same_shape(logp=tuple(lp.shape), ref_logp=tuple(rp.shape))
-    validate.choice("kind", kind, KINDS)
-    c = validate.optional_positive("clamp", clamp)
+    validate.kl_kind(kind)
+    c = validate.kl_clamp(clamp)
     out = _common.result_dtype(lp, rp)
     work = _common.work_dtype(out)
     value = clamped(_common.constant(rp, work) - _common.upcast(lp, work), kind, c)

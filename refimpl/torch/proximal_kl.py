@@ -14,13 +14,14 @@ aggregated over the minibatch's tokens (token mean by default).
 """
 from __future__ import annotations
 
-
 import torch
 
 from refimpl import validate
 from refimpl.torch import _common, grpo
 
-AGGREGATIONS = grpo.MODES
+__all__ = ["future_cost", "loss"]
+
+AGGREGATIONS = validate.AGGREGATIONS
 
 
 def _tokens(logp, ref_logp, mask):
@@ -65,8 +66,8 @@ def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | N
     ``logp``, ``ref_logp``, ``mask`` are [B,T]; returns cost[B,T] in the input dtype.
     """
     lp, rp, m = _tokens(logp, ref_logp, mask)
-    c = None if clip is None else validate.positive("clip", clip)
-    w = validate.optional_count("window", window)
+    c = validate.cost_clip(clip, "clip")
+    w = validate.future_window(window, "window")
     out = _common.result_dtype(lp, rp)
     work = _common.work_dtype(out)
     k = _common.constant(lp, work) - _common.constant(rp, work)
@@ -94,13 +95,12 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
     validate.same_shape(logp=tuple(lp.shape), behavior_logp=tuple(bp.shape))
     adv = _common.array("advantages", advantages)
     validate.per_sequence("advantages", tuple(adv.shape), tuple(lp.shape))
-    b = validate.positive("beta", beta)
-    eps = None if ratio_clip is None else validate.in_range(
-        "ratio_clip", ratio_clip, 0, 1, lo_open=True, hi_open=True)
-    cap = None if ratio_cap is None else validate.positive("ratio_cap", ratio_cap)
-    f_clip = None if future_clip is None else validate.positive("future_clip", future_clip)
-    f_window = validate.optional_count("future_window", future_window)
-    validate.choice("aggregation", aggregation, AGGREGATIONS)
+    b = validate.regularization_beta(beta)
+    eps = validate.ratio_clip(ratio_clip)
+    cap = validate.ratio_cap(ratio_cap)
+    f_clip = validate.cost_clip(future_clip)
+    f_window = validate.future_window(future_window)
+    validate.aggregation(aggregation)
 
     out = _common.result_dtype(lp, bp, rp, adv)
     work = _common.work_dtype(out)

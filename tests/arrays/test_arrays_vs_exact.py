@@ -19,8 +19,12 @@ import pytest
 
 from conformance import catalog
 from refimpl import arrays
-from refimpl.exact import distill as ex_distill, dpo as ex_dpo, grpo as ex_grpo
-from refimpl.exact import kl as ex_kl, mp, proximal_kl as ex_proximal_kl
+from refimpl.exact import distill as ex_distill
+from refimpl.exact import dpo as ex_dpo
+from refimpl.exact import grpo as ex_grpo
+from refimpl.exact import kl as ex_kl
+from refimpl.exact import mp
+from refimpl.exact import proximal_kl as ex_proximal_kl
 from refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "grpo": ex_grpo,

@@ -9,8 +9,8 @@ import random
 import mpmath
 import numpy as np
 import pytest
-
 from gradcheck import assert_vjp_matches
+
 from refimpl.exact import mp, proximal_kl
 from refimpl.validate import InputError
 

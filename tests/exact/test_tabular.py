@@ -8,10 +8,10 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from refimpl.exact import mp, proximal_kl, tabular as tb
+from refimpl.exact import _fixed_point, _tree, mp, proximal_kl
 from refimpl.validate import InputError
 
-TREES = list(tb.BUILTIN_TREES.values())
+TREES = list(_tree.BUILTIN_TREES.values())
 EXACT = mpmath.mpf(10) ** -45      # agreement demanded between two exact computations (50 digits)
 THEOREM = mpmath.mpf(10) ** -40    # the issue's bound on the proximal_kl residual at π*
 
@@ -29,8 +29,8 @@ def _ids(trees):
 
 def _extra_trees():
     """Two more shapes: a deeper binary tree and an EOS tree with V = 4, both from fixed seeds."""
-    return [tb._random_tree("random-v2h4", 2, 4, Fraction(7, 10), seed=11),
-            tb._random_tree("eos-v4h2", 4, 2, Fraction(1, 4), seed=12, eos=0)]
+    return [_tree._random_tree("random-v2h4", 2, 4, Fraction(7, 10), seed=11),
+            _tree._random_tree("eos-v4h2", 4, 2, Fraction(1, 4), seed=12, eos=0)]
 
 
 ALL = TREES + _extra_trees()
@@ -40,36 +40,36 @@ ALL = TREES + _extra_trees()
 
 @pytest.mark.parametrize("tree", ALL, ids=_ids(ALL))
 def test_soft_bellman_equals_the_enumerated_optimum(tree):
-    opt = tb.optimum(tree)
-    enum = tb.enumerated_optimum(tree)
+    opt = _tree.optimum(tree)
+    enum = _tree.enumerated_optimum(tree)
     assert abs(opt["beta_log_z"] - enum["beta_log_z"]) < EXACT
-    for y, p in tb.sequences(tree, opt["policy"]):
+    for y, p in _tree.sequences(tree, opt["policy"]):
         assert abs(p - enum["probs"][y]) < EXACT
 
 
 @pytest.mark.parametrize("tree", ALL, ids=_ids(ALL))
 def test_path_consistency(tree):
     """r(y) − β·Σ_{u≥t} log(π*/π_ref)(y_u|s_u) = V*(s_t) at every step of every path."""
-    opt = tb.optimum(tree)
+    opt = _tree.optimum(tree)
     with mpmath.workdps(50):
-        ref = tb.policy(tree, tree.ref)
-        beta = tb.num(tree.beta)
-        for y in tb.leaves(tree):
+        ref = _tree.policy(tree, tree.ref)
+        beta = _tree.num(tree.beta)
+        for y in _tree.leaves(tree):
             for t in range(len(y)):
                 cost = mpmath.fsum(mpmath.log(opt["policy"][y[:u]][y[u]] / ref[y[:u]][y[u]])
                                    for u in range(t, len(y)))
-                assert abs(tb.num(tree.rewards[y]) - beta * cost - opt["value"][y[:t]]) < EXACT
+                assert abs(_tree.num(tree.rewards[y]) - beta * cost - opt["value"][y[:t]]) < EXACT
 
 
 def test_worked_example_closed_form():
     # V=2, H=2, β=0.5, π_ref uniform: β·log Z = β·log(¼·Σ_y e^{r(y)/β}) with r = (1, 0, 0.5, 0).
-    opt = tb.optimum(tb.WORKED_V2H2)
+    opt = _tree.optimum(_tree.WORKED_V2H2)
     with mpmath.workdps(50):
         want = mpmath.mpf("0.5") * mpmath.log((mpmath.e ** 2 + 1 + mpmath.e + 1) / 4)
         # π*(0|0) = e²/(e² + 1): the last step is a softmax of r/β under a uniform π_ref.
         assert abs(opt["policy"][(0,)][0] - mpmath.e ** 2 / (mpmath.e ** 2 + 1)) < EXACT
     assert abs(opt["beta_log_z"] - want) < EXACT
-    assert abs(tb.objective(tb.WORKED_V2H2, opt["policy"]) - want) < EXACT   # J(π*) = β·log Z
+    assert abs(_tree.objective(_tree.WORKED_V2H2, opt["policy"]) - want) < EXACT   # J(π*) = β·log Z
 
 
 # --------------------------------------------------------------------------- sequence KL
@@ -77,68 +77,68 @@ def test_worked_example_closed_form():
 @pytest.mark.parametrize("tree", ALL, ids=_ids(ALL))
 def test_chain_rule_kl_equals_the_enumerated_kl(tree):
     for seed in (1, 2):
-        p, q = tb.random_behavior(tree, seed), tb.random_behavior(tree, seed + 100)
-        out = tb.sequence_kl(tree, p, q)
+        p, q = _tree.random_behavior(tree, seed), _tree.random_behavior(tree, seed + 100)
+        out = _tree.sequence_kl(tree, p, q)
         chain = mpmath.fsum(v["reach"] * v["token_kl"] for v in out["per_prefix"].values())
         assert out["kl"] > 0
         assert abs(out["kl"] - chain) < EXACT and abs(out["kl"] - out["chain"]) < EXACT
         assert abs(out["kl"] - mpmath.fsum(out["per_step"])) < EXACT
-    assert tb.sequence_kl(tree, p, p)["chain"] == 0
+    assert _tree.sequence_kl(tree, p, p)["chain"] == 0
 
 
 # --------------------------------------------------------------------------- the theorem
 
 @pytest.mark.parametrize("tree", ALL, ids=_ids(ALL))
 def test_proximal_kl_vanishes_at_the_optimum_for_every_behaviour(tree):
-    opt = tb.optimum(tree)["policy"]
+    opt = _tree.optimum(tree)["policy"]
     behaviours = [tree.behavior] if tree.behavior else []
-    behaviours += [tb.random_behavior(tree, seed) for seed in range(4)]
+    behaviours += [_tree.random_behavior(tree, seed) for seed in range(4)]
     for mu in behaviours:
-        for baseline in tb.BASELINES:
-            upd = tb.expected_update(tree, opt, mu, rule="proximal_kl", baseline=baseline)
-            assert tb.residual(upd) < THEOREM
+        for baseline in _tree.BASELINES:
+            upd = _tree.expected_update(tree, opt, mu, rule="proximal_kl", baseline=baseline)
+            assert _fixed_point.residual(upd) < THEOREM
         # and it does not vanish elsewhere: at π_ref the update is of the size of the rewards
-        assert tb.residual(tb.expected_update(tree, tree.ref, mu, rule="proximal_kl")) > 1e-3
-    assert tb.residual(tb.expected_update(tree, opt, rule="proximal_kl_on_policy")) < THEOREM
+        assert _fixed_point.residual(_tree.expected_update(tree, tree.ref, mu, rule="proximal_kl")) > 1e-3
+    assert _fixed_point.residual(_tree.expected_update(tree, opt, rule="proximal_kl_on_policy")) < THEOREM
 
 
 @pytest.mark.parametrize("tree", TREES, ids=_ids(TREES))
 def test_each_rule_vanishes_at_the_optimum_exactly_when_it_is_unbiased(tree):
-    opt = tb.optimum(tree)["policy"]
-    for rule in tb.RULES:
-        upd = tb.expected_update(tree, opt, rule=rule)
+    opt = _tree.optimum(tree)["policy"]
+    for rule in _tree.RULES:
+        upd = _tree.expected_update(tree, opt, rule=rule)
         assert all(abs(mpmath.fsum(row)) < EXACT for row in upd.values())   # tangent space
-        if tb.unbiased_on(tree, rule)[0]:
-            assert tb.residual(upd) < THEOREM, rule
+        if _tree.unbiased_on(tree, rule)[0]:
+            assert _fixed_point.residual(upd) < THEOREM, rule
         else:
-            assert tb.residual(upd) > 1e-5, rule
+            assert _fixed_point.residual(upd) > 1e-5, rule
 
 
 def test_own_token_kl_and_ratio_weighted_k3_have_the_same_update():
     # d(ρ·k3)/dlogp = ρ·(log π − log π_ref): TRL's bias-corrected k3 is the own-token KL.
-    tree = tb.RANDOM_V3H3
-    pi, mu = tb.random_behavior(tree, 5), tb.random_behavior(tree, 6)
-    a = tb.expected_update(tree, pi, mu, rule="own_token_kl")
-    b = tb.expected_update(tree, pi, mu, rule="grpo_k3_ratio_weighted")
+    tree = _tree.RANDOM_V3H3
+    pi, mu = _tree.random_behavior(tree, 5), _tree.random_behavior(tree, 6)
+    a = _tree.expected_update(tree, pi, mu, rule="own_token_kl")
+    b = _tree.expected_update(tree, pi, mu, rule="grpo_k3_ratio_weighted")
     assert max(abs(x - y) for s in a for x, y in zip(a[s], b[s])) < EXACT
 
 
-@pytest.mark.parametrize("tree", [tb.WORKED_V2H2, tb.EOS_V3H3], ids=["worked-v2h2", "eos-v3h3"])
+@pytest.mark.parametrize("tree", [_tree.WORKED_V2H2, _tree.EOS_V3H3], ids=["worked-v2h2", "eos-v3h3"])
 def test_on_policy_update_and_sequence_is_are_the_gradient_of_J(tree):
     """proximal_kl on-policy and sequence-level IS from any μ both equal ∇_θ J (softmax logits),
     checked against mpmath.diff of J itself."""
-    pi, mu = tb.random_behavior(tree, 7), tb.random_behavior(tree, 8)
-    on = tb.expected_update(tree, pi, rule="proximal_kl_on_policy")
-    seq = tb.expected_update(tree, pi, mu, rule="sequence_is")
+    pi, mu = _tree.random_behavior(tree, 7), _tree.random_behavior(tree, 8)
+    on = _tree.expected_update(tree, pi, rule="proximal_kl_on_policy")
+    seq = _tree.expected_update(tree, pi, mu, rule="sequence_is")
     # as in gradcheck: the value at 120 digits, mpmath.diff at 60 (its steps need the headroom)
     with mp.precision(120), mpmath.workdps(60):
-        base = tb.policy(tree, pi)
-        for s in tb.prefixes(tree):
+        base = _tree.policy(tree, pi)
+        for s in _tree.prefixes(tree):
             for a in range(tree.vocab):
                 def J(x, s=s, a=a):
                     logits = [mpmath.log(v) for v in base[s]]
                     logits[a] += x
-                    return tb.objective(tree, {**base, s: tb._softmax_row(logits)})
+                    return _tree.objective(tree, {**base, s: _fixed_point.softmax_row(logits)})
                 grad = mpmath.diff(J, 0)
                 assert abs(on[s][a] - grad) < EXACT and abs(seq[s][a] - grad) < EXACT
 
@@ -149,20 +149,20 @@ def _loss_update(tree, pi, mu, rule_kwargs, on_policy=False):
     """−Σ_y μ(y)·∇_θ L(y) with L(y) = Σ_t ℓ_t from proximal_kl.loss_vjp, one sequence per call
     (aggregation 'seq-mean-token-sum' with B = 1 is the plain token sum), chained to the logits."""
     with mpmath.workdps(50):
-        p = tb.policy(tree, pi)
-        m = p if on_policy else tb.policy(tree, mu, "mu")
-        ref = tb.policy(tree, tree.ref)
-        beta = tb.num(tree.beta)
-        seqs = [(y, mpmath.fprod(m[y[:t]][y[t]] for t in range(len(y)))) for y in tb.leaves(tree)]
-        b = mpmath.fsum(w * tb.num(tree.rewards[y]) for y, w in seqs)
-        update = {s: [mp.ZERO] * tree.vocab for s in tb.prefixes(tree)}
+        p = _tree.policy(tree, pi)
+        m = p if on_policy else _tree.policy(tree, mu, "mu")
+        ref = _tree.policy(tree, tree.ref)
+        beta = _tree.num(tree.beta)
+        seqs = [(y, mpmath.fprod(m[y[:t]][y[t]] for t in range(len(y)))) for y in _tree.leaves(tree)]
+        b = mpmath.fsum(w * _tree.num(tree.rewards[y]) for y, w in seqs)
+        update = {s: [mp.ZERO] * tree.vocab for s in _tree.prefixes(tree)}
         H = tree.horizon
         for y, w in seqs:
             pad = H - len(y)
             lp = [mpmath.log(p[y[:t]][y[t]]) for t in range(len(y))] + [mp.mpf(-1)] * pad
             bl = [mpmath.log(m[y[:t]][y[t]]) for t in range(len(y))] + [mp.mpf(-1)] * pad
             rl = [mpmath.log(ref[y[:t]][y[t]]) for t in range(len(y))] + [mp.mpf(-1)] * pad
-            g = proximal_kl.loss_vjp(mp.ONE, [lp], [bl], [rl], [tb.num(tree.rewards[y]) - b],
+            g = proximal_kl.loss_vjp(mp.ONE, [lp], [bl], [rl], [_tree.num(tree.rewards[y]) - b],
                                      [[1] * len(y) + [0] * pad], beta=beta,
                                      aggregation="seq-mean-token-sum", **rule_kwargs)["logp"][0]
             for t in range(len(y)):
@@ -173,83 +173,83 @@ def _loss_update(tree, pi, mu, rule_kwargs, on_policy=False):
     return update
 
 
-TIES = [("proximal_kl", {}), ("future_clipped", {"future_clip": tb.FUTURE_CLIP}),
-        ("future_window", {"future_window": tb.FUTURE_WINDOW})]
+TIES = [("proximal_kl", {}), ("future_clipped", {"future_clip": _tree.FUTURE_CLIP}),
+        ("future_window", {"future_window": _tree.FUTURE_WINDOW})]
 
 
 @pytest.mark.parametrize("tree", TREES, ids=_ids(TREES))
 def test_the_loss_function_gives_the_population_update(tree):
     """proximal_kl.loss, averaged over the μ-weighted full set of sequences, has exactly the
-    gradient that tabular.expected_update computes: this ties the loss to the theorem."""
-    pi, mu = tb.random_behavior(tree, 21), tb.random_behavior(tree, 22)
+    gradient that _tree.expected_update computes: this ties the loss to the theorem."""
+    pi, mu = _tree.random_behavior(tree, 21), _tree.random_behavior(tree, 22)
     for rule, kw in TIES:
         kw = {k: (mpmath.mpf(v.numerator) / v.denominator if isinstance(v, Fraction) else v)
               for k, v in kw.items()}
         for on_policy in (False, True):
             name = rule + ("_on_policy" if on_policy else "")
-            want = tb.expected_update(tree, pi, mu, rule=name)
+            want = _tree.expected_update(tree, pi, mu, rule=name)
             got = _loss_update(tree, pi, mu, kw, on_policy)
             assert max(abs(x - y) for s in want for x, y in zip(want[s], got[s])) < EXACT, name
     # at π* the loss's population gradient vanishes too
-    opt = tb.optimum(tree)["policy"]
-    assert tb.residual(_loss_update(tree, opt, mu, {})) < THEOREM
+    opt = _tree.optimum(tree)["policy"]
+    assert _fixed_point.residual(_loss_update(tree, opt, mu, {})) < THEOREM
 
 
 # --------------------------------------------------------------------------- fixed points
 
 def test_solver_finds_the_optimum_from_the_reference_for_random_behaviours():
-    tree = tb.RANDOM_V3H3
-    opt = tb.optimum(tree)["policy"]
+    tree = _tree.RANDOM_V3H3
+    opt = _tree.optimum(tree)["policy"]
     for seed in (31, 32):
-        fp = tb.fixed_point(tree, "proximal_kl", mu=tb.random_behavior(tree, seed))
+        fp = _fixed_point.fixed_point(tree, "proximal_kl", mu=_tree.random_behavior(tree, seed))
         assert fp["converged"] and not fp["boundary"]
-        assert tb.sequence_kl(tree, fp["policy"], opt)["chain"] < THEOREM
+        assert _tree.sequence_kl(tree, fp["policy"], opt)["chain"] < THEOREM
 
 
 def test_sigma_normalized_rest_point_is_the_optimum_for_beta_sigma():
     # A/σ_μ − β·(k + F) = (1/σ_μ)·(A − β·σ_μ·(k + F)): the rest point is π* for β·σ_μ.
-    tree = tb.EOS_V3H3
-    fp = tb.fixed_point(tree, "sigma_normalized")
+    tree = _tree.EOS_V3H3
+    fp = _fixed_point.fixed_point(tree, "sigma_normalized")
     with mpmath.workdps(50):
-        seqs = tb.sequences(tree, tree.behavior)
-        r = {y: tb.num(tree.rewards[y]) for y in tb.leaves(tree)}
+        seqs = _tree.sequences(tree, tree.behavior)
+        r = {y: _tree.num(tree.rewards[y]) for y in _tree.leaves(tree)}
         mean = mpmath.fsum(w * r[y] for y, w in seqs)
         sigma = mpmath.sqrt(mpmath.fsum(w * (r[y] - mean) ** 2 for y, w in seqs))
-        want = tb.optimum(tree, beta=tb.num(tree.beta) * sigma)["policy"]
+        want = _tree.optimum(tree, beta=_tree.num(tree.beta) * sigma)["policy"]
     assert fp["converged"]
-    assert tb.sequence_kl(tree, fp["policy"], want)["chain"] < THEOREM
+    assert _tree.sequence_kl(tree, fp["policy"], want)["chain"] < THEOREM
 
 
 def test_own_token_kl_rest_point_closed_form():
     # Without the future cost the rest point is π(a|s) ∝ π_ref(a|s)·exp(E_μ[r | s·a]/β).
-    tree = tb.RANDOM_V3H3
-    fp = tb.fixed_point(tree, "own_token_kl")
+    tree = _tree.RANDOM_V3H3
+    fp = _fixed_point.fixed_point(tree, "own_token_kl")
     with mpmath.workdps(50):
-        mu, ref, beta = tb.policy(tree, tree.behavior), tb.policy(tree, tree.ref), tb.num(tree.beta)
+        mu, ref, beta = _tree.policy(tree, tree.behavior), _tree.policy(tree, tree.ref), _tree.num(tree.beta)
         want = {}
-        for s in tb.prefixes(tree):
+        for s in _tree.prefixes(tree):
             q = []
             for a in range(tree.vocab):
-                ys = [y for y in tb.leaves(tree) if y[:len(s) + 1] == s + (a,)]
+                ys = [y for y in _tree.leaves(tree) if y[:len(s) + 1] == s + (a,)]
                 ws = [mpmath.fprod(mu[y[:t]][y[t]] for t in range(len(s) + 1, len(y))) for y in ys]
-                q.append(mpmath.fsum(w * tb.num(tree.rewards[y]) for w, y in zip(ws, ys)))
+                q.append(mpmath.fsum(w * _tree.num(tree.rewards[y]) for w, y in zip(ws, ys)))
             z = [mpmath.log(ref[s][a]) + q[a] / beta for a in range(tree.vocab)]
-            want[s] = tb._softmax_row(z)
+            want[s] = _fixed_point.softmax_row(z)
     assert fp["converged"]
-    assert tb.sequence_kl(tree, fp["policy"], want)["chain"] < THEOREM
+    assert _tree.sequence_kl(tree, fp["policy"], want)["chain"] < THEOREM
 
 
 def test_sigma_normalized_on_policy_interior_and_collapse():
     # One step, r = (0, 1), π_ref uniform: π*_{β·s}(1) = sigmoid(1/(β·s)), σ = sqrt(p(1 − p)).
     # β = 4 has an interior rest point σ = σ_{π*(β·σ)}; β = 0.5 (the worked tree) collapses.
-    tree = tb.Tree("one-step", 2, 1, 4, {(0,): 0, (1,): 1}, {(): [0.5, 0.5]}, {(): [0.5, 0.5]})
-    fp = tb.fixed_point(tree, "sigma_normalized_on_policy")
+    tree = _tree.Tree("one-step", 2, 1, 4, {(0,): 0, (1,): 1}, {(): [0.5, 0.5]}, {(): [0.5, 0.5]})
+    fp = _fixed_point.fixed_point(tree, "sigma_normalized_on_policy")
     assert fp["converged"] and not fp["boundary"] and fp["rate_residual"] < THEOREM
     p = fp["policy"][()][1]
     sigma = mpmath.sqrt(p * (1 - p))
     assert abs(p - 1 / (1 + mpmath.exp(-1 / (4 * sigma)))) < THEOREM
-    assert tb.residual(tb.expected_update(tree, fp["policy"], rule="sigma_normalized_on_policy")) < THEOREM
-    fp = tb.fixed_point(tb.WORKED_V2H2, "sigma_normalized_on_policy")
+    assert _fixed_point.residual(_tree.expected_update(tree, fp["policy"], rule="sigma_normalized_on_policy")) < THEOREM
+    fp = _fixed_point.fixed_point(_tree.WORKED_V2H2, "sigma_normalized_on_policy")
     assert fp["converged"] and fp["rate_residual"] is None and fp["note"].startswith("collapse")
     assert fp["policy"][()][0] == 1 and fp["policy"][(0,)][0] == 1   # greedy on r(00) = 1
 
@@ -257,18 +257,18 @@ def test_sigma_normalized_on_policy_interior_and_collapse():
 def test_every_rule_on_the_worked_tree():
     """Unbiased rules find π* from π_ref; every biased one rests measurably elsewhere, with
     a lower objective. whole-cost clipping removes the barrier of token 1 after prefix 0."""
-    tree = tb.WORKED_V2H2
-    opt = tb.optimum(tree)
-    for rule in tb.RULES:
-        fp = tb.fixed_point(tree, rule)
+    tree = _tree.WORKED_V2H2
+    opt = _tree.optimum(tree)
+    for rule in _tree.RULES:
+        fp = _fixed_point.fixed_point(tree, rule)
         assert fp["converged"], rule
-        kl = tb.sequence_kl(tree, fp["policy"], opt["policy"])["chain"]
-        value = tb.objective(tree, fp["policy"])
-        if tb.unbiased_on(tree, rule)[0]:
+        kl = _tree.sequence_kl(tree, fp["policy"], opt["policy"])["chain"]
+        value = _tree.objective(tree, fp["policy"])
+        if _tree.unbiased_on(tree, rule)[0]:
             assert kl < THEOREM and abs(value - opt["beta_log_z"]) < THEOREM, rule
         else:
             assert kl > 1e-10 and value < opt["beta_log_z"] - 1e-12, rule
-    fp = tb.fixed_point(tree, "whole_cost_clipped")
+    fp = _fixed_point.fixed_point(tree, "whole_cost_clipped")
     assert [(b["prefix"], b["token"]) for b in fp["boundary"]] == [((0,), 1)]
     assert fp["boundary"][0]["rate"] < 0
 
@@ -276,29 +276,29 @@ def test_every_rule_on_the_worked_tree():
 # --------------------------------------------------------------------------- bad input
 
 def test_bad_input_names_the_argument():
-    t = tb.WORKED_V2H2
-    opt = tb.optimum(t)["policy"]
+    t = _tree.WORKED_V2H2
+    opt = _tree.optimum(t)["policy"]
     cases = [
-        ("rule", lambda: tb.expected_update(t, opt, rule="ppo")),
-        ("baseline", lambda: tb.expected_update(t, opt, baseline="median")),
-        ("beta", lambda: tb.expected_update(t, opt, beta=0)),
-        ("beta", lambda: tb.optimum(t, beta=-1)),
-        ("mu", lambda: tb.expected_update(t, opt, {**t.behavior, (0,): [1, 0]})),
-        ("mu", lambda: tb.expected_update(t, opt, {(): [0.5, 0.5]})),
-        ("pi", lambda: tb.expected_update(t, {**opt, (): [0.5, 0.6]})),
-        ("pi", lambda: tb.expected_update(t, {**opt, (): [0.5, 0.25, 0.25]})),
-        ("pi", lambda: tb.sequence_kl(t, {**opt, (1,): [float("nan"), 1]}, opt)),
-        ("rho", lambda: tb.sequence_kl(t, opt, {**opt, (1,): [0, 1]})),
-        ("rewards", lambda: tb.expected_update(t, opt, rewards={(0, 0): 1})),
-        ("future_window", lambda: tb.expected_update(t, opt, rule="future_window",
+        ("rule", lambda: _tree.expected_update(t, opt, rule="ppo")),
+        ("baseline", lambda: _tree.expected_update(t, opt, baseline="median")),
+        ("beta", lambda: _tree.expected_update(t, opt, beta=0)),
+        ("beta", lambda: _tree.optimum(t, beta=-1)),
+        ("mu", lambda: _tree.expected_update(t, opt, {**t.behavior, (0,): [1, 0]})),
+        ("mu", lambda: _tree.expected_update(t, opt, {(): [0.5, 0.5]})),
+        ("pi", lambda: _tree.expected_update(t, {**opt, (): [0.5, 0.6]})),
+        ("pi", lambda: _tree.expected_update(t, {**opt, (): [0.5, 0.25, 0.25]})),
+        ("pi", lambda: _tree.sequence_kl(t, {**opt, (1,): [float("nan"), 1]}, opt)),
+        ("rho", lambda: _tree.sequence_kl(t, opt, {**opt, (1,): [0, 1]})),
+        ("rewards", lambda: _tree.expected_update(t, opt, rewards={(0, 0): 1})),
+        ("future_window", lambda: _tree.expected_update(t, opt, rule="future_window",
                                                      params={"future_window": 0})),
-        ("ratio_cap", lambda: tb.expected_update(t, opt, rule="ratio_capped", params={"ratio_cap": -1})),
-        ("tree.vocab", lambda: tb.optimum(tb.Tree("x", 1, 2, 1, {}, {}))),
-        ("tree.horizon", lambda: tb.optimum(tb.Tree("x", 2, 0, 1, {}, {}))),
-        ("tree.eos", lambda: tb.optimum(tb.Tree("x", 2, 2, 1, t.rewards, t.ref, eos=2))),
-        ("tree.beta", lambda: tb.optimum(tb.Tree("x", 2, 2, 0, t.rewards, t.ref))),
-        ("tree.rewards", lambda: tb.optimum(tb.Tree("x", 2, 2, 1, {(0, 0): 1}, t.ref))),
-        ("tree.ref", lambda: tb.optimum(tb.Tree("x", 2, 2, 1, t.rewards, {(): [1, 0]}))),
+        ("ratio_cap", lambda: _tree.expected_update(t, opt, rule="ratio_capped", params={"ratio_cap": -1})),
+        ("tree.vocab", lambda: _tree.optimum(_tree.Tree("x", 1, 2, 1, {}, {}))),
+        ("tree.horizon", lambda: _tree.optimum(_tree.Tree("x", 2, 0, 1, {}, {}))),
+        ("tree.eos", lambda: _tree.optimum(_tree.Tree("x", 2, 2, 1, t.rewards, t.ref, eos=2))),
+        ("tree.beta", lambda: _tree.optimum(_tree.Tree("x", 2, 2, 0, t.rewards, t.ref))),
+        ("tree.rewards", lambda: _tree.optimum(_tree.Tree("x", 2, 2, 1, {(0, 0): 1}, t.ref))),
+        ("tree.ref", lambda: _tree.optimum(_tree.Tree("x", 2, 2, 1, t.rewards, {(): [1, 0]}))),
     ]
     for name, call in cases:
         with pytest.raises(InputError, match=f"^{name}"):

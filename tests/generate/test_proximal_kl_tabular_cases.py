@@ -1,6 +1,6 @@
 """Structure of the proximal_kl and tabular vector generators (counts, notes, groups, determinism),
 and the tabular catalog form: the array encoding of a tree decodes to the same tree, and the
-catalog functions agree with the tree functions of refimpl/exact/tabular.py."""
+catalog functions agree with the tree functions of refimpl/exact/_tree.py."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -11,6 +11,7 @@ import pytest
 
 from conformance import catalog, numbers
 from conformance.generate import build, proximal_kl, tabular
+from refimpl.exact import _tree
 from refimpl.exact import tabular as tb
 from refimpl.validate import InputError
 
@@ -102,17 +103,17 @@ def test_every_probability_row_sums_to_one_exactly():
 
 def test_prefix_and_leaf_order_is_the_documented_one():
     # breadth first, by length then lexicographically; leaves prefix by prefix, by token
-    assert tb.prefixes(tb.EOS_V3H3) == [(), (0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
-    assert tb.leaves(tb.EOS_V3H3)[:4] == [(2,), (0, 2), (1, 2), (0, 0, 0)]
+    assert _tree.prefixes(_tree.EOS_V3H3) == [(), (0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1)]
+    assert _tree.leaves(_tree.EOS_V3H3)[:4] == [(2,), (0, 2), (1, 2), (0, 0, 0)]
     assert "breadth first" in catalog.get("tabular.optimum").summary
     assert "breadth-first" in tabular.NOTES["TreeEncoding"]["description"]
 
 
-@pytest.mark.parametrize("tree", list(tb.BUILTIN_TREES.values()), ids=list(tb.BUILTIN_TREES))
+@pytest.mark.parametrize("tree", list(_tree.BUILTIN_TREES.values()), ids=list(_tree.BUILTIN_TREES))
 def test_catalog_form_matches_the_tree_functions(tree):
     """With exact (Fraction) rows the catalog form decodes to the same tree: same π*, β·log Z,
     KL decomposition and update as the Tree API."""
-    pre, ends = tb.prefixes(tree), tb.leaves(tree)
+    pre, ends = _tree.prefixes(tree), _tree.leaves(tree)
 
     def exact(v):
         with mpmath.workdps(60):
@@ -122,19 +123,19 @@ def test_catalog_form_matches_the_tree_functions(tree):
     rewards = [exact(tree.rewards[y]) for y in ends]
     beta = exact(tree.beta)
     shape = {"vocab": tree.vocab, "horizon": tree.horizon, "eos": tree.eos}
-    got = tb.catalog_optimum(ref, rewards, **shape, beta=beta)
-    want = tb.optimum(tree)
+    got = tb.optimum(ref, rewards, **shape, beta=beta)
+    want = _tree.optimum(tree)
     with mpmath.workdps(60):
         assert abs(got["beta_log_z"] - want["beta_log_z"]) < mpmath.mpf(10) ** -45
         for i, s in enumerate(pre):
             assert max(abs(a - b) for a, b in zip(got["policy"][i], want["policy"][s])) < mpmath.mpf(10) ** -45
-    kl = tb.catalog_sequence_kl(mu, ref, **shape)
-    kl_want = tb.sequence_kl(tree, tree.behavior, tree.ref)
+    kl = tb.sequence_kl(mu, ref, **shape)
+    kl_want = _tree.sequence_kl(tree, tree.behavior, tree.ref)
     with mpmath.workdps(60):
         assert abs(kl["kl"] - kl_want["kl"]) < mpmath.mpf(10) ** -45
         assert abs(mpmath.fsum(kl["per_step"]) - kl["kl"]) < mpmath.mpf(10) ** -45
-    upd = tb.catalog_expected_update(mu, mu, ref, rewards, **shape, beta=beta, rule="own_token_kl")["update"]
-    upd_want = tb.expected_update(tree, tree.behavior, tree.behavior, rule="own_token_kl")
+    upd = tb.expected_update(mu, mu, ref, rewards, **shape, beta=beta, rule="own_token_kl")["update"]
+    upd_want = _tree.expected_update(tree, tree.behavior, tree.behavior, rule="own_token_kl")
     with mpmath.workdps(60):
         for i, s in enumerate(pre):
             assert max(abs(a - b) for a, b in zip(upd[i], upd_want[s])) < mpmath.mpf(10) ** -45
@@ -156,8 +157,8 @@ def test_unbiased_rules_are_near_zero_at_the_rounded_optimum():
 def test_catalog_form_rejects_bad_trees():
     tree = tabular.trees()[0]
     ok = {"pi_ref": tree.ref, "rewards": tree.rewards, **tree.shape, "beta": 0.5}
-    tb.catalog_optimum(**ok)
+    tb.optimum(**ok)
     for patch in ({"pi_ref": tree.ref[:-1]}, {"rewards": tree.rewards[:-1]}, {"beta": 0.0}, {"vocab": 1},
                   {"eos": 5}, {"pi_ref": [[0.5, 0.6]] + tree.ref[1:]}):
         with pytest.raises(InputError):
-            tb.catalog_optimum(**{**ok, **patch})
+            tb.optimum(**{**ok, **patch})

@@ -12,12 +12,15 @@ import math
 import numpy as np
 import pytest
 import torch
-
 import torchcheck
+
 from refimpl import torch as rt
-from refimpl.exact import distill as e_distill, dpo as e_dpo, grpo as e_grpo
-from refimpl.exact import kl as e_kl, proximal_kl as e_prox
-from refimpl.torch import distill, dpo, grpo, kl, proximal_kl
+from refimpl.exact import distill as e_distill
+from refimpl.exact import dpo as e_dpo
+from refimpl.exact import grpo as e_grpo
+from refimpl.exact import kl as e_kl
+from refimpl.exact import proximal_kl as e_prox
+from refimpl.torch import _careful, distill, dpo, grpo, kl, proximal_kl
 from refimpl.validate import InputError
 
 CASES = torchcheck.cases()
@@ -58,9 +61,12 @@ def _double(x):
     return torch.tensor(x, dtype=torch.float64, requires_grad=True)
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("kernel", ["reverse", "forward", "jsd", "jsd_kl0", "hinton"])
-def test_custom_backward_gradcheck(kernel):
-    """_VocabRows's analytic backward against torch's finite differences (float64)."""
+def test_custom_backward_gradcheck(monkeypatch, kernel, fused):
+    """The analytic backward of both paths (``_careful.VocabRows``, ``_fused.FusedRows``)
+    against torch's finite differences (float64)."""
+    monkeypatch.setattr(distill, "FUSED", fused)
     rng = np.random.default_rng(5)
     z, t = rng.normal(0, 2, (3, 4)), torch.tensor(rng.normal(0, 2, (3, 4)))
     fns = {
@@ -89,13 +95,15 @@ def test_k3_backward_gradcheck_and_accuracy_near_zero():
 
 
 def test_chunked_rows_match_single_chunk(monkeypatch):
+    """The plain path, chunk by chunk, bit for bit as in one chunk."""
+    monkeypatch.setattr(distill, "FUSED", False)  # chunks are the plain path's
     rng = np.random.default_rng(9)
     z = torch.tensor(rng.normal(0, 2, (7, 5)), requires_grad=True)
     t = torch.tensor(rng.normal(0, 2, (7, 5)))
     ct = torch.tensor(rng.normal(0, 1, 7))
     ref_v = distill.generalized_jsd(z, t, 0.4)
     (ref_g,) = torch.autograd.grad(ref_v, z, ct)
-    monkeypatch.setattr(distill, "CHUNK_ELEMENTS", 10)  # two rows per chunk
+    monkeypatch.setattr(_careful, "CHUNK_ELEMENTS", 10)  # two rows per chunk
     v = distill.generalized_jsd(z, t, 0.4)
     (g,) = torch.autograd.grad(v, z, ct)
     assert torch.equal(v, ref_v) and torch.equal(g, ref_g)

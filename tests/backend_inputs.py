@@ -1,0 +1,90 @@
+"""Small valid inputs for every catalog objective, as NumPy arrays, and their conversion to
+what each reference backend takes; shared by the tests that feed the three backends the same
+call (tests/test_bad_input_properties.py, tests/test_convention_checks.py)."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import torch
+
+from conformance import catalog
+
+BACKENDS = ("exact", "arrays", "torch")
+
+
+def function(backend: str, objective_id: str, vjp: bool = False):
+    """``refimpl.<backend>.<family>.<name>`` (``_vjp`` appended when ``vjp``), or None."""
+    spec = catalog.get(objective_id)
+    module = importlib.import_module(f"refimpl.{backend}.{spec.family}")
+    return getattr(module, spec.name + ("_vjp" if vjp else ""), None)
+
+
+def backends_of(objective_id: str) -> tuple[str, ...]:
+    """The reference backends that implement the objective (tabular: the exact one only)."""
+    return ("exact",) if objective_id.startswith("tabular.") else BACKENDS
+
+
+def valid_inputs(objective_id: str, seed: int) -> dict:
+    """Small valid inputs (NumPy, float64; labels int64; masks 0/1 with a token per row).
+    Tabular objectives get the tree V = 2, H = 2 (3 prefixes, 4 leaves) as arrays, with
+    its vocab and horizon among the inputs."""
+    rng = np.random.default_rng(seed)
+    n, v, b, t, g = 3, 4, 2, 5, 4
+
+    def logp(*shape):
+        return -rng.uniform(0.05, 4.0, size=shape)
+
+    mask = (rng.uniform(size=(b, t)) > 0.3).astype(np.float64)
+    mask[:, 0] = 1.0
+    if objective_id == "distill.softmax":
+        return {"logits": rng.normal(size=(n, v))}
+    if objective_id in ("distill.token_kl", "distill.generalized_jsd"):
+        return {"student_logits": rng.normal(size=(n, v)), "teacher_logits": rng.normal(size=(n, v))}
+    if objective_id == "distill.hinton":
+        return {"student_logits": rng.normal(size=(n, v)), "teacher_logits": rng.normal(size=(n, v)),
+                "labels": rng.integers(0, v, size=n)}
+    if objective_id == "kl.estimator":
+        return {"logp": logp(n), "ref_logp": logp(n)}
+    if objective_id == "dpo.loss":
+        return {k: logp(b) * 20 for k in ("policy_chosen_logps", "policy_rejected_logps",
+                                          "reference_chosen_logps", "reference_rejected_logps")}
+    if objective_id == "grpo.advantages":
+        return {"rewards": rng.integers(0, 3, size=(b, g)).astype(np.float64)}
+    if objective_id == "grpo.clip":
+        return {"logp": logp(n), "old_logp": logp(n), "advantages": rng.normal(size=n)}
+    if objective_id == "grpo.aggregate":
+        return {"values": rng.normal(size=(b, t)), "mask": mask}
+    if objective_id == "grpo.loss":
+        return {"logp": logp(b, t), "old_logp": logp(b, t), "ref_logp": logp(b, t),
+                "advantages": rng.normal(size=b), "mask": mask}
+    if objective_id == "proximal_kl.future_cost":
+        return {"logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
+    if objective_id == "proximal_kl.loss":
+        return {"logp": logp(b, t), "behavior_logp": logp(b, t), "ref_logp": logp(b, t),
+                "advantages": rng.normal(size=b), "mask": mask}
+    if objective_id.startswith("tabular."):
+        def policy():
+            w = rng.uniform(0.2, 1.0, size=(3, 2))
+            return w / w.sum(axis=1, keepdims=True)
+        tree = {"vocab": 2, "horizon": 2}
+        if objective_id == "tabular.optimum":
+            return {"pi_ref": policy(), "rewards": rng.uniform(0, 1, size=4), **tree}
+        if objective_id == "tabular.sequence_kl":
+            return {"pi": policy(), "rho": policy(), **tree}
+        return {"pi": policy(), "mu": policy(), "pi_ref": policy(), "rewards": rng.uniform(0, 1, size=4),
+                **tree}
+    raise KeyError(objective_id)
+
+
+def required_params(objective_id: str) -> dict:
+    """Values for the parameters without a default (tabular's beta; vocab and horizon come
+    with the inputs)."""
+    return {"beta": 0.5} if objective_id in ("tabular.optimum", "tabular.expected_update") else {}
+
+
+def to_backend(backend: str, value):
+    """NumPy inputs as the backend takes them (torch: tensors; others: NumPy arrays)."""
+    if backend == "torch" and isinstance(value, np.ndarray) and value.dtype != object:
+        return torch.from_numpy(value.copy())
+    return value
