@@ -20,12 +20,11 @@ import os
 import mpmath
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import records
-from backend_inputs import BACKENDS, function, to_backend, valid_inputs
+from backend_inputs import BACKENDS, function, to_backend, torch, valid_inputs
 from conformance import catalog, cli
 from conformance._io import write_tree
 from conformance.vectors.format import MANIFEST, manifest_bytes

@@ -1,7 +1,7 @@
 """The fused, vocabulary-tiled path of refimpl.torch.distill against its plain path.
 
 ``distill.FUSED = False`` makes every call take the plain path (``_careful.VocabRows`` with
-the careful per-row kernels), which tests/torch/test_torch_vs_exact.py checks against the exact
+the careful per-row kernels), which tests/torch_backend/test_torch_vs_exact.py checks against the exact
 reference; here the fused path must give the same values and gradients: within a few units of
 float64/float32 rounding (relative to the output's largest element), and within one unit of
 the output's rounding in float16/bfloat16 (both paths compute in float32 and round once).
@@ -13,12 +13,15 @@ plain path's error messages for bad input. Speed is never asserted (benchmarks/ 
 """
 from __future__ import annotations
 
+import pytest
+
+pytest.importorskip("torch", reason="tests of the torch backend")
+
 import math
 import threading
 import zlib
 
 import numpy as np
-import pytest
 import torch
 
 from refimpl.torch import _fused, distill

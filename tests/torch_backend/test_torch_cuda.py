@@ -1,10 +1,13 @@
 """refimpl.torch on a CUDA device against the exact reference: the same cases and tolerance
-policy as test_torch_vs_exact.py (tests/torch/torchcheck.py), every dtype, with the tensors
+policy as test_torch_vs_exact.py (tests/torch_backend/torchcheck.py), every dtype, with the tensors
 created on the device (the implementation follows its inputs; it never calls .cuda()).
 Skipped, with the reason stated, where torch.cuda.is_available() is False."""
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch", reason="tests of the torch backend")
+
 import torch
 import torchcheck
 

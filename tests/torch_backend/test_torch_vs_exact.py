@@ -3,14 +3,17 @@ objective (not tabular) under every convention, in float64, float32, bfloat16 an
 fixed-seed inputs and at the numerical extremes of the design (logits ±1e4, temperature 1e-3,
 βΔ = ±1e4, ratios e^±50); exactly zero gradients at masked positions and impossible tokens;
 the same InputError messages as refimpl.exact for bad input; the custom backward passes
-against torch.autograd.gradcheck. Tolerance policy: tests/torch/torchcheck.py.
+against torch.autograd.gradcheck. Tolerance policy: tests/torch_backend/torchcheck.py.
 """
 from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch", reason="tests of the torch backend")
 
 import math
 
 import numpy as np
-import pytest
 import torch
 import torchcheck
 
