@@ -2,7 +2,8 @@
 group) to your own suite, named by the vector's uid.
 
 Options: --lossproof-target SPEC (repeatable), --lossproof-objective GLOB,
---lossproof-vectors DIR, --lossproof-dtype DTYPE (repeatable), --lossproof-strict.
+--lossproof-vectors DIR, --lossproof-dtype DTYPE (repeatable), --lossproof-known FILE,
+--lossproof-strict.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def pytest_addoption(parser):
     group.addoption("--lossproof-objective", default="*", metavar="GLOB", help="objective glob, e.g. 'grpo.*'")
     group.addoption("--lossproof-vectors", default=None, metavar="DIR", help="vector directory")
     group.addoption("--lossproof-dtype", action="append", default=[], metavar="DTYPE", help="dtypes to run")
+    group.addoption("--lossproof-known", default=None, metavar="FILE",
+                    help="known failures: JSON {uid or glob[@dtype]: reason and link}")
     group.addoption("--lossproof-strict", action="store_true", help="fail on invalid input that is not rejected "
                     "and on known failures that now pass")
 
@@ -36,8 +39,9 @@ class LossproofItem(pytest.Item):
 
     def runtest(self):
         from conformance import testing
-        strict = self.config.getoption("lossproof_strict")
-        results = testing.check(self.target_case, options=("--strict",) if strict else ())
+        strict, known = self.config.getoption("lossproof_strict"), self.config.getoption("lossproof_known")
+        options = ((f"--known {known}",) if known else ()) + (("--strict",) if strict else ())
+        results = testing.check(self.target_case, options=options)
         bad = testing.failed(results, strict=strict)
         if bad:
             raise LossproofFailure("\n".join(f"{r.status} [{r.dtype}] {r.message}\nrepro: {r.repro}" for r in bad))
@@ -65,7 +69,7 @@ class LossproofCollector(pytest.Collector):
         config = self.config
         for tc in testing.cases(self.target_spec, config.getoption("lossproof_vectors"),
                                 config.getoption("lossproof_objective"),
-                                config.getoption("lossproof_dtype") or None):
+                                config.getoption("lossproof_dtype") or None, config.getoption("lossproof_known")):
             yield LossproofItem.from_parent(self, name=tc.uid, target_case=tc)
 
 

@@ -27,8 +27,13 @@ class TargetCase:
         return self.case.uid
 
 
-def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", dtypes=None) -> list[TargetCase]:
+def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", dtypes=None,
+          known: str | None = None) -> list[TargetCase]:
+    """One TargetCase per vector of ``objective``; ``known``: a known-failures JSON file whose
+    declarations join the target's own."""
     t = targets.load(target) if isinstance(target, str) else target
+    if known:
+        t.known = {**t.known, **targets.known_file(known)}
     vs = VectorSet(vectors_dir)
     return [TargetCase(t, c, tuple(dtypes) if dtypes else None) for c in vs.cases(objective)]
 

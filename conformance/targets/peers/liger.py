@@ -10,23 +10,27 @@ compilation off (``compiled=False``; no Triton kernel is used).
 - ``kl.estimator`` (k3): ``chunked_loss/grpo_loss.py k3_loss_fn``.
 - ``distill.*``: the module ``LigerFusedLinearJSDLoss(compiled=False)`` with identity lm-head
   weights, so that ``hidden @ weight.T`` reproduces the vector's logits exactly (rows selected one
-  at a time through ``ignore_index`` labels for the per-row divergences). Logits of −inf cannot
-  come out of a linear layer: such vectors are outside this interface.
+  at a time through ``ignore_index`` labels for the per-row divergences). Infinite logits cannot
+  come out of a linear layer: such vectors are outside this interface (``unsupported``).
 
 Install: ``pip install --no-deps liger-kernel==0.8.5`` (needs only torch for these modules).
 """
 from __future__ import annotations
 
-from conformance.targets.peers._common import Convention as C
+import numpy as np
+
+from conformance.numbers import decode_input
 from conformance.targets.peers._common import (
+    LOW_PRECISION,
     Finding,
     build,
-    finite_logits,
-    has_flag,
     load_or_explain,
     per_element,
+    representable_logits,
     require,
+    where,
 )
+from conformance.targets.peers._common import Convention as C
 
 VERSION = "0.8.5"
 INSTALL = "pip install --no-deps liger-kernel==0.8.5"
@@ -63,35 +67,80 @@ PARAM_DEFAULTS = [
 
 _AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
-_FLOAT32 = Finding(
-    "liger-float32-accumulation", "precision",
-    "float64 inputs are computed partly in float32: _compute_loss_from_logps casts old/ref log-probabilities "
-    "with .float(), the distillation modules accumulate the loss in torch.zeros(()) (float32) and take the "
-    "cross-entropy of .float() logits",
-    f"{CL}/fused_linear_ppo.py _compute_loss_from_logps; {CL}/fused_linear_distillation.py forward (loss_acc)",
-    lambda r, c: r.dtype == "float64" and (r.objective.startswith("distill.") or r.objective in
-                                           ("grpo.loss", "grpo.clip")))
-_DTYPE = Finding(
-    "liger-float32-output", "dtype",
-    "returns float32 for bfloat16/float16 inputs (float32 normalisers and accumulators) instead of the inputs' "
-    "dtype", f"{CL}/fused_linear_ppo.py _compute_dapo_normalizer (.to(torch.float32)); "
-    f"{CL}/fused_linear_distillation.py forward (loss_acc)",
-    lambda r, c: r.dtype in ("bfloat16", "float16") and "dtype float32" in r.message)
-_NEG_INF = Finding(
-    "liger-neginf-logits", "n/a",
-    "−inf logits cannot be produced by the fused lm-head (hidden @ weight.T): vectors with impossible tokens are "
-    "outside the interface of the distillation modules", f"{CL}/fused_linear_distillation.py chunk_forward",
-    lambda r, c: "−inf logits" in r.message)
+_FLOAT32_DISTILL = Finding(
+    "liger-distill-float32", "precision",
+    "the distillation modules accumulate the loss in torch.zeros(()) (float32) and take the cross-entropy of "
+    ".float() logits: float64 inputs give a float32 result",
+    f"{CL}/fused_linear_distillation.py forward (loss_acc = torch.zeros(()))",
+    where(objectives=("distill.hinton", "distill.token_kl", "distill.generalized_jsd"), dtypes=("float64",)),
+    results=("valid", "acceptable"))
+
+
+def _float32_rounding_reaches_loss(case) -> bool:
+    """Whether rounding old_logp (and ref_logp, when β ≠ 0) to float32 changes a term of the
+    loss: a rounded old log-probability of a selected token whose ratio is not clipped (a
+    clipped token's policy term is the constant (1 ± ε)·A) or whose KL term the ratio weights,
+    or a rounded reference log-probability of a selected token."""
+    def values(name):
+        return np.asarray(decode_input(case.test["inputs"][name]), dtype=np.float64)
+
+    def rounded(x):
+        return x.astype(np.float32).astype(np.float64) != x
+
+    params = case.test["params"]
+    eps_low = params.get("eps_low", 0.2)
+    eps_high = eps_low if params.get("eps_high") is None else params["eps_high"]
+    logp, old = values("logp"), values("old_logp")
+    adv = values("advantages")
+    adv = adv[:, None] if logp.ndim == 2 else adv
+    selected = values("mask") != 0 if "mask" in case.test["inputs"] else np.ones(logp.shape, bool)
+    with np.errstate(over="ignore"):
+        ratio = np.exp(logp - old)
+    with_kl = bool(params.get("beta"))
+    weighted = with_kl and case.conventions.get("kl_ratio_weight", False)
+    unclipped = np.where(adv > 0, ratio <= 1 + eps_high, ratio >= 1 - eps_low)
+    if (rounded(old) & (unclipped | weighted) & selected).any():
+        return True
+    return with_kl and bool((rounded(values("ref_logp")) & selected).any())
+
+
+_FLOAT32_PPO = Finding(
+    "liger-ppo-float32", "precision",
+    "_compute_loss_from_logps casts old and reference log-probabilities with .float(): in float64 the ratio "
+    "and the KL term are those of float32-rounded inputs",
+    f"{CL}/fused_linear_ppo.py _compute_loss_from_logps: old_per_token_logps_chunk.float()",
+    where(objectives=("grpo.loss", "grpo.clip"), dtypes=("float64",), test=_float32_rounding_reaches_loss))
 _CDPO = Finding(
     "liger-sigmoid-label-smoothing", "deviation",
     "loss_type='sigmoid' ignores label_smoothing (no cDPO): with ε > 0 the loss is plain DPO",
     f"{CL}/dpo_loss.py preference_loss_fn: loss = -F.logsigmoid(logits_diff).sum() / n_pairs",
-    has_flag("LabelSmoothing"))
-_NO_VALIDATION = Finding(
-    "liger-no-input-validation", "validation",
-    "invalid inputs (NaN/inf, mismatched shapes, out-of-range parameters) are computed on instead of rejected",
-    CL, lambda r, c: r.result == "invalid")
-FINDINGS = [_NO_VALIDATION, _NEG_INF, _CDPO, _FLOAT32, _DTYPE]
+    where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
+          test=lambda c: c.test["params"].get("label_smoothing", 0.0) != 0.0))
+_DISTILL_LOW_PRECISION = Finding(
+    "liger-distill-low-precision", "precision",
+    "distillation_loss_fn takes log_softmax and F.kl_div in the logits' dtype: bfloat16/float16 log-probabilities "
+    "are rounded before the vocabulary sum, which then cancels",
+    f"{CL}/jsd_loss.py distillation_loss_fn: student_log_probs = F.log_softmax(student_logits, dim=-1)",
+    where(objectives=("distill.hinton", "distill.token_kl", "distill.generalized_jsd"), dtypes=LOW_PRECISION))
+_K3_LOW_PRECISION = Finding(
+    "liger-k3-low-precision", "precision",
+    "k3_loss_fn evaluates exp(log_p − log_q) − (log_p − log_q) − 1 in the inputs' dtype: in bfloat16/float16 the "
+    "rounded terms cancel", f"{CL}/grpo_loss.py k3_loss_fn",
+    where(objectives=("kl.estimator",), dtypes=LOW_PRECISION))
+_ROBUST_LOW_PRECISION = Finding(
+    "liger-robust-low-precision", "precision",
+    "the 'robust' loss subtracts two separately rounded terms, (1 − ε)·logσ(βδ) and ε·logσ(−βδ), in the inputs' "
+    "dtype: in bfloat16/float16 the difference cancels",
+    f"{CL}/dpo_loss.py preference_loss_fn (loss_type 'robust')",
+    where(objectives=("dpo.loss",), dtypes=LOW_PRECISION, conventions={"loss_type": "robust"}))
+_PPO_LOW_PRECISION = Finding(
+    "liger-ppo-low-precision", "precision",
+    "ppo_loss_fn uses per_token_logps in the ratio and in the KL term separately: with bfloat16/float16 "
+    "log-probabilities autograd rounds each partial gradient to that dtype before summing them, and they cancel",
+    f"{CL}/grpo_loss.py LigerFusedLinearGRPOFunction.ppo_loss_fn",
+    where(objectives=("grpo.loss",), dtypes=LOW_PRECISION))
+FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO, _DISTILL_LOW_PRECISION, _K3_LOW_PRECISION, _ROBUST_LOW_PRECISION,
+            _PPO_LOW_PRECISION]
 
 
 def _mods():
@@ -158,7 +207,8 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
 
 # --- distillation through the fused module ------------------------------------------------------
 
-_NEG_INF_MSG = "−inf logits cannot come out of Liger's fused lm-head (hidden @ weight.T)"
+_NEG_INF_MSG = ("infinite logits cannot come out of Liger's fused lm-head (hidden @ weight.T): the "
+                "distillation modules take hidden states")
 
 
 def _jsd(student_logits, teacher_logits, labels, beta, temperature, weight_hard, weight_soft):
@@ -173,7 +223,7 @@ def _jsd(student_logits, teacher_logits, labels, beta, temperature, weight_hard,
 
 def _per_row(student_logits, teacher_logits, beta, temperature):
     import torch
-    finite_logits(student_logits, teacher_logits, why=_NEG_INF_MSG)
+    representable_logits(student_logits, teacher_logits, why=_NEG_INF_MSG)
     n = student_logits.shape[0]
     out = []
     for i in range(n):
@@ -192,7 +242,7 @@ def token_kl(student_logits, teacher_logits, direction="reverse", temperature=1.
 
 
 def hinton(student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t2_scale=True):
-    finite_logits(student_logits, teacher_logits, why=_NEG_INF_MSG)
+    representable_logits(student_logits, teacher_logits, why=_NEG_INF_MSG)
     # beta=0: the soft term is KL(p‖q) of logits/T; no T² factor exists in Liger (t2_scale=False).
     return _jsd(student_logits, teacher_logits, labels, 0.0, temperature, 1.0 - alpha, alpha)
 
@@ -202,4 +252,4 @@ def target():
     load_or_explain(_mods, "liger-kernel", INSTALL)
     objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
                   "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd}
-    return build("liger", version, objectives, CONVENTIONS)
+    return build("liger", version, objectives, CONVENTIONS, FINDINGS)

@@ -16,16 +16,22 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from conformance.targets.peers._common import Convention as C
+import numpy as np
+
+from conformance.numbers import decode_input
+from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import (
+    LOW_PRECISION,
     Finding,
     build,
-    has_flag,
-    import_bare,
+    equal_group_mean_inexact,
     load_or_explain,
+    log_ratio_clamp_changes,
     per_element,
     require,
+    where,
 )
+from conformance.targets.peers._common import Convention as C
 
 VERSION = "0.11.2"
 INSTALL = "pip install --no-deps openrlhf==0.11.2 transformers"
@@ -68,51 +74,74 @@ PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.01,), f"{CLI} --algo.kl.init_coef 0.01"),
 ]
 
+
+def _with_kl(case) -> bool:
+    return case.test["params"].get("beta", 0.0) != 0.0
+
+
+def _has_empty_row(case) -> bool:
+    return bool((np.asarray(decode_input(case.test["inputs"]["mask"]), dtype=np.float64).sum(axis=1) == 0).any())
+
+
+def _kl_means_differ(case) -> bool:
+    """Whether a token mean and a mean of per-sequence means of the KL term can differ: β ≠ 0
+    and the sequences that have tokens do not all have the same number of them."""
+    lengths = {n for n in np.asarray(decode_input(case.test["inputs"]["mask"]), dtype=np.float64).sum(axis=1) if n}
+    return _with_kl(case) and len(lengths) > 1
+
+
 _LOG_RATIO_CLAMP = Finding(
     "openrlhf-log-ratio-clamp", "deviation",
     "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), which the catalog does not express: "
-    "results differ where |log ρ| > 20", f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
-    lambda r, c: "ExtremeRatio" in r.flags and r.objective in ("grpo.clip", "grpo.loss"))
+    "results differ where |log ρ| > 20 and the clip does not make the term constant",
+    f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
+    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
 _KL_FLOAT32 = Finding(
     "openrlhf-kl-float32", "precision",
-    "compute_approx_kl casts both log-probabilities to float32 (.float()) and returns float32: float64 inputs "
-    "lose precision (and the KL term of grpo.loss has float32 accuracy)",
+    "compute_approx_kl casts both log-probabilities to float32 (.float()) and returns float32: the KL of float64 "
+    "inputs has float32 accuracy and dtype",
     f"{UTILS} compute_approx_kl: log_ratio = log_probs.float() - log_probs_base.float()",
-    lambda r, c: r.dtype == "float64" and r.objective in ("kl.estimator", "grpo.loss"))
-_KL_DTYPE = Finding(
-    "openrlhf-float32-output", "dtype",
-    "returns float32 for bfloat16/float16 inputs instead of the inputs' dtype: compute_approx_kl upcasts with "
-    ".float(), and the actor's loss_batch_info normalisers (batch_num_tokens, global_batch_size) are float32 "
-    "tensors that promote the aggregated losses",
-    f"{UTILS} compute_approx_kl; openrlhf/utils/loss_utils.py get_loss_batch_info (dtype=torch.float32)",
-    lambda r, c: r.dtype in ("bfloat16", "float16") and "dtype float32" in r.message)
+    where(objectives=("kl.estimator",), dtypes=("float64",)), results=("valid", "acceptable"))
+_KL_TERM_FLOAT32 = Finding(
+    "openrlhf-kl-term-float32", "precision",
+    "the KL term of the actor loss comes from compute_approx_kl in float32 (.float()): with β ≠ 0 a float64 loss "
+    "has float32 accuracy", f"{UTILS} compute_approx_kl; {ACTOR} (loss = actor_loss + kl_loss * kl_ctl)",
+    where(objectives=("grpo.loss",), dtypes=("float64",), test=_with_kl))
 _KL_TOKEN_MEAN = Finding(
     "openrlhf-kl-token-mean", "deviation",
     "with loss_agg_mode 'seq-mean-token-mean' only the policy term is a per-sequence mean: the actor aggregates "
     "the KL term with aggregate_loss's default token_level_loss=True, which the catalog (one aggregation for both "
     "terms) does not express", f"{ACTOR}: kl_loss = aggregate_loss(kl, experience.action_mask, **loss_batch_info)",
-    lambda r, c: r.objective == "grpo.loss" and c.conventions.get("aggregation") == "seq-mean-token-mean")
+    where(objectives=("grpo.loss",), conventions={"aggregation": "seq-mean-token-mean"}, test=_kl_means_differ))
 _ROW_EPS = Finding(
     "openrlhf-row-length-eps", "deviation",
     "aggregate_loss(token_level_loss=False) divides each row sum by (|o_i| + 1e-8): a relative error of "
     "1e-8/|o_i|, visible in float64", f"{LOSS} aggregate_loss: seq_loss = ... / (token_counts + 1e-8)",
-    lambda r, c: r.dtype == "float64" and r.objective == "grpo.aggregate")
-_SINGLETON = Finding(
-    "openrlhf-singleton-group", "n/a",
-    "G = 1: OpenRLHF's CLI rejects it (n_samples_per_prompt > 1 for group_norm / dr_grpo); "
-    "compute_advantages_and_returns returns NaN (std of one sample)", f"{CLI}; {MAKER}",
-    has_flag("SingletonGroup"))
+    lambda c, dtype: dtype == "float64" and "seq-mean-token-mean" in (c.conventions.get("mode"),
+                                                                        c.conventions.get("aggregation")))
+_EMPTY_ROW_FLOAT16 = Finding(
+    "openrlhf-empty-row-float16-nan", "bug",
+    "aggregate_loss(token_level_loss=False) divides a fully masked row's sum 0 by (0 + 1e-8), and 1e-8 is 0 in "
+    "float16: the row's mean is 0/0 = NaN, which multiplying by seq_mask = 0 does not remove, so the loss is NaN",
+    f"{LOSS} aggregate_loss: seq_loss = (loss * loss_mask).sum(dim=-1) / (token_counts + 1e-8)",
+    lambda c, dtype: dtype == "float16" and "seq-mean-token-mean" in (c.conventions.get("mode"),
+                                                                        c.conventions.get("aggregation"))
+    and _has_empty_row(c))
 _ZERO_STD = Finding(
     "openrlhf-zero-std-rounding", "numerics",
     "an all-equal group whose floating-point mean is inexact gets (r − mean)/(std + 1e-9) with std of order "
     "one ulp: advantages of order 1 instead of 0", f"{MAKER}: (rewards - mean) / (rewards.std(-1) + 1e-9)",
-    has_flag("ZeroStdRounding"))
-_NO_VALIDATION = Finding(
-    "openrlhf-no-input-validation", "validation",
-    "invalid inputs (NaN/inf, mismatched shapes, out-of-range parameters) are computed on instead of rejected",
-    LOSS, lambda r, c: r.result == "invalid")
-FINDINGS = [_NO_VALIDATION, _SINGLETON, _LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_DTYPE, _KL_TOKEN_MEAN, _ROW_EPS,
-            _ZERO_STD]
+    lambda c, dtype: c.objective == "grpo.advantages" and c.conventions.get("scale") == "group"
+    and equal_group_mean_inexact(c, dtype))
+_DPO_LOW_PRECISION = Finding(
+    "openrlhf-dpo-low-precision", "precision",
+    "DPOLoss forms (π_c − π_r) − (ref_c − ref_r), β·logits and the loss in the inputs' dtype: in bfloat16/float16 "
+    "each difference of log-probabilities is rounded before the next cancels it (and float16 overflows where a "
+    "difference or the IPO square exceeds 65504)",
+    f"{LOSS} DPOLoss.forward: logits = pi_logratios - ref_logratios",
+    where(objectives=("dpo.loss",), dtypes=LOW_PRECISION))
+FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD,
+            _DPO_LOW_PRECISION]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
@@ -218,4 +247,4 @@ def target():
     load_or_explain(_load, "openrlhf", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss}
-    return build("openrlhf", version, objectives, CONVENTIONS, alternatives=ALTERNATIVES)
+    return build("openrlhf", version, objectives, CONVENTIONS, FINDINGS, alternatives=ALTERNATIVES)

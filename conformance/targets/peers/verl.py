@@ -14,16 +14,19 @@ deviations show.
 """
 from __future__ import annotations
 
-from conformance.targets.peers._common import Convention as C
+from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import (
+    LOW_PRECISION,
     Finding,
     build,
-    has_flag,
-    import_bare,
+    equal_group_mean_inexact,
     load_or_explain,
+    log_ratio_clamp_changes,
     per_element,
     require,
+    where,
 )
+from conformance.targets.peers._common import Convention as C
 
 VERSION = "0.9.1"
 INSTALL = ("pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson && "
@@ -71,40 +74,45 @@ PARAM_DEFAULTS = [
 
 _LOG_RATIO_CLAMP = Finding(
     "verl-log-ratio-clamp", "deviation",
-    "log ρ = logp − old_logp (and log r in low_var_kl) is clamped to ±20 before exp, which the catalog does not "
-    "express: results differ where |log ρ| > 20 (ratios e^±50)",
+    "log ρ = logp − old_logp is clamped to ±20 before exp, which the catalog does not express: results differ "
+    "where |log ρ| > 20 and the clip does not make the term constant",
     f"{CORE} compute_policy_loss_vanilla: torch.clamp(negative_approx_kl, min=-20.0, max=20.0)",
-    has_flag("ExtremeRatio"))
+    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
 _ROW_EPS = Finding(
     "verl-row-length-eps", "deviation",
-    "seq-mean-token-mean divides each row sum by (|o_i| + 1e-8) instead of |o_i|: a relative error of "
-    "1e-8/|o_i|, visible in float64",
-    f"{CORE} agg_loss: seq_losses = sum(loss_mat * loss_mask, -1) / (seq_mask + 1e-8)",
-    lambda r, c: r.dtype == "float64" and "seq-mean-token-mean" in (c.conventions.get("mode"),
-                                                                    c.conventions.get("aggregation")))
+    "agg_loss 'seq-mean-token-mean' divides each row sum by (|o_i| + 1e-8) instead of |o_i|: a relative error of "
+    "1e-8/|o_i| for a floating-point mask, visible in float64 (the actor's boolean response_mask makes |o_i| an "
+    "integer tensor, to which + 1e-8 is added in float32 and lost)",
+    f"{CORE} agg_loss: seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)",
+    where(objectives=("grpo.aggregate",), dtypes=("float64",), conventions={"mode": "seq-mean-token-mean"}))
 _ZERO_STD = Finding(
     "verl-zero-std-rounding", "numerics",
     "an all-equal group whose floating-point mean is not exactly the common value gets (r − mean)/(std + 1e-6) "
     "with std of order one ulp: advantages of order 1e-10 instead of 0",
     f"{CORE} compute_grpo_outcome_advantage: (scores[i] - mean) / (std + epsilon)",
-    has_flag("ZeroStdRounding"))
+    lambda c, dtype: c.objective == "grpo.advantages" and c.conventions.get("scale") == "group"
+    and equal_group_mean_inexact(c, dtype))
 _SINGLETON_F32 = Finding(
     "verl-singleton-float32", "precision",
     "a singleton group gets id2std = torch.tensor(1.0), a float32 tensor, so std + epsilon = 1 + 1e-6 is rounded "
     "to float32 before the float64 division: A = r/1.00000095 instead of r/1.000001 (relative error 5e-8)",
     f"{CORE} compute_grpo_outcome_advantage: id2mean[idx] = torch.tensor(0.0); id2std[idx] = torch.tensor(1.0)",
-    lambda r, c: r.dtype == "float64" and "SingletonGroup" in r.flags)
-_DTYPE = Finding(
-    "verl-float32-output", "dtype",
-    "agg_loss returns float32 for bfloat16/float16 inputs in the sequence-mean modes (seq_mask is built with "
-    ".float() and promotes the result) instead of the inputs' dtype",
-    f"{CORE} agg_loss: seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()",
-    lambda r, c: r.dtype in ("bfloat16", "float16") and "dtype float32" in r.message)
-_NO_VALIDATION = Finding(
-    "verl-no-input-validation", "validation",
-    "invalid inputs (NaN/inf, mismatched shapes, out-of-range parameters) are computed on instead of rejected",
-    CORE, lambda r, c: r.result == "invalid")
-FINDINGS = [_NO_VALIDATION, _LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _DTYPE]
+    where(objectives=("grpo.advantages",), dtypes=("float64",), flags=("SingletonGroup",),
+          conventions={"scale": "group"}))
+_K3_LOW_PRECISION = Finding(
+    "verl-k3-low-precision", "precision",
+    "low_var_kl evaluates exp(ref − logp) − (ref − logp) − 1 in the inputs' dtype: in bfloat16/float16 the three "
+    "rounded terms cancel (k3 of a small log-ratio is lost to the rounding of exp)",
+    f"{CORE} kl_penalty_forward: kld = (ratio - kl - 1)",
+    where(objectives=("kl.estimator",), dtypes=LOW_PRECISION, conventions={"kind": "k3"}))
+_PPO_LOW_PRECISION = Finding(
+    "verl-ppo-low-precision", "precision",
+    "compute_policy_loss_vanilla and low_var_kl compute the ratio, the clipped surrogate and k3 in the inputs' "
+    "dtype, and autograd rounds each partial gradient of logp to that dtype before summing them: in "
+    "bfloat16/float16 the loss and its gradient lose to cancellation",
+    f"{CORE} compute_policy_loss_vanilla: ratio = torch.exp(negative_approx_kl); kl_penalty_forward",
+    where(objectives=("grpo.loss",), dtypes=LOW_PRECISION))
+FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _K3_LOW_PRECISION, _PPO_LOW_PRECISION]
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
 
@@ -187,4 +195,4 @@ def target():
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
-    return build("verl", version, objectives, CONVENTIONS, alternatives=ALTERNATIVES)
+    return build("verl", version, objectives, CONVENTIONS, FINDINGS, alternatives=ALTERNATIVES)
