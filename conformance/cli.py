@@ -65,7 +65,7 @@ def _positive(kind):
 
 def _tolerances(args):
     try:
-        return compare.Tolerances.from_file(args.tolerances)
+        return compare.Tolerances.from_file(args.tolerances, getattr(args, "tolerance_model", None))
     except ValueError as err:   # unreadable, not JSON, or not {glob: {dtype: k}}: a usage error
         raise UsageError(str(err)) from None
 
@@ -180,6 +180,8 @@ def _verdict_options(args) -> tuple:
         out.append("--as-paper")
     if args.tolerances:
         out.append(f"--tolerances {args.tolerances}")
+    if args.tolerance_model:
+        out.append(f"--tolerance-model {args.tolerance_model}")
     if args.known:
         out.append(f"--known {args.known}")
     if args.strict:
@@ -447,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--device", help="cpu or cuda (default: the target's first device)")
     chk.add_argument("--uid", action="append", help="run only this vector (repeatable)")
     chk.add_argument("--tolerances", metavar="FILE", help="per-target tolerance overrides (JSON)")
+    chk.add_argument("--tolerance-model", choices=compare.MODELS, default=None,
+                     help="bfloat16/float16 bound: careful (float32 inside, the default unless a target declares "
+                          "otherwise) or native (reductions in the low dtype: looser, see docs/vectors.md)")
     chk.add_argument("--time-limit", type=_positive(float), default=DEFAULT_TIME_LIMIT, metavar="S",
                      help=f"per-case limit (default {DEFAULT_TIME_LIMIT:g} s)")
     chk.add_argument("--known", metavar="FILE", help="known failures: JSON {uid or glob[@dtype]: reason and link}")
@@ -465,6 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     val = with_vectors(sub.add_parser("validate", help="judge a responses file (lossproof-responses/1)"))
     val.add_argument("responses")
     val.add_argument("--tolerances", metavar="FILE")
+    val.add_argument("--tolerance-model", choices=compare.MODELS, default=None,
+                     help="bfloat16/float16 bound: careful (default) or native")
     val.add_argument("--report-json", metavar="PATH")
     val.add_argument("--quiet", action="store_true")
     val.set_defaults(fn=cmd_validate)

@@ -260,7 +260,7 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
             res.status, res.message = "fail", f"mutated its input {name!r} in place"
             return res
 
-    tolerance = tolerances.for_case(spec, test, dtype)
+    tolerance = tolerances.for_case(spec, test, dtype, target.tolerance_model_for(case.objective))
     selected = _selection(spec, test)
     failures = []
     hard = []   # failures that no 'acceptable' flag excuses (dtype, gradient leak)
@@ -387,22 +387,24 @@ def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):
 def _conventions(target: Target, case: VectorCase, as_paper: bool) -> tuple[dict | None, str]:
     """The conventions to call the target with, or (None, why the case does not run).
 
-    Valid vectors run when their group's conventions are ones the target declares. Invalid
-    vectors are about an input or a parameter, not a convention set: they run under the
-    target's own conventions, so every target is asked to reject them; an invalid value of a
-    convention runs only for targets that declare that convention."""
+    Valid vectors run when their group's conventions are ones the target declares. An input
+    that is invalid whatever the conventions (flag ``InvalidInput``: NaN, a wrong shape, a bad
+    parameter) runs under the target's own conventions, so every target is asked to reject it;
+    an invalid value of a convention runs only for targets that declare that convention; any
+    other invalid case (an input invalid under its conventions only, e.g. an infinite
+    divergence in one direction) runs for targets that accept its conventions."""
     spec = catalog.get(case.objective)
     declared = Target(target.name, target.framework, target.objectives, {} if as_paper else target.conventions)
-    if case.result != "invalid":
-        if not declared.accepts(case.objective, case.conventions):
-            return None, "conventions differ from the target's declaration"
-        return case.conventions, ""
     culprit = case.test.get("error", "").partition(":")[0].strip()
-    if culprit in spec.conventions:
+    if case.result == "invalid" and culprit in spec.conventions:
         if not declared.declares(case.objective, culprit):
             return None, f"invalid value of convention {culprit}, which the target does not declare"
         return case.conventions, ""
-    return {**case.conventions, **declared.default_conventions(case.objective)}, ""
+    if case.result == "invalid" and "InvalidInput" in case.flags and declared.conventions != ANY:
+        return {**case.conventions, **declared.default_conventions(case.objective)}, ""
+    if not declared.accepts(case.objective, case.conventions):
+        return None, "conventions differ from the target's declaration"
+    return case.conventions, ""
 
 
 def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | None = None,

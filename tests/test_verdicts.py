@@ -101,14 +101,17 @@ def test_strict_fails_on_invalid_input_that_is_not_rejected(author, capsys):
 
 
 def test_invalid_inputs_run_under_the_targets_own_conventions(tmp_path, author, capsys):
-    """The invalid DPO inputs live in a group with the paper conventions; a target declaring
-    another loss type still receives them (under its own loss type)."""
+    """The invalid inputs live in a group with the paper conventions; a target declaring other
+    conventions still receives them, under its own conventions."""
     code, doc, *_ = _report(tmp_path, capsys, "--target", f"{author}:TARGET", "--objective", "distill.token_kl",
                             "--quiet")
-    invalid = [c for c in doc["cases"] if c["axis"] == "validation"]
+    invalid = [c for c in doc["cases"] if c["axis"] == "validation" and "InvalidInput" in c["flags"]]
     assert invalid and all(c["status"] != "skip" for c in invalid)
     bad_input = [c for c in invalid if c["conventions"]["direction"] in ("reverse", "forward")]
     assert len(bad_input) > 10 and all(c["conventions"]["direction"] == "reverse" for c in bad_input)
+    # an infinite divergence is invalid in its own direction only: it runs where that direction is declared
+    infinite = [c for c in doc["cases"] if "InfiniteDivergence" in c["flags"]]
+    assert infinite and all(c["status"] == "skip" or c["conventions"]["direction"] == "reverse" for c in infinite)
 
 
 def test_wrong_formulas_fail(tmp_path, capsys):

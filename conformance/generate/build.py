@@ -3,10 +3,19 @@
 Every expected digit is computed twice, at the working precision and 30 digits above it,
 and the case is refused unless both agree to the printed digits: a vector never carries
 a digit that cancellation could have corrupted.
+
+The dtypes a test is judged in: float64 always; float32 when its inputs are float32 values;
+bfloat16 and float16 for a low-precision case (``Case.low_precision``) of an objective that
+has them (``catalog.Objective.low_precision``) when its inputs and cotangents are values of
+that dtype and no exact output or gradient lies beyond the dtype's largest finite value (a
+correctly rounded result would be infinite there). A low-precision test also stores, for the
+outputs that reduce terms, the magnitude of those terms (``scale.elements``, read by the
+careful low-precision tolerance model in conformance/compare.py).
 """
 from __future__ import annotations
 
 import importlib
+import math
 import random
 
 import mpmath
@@ -29,10 +38,6 @@ class GenerationError(LossproofError):
 def exact_functions(objective_id: str):
     family, name = objective_id.split(".")
     module = importlib.import_module(f"refimpl.exact.{family}")
-    # a family whose natural arguments are not arrays (tabular: trees) exposes its catalog form apart
-    form = getattr(module, "CATALOG_FORM", {})
-    if name in form:
-        return form[name], None
     return getattr(module, name), getattr(module, f"{name}_vjp", None)
 
 
@@ -61,15 +66,22 @@ def _outputs_dict(spec, out) -> dict:
     return {spec.outputs[0]: out}
 
 
-def _default_cotangents(spec, outputs: dict, uid: str) -> dict:
+def _default_cotangents(spec, outputs: dict, uid: str, low_precision: bool) -> dict:
+    """Ones for scalar outputs; otherwise drawn from the uid: three decimals in [−2, 2], or for a
+    low-precision case nonzero multiples of 1/64 (exact in bfloat16 and float16, so that a target
+    receives exactly the cotangent its gradient is judged against)."""
     rng = random.Random(uid)
     cts = {}
     for name, value in outputs.items():
         shape = _shape(value)
+        size = int(np.prod(shape))
         if not shape:
             cts[name] = 1.0
+        elif low_precision:
+            cts[name] = np.array([rng.choice((-1, 1)) * rng.randint(1, 128) / 64 for _ in range(size)],
+                                 dtype=float).reshape(shape).tolist()
         else:
-            cts[name] = np.array([round(rng.uniform(-2, 2), 3) for _ in range(int(np.prod(shape)))],
+            cts[name] = np.array([round(rng.uniform(-2, 2), 3) for _ in range(size)],
                                  dtype=float).reshape(shape).tolist()
     return cts
 
@@ -80,15 +92,27 @@ def _max_abs(x) -> mpmath.mpf:
     return max(vals, default=mp.ZERO)
 
 
-def _dtypes(spec, case: Case) -> list[str]:
+# Largest finite value of each dtype narrower than binary64.
+_MAX_FINITE = {"float32": float(np.finfo(np.float32).max), "bfloat16": (2 - 2.0 ** -7) * 2.0 ** 127,
+               "float16": 65504.0}
+
+
+def _dtypes(spec, case: Case, cotangents: dict | None = None, exact: list | None = None) -> list[str]:
+    """float64, then every narrower dtype that holds the inputs (and cotangents) exactly and
+    the exact results (``exact``: outputs and gradients, decimal strings) within its range."""
     floats = [v for name, val in case.inputs.items()
               if next(i for i in spec.inputs if i.name == name).kind == "float"
               for v in numbers.flat_floats(val)]
-    out = ["float64"]
-    if all(numbers.representable(v, "float32") for v in floats):
-        out.append("float32")
-        if case.low_precision and spec.low_precision:
-            out += [d for d in ("bfloat16", "float16") if all(numbers.representable(v, d) for v in floats)]
+    # float32 judges the cotangent's float32 rounding (its error is far inside the float32 bound)
+    cts = [v for val in (cotangents or {}).values() for v in numbers.flat_floats(val)]
+    largest = max((abs(v) for x in exact or [] for v in numbers.flat_floats(x) if not math.isinf(v)),
+                  default=0.0)
+    if not all(numbers.representable(v, "float32") for v in floats) or largest > _MAX_FINITE["float32"]:
+        return ["float64"]
+    out = ["float64", "float32"]
+    if case.low_precision and spec.low_precision:
+        out += [d for d in ("bfloat16", "float16")
+                if all(numbers.representable(v, d) for v in floats + cts) and largest <= _MAX_FINITE[d]]
     return out
 
 
@@ -133,7 +157,8 @@ def build_test(case: Case, scale_fn=None) -> dict:
         return test
     dps = mp.get_dps()
     outputs, _ = _evaluate(spec, fn, None, kwargs, {})
-    cotangents = case.cotangents or _default_cotangents(spec, outputs, uid)
+    low = case.low_precision and spec.low_precision
+    cotangents = case.cotangents or _default_cotangents(spec, outputs, uid, low)
     outputs, grads = _evaluate(spec, fn, vjp, kwargs, cotangents)
     with mp.precision(dps + CHECK_EXTRA_DPS):
         hi_outputs, hi_grads = _evaluate(spec, fn, vjp, kwargs, cotangents)
@@ -141,12 +166,17 @@ def build_test(case: Case, scale_fn=None) -> dict:
     if grads:
         test["cotangents"] = {k: numbers.encode_input(v) for k, v in cotangents.items()}
         test["grads"] = {k: _check_digits(uid, f"grad {k}", v, hi_grads[k]) for k, v in grads.items()}
+    test["dtypes"] = _dtypes(spec, case, cotangents if grads else None,
+                             list(test["expected"].values()) + list(test.get("grads", {}).values()))
     with mpmath.workdps(dps):
         scales = scale_fn(kwargs, outputs, grads) if scale_fn else {}
         test["scale"] = {
             "outputs": {k: numbers.encode_exact(scales.get(k, _max_abs(v)), 6) for k, v in outputs.items()},
             "grads": {k: numbers.encode_exact(scales.get(f"grad:{k}", _max_abs(v)), 6) for k, v in grads.items()},
         }
+        elements = {k: scales[f"elements:{k}"] for k in outputs if f"elements:{k}" in scales}
+        if elements and set(test["dtypes"]) & {"bfloat16", "float16"}:
+            test["scale"]["elements"] = {k: numbers.encode_exact(v, 6) for k, v in elements.items()}
     if case.tolerance:
         test["tolerance"] = case.tolerance
     test["provenance"] = case.provenance

@@ -43,7 +43,10 @@ NOTES = {
                   "1 − βΔ = 0: the loss is 0 either way, but the gradient is −β on the closed active branch "
                   "(the exact reference) and 0 for torch.relu (TRL, Liger). Either is accepted."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
-                     "(log-probabilities in [−60, 0]); the result is judged in that dtype."},
+                     "(or both: bfloat16 values inside float16's range), judged in those dtypes: random batches "
+                     "of up to 64 pairs with log-probabilities down to −300, margins of ±1e4, log-probabilities "
+                     "near −1e4. A case judged in float16 keeps the margin Δ inside float16's range. See "
+                     "conformance/compare.py for the careful tolerance model."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the loss's domain "
                      "(NaN/inf log-probabilities, shapes that disagree, β ≤ 0, label_smoothing outside "
                      "[0, 0.5), unknown loss type); must be rejected."},
@@ -85,10 +88,12 @@ def _margins(inputs) -> list:
     return [(a - c) - (b - d) for a, b, c, d in zip(pc, pr, rc, rr)]
 
 
-def _random_case(group: str, seed: int, dtype: str | None) -> Case:
+def _random_case(group: str, seed: int, dtype: str | None, grid: str | None = None, max_batch: int = 16) -> Case:
+    """``dtype`` float32 rounds the inputs to float32; ``grid`` to a low-precision grid
+    (sampling.in_low), keeping βΔ NEAR_LOW away from the hinge's kink."""
     r = S.rng(seed)
     loss_type = LOSS_TYPES[group]
-    batch = int(r.integers(1, 17))
+    batch = int(r.integers(1, max_batch + 1))
     beta = float(r.choice([0.01, 0.05, 0.1, 0.1, 0.5, 1.0]))
     depth = float(r.choice([5.0, 50.0, 300.0]))
     spread = min(3.0 / beta, depth)  # βΔ of order a few units
@@ -103,16 +108,22 @@ def _random_case(group: str, seed: int, dtype: str | None) -> Case:
         rr = S.logprobs_near(r, pr, spread / 2)
         if dtype:
             pc, pr, rc, rr = (S.in_dtype(x, dtype) for x in (pc, pr, rc, rr))
+        if grid:
+            pc, pr, rc, rr = (S.in_low(x, grid) for x in (pc, pr, rc, rr))
         inputs = _inputs(pc, pr, rc, rr)
         # A hinge case whose βΔ lies within rounding of the kink would make the gradient
         # implementation-defined: redraw (HingeKink covers the kink on purpose).
-        if loss_type != "hinge" or all(abs(1 - beta * d) > 1e-3 for d in _margins(inputs)):
+        near = S.NEAR_LOW if grid else 1e-3
+        if loss_type != "hinge" or all(abs(1 - beta * d) > near for d in _margins(inputs)):
             break
+    rounded = f", inputs in {dtype}" if dtype else f", inputs exact in {S.grid_note(grid)}" if grid else ""
     return Case(OBJ, inputs, params={"beta": beta, "label_smoothing": smoothing},
-                conventions={"loss_type": loss_type}, group=group, flags=("Random", "DetachedRewards"),
-                comment=f"random B={batch}, β={beta:g}, ε={smoothing:g}" + (f", inputs in {dtype}" if dtype else ""),
-                cotangents=_cotangents(r, batch),
-                provenance=generated(seed, "sequence logprobs; references = policy + normal offset"))
+                conventions={"loss_type": loss_type}, group=group,
+                flags=("Random", "DetachedRewards") + (("LowPrecision",) if grid else ()),
+                comment=f"random B={batch}, β={beta:g}, ε={smoothing:g}" + rounded,
+                cotangents=_cotangents(r, batch), low_precision=grid is not None,
+                provenance=generated(seed, "sequence logprobs; references = policy + normal offset"
+                                     + (f"; rounded to the {grid} grid" if grid else "")))
 
 
 def _fixed(group, inputs, flags, comment, beta=0.1, smoothing=0.0, result="valid", seed=0, low=False):
@@ -180,12 +191,50 @@ def cases() -> list[Case]:
             out.append(_random_case(group, seed, "float32" if i % 2 == 0 else None))
         out.extend(_edges(group, index))
     for i in range(3):  # cDPO through the 'sigmoid' loss type (OpenRLHF's DPOLoss form)
-        case = _random_case("paper", 5900 + i, None if i else "float32")
-        case.params["label_smoothing"] = (0.1, 0.25, 0.4)[i]
-        case.flags = case.flags + ("LabelSmoothing",)
-        case.comment += f" → ε = {case.params['label_smoothing']:g}"
-        out.append(case)
+        out.append(_smoothed(_random_case("paper", 5900 + i, None if i else "float32"), (0.1, 0.25, 0.4)[i]))
+    out.extend(_low_precision_cases())
     out.extend(_invalid())
+    return out
+
+
+def _smoothed(case: Case, smoothing: float) -> Case:
+    case.params["label_smoothing"] = smoothing
+    case.flags = case.flags + ("LabelSmoothing",)
+    case.comment += f" → ε = {smoothing:g}"
+    return case
+
+
+# ----------------------------------------------------------------------------- low precision
+#
+# Cases judged in bfloat16 and float16 (the careful model of conformance/compare.py): random
+# batches of up to 64 pairs on the two low-precision grids (sampling.in_low), cDPO through
+# 'sigmoid', and per loss type a margin of ±1e4 (its IPO loss, 1e8, is beyond float16), equal
+# gains and log-probabilities near −1e4 (float16 grid: spacing 8 there).
+
+LOW_RANDOM = 42
+
+
+def _low_precision_cases() -> list[Case]:
+    out = []
+    for i in range(LOW_RANDOM):
+        group = list(LOSS_TYPES)[i % len(LOSS_TYPES)]
+        out.append(_random_case(group, 22000 + i, None, grid=S.low_grid(i), max_batch=64))
+    for i in range(4):
+        out.append(_smoothed(_random_case("paper", 22100 + i, None, grid=S.low_grid(i), max_batch=64),
+                             (0.1, 0.25, 0.4, 0.05)[i]))
+    huge = _inputs([-64.0, -5184.0], [-5184.0, -64.0], [-5184.0, -64.0], [-64.0, -5184.0])
+    zero = _inputs([-12.5, -3.0, -40.0], [-7.25, -9.0, -41.0], [-11.5, -3.0, -39.0], [-6.25, -9.0, -40.0])
+    big = _inputs([-10232.0, -9872.0, -12000.0], [-10240.0, -9880.0, -11992.0],
+                  [-10240.0, -9880.0, -12008.0], [-10232.0, -9872.0, -12000.0])
+    for index, group in enumerate(LOSS_TYPES):
+        smoothing = 0.1 if LOSS_TYPES[group] in SMOOTHED else 0.0
+        low = ("LowPrecision",)
+        out.append(_fixed(group, huge, ("HugeMargin",) + low, "βΔ = ±10240 (β = 1; Δ inside float16's range)",
+                          beta=1.0, smoothing=smoothing, seed=22200 + index, low=True))
+        out.append(_fixed(group, zero, ("ZeroMargin",) + low, "Δ = 0 exactly in every pair (β = 0.25)", beta=0.25,
+                          smoothing=smoothing, seed=22210 + index, low=True))
+        out.append(_fixed(group, big, ("LargeLogps",) + low, "log-probabilities near −1e4 on the float16 grid, "
+                          "βΔ = 2, 2, 0 (β = 0.125)", beta=0.125, smoothing=smoothing, seed=22220 + index, low=True))
     return out
 
 

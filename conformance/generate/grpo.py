@@ -78,7 +78,18 @@ NOTES = {
     "BetaZero": {"category": "convention", "description": "β = 0 (TRL 1.16.0's default): no KL term at all, "
                  "even where the KL estimate would be large."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
-                     "(log-probabilities in [−6, 0], advantages in [−2, 2]); judged in that dtype."},
+                     "(or both: bfloat16 values inside float16's range), judged in those dtypes; random sizes "
+                     "up to T = 256 (B·T ≤ 512, one 8 × 256), every convention group, tokens 2^−5 (relative) "
+                     "away from every kink. A case judged in float16 keeps the plain formula's intermediates (ρ = "
+                     "e^{log ρ}, the KL estimate before its clamp) inside float16's range; larger ones are "
+                     "bfloat16 only. See conformance/compare.py for the careful tolerance model."},
+    "ClipEdge": {"category": "edge", "description": "Ratios 4 % and 6 % either side of 1 − ε_low, 1 + ε_high "
+                 "(and of the dual-clip bound c), with both signs of A, in low precision: the side of each edge "
+                 "is decided by the inputs (a ratio formed in bfloat16 is off by about 1 %), so the clipped "
+                 "branch and its zero gradient must be exactly where the exact reference has them."},
+    "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
+                          "rewards are all equal, e.g. every sample correct): the policy term vanishes there, "
+                          "the KL term does not."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
@@ -196,7 +207,15 @@ def _dtype_of(i: int) -> str | None:
 
 
 def _round(x, dtype):
+    """Round to ``dtype`` (float32), to a low-precision grid (``sampling.LOW_GRIDS``), or not (None)."""
+    if dtype in S.LOW_GRIDS:
+        return S.in_low(x, dtype)
     return S.in_dtype(x, dtype) if dtype else x
+
+
+def _near(dtype) -> float:
+    """How far (relative) random tokens keep from every kink."""
+    return S.NEAR_LOW if dtype in S.LOW_GRIDS else NEAR
 
 
 def _cotangent(r, shape) -> list:
@@ -217,9 +236,9 @@ def _rewards(r, kind: str, b: int, g: int) -> list:
     return r.normal(0, 1, size=(b, g)).tolist()
 
 
-def _adv_case(group, rewards, flags, comment, seed, recipe, result="valid"):
+def _adv_case(group, rewards, flags, comment, seed, recipe, result="valid", low=False):
     return Case(ADV, {"rewards": rewards}, conventions=ADV_GROUPS[group], group=group, flags=flags,
-                comment=comment, result=result, provenance=generated(seed, recipe))
+                comment=comment, result=result, low_precision=low, provenance=generated(seed, recipe))
 
 
 def _adv_cases() -> list[Case]:
@@ -309,16 +328,16 @@ def _adv_scale(kwargs, outputs, grads):
 
 # ============================================================================ clip
 
-def _near_kink(rho: float, bounds) -> bool:
-    return any(abs(rho / b - 1) < NEAR for b in bounds)
+def _near_kink(rho: float, bounds, near: float = NEAR) -> bool:
+    return any(abs(rho / b - 1) < near for b in bounds)
 
 
 def _away_from_kinks(lp, old, bounds, dtype):
-    """Move any token whose ratio lies within NEAR of a kink (nudging logp, re-rounding to dtype)."""
+    """Move any token whose ratio lies near a kink (``_near``; nudging logp, re-rounding to dtype)."""
     lp = list(lp)
     for i in range(len(lp)):
         step = 0
-        while _near_kink(math.exp(lp[i] - old[i]), bounds):
+        while _near_kink(math.exp(lp[i] - old[i]), bounds, _near(dtype)):
             step += 1
             lp[i] = _round([min(lp[i] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
@@ -585,10 +604,11 @@ def _weights(mask, mode, norm_length):
 
 
 def _agg_scale(kwargs, outputs, grads):
-    """Σ|w_t·v_t|: the size of the terms of the masked sum."""
+    """Σ|w_t·v_t|: the size of the terms of the masked sum (also the careful low-precision model's
+    elements: the values are its terms)."""
     w = _weights(kwargs["mask"], kwargs["mode"], kwargs["norm_length"])
     terms = [wt * abs(mpmath.mpf(v)) for wr, vr in zip(w, kwargs["values"]) for wt, v in zip(wr, vr) if wt]
-    return {"value": mpmath.fsum(terms)}
+    return {"value": mpmath.fsum(terms), "elements:value": mpmath.fsum(terms)}
 
 
 # ============================================================================ loss
@@ -612,10 +632,10 @@ def _loss_away(lp, old, ref, params, conv, dtype):
         for j in range(len(row)):
             step = 0
             while True:
-                near = _near_kink(math.exp(row[j] - old[i][j]), bounds)
+                near = _near_kink(math.exp(row[j] - old[i][j]), bounds, _near(dtype))
                 if conv["kl_clamp"]:
                     k = abs(_kl_value(ref[i][j] - row[j], conv["kl_kind"]))
-                    near = near or abs(k / conv["kl_clamp"] - 1) < NEAR
+                    near = near or abs(k / conv["kl_clamp"] - 1) < _near(dtype)
                 if not near:
                     break
                 step += 1
@@ -771,12 +791,13 @@ def _loss_cases() -> list[Case]:
 def _loss_scale(kwargs, outputs, grads):
     """Σ_t w_t·T_t for the value and max_t w_t·T_t for the gradient, where T_t is the size of the
     terms of ℓ_t that rounding touches: |ρA|·(1 + |logp| + |old|) on the unclipped branch, and
-    β·(size of the KL estimate's terms), times ρ·(1 + |logp| + |old|) when ρ weighs the KL."""
+    β·(size of the KL estimate's terms), times ρ·(1 + |logp| + |old|) when ρ weighs the KL.
+    elements (the careful low-precision model's terms): Σ_t w_t·|ℓ_t|, ℓ_t = −C_t + β·w_t·KL_t."""
     w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
     beta = mpmath.mpf(kwargs["beta"])
     kind, clamp = kwargs["kl_kind"], kwargs["kl_clamp"]
     lo, hi, dual = _band(kwargs)
-    value_terms, grad_terms = [], [mpmath.mpf(0)]
+    value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
     for i, row in enumerate(w):
         a = mpmath.mpf(kwargs["advantages"][i])
         for j, wt in enumerate(row):
@@ -790,6 +811,9 @@ def _loss_scale(kwargs, outputs, grads):
             x = ref - lp
             size_ref = 1 + abs(lp) + abs(ref)
             k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
+            k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
+            elements.append(wt * abs(_surrogate(rho, a, lo, hi, dual)
+                                     - beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used))
             if clamp is not None and abs(k) >= clamp:
                 kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
             elif kind == "k3":
@@ -804,13 +828,254 @@ def _loss_scale(kwargs, outputs, grads):
             penalty = beta * weight * kl_terms
             value_terms.append(wt * (surrogate + penalty))
             grad_terms.append(wt * (surrogate + penalty + beta * weight * dkl_terms))
-    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms)}
+    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
+
+
+def _surrogate(rho, a, lo, hi, dual):
+    """The clipped surrogate C_t (with the dual clip where A < 0)."""
+    value = min(rho * a, min(max(rho, lo), hi) * a)
+    return max(value, dual * a) if dual is not None and a < 0 else value
+
+
+# ============================================================================ low precision
+#
+# Cases judged in bfloat16 and float16 (the careful model of conformance/compare.py): random
+# sizes up to T = 256 on the two low-precision grids (sampling.in_low), every convention group in
+# turn, tokens NEAR_LOW away from every kink; and the edges: ratios a few percent either side of the
+# clip band's edges (valid) and on the grid points next to them (acceptable), zero-variance groups
+# (A = 0), rows without tokens, log-ratios up to ±24 (beyond float16: judged in bfloat16), KL
+# estimates beyond the clamp.
+
+LOW_LENGTHS = (1, 2, 3, 5, 8, 16, 24, 32, 64, 100, 128, 256)
+LOW_ELEMS = 512          # B·T of a random case (the large case: 8 × 256)
+LOW_RANDOM = 48
+
+
+def _low_shape(r, i: int, rows_max: int = 16) -> tuple[int, int]:
+    if i == LOW_RANDOM - 1:
+        return 8, 256
+    t = int(r.choice(LOW_LENGTHS))
+    return max(1, min(int(r.integers(1, rows_max + 1)), LOW_ELEMS // t)), t
+
+
+def _low_adv_cases() -> list[Case]:
+    out = []
+    kinds = ("binary", "graded", "normal", "offset")
+    groups = list(ADV_GROUPS)
+    for i in range(LOW_RANDOM):
+        seed, grid = 23000 + i, S.low_grid(i)
+        group = groups[i % len(groups)]
+        r = S.rng(seed)
+        b, g = int(r.integers(1, 17)), int(r.choice([2, 4, 5, 8, 16, 64]))
+        kind = kinds[i % len(kinds)]
+        rewards = S.in_low(_rewards(r, kind, b, g), grid)
+        out.append(_adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
+                             f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
+                             low=True))
+    for gi, group in enumerate(groups):
+        out.append(_adv_case(group, [[1.0] * 8, [0.0] * 8, [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.25] * 8],
+                             ("ZeroStd", "LowPrecision"), "all-equal groups (1, 0, 0.25) beside a mixed one",
+                             23100 + gi, "fixed", low=True))
+        step = 2.0 ** -7
+        out.append(_adv_case(group, [[1.0, 1.0 + step, 1.0, 1.0 + step], [0.5, 0.5, 0.5 + step / 2, 0.5]],
+                             ("TinyStd", "LowPrecision"), "groups whose rewards differ by one bfloat16 step (std "
+                             "2^−8 or less, of the order of eps)", 23110 + gi, "fixed", low=True))
+        if group != "openrlhf-0.11.2":   # OpenRLHF's group_norm requires G > 1
+            out.append(_adv_case(group, [[0.25], [1.5], [-0.75], [3.0]], ("SingletonGroup", "LowPrecision"),
+                                 "G = 1 for every prompt", 23120 + gi, "fixed", low=True))
+    return out
+
+
+def _low_clip_case(group, lp, old, adv, params, flags, comment, seed, recipe, result="valid"):
+    return _clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv}, params, flags + ("LowPrecision",),
+                      comment, seed, recipe, result=result, low=True)
+
+
+def _edge_tokens(targets, grid, offsets):
+    """logp and old_logp (= −1.5) whose ratio is each target times (1 + offset), on the grid."""
+    lp, old = [], []
+    for t in targets:
+        for d in offsets:
+            lp.append(S.in_low([-1.5 + math.log(t * (1 + d))], grid)[0])
+            old.append(-1.5)
+    return lp, old
+
+
+def _neighbours(targets, grid):
+    """logp on the two grid points either side of −1.5 + log(target): ratios within one grid step."""
+    lp, old = [], []
+    for t in targets:
+        x = -1.5 + math.log(t)
+        step = 2.0 ** (math.floor(math.log2(-x)) - (7 if grid == S.BOTH else 10))
+        for v in (math.floor(x / step) * step, math.ceil(x / step) * step):
+            lp.append(S.in_low([v], grid)[0])
+            old.append(-1.5)
+    return lp, old
+
+
+def _low_clip_cases() -> list[Case]:
+    out = []
+    groups = list(CLIP_GROUPS)
+    for i in range(LOW_RANDOM):
+        seed, grid = 23200 + i, S.low_grid(i)
+        group = groups[i % 2]
+        dual = CLIP_GROUPS[group]["dual_clip"]
+        r = S.rng(seed)
+        n = 512 if i == LOW_RANDOM - 1 else int(r.choice(LOW_LENGTHS))
+        eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
+        spread = float(r.choice([0.05, 0.2, 0.5] if not dual else [0.2, 0.6, 1.2]))
+        lp = _round(S.logprobs(r, n), grid)
+        old = _round(S.logprobs_near(r, lp, spread), grid)
+        adv = _round(r.normal(0, 1, n).tolist(), grid)
+        lp = _away_from_kinks(lp, old, _bounds(eps_low, eps_high, dual), grid)
+        out.append(_low_clip_case(group, lp, old, adv, {"eps_low": eps_low, "eps_high": eps_high}, ("Random",),
+                                  f"random N={n}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g}),"
+                                  f" inputs exact in {S.grid_note(grid)}", seed,
+                                  f"logprobs; old = logp + normal offset; rounded to the {grid} grid"))
+    for gi, group in enumerate(groups):
+        dual = CLIP_GROUPS[group]["dual_clip"]
+        seed = 23300 + 20 * gi
+        for k, (eps_low, eps_high) in enumerate([(0.2, None), (0.2, 0.28)]):
+            p = {"eps_low": eps_low, "eps_high": eps_high}
+            targets = _bounds(eps_low, eps_high, dual)
+            for j, grid in enumerate(S.LOW_GRIDS):
+                lp, old = _edge_tokens(targets, grid, (-0.06, -0.04, 0.04, 0.06))
+                adv = [(1.0, -1.0)[m % 2] if not (dual and m >= 8) else -1.0 for m in range(len(lp))]
+                out.append(_low_clip_case(group, lp, old, adv, p, ("ClipEdge",), "ratios 4 and 6 % either side of "
+                                          "the clip edges, exact in " + S.grid_note(grid), seed + 4 * k + j,
+                                          "fixed offsets from the edges"))
+                lp, old = _neighbours(targets, grid)
+                adv = [(1.0, -1.0)[(m // 2) % 2] if not (dual and m >= 4) else -1.0 for m in range(len(lp))]
+                out.append(_low_clip_case(group, lp, old, adv, p, ("BoundaryUlps",), "ratios on the grid points "
+                                          "next to the clip edges, exact in " + S.grid_note(grid),
+                                          seed + 4 * k + j + 2, "nearest grid points", result="acceptable"))
+        p0 = {"eps_low": 0.2, "eps_high": None}
+        out.append(_low_clip_case(group, [-0.5, -3.0, -1.0, -2.0, -6.0], [-1.5, -1.0, -1.0, -0.25, -0.125],
+                                  [0.0] * 5, p0, ("ZeroAdvantage",), "A = 0 (a zero-variance group)", seed + 10,
+                                  "fixed"))
+        out.append(_low_clip_case(group, [-0.125, -9.0, -0.25, -9.5, -4.0, -1.0],
+                                  [-9.0, -0.125, -9.5, -0.25, -1.0, -4.0], [1.0, 1.0, -1.0, -1.0, 0.5, -2.0], p0,
+                                  ("ExtremeRatio",), "log ρ = ±8.875, ±9.25, ±3", seed + 11, "fixed"))
+        out.append(_low_clip_case(group, [-2.0 ** -26, -24.5, -0.25, -25.0], [-24.0, -0.5, -25.0, -0.25],
+                                  [1.0, 1.0, -1.0, -1.0], p0, ("ExtremeRatio",), "log ρ = ±24 and ±24.75, bfloat16 "
+                                  "only (ρ beyond float16's range; a logp of −2^−26 below it)", seed + 12, "fixed"))
+    return out
+
+
+def _low_agg_cases() -> list[Case]:
+    out = []
+    groups = list(AGG_GROUPS)
+    for i in range(LOW_RANDOM):
+        seed, grid = 23400 + i, S.low_grid(i)
+        group = groups[i % len(groups)]
+        r = S.rng(seed)
+        b, t = _low_shape(r, i)
+        sigma = float(r.choice([0.01, 1.0, 100.0]))
+        values = S.in_low(r.normal(0, sigma, (b, t)).tolist(), grid)
+        mask = S.mask(r, b, t)
+        norm_length = (None if i % 3 == 0 else float(r.choice([256, 1024, 4096]))) \
+            if group == "seq-mean-token-sum-norm" else None
+        flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ())
+        out.append(_agg_case(group, values, mask, flags, f"random B={b}, T={t}, σ={sigma:g}, values exact in "
+                             f"{S.grid_note(grid)}" + (f", L={norm_length:g}" if norm_length else ""), seed,
+                             f"normal values rounded to the {grid} grid, ragged mask", norm_length, low=True))
+    for gi, group in enumerate(groups):
+        seed = 23500 + 10 * gi
+        r = S.rng(seed)
+        empty = group in COUNTS_EMPTY_ROWS
+        values = S.in_low(r.normal(0, 1, (6, 12)).tolist(), S.BOTH)
+        mask = _with_empty_rows(S.mask(r, 6, 12), [1, 4])
+        out.append(_agg_case(group, values, mask, ("FullyMaskedRowSeqMean" if empty else "FullyMaskedRow",
+                                                   "LowPrecision"), "rows without tokens among ragged rows", seed,
+                             "normal values, ragged mask, emptied rows", result="acceptable" if empty else "valid",
+                             low=True))
+        for k, (big, grid) in enumerate(((1e30, "bfloat16"), (65280.0, S.BOTH))):
+            r = S.rng(seed + 1 + k)
+            values = r.normal(0, 1, (3, 8)).tolist()
+            mask = S.mask(r, 3, 8, min_len=2)
+            for a, row in enumerate(mask):
+                for j, m in enumerate(row):
+                    if not m:
+                        values[a][j] = big if (a + j) % 2 else -big
+            values = S.in_dtype(values, "bfloat16") if grid == "bfloat16" else S.in_low(values, grid)
+            out.append(_agg_case(group, values, mask, ("MaskedValues", "LowPrecision"),
+                                 f"±{big:g} at every masked position, exact in "
+                                 + ("bfloat16" if grid == "bfloat16" else S.grid_note(grid)), seed + 1 + k,
+                                 "normal values; padding filled with large values", low=True))
+    return out
+
+
+def _low_loss_cases() -> list[Case]:
+    out = []
+    groups = list(LOSS_GROUPS)
+    for i in range(LOW_RANDOM):
+        seed, grid = 23600 + i, S.low_grid(i)
+        group = groups[i % len(groups)]
+        conv = LOSS_GROUPS[group]
+        r = S.rng(seed)
+        b, t = _low_shape(r, i)
+        eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
+        beta = float(r.choice([0.04, 0.001, 0.1] + ([0.0] if group.startswith("trl") else [])))
+        params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
+        if conv["aggregation"] == "seq-mean-token-sum-norm":
+            params["norm_length"] = None if i % 2 else float(r.choice([256, 1024]))
+        s_old = float(r.choice([0.02, 0.1, 0.3] + ([0.8] if conv["dual_clip"] else [])))
+        s_ref = float(r.choice([0.05, 0.3, 1.0]))
+        lp = _round(S.logprobs(r, (b, t)), grid)
+        old = _round(S.logprobs_near(r, lp, s_old), grid)
+        ref = _round(S.logprobs_near(r, lp, s_ref), grid)
+        adv = _round(r.normal(0, 1, b).tolist(), grid)
+        zero_rows = [a for a in range(b) if r.uniform() < 0.2]   # zero-variance groups
+        for a in zero_rows:
+            adv[a] = 0.0
+        mask = S.mask(r, b, t)
+        lp = _loss_away(lp, old, ref, params, conv, grid)
+        flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ()) \
+            + (("ZeroVarianceGroup",) if zero_rows else ()) + (("BetaZero",) if beta == 0 else ())
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                              params, flags, f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, "
+                              f"{eps_high if eps_high is not None else eps_low:g}), inputs exact in "
+                              f"{S.grid_note(grid)}" + (f", {len(zero_rows)} rows with A = 0" if zero_rows else ""),
+                              seed, f"logprobs; old/ref = logp + normal offsets; rounded to the {grid} grid",
+                              low=True))
+    for gi, group in enumerate(groups):
+        conv = LOSS_GROUPS[group]
+        seed = 23700 + 10 * gi
+        r = S.rng(seed)
+        lp = S.in_low(S.logprobs(r, (4, 6)), S.BOTH)
+        old = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
+        ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
+        lp = _loss_away(lp, old, ref, {}, conv, S.BOTH)
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0] * 4,
+                                      "mask": S.mask(r, 4, 6)}, {}, ("ZeroVarianceGroup", "LowPrecision"),
+                              "every group zero-variance (A = 0): only the KL term", seed, "logprobs; A = 0",
+                              low=True))
+        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
+        lp = S.in_low(S.logprobs(r, (5, 6)), S.BOTH)
+        old = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
+        ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
+        lp = _loss_away(lp, old, ref, {}, conv, S.BOTH)
+        empty_acceptable = conv["aggregation"] != "token-mean" and group in COUNTS_EMPTY_ROWS
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
+                                      "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH), "mask": mask}, {},
+                              ("FullyMaskedRowSeqMean" if empty_acceptable else "FullyMaskedRow", "LowPrecision"),
+                              "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
+                              result="acceptable" if empty_acceptable else "valid", low=True))
+        if conv["kl_clamp"]:
+            out.append(_loss_case(group, {"logp": [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]],
+                                          "old_logp": [[-20.125, -1.0625, -1.875], [-0.4375, -17.25, -3.125]],
+                                          "ref_logp": [[-9.0, -16.0, -2.5], [-0.25, -6.0, -3.5]],
+                                          "advantages": [0.5, -1.0], "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1},
+                                  ("KLClamped", "LowPrecision"), "log r = 11, −15 and ±0.5: clamped and unclamped "
+                                  "KL (e^11 inside float16's range)", seed + 2, "fixed", low=True))
+    return out
 
 
 # ============================================================================ all
 
 def cases() -> list[Case]:
-    return _adv_cases() + _clip_cases() + _agg_cases() + _loss_cases()
+    return (_adv_cases() + _clip_cases() + _agg_cases() + _loss_cases()
+            + _low_adv_cases() + _low_clip_cases() + _low_agg_cases() + _low_loss_cases())
 
 
 SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale}

@@ -20,7 +20,12 @@ NOTES = {
                      "near log(1e-300)."},
     "Clamped": {"category": "convention", "description": "Values beyond the clamp bound: the value is clipped and "
                 "its gradient is zero."},
-    "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16."},
+    "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
+                     "(or both: bfloat16 values inside float16's range), judged in those dtypes: random lengths "
+                     "up to 256, log-ratios from one grid step to ±28, values 2^−5 (relative) away from the "
+                     "clamp. A case judged in float16 keeps r = e^{log r} inside float16's range (log r ≤ 11); "
+                     "larger ratios are bfloat16 only. See conformance/compare.py for the careful tolerance "
+                     "model."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the estimator's domain; must be rejected."},
 }
 
@@ -75,6 +80,7 @@ def cases() -> list[Case]:
                             conventions=conv, group=g,
                             flags=("ExtremeRatio",) + (("Clamped",) if clamp else ()),
                             comment="ratios e^±50, probabilities ~1e-300", provenance=generated(0, "fixed")))
+    out += _low_precision_cases()
     bad = [
         ({"logp": [float("nan"), -1.0], "ref_logp": [-1.0, -1.0]}, {}, "NaN log-probability"),
         ({"logp": [float("inf")], "ref_logp": [-1.0]}, {}, "+inf log-probability"),
@@ -90,15 +96,94 @@ def cases() -> list[Case]:
     return out
 
 
+# ----------------------------------------------------------------------------- low precision
+#
+# Cases judged in bfloat16 and float16 (the careful model of conformance/compare.py): random
+# lengths up to 256 on the two low-precision grids (sampling.in_low), offsets from tiny (one grid
+# step: k3 ≈ (log r)²/2 formed without cancellation) to large; log-ratios up to ±25 (k3 = e^25 overflows
+# float16, so that case is judged in bfloat16 only); values kept NEAR_LOW away from the clamp.
+
+LOW_LENGTHS = (1, 2, 3, 5, 8, 16, 32, 64, 100, 128, 256)
+LOW_RANDOM = 42
+CLAMP_GROUPS = [(kind, clamp) for kind in ("k1", "k2", "k3") for clamp in (None, 10.0)]
+
+
+def _estimate(x: float, kind: str) -> float:
+    return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x}[kind]
+
+
+def _off_clamp(lp, ref, kind, clamp, grid):
+    """Move the reference (re-rounded to the grid) until no estimate lies within NEAR_LOW of the
+    clamp: the value is continuous there, its gradient is not."""
+    ref = list(ref)
+    for i in range(len(ref)):
+        step = 0
+        while clamp and abs(abs(_estimate(ref[i] - lp[i], kind)) / clamp - 1) < S.NEAR_LOW:
+            step += 1
+            ref[i] = S.in_low([ref[i] - 0.05 * step], grid)[0]
+    return ref
+
+
+def _low_case(kind, clamp, lp, ref, flags, comment, seed, recipe, grid):
+    ref = _off_clamp(lp, ref, kind, clamp, grid)
+    return Case(OBJ, {"logp": lp, "ref_logp": ref}, conventions={"kind": kind, "clamp": clamp},
+                group=_group(kind, clamp), flags=flags + ("LowPrecision",), low_precision=True, comment=comment,
+                provenance=generated(seed, recipe))
+
+
+def _low_precision_cases() -> list[Case]:
+    out = []
+    for i in range(LOW_RANDOM):
+        seed, grid = 21000 + i, S.low_grid(i)
+        kind, clamp = CLAMP_GROUPS[i % len(CLAMP_GROUPS)]
+        r = S.rng(seed)
+        n = int(r.choice(LOW_LENGTHS))
+        spread = float(r.choice([0.01, 0.1, 0.5, 2.0, 6.0]))
+        lp = S.in_low(S.logprobs(r, n, low=-11.0), grid)   # log r ≤ 11: e^11 < float16's largest value
+        ref = S.in_low(S.logprobs_near(r, lp, spread), grid)
+        out.append(_low_case(kind, clamp, lp, ref, ("Random",), f"random N={n}, offset σ={spread:g}, inputs exact in "
+                             f"{S.grid_note(grid)}", seed, f"logprobs + normal offset, rounded to the {grid} grid",
+                             grid))
+    for g, (kind, clamp) in enumerate(CLAMP_GROUPS):
+        seed = 21100 + 10 * g
+        r = S.rng(seed)
+        lp = S.in_low(S.logprobs(r, 32), S.BOTH)
+        # one grid step apart (the spacing of lp's binade): |log r| down to 2^−14
+        ref = [min(a + float(d) * 2.0 ** (math.floor(math.log2(-a)) - 7), -2.0 ** -10)
+               for a, d in zip(lp, r.choice([-1, 1], 32))]
+        out.append(_low_case(kind, clamp, lp, S.in_low(ref, S.BOTH), ("Cancellation",),
+                             "reference one grid step from logp: tiny log-ratios", seed,
+                             "logprobs; reference one bfloat16 step away", S.BOTH))
+        lp = S.in_low([-0.5, -11.25, -3.0, -12.0, -0.125, -9.0, -1.0, -20.0], S.BOTH)
+        ref = S.in_low([-9.5, -0.25, -12.0, -3.0, -8.0, -0.5, -20.0, -9.0], S.BOTH)
+        out.append(_low_case(kind, clamp, lp, ref, ("ExtremeRatio",) + (("Clamped",) if clamp else ()),
+                             "log r between −19 and +11 (e^11 is inside float16's range)", seed + 1, "fixed",
+                             S.BOTH))
+        out.append(_low_case(kind, clamp, [-0.25, -25.0, -30.0], [-25.25, -2.0 ** -26, -2.0],
+                             ("ExtremeRatio",) + (("Clamped",) if clamp else ()),
+                             "log r = −25, 25, 28, bfloat16 only (r = e^25 is beyond float16's range; the "
+                             "reference −2^−26 is below it)", seed + 2, "fixed", S.BOTH))
+        out.append(_low_case(kind, clamp, lp, lp, ("EqualInputs",), "identical inputs: value 0", seed + 3,
+                             "fixed", S.BOTH))
+        out.append(_low_case(kind, clamp, [-0.25, -2.0, -0.5, -1.0], [-25.25, -24.0, -22.5, -21.0],
+                             ("ExtremeRatio",) + (("Clamped",) if clamp else ()),
+                             "log r = −25, −22, −22, −20: r below float16's range, the estimates inside it",
+                             seed + 4, "fixed", S.BOTH))
+    return out
+
+
 def _k_scale(kwargs, outputs, grads):
-    """Magnitude of the terms each estimator sums (k3 = e^{log r} − log r − 1 cancels near 0)."""
+    """Magnitude of the terms each estimator sums (k3 = e^{log r} − log r − 1 cancels near 0), and of
+    what the rounding of log r = ref_logp − logp moves them by (as ``grpo._loss_scale``)."""
     lp, ref = kwargs["logp"], kwargs["ref_logp"]
     terms = []
     for a, b in zip(lp, ref):
         a, b = mpmath.mpf(a), mpmath.mpf(b)
         log_r = b - a
         size = abs(a) + abs(b)
-        terms.append({"k1": size, "k2": size * abs(log_r), "k3": mpmath.exp(log_r) + size + 1}[kwargs["kind"]])
+        # k3: r = e^{log r} inherits the relative error of log r's absolute error u·size, r·u·size
+        terms.append({"k1": size, "k2": size * abs(log_r),
+                      "k3": mpmath.exp(log_r) + size + 1 + abs(mpmath.expm1(log_r)) * size}[kwargs["kind"]])
     scale = max(terms)
     return {"value": scale, "grad:logp": max(scale, 1)}
 

@@ -71,7 +71,12 @@ NOTES = {
                      "1 ± ε: the value is continuous there and must match, but whether the gradient is ρ·X or 0 "
                      "is decided by rounding; either gradient is accepted."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
-                     "(log-probabilities in [−6, 0], advantages in [−2, 2], T ≤ 16); judged in that dtype."},
+                     "(or both: bfloat16 values inside float16's range), judged in those dtypes; random sizes "
+                     "up to T = 256 (B·T ≤ 512, one 8 × 256), every convention group, ratios 2^−5 (relative) "
+                     "away from the cap and the clip band; see conformance/compare.py for the careful tolerance "
+                     "model."},
+    "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
+                          "rewards are all equal): the coefficient is −β·(k_t + F_t) alone."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(window < 1 or not an integer, clip ≤ 0, ratio_cap ≤ 0, ratio_clip outside (0, 1), β ≤ 0, "
                      "unknown aggregation, shapes that disagree, masks that are not 0/1 or select no token, "
@@ -152,6 +157,9 @@ LENGTHS = [1, 2, 3, 5, 8, 12, 16, 24, 32, 48, 64]
 
 
 def _round(x, dtype):
+    """Round to ``dtype`` (float32), to a low-precision grid (``sampling.LOW_GRIDS``), or not (None)."""
+    if dtype in S.LOW_GRIDS:
+        return S.in_low(x, dtype)
     return S.in_dtype(x, dtype) if dtype else x
 
 
@@ -187,7 +195,7 @@ def _random_fc(group, gi, i, b=None, t=None, dtype=None, flags=("Random",)):
 def _fc_cases() -> list[Case]:
     out = []
     for gi, group in enumerate(FC_GROUPS):
-        clip, window = FC_GROUPS[group]
+        clip, _ = FC_GROUPS[group]
         n_random = 16 if group == "paper" else 6
         for i in range(n_random):
             out.append(_random_fc(group, gi, i, dtype="float32" if i % 2 == 0 else None))
@@ -300,11 +308,15 @@ def _term_sizes(kwargs):
 
 def _fc_scale(kwargs, outputs, grads):
     """F_t inherits u·Σ_{u in its window} (|logp_u| + |ref_logp_u|): the size of the terms it sums
-    (F near 0 from cancelling terms is judged against them)."""
+    (F near 0 from cancelling terms is judged against them). elements (the careful low-precision
+    model's terms, per position): Σ_{u in its window} m_u·|k_u|."""
     sizes = _term_sizes(kwargs)
     wins = _windows(kwargs)
     scale = max((mpmath.fsum(row[u] for u in win) for row in sizes for win in wins), default=mpmath.mpf(0))
-    return {"cost": max(scale, max((abs(v) for v in outputs["cost"].flat), default=0))}
+    ks = [[abs(mpmath.mpf(a) - mpmath.mpf(b)) * m for a, b, m in zip(ra, rb, rm)]
+          for ra, rb, rm in zip(kwargs["logp"], kwargs["ref_logp"], kwargs["mask"])]
+    elements = [[mpmath.fsum(row[u] for u in win) for win in wins] for row in ks]
+    return {"cost": max(scale, max((abs(v) for v in outputs["cost"].flat), default=0)), "elements:cost": elements}
 
 
 # ============================================================================ loss
@@ -325,13 +337,15 @@ def _kinks(conv):
 
 
 def _away(lp, bp, conv, dtype):
-    """Move logp (re-rounded to dtype) until every ratio is NEAR away from the cap and the band."""
+    """Move logp (re-rounded to dtype) until every ratio is NEAR (NEAR_LOW on a low-precision grid)
+    away from the cap and the band."""
     kinks = _kinks(conv)
+    near = S.NEAR_LOW if dtype in S.LOW_GRIDS else NEAR
     lp = [list(row) for row in lp]
     for i, row in enumerate(lp):
         for j in range(len(row)):
             step = 0
-            while any(abs(math.exp(row[j] - bp[i][j]) / c - 1) < NEAR for c in kinks):
+            while any(abs(math.exp(row[j] - bp[i][j]) / c - 1) < near for c in kinks):
                 step += 1
                 row[j] = _round([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
@@ -571,7 +585,8 @@ def _loss_scale(kwargs, outputs, grads):
     """Σ_t w_t·T_t for the value and max_t w_t·T_t for the gradient, where T_t is the size of
     what rounding touches in ℓ_t = −ρ_t·X_t: ρ_eff·(|A| + β·(|logp_t| + |ref_t| + Σ_{u in the
     window} (|logp_u| + |ref_u|))) for the coefficient X_t, plus ρ_t·|X_t|·(1 + |logp_t| + |behavior_t|)
-    where the ratio itself (not a cap or clip bound) enters."""
+    where the ratio itself (not a cap or clip bound) enters. elements (the careful low-precision
+    model's terms): Σ_t w_t·|ℓ_t|."""
     mask = kwargs["mask"]
     w = _weights(mask, kwargs["aggregation"], None)
     beta = mpmath.mpf(kwargs["beta"])
@@ -579,7 +594,7 @@ def _loss_scale(kwargs, outputs, grads):
     fclip = kwargs["future_clip"]
     sizes = _term_sizes(kwargs)
     wins = _windows(kwargs)
-    value_terms, grad_terms = [], [mpmath.mpf(0)]
+    value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
     for i, row in enumerate(w):
         a = mpmath.mpf(kwargs["advantages"][i])
         ks = [(mpmath.mpf(x) - mpmath.mpf(y)) * m
@@ -605,13 +620,128 @@ def _loss_scale(kwargs, outputs, grads):
             term = eff * coef_terms + (rho * abs(x) * (1 + abs(lp) + abs(bp)) if active else 0)
             value_terms.append(wt * term)
             grad_terms.append(wt * term)
-    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms)}
+            elements.append(wt * abs(eff * x))
+    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
+
+
+# ============================================================================ low precision
+#
+# Cases judged in bfloat16 and float16 (the careful model of conformance/compare.py): random
+# sizes up to T = 256 on the two low-precision grids (sampling.in_low), every convention group in
+# turn, ratios NEAR_LOW away from the cap and the clip band; and the edges: zero-variance groups
+# (A = 0), rows without tokens, one token, later KL terms that cancel, on-policy ratios.
+
+LOW_LENGTHS = (1, 2, 3, 5, 8, 12, 16, 24, 32, 64, 100, 128, 256)
+LOW_ELEMS = 512          # B·T of a random case (the large case: 8 × 256)
+LOW_RANDOM = 42
+
+
+def _low_shape(r, i: int) -> tuple[int, int]:
+    if i == LOW_RANDOM - 1:
+        return 8, 256
+    t = int(r.choice(LOW_LENGTHS))
+    return max(1, min(int(r.integers(1, 17)), LOW_ELEMS // t)), t
+
+
+def _low_fc_cases() -> list[Case]:
+    out = []
+    groups = list(FC_GROUPS)
+    for i in range(LOW_RANDOM):
+        seed, grid = 24000 + i, S.low_grid(i)
+        group = groups[i % len(groups)]
+        r = S.rng(seed)
+        b, t = _low_shape(r, i)
+        spread = float(r.choice([0.05, 0.3, 1.0, 2.0]))
+        lp = S.in_low(S.logprobs(r, (b, t)), grid)
+        ref = S.in_low(S.logprobs_near(r, lp, spread), grid)
+        flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ())
+        out.append(_fc_case(group, {"logp": lp, "ref_logp": ref, "mask": S.mask(r, b, t)}, flags,
+                            f"random B={b}, T={t}, |k| spread {spread:g}, inputs exact in {S.grid_note(grid)}", seed,
+                            f"logprobs; ref = logp + normal offset; rounded to the {grid} grid", low=True))
+    for gi, group in enumerate(groups):
+        seed = 24100 + 10 * gi
+        r = S.rng(seed)
+        lp = S.in_low(S.logprobs(r, (5, 7)), S.BOTH)
+        ref = S.in_low(S.logprobs_near(r, lp, 0.5), S.BOTH)
+        out.append(_fc_case(group, {"logp": lp, "ref_logp": ref, "mask": _with_empty_rows(S.mask(r, 5, 7), [0, 3])},
+                            ("FullyMaskedRow", "LowPrecision"), "rows 0 and 3 without tokens", seed,
+                            "logprobs; ragged mask with emptied rows", low=True))
+        out.append(_fc_case(group, {"logp": [[-0.5, -1.0, -2.0, -1.25, -3.0], [-2.0, -0.5, -1.0, -3.0, -0.75]],
+                                    "ref_logp": [[-0.75, -1.5, -1.5, -1.0, -3.25], [-1.0, -1.0, -0.5, -3.5, -0.5]],
+                                    "mask": [[1] * 5, [1, 1, 1, 1, 0]]}, ("FutureCancellation", "LowPrecision"),
+                            "k = (.25, .5, −.5, −.25, .25) and (−1, .5, −.5, .5): F_t = 0 from terms of order 1",
+                            seed + 1, "fixed", low=True))
+    return out
+
+
+def _low_loss_cases() -> list[Case]:
+    out = []
+    groups = list(LOSS_GROUPS)
+    for i in range(LOW_RANDOM):
+        seed, grid = 24200 + i, S.low_grid(i)
+        group = groups[i % len(groups)]
+        conv = LOSS_GROUPS[group]
+        r = S.rng(seed)
+        b, t = _low_shape(r, i)
+        beta = float(r.choice(BETAS))
+        s_b = float(r.choice([0.05, 0.2, 0.5] + ([1.0] if conv["ratio_cap"] else [])))
+        s_r = float(r.choice([0.05, 0.3, 1.0]))
+        lp = _round(S.logprobs(r, (b, t)), grid)
+        bp = _round(S.logprobs_near(r, lp, s_b), grid)
+        ref = _round(S.logprobs_near(r, lp, s_r), grid)
+        adv = _round(r.normal(0, 1, b).tolist(), grid)
+        zero_rows = [a for a in range(b) if r.uniform() < 0.2]   # zero-variance groups
+        for a in zero_rows:
+            adv[a] = 0.0
+        mask = S.mask(r, b, t)
+        lp = _away(lp, bp, conv, grid)
+        flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ()) \
+            + (("ZeroVarianceGroup",) if zero_rows else ())
+        out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref, "advantages": adv,
+                                      "mask": mask}, beta, flags,
+                              f"random B={b}, T={t}, β={beta:g}, inputs exact in {S.grid_note(grid)}"
+                              + (f", {len(zero_rows)} rows with A = 0" if zero_rows else ""), seed,
+                              f"logprobs; behaviour/ref = logp + normal offsets; rounded to the {grid} grid",
+                              low=True))
+    seq_mean = {g for g, c in LOSS_GROUPS.items() if c["aggregation"] != "token-mean"}
+    for gi, group in enumerate(groups):
+        conv = LOSS_GROUPS[group]
+        seed = 24300 + 10 * gi
+        r = S.rng(seed)
+        lp = S.in_low(S.logprobs(r, (4, 6)), S.BOTH)
+        bp = S.in_low(S.logprobs_near(r, lp, 0.2), S.BOTH)
+        ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
+        lp = _away(lp, bp, conv, S.BOTH)
+        out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref, "advantages": [0.0] * 4,
+                                      "mask": S.mask(r, 4, 6)}, 0.1, ("ZeroVarianceGroup", "LowPrecision"),
+                              "every group zero-variance (A = 0): only the KL coefficient", seed, "logprobs; A = 0",
+                              low=True))
+        lp = S.in_low(S.logprobs(r, (5, 6)), S.BOTH)
+        bp = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
+        ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
+        lp = _away(lp, bp, conv, S.BOTH)
+        acceptable = group in seq_mean
+        out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref,
+                                      "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH),
+                                      "mask": _with_empty_rows(S.mask(r, 5, 6), [1, 3])}, 0.04,
+                              ("FullyMaskedRowSeqMean" if acceptable else "FullyMaskedRow", "LowPrecision"),
+                              "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
+                              result="acceptable" if acceptable else "valid", low=True))
+        if conv["ratio_cap"] != 1.0:   # ρ = 1 sits on a cap of 1 (BoundaryUlps in _loss_cases)
+            lp = S.in_low(S.logprobs(r, (3, 8)), S.BOTH)
+            ref = S.in_low(S.logprobs_near(r, lp, 0.4), S.BOTH)
+            out.append(_loss_case(group, {"logp": lp, "behavior_logp": lp, "ref_logp": ref,
+                                          "advantages": S.in_low(r.normal(0, 1, 3).tolist(), S.BOTH),
+                                          "mask": S.mask(r, 3, 8)}, 0.04, ("OnPolicy", "LowPrecision"),
+                                  "behavior_logp = logp: ρ = 1", seed + 2, "logprobs; ref = logp + normal offset",
+                                  low=True))
+    return out
 
 
 # ============================================================================ all
 
 def cases() -> list[Case]:
-    return _fc_cases() + _loss_cases()
+    return _fc_cases() + _loss_cases() + _low_fc_cases() + _low_loss_cases()
 
 
 SCALES = {FC: _fc_scale, LOSS: _loss_scale}

@@ -42,5 +42,41 @@ def in_dtype(x, dtype: str):
     return numbers.round_to(x, dtype)
 
 
+# Low-precision grids: BOTH = bfloat16 values that float16 holds exactly as well (a case on it is
+# judged in both dtypes), FP16 = float16 values (most are not bfloat16 values).
+BOTH, FP16 = "bf16+fp16", "fp16"
+LOW_GRIDS = (BOTH, FP16)
+LOW_MAX = 65280.0   # the largest bfloat16 value below float16's maximum 65504
+
+
+def in_low(x, grid: str):
+    """Round nested inputs to a low-precision grid (``LOW_GRIDS``); magnitudes are clipped to
+    ``LOW_MAX`` (within float16's range). On BOTH, tiny values go to the float16 subnormal grid
+    and back to bfloat16 (8 significant bits that are multiples of 2^−24: both dtypes hold them)."""
+    if isinstance(x, (list, tuple)):
+        return [in_low(v, grid) for v in x]
+    v = max(-LOW_MAX, min(LOW_MAX, float(x))) if math.isfinite(x) else float(x)
+    if grid == FP16:
+        return numbers.round_to(v, "float16")
+    v = numbers.round_to(numbers.round_to(numbers.round_to(v, "bfloat16"), "float16"), "bfloat16")
+    assert numbers.representable(v, "bfloat16") and numbers.representable(v, "float16"), v
+    return v
+
+
+# Low-precision random tokens keep this relative distance from every kink (clip band, ratio cap,
+# dual clip, KL clamp, hinge): a ratio formed in bfloat16 itself is off by about 1%, so the side
+# of the kink is decided by the inputs, not by the precision.
+NEAR_LOW = 2.0 ** -5
+
+
+def low_grid(i: int, every: int = 3) -> str:
+    """The grid of the i-th low-precision case: FP16 for every ``every``-th, else BOTH."""
+    return FP16 if i % every == every - 1 else BOTH
+
+
+def grid_note(grid: str) -> str:
+    return "bfloat16 and float16" if grid == BOTH else "float16"
+
+
 def log(x: float) -> float:
     return math.log(x)

@@ -32,6 +32,7 @@ class Target:
     params: dict = field(default_factory=dict)    # {objective: {param: [the only values it takes]}}
     known: dict = field(default_factory=dict)     # {uid glob, optionally "@dtype": reason and link}
     known_rules: tuple = ()                       # ((reason, predicate(case, dtype) -> bool), ...)
+    tolerance_model: dict = field(default_factory=dict)   # {objective glob: "careful" | "native"}
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -92,6 +93,11 @@ class Target:
                 return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
         return None
 
+    def tolerance_model_for(self, objective_id: str) -> str | None:
+        """The low-precision tolerance model the target declares for an objective ("native":
+        it computes and reduces in the inputs' dtype), or None."""
+        return next((m for g, m in self.tolerance_model.items() if fnmatch.fnmatchcase(objective_id, g)), None)
+
     def known_failure(self, case, dtype: str) -> str | None:
         """The declared reason why this case is expected to fail in ``dtype``, or None."""
         for pattern, reason in self.known.items():
@@ -148,7 +154,17 @@ def from_mapping(obj, spec: str) -> Target:
     return Target(name, framework, dict(objectives), conventions, dict(get("vjps", {}) or {}), dtypes,
                   tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
-                  tuple(get("known_rules", ()) or ()))
+                  tuple(get("known_rules", ()) or ()), _tolerance_model(get("tolerance_model", {}) or {}, spec))
+
+
+def _tolerance_model(declared, spec: str) -> dict:
+    """``"native"`` for every objective, or {objective glob: "careful" | "native"}."""
+    if isinstance(declared, str):
+        declared = {"*": declared}
+    if not isinstance(declared, dict) or not all(v in ("careful", "native") for v in declared.values()):
+        raise TargetError(f"{spec}: 'tolerance_model' must be \"careful\", \"native\" or "
+                          f"{{objective glob: \"careful\" | \"native\"}}")
+    return dict(declared)
 
 
 def _params(params, spec: str) -> dict:

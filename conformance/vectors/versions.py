@@ -27,5 +27,26 @@ RELEASED = {
         "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
         "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
     },
+    # Low precision for real: 40+ valid bfloat16 and float16 cases per objective (random shapes up
+    # to V = 4096 and T = 256, ties, −inf logits, saturated rows, clip edges, zero-variance groups);
+    # scale.elements for the careful tolerance model; exact (1/64) cotangents for every low-precision
+    # case; kl.estimator's k3 scale counts the rounding of log r amplified by r.
+    "1.1.0": {
+        "distill.generalized_jsd": "fbf7a81f5afe06a7e53fb36cac641d0b34b74a7ff1b0ec93ead519c7f195592d",
+        "distill.hinton": "c605ef0310dd2c2b1f82f3f06f964fe15f4f7a946ff8b4cf212b24e5f462487c",
+        "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
+        "distill.token_kl": "0c66bc02ea4d2f32ea8638b7e2e0d2c73a5d36a08dd6cf8695c4b88cc5a1e369",
+        "dpo.loss": "bee2ed0434f96cca61871e60ba85fabec6d71e4bb2816e40dd012b619c1f1391",
+        "grpo.advantages": "52d31232568cfdce6f361f1da726f9d17b2d850a39e7d39ceff9d8b54b54bc2a",
+        "grpo.aggregate": "8dfb9f86fe562e36402a5e7f740a12c3282020daaa1a52c1055fdd3cd3c95932",
+        "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
+        "grpo.loss": "8e6cf252bf076d2ea66b8717e094d51b03305a1ef7381058f5ab1865340098dc",
+        "kl.estimator": "0588076793ecf26c60f19d20c1db9b7446a25058e3711db3036acac41c523cc9",
+        "proximal_kl.future_cost": "56c17e03337e16ba1ff6117405108f80945135e3f9406e6a119d604171d76be4",
+        "proximal_kl.loss": "02318564d5301ba9e669bff0b1b1ed0c5e685fbfa0e37037237ab78903676c92",
+        "tabular.expected_update": "e28e250969c3b4ae1b03be4f055b7d6cd402a82be70ba853990257c89f76378b",
+        "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
+        "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
+    },
 }
 CURRENT = next(reversed(RELEASED))

@@ -60,6 +60,7 @@ def test_a_group_name_labels_one_convention_set(cases):
 
 
 def test_sizes(cases):
+    """Most cases are small (DESIGN §5: V ≤ 64), some have a realistic vocabulary (up to 4096)."""
     vocab = Counter()
     for c in cases:
         if c.result == "invalid":
@@ -67,16 +68,21 @@ def test_sizes(cases):
         shape = np.shape(_logits(c))
         vocab[shape[-1] <= 64] += 1
         assert shape[-1] <= 4096 and (len(shape) < 2 or int(np.prod(shape[:-1])) <= 32), (c.comment, shape)
-    assert vocab[False] >= 8 and vocab[True] > 10 * vocab[False]
+    assert vocab[False] >= 8 and vocab[True] >= 4 * vocab[False]
+    assert sum(np.shape(_logits(c))[-1] == 4096 for c in cases if c.low_precision) >= 4
 
 
 def test_low_precision_inputs(cases):
+    """Low-precision logits are exact in bfloat16 or float16 and inside float16's range; |z| ≤ 30
+    (30·T + a few in saturated rows) apart from the ±1e4 rows (HugeLogits)."""
     low = [c for c in cases if c.low_precision]
     assert {c.objective for c in low} == {distill.SM, distill.HIN, distill.TKL, distill.JSD}
     for c in low:
         floats = [v for k, x in c.inputs.items() if k != "labels" for v in numbers.flat_floats(x)]
         assert any(all(numbers.representable(v, d) for v in floats) for d in ("bfloat16", "float16")), c.comment
-        assert max(abs(v) for v in floats) <= 20 and np.shape(_logits(c))[-1] <= 64
+        finite = [abs(v) for v in floats if not math.isinf(v)]
+        bound = 10176 if "HugeLogits" in c.flags else 30 * max(1.0, c.params["temperature"]) + 5
+        assert max(finite) <= bound, c.comment
 
 
 def test_cotangents_are_exact_and_rebuilt_by_the_scales(cases):

@@ -73,7 +73,7 @@ def test_low_precision_cases_are_exact_in_a_narrow_dtype(family):
 
 
 def test_deterministic(family):
-    name, module, cases = family
+    _, module, cases = family
     again = module.cases()
     assert [(c.objective, c.inputs, c.params, c.conventions, c.cotangents) for c in cases] == \
            [(c.objective, c.inputs, c.params, c.conventions, c.cotangents) for c in again]

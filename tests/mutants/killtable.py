@@ -1,6 +1,5 @@
-"""Run every mutant and twin through ``lossproof check --target`` and write the kill table.
-
-    PYTHONPATH=tests python -m mutants.killtable            # rewrites docs/mutation.md
+"""Run every mutant and twin through ``lossproof check --target`` and render the kill table,
+docs/mutation.md (``page``; ``lossproof docs build`` writes and checks it from a source checkout).
 
 One ``lossproof check`` per objective, all of that objective's targets at once (float64,
 --report-json); pairs that share a twin (same function, same declared conventions) share one
@@ -9,26 +8,27 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
 import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from conformance import cli, harness, vectors
-
+from conformance import cli, harness
+from conformance.vectors.load import VectorError, VectorSet, default_dir, read_manifest
 from mutants import Pair, all_pairs, module_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "mutation.md"
-FLAGGED = ("fail", "error")
-CLEAN = ("pass", "skip", "unsupported")
+# What `lossproof check --strict` fails on: a conformance failure or error, or an invalid input
+# that was not rejected (the validation axis, informational without --strict).
+FLAGGED = ("fail", "error", "non-finite", "accepted")
+CLEAN = ("pass", "skip", "unsupported", "rejected")
 
 
 def objectives_with_vectors(directory=None) -> set[str]:
     """Objective ids that have a vector file (read from the manifest, without loading)."""
     try:
-        files = vectors.read_manifest(Path(directory) if directory else vectors.DEFAULT_DIR)
-    except vectors.VectorError:
+        files = read_manifest(Path(directory) if directory else default_dir())
+    except VectorError:
         return set()
     return {rel[: -len(".json")].replace("/", ".") for rel in files}
 
@@ -41,9 +41,9 @@ def twin_name(pair: Pair, pairs: list[Pair]) -> str:
     return f"{first.slug}__TWIN"
 
 
-def run(pairs: list[Pair], vector_set: vectors.VectorSet | None = None) -> dict:
+def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
     """{"cases": {target name: [report cases]}, "exit": {objective: exit status}}."""
-    vs = vector_set or vectors.VectorSet()
+    vs = vector_set or VectorSet()
     by_objective = defaultdict(list)
     for p in pairs:
         by_objective[p.objective].append(p)
@@ -60,7 +60,7 @@ def run(pairs: list[Pair], vector_set: vectors.VectorSet | None = None) -> dict:
                         if spec not in specs:
                             specs.append(spec)
                 report = Path(tmp) / f"{objective}.json"
-                argv = ["check", "--objective", objective, "--dtype", "float64", "--quiet",
+                argv = ["check", "--objective", objective, "--dtype", "float64", "--strict", "--quiet",
                         "--report-json", str(report)]
                 for spec in specs:
                     argv += ["--target", spec]
@@ -78,7 +78,7 @@ def verdict(pair: Pair, result: dict, pairs: list[Pair]) -> dict:
     twin = result["cases"].get(twin_name(pair, pairs), [])
     flagged = [c for c in mutant if c["status"] in FLAGGED]
     return {
-        "judged": len([c for c in mutant if c["status"] not in ("skip", "unsupported")]),
+        "judged": len([c for c in mutant if c["status"] not in ("skip", "unsupported")]),  # both axes
         "killed": len(flagged),
         "flags": Counter(f for c in flagged for f in c["flags"]),
         "twin_judged": len([c for c in twin if c["status"] not in ("skip", "unsupported")]),
@@ -99,11 +99,12 @@ def markdown(pairs: list[Pair], result: dict, have: set[str]) -> str:
         "",
         "Each row is a buggy implementation (a *mutant*) modelled on a bug class reported against a",
         "real library or described in a paper, paired with its correct *twin* (the same code with the",
-        "bug switched off). `lossproof check --target` must flag every mutant (a `fail` or `error` on",
-        "at least one vector) and pass every twin; `tests/mutants/test_kill_table.py` enforces it.",
+        "bug switched off). `lossproof check --strict --target` must flag every mutant (a `fail` or",
+        "`error` on at least one vector, or an invalid input not rejected) and pass every twin;",
+        "`tests/mutants/test_kill_table.py` enforces it.",
         "The mutants live in `tests/mutants/` (one module per family); their docstrings carry the",
-        "class and where it was seen. Regenerate this file with",
-        "`PYTHONPATH=tests python -m mutants.killtable` (deterministic).",
+        "class and where it was seen. `lossproof docs build` regenerates this file from a source",
+        "checkout (`tests/mutants/killtable.py`; deterministic).",
         "",
         f"Mutation score on the vectors present: **{len(killed)}/{len(judged)}** killed "
         f"({len(pairs)} mutants in all; {len(pairs) - len(judged)} wait for their family's vectors and are "
@@ -111,8 +112,8 @@ def markdown(pairs: list[Pair], result: dict, have: set[str]) -> str:
         "",
         "Run one yourself (exit status 1 for a mutant, 0 for its twin):",
         "",
-        "    PYTHONPATH=tests lossproof check --target mutants.grpo:ADV_SAMPLE_STD --objective grpo.advantages",
-        "    PYTHONPATH=tests lossproof check --target mutants.grpo:ADV_SAMPLE_STD__TWIN --objective grpo.advantages",
+        "    PYTHONPATH=tests lossproof check --strict --target mutants.grpo:ADV_SAMPLE_STD --objective grpo.advantages",
+        "    PYTHONPATH=tests lossproof check --strict --target mutants.grpo:ADV_SAMPLE_STD__TWIN --objective grpo.advantages",
         "",
         "Columns: *flagged* = cases failed or errored / cases judged (float64); *flags* = the vector",
         "flags of the flagged cases, most frequent first. Two classes are seen only by the harness's",
@@ -144,16 +145,9 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def main(argv=None) -> int:
+def page(vector_set: VectorSet | None = None) -> str:
+    """docs/mutation.md: every mutant and twin whose objective has vectors, run over them."""
+    vs = vector_set or VectorSet()
     pairs = all_pairs()
-    have = objectives_with_vectors()
-    result = run([p for p in pairs if p.objective in have])
-    vectors.write_atomically(DOC, (markdown(pairs, result, have) + "\n").encode())
-    bad = [p.slug for p in pairs if p.objective in have
-           and (not verdict(p, result, pairs)["killed"] or verdict(p, result, pairs)["twin_bad"])]
-    print(f"wrote {DOC.relative_to(ROOT)}; problems: {', '.join(bad) or 'none'}")
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    have = objectives_with_vectors(vs.directory)
+    return markdown(pairs, run([p for p in pairs if p.objective in have], vs), have) + "\n"

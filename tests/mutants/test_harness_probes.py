@@ -34,13 +34,15 @@ def _run(vs, objective, fn, framework="torch", conventions="*", dtypes=("float64
 
 def test_float32_for_float64_inputs_fails_even_on_acceptable_vectors(vs):
     rs = _run(vs, "grpo.clip", lambda **kw: grpo.clip(**kw).float())
-    assert rs and all(r.status == "fail" and "dtype float32, expected float64" in r.message for r in rs)
+    assert rs and all(r.status == "fail" and "dtype float32, narrower than the inputs' float64" in r.message
+                      for r in rs if r.axis == "conformance")
     assert any(r.result == "acceptable" for r in rs)
 
 
-def test_float64_for_float32_inputs_fails(vs):
+def test_a_wider_output_is_judged_at_the_inputs_dtype_and_passes(vs):
     rs = _run(vs, "kl.estimator", lambda **kw: kl.estimator(**kw).double(), dtypes=("float32",))
-    assert rs and all(r.status == "fail" and "dtype float64, expected float32" in r.message for r in rs)
+    conformance = [r for r in rs if r.axis == "conformance"]
+    assert conformance and all(r.status == "pass" for r in conformance)
 
 
 def test_numpy_target_dtype_is_checked(vs):

@@ -66,4 +66,4 @@ def test_the_catalogue_of_mutants():
 def test_the_kill_table_documents_every_mutant():
     doc = killtable.DOC.read_text()
     missing = [p.slug for p in PAIRS if f"`{p.slug}`" not in doc]
-    assert not missing, f"docs/mutation.md lacks {missing}: run PYTHONPATH=tests python -m mutants.killtable"
+    assert not missing, f"docs/mutation.md lacks {missing}: run lossproof docs build"

@@ -1,28 +1,29 @@
-"""The theorem part of docs/proximal_kl.md (its generated block ``theorem``) and
-docs/figures/theorem_convergence.png; ``lossproof docs build`` (conformance/docsgen.py) runs them.
+"""The stationary-policy part of docs/proximal_kl.md (its generated block ``theorem``) and
+docs/figures/theorem_convergence.png.
 
-``render(table=None, probes=None)`` returns that part (markdown): the derivation, the rules, the
-stationary-policy table of a real ``theorem.run`` (at 50 digits unless a table is passed), the
-residual at π* over random behaviour policies, and the probe of the PyTorch backend.
-``figure(path)`` draws the damped fixed-point iteration of several rules on worked-v2h2.
-``build(directory)`` writes both (the rest of the page is hand-written). Everything is
-deterministic: same code, same bytes.
+``render(table=None, probes=None, residuals=None)`` returns that part (Markdown): the derivation,
+the rules, the stationary-policy table of a real ``conformance.theorem.table.run`` (at 50
+digits unless a table is passed), the residual at π* over random behaviour policies, and the
+probe of the PyTorch backend. ``figure()`` draws the damped fixed-point iteration of several
+rules on worked-v2h2 and returns PNG bytes. Both are deterministic: same code, same bytes.
 
-Source: the stationary-policy theorem of Proximal KL (Bai, Yao, Zhang) as summarised in article
-004 and derived in FRPO (arXiv 2601.10201), reconstructed in refimpl/exact/proximal_kl.py and
-refimpl/exact/tabular.py.
+Source: the stationary-policy theorem of Proximal KL (Bai, Yao, Zhang) as summarised in
+[proximal-kl-summary] and derived in FRPO [frpo] (keys of docs/references.md), reconstructed in
+refimpl/exact/proximal_kl.py, refimpl/exact/_tree.py and refimpl/exact/_fixed_point.py.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import importlib.util
 
 import mpmath
 
-from conformance import theorem
-from refimpl.exact import mp, tabular
+from conformance.docs import Unavailable
+from conformance.docs.figures import new_figure, png_bytes, style
+from conformance.theorem import probe
+from conformance.theorem import table as theorem
+from refimpl.exact import _fixed_point, _tree, mp
 
-PAGE = "proximal_kl.md"
-FIGURE = "figures/theorem_convergence.png"
+FIGURE = "figures/theorem_convergence.png"     # relative to docs/
 RANDOM_BEHAVIOURS = 20       # random μ per tree for the "every behaviour" line
 DOC_DPS = 50
 
@@ -35,6 +36,8 @@ FIGURE_ITERATIONS = 300
 FIGURE_DPS = 30
 FIGURE_FLOOR = 1e-30
 ZOOM_ITERATIONS = FIGURE_ITERATIONS
+# matplotlib's defaults with a smaller font: a wide figure with two panels and a long legend.
+FIGURE_STYLE = {"font.size": 10, "axes.titlesize": 10.5}
 
 
 def _sci(x, digits: int = 3) -> str:
@@ -56,10 +59,10 @@ def _bar(row: str) -> str:
 
 def _rules_table() -> str:
     lines = ["| rule | update (loss per token) | keeps π*? | why |", "|---|---|---|---|"]
-    for r in tabular.RULES.values():
+    for r in _tree.RULES.values():
         if r.name.endswith("_on_policy"):
             continue
-        on = tabular.RULES[r.name + "_on_policy"]
+        on = _tree.RULES[r.name + "_on_policy"]
         claim = ("yes" if r.unbiased else "no") + " off-policy; " + ("yes" if on.unbiased else "no") + " on-policy"
         params = ", ".join(f"{k} = {v}" for k, v in r.params.items())
         lines.append(f"| `{r.name}` | {_bar(r.summary)}{' (' + params + ')' if params else ''} | {claim} | "
@@ -88,18 +91,18 @@ def _tree_table(tree: dict, dps: int) -> str:
 
 
 def random_behaviour_residuals(dps: int = DOC_DPS, count: int = RANDOM_BEHAVIOURS) -> dict:
-    """max over ``count`` random full-support μ (tabular.random_behavior, seeds 0..count−1) and
+    """max over ``count`` random full-support μ (_tree.random_behavior, seeds 0..count−1) and
     both baselines of the proximal_kl residual at π*, per built-in tree, at ``dps`` digits."""
     out = {}
     with mp.precision(dps):
-        for name, tree in tabular.BUILTIN_TREES.items():
-            star = tabular.optimum(tree)["policy"]
+        for name, tree in _tree.BUILTIN_TREES.items():
+            star = _tree.optimum(tree)["policy"]
             worst = mp.ZERO
             for seed in range(count):
-                mu = tabular.random_behavior(tree, seed)
-                for baseline in tabular.BASELINES:
-                    upd = tabular.expected_update(tree, star, mu, rule="proximal_kl", baseline=baseline)
-                    worst = max(worst, tabular.residual(upd))
+                mu = _tree.random_behavior(tree, seed)
+                for baseline in _tree.BASELINES:
+                    upd = _tree.expected_update(tree, star, mu, rule="proximal_kl", baseline=baseline)
+                    worst = max(worst, _fixed_point.residual(upd))
             out[name] = worst
     return out
 
@@ -118,15 +121,12 @@ def _probe_rows(probes) -> str:
     return "\n".join(lines)
 
 
-def default_probes() -> list | None:
-    """The probe of the built-in PyTorch backend (None when torch is not installed), plus
-    proximal_kl.loss with DeepSeekMath's per-sequence mean, whose 1/|y| weights move π* on
-    the variable-length tree."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return None
-    from conformance import probe
+def default_probes() -> list:
+    """The probe of the built-in PyTorch backend, plus proximal_kl.loss with DeepSeekMath's
+    per-sequence mean, whose 1/|y| weights move π* on the variable-length tree."""
+    if importlib.util.find_spec("torch") is None:
+        raise Unavailable("torch is not installed: the theorem part of docs/proximal_kl.md shows the "
+                          "probe of the PyTorch backend (pip install 'torch==2.13.0')")
     out = probe.probe_all("torch")
     out.append(probe.probe("torch", tree="eos-v3h3", objective="proximal_kl.loss",
                            params={"aggregation": "seq-mean-token-mean"}))
@@ -134,11 +134,11 @@ def default_probes() -> list | None:
 
 
 def render(table: dict | None = None, probes: list | None = None, residuals: dict | None = None) -> str:
-    """The page docs/proximal_kl.md. ``table``: a ``theorem.run`` result (default: a fresh
+    """The theorem part of docs/proximal_kl.md. ``table``: a ``theorem.run`` result (default: a fresh
     50-digit run over every built-in tree and rule); ``probes``: ``probe.probe_all`` results
     (default: :func:`default_probes`); ``residuals``: :func:`random_behaviour_residuals`."""
+    probes = default_probes() if probes is None else probes     # first: it says when torch is missing
     table = theorem.run(dps=DOC_DPS) if table is None else table
-    probes = default_probes() if probes is None else probes
     residuals = random_behaviour_residuals(table["dps"]) if residuals is None else residuals
     with mpmath.workdps(table["dps"] + 10):   # read the table's decimal strings in full
         return _render(table, probes, residuals)
@@ -150,8 +150,7 @@ def _render(table, probes, residuals) -> str:
     worst_tree = max(mpmath.mpf(r["residual_at_optimum"]) for _, r in prox)
     worst_random = max(residuals.values())
     random_line = ", ".join(f"{name}: {_sci(v)}" for name, v in residuals.items())
-    probe_section = ("*(torch is not installed: the probe of the PyTorch backend was not run.)*"
-                     if not probes else _probe_rows(probes))
+    probe_section = _probe_rows(probes) if probes else "*(No probe was run.)*"
     return TEMPLATE.format(
         dps=table["dps"], trees=trees, rules=_rules_table(), random_line=random_line,
         count=RANDOM_BEHAVIOURS, count_m1=RANDOM_BEHAVIOURS - 1, worst_tree=_sci(worst_tree), worst_random=_sci(worst_random),
@@ -162,55 +161,53 @@ def _render(table, probes, residuals) -> str:
 
 # --------------------------------------------------------------------------- figure
 
-def iterate(tree: tabular.Tree, rule: str, step=FIGURE_STEP, iterations: int = FIGURE_ITERATIONS,
+def iterate(tree: _tree.Tree, rule: str, step=FIGURE_STEP, iterations: int = FIGURE_ITERATIONS,
             dps: int = FIGURE_DPS) -> list:
-    """KL(π_k‖π*) along θ_{k+1} = θ_k + step·Δθ(π_k) from π_ref (Δθ = tabular.expected_update,
+    """KL(π_k‖π*) along θ_{k+1} = θ_k + step·Δθ(π_k) from π_ref (Δθ = _tree.expected_update,
     the exact population update; θ the softmax logits at every prefix), k = 0..iterations."""
     with mp.precision(dps), mpmath.workdps(dps):
-        star = tabular.optimum(tree)["policy"]
-        theta = {s: [mpmath.log(v) for v in row] for s, row in tabular.policy(tree, tree.ref).items()}
+        star = _tree.optimum(tree)["policy"]
+        theta = {s: [mpmath.log(v) for v in row] for s, row in _tree.policy(tree, tree.ref).items()}
         out = []
         for k in range(iterations + 1):
-            pol = {s: tabular._softmax_row(th) for s, th in theta.items()}
-            out.append(tabular.sequence_kl(tree, pol, star)["chain"])
+            pol = {s: _fixed_point.softmax_row(th) for s, th in theta.items()}
+            out.append(_tree.sequence_kl(tree, pol, star)["chain"])
             if k == iterations:
                 break
-            upd = tabular.expected_update(tree, pol, rule=rule)
+            upd = _tree.expected_update(tree, pol, rule=rule)
             theta = {s: [th + step * d for th, d in zip(theta[s], upd[s])] for s in theta}
     return out
 
 
-def figure(path, tree: str = FIGURE_TREE, rules=FIGURE_RULES, step=FIGURE_STEP,
-           iterations: int = FIGURE_ITERATIONS, dps: int = FIGURE_DPS) -> Path:
-    """Draw KL(π_k‖π*) of the damped fixed-point iteration (:func:`iterate`) for ``rules`` on
-    ``tree``, with each rule's rest point (tabular.fixed_point) dashed; write a PNG to ``path``
-    (no timestamp or version in the file: the same code gives the same bytes)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    tr = tabular.BUILTIN_TREES[tree]
-    with matplotlib.rc_context({"font.size": 10, "axes.titlesize": 10.5}):
-        fig, (full, zoom) = plt.subplots(1, 2, figsize=(12, 5.8), dpi=110,
-                                         gridspec_kw={"width_ratios": [1.25, 1]})
-        colors = plt.get_cmap("tab10").colors
+def figure(tree: str = FIGURE_TREE, rules=FIGURE_RULES, step=FIGURE_STEP,
+           iterations: int = FIGURE_ITERATIONS, dps: int = FIGURE_DPS) -> bytes:
+    """KL(π_k‖π*) of the damped fixed-point iteration (:func:`iterate`) for ``rules`` on
+    ``tree``, with each rule's rest point (_fixed_point.fixed_point) dotted, as PNG bytes
+    (``conformance.docs.figures.png_bytes``: no timestamp, a content digest)."""
+    import matplotlib  # optional dependency ([docs] extra): only the colour map is needed here
+    tr = _tree.BUILTIN_TREES[tree]
+    with style(FIGURE_STYLE):
+        fig = new_figure(12, 5.8)
+        full, zoom = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.25, 1]})
+        colors = matplotlib.colormaps["tab10"].colors
         ks = list(range(iterations + 1))
         zoom_k = min(iterations, ZOOM_ITERATIONS)
         top = 0.0
         for i, rule in enumerate(rules):
             kls = [float(v) for v in iterate(tr, rule, step, iterations, dps)]
             with mp.precision(dps):
-                fp = tabular.fixed_point(tr, rule)
+                fp = _fixed_point.fixed_point(tr, rule)
                 with mpmath.workdps(dps):
-                    rest = float(tabular.sequence_kl(tr, fp["policy"], tabular.optimum(tr)["policy"])["chain"])
-            unbiased = tabular.unbiased_on(tr, rule)[0]
+                    rest = float(_tree.sequence_kl(tr, fp["policy"], _tree.optimum(tr)["policy"])["chain"])
+            unbiased = _tree.unbiased_on(tr, rule)[0]
             label = rule + (" (= grpo_k3_ratio_weighted)" if rule == "own_token_kl" else "")
             label += "   keeps π*" if unbiased else f"   rest point KL = {rest:.3g}"
-            style = {"color": colors[i % len(colors)], "lw": 2.4 if unbiased else 1.6,
-                     "ls": "-" if unbiased or i % 2 == 0 else (0, (5, 1.5))}
-            full.semilogy(ks, [max(v, FIGURE_FLOOR / 10) for v in kls], label=label, **style)
-            zoom.plot(ks[:zoom_k + 1], kls[:zoom_k + 1], **style)
+            line = {"color": colors[i % len(colors)], "lw": 2.4 if unbiased else 1.6,
+                    "ls": "-" if unbiased or i % 2 == 0 else (0, (5, 1.5))}
+            full.semilogy(ks, [max(v, FIGURE_FLOOR / 10) for v in kls], label=label, **line)
+            zoom.plot(ks[:zoom_k + 1], kls[:zoom_k + 1], **line)
             if not unbiased:
-                zoom.axhline(rest, color=style["color"], lw=0.9, ls=":")
+                zoom.axhline(rest, color=line["color"], lw=0.9, ls=":")
             top = max(top, max(kls[:zoom_k + 1]), rest)
         full.set_ylim(FIGURE_FLOOR, 1)
         full.set_xlim(0, iterations)
@@ -219,50 +216,34 @@ def figure(path, tree: str = FIGURE_TREE, rules=FIGURE_RULES, step=FIGURE_STEP,
         zoom.set_ylim(0, top * 1.05)
         zoom.set_xlim(0, zoom_k)
         zoom.set_title(("linear scale" if zoom_k == iterations else f"first {zoom_k} iterations, linear scale")
-                       + ": each biased rule settles on\nits own rest point (dotted: tabular.fixed_point)")
+                       + ": each biased rule settles on\nits own rest point (dotted: _fixed_point.fixed_point)")
         for ax in (full, zoom):
             ax.set_xlabel("iteration k")
             ax.grid(True, which="major", alpha=0.3)
         fig.suptitle(f"Exact fixed-point iteration θ ← θ + {step}·Δθ(π) from π_ref on {tree} "
-                     f"(β = {float(tabular.num(tr.beta)):g}, μ = the tree's behaviour policy)", fontsize=12)
+                     f"(β = {float(_tree.num(tr.beta)):g}, μ = the tree's behaviour policy)", fontsize=12)
         fig.legend(loc="lower center", ncol=2, fontsize=9, frameon=False)
         fig.tight_layout(rect=(0, 0.17, 1, 1))
-        out = Path(path)
-        from conformance.docsgen import png_bytes   # no timestamp or version; a content digest
-        data = png_bytes(fig)
-        plt.close(fig)
-    from conformance.vectors import write_atomically
-    write_atomically(out, data)
-    return out
-
-
-def build(directory="docs", table: dict | None = None) -> list[Path]:
-    """Rewrite the generated block ``theorem`` of docs/proximal_kl.md (the rest of the page is
-    hand-written and kept) and docs/figures/theorem_convergence.png. ``lossproof docs build``
-    does this together with every other generated table and figure."""
-    from conformance.docsgen import replace_blocks
-    from conformance.vectors import write_atomically
-    d = Path(directory)
-    page = d / PAGE
-    text = replace_blocks(page.read_text(encoding="utf-8"), {"theorem": render(table)}, str(page))
-    write_atomically(page, text.encode("utf-8"))
-    return [page, figure(d / FIGURE)]
+        return png_bytes(fig)
 
 
 TEMPLATE = """\
-<!-- Generated by conformance/theorem_doc.py (render, figure): do not edit by hand. -->
+<!-- Generated by conformance/docs/theorem_page.py (render, figure): do not edit by hand. -->
 ## The stationary-policy theorem
 
 **What this part is built from.** The Proximal KL paper (H. Bai, J. Yao, T. Zhang) is *not
-public in our sources*. The update implemented here is **reconstructed** from the article-004
-summary ("corrige cada palabra según cómo se muestreó y también resta un costo limitado que
-depende de palabras posteriores y de un modelo de referencia fijo"; "el teorema sobre la política
-estacionaria supone una actualización exacta sobre toda la población y que se contabiliza por
-completo el efecto KL futuro") and from the companion paper FRPO (arXiv 2601.10201), which
-derives the same per-token update. Where the summary is silent (aggregation, how the cost is
-bounded) we say what we chose. Code: `refimpl/exact/proximal_kl.py` (the loss),
-`refimpl/exact/tabular.py` (token trees, exact population updates, fixed points),
-`conformance/theorem.py` (the table), `conformance/probe.py` (the probe of any implementation).
+public in our sources*. The update implemented here is **reconstructed** from a summary of it
+([proximal-kl-summary](references.md#proximal-kl-summary): "corrige cada palabra según cómo se
+muestreó y también resta un costo limitado que depende de palabras posteriores y de un modelo de
+referencia fijo"; "el teorema sobre la política estacionaria supone una actualización exacta
+sobre toda la población y que se contabiliza por completo el efecto KL futuro") and from the
+companion paper FRPO ([frpo](references.md#frpo), arXiv 2601.10201), which derives the same
+per-token update. Where the summary is silent (aggregation, how the cost is bounded) we say what
+we chose. Code: `refimpl/exact/proximal_kl.py` (the loss), `refimpl/exact/_tree.py` (token
+trees, exact population updates), `refimpl/exact/_fixed_point.py` (rest points),
+`refimpl/exact/tabular.py` (the catalog's `tabular.*` objectives on them),
+`conformance/theorem/table.py` (the table), `conformance/theorem/probe.py` (the probe of any
+implementation).
 
 ### The update
 
@@ -293,7 +274,7 @@ V*(y) = r(y) at a complete response and, at a prefix,
     V*(s) = β·log Σ_a π_ref(a|s)·exp(V*(s·a)/β),      π*(a|s) = π_ref(a|s)·exp((V*(s·a) − V*(s))/β).
 
 Multiplying the token probabilities along y recovers π_ref(y)·exp((r(y) − V*(∅))/β) with
-β·log Z = V*(∅) (`tabular.optimum` computes it so; `tabular.enumerated_optimum` checks it against
+β·log Z = V*(∅) (`_tree.optimum` computes it so; `_tree.enumerated_optimum` checks it against
 the closed form over every sequence).
 
 **Path consistency.** Taking logs, β·k*_u = β·log(π*(y_u|s_u)/π_ref(y_u|s_u)) = V*(s_{{u+1}}) − V*(s_u).
@@ -312,10 +293,10 @@ expected update at prefix s by the token a chosen there,
 because Σ_a π(a|s)·e_a = π(·|s). The ratio ρ turns μ's token weights into π*'s; μ must give every
 token positive probability for ρ to exist (full support), and then nothing else about μ matters:
 **π* is a rest point of the exact Proximal KL update for every behaviour μ with full support**.
-Any constant baseline b works (it only shifts the constant V*(s) − b). The two hypotheses of the summary are
-visible in the derivation: the expectation must be exact over the whole population (`tabular`
-enumerates every response; a finite batch only samples this sum), and the future cost must be
-counted in full (the telescoping sum needs every later k_u).
+Any constant baseline b works (it only shifts the constant V*(s) − b). The two hypotheses of the
+summary are visible in the derivation: the expectation must be exact over the whole population
+(`_tree.expected_update` enumerates every response; a finite batch only samples this sum), and the
+future cost must be counted in full (the telescoping sum needs every later k_u).
 
 **Why the other rules move the rest point.** Each breaks one step above:
 
@@ -344,7 +325,7 @@ counted in full (the telescoping sum needs every later k_u).
   (`seq-mean-token-sum-norm`) keep π*.
 
 Two qualifications. The theorem says π* is *a* rest point; that the update reaches it is checked,
-not proved: `tabular.fixed_point` starts every solve at π_ref and finds π* for every unbiased rule
+not proved: `_fixed_point.fixed_point` starts every solve at π_ref and finds π* for every unbiased rule
 on every tree (KL(π_fix‖π*) below 10^−100 in the table). And "biased" means biased *in
 expectation*: on a finite batch every rule is noisy; the unbiased ones are noisy around π*.
 
@@ -357,10 +338,10 @@ dropping it or capping it is harmless, and Proximal KL is the exact policy gradi
 
 ### The table (`lossproof theorem`)
 
-Generated from a real run of `lossproof theorem` at {dps} significant digits (`conformance.theorem.run`;
+Generated from a real run of `lossproof theorem` at {dps} significant digits (`conformance.theorem.table.run`;
 `--json PATH` writes every digit, the rest points included). For each tree and rule:
 the largest component of the exact expected update at π* (the residual), the rest point the
-update reaches (`tabular.fixed_point`, solved from π_ref), its distance KL(π_fix‖π*) and its
+update reaches (`_fixed_point.fixed_point`, solved from π_ref), its distance KL(π_fix‖π*) and its
 objective J(π_fix) ≤ β·log Z. A residual at rounding level (10^−{dps} scale) is the theorem;
 a KL far above the solver's tolerance (10^−({dps}−8)) is the bias. CI runs the reduced table
 (`lossproof theorem --reduced`: {reduced_trees} at {reduced_dps} digits) through the test suite.
@@ -368,13 +349,13 @@ a KL far above the solver's tolerance (10^−({dps}−8)) is the bias. CI runs t
 {trees}
 
 **Every behaviour μ.** The off-policy rows use each tree's own μ. Over {count} further random
-full-support behaviour policies per tree (`tabular.random_behavior`, seeds 0–{count_m1}) and
+full-support behaviour policies per tree (`_tree.random_behavior`, seeds 0–{count_m1}) and
 both baselines (b = E_μ[r] and b = 0), the largest proximal_kl residual at π* is
 {random_line} (below 10^−40 everywhere; the table's own μ gives at most {worst_tree}).
 
 ### The probe: does an implementation keep π* stationary?
 
-`lossproof probe --target SPEC` (module `conformance/probe.py`) turns the theorem into a test of
+`lossproof probe --target SPEC` (module `conformance/theorem/probe.py`) turns the theorem into a test of
 any implementation of `proximal_kl.loss` or `grpo.loss` — ours or a third party's, any target
 that `lossproof check` accepts. On each tree it feeds the target every complete response as
 its own minibatch (B = 1, padded to the horizon with the mask), with the log-probabilities of
@@ -383,7 +364,7 @@ with respect to `logp` (autograd, or the declared VJP); chains it to the softmax
 (∂log π(a|s)/∂θ_s = e_a − π(·|s)); and sums with the weights μ(y). With B = 1 every aggregation
 mode is the token sum times a known factor (1/|y|, 1 or 1/T), which the probe divides out: the
 result is the large-minibatch token mean, whatever mode the target uses — exactly what
-`tabular.expected_update` computes. It is compared with the exact update of the matching rule at
+`_tree.expected_update` computes. It is compared with the exact update of the matching rule at
 π* and at a generic policy (`grpo.loss` with the clip opened so that it never binds), and the
 target's own update at π* is the verdict: stationary or not. The last column applies the
 sequence weights 1/|y| that `seq-mean-token-mean` gives in a real minibatch.
@@ -404,7 +385,7 @@ mutant of `proximal_kl.loss` without the ratio is caught (tests/test_probe.py).
 The exact population update iterated from π_ref, θ ← θ + {step}·Δθ, {iterations} steps on
 {figure_tree}. The unbiased rules (`proximal_kl`, `sequence_is`: whole-sequence importance
 sampling) converge to π* geometrically, through the plot's floor (10^−30); every biased rule
-settles on its own rest point (dotted line: `tabular.fixed_point`'s value, the table's
+settles on its own rest point (dotted line: `_fixed_point.fixed_point`'s value, the table's
 KL(π_fix‖π*)) — except `whole_cost_clipped`, which is still creeping towards the boundary of the
 simplex, where its rest point lies.
 
