@@ -83,7 +83,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         "distill.softmax", "Softmax with temperature: q_i = exp(z_i/T) / Σ_j exp(z_j/T).",
         (Input("logits", "...,V", neg_inf=True),),
         (Param("temperature", 1.0, source="Hinton et al. 2015 §2"),),
-        ("probs",), ("logits",), "Hinton et al. 2015 §2; article 000 §Destilación clásica",
+        ("probs",), ("logits",), "Hinton et al. 2015 §2; [reading-math-3] §Destilación clásica",
         reduction="logits"),
     Objective(
         "distill.hinton",
@@ -92,7 +92,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Input("labels", "N", kind="int")),
         (Param("temperature", 1.0), Param("alpha", 0.5),
          Param("t2_scale", True, (True, False), "Hinton et al. 2015 §2 (T² keeps gradient scale)", convention=True)),
-        ("loss",), ("student_logits",), "Hinton et al. 2015 §2; article 000 §Destilación clásica",
+        ("loss",), ("student_logits",), "Hinton et al. 2015 §2; [reading-math-3] §Destilación clásica",
         reduction="student_logits"),
     Objective(
         "distill.token_kl",
@@ -100,7 +100,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
         (Param("direction", "reverse", ("reverse", "forward"), "MiniLLM §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29", convention=True),
          Param("temperature", 1.0)),
-        ("kl",), ("student_logits",), "MiniLLM §2.1 eq. 1; article 000 §Destilación on-policy",
+        ("kl",), ("student_logits",), "MiniLLM §2.1 eq. 1; [reading-math-3] §Destilación on-policy",
         reduction="student_logits"),
     Objective(
         "distill.generalized_jsd",
@@ -133,16 +133,16 @@ OBJECTIVES: tuple[Objective, ...] = (
         "grpo.advantages", "Group-relative advantages A = (r − mean_group) / (std + eps).",
         (Input("rewards", "B,G"),),
         (Param("scale", "group", ("group", "batch", "none"), "DeepSeekMath §4.1.2", convention=True),
-         Param("std_ddof", 0, (0, 1), "article 000: (0,1,1,0) → std 0.5 (population)", convention=True),
+         Param("std_ddof", 0, (0, 1), "[reading-math-3]: (0,1,1,0) → std 0.5 (population)", convention=True),
          Param("eps", 0.0, source="DeepSeekMath's A_i has no eps", convention=True),
          Param("degenerate", "zero", ("zero", "drop", "raw"),
-               "article 000: 'producing zero advantages'; DAPO §3.2 drops", convention=True)),
-        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2", low_precision=False),
+               "[reading-math-3]: 'producing zero advantages'; DAPO §3.2 drops", convention=True)),
+        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2"),
     Objective(
         "grpo.clip", "PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A), "
         "ρ = exp(logp − old_logp); dual clip: C = max(C, c·A) where A < 0.",
         (Input("logp", "N"), Input("old_logp", "N"), Input("advantages", "N")),
-        (Param("eps_low", 0.2, source="article 000 example"),
+        (Param("eps_low", 0.2, source="[reading-math-3] example"),
          Param("eps_high", None, source="= eps_low (symmetric); DAPO §3.1 clip-higher"),
          Param("dual_clip", None, source="none in PPO/GRPO; Ye et al. 2020 dual clip", convention=True)),
         ("objective",), ("logp",), "DeepSeekMath §4.1.1 eq. 3; PPO (Schulman et al. 2017) eq. 7"),
@@ -175,7 +175,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         "(optionally clipped to ±clip, or truncated to the next `window` tokens); detached.",
         (Input("logp", "B,T"), Input("ref_logp", "B,T"), Input("mask", "B,T", kind="mask")),
         (Param("clip", None, convention=True), Param("window", None, convention=True)),
-        ("cost",), (), "Proximal KL (Bai, Yao, Zhang) summary, article 004; FRPO arXiv 2601.10201",
+        ("cost",), (), "Proximal KL (Bai, Yao, Zhang) summary [proximal-kl-summary]; FRPO arXiv 2601.10201",
         reduction="logp"),
     Objective(
         "proximal_kl.loss", "token-mean of −ρ_t·sg(A − β·(k_t + F_t)), ρ_t = π/μ on the sampled token.",
@@ -186,7 +186,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("aggregation", "token-mean",
                ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
                "Proximal KL summary: per-minibatch token averages", convention=True)),
-        ("loss",), ("logp",), "Proximal KL (Bai, Yao, Zhang) summary, article 004; FRPO arXiv 2601.10201",
+        ("loss",), ("logp",), "Proximal KL (Bai, Yao, Zhang) summary [proximal-kl-summary]; FRPO arXiv 2601.10201",
         reduction="logp"),
     Objective(
         "tabular.optimum", "Optimum of E[r] − β·KL(π‖π_ref) on a token tree: π*(a|s) = π_ref(a|s)·"
@@ -195,7 +195,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("pi_ref", "P,V"), Input("rewards", "L")),
         _TREE_PARAMS + (Param("beta", None, source="required (no paper default)"),),
         ("policy", "beta_log_z"), (), "KL-regularised optimum π* ∝ π_ref·exp(r/β) (DPO §4 eq. 4) by soft "
-        "Bellman backup; Proximal KL summary (article 004), FRPO arXiv 2601.10201",
+        "Bellman backup; Proximal KL summary [proximal-kl-summary], FRPO arXiv 2601.10201",
         reduction="rewards", low_precision=False),
     Objective(
         "tabular.sequence_kl", "KL(π‖ρ) between the sequence distributions of two policies on a token tree "
@@ -204,7 +204,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("pi", "P,V"), Input("rho", "P,V")),
         _TREE_PARAMS,
         ("kl", "reach", "token_kl", "per_step"), (), "chain rule of relative entropy (Cover & Thomas "
-        "Thm 2.5.3); Proximal KL summary (article 004)",
+        "Thm 2.5.3); Proximal KL summary [proximal-kl-summary]",
         reduction="pi", low_precision=False),
     Objective(
         "tabular.expected_update", "Exact population update of an update rule at every prefix: "
@@ -216,11 +216,11 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("pi", "P,V"), Input("mu", "P,V"), Input("pi_ref", "P,V"), Input("rewards", "L")),
         _TREE_PARAMS + (
             Param("beta", None, source="required (no paper default)"),
-            Param("rule", "proximal_kl", TABULAR_RULES, "Proximal KL summary (article 004): the update whose "
+            Param("rule", "proximal_kl", TABULAR_RULES, "Proximal KL summary [proximal-kl-summary]: the update whose "
                   "rest point is π* for every μ with full support", convention=True),
             Param("baseline", "mean", ("mean", "none"), "Proximal KL summary: group-normalised rewards "
                   "(the infinite-group mean)", convention=True)),
-        ("update",), (), "Proximal KL (Bai, Yao, Zhang) stationary-policy theorem, article 004 summary "
+        ("update",), (), "Proximal KL (Bai, Yao, Zhang) stationary-policy theorem, summary [proximal-kl-summary] "
         "(reconstructed); FRPO arXiv 2601.10201; GRPO k3 loss, DeepSeekMath §4.1.1 eq. 3–4",
         reduction="rewards", low_precision=False),
 )

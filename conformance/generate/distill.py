@@ -103,7 +103,7 @@ NOTES = {
 GROUPS = {
     "paper": "Paper defaults. distill.softmax: Hinton et al. 2015 §2 (softmax of z/T). distill.hinton: Hinton et al. "
              "2015 §2 — hard-label cross-entropy at T = 1 plus the soft term at T multiplied by T² "
-             "(t2_scale=True); article 000 §Destilación clásica (λ = alpha). distill.token_kl: reverse KL(q‖p), "
+             "(t2_scale=True); [reading-math-3] §Destilación clásica (λ = alpha). distill.token_kl: reverse KL(q‖p), "
              "student first — MiniLLM (Gu et al. 2024) §2.1 eq. 1, DeepSeek-V4 §5.1.2 eq. 29; also TRL 1.16.0 "
              "trainer/distillation_trainer.py with kernels/chunked_divergence.py (beta=1.0: reverse KL at T, no "
              "T²). distill.generalized_jsd: GKD (Agarwal et al. 2024) §3 eq. 2, the continuous formula at every β "

@@ -60,13 +60,13 @@ NOTES = {
                        "clipped branch."},
     "ZeroAdvantage": {"category": "edge", "description": "A = 0: the objective and its gradient are exactly 0 "
                       "whatever the ratio."},
-    "FullyMaskedRow": {"category": "edge", "description": "Rows with no token under a token mean, or under a "
-                       "sequence mean whose libraries agree with the exact reference (verl 0.9.1 agg_loss and "
-                       "OpenRLHF 0.11.2 aggregate_loss exclude them from the mean)."},
+    "FullyMaskedRow": {"category": "edge", "description": "Rows with no token under a token mean: they add "
+                       "nothing to the numerator or the denominator."},
     "FullyMaskedRowSeqMean": {"category": "acceptable", "description": "Rows with no token under a "
-                              "sequence-mean aggregation: the exact reference (as verl 0.9.1) leaves them out of "
-                              "the mean over rows; TRL 1.16.0 ('grpo', 'dr_grpo') and Liger 0.8.5 count them as "
-                              "zero-loss sequences (divide by B). Either is accepted."},
+                              "sequence-mean aggregation are 0/0 in the papers: the exact reference leaves them out "
+                              "of the mean over rows (as verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss); "
+                              "TRL 1.16.0 ('grpo', 'dr_grpo') and Liger 0.8.5 count them as zero-loss sequences "
+                              "(divide by B). Either is accepted, in every convention group."},
     "MaskedValues": {"category": "edge", "description": "Masked positions hold large finite values (±1e30); "
                      "they must not reach the result or its gradient."},
     "KLCancellation": {"category": "numerics", "description": "logp ≈ ref_logp (|log r| ≤ 1e−6) with A = 0: "
@@ -194,9 +194,9 @@ LOSS_GROUPS = {
     "openrlhf-0.11.2-seq-mean": _lg(None, "k3", 10.0, False, "seq-mean-token-mean"),
     "openrlhf-0.11.2-k2": _lg(None, "k2", 10.0, False, "token-mean"),
 }
-# Groups whose libraries count rows without tokens in a sequence mean (the exact reference
-# leaves them out, as verl and OpenRLHF do): those cases are implementation-defined there.
-COUNTS_EMPTY_ROWS = {"paper", "trl-1.16-grpo", "trl-1.16-dr_grpo", "seq-mean-token-sum-norm"}
+# A row without tokens under a per-sequence mean is 0/0 in the papers: the exact reference
+# leaves it out of the mean over rows, other libraries count it as a zero-loss row; such cases
+# are implementation-defined (acceptable) in every group alike, whatever one library does.
 
 # (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
 CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
@@ -516,8 +516,9 @@ def _agg_cases() -> list[Case]:
     lengths = [1, 2, 5, 8, 16, 32, 64, 100]
     for gi, group in enumerate(AGG_GROUPS):
         norm = group == "seq-mean-token-sum-norm"
-        empty_result = "acceptable" if group in COUNTS_EMPTY_ROWS else "valid"
-        empty_flag = "FullyMaskedRowSeqMean" if group in COUNTS_EMPTY_ROWS else "FullyMaskedRow"
+        seq_mean = AGG_GROUPS[group] != "token-mean"
+        empty_result = "acceptable" if seq_mean else "valid"
+        empty_flag = "FullyMaskedRowSeqMean" if seq_mean else "FullyMaskedRow"
         for i in range(20):
             seed = 9000 + 100 * gi + i
             r = S.rng(seed)
@@ -709,7 +710,7 @@ def _loss_cases() -> list[Case]:
         ref = S.logprobs_near(r, lp, 0.3)
         lp = _loss_away(lp, old, ref, {}, conv, None)
         mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
-        empty_acceptable = seq_mean and group in COUNTS_EMPTY_ROWS
+        empty_acceptable = seq_mean
         out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
                                       "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, {},
                               ("FullyMaskedRowSeqMean",) if empty_acceptable else ("FullyMaskedRow",),
@@ -982,7 +983,7 @@ def _low_agg_cases() -> list[Case]:
     for gi, group in enumerate(groups):
         seed = 23500 + 10 * gi
         r = S.rng(seed)
-        empty = group in COUNTS_EMPTY_ROWS
+        empty = AGG_GROUPS[group] != "token-mean"
         values = S.in_low(r.normal(0, 1, (6, 12)).tolist(), S.BOTH)
         mask = _with_empty_rows(S.mask(r, 6, 12), [1, 4])
         out.append(_agg_case(group, values, mask, ("FullyMaskedRowSeqMean" if empty else "FullyMaskedRow",
@@ -1055,7 +1056,7 @@ def _low_loss_cases() -> list[Case]:
         old = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
         ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
         lp = _loss_away(lp, old, ref, {}, conv, S.BOTH)
-        empty_acceptable = conv["aggregation"] != "token-mean" and group in COUNTS_EMPTY_ROWS
+        empty_acceptable = conv["aggregation"] != "token-mean"
         out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
                                       "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH), "mask": mask}, {},
                               ("FullyMaskedRowSeqMean" if empty_acceptable else "FullyMaskedRow", "LowPrecision"),

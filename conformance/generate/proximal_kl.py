@@ -1,5 +1,5 @@
 """Vectors for ``proximal_kl.future_cost`` and ``proximal_kl.loss`` (Proximal KL, Bai, Yao, Zhang,
-as summarised in article 004; FRPO arXiv 2601.10201).
+as summarised in [proximal-kl-summary]; FRPO arXiv 2601.10201).
 
 The paper's text is not public in our sources and no library implements the method yet, so the
 groups are the reconstruction's conventions (DESIGN §4): the paper defaults (unbounded future
@@ -19,7 +19,7 @@ from conformance.generate.grpo import _weights
 
 FC, LOSS = "proximal_kl.future_cost", "proximal_kl.loss"
 NEAR = 1e-4   # random tokens keep this relative distance from the ratio cap and the clip band's edges
-SUMMARY = "Proximal KL summary, article 004 (seed file 004_40cb3236a8d8fc7a.txt)"
+SUMMARY = "Proximal KL summary [proximal-kl-summary]"
 
 NOTES = {
     "Random": {"category": "random", "description": "Random per-token log-probabilities with ragged right-padded "

@@ -1,6 +1,6 @@
 """Vectors for ``tabular.optimum``, ``tabular.sequence_kl`` and ``tabular.expected_update``: exact
 quantities on enumerated token trees (the stationary-policy theorem of Proximal KL as summarised
-in article 004, and FRPO arXiv 2601.10201; reconstructed, see refimpl/exact/_tree.py).
+in [proximal-kl-summary], and FRPO arXiv 2601.10201; reconstructed, see refimpl/exact/_tree.py).
 
 A tree travels as arrays in the catalog's canonical order (conformance/catalog.py,
 ``_TREE_ENCODING``; note ``TreeEncoding``): params ``vocab``, ``horizon``, ``eos``; each policy a
@@ -75,7 +75,7 @@ NOTES = {
                      "rule or baseline, constant rewards under σ-normalisation; must be rejected."},
 }
 
-_THEOREM = ("the stationary-policy theorem of Proximal KL (article 004 summary, reconstructed) and FRPO arXiv "
+_THEOREM = ("the stationary-policy theorem of Proximal KL (summary [proximal-kl-summary], reconstructed) and FRPO arXiv "
             "2601.10201; exact reference refimpl/exact/tabular.py")
 GROUPS = {
     "paper": "optimum: soft Bellman backup of the KL-regularised objective (π* ∝ π_ref·exp(r/β), DPO §4 eq. 4). "

@@ -2,7 +2,7 @@
 targets and on refimpl.exact._tree).
 
 Source: the stationary-policy theorem of Proximal KL (Bai, Yao, Zhang), as summarised in
-article 004 and derived in FRPO (arXiv 2601.10201), reconstructed in refimpl/exact/_tree.py.
+[proximal-kl-summary] and derived in FRPO (arXiv 2601.10201), reconstructed in refimpl/exact/_tree.py.
 
 For a target implementing ``proximal_kl.loss`` or ``grpo.loss`` (ours or a third party's), on a
 token tree: every complete sequence y is fed to the target as its own minibatch (B = 1, padded

@@ -185,7 +185,7 @@ def _softmax_prepare(logits, temperature):
 def softmax(logits, temperature: float = 1.0):
     """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis.
 
-    Hinton, Vinyals & Dean 2015 §2; article 000 §"Destilación clásica". Returns probs with
+    Hinton, Vinyals & Dean 2015 §2; [reading-math-3] §"Destilación clásica". Returns probs with
     the shape of ``logits``; a −inf logit has probability 0.
     """
     return _softmax_prepare(logits, temperature)[4].p
@@ -239,7 +239,7 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
 
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
 
-    Hinton et al. 2015 §2; article 000 §"Destilación clásica" (λ = ``alpha``). A −inf student
+    Hinton et al. 2015 §2; [reading-math-3] §"Destilación clásica" (λ = ``alpha``). A −inf student
     logit at the label or where the teacher has p > 0 is rejected whatever α is.
     """
     xp, _, shape, T, onehot, a, s, q1, qT, pT, r = _hinton_prepare(
@@ -285,7 +285,7 @@ def token_kl(student_logits, teacher_logits, direction: str = "reverse", tempera
     """Full-vocabulary KL between student q and teacher p per row: reverse Σ q log(q/p),
     forward Σ p log(p/q), at temperature T, no T² factor.
 
-    MiniLLM (Gu et al. 2024) §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; article 000 §"De la KL
+    MiniLLM (Gu et al. 2024) §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; [reading-math-3] §"De la KL
     de secuencia a la KL de token". 0·log 0 = 0; an infinite KL is rejected. Returns kl with
     shape ``student_logits.shape[:-1]``.
     """

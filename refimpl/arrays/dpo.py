@@ -1,6 +1,6 @@
 """Direct Preference Optimization and its per-pair loss variants over the array API.
 
-Source: Rafailov et al. 2023 (DPO) §4 eq. 7; article 000 §DPO. With gains against the frozen
+Source: Rafailov et al. 2023 (DPO) §4 eq. 7; [reading-math-3] §DPO. With gains against the frozen
 reference g_c = π_c − ref_c, g_r = π_r − ref_r (log-probabilities), margin Δ = g_c − g_r and
 ε = label_smoothing:
 

@@ -3,7 +3,7 @@ aggregation, loss.
 
 Sources: DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 and §4.1.2; PPO (Schulman et al.
 2017) eq. 7; DAPO (Yu et al. 2025) §3.1–3.3; Dr. GRPO (Liu et al. 2025) §3; dual clip
-(Ye et al. 2020); article 000 §GRPO. Per token t of response i:
+(Ye et al. 2020); [reading-math-3] §GRPO. Per token t of response i:
 
     ρ_t = exp(logp_t − old_logp_t),
     C_t = min(ρ_t·A_i, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A_i)     (maximised)
@@ -50,7 +50,7 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     DeepSeekMath §4.1.2 (``scale='group'``); TRL ``scale_rewards='batch'`` (std over all
     B·G rewards, mean per group); Dr. GRPO §3 (``scale='none'``). Degenerate groups (G == 1
     or all rewards equal; 'batch': B·G == 1 or all equal; 'none': never): 'zero' → A = 0,
-    keep = 1 (article 000); 'drop' → A = 0, keep = 0 (DAPO §3.2); 'raw' → singleton groups
+    keep = 1 ([reading-math-3]); 'drop' → A = 0, keep = 0 (DAPO §3.2); 'raw' → singleton groups
     get r/(1 + eps) ('none': r), zero-std groups A = 0 (verl).
     Returns {"advantages"[B,G], "keep"[B] (1 or 0)}.
     """

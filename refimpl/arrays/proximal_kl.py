@@ -1,7 +1,7 @@
 """Proximal KL over the array API: the future KL cost and the importance-corrected loss.
 
 Source: the Proximal KL paper (H. Bai, J. Yao, T. Zhang) is not public in our sources; the
-update is reconstructed, as in ``refimpl.exact.proximal_kl``, from the article-004 summary
+update is reconstructed, as in ``refimpl.exact.proximal_kl``, from the summary [proximal-kl-summary]
 and FRPO (arXiv 2601.10201). For tokens sampled by a behaviour policy μ:
 
     ρ_t = π(y_t|s_t) / μ(y_t|s_t),   k_u = log π(y_u|s_u) − log π_ref(y_u|s_u),
@@ -61,7 +61,7 @@ def _future(xp, k, m, clip, window):
 def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | None = None):
     """Future KL cost F_t = Σ_{u>t, mask_u=1} (logp_u − ref_logp_u), detached (no gradient).
 
-    Reconstructed from the article-004 summary of Proximal KL and FRPO (arXiv 2601.10201).
+    Reconstructed from the summary [proximal-kl-summary] of Proximal KL and FRPO (arXiv 2601.10201).
     ``clip=c`` clips F_t to [−c, c]; ``window=W`` sums only u in (t, t+W]. F_t is defined at
     every position t, masked or not. Returns cost[B,T].
     """
@@ -121,7 +121,7 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
          aggregation: str = "token-mean"):
     """Proximal KL loss: aggregate over tokens of ℓ_t = −ρ_t·sg(A − β·(k_t + F_t)).
 
-    Reconstructed from the article-004 summary of Proximal KL (Bai, Yao, Zhang) and FRPO
+    Reconstructed from the summary [proximal-kl-summary] of Proximal KL (Bai, Yao, Zhang) and FRPO
     (arXiv 2601.10201). ``ratio_cap=c``: ρ_t → min(ρ_t, c) (zero gradient where capped);
     ``ratio_clip=ε`` ∈ (0,1): ℓ_t = −min(ρ_t·X_t, clip(ρ_t, 1−ε, 1+ε)·X_t) after the cap.
     ``aggregation`` has grpo.aggregate's modes with L = T; paper default 'token-mean'.

@@ -5,7 +5,7 @@ these trees and policies, ``refimpl.exact._fixed_point`` solves for the rest poi
 updates defined here, and conformance's theorem table and probe use both.
 
 Source. The stationary-policy theorem of Proximal KL (H. Bai, J. Yao, T. Zhang) as summarised
-in article 004 ("el teorema sobre la política estacionaria supone una actualización exacta sobre
+in [proximal-kl-summary] ("el teorema sobre la política estacionaria supone una actualización exacta sobre
 toda la población y que se contabiliza por completo el efecto KL futuro") and the derivation in
 FRPO (arXiv 2601.10201); the paper text is not public in our sources, so the update rules below
 are the reconstruction of refimpl/exact/proximal_kl.py.
@@ -503,7 +503,7 @@ def expected_update(tree: Tree, pi, mu=None, pi_ref=None, beta=None, rule: str =
     (μ = π, held constant). ``pi_ref``, ``beta`` and ``rewards`` default to the tree's.
     ``params`` overrides the recorded parameters of the biased rules (``RULES[rule].params``).
     Rules and why each is or is not unbiased: ``RULES``. Sources: the Proximal KL update of the
-    article-004 summary / FRPO arXiv 2601.10201 (reconstructed, see proximal_kl.py); GRPO's k3
+    summary [proximal-kl-summary] / FRPO arXiv 2601.10201 (reconstructed, see proximal_kl.py); GRPO's k3
     loss, DeepSeekMath §4.1.1 eq. 3–4; TRL's ratio-weighted k3 (use_bias_correction_kl)."""
     setting = Setting(tree, rule, mu, pi_ref, beta, rewards, baseline, params)
     return setting.update(policy(tree, pi, "pi"))

@@ -202,7 +202,7 @@ def softmax(logits, temperature: float = 1.0):
     """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis.
 
     Hinton, Vinyals & Dean 2015, "Distilling the Knowledge in a Neural Network", §2;
-    article 000 §"Destilación clásica" ((2,0) → (0.88, 0.12) at T=1, (0.73, 0.27) at T=2).
+    [reading-math-3] §"Destilación clásica" ((2,0) → (0.88, 0.12) at T=1, (0.73, 0.27) at T=2).
     Returns probs with the shape of ``logits``; a −inf logit has probability 0.
     """
     z = _logits("logits", logits)
@@ -270,7 +270,7 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
 
     Hinton et al. 2015 §2 (soft targets at temperature T, hard-label term at T = 1, the soft
     term multiplied by T² "to keep the relative contributions … roughly unchanged");
-    article 000 §"Destilación clásica" (λ = ``alpha``; the KL form differs from the paper's
+    [reading-math-3] §"Destilación clásica" (λ = ``alpha``; the KL form differs from the paper's
     cross-entropy by a teacher-only constant, same gradient). Returns the scalar loss.
 
     Rejected (InputError naming ``student_logits``): a −inf student logit at the label, or
@@ -337,7 +337,7 @@ def token_kl(student_logits, teacher_logits, direction: str = "reverse", tempera
         forward:  kl = Σ_v p_v log(p_v / q_v)
 
     with q = softmax(z/T), p = softmax(t/T) and no T² factor. Reverse: MiniLLM (Gu et al. 2024)
-    §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; article 000 §"De la KL de secuencia a la KL de
+    §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; [reading-math-3] §"De la KL de secuencia a la KL de
     token" (d_t = Σ_v q_t(v) log(q_t(v)/p_t(v)), ≈ 0.157 in its example). 0·log 0 = 0; a
     token possible under the weighting distribution but impossible under the other makes the
     KL infinite and is rejected (reverse: names ``teacher_logits``; forward: ``student_logits``).

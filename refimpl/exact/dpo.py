@@ -1,6 +1,6 @@
 """Direct Preference Optimization and its per-pair loss variants.
 
-Source: Rafailov et al. 2023 (DPO) §4 eq. 7; article 000 §DPO. For a pair (chosen y_w,
+Source: Rafailov et al. 2023 (DPO) §4 eq. 7; [reading-math-3] §DPO. For a pair (chosen y_w,
 rejected y_l) the gains against the frozen reference are
 
     g_c = log π_θ(y_w|x) − log π_ref(y_w|x),   g_r = log π_θ(y_l|x) − log π_ref(y_l|x),

@@ -4,7 +4,7 @@ Sources: DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 (objective with the k
 and §4.1.2 (outcome-supervised group advantages); PPO (Schulman et al. 2017) eq. 7 (clipped
 surrogate); DAPO (Yu et al. 2025) §3.1 clip-higher, §3.2 dynamic sampling, §3.3 token-level
 loss; Dr. GRPO (Liu et al. 2025) §3 (no std scaling, constant length normaliser); dual clip
-(Ye et al. 2020); article 000 §GRPO (worked numbers).
+(Ye et al. 2020); [reading-math-3] §GRPO (worked numbers).
 
 Per token t of response i, with advantage A_i of its response:
 
@@ -53,12 +53,12 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
 
     DeepSeekMath §4.1.2 (``scale='group'``, std over the group's G rewards); TRL
     ``scale_rewards='batch'`` (std over all B·G rewards, mean still per group); Dr. GRPO §3
-    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of article 000
+    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of [reading-math-3]
     ((0,1,1,0) → mean 0.5, std 0.5 → (−1,1,1,−1)).
 
     A group is degenerate when G == 1 or its rewards are all equal (for 'batch': B·G == 1
     or all B·G rewards equal; for 'none': never). ``degenerate``:
-    'zero' (article 000: "producing zero advantages") → A = 0, keep = 1;
+    'zero' ([reading-math-3]: "producing zero advantages") → A = 0, keep = 1;
     'drop' (DAPO §3.2 dynamic sampling) → A = 0, keep = 0;
     'raw' (verl compute_grpo_outcome_advantage: a singleton group gets mean 0 and std 1)
     → a singleton group gets A = r/(1 + eps) ('group', 'batch') or A = r ('none'), a

@@ -1,7 +1,7 @@
 """Proximal KL: a per-token importance-corrected update with the future KL cost.
 
 Source. The Proximal KL paper (H. Bai, J. Yao, T. Zhang) is *not public in our sources*: this
-module is reconstructed from the article-004 summary (seed file 004_40cb3236a8d8fc7a.txt: "corrige
+module is reconstructed from the summary [proximal-kl-summary] ("corrige
 cada palabra según cómo se muestreó y también resta un costo limitado que depende de palabras
 posteriores y de un modelo de referencia fijo"; "promedios de tokens por minibatch") and from
 the companion paper FRPO (arXiv 2601.10201), which derives the same per-token update. Where the
@@ -73,7 +73,7 @@ def _future(k, m, clip, window):
 def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | None = None):
     """Future KL cost F_t = Σ_{u>t, mask_u=1} (logp_u − ref_logp_u), detached (no gradient).
 
-    Reconstructed from the article-004 summary of Proximal KL ("un costo limitado que depende de
+    Reconstructed from the summary [proximal-kl-summary] of Proximal KL ("un costo limitado que depende de
     palabras posteriores y de un modelo de referencia fijo") and FRPO (arXiv 2601.10201), since the
     paper text is not public in our sources. ``clip=c`` (c > 0) clips F_t to [−c, c]; ``window=W``
     (W ≥ 1) sums only the positions u in (t, t+W]. F_t is defined at every position t, masked or
@@ -143,7 +143,7 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
          aggregation: str = "token-mean"):
     """Proximal KL loss: aggregate over tokens of ℓ_t = −ρ_t·sg(A − β·(k_t + F_t)).
 
-    Reconstructed from the article-004 summary of Proximal KL (Bai, Yao, Zhang) and FRPO
+    Reconstructed from the summary [proximal-kl-summary] of Proximal KL (Bai, Yao, Zhang) and FRPO
     (arXiv 2601.10201), since the paper text is not public in our sources:
     ρ_t = exp(logp_t − behavior_logp_t) is the ratio to the policy μ that sampled the token,
     k_t = logp_t − ref_logp_t, F_t = future_cost(..., future_clip, future_window), A is the
@@ -171,7 +171,7 @@ def loss_vjp(cotangent, logp, behavior_logp, ref_logp, advantages, mask, beta: f
     ratio is neither capped nor clipped (0 on the others), X_t = A − β·(k_t + F_t) held constant
     (stop-gradient), w_t the aggregation weight; unbounded, this is −ρ_t·(A − β·Σ_{u≥t} k_u)·∇log π.
 
-    Reconstructed, like :func:`loss`, from the article-004 summary of Proximal KL and FRPO
+    Reconstructed, like :func:`loss`, from the summary [proximal-kl-summary] of Proximal KL and FRPO
     (arXiv 2601.10201), since the paper text is not public in our sources."""
     lp, bp, rp, adv, m, p = _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta,
                                      ratio_clip, ratio_cap, future_clip, future_window, aggregation)

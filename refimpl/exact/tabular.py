@@ -2,7 +2,7 @@
 ``tabular.expected_update`` with the catalog's signatures (conformance/catalog.py).
 
 Source: the stationary-policy theorem of Proximal KL (H. Bai, J. Yao, T. Zhang) as summarised in
-article 004, and FRPO (arXiv 2601.10201); the exact optimum, sequence KL and population update
+[proximal-kl-summary], and FRPO (arXiv 2601.10201); the exact optimum, sequence KL and population update
 are those of ``refimpl.exact._tree`` (its docstring has the definitions and the update rules).
 
 A tree travels as arrays (conformance/catalog.py, _TREE_ENCODING): params vocab, horizon, eos;

@@ -128,7 +128,7 @@ def _params_ok(fn) -> bool:
 def softmax(logits, temperature: float = 1.0):
     """Tempered softmax q_i = exp(z_i/T) / Σ_j exp(z_j/T) along the last axis.
 
-    Hinton, Vinyals & Dean 2015 §2; article 000 §"Destilación clásica" ((2,0) → (0.88, 0.12)
+    Hinton, Vinyals & Dean 2015 §2; [reading-math-3] §"Destilación clásica" ((2,0) → (0.88, 0.12)
     at T=1, (0.73, 0.27) at T=2). ``logits`` [...,V]; returns probs of the same shape; a −inf
     logit has probability 0 and gradient 0. Gradient by ``_careful.Softmax`` (accurate in
     saturated rows).
@@ -157,7 +157,7 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
 
     Hinton et al. 2015 §2 (soft targets at T, hard labels at T = 1, soft term times T²);
-    article 000 §"Destilación clásica" (λ = ``alpha``). ``student_logits``, ``teacher_logits``
+    [reading-math-3] §"Destilación clásica" (λ = ``alpha``). ``student_logits``, ``teacher_logits``
     [N,V], ``labels`` [N] integers in [0, V). Returns the scalar loss; gradient wrt
     ``student_logits`` by the fused path (``_fused.FastHinton``) or the plain one
     (``_careful.Hinton``). A −inf student logit at the label or where p > 0 makes the loss
@@ -212,7 +212,7 @@ def token_kl(student_logits, teacher_logits, direction: str = "reverse", tempera
         forward:  kl = Σ_v p_v log(p_v / q_v)
 
     at temperature T, no T² factor. Reverse: MiniLLM (Gu et al. 2024) §2.1 eq. 1; DeepSeek-V4
-    §5.1.2 eq. 29; article 000 §"De la KL de secuencia a la KL de token". 0·log 0 = 0; an
+    §5.1.2 eq. 29; [reading-math-3] §"De la KL de secuencia a la KL de token". 0·log 0 = 0; an
     infinite KL (support mismatch) is rejected (reverse: names ``teacher_logits``; forward:
     ``student_logits``). Logits [...,V]; returns kl [...]; gradient wrt ``student_logits``
     by the fused path (``_fused.FastReverse``, ``_fused.FastForward``) or the plain one

@@ -3,7 +3,7 @@
 
 Sources: DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 and §4.1.2; PPO (Schulman et al. 2017)
 eq. 7; DAPO (Yu et al. 2025) §3.1–3.3; Dr. GRPO (Liu et al. 2025) §3; dual clip (Ye et al.
-2020); article 000 §GRPO. Per token t of response i, with advantage A_i:
+2020); [reading-math-3] §GRPO. Per token t of response i, with advantage A_i:
 
     ρ_t = exp(logp_t − old_logp_t),
     C_t = min(ρ_t·A_i, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A_i)     (maximised)
@@ -40,7 +40,7 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
 
     DeepSeekMath §4.1.2 (``scale='group'``: std over the group's G rewards); TRL
     ``scale_rewards='batch'`` (std over all B·G rewards, mean still per group); Dr. GRPO §3
-    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of article 000
+    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of [reading-math-3]
     ((0,1,1,0) → (−1,1,1,−1)). A group is degenerate when G == 1 or its rewards are all
     equal (for 'batch': B·G == 1 or all rewards equal; 'none': never), decided on the rewards
     themselves, not on a rounded std. ``degenerate``: 'zero' → A = 0, keep = 1; 'drop' (DAPO

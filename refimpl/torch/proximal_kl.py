@@ -2,7 +2,7 @@
 autograd).
 
 Source: the Proximal KL paper (H. Bai, J. Yao, T. Zhang) is not public in our sources; as in
-``refimpl.exact.proximal_kl`` this is reconstructed from the article-004 summary and the
+``refimpl.exact.proximal_kl`` this is reconstructed from the summary [proximal-kl-summary] and the
 companion paper FRPO (arXiv 2601.10201). For tokens y_t sampled by a behaviour policy μ:
 
     ρ_t = π(y_t|s_t) / μ(y_t|s_t)                       (gradient through π)
@@ -59,7 +59,7 @@ def _future(k: torch.Tensor, m: torch.Tensor, clip, window) -> torch.Tensor:
 def future_cost(logp, ref_logp, mask, clip: float | None = None, window: int | None = None):
     """Future KL cost F_t = Σ_{u>t, mask_u=1} (logp_u − ref_logp_u), detached (no gradient).
 
-    Reconstructed from the article-004 summary of Proximal KL ("un costo limitado que depende
+    Reconstructed from the summary [proximal-kl-summary] of Proximal KL ("un costo limitado que depende
     de palabras posteriores y de un modelo de referencia fijo") and FRPO (arXiv 2601.10201).
     ``clip=c`` (c > 0) clips F_t to [−c, c]; ``window=W`` (W ≥ 1) sums only u in (t, t+W].
     F_t is defined at every position, masked or not (only later tokens are masked out).
@@ -80,7 +80,7 @@ def loss(logp, behavior_logp, ref_logp, advantages, mask, beta: float = 0.04,
          aggregation: str = "token-mean"):
     """Proximal KL loss: aggregate over tokens of ℓ_t = −ρ_t·sg(A − β·(k_t + F_t)).
 
-    Reconstructed from the article-004 summary of Proximal KL (Bai, Yao, Zhang) and FRPO
+    Reconstructed from the summary [proximal-kl-summary] of Proximal KL (Bai, Yao, Zhang) and FRPO
     (arXiv 2601.10201): ρ_t = exp(logp_t − behavior_logp_t) is the ratio to the policy μ that
     sampled the token, k_t = logp_t − ref_logp_t, F_t = future_cost(..., future_clip,
     future_window), A the row's advantage. ``ratio_cap=c``: ρ_t → min(ρ_t, c), zero gradient

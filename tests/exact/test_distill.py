@@ -309,7 +309,7 @@ def test_t2_scale_first_order_remainder():
 
 
 # ---------------------------------------------------------------------------------------------
-# The article's printed numbers (article 000, seeds/000_e49910fd474b12d2.txt)
+# The article's printed numbers ([reading-math-3], seeds/000_e49910fd474b12d2.txt)
 # ---------------------------------------------------------------------------------------------
 
 def test_article_softmax_temperatures():

@@ -112,7 +112,7 @@ def test_loss_depends_on_the_margin_only(pc, pr, shift, loss_type):
         assert a == b
 
 
-# --------------------------------------------------------------------------- article 000
+# --------------------------------------------------------------------------- [reading-math-3]
 
 def test_article_equal_margins_give_equal_loss():
     # Article 000 §DPO: «si la respuesta preferida gana 2 en logaritmo de probabilidad y la

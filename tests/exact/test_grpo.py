@@ -305,7 +305,7 @@ def test_aggregation_modes_agree_on_equal_length_rows(values):
     assert abs(grpo.aggregate(values, mask, "seq-mean-token-sum-norm") - token) <= scale
 
 
-# --------------------------------------------------------------------------- article 000
+# --------------------------------------------------------------------------- [reading-math-3]
 
 def test_article_group_advantages():
     # Article 000 §GRPO: «GRPO muestrea 3, 4, 4 y 5 para la pregunta 2 más 2. Un verificador

@@ -156,7 +156,7 @@ def test_loss_vjp_matches_numerical_derivative(conv):
 
 
 def test_gradient_is_minus_rho_times_the_full_coefficient():
-    # The statement: the gradient is −ρ_t·(A − β·Σ_{u≥t} k_u)·∇log π(y_t|s_t) / N.
+    # The update as DESIGN §4 states it: the gradient is −ρ_t·(A − β·Σ_{u≥t} k_u)·∇log π(y_t|s_t) / N.
     logp, behavior, ref, adv = _case(4, B=2, T=3)
     mask = [[1, 1, 1], [1, 1, 1]]
     grad = proximal_kl.loss_vjp(1.0, logp, behavior, ref, adv, mask, beta=0.7)["logp"]

@@ -273,7 +273,7 @@ AGG_CONVENTIONS = {"mode": MODES}
 
 
 def aggregate(values, mask, mode, norm_length, *, padded_denominator=False, ignore_mask=False,
-              local_token_means=False, max_length_norm=False, count_empty_rows=False):
+              local_token_means=False, max_length_norm=False):
     """Masked reduction of [B,T] values; every keyword after ``*`` switches one bug on."""
     m = torch.ones_like(mask, dtype=torch.bool) if ignore_mask else mask != 0
     v = torch.where(m, values, torch.zeros_like(values))   # replaced, not multiplied: ±inf-safe
@@ -288,8 +288,7 @@ def aggregate(values, mask, mode, norm_length, *, padded_denominator=False, igno
         return v.sum() / (torch.tensor(float(m.numel()), dtype=values.dtype) if padded_denominator
                           else lengths.sum())
     sums = v.sum(dim=1)
-    rows = lengths > 0 if not count_empty_rows else torch.ones_like(lengths, dtype=torch.bool)
-    n_rows = rows.sum().to(values.dtype)
+    n_rows = (lengths > 0).sum().to(values.dtype)
     if mode == "seq-mean-token-mean":
         return (sums / torch.where(lengths > 0, lengths, torch.ones_like(lengths))).sum() / n_rows
     seq_sum = sums.sum() / n_rows
@@ -350,15 +349,6 @@ def agg_max_length_norm(**kw):
     per_token_loss.size(1)); NovaSky-AI/SkyRL PR #133 (max_seq_len for
     seq_mean_token_sum_norm)."""
     return _agg(kw, max_length_norm=True)
-
-
-@checked(AGG)
-def agg_counts_empty_rows(**kw):
-    """Rows without tokens counted in the sequence mean (their 0 enters the average).
-
-    Seen: huggingface/trl issue #3021 (`completion_mask.sum(-1).clamp(min=1.0)` keeps empty
-    rows in the mean); verl 0.9.1 agg_loss excludes them (`seq_mask = ... > 0`)."""
-    return _agg(kw, count_empty_rows=True)
 
 
 # ----------------------------------------------------------------------------------- loss
@@ -471,7 +461,6 @@ PAIRS = [
     Pair("AGG_IGNORES_MASK", AGG, agg_ignores_mask, agg_twin, AGG_CONVENTIONS),
     Pair("AGG_LOCAL_TOKEN_DENOMINATOR", AGG, agg_local_token_denominator, agg_twin, AGG_CONVENTIONS),
     Pair("AGG_MAX_LENGTH_NORM", AGG, agg_max_length_norm, agg_twin, AGG_CONVENTIONS),
-    Pair("AGG_COUNTS_EMPTY_ROWS", AGG, agg_counts_empty_rows, agg_twin, AGG_CONVENTIONS),
     Pair("LOSS_GRADIENT_THROUGH_REFERENCE", LOSS, loss_gradient_through_reference, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_KL_OVER_PADDING", LOSS, loss_kl_over_padding, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_RATIO_WEIGHT_DETACHED", LOSS, loss_ratio_weight_detached, loss_twin, LOSS_CONVENTIONS),

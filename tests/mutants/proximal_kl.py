@@ -1,5 +1,5 @@
 """Mutants of ``proximal_kl.future_cost`` and ``proximal_kl.loss`` (Proximal KL, Bai–Yao–Zhang,
-as summarised in article 004; FRPO arXiv 2601.10201; DESIGN §4).
+as summarised in [proximal-kl-summary]; FRPO arXiv 2601.10201; DESIGN §4).
 
 k_u = logp_u − ref_logp_u; F_t = Σ_{u>t, m_u=1} k_u (optionally windowed to u ≤ t+W and
 clipped to ±c), detached; ρ_t = π/μ on the sampled token; ℓ_t = −ρ_t·sg(A − β·(k_t + F_t)),
@@ -51,7 +51,7 @@ def future_twin(**kw):
 def future_includes_current(**kw):
     """Future KL cost including the current token: Σ_{u≥t} instead of Σ_{u>t}.
 
-    Seen: the Proximal KL summary (article 004: "un costo ... que depende de palabras
+    Seen: the Proximal KL summary ([proximal-kl-summary]: "un costo ... que depende de palabras
     posteriores") and FRPO (arXiv 2601.10201) separate the own-token k_t from the future cost;
     counting k_t in F_t doubles it in the coefficient A − β·(k_t + F_t)."""
     return _future(kw, include_current=True)
@@ -126,7 +126,7 @@ def loss_behaviour_ratio_inverted(**kw):
 def loss_behaviour_ratio_dropped(**kw):
     """Behaviour ratio dropped (ρ ≡ 1): off-policy tokens treated as on-policy.
 
-    Seen: DESIGN §4 / article 004 (dropping ρ moves the fixed point away from
+    Seen: DESIGN §4 / [proximal-kl-summary] (dropping ρ moves the fixed point away from
     π_ref·exp(r/β)); huggingface/trl issue #2769 (the ratio is 1 when old = current)."""
     return loss(kw, drop_ratio=True)
 
@@ -154,7 +154,7 @@ def loss_coefficient_not_detached(**kw):
 def loss_future_includes_current(**kw):
     """Future KL cost including the current token inside the loss (k_t counted twice).
 
-    Seen: as for future_includes_current: article 004 and FRPO (arXiv 2601.10201) define
+    Seen: as for future_includes_current: [proximal-kl-summary] and FRPO (arXiv 2601.10201) define
     F_t over later tokens only."""
     return loss(kw, future_with_current=True)
 

@@ -206,7 +206,7 @@ def cases() -> list[Case]:
         rng = np.random.default_rng(700 + i)
         r = rng.integers(0, 3, (4, 4)).astype(np.float64) + rng.normal(0, 0.1, (4, 4))
         r[2] = 0.3  # a constant group
-        r[3] = [0.0, 1.0, 1.0, 0.0]  # article 000
+        r[3] = [0.0, 1.0, 1.0, 0.0]  # [reading-math-3]
         add(Case("grpo.advantages", _label(p), {"rewards": r}, p, 16))
     for deg in ("zero", "drop", "raw"):
         for sc in ("group", "batch", "none"):
