@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="the docs build draws its figures with matplotlib (in the [test] extra)")
 
 from conformance import cli  # noqa: E402
 from conformance.docs import DocsError, blocks, build, families, figures, sessions  # noqa: E402

@@ -50,9 +50,10 @@ def future_cost(logp, ref_logp, mask, clip=None, window=None):
 
 def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
     with torch.no_grad():
-        mean = rewards.mean(-1, keepdim=True)
-        std = rewards.std(-1, keepdim=True, unbiased=False)
-        return torch.where(std > 0, (rewards - mean) / std.clamp_min(1e-300), torch.zeros_like(rewards))
+        r = up(rewards)
+        mean = r.mean(-1, keepdim=True)
+        std = r.std(-1, keepdim=True, unbiased=False)
+        return torch.where(std > 0, (r - mean) / std.clamp_min(1e-300), torch.zeros_like(r))
 
 
 TARGET = {"name": "author", "framework": "torch",
@@ -142,7 +143,7 @@ def test_a_gradient_leak_is_caught_on_every_case(tmp_path, capsys):
     would not see it (normalised advantages sum to zero); the probe's random cotangent does.
     Groups of two are left out: (a, b) ↦ (±1, ∓1) is locally constant, no leak can show."""
     path = tmp_path / "leak.py"
-    path.write_text(AUTHOR.replace("    with torch.no_grad():\n        mean", "    if True:\n        mean"))
+    path.write_text(AUTHOR.replace("    with torch.no_grad():\n        r = up", "    if True:\n        r = up"))
     code, doc, *_ = _report(tmp_path, capsys, "--target", f"{path}:TARGET", "--objective", "grpo.advantages",
                             "--quiet")
     assert code == 1

@@ -60,6 +60,6 @@ def assert_vjp_matches(fn, vjp, kwargs: dict, wrt: list[str], cotangents, case: 
         digits = agreement_digits(analytic[name], numerical_vjp(fn, kwargs, name, cotangents))
         assert digits >= AGREE_DIGITS, f"gradient wrt {name}: only {digits:.1f} digits agree"
         worst = min(worst, digits)
-    family = fn.__module__.rpartition(".")[2]
+    family = fn.__module__.rpartition(".")[2].removeprefix("test_")
     records.gradient_check(family, case or fn.__name__, worst)
     return worst

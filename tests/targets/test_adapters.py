@@ -5,7 +5,10 @@ installs all four). With it, ``lossproof check --target NAME`` must exit 0 as sh
 failure is one of the adapter's documented findings (``FINDINGS`` in
 conformance/targets/peers/<name>.py, declared as known failures and listed in
 docs/conventions.md), so a new failure — the library or the vectors changed — exits 1 and names
-itself. A finding that no longer explains any case is stale and must go.
+itself. A finding that no longer explains any case is stale and must go, and so is a declared
+known failure that passes. Each adapter judges bfloat16/float16 results by the tolerance model of
+the library's arithmetic (``ARITHMETIC``): ``native`` only where the library computes in the
+inputs' dtype what the careful model assumes float32, which the careful model must then reject.
 """
 import importlib
 import importlib.util
@@ -16,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance import catalog, cli
+from conformance import catalog, cli, compare, harness
 from conformance.targets import PEERS, TargetError, load
-from conformance.targets.peers._common import LOW_PRECISION
 from conformance.vectors.load import VectorSet
 
 LIBRARIES = {  # adapter: (import name, distribution, pinned version)
@@ -100,6 +102,24 @@ def test_declaration_cites_real_library_files(name):
     for finding in module.FINDINGS:
         for f in re.findall(r"[\w/]+\.(?:py|yaml)", finding.source):
             assert (root / f).is_file(), f"{finding.id} cites {f}"
+    for arithmetic in module.ARITHMETIC:
+        lines = re.findall(r"([\w/]+\.py):(\d+)", arithmetic.source)
+        assert lines, f"{name}: {arithmetic.objective} cites no library line"
+        for f, line in lines:
+            assert (root / f).is_file(), f"{name}: {arithmetic.objective} cites {f}"
+            assert int(line) <= len((root / f).read_text(encoding="utf-8").splitlines()), (arithmetic, f, line)
+
+
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_tolerance_models_are_the_declared_arithmetic(name):
+    """The target's low-precision tolerance model is its ``ARITHMETIC`` table: one row per
+    objective it implements, ``careful`` or ``native``."""
+    target, module = _require(name)
+    objectives = [a.objective for a in module.ARITHMETIC]
+    assert len(objectives) == len(set(objectives)) and set(objectives) <= set(target.objectives), objectives
+    assert all(a.model in compare.MODELS for a in module.ARITHMETIC)
+    assert {oid: target.tolerance_model_for(oid) for oid in objectives} == {a.objective: a.model
+                                                                           for a in module.ARITHMETIC}
 
 
 @pytest.mark.parametrize("name", LIBRARIES)
@@ -119,10 +139,9 @@ def test_findings_are_the_known_failures(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LIBRARIES)
 def test_adapter_passes_as_shipped(name, tmp_path, capsys):
-    """One full run: exit 0, no failure or error, the console lists every finding, and every
-    finding explains some failing case (one that explains none is stale: remove it). A known
-    failure that passes (xpass) is allowed in bfloat16/float16 only: there the tolerance is wide
-    and whether a rounding loss or a small deviation exceeds it depends on the vector's data."""
+    """One full run: exit 0, no failure or error, no declared known failure that passes (xpass:
+    stale), the console lists every finding, and every finding explains some failing case (one
+    that explains none is stale: remove it)."""
     target, module = _require(name)
     status, report, out = _check(["--target", name], tmp_path, capsys)
     cases = [c for c in report["cases"] if c["axis"] == "conformance"]
@@ -134,16 +153,30 @@ def test_adapter_passes_as_shipped(name, tmp_path, capsys):
     explained = {c["known"] for c in cases if c["status"] == "xfail"}
     stale = [f.id for f in module.FINDINGS if f.reason not in explained]
     assert not stale, f"{name}: findings that explain no failing case: {stale}"
-    xpass = [f"{c['uid']} ({c['dtype']}): {c['known'][:60]}" for c in cases
-             if c["status"] == "xpass" and c["dtype"] not in LOW_PRECISION]
+    xpass = [f"{c['uid']} ({c['dtype']}): {c['known'][:60]}" for c in cases if c["status"] == "xpass"]
     assert not xpass, "stale known failures:\n" + "\n".join(xpass)
     # Every objective the adapter implements passes on some vector.
     assert {c["objective"] for c in cases if c["status"] == "pass"} == set(target.objectives)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("name", LIBRARIES)
+def test_native_declarations_are_needed(name, vs):
+    """An objective declared ``native`` fails the careful model on some bfloat16/float16 vector:
+    the looser bound is the library's arithmetic, not a convenience."""
+    target, module = _require(name)
+    native = [a.objective for a in module.ARITHMETIC if a.model == "native"]
+    results = harness.run(target, vs, objective=native, dtypes=["bfloat16", "float16"],
+                          tolerances=compare.Tolerances({}, "careful"))
+    rejected = {r.objective for r in results if r.axis == "conformance" and r.status in ("fail", "xfail")}
+    assert set(native) <= rejected, f"{name}: native although careful passes: {sorted(set(native) - rejected)}"
+
+
 @pytest.mark.parametrize("name, objective, wrap", [
     ("verl", "kl.estimator", "kl_estimator"),
     ("trl", "dpo.loss", "dpo_loss"),
+    ("openrlhf", "grpo.loss", "grpo_loss"),
+    ("liger", "dpo.loss", "dpo_loss"),
 ])
 def test_a_new_failure_fails_the_run(name, objective, wrap, monkeypatch, tmp_path, capsys):
     """A change in the library's numbers that no finding declares exits 1, and the cases it

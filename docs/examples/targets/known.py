@@ -7,6 +7,8 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", f
     if (scale, std_ddof, eps, degenerate) != ("group", 0, 0.0, "zero"):
         raise NotImplementedError("only the paper's advantages: group scale, population std, no eps")
     rewards = rewards.detach()                                  # advantages are constants
+    if rewards.dtype in (torch.bfloat16, torch.float16):
+        rewards = rewards.float()                               # float32 inside (a wider result passes)
     mean = rewards.mean(dim=1, keepdim=True)
     std = ((rewards - mean) ** 2).mean(dim=1, keepdim=True).sqrt()
     if fixed:
