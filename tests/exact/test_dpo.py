@@ -115,7 +115,7 @@ def test_loss_depends_on_the_margin_only(pc, pr, shift, loss_type):
 # --------------------------------------------------------------------------- [reading-math-3]
 
 def test_article_equal_margins_give_equal_loss():
-    # Article 000 §DPO: «si la respuesta preferida gana 2 en logaritmo de probabilidad y la
+    # [reading-math-3] §DPO: «si la respuesta preferida gana 2 en logaritmo de probabilidad y la
     # rechazada pierde 1, entonces Δ=2−(−1)=3» and «Preferida menos 1 y rechazada menos 4
     # también dan 3» — «Los dos casos siguientes dan el mismo Δ=3 y, por tanto, la misma
     # pérdida del par con un β fijo».

@@ -267,7 +267,7 @@ def test_population_std_advantages_are_standardised(rewards):
 @given(log_ratio=st.floats(-3, 3), adv=st.floats(0.01, 10), sign=st.sampled_from([1, -1]),
        eps=st.floats(0.01, 0.9))
 def test_clipped_objective_shape(log_ratio, adv, sign, eps):
-    # Article 000: «Con anchura de recorte 0.2 y ventaja más 1, el objetivo recortado aumenta
+    # [reading-math-3]: «Con anchura de recorte 0.2 y ventaja más 1, el objetivo recortado aumenta
     # con el cociente hasta 1.2 y luego permanece plano. Con ventaja menos 1, permanece plano
     # por debajo de 0.8 y disminuye cuando el cociente supera 0.8.»
     a = sign * adv
@@ -308,7 +308,7 @@ def test_aggregation_modes_agree_on_equal_length_rows(values):
 # --------------------------------------------------------------------------- [reading-math-3]
 
 def test_article_group_advantages():
-    # Article 000 §GRPO: «GRPO muestrea 3, 4, 4 y 5 para la pregunta 2 más 2. Un verificador
+    # [reading-math-3] §GRPO: «GRPO muestrea 3, 4, 4 y 5 para la pregunta 2 más 2. Un verificador
     # asigna recompensas 0, 1, 1 y 0.» and «En el grupo ilustrado (0,1,1,0), la media es 0.5 y
     # la desviación típica poblacional es 0.5, lo que da ventajas (−1,1,1,−1)».
     answers = [3, 4, 4, 5]
@@ -325,7 +325,7 @@ def test_article_group_advantages():
 
 
 def test_article_ratio():
-    # Article 000: «Si un token muestreado tenía probabilidad 0.20 y el modelo actual le asigna
+    # [reading-math-3]: «Si un token muestreado tenía probabilidad 0.20 y el modelo actual le asigna
     # ahora 0.24 en el mismo prefijo, el cociente es 0.24/0.20=1.2». The ratio sits at the band
     # edge 1 + ε up to binary64 rounding of the logs, so either branch gives 1.2.
     value = grpo.clip([math.log(0.24)], [math.log(0.20)], [1.0], eps_low=0.2)[0]
@@ -333,7 +333,7 @@ def test_article_ratio():
 
 
 def test_article_clipped_values():
-    # Article 000: «Con A=1, ε=0.2 y ρt=1.5, los dos términos son 1.5 y 1.2, por lo que Ct=1.2.
+    # [reading-math-3]: «Con A=1, ε=0.2 y ρt=1.5, los dos términos son 1.5 y 1.2, por lo que Ct=1.2.
     # Con A=−1 y ρt=0.5, son −0.5 y −0.8, por lo que Ct=−0.8.»
     value = grpo.clip([math.log(1.5), math.log(0.5)], [0.0, 0.0], [1.0, -1.0], eps_low=0.2)
     assert abs(value[0] - 1.2) < 1e-15 and abs(value[1] + 0.8) < 1e-15

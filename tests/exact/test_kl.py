@@ -47,7 +47,7 @@ def test_estimators_agree_on_the_sign_structure():
 
 
 def test_article_sampled_log_ratio():
-    # Article 000, "Un token muestreado o todo el vocabulario": «El logaritmo del cociente de
+    # [reading-math-3], "Un token muestreado o todo el vocabulario": «El logaritmo del cociente de
     # «cat» muestreado por sí solo es aproximadamente −0.182» (student 0.5, teacher 0.6).
     v = kl.estimator([math.log(0.5)], [math.log(0.6)], kind="k1")[0]
     assert round(float(v), 3) == -0.182

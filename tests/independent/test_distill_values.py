@@ -696,7 +696,7 @@ def test_reference_matches_literals(table, row):
 
 
 def test_article_softmax_example():
-    """Article 000: logits (2, 0) → (0.88, 0.12) at T = 1 and (0.73, 0.27) at T = 2."""
+    """[reading-math-3]: logits (2, 0) → (0.88, 0.12) at T = 1 and (0.73, 0.27) at T = 2."""
     for row_id, printed in (("article-T1", ("0.88", "0.12")), ("article-T2", ("0.73", "0.27"))):
         row = next(r for r in SOFTMAX_ROWS if r["id"] == row_id)
         assert tuple(mpm.nstr(mpm.mpf(v), 2) for v in row["expect"]["probs"][0]) == printed

@@ -526,7 +526,7 @@ def test_reference_matches_literals(table, row):
 
 
 def test_article_example():
-    """Article 000's worked GRPO numbers, exactly: rewards (0,1,1,0) → (−1,1,1,−1)."""
+    """[reading-math-3]'s worked GRPO numbers, exactly: rewards (0,1,1,0) → (−1,1,1,−1)."""
     row = next(r for r in ADVANTAGES_ROWS if r["id"] == "article")
     assert row["expect"]["advantages"] == [["-1.000000000000000000000000000000000000000",
                                             "1.000000000000000000000000000000000000000",
