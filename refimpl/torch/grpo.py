@@ -129,7 +129,7 @@ def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | Non
 
     PPO (Schulman et al. 2017) eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher
     (``eps_high`` ≠ ``eps_low``; None means symmetric); dual clip (Ye et al. 2020, verl's
-    clip_ratio_c): where A < 0, C = max(C, c·A). Article 000: A = 1, ρ = 1.5 → 1.2;
+    clip_ratio_c): where A < 0, C = max(C, c·A). [reading-math-3]: A = 1, ρ = 1.5 → 1.2;
     A = −1, ρ = 0.5 → −0.8. ``logp``, ``old_logp``, ``advantages`` share a shape; returns the
     objective of that shape, to be maximised. Gradient wrt ``logp``.
     """

@@ -2,9 +2,11 @@
 
 An adapter calls the library's own loss code, never a re-implementation of it. This module
 holds what the four adapters share: the convention table each one declares (one row per
-convention, with the library file it comes from), the lazy import of a pinned library with
-a one-line install hint, and the documented findings (library bugs and deviations) that the
-adapters declare as known failures, with the predicates that say which cases each explains.
+convention, with the library file it comes from), the tolerance model of each objective's
+low-precision arithmetic (with the library lines it is read from), the lazy import of a pinned
+library with a one-line install hint, and the documented findings (library bugs and deviations)
+that the adapters declare as known failures, with the predicates that say which cases each
+explains.
 """
 from __future__ import annotations
 
@@ -15,9 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import catalog
+from conformance import catalog, compare
 from conformance.numbers import decode_input
 from conformance.targets.target import Target, TargetError, from_mapping
+from refimpl.arrays import dpo
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
 INSTALL_ALL = "scripts/install-peers.sh"
@@ -40,6 +43,24 @@ class Convention:
     @property
     def paper(self):
         return catalog.get(self.objective).defaults[self.param]
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """How a library computes an objective in bfloat16/float16, hence the tolerance model it is
+    judged by (conformance/compare.py). ``native``: it evaluates in the inputs' dtype a step that the
+    careful model assumes float32 and that cancels there (k3 = e^x − x − 1, r − mean with a rounded
+    mean, a vocabulary sum of rounded log-probabilities, a DPO margin formed from rounded
+    log-ratios), or it accumulates gradient partials in that dtype. ``careful``: it upcasts, or
+    rounds to the dtype only what the careful model grants (a term, a partial sum, a weight)."""
+    objective: str
+    model: str               # "careful" | "native"
+    source: str              # library file(s) and the lines the model is read from
+
+
+def tolerance_models(arithmetic: list[Arithmetic]) -> dict:
+    """A target's ``tolerance_model`` declaration {objective: "careful" | "native"}."""
+    return {a.objective: a.model for a in arithmetic}
 
 
 @dataclass(frozen=True)
@@ -118,11 +139,12 @@ def load_or_explain(loader, distribution: str, install: str):
                           f"(or {INSTALL_ALL})") from None
 
 
-def build(name: str, version: str, objectives: dict, conventions: list[Convention], findings: list[Finding], *,
-          alternatives: dict | None = None, dtypes=("float64", "float32", "bfloat16", "float16")) -> Target:
+def build(name: str, version: str, objectives: dict, conventions: list[Convention], findings: list[Finding],
+          arithmetic: list[Arithmetic], *, alternatives: dict | None = None,
+          dtypes=("float64", "float32", "bfloat16", "float16")) -> Target:
     spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "known_rules": known_rules(findings),
-            "dtypes": list(dtypes), "devices": ["cpu"]}
+            "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"]}
     return from_mapping(spec, name)
 
 
@@ -145,7 +167,14 @@ def representable_logits(*tensors, why: str) -> None:
             raise NotImplementedError(why)
 
 
-LOW_PRECISION = ("bfloat16", "float16")
+def as_array(value) -> np.ndarray:
+    """An input (or cotangent) of a vector as a float64 array."""
+    return np.asarray(decode_input(value), dtype=np.float64)
+
+
+def decoded(values: dict) -> dict:
+    """A vector's inputs (or cotangents) as float64 arrays by name."""
+    return {name: as_array(v) for name, v in values.items()}
 
 
 def log_ratio_clamp_changes(case) -> bool:
@@ -153,16 +182,19 @@ def log_ratio_clamp_changes(case) -> bool:
     clipped objective of a selected token: ρ < e^−20 with A > 0 (the unclipped term ρ·A becomes
     e^−20·A and its gradient 0), or ρ > e^20 with A < 0 and no dual clip (the unclipped term is
     capped). Elsewhere the clip makes the term constant and the clamp changes nothing."""
-    inputs = case.test["inputs"]
-    logp, old = (np.asarray(decode_input(inputs[n]), dtype=np.float64) for n in ("logp", "old_logp"))
-    adv = np.asarray(decode_input(inputs["advantages"]), dtype=np.float64)
+    inputs = decoded(case.test["inputs"])
+    logp, old, adv = inputs["logp"], inputs["old_logp"], inputs["advantages"]
     adv = adv[:, None] if logp.ndim == 2 else adv
-    selected = (np.asarray(decode_input(inputs["mask"]), dtype=np.float64) != 0 if "mask" in inputs
-                else np.ones(logp.shape, bool))
+    selected = inputs["mask"] != 0 if "mask" in inputs else np.ones(logp.shape, bool)
     log_ratio = logp - old
     tiny = (log_ratio < -20) & (adv > 0)
     huge = (log_ratio > 20) & (adv < 0) & (case.conventions.get("dual_clip") is None)
     return bool(((tiny | huge) & selected).any())
+
+
+def has_empty_row(case) -> bool:
+    """Whether some row of the case's mask selects no token."""
+    return bool((as_array(case.test["inputs"]["mask"]).sum(axis=1) == 0).any())
 
 
 def equal_group_mean_inexact(case, dtype: str) -> bool:
@@ -171,16 +203,44 @@ def equal_group_mean_inexact(case, dtype: str) -> bool:
     by a standard deviation of the same order (the ZeroStdRounding vectors). torch's own mean
     decides it, since the libraries call it."""
     import torch  # the adapters are torch targets: torch is loaded whenever this runs
-    rewards = torch.tensor(np.asarray(decode_input(case.test["inputs"]["rewards"]), dtype=np.float64),
-                           dtype=getattr(torch, dtype))
+    rewards = torch.tensor(as_array(case.test["inputs"]["rewards"]), dtype=getattr(torch, dtype))
     equal = (rewards == rewards[:, :1]).all(dim=1)
     return bool((equal & (rewards.mean(dim=1) != rewards[:, 0])).any())
 
 
-def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None):
+def arguments(case) -> dict:
+    """The case's conventions and parameters, the catalog's defaults for those it leaves out."""
+    return {**catalog.get(case.objective).defaults, **case.conventions, **case.test["params"]}
+
+
+def deviation_shows(case, dtype: str, model: str | None, exact: dict, deviating: dict) -> bool:
+    """Whether a library formula that deviates from the catalog's moves some output or gradient
+    of ``case`` beyond the bound it is judged by in ``dtype`` (under ``model``, the target's
+    tolerance model for the objective). ``exact`` and ``deviating`` map labels ("losses",
+    "grad:logp") to the two formulas' values in float64. In bfloat16/float16 the bound can absorb
+    a deviation that float32 and float64 show: it then explains no failure there."""
+    tolerance = compare.Tolerances({}).for_case(catalog.get(case.objective), case.test, dtype, model)
+    return any(not tolerance.measure(label, np.asarray(deviating[label], dtype=np.float64),
+                                     np.asarray(want, dtype=np.float64)).passed
+               for label, want in exact.items())
+
+
+def label_smoothing_ignored_shows(case, dtype: str, model: str | None) -> bool:
+    """Whether computing plain DPO where the case asks for cDPO (label smoothing ε > 0 ignored)
+    shows in ``dtype``: each loss moves by ε·β·Δ and each policy gradient by ε·β times the loss's
+    cotangent (the formulas evaluated by refimpl/arrays)."""
+    inputs, cotangents, declared = decoded(case.test["inputs"]), decoded(case.test["cotangents"]), arguments(case)
+    exact, deviating = ({**dpo.loss(**inputs, **kw),
+                         **{f"grad:{n}": g for n, g in dpo.loss_vjp(cotangents, **inputs, **kw).items()}}
+                        for kw in (declared, {**declared, "label_smoothing": 0.0}))
+    return deviation_shows(case, dtype, model, exact, deviating)
+
+
+def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None, shows=None):
     """A finding's predicate ``(case, dtype) -> bool``: the case's objective is one of
     ``objectives``, ``dtype`` one of ``dtypes``, the case carries one of ``flags``, its group's
-    conventions have the given values (a tuple: any of them) and ``test(case)`` holds. An empty
+    conventions have the given values (a tuple: any of them), ``test(case)`` holds and
+    ``shows(case, dtype)`` (the deviation is beyond the bound in that dtype) holds. An empty
     condition holds for every case."""
     conventions = conventions or {}
 
@@ -189,5 +249,5 @@ def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None):
                 and (not flags or any(f in case.flags for f in flags))
                 and all(case.conventions.get(name) in (value if isinstance(value, tuple) else (value,))
                         for name, value in conventions.items())
-                and (test is None or bool(test(case))))
+                and (test is None or bool(test(case))) and (shows is None or bool(shows(case, dtype))))
     return applies

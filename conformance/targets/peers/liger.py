@@ -13,24 +13,31 @@ compilation off (``compiled=False``; no Triton kernel is used).
   at a time through ``ignore_index`` labels for the per-row divergences). Infinite logits cannot
   come out of a linear layer: such vectors are outside this interface (``unsupported``).
 
+The fused modules compute log-probabilities in float32 whatever the model's dtype
+(``fused_linear_ppo.py`` _selective_logprob_forward, ``fused_linear_preference.py`` chunk_forward):
+the adapter hands bfloat16/float16 log-probabilities to the GRPO, DPO and k3 loss code as float32,
+as the modules do; float64 ones stay float64, so that the loss code itself is checked in float64.
+
 Install: ``pip install --no-deps liger-kernel==0.8.5`` (needs only torch for these modules).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from conformance.numbers import decode_input
+from conformance.targets.peers._common import Arithmetic as A
+from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
-    LOW_PRECISION,
     Finding,
+    as_array,
     build,
+    label_smoothing_ignored_shows,
     load_or_explain,
     per_element,
     representable_logits,
     require,
+    tolerance_models,
     where,
 )
-from conformance.targets.peers._common import Convention as C
 
 VERSION = "0.8.5"
 INSTALL = "pip install --no-deps liger-kernel==0.8.5"
@@ -67,6 +74,23 @@ PARAM_DEFAULTS = [
 
 _AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
+ARITHMETIC = [
+    A("distill.token_kl", "native", f"{CL}/jsd_loss.py:30-36 (distillation_loss_fn: F.log_softmax and F.kl_div in "
+      f"the dtype of the logits, which {CL}/fused_linear_distillation.py:44-50 forms in the inputs' dtype)"),
+    A("distill.generalized_jsd", "native", f"{CL}/jsd_loss.py:30-46 (log-softmax, the mixture's logsumexp and "
+      "F.kl_div in the logits' dtype)"),
+    A("distill.hinton", "native", f"{CL}/jsd_loss.py:30-34 (the soft term in the logits' dtype; only the hard "
+      f"term's log-softmax is float32, {CL}/fused_linear_distillation.py:57)"),
+    A("grpo.loss", "careful", f"{CL}/fused_linear_ppo.py:32 (per-token log-probabilities are float32) and 530-531 "
+      "(old and reference log-probabilities cast with .float())"),
+    A("grpo.clip", "careful", f"{CL}/fused_linear_ppo.py:32 and 531 (the ratio of float32 log-probabilities)"),
+    A("kl.estimator", "careful", f"{CL}/grpo_loss.py:13 (k3_loss_fn, which ppo_loss_fn calls on the float32 "
+      f"log-probabilities of {CL}/fused_linear_ppo.py:32 and 530)"),
+    A("dpo.loss", "careful", f"{CL}/fused_linear_preference.py:333 (sequence log-probabilities from a float32 "
+      "log-softmax, the reference ones too: 441-457)"),
+]
+_MODELS = tolerance_models(ARITHMETIC)
+
 _FLOAT32_DISTILL = Finding(
     "liger-distill-float32", "precision",
     "the distillation modules accumulate the loss in torch.zeros(()) (float32) and take the cross-entropy of "
@@ -82,7 +106,7 @@ def _float32_rounding_reaches_loss(case) -> bool:
     clipped token's policy term is the constant (1 ± ε)·A) or whose KL term the ratio weights,
     or a rounded reference log-probability of a selected token."""
     def values(name):
-        return np.asarray(decode_input(case.test["inputs"][name]), dtype=np.float64)
+        return as_array(case.test["inputs"][name])
 
     def rounded(x):
         return x.astype(np.float32).astype(np.float64) != x
@@ -115,32 +139,8 @@ _CDPO = Finding(
     "loss_type='sigmoid' ignores label_smoothing (no cDPO): with ε > 0 the loss is plain DPO",
     f"{CL}/dpo_loss.py preference_loss_fn: loss = -F.logsigmoid(logits_diff).sum() / n_pairs",
     where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
-          test=lambda c: c.test["params"].get("label_smoothing", 0.0) != 0.0))
-_DISTILL_LOW_PRECISION = Finding(
-    "liger-distill-low-precision", "precision",
-    "distillation_loss_fn takes log_softmax and F.kl_div in the logits' dtype: bfloat16/float16 log-probabilities "
-    "are rounded before the vocabulary sum, which then cancels",
-    f"{CL}/jsd_loss.py distillation_loss_fn: student_log_probs = F.log_softmax(student_logits, dim=-1)",
-    where(objectives=("distill.hinton", "distill.token_kl", "distill.generalized_jsd"), dtypes=LOW_PRECISION))
-_K3_LOW_PRECISION = Finding(
-    "liger-k3-low-precision", "precision",
-    "k3_loss_fn evaluates exp(log_p − log_q) − (log_p − log_q) − 1 in the inputs' dtype: in bfloat16/float16 the "
-    "rounded terms cancel", f"{CL}/grpo_loss.py k3_loss_fn",
-    where(objectives=("kl.estimator",), dtypes=LOW_PRECISION))
-_ROBUST_LOW_PRECISION = Finding(
-    "liger-robust-low-precision", "precision",
-    "the 'robust' loss subtracts two separately rounded terms, (1 − ε)·logσ(βδ) and ε·logσ(−βδ), in the inputs' "
-    "dtype: in bfloat16/float16 the difference cancels",
-    f"{CL}/dpo_loss.py preference_loss_fn (loss_type 'robust')",
-    where(objectives=("dpo.loss",), dtypes=LOW_PRECISION, conventions={"loss_type": "robust"}))
-_PPO_LOW_PRECISION = Finding(
-    "liger-ppo-low-precision", "precision",
-    "ppo_loss_fn uses per_token_logps in the ratio and in the KL term separately: with bfloat16/float16 "
-    "log-probabilities autograd rounds each partial gradient to that dtype before summing them, and they cancel",
-    f"{CL}/grpo_loss.py LigerFusedLinearGRPOFunction.ppo_loss_fn",
-    where(objectives=("grpo.loss",), dtypes=LOW_PRECISION))
-FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO, _DISTILL_LOW_PRECISION, _K3_LOW_PRECISION, _ROBUST_LOW_PRECISION,
-            _PPO_LOW_PRECISION]
+          shows=lambda c, dtype: label_smoothing_ignored_shows(c, dtype, _MODELS.get(c.objective))))
+FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO]
 
 
 def _mods():
@@ -153,10 +153,16 @@ def _mods():
     return dpo_loss, fused_linear_ppo, grpo_loss, jsd_loss
 
 
+def _as_liger_logps(*logps):
+    """Log-probabilities as the fused modules compute them: float32 at least (see the module docstring)."""
+    import torch
+    return tuple(lp.to(torch.promote_types(lp.dtype, torch.float32)) for lp in logps)
+
+
 def _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type, max_len, bias_kl):
     _, ppo, grpo, _ = _mods()
     loss, _metrics = ppo.LigerFusedLinearPPOBase._compute_loss_from_logps(
-        per_token_logps=logp, attention_mask_chunk=mask, advantages_chunk=advantages,
+        per_token_logps=_as_liger_logps(logp)[0], attention_mask_chunk=mask, advantages_chunk=advantages,
         ref_per_token_logps_chunk=ref_logp, old_per_token_logps_chunk=old_logp, full_attention_mask=mask,
         epsilon_low=eps_low, epsilon_high=eps_low if eps_high is None else eps_high, beta=beta, loss_type=loss_type,
         max_completion_length=max_len, ppo_loss_fn=grpo.LigerFusedLinearGRPOFunction.ppo_loss_fn,
@@ -184,13 +190,15 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
 
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     # k3_loss_fn(log_p, log_q) estimates KL[q, p] with log_p the reference (as ppo_loss_fn calls it).
-    return _mods()[2].k3_loss_fn(ref_logp, logp)
+    return _mods()[2].k3_loss_fn(*_as_liger_logps(ref_logp, logp))
 
 
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
              beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
     import torch
     fn = _mods()[0].LigerFusedLinearDPOFunction.preference_loss_fn
+    policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps = _as_liger_logps(
+        policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)
     losses, chosen, rejected = [], [], []
     full_target = torch.zeros(2, 1, dtype=torch.long)  # one (chosen, rejected) pair: n_pairs = 1
     for i in range(policy_chosen_logps.shape[0]):
@@ -252,4 +260,4 @@ def target():
     load_or_explain(_mods, "liger-kernel", INSTALL)
     objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
                   "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd}
-    return build("liger", version, objectives, CONVENTIONS, FINDINGS)
+    return build("liger", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC)

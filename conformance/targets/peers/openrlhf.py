@@ -16,22 +16,26 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import numpy as np
-
-from conformance.numbers import decode_input
 from conformance.targets.imports import import_bare
+from conformance.targets.peers._common import Arithmetic as A
+from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
-    LOW_PRECISION,
     Finding,
+    arguments,
     build,
+    decoded,
+    deviation_shows,
     equal_group_mean_inexact,
+    has_empty_row,
     load_or_explain,
     log_ratio_clamp_changes,
     per_element,
     require,
+    tolerance_models,
     where,
 )
-from conformance.targets.peers._common import Convention as C
+from refimpl.arrays import grpo as exact_grpo
+from refimpl.arrays import kl as exact_kl
 
 VERSION = "0.11.2"
 INSTALL = "pip install --no-deps openrlhf==0.11.2 transformers"
@@ -74,20 +78,48 @@ PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.01,), f"{CLI} --algo.kl.init_coef 0.01"),
 ]
 
+ARITHMETIC = [
+    A("dpo.loss", "native", f"{LOSS}:347-358 (DPOLoss.forward: pi_logratios − ref_logratios and the loss in the "
+      "log-probabilities' dtype: the margin is formed from rounded log-ratios)"),
+    A("grpo.loss", "careful", f"{UTILS}:93 (compute_approx_kl casts to float32 before the KL, where the low dtype "
+      f"would cancel); {LOSS}:185-188 (PolicyLoss rounds the log ratio, the ratio and the clipped terms to the "
+      "dtype: the roundings of a term the careful model grants)"),
+    A("grpo.clip", "careful", f"{LOSS}:185-188 (PolicyLoss, one token: the roundings of a term, no cancellation)"),
+    A("kl.estimator", "careful", f"{UTILS}:93 (log_probs.float() − log_probs_base.float(): the KL in float32)"),
+    A("grpo.advantages", "careful", f"{MAKER}:244 (rewards promoted to at least float32 before the group norm)"),
+    A("grpo.aggregate", "careful", f"{LOSS}:11-39 (aggregate_loss: torch sums, which accumulate bfloat16/float16 "
+      "in float32, and divisions by counts: the roundings of partial sums and weights the careful model grants)"),
+]
+_MODELS = tolerance_models(ARITHMETIC)
+
 
 def _with_kl(case) -> bool:
     return case.test["params"].get("beta", 0.0) != 0.0
 
 
-def _has_empty_row(case) -> bool:
-    return bool((np.asarray(decode_input(case.test["inputs"]["mask"]), dtype=np.float64).sum(axis=1) == 0).any())
+def _kl_token_mean_shows(case, dtype: str) -> bool:
+    """Whether taking the KL term's token mean where the case asks for a mean of per-sequence
+    means shows in ``dtype``: the loss moves by β·(token mean − sequence mean) of the KL values,
+    the gradient by β·KL′ times the difference of the two aggregations' weights (both evaluated by
+    refimpl/arrays); nothing moves where β = 0 or every sequence with tokens has as many."""
+    inputs, declared = decoded(case.test["inputs"]), arguments(case)
+    cotangent = decoded(case.test["cotangents"])["loss"]
+    logp, ref, mask = inputs["logp"], inputs["ref_logp"], inputs["mask"]
+    kind, clamp = declared["kl_kind"], declared["kl_clamp"]
+    kl = exact_kl.estimator(logp, ref, kind, clamp)
 
+    def kl_term(mode):
+        weights = exact_grpo.aggregate_vjp(cotangent, kl, mask, mode)["values"]
+        return (exact_grpo.aggregate(kl, mask, mode),
+                exact_kl.estimator_vjp(weights, logp, ref, kind, clamp)["logp"])
 
-def _kl_means_differ(case) -> bool:
-    """Whether a token mean and a mean of per-sequence means of the KL term can differ: β ≠ 0
-    and the sequences that have tokens do not all have the same number of them."""
-    lengths = {n for n in np.asarray(decode_input(case.test["inputs"]["mask"]), dtype=np.float64).sum(axis=1) if n}
-    return _with_kl(case) and len(lengths) > 1
+    (token_value, token_grad), (seq_value, seq_grad) = kl_term("token-mean"), kl_term("seq-mean-token-mean")
+    loss = exact_grpo.loss(**inputs, **declared)
+    grad = exact_grpo.loss_vjp(cotangent, **inputs, **declared)["logp"]
+    beta = declared["beta"]
+    return deviation_shows(case, dtype, _MODELS.get(case.objective), {"loss": loss, "grad:logp": grad},
+                           {"loss": loss + beta * (token_value - seq_value),
+                            "grad:logp": grad + beta * (token_grad - seq_grad)})
 
 
 _LOG_RATIO_CLAMP = Finding(
@@ -112,7 +144,8 @@ _KL_TOKEN_MEAN = Finding(
     "with loss_agg_mode 'seq-mean-token-mean' only the policy term is a per-sequence mean: the actor aggregates "
     "the KL term with aggregate_loss's default token_level_loss=True, which the catalog (one aggregation for both "
     "terms) does not express", f"{ACTOR}: kl_loss = aggregate_loss(kl, experience.action_mask, **loss_batch_info)",
-    where(objectives=("grpo.loss",), conventions={"aggregation": "seq-mean-token-mean"}, test=_kl_means_differ))
+    where(objectives=("grpo.loss",), conventions={"aggregation": "seq-mean-token-mean"},
+          shows=_kl_token_mean_shows))
 _ROW_EPS = Finding(
     "openrlhf-row-length-eps", "deviation",
     "aggregate_loss(token_level_loss=False) divides each row sum by (|o_i| + 1e-8): a relative error of "
@@ -126,22 +159,14 @@ _EMPTY_ROW_FLOAT16 = Finding(
     f"{LOSS} aggregate_loss: seq_loss = (loss * loss_mask).sum(dim=-1) / (token_counts + 1e-8)",
     lambda c, dtype: dtype == "float16" and "seq-mean-token-mean" in (c.conventions.get("mode"),
                                                                         c.conventions.get("aggregation"))
-    and _has_empty_row(c))
+    and has_empty_row(c), results=("valid", "acceptable"))
 _ZERO_STD = Finding(
     "openrlhf-zero-std-rounding", "numerics",
     "an all-equal group whose floating-point mean is inexact gets (r − mean)/(std + 1e-9) with std of order "
     "one ulp: advantages of order 1 instead of 0", f"{MAKER}: (rewards - mean) / (rewards.std(-1) + 1e-9)",
     lambda c, dtype: c.objective == "grpo.advantages" and c.conventions.get("scale") == "group"
     and equal_group_mean_inexact(c, dtype))
-_DPO_LOW_PRECISION = Finding(
-    "openrlhf-dpo-low-precision", "precision",
-    "DPOLoss forms (π_c − π_r) − (ref_c − ref_r), β·logits and the loss in the inputs' dtype: in bfloat16/float16 "
-    "each difference of log-probabilities is rounded before the next cancels it (and float16 overflows where a "
-    "difference or the IPO square exceeds 65504)",
-    f"{LOSS} DPOLoss.forward: logits = pi_logratios - ref_logratios",
-    where(objectives=("dpo.loss",), dtypes=LOW_PRECISION))
-FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD,
-            _DPO_LOW_PRECISION]
+FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
@@ -247,4 +272,4 @@ def target():
     load_or_explain(_load, "openrlhf", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss}
-    return build("openrlhf", version, objectives, CONVENTIONS, FINDINGS, alternatives=ALTERNATIVES)
+    return build("openrlhf", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)

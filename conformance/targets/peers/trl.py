@@ -31,18 +31,20 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from conformance.numbers import decode_input
+from conformance.targets.peers._common import Arithmetic as A
+from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
-    LOW_PRECISION,
     Finding,
+    as_array,
     build,
     equal_group_mean_inexact,
+    label_smoothing_ignored_shows,
     load_or_explain,
     per_element,
     require,
+    tolerance_models,
     where,
 )
-from conformance.targets.peers._common import Convention as C
 
 VERSION = "1.16.0"
 INSTALL = "pip install trl==1.16.0"
@@ -88,6 +90,26 @@ PARAM_DEFAULTS = [
 
 _AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
 
+# TRL computes its losses in the dtype of the log-probabilities and logits it is given (the model's:
+# selective_log_softmax returns bfloat16 log-probabilities for bfloat16 logits, trl/trainer/utils.py:591),
+# its advantages in float32.
+ARITHMETIC = [
+    A("distill.token_kl", "native", f"{GKD}:275-281 (F.log_softmax and F.kl_div in the logits' dtype: the "
+      "vocabulary sum of p·(log p − log q) over rounded log-probabilities)"),
+    A("distill.generalized_jsd", "native", f"{GKD}:275-297 (log-softmax, the mixture's logsumexp and F.kl_div in "
+      "the logits' dtype)"),
+    A("dpo.loss", "native", f"{DPO}:1350-1383 (chosen_logps − ref_chosen_logps, rejected likewise, and their "
+      "difference delta_score, each rounded to the inputs' dtype; 'ipo' squares at 1404, 'robust' subtracts two "
+      "rounded log-sigmoids at 1429-1431)"),
+    A("grpo.loss", "native", f"{GRPO}:3083-3105 (log ratio, exp and k3 = exp(ref − logp) − (ref − logp) − 1 in the "
+      "log-probabilities' dtype; autograd sums the partial gradients of logp in that dtype)"),
+    A("grpo.clip", "careful", f"{GRPO}:3083-3095 (one token, β = 0: the log ratio and the ratio rounded to the "
+      "dtype, then the clipped term: the roundings of a term the careful model grants, no cancellation)"),
+    A("grpo.advantages", "careful", f"{GRPO}:576 (reward_weights are float32) and 2763 (the weighted sum promotes "
+      "the rewards to float32 before the group mean, std and division)"),
+]
+_MODELS = tolerance_models(ARITHMETIC)
+
 
 def _bessel_error_visible(case) -> bool:
     """Whether float32 rounding of nanstd's Bessel factor n/(n − 1) shows in float64 advantages
@@ -95,7 +117,7 @@ def _bessel_error_visible(case) -> bool:
     scale 'batch') with n/(n − 1) not a float32 number, and A·std/(std + 1e-4), which the
     rounding perturbs by ~3e-8 relative, is not negligible (TinyStd groups, where 1e-4
     dominates, and all-equal groups, where A = 0, pass)."""
-    rewards = np.asarray(decode_input(case.test["inputs"]["rewards"]), dtype=np.float64)
+    rewards = as_array(case.test["inputs"]["rewards"])
     centred = rewards - rewards.mean(axis=1, keepdims=True)
     samples = ([(rewards.ravel(), centred)] if case.conventions.get("scale") == "batch"
                else list(zip(rewards, centred)))
@@ -120,7 +142,7 @@ _CDPO = Finding(
     "'cdpo'): with ε > 0 the loss is plain DPO, not the conservative cDPO loss",
     f"{DPO} _compute_loss: per_sequence_loss = -F.logsigmoid(self.beta * delta_score)",
     where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
-          test=lambda c: c.test["params"].get("label_smoothing", 0.0) != 0.0))
+          shows=lambda c, dtype: label_smoothing_ignored_shows(c, dtype, _MODELS.get(c.objective))))
 _ZERO_STD = Finding(
     "trl-zero-std-rounding", "numerics",
     "an all-equal group whose floating-point mean is inexact gets (r − mean)/(std + 1e-4) with std of order one "
@@ -152,27 +174,7 @@ _SELECTIVE_1D = Finding(
     "instead of (2,) (2-D and larger inputs are right)",
     "trl/trainer/utils.py selective_log_softmax: torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])",
     where(objectives=("distill.softmax",), dtypes=("float64", "float32"), test=_one_dimensional_logits))
-_GKD_LOW_PRECISION = Finding(
-    "trl-gkd-low-precision", "precision",
-    "generalized_jsd_loss takes log_softmax and F.kl_div in the logits' dtype: bfloat16/float16 log-probabilities "
-    "are rounded before the vocabulary sum of p·(log p − log q), which then cancels",
-    f"{GKD} GKDTrainer.generalized_jsd_loss: student_log_probs = F.log_softmax(student_logits, dim=-1)",
-    where(objectives=("distill.token_kl", "distill.generalized_jsd"), dtypes=LOW_PRECISION))
-_DPO_LOW_PRECISION = Finding(
-    "trl-dpo-low-precision", "precision",
-    "'robust' subtracts two separately rounded terms, −(1 − ε)·logσ(βδ) and −ε·logσ(−βδ), and 'ipo' squares "
-    "δ − 1/(2β) after rounding δ, in the inputs' dtype: in bfloat16/float16 the differences cancel",
-    f"{DPO} _compute_loss: per_sequence_loss = (clean_loss_term - flipped_loss_term) / (1 - 2 * self.label_smoothing)",
-    where(objectives=("dpo.loss",), dtypes=LOW_PRECISION, conventions={"loss_type": ("robust", "ipo")}))
-_GRPO_LOW_PRECISION = Finding(
-    "trl-grpo-low-precision", "precision",
-    "_compute_loss computes the ratio exp(logp − old_logp), the clipped surrogate and k3 in the inputs' dtype, and "
-    "autograd rounds each partial gradient of logp to that dtype before summing them: in bfloat16/float16 the loss "
-    "and its gradient lose to cancellation",
-    f"{GRPO} _compute_loss: coef_1 = torch.exp(log_importance_weights)",
-    where(objectives=("grpo.loss",), dtypes=LOW_PRECISION))
-FINDINGS = [_CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _GKD_LOW_PRECISION, _DPO_LOW_PRECISION,
-            _GRPO_LOW_PRECISION]
+FINDINGS = [_CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D]
 
 
 def _mods():
@@ -209,7 +211,7 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
         args=SimpleNamespace(per_device_train_batch_size=n, per_device_eval_batch_size=n, steps_per_generation=1,
                              gradient_accumulation_steps=1, gradient_checkpointing_kwargs=None),
         num_iterations=1, use_vllm=False, vllm_importance_sampling_correction=False, beta=0.0, ref_model=None,
-        multi_objective_aggregation="sum_then_normalize", reward_weights=torch.ones(1, dtype=rewards.dtype),
+        multi_objective_aggregation="sum_then_normalize", reward_weights=torch.ones(1, dtype=torch.float32),
         scale_rewards=scale, num_generations=g, num_generations_eval=g, reward_func_names=["vector"],
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         _logs={"prompt": [], "completion": [], "rewards": defaultdict(list), "advantages": [],
@@ -217,7 +219,9 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
         _pending_extra_logs={}, _pending_metrics={}, log_multimodal=False)
     # Generation: one-token prompts and completions; the reward functions: the vector's rewards.
     fake._generate = lambda prompts: ([[1]] * n, [[1]] * n, None, ["c"] * n, None, {}, None, None)
-    # (reward functions return Python floats: the rewards carry no gradient)
+    # (reward functions return Python floats: the rewards carry no gradient). TRL stores them in float32
+    # (grpo_trainer.py:1581); the stand-in keeps the vector's dtype, so that float64 rewards are checked in
+    # float64, and TRL's float32 reward_weights (grpo_trainer.py:576) promote bfloat16/float16 ones to float32.
     fake._calculate_rewards = lambda inputs, prompts, completions, ids: rewards.detach().reshape(n, 1).clone()
     out = trainer._generate_and_score_completions(fake, [{"prompt": "p"} for _ in range(n)])
     return {"advantages": out["advantages"].reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
@@ -345,4 +349,4 @@ def target():
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
                   "distill.softmax": softmax}
-    return build("trl", version, objectives, CONVENTIONS, FINDINGS, alternatives=ALTERNATIVES)
+    return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)

@@ -15,18 +15,19 @@ deviations show.
 from __future__ import annotations
 
 from conformance.targets.imports import import_bare
+from conformance.targets.peers._common import Arithmetic as A
+from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
-    LOW_PRECISION,
     Finding,
     build,
     equal_group_mean_inexact,
+    has_empty_row,
     load_or_explain,
     log_ratio_clamp_changes,
     per_element,
     require,
     where,
 )
-from conformance.targets.peers._common import Convention as C
 
 VERSION = "0.9.1"
 INSTALL = ("pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson && "
@@ -72,6 +73,21 @@ PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.001,), f"{ACTOR_YAML} kl_loss_coef: 0.001 (use_kl_loss: false by default)"),
 ]
 
+# verl's core_algos functions compute in the dtype of the tensors they are given.
+ARITHMETIC = [
+    A("grpo.advantages", "native", f"{CORE}:304-326 (compute_grpo_outcome_advantage: the group's torch.mean and "
+      "torch.std rounded to the rewards' dtype, then (score − mean)/(std + epsilon) in it)"),
+    A("kl.estimator", "native", f"{CORE}:2228-2245 (kl_penalty_forward: k1, k2 and k3 = exp(ref − logp) − "
+      "(ref − logp) − 1 in the inputs' dtype)"),
+    A("grpo.loss", "native", f"{CORE}:1336-1361 (compute_policy_loss_vanilla: ratio and clipped terms) and "
+      "2240-2245 (low_var_kl) in the log-probabilities' dtype; autograd sums the two partial gradients of logp in "
+      "that dtype"),
+    A("grpo.clip", "careful", f"{CORE}:1336-1361 (one token: the log ratio, the ratio and the clipped term rounded "
+      "to the dtype, the roundings of a term the careful model grants; no cancellation)"),
+    A("grpo.aggregate", "careful", f"{CORE}:1170-1203 (agg_loss: torch sums, which accumulate bfloat16/float16 in "
+      "float32, and divisions by counts: the roundings of partial sums and weights the careful model grants)"),
+]
+
 _LOG_RATIO_CLAMP = Finding(
     "verl-log-ratio-clamp", "deviation",
     "log ρ = logp − old_logp is clamped to ±20 before exp, which the catalog does not express: results differ "
@@ -99,20 +115,14 @@ _SINGLETON_F32 = Finding(
     f"{CORE} compute_grpo_outcome_advantage: id2mean[idx] = torch.tensor(0.0); id2std[idx] = torch.tensor(1.0)",
     where(objectives=("grpo.advantages",), dtypes=("float64",), flags=("SingletonGroup",),
           conventions={"scale": "group"}))
-_K3_LOW_PRECISION = Finding(
-    "verl-k3-low-precision", "precision",
-    "low_var_kl evaluates exp(ref − logp) − (ref − logp) − 1 in the inputs' dtype: in bfloat16/float16 the three "
-    "rounded terms cancel (k3 of a small log-ratio is lost to the rounding of exp)",
-    f"{CORE} kl_penalty_forward: kld = (ratio - kl - 1)",
-    where(objectives=("kl.estimator",), dtypes=LOW_PRECISION, conventions={"kind": "k3"}))
-_PPO_LOW_PRECISION = Finding(
-    "verl-ppo-low-precision", "precision",
-    "compute_policy_loss_vanilla and low_var_kl compute the ratio, the clipped surrogate and k3 in the inputs' "
-    "dtype, and autograd rounds each partial gradient of logp to that dtype before summing them: in "
-    "bfloat16/float16 the loss and its gradient lose to cancellation",
-    f"{CORE} compute_policy_loss_vanilla: ratio = torch.exp(negative_approx_kl); kl_penalty_forward",
-    where(objectives=("grpo.loss",), dtypes=LOW_PRECISION))
-FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _K3_LOW_PRECISION, _PPO_LOW_PRECISION]
+_EMPTY_ROW_FLOAT16 = Finding(
+    "verl-empty-row-float16-nan", "bug",
+    "agg_loss 'seq-mean-token-mean' divides a fully masked row's sum 0 by (0 + 1e-8), and 1e-8 is 0 in float16: the "
+    "row's mean is 0/0 = NaN; masked_sum keeps it out of the loss, but not out of the gradient, which is NaN",
+    f"{CORE} agg_loss: seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)",
+    where(objectives=("grpo.aggregate",), dtypes=("float16",), conventions={"mode": "seq-mean-token-mean"},
+          test=has_empty_row), results=("valid", "acceptable"))
+FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16]
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
 
@@ -195,4 +205,4 @@ def target():
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
-    return build("verl", version, objectives, CONVENTIONS, FINDINGS, alternatives=ALTERNATIVES)
+    return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)
