@@ -3,6 +3,8 @@ import torch
 
 def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
     rewards = rewards.detach()                       # advantages are data, not part of the graph
+    if rewards.dtype in (torch.bfloat16, torch.float16):
+        rewards = rewards.float()                    # float32 inside; a wider result passes
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards: must be finite")
     mean = rewards.mean(dim=1, keepdim=True)
