@@ -211,7 +211,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         "Δθ_s = −E_{y~μ}[∇_{θ_s} L(y)] with respect to the softmax logits θ_s of π(·|s) (rows sum to 0), "
         "advantage A = r − E_μ[r] (baseline 'mean'; E_π[r] for the *_on_policy rules, which ignore mu) or "
         "A = r ('none'); no division by E_μ|y|. Rules and their recorded parameters: "
-        "refimpl/exact/tabular.py RULES (future_clipped c = 0.5, future_window W = 1, whole_cost_clipped "
+        "refimpl/exact/_tree.py RULES (future_clipped c = 0.5, future_window W = 1, whole_cost_clipped "
         "c = 0.5, ratio_capped C = 1.5, detached min(ρ, C)). " + _TREE_ENCODING,
         (Input("pi", "P,V"), Input("mu", "P,V"), Input("pi_ref", "P,V"), Input("rewards", "L")),
         _TREE_PARAMS + (

@@ -59,7 +59,7 @@ NOTES = {
     "AtOptimum": {"category": "edge", "description": "π = π* of the tree, rounded to the 2^−53 grid: an unbiased "
                   "rule's update is of the order of that rounding (≈ 1e−16) and formed from terms of order 1 "
                   "(judged against their size); a rule that moves the rest point gives an update of the order "
-                  "of its bias. Which rules are unbiased on which tree: refimpl/exact/tabular.py RULES and "
+                  "of its bias. Which rules are unbiased on which tree: refimpl/exact/_tree.py RULES and "
                   "unbiased_on (future_window with W = 1 is unbiased on trees with H ≤ 2)."},
     "RandomPolicy": {"category": "random", "description": "The update at a random full-support policy π "
                      "(integer weights 1..99 per prefix), behaviour μ = the tree's (or a random one)."},
