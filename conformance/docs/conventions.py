@@ -154,7 +154,7 @@ def _vectors_run(results) -> Counter:
     return out
 
 
-def _uid_list(results, target_name: str) -> str:
+def _uid_list(results) -> str:
     seen = []
     for r in results:
         key = (r.uid, r.dtype)
@@ -278,7 +278,7 @@ def render(runs: list[dict], vs, torch_version: str) -> str:
             first = hits[0]
             lines += [f"- **{fid}** ({f.kind}, {len(hits)} results on {len({h.uid for h in hits})} vectors): "
                       f"{f.summary}. Source: {f.source}.",
-                      f"  Cases: {_uid_list(hits, t.name)}. Reproduce: `{first.repro}`."]
+                      f"  Cases: {_uid_list(hits)}. Reproduce: `{first.repro}`."]
         if by.get("unexplained"):
             lines += ["", f"**Unexplained failures ({len(by['unexplained'])})** — not covered by a documented "
                       "finding:", ""]
@@ -292,7 +292,7 @@ def render(runs: list[dict], vs, torch_version: str) -> str:
                 stale[by_reason.get(h.known, h.known)].append(h)
             for fid, hits in stale.items():
                 lines.append(f"- {fid}: {len(hits)} results on {len({h.uid for h in hits})} vectors; "
-                             f"{_uid_list(hits, t.name)}.")
+                             f"{_uid_list(hits)}.")
         lines += ["", "### Deviations from the paper (`--as-paper`)", ""]
         devs = t.deviations()
         gaps = paper_gaps(t, module)
@@ -313,7 +313,7 @@ def render(runs: list[dict], vs, torch_version: str) -> str:
                 oid = key.split(":", 1)[1]
                 convs = ", ".join(f"{c.param}={_values(c.values)} (paper {_fmt(c.paper)})" for c in gaps[oid])
                 lines.append(f"- {oid}: {len(hits)} results on {len({h.uid for h in hits})} vectors ({convs}); "
-                             f"e.g. {_uid_list(hits, t.name)}.")
+                             f"e.g. {_uid_list(hits)}.")
         other = {k: v for k, v in pby.items() if not k.startswith("paper:") and k not in ("unexplained", "stale")}
         if other:
             lines += ["", "Other `--as-paper` failures, explained by the findings above: "
