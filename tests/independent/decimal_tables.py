@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import gradcheck
 import mpmath
 import numpy as np
+import pytest
 
 RECOMPUTE_DPS = 60
 LITERAL_DIGITS = 40
@@ -104,9 +105,6 @@ class Table:
     reference_vjp: Callable | None = None
     output: str | None = None
 
-    def cases(self):
-        return [(self, row) for row in self.rows]
-
     def _kwargs(self, row) -> dict:
         return {**{k: exact(v) for k, v in row["inputs"].items()}, **exact_params(row["params"])}
 
@@ -165,3 +163,10 @@ class Table:
             vjp = self.reference_vjp(row["cotangent"], **row["inputs"], **row["params"])
             got.update({f"grad:{name}": g for name, g in vjp.items()})
         assert_reference_matches(row["expect"], got)
+
+
+def over_rows(tables, with_hand_gradient: bool = False):
+    """``pytest.mark.parametrize("table,row", ...)`` over every row of ``tables`` (only those of
+    tables with a hand-derived gradient when ``with_hand_gradient``), ids ``objective:row``."""
+    cases = [(t, row) for t in tables if not with_hand_gradient or t.hand_gradient is not None for row in t.rows]
+    return pytest.mark.parametrize("table,row", cases, ids=[f"{t.objective}:{row['id']}" for t, row in cases])

@@ -24,8 +24,7 @@ Every hand gradient is also checked against mpmath.diff of the written values.
 from __future__ import annotations
 
 import mpmath as mpm
-import pytest
-from decimal_tables import Table
+from decimal_tables import Table, over_rows
 
 from refimpl.exact import distill
 
@@ -676,21 +675,20 @@ TABLES = [
     Table("distill.generalized_jsd", JSD_ROWS, jsd_values, distill.generalized_jsd, jsd_gradient,
           distill.generalized_jsd_vjp, output="jsd"),
 ]
-CASES = [case for table in TABLES for case in table.cases()]
-IDS = [f"{table.objective}:{row['id']}" for table, row in CASES]
+ROWS = over_rows(TABLES)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_literals_are_the_written_expressions(table, row):
     table.check_literals(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_hand_gradient_is_the_derivative_of_the_written_objective(table, row):
     table.check_hand_gradient(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_reference_matches_literals(table, row):
     table.check_reference(row)
 

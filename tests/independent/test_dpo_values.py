@@ -26,8 +26,7 @@ Gradient by hand, for a cotangent (c_ℓ, c_w, c_l) on (losses, chosen_rewards, 
 from __future__ import annotations
 
 import mpmath as mpm
-import pytest
-from decimal_tables import Table
+from decimal_tables import Table, over_rows
 
 from refimpl.exact import dpo
 
@@ -359,21 +358,20 @@ DPO_ROWS = [
 ]
 
 TABLES = [Table("dpo.loss", DPO_ROWS, dpo_values, dpo.loss, dpo_gradient, dpo.loss_vjp)]
-CASES = [case for table in TABLES for case in table.cases()]
-IDS = [f"{table.objective}:{row['id']}" for table, row in CASES]
+ROWS = over_rows(TABLES)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_literals_are_the_written_expressions(table, row):
     table.check_literals(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_hand_gradient_is_the_derivative_of_the_written_loss(table, row):
     table.check_hand_gradient(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_reference_matches_literals(table, row):
     table.check_reference(row)
 

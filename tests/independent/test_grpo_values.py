@@ -20,8 +20,7 @@ loss        DeepSeekMath §4.1.1 eq. 3–4 negated: ℓ_t = −C_t + β·(π_ref
 from __future__ import annotations
 
 import mpmath as mpm
-import pytest
-from decimal_tables import Table
+from decimal_tables import Table, over_rows
 
 from refimpl.exact import grpo
 
@@ -504,23 +503,21 @@ TABLES = [
     Table("grpo.loss", LOSS_ROWS, loss_values, grpo.loss, loss_gradient, grpo.loss_vjp,
           output="loss"),
 ]
-CASES = [case for table in TABLES for case in table.cases()]
-IDS = [f"{table.objective}:{row['id']}" for table, row in CASES]
-GRADIENT_CASES = [(table, row) for table, row in CASES if table.hand_gradient is not None]
+ROWS = over_rows(TABLES)
+GRADIENT_ROWS = over_rows(TABLES, with_hand_gradient=True)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_literals_are_the_written_expressions(table, row):
     table.check_literals(row)
 
 
-@pytest.mark.parametrize("table,row", GRADIENT_CASES,
-                         ids=[f"{t.objective}:{r['id']}" for t, r in GRADIENT_CASES])
+@GRADIENT_ROWS
 def test_hand_gradient_is_the_derivative_of_the_written_objective(table, row):
     table.check_hand_gradient(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_reference_matches_literals(table, row):
     table.check_reference(row)
 

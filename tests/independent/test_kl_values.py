@@ -13,8 +13,7 @@ active (no row has a value on the clamp bound).
 from __future__ import annotations
 
 import mpmath as mpm
-import pytest
-from decimal_tables import Table
+from decimal_tables import Table, over_rows
 
 from refimpl.exact import kl
 
@@ -187,20 +186,19 @@ KL_ROWS = [
 
 TABLES = [Table("kl.estimator", KL_ROWS, kl_values, kl.estimator, kl_gradient, kl.estimator_vjp,
                 output="value")]
-CASES = [case for table in TABLES for case in table.cases()]
-IDS = [f"{table.objective}:{row['id']}" for table, row in CASES]
+ROWS = over_rows(TABLES)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_literals_are_the_written_expressions(table, row):
     table.check_literals(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_hand_gradient_is_the_derivative_of_the_written_estimator(table, row):
     table.check_hand_gradient(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_reference_matches_literals(table, row):
     table.check_reference(row)

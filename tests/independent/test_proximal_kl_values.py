@@ -11,8 +11,7 @@ gradient.
 """
 from __future__ import annotations
 
-import pytest
-from decimal_tables import Table
+from decimal_tables import Table, over_rows
 
 from refimpl.exact import proximal_kl
 
@@ -120,15 +119,14 @@ FUTURE_COST_ROWS = [
 
 TABLES = [Table("proximal_kl.future_cost", FUTURE_COST_ROWS, future_cost_values,
                 proximal_kl.future_cost, output="cost")]
-CASES = [case for table in TABLES for case in table.cases()]
-IDS = [f"{table.objective}:{row['id']}" for table, row in CASES]
+ROWS = over_rows(TABLES)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_literals_are_the_written_expressions(table, row):
     table.check_literals(row)
 
 
-@pytest.mark.parametrize("table,row", CASES, ids=IDS)
+@ROWS
 def test_reference_matches_literals(table, row):
     table.check_reference(row)
