@@ -1,0 +1,164 @@
+"""What the GRPO vectors are built from: the objective ids, each objective's convention groups,
+the parameter grids, random inputs kept away from kinks, cotangents, and the case constructors
+shared by the binary64/float32 cases (``grpo``) and the low-precision ones (``grpo_low``)."""
+from __future__ import annotations
+
+import math
+
+from conformance.generate import sampling as S
+from conformance.generate.case import Case, generated
+
+ADV, CLIP, AGG, LOSS = "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss"
+GRPO_SECTION = "GRPO: el objetivo de PPO con una referencia de grupo"
+PPO_SECTION = "Qué cambia respecto a PPO"
+NEAR = 1e-4  # random tokens keep this relative distance from every kink (clip band, dual clip, KL clamp)
+
+ADV_GROUPS = {
+    "paper": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+    "dapo-drop": {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "drop"},
+    "dr-grpo": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+    "trl-1.16": {"scale": "group", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
+    "trl-1.16-batch": {"scale": "batch", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
+    "verl-0.9.1": {"scale": "group", "std_ddof": 1, "eps": 1e-6, "degenerate": "raw"},
+    "verl-0.9.1-no-std": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"},
+    "openrlhf-0.11.2": {"scale": "group", "std_ddof": 1, "eps": 1e-9, "degenerate": "zero"},
+}
+
+
+CLIP_GROUPS = {"paper": {"dual_clip": None}, "dual-clip-3": {"dual_clip": 3.0}}
+
+
+AGG_GROUPS = {"paper": "seq-mean-token-mean", "token-mean": "token-mean",
+              "seq-mean-token-sum": "seq-mean-token-sum", "seq-mean-token-sum-norm": "seq-mean-token-sum-norm"}
+
+
+def _lg(dual, kind, clamp, weight, agg):
+    return {"dual_clip": dual, "kl_kind": kind, "kl_clamp": clamp, "kl_ratio_weight": weight, "aggregation": agg}
+
+
+LOSS_GROUPS = {
+    "paper": _lg(None, "k3", None, False, "seq-mean-token-mean"),
+    "token-mean": _lg(None, "k3", None, False, "token-mean"),
+    "trl-1.16": _lg(None, "k3", None, True, "token-mean"),
+    "trl-1.16-grpo": _lg(None, "k3", None, True, "seq-mean-token-mean"),
+    "trl-1.16-dr_grpo": _lg(None, "k3", None, True, "seq-mean-token-sum-norm"),
+    "verl-0.9.1": _lg(3.0, "k3", 10.0, False, "token-mean"),
+    "verl-0.9.1-seq-mean-token-mean": _lg(3.0, "k3", 10.0, False, "seq-mean-token-mean"),
+    "verl-0.9.1-seq-mean-token-sum": _lg(3.0, "k3", 10.0, False, "seq-mean-token-sum"),
+    "verl-0.9.1-seq-mean-token-sum-norm": _lg(3.0, "k3", 10.0, False, "seq-mean-token-sum-norm"),
+    "openrlhf-0.11.2": _lg(None, "k3", 10.0, False, "token-mean"),
+    "openrlhf-0.11.2-seq-mean": _lg(None, "k3", 10.0, False, "seq-mean-token-mean"),
+    "openrlhf-0.11.2-k2": _lg(None, "k2", 10.0, False, "token-mean"),
+}
+
+
+# (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
+CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
+
+
+def _dtype_of(i: int) -> str | None:
+    return "float32" if i % 2 == 0 else None
+
+
+def _round(x, dtype):
+    """Round to ``dtype`` (float32), to a low-precision grid (``sampling.LOW_GRIDS``), or not (None)."""
+    if dtype in S.LOW_GRIDS:
+        return S.in_low(x, dtype)
+    return S.in_dtype(x, dtype) if dtype else x
+
+
+def _near(dtype) -> float:
+    """How far (relative) random tokens keep from every kink."""
+    return S.NEAR_LOW if dtype in S.LOW_GRIDS else NEAR
+
+
+def _cotangent(r, shape) -> list:
+    """Random cotangents, multiples of 1/64 in [−2, 2]: exact in every dtype."""
+    return (r.integers(-128, 129, size=shape) / 64).tolist()
+
+
+def _rewards(r, kind: str, b: int, g: int) -> list:
+    if kind == "binary":
+        p = r.uniform(0.1, 0.9, size=(b, 1))
+        return (r.uniform(size=(b, g)) < p).astype(float).tolist()
+    if kind == "graded":
+        return (r.integers(0, 5, size=(b, g)) / 4).tolist()
+    if kind == "offset":
+        return (r.normal(0, 3, size=(b, g)) + r.uniform(-50, 50)).tolist()
+    return r.normal(0, 1, size=(b, g)).tolist()
+
+
+def _adv_case(group, rewards, flags, comment, seed, recipe, result="valid", low=False):
+    return Case(ADV, {"rewards": rewards}, conventions=ADV_GROUPS[group], group=group, flags=flags,
+                comment=comment, result=result, low_precision=low, provenance=generated(seed, recipe))
+
+
+def _near_kink(rho: float, bounds, near: float = NEAR) -> bool:
+    return any(abs(rho / b - 1) < near for b in bounds)
+
+
+def _away_from_kinks(lp, old, bounds, dtype):
+    """Move any token whose ratio lies near a kink (``_near``; nudging logp, re-rounding to dtype)."""
+    lp = list(lp)
+    for i in range(len(lp)):
+        step = 0
+        while _near_kink(math.exp(lp[i] - old[i]), bounds, _near(dtype)):
+            step += 1
+            lp[i] = _round([min(lp[i] - 0.02 * step, -1e-6)], dtype)[0]
+    return lp
+
+
+def _bounds(eps_low, eps_high, dual):
+    hi = eps_low if eps_high is None else eps_high
+    return [1 - eps_low, 1 + hi] + ([dual] if dual else [])
+
+
+def _clip_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False, cot_seed=None):
+    n = len(inputs["logp"])
+    r = S.rng(seed if cot_seed is None else cot_seed)
+    return Case(CLIP, inputs, params=params, conventions=CLIP_GROUPS[group], group=group, flags=flags,
+                comment=comment, result=result, low_precision=low, cotangents={"objective": _cotangent(r, n)},
+                provenance=generated(seed, recipe))
+
+
+def _agg_case(group, values, mask, flags, comment, seed, recipe, norm_length=None, result="valid", low=False):
+    return Case(AGG, {"values": values, "mask": mask}, params={"norm_length": norm_length},
+                conventions={"mode": AGG_GROUPS[group]}, group=group, flags=flags, comment=comment,
+                result=result, low_precision=low, provenance=generated(seed, recipe))
+
+
+def _with_empty_rows(mask, rows):
+    mask = [list(m) for m in mask]
+    for i in rows:
+        mask[i] = [0] * len(mask[i])
+    return mask
+
+
+def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False):
+    conv = LOSS_GROUPS[group]
+    full = {"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None, **params}
+    return Case(LOSS, inputs, params=full, conventions=conv, group=group, flags=flags, comment=comment,
+                result=result, low_precision=low, provenance=generated(seed, recipe))
+
+
+def _kl_value(x: float, kind: str) -> float:
+    return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x}[kind]
+
+
+def _loss_away(lp, old, ref, params, conv, dtype):
+    """Nudge tokens off every kink: clip band, dual clip, and the KL clamp."""
+    bounds = _bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])
+    lp = [list(row) for row in lp]
+    for i, row in enumerate(lp):
+        for j in range(len(row)):
+            step = 0
+            while True:
+                near = _near_kink(math.exp(row[j] - old[i][j]), bounds, _near(dtype))
+                if conv["kl_clamp"]:
+                    k = abs(_kl_value(ref[i][j] - row[j], conv["kl_kind"]))
+                    near = near or abs(k / conv["kl_clamp"] - 1) < _near(dtype)
+                if not near:
+                    break
+                step += 1
+                row[j] = _round([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
+    return lp
