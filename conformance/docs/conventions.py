@@ -14,7 +14,7 @@ import importlib
 import warnings
 from collections import Counter, defaultdict
 
-from conformance import catalog, harness
+from conformance import catalog, compare, harness
 from conformance.docs import Unavailable
 from conformance.docs.context import Context
 from conformance.results import summary
@@ -74,7 +74,9 @@ def attribute(results, target, module, vs, as_paper: bool) -> dict:
             hit = f"paper:{r.objective}"
         else:
             case = vs.by_uid(r.uid)
-            hit = next((f.id for f in specific if f.match(r, case)), "unexplained")
+            tolerance = compare.Tolerances({}).for_case(catalog.get(r.objective), case.test, r.dtype,
+                                                        target.tolerance_model_for(r.objective))
+            hit = next((f.id for f in specific if f.covers(case, r.dtype, tolerance)), "unexplained")
         out[hit].append(r)
     return out
 

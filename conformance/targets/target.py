@@ -3,6 +3,7 @@ checks of a declaration (DESIGN §8)."""
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ class Target:
     spec: str = ""
     params: dict = field(default_factory=dict)    # {objective: {param: [the only values it takes]}}
     known: dict = field(default_factory=dict)     # {uid glob, optionally "@dtype": reason and link}
-    known_rules: tuple = ()                       # ((reason, predicate(case, dtype) -> bool), ...)
+    known_rules: tuple = ()                       # ((reason, predicate(case, dtype[, tolerance]) -> bool), ...)
     tolerance_model: dict = field(default_factory=dict)   # {objective glob: "careful" | "native"}
 
     def declared(self, objective_id: str) -> dict:
@@ -98,13 +99,16 @@ class Target:
         it computes and reduces in the inputs' dtype), or None."""
         return next((m for g, m in self.tolerance_model.items() if fnmatch.fnmatchcase(objective_id, g)), None)
 
-    def known_failure(self, case, dtype: str) -> str | None:
-        """The declared reason why this case is expected to fail in ``dtype``, or None."""
+    def known_failure(self, case, dtype: str, tolerance) -> str | None:
+        """The declared reason why this case is expected to fail in ``dtype``, or None.
+        ``tolerance`` is the bound the case is judged by in this run (the run's tolerance model
+        and overrides included; None for an invalid vector): a rule that predicts whether a
+        deviation shows must measure it against that bound, not against one it assumes."""
         for pattern, reason in self.known.items():
             if fnmatch.fnmatchcase(case.uid, pattern) or fnmatch.fnmatchcase(f"{case.uid}@{dtype}", pattern):
                 return reason
         for reason, predicate in self.known_rules:
-            if predicate(case, dtype):
+            if predicate(case, dtype, tolerance):
                 return reason
         return None
 
@@ -154,7 +158,27 @@ def from_mapping(obj, spec: str) -> Target:
     return Target(name, framework, dict(objectives), conventions, dict(get("vjps", {}) or {}), dtypes,
                   tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
-                  tuple(get("known_rules", ()) or ()), _tolerance_model(get("tolerance_model", {}) or {}, spec))
+                  _known_rules(get("known_rules", ()) or (), spec),
+                  _tolerance_model(get("tolerance_model", {}) or {}, spec))
+
+
+def rule_predicate(predicate):
+    """A known-failure predicate as ``(case, dtype, tolerance) -> bool``: one written as
+    ``predicate(case, dtype)`` is wrapped to ignore the tolerance."""
+    try:
+        inspect.signature(predicate).bind(None, None, None)
+    except (TypeError, ValueError):   # ValueError: a builtin without an introspectable signature
+        return lambda case, dtype, tolerance: predicate(case, dtype)
+    return predicate
+
+
+def _known_rules(rules, spec: str) -> tuple:
+    out = []
+    for rule in rules:
+        if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str) and callable(rule[1])):
+            raise TargetError(f"{spec}: each 'known_rules' entry must be (reason, predicate), got {rule!r}")
+        out.append((rule[0], rule_predicate(rule[1])))
+    return tuple(out)
 
 
 def _tolerance_model(declared, spec: str) -> dict:

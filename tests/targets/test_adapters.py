@@ -172,6 +172,22 @@ def test_native_declarations_are_needed(name, vs):
     assert set(native) <= rejected, f"{name}: native although careful passes: {sorted(set(native) - rejected)}"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("model", [None, "native"])
+@pytest.mark.parametrize("name, objective", [("liger", "dpo.loss"), ("trl", "dpo.loss"), ("openrlhf", "grpo.loss")])
+def test_deviation_rules_follow_the_run_tolerance_model(name, objective, model, vs):
+    """A known rule that predicts whether a deviation shows judges it by the bound of the run:
+    loosening the tolerance model (``--tolerance-model native``) must not turn known failures
+    stale. (``careful`` is not a loosening: a library declared ``native`` then fails for real.)
+    (Liger's ignored label smoothing was judged by its declared model and went stale under
+    ``native``: 2 xpass in bfloat16.)"""
+    target, _ = _require(name)
+    results = harness.run(target, vs, objective=[objective], dtypes=["bfloat16", "float16"],
+                          tolerances=compare.Tolerances({}, model))
+    statuses = {r.status for r in results if r.axis == "conformance"}
+    assert "xfail" in statuses and not statuses & {"xpass", "fail", "error"}, sorted(statuses)
+
+
 @pytest.mark.parametrize("name, objective, wrap", [
     ("verl", "kl.estimator", "kl_estimator"),
     ("trl", "dpo.loss", "dpo_loss"),

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import catalog, compare
+from conformance import catalog
 from conformance.numbers import decode_input
-from conformance.targets.target import Target, TargetError, from_mapping
+from conformance.targets.target import Target, TargetError, from_mapping, rule_predicate
 from refimpl.arrays import dpo
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
@@ -81,7 +81,7 @@ class Finding:
     kind: str
     summary: str
     source: str
-    applies: Callable = field(compare=False, repr=False)   # (VectorCase, dtype) -> bool
+    applies: Callable = field(compare=False, repr=False)   # (VectorCase, dtype[, tolerance]) -> bool
     results: tuple = ("valid",)
     as_paper_only: bool = False
 
@@ -90,12 +90,12 @@ class Finding:
         """The known-failure reason: the finding's id, what it is and where in the library."""
         return f"{self.id} ({self.kind}): {self.summary} [{self.source}]"
 
-    def covers(self, case, dtype: str) -> bool:
-        return case.result in self.results and bool(self.applies(case, dtype))
+    def __post_init__(self):
+        object.__setattr__(self, "applies", rule_predicate(self.applies))
 
-    def match(self, result, case) -> bool:
-        """Whether the finding explains ``result`` on ``case`` (docs/conventions.md attribution)."""
-        return self.covers(case, result.dtype)
+    def covers(self, case, dtype: str, tolerance) -> bool:
+        """Whether the finding explains a failure of ``case`` in ``dtype`` judged by ``tolerance``."""
+        return case.result in self.results and bool(self.applies(case, dtype, tolerance))
 
 
 def known_rules(findings: list[Finding]) -> tuple:
@@ -213,19 +213,18 @@ def arguments(case) -> dict:
     return {**catalog.get(case.objective).defaults, **case.conventions, **case.test["params"]}
 
 
-def deviation_shows(case, dtype: str, model: str | None, exact: dict, deviating: dict) -> bool:
+def deviation_shows(tolerance, exact: dict, deviating: dict) -> bool:
     """Whether a library formula that deviates from the catalog's moves some output or gradient
-    of ``case`` beyond the bound it is judged by in ``dtype`` (under ``model``, the target's
-    tolerance model for the objective). ``exact`` and ``deviating`` map labels ("losses",
-    "grad:logp") to the two formulas' values in float64. In bfloat16/float16 the bound can absorb
-    a deviation that float32 and float64 show: it then explains no failure there."""
-    tolerance = compare.Tolerances({}).for_case(catalog.get(case.objective), case.test, dtype, model)
+    of a case beyond ``tolerance``, the bound the case is judged by (its dtype, the run's
+    tolerance model). ``exact`` and ``deviating`` map labels ("losses", "grad:logp") to the two
+    formulas' values in float64. In bfloat16/float16 the bound can absorb a deviation that
+    float32 and float64 show: it then explains no failure there."""
     return any(not tolerance.measure(label, np.asarray(deviating[label], dtype=np.float64),
                                      np.asarray(want, dtype=np.float64)).passed
                for label, want in exact.items())
 
 
-def label_smoothing_ignored_shows(case, dtype: str, model: str | None) -> bool:
+def label_smoothing_ignored_shows(case, dtype: str, tolerance) -> bool:
     """Whether computing plain DPO where the case asks for cDPO (label smoothing ε > 0 ignored)
     shows in ``dtype``: each loss moves by ε·β·Δ and each policy gradient by ε·β times the loss's
     cotangent (the formulas evaluated by refimpl/arrays)."""
@@ -233,21 +232,21 @@ def label_smoothing_ignored_shows(case, dtype: str, model: str | None) -> bool:
     exact, deviating = ({**dpo.loss(**inputs, **kw),
                          **{f"grad:{n}": g for n, g in dpo.loss_vjp(cotangents, **inputs, **kw).items()}}
                         for kw in (declared, {**declared, "label_smoothing": 0.0}))
-    return deviation_shows(case, dtype, model, exact, deviating)
+    return deviation_shows(tolerance, exact, deviating)
 
 
 def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None, shows=None):
     """A finding's predicate ``(case, dtype) -> bool``: the case's objective is one of
     ``objectives``, ``dtype`` one of ``dtypes``, the case carries one of ``flags``, its group's
     conventions have the given values (a tuple: any of them), ``test(case)`` holds and
-    ``shows(case, dtype)`` (the deviation is beyond the bound in that dtype) holds. An empty
-    condition holds for every case."""
+    ``shows(case, dtype, tolerance)`` (the deviation is beyond the bound the case is judged by)
+    holds. An empty condition holds for every case."""
     conventions = conventions or {}
 
-    def applies(case, dtype) -> bool:
+    def applies(case, dtype, tolerance) -> bool:
         return ((not objectives or case.objective in objectives) and (not dtypes or dtype in dtypes)
                 and (not flags or any(f in case.flags for f in flags))
                 and all(case.conventions.get(name) in (value if isinstance(value, tuple) else (value,))
                         for name, value in conventions.items())
-                and (test is None or bool(test(case))) and (shows is None or bool(shows(case, dtype))))
+                and (test is None or bool(test(case))) and (shows is None or bool(shows(case, dtype, tolerance))))
     return applies

@@ -35,7 +35,6 @@ from conformance.targets.peers._common import (
     per_element,
     representable_logits,
     require,
-    tolerance_models,
     where,
 )
 
@@ -89,7 +88,6 @@ ARITHMETIC = [
     A("dpo.loss", "careful", f"{CL}/fused_linear_preference.py:333 (sequence log-probabilities from a float32 "
       "log-softmax, the reference ones too: 441-457)"),
 ]
-_MODELS = tolerance_models(ARITHMETIC)
 
 _FLOAT32_DISTILL = Finding(
     "liger-distill-float32", "precision",
@@ -139,7 +137,7 @@ _CDPO = Finding(
     "loss_type='sigmoid' ignores label_smoothing (no cDPO): with ε > 0 the loss is plain DPO",
     f"{CL}/dpo_loss.py preference_loss_fn: loss = -F.logsigmoid(logits_diff).sum() / n_pairs",
     where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
-          shows=lambda c, dtype: label_smoothing_ignored_shows(c, dtype, _MODELS.get(c.objective))))
+          shows=label_smoothing_ignored_shows))
 FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO]
 
 

@@ -42,7 +42,6 @@ from conformance.targets.peers._common import (
     load_or_explain,
     per_element,
     require,
-    tolerance_models,
     where,
 )
 
@@ -108,7 +107,6 @@ ARITHMETIC = [
     A("grpo.advantages", "careful", f"{GRPO}:576 (reward_weights are float32) and 2763 (the weighted sum promotes "
       "the rewards to float32 before the group mean, std and division)"),
 ]
-_MODELS = tolerance_models(ARITHMETIC)
 
 
 def _bessel_error_visible(case) -> bool:
@@ -142,7 +140,7 @@ _CDPO = Finding(
     "'cdpo'): with ε > 0 the loss is plain DPO, not the conservative cDPO loss",
     f"{DPO} _compute_loss: per_sequence_loss = -F.logsigmoid(self.beta * delta_score)",
     where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
-          shows=lambda c, dtype: label_smoothing_ignored_shows(c, dtype, _MODELS.get(c.objective))))
+          shows=label_smoothing_ignored_shows))
 _ZERO_STD = Finding(
     "trl-zero-std-rounding", "numerics",
     "an all-equal group whose floating-point mean is inexact gets (r − mean)/(std + 1e-4) with std of order one "
