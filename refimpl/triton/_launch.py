@@ -66,6 +66,15 @@ def launch(kernel, n: int, v: int, work: torch.dtype, *args, **constexprs) -> No
                                         num_warps=4 if rows * b <= 1024 else 8, **constexprs)
 
 
+def require_finite(values: torch.Tensor, check) -> None:
+    """Non-finite values: bad input (``check``, the backend's full input checks, raises) or an
+    overflow of the kernel in its working dtype, raised as such: never a silent NaN."""
+    if not bool(torch.isfinite(values).all()):
+        check()
+        raise FloatingPointError("refimpl.triton: a kernel returned a non-finite value for inputs that "
+                                 "pass every check (an overflow in the working dtype)")
+
+
 class Rows(torch.autograd.Function):
     """Per-row values of a fused kernel pair ``spec`` (``forward(zs, ts, y) -> (values,
     stats)``, ``backward(zs, ts, y, stats, cotangent) -> gradient``); the gradient flows to

@@ -40,14 +40,6 @@ def _tensors(check, rank, *xs):
     return xs
 
 
-def _finite(values: torch.Tensor, check) -> None:
-    """Non-finite rows: bad input (the full checks raise) or an overflow of this backend."""
-    if not bool(torch.isfinite(values).all()):
-        check()
-        raise FloatingPointError("refimpl.triton: a kernel returned a non-finite value for inputs that "
-                                 "pass every check (an overflow in the working dtype)")
-
-
 def _rows2(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1]).contiguous()
 
@@ -151,7 +143,7 @@ def softmax(logits, temperature: float = 1.0):
     if z.numel() == 0:
         return z.clone()
     probs = _Softmax.apply(_rows2(z), T).reshape(z.shape)
-    _finite(probs, check)
+    _launch.require_finite(probs, check)
     return probs
 
 
@@ -167,7 +159,7 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
     zs, ts = _tensors(check, 2, student_logits, teacher_logits)
     y, T, a, s = _checks._hinton_params(zs, labels, temperature, alpha, t2_scale)
     rows = _launch.Rows.apply(_Hinton(T, a, s), zs.contiguous(), ts.detach().contiguous(), y.contiguous())
-    _finite(rows, check)
+    _launch.require_finite(rows, check)
     return rows.mean().to(_common.result_dtype(zs, ts))
 
 
@@ -180,7 +172,7 @@ def token_kl(student_logits, teacher_logits, direction: str = "reverse", tempera
     T = validate.temperature(temperature)
     validate.direction(direction)
     kl = _launch.Rows.apply(_TokenKL(T, direction == "forward"), _rows2(zs), _rows2(ts.detach()), None)
-    _finite(kl, check)
+    _launch.require_finite(kl, check)
     return kl.reshape(zs.shape[:-1]).to(_common.result_dtype(zs, ts))
 
 
@@ -202,5 +194,5 @@ def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperatu
         return flat.sum(dim=-1).to(out)
     spec = _TokenKL(T, b == 0) if b in (0, 1) else _JSD(T, b)
     jsd = _launch.Rows.apply(spec, _rows2(zs), _rows2(ts.detach()), None)
-    _finite(jsd, check)
+    _launch.require_finite(jsd, check)
     return jsd.reshape(zs.shape[:-1]).to(out)
