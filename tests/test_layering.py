@@ -21,20 +21,19 @@ PACKAGES = ("refimpl", "conformance")
 RANKS = (
     ("refimpl", 0), ("refimpl.validate", 0),
     ("refimpl.exact.mp", 1),
-    ("refimpl.triton", 3), ("refimpl.triton.*", 3),   # the kernels take refimpl.torch's input checks
     ("refimpl.*", 2),
     ("conformance", 0),
     ("conformance.errors", 1), ("conformance._io", 1), ("conformance._host", 1), ("conformance.numbers", 1),
     ("conformance.catalog", 1), ("conformance.results", 1), ("conformance.progress", 1),
     ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2), ("conformance.vectors.*", 2),
-    ("conformance.generate", 4), ("conformance.generate.*", 4), ("conformance.targets", 4), ("conformance.targets.*", 4),
-    ("conformance.harness", 5),
-    ("conformance.theorem", 6), ("conformance.theorem.*", 6), ("conformance.distributed", 6),
-    ("conformance.distributed.*", 6), ("conformance.exchange", 6), ("conformance.testing", 6),
-    ("conformance.docs", 7), ("conformance.docs.*", 7), ("conformance.bench", 7), ("conformance.bench.*", 7),
-    ("conformance.pytest_plugin", 7),
-    ("conformance.cli", 8),
-    ("conformance.__main__", 9),
+    ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
+    ("conformance.harness", 4),
+    ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
+    ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.testing", 5),
+    ("conformance.docs", 6), ("conformance.docs.*", 6), ("conformance.bench", 6), ("conformance.bench.*", 6),
+    ("conformance.pytest_plugin", 6),
+    ("conformance.cli", 7),
+    ("conformance.__main__", 8),
 )
 
 

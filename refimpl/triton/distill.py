@@ -8,10 +8,10 @@ come back in the inputs' dtype, the gradient in the student's dtype, by autograd
 backward kernel: not twice differentiable).
 
 Input checks. Cheap checks (shapes, parameters, labels) run before the launch; the checks
-that read every logit (NaN, +inf, rows of −inf, support mismatches) run only when a row's
-value comes out non-finite, which every such input causes: they are ``refimpl.torch.distill``'s
-checks, so bad input raises the same ``InputError`` there as on the torch backend. A
-non-finite value of an input that passes them is an error of this backend, raised as such.
+that read every logit (NaN, +inf, rows of −inf, support mismatches; ``_checks``, with every
+backend's messages) run only when a row's value comes out non-finite, which every such input
+causes. A non-finite value of an input that passes them is an error of this backend, raised
+as such.
 """
 from __future__ import annotations
 
@@ -20,9 +20,7 @@ import math
 import torch
 
 from refimpl import validate
-from refimpl.torch import _common
-from refimpl.torch import distill as _checks
-from refimpl.triton import _kernels, _launch
+from refimpl.triton import _checks, _kernels, _launch
 
 __all__ = ["generalized_jsd", "hinton", "softmax", "token_kl"]
 
@@ -31,7 +29,7 @@ def _tensors(check, rank, *xs):
     """The logits as contiguous [N,V] tensors when they are floating tensors of one shape and
     device with a non-empty vocabulary; otherwise the full checks decide (they raise, or
     return converted tensors)."""
-    ok = (all(isinstance(x, torch.Tensor) and x.dtype in _common._FLOATS for x in xs)
+    ok = (all(isinstance(x, torch.Tensor) and x.dtype in _checks.FLOATS for x in xs)
           and len({(tuple(x.shape), x.device) for x in xs}) == 1
           and xs[0].ndim >= 1 and xs[0].shape[-1] > 0 and (rank is None or xs[0].ndim == rank))
     if not ok:
@@ -127,11 +125,57 @@ class _Softmax(torch.autograd.Function):
 
 
 def _softmax_inputs(logits, temperature):
-    """All of softmax's input checks, in the torch backend's order."""
-    z = _checks._logits("logits", logits)
+    """All of softmax's input checks, in every backend's order."""
+    z = _checks.logits("logits", logits)
     validate.temperature(temperature)
-    _checks._rows("logits", z)
+    _checks.possible_rows("logits", z)
     return (z,)
+
+
+def _hinton_params(zs, labels, temperature, alpha, t2_scale):
+    """Hinton's checks that read no logit: rows, labels, α, the T² flag, T."""
+    n, v = zs.shape
+    if n == 0:
+        validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
+    y = _checks.indices("labels", labels, (n,), v, zs.device, "student_logits rows")
+    a = validate.alpha(alpha)
+    T = validate.temperature(temperature)
+    s = T * T if validate.t2_scale(t2_scale) else 1.0
+    return y, T, a, s
+
+
+def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+    """All of Hinton's input checks, in every backend's order."""
+    zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature, rank=2)
+    y = _hinton_params(zs, labels, temperature, alpha, t2_scale)[0]
+    dead = (zs.detach().gather(1, y[:, None])[:, 0] == _checks.NEG_INF).nonzero()
+    if len(dead):
+        i = int(dead[0, 0])
+        validate.fail("student_logits", f"-inf at the label (row {i}, token {int(y[i])}): "
+                                        "the cross-entropy term is infinite")
+    _checks.support("student_logits", ts, zs, "KL(p‖q)")
+    return zs, ts
+
+
+def _token_kl_inputs(student_logits, teacher_logits, direction, temperature):
+    zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature)
+    validate.direction(direction)
+    if direction == "reverse":
+        _checks.support("teacher_logits", zs, ts, "reverse KL(q‖p)")
+    else:
+        _checks.support("student_logits", ts, zs, "forward KL(p‖q)")
+    return zs, ts
+
+
+def _jsd_inputs(student_logits, teacher_logits, beta, temperature, endpoints):
+    zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature)
+    b = validate.jsd_beta(beta)
+    validate.endpoints(endpoints)
+    if endpoints == "kl" and b == 0:
+        _checks.support("student_logits", ts, zs, "beta=0 with endpoints='kl' → KL(p‖q)")
+    if endpoints == "kl" and b == 1:
+        _checks.support("teacher_logits", zs, ts, "beta=1 with endpoints='kl' → KL(q‖p)")
+    return zs, ts
 
 
 def softmax(logits, temperature: float = 1.0):
@@ -154,26 +198,25 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
 
     ``student_logits``, ``teacher_logits`` [N,V], ``labels`` [N] integers in [0, V)."""
-    check = lambda: _checks._hinton_inputs(student_logits, teacher_logits, labels, temperature,
-                                           alpha, t2_scale)
+    check = lambda: _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
     zs, ts = _tensors(check, 2, student_logits, teacher_logits)
-    y, T, a, s = _checks._hinton_params(zs, labels, temperature, alpha, t2_scale)
+    y, T, a, s = _hinton_params(zs, labels, temperature, alpha, t2_scale)
     rows = _launch.Rows.apply(_Hinton(T, a, s), zs.contiguous(), ts.detach().contiguous(), y.contiguous())
     _launch.require_finite(rows, check)
-    return rows.mean().to(_common.result_dtype(zs, ts))
+    return rows.mean().to(_checks.result_dtype(zs, ts))
 
 
 def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
     """Full-vocabulary KL per row at temperature T (no T² factor): reverse Σ q log(q/p)
     (student first), forward Σ p log(p/q) (``refimpl.torch.distill.token_kl``). Logits [...,V];
     returns kl [...]."""
-    check = lambda: _checks._token_kl_inputs(student_logits, teacher_logits, direction, temperature)
+    check = lambda: _token_kl_inputs(student_logits, teacher_logits, direction, temperature)
     zs, ts = _tensors(check, None, student_logits, teacher_logits)
     T = validate.temperature(temperature)
     validate.direction(direction)
     kl = _launch.Rows.apply(_TokenKL(T, direction == "forward"), _rows2(zs), _rows2(ts.detach()), None)
     _launch.require_finite(kl, check)
-    return kl.reshape(zs.shape[:-1]).to(_common.result_dtype(zs, ts))
+    return kl.reshape(zs.shape[:-1]).to(_checks.result_dtype(zs, ts))
 
 
 def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperature: float = 1.0,
@@ -181,12 +224,12 @@ def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperatu
     """Generalized Jensen–Shannon divergence per row, β·KL(p‖m) + (1−β)·KL(q‖m), m = β·p + (1−β)·q
     (``refimpl.torch.distill.generalized_jsd``). ``endpoints='limit'``: 0 at β = 0 and β = 1;
     ``'kl'``: β = 0 is KL(p‖q), β = 1 is KL(q‖p) (the token KL kernels). Logits [...,V]."""
-    check = lambda: _checks._jsd_inputs(student_logits, teacher_logits, beta, temperature, endpoints)
+    check = lambda: _jsd_inputs(student_logits, teacher_logits, beta, temperature, endpoints)
     zs, ts = _tensors(check, None, student_logits, teacher_logits)
     T = validate.temperature(temperature)
     b = validate.jsd_beta(beta)
     validate.endpoints(endpoints)
-    out = _common.result_dtype(zs, ts)
+    out = _checks.result_dtype(zs, ts)
     if b in (0, 1) and endpoints == "limit":
         check()  # the rows of −inf are still rejected
         # A zero that stays in the graph (gradient exactly 0, also at −inf logits).

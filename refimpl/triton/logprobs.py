@@ -14,9 +14,7 @@ from __future__ import annotations
 import torch
 
 from refimpl import validate
-from refimpl.torch import _common
-from refimpl.torch import distill as _checks
-from refimpl.triton import _kernels, _launch
+from refimpl.triton import _checks, _kernels, _launch
 
 __all__ = ["selective_log_softmax"]
 
@@ -40,23 +38,13 @@ class _Selective:
         return grad
 
 
-def _index(index, lead: tuple, v: int, device) -> torch.Tensor:
-    y = _common.int_array("index", index)
-    validate.same_shape(**{"logits without the vocabulary axis": lead}, index=tuple(y.shape))
-    bad = ((y < 0) | (y >= v)).nonzero()
-    if len(bad):
-        at = tuple(int(i) for i in bad[0])
-        validate.fail("index", f"{int(y[at])} at {at} is outside [0, {v})")
-    return y.to(device)
-
-
 def _inputs(logits, index, temperature):
     """Every check, in order: the logits (NaN, +inf, a row of −inf), T, the index, and a −inf
     logit at the index (its log-probability is −inf: no finite loss can use it)."""
-    z = _checks._logits("logits", logits)
+    z = _checks.logits("logits", logits)
     validate.temperature(temperature)
-    _checks._rows("logits", z)
-    y = _index(index, tuple(z.shape[:-1]), z.shape[-1], z.device)
+    _checks.possible_rows("logits", z)
+    y = _checks.indices("index", index, tuple(z.shape[:-1]), z.shape[-1], z.device, "logits without the vocabulary axis")
     dead = (z.detach().gather(-1, y[..., None])[..., 0] == float("-inf")).nonzero()
     if len(dead):
         at = tuple(int(i) for i in dead[0])
@@ -68,13 +56,13 @@ def selective_log_softmax(logits, index, temperature: float = 1.0):
     """log softmax(logits/T)[..., index] along the last axis: ``logits`` [...,V] (CUDA tensor, or
     CPU under ``TRITON_INTERPRET=1``), ``index`` [...] integers in [0, V); returns [...] in the
     logits' dtype (float32 accumulation for bfloat16/float16), differentiable wrt ``logits``."""
-    if not (isinstance(logits, torch.Tensor) and logits.dtype in _common._FLOATS and logits.ndim >= 1
+    if not (isinstance(logits, torch.Tensor) and logits.dtype in _checks.FLOATS and logits.ndim >= 1
             and logits.shape[-1] > 0):
         logits, index = _inputs(logits, index, temperature)
     _launch.check_device(logits)
     T = validate.temperature(temperature)
     v = logits.shape[-1]
-    y = _index(index, tuple(logits.shape[:-1]), v, logits.device)
+    y = _checks.indices("index", index, tuple(logits.shape[:-1]), v, logits.device, "logits without the vocabulary axis")
     if logits.numel() == 0:
         return logits.sum(dim=-1)
     z = logits.reshape(-1, v).contiguous()

@@ -32,11 +32,11 @@ pytestmark = pytest.mark.skipif(
            "under the interpreter in a subprocess)")
 DEVICE = "cpu" if INTERPRETED else "cuda"
 
-from conformance import compare  # noqa: E402
-from refimpl import arrays  # noqa: E402
-from refimpl.exact import distill as exact  # noqa: E402
-from refimpl.exact import mp  # noqa: E402
-from refimpl.triton import _launch, distill, logprobs  # noqa: E402
+from conformance import compare
+from refimpl import arrays
+from refimpl.exact import distill as exact
+from refimpl.exact import mp
+from refimpl.triton import _launch, distill, logprobs
 
 NEG = float("-inf")
 

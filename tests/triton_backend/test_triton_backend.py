@@ -32,7 +32,7 @@ def _run(args, interpret: bool, timeout: int):
     env.pop("TRITON_INTERPRET", None)
     if interpret:
         env["TRITON_INTERPRET"] = "1"
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, *args], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
