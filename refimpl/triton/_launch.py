@@ -56,6 +56,8 @@ def launch(kernel, n: int, v: int, work: torch.dtype, *args, **constexprs) -> No
     """``args``: the kernel's tensors before ``N, V, par_ptr``, then the list of its scalar
     parameters, which travel as a tensor of the working dtype (Triton passes Python floats
     as float32; float64 kernels get them in float64)."""
+    if n == 0:
+        return  # no rows: nothing to launch (a grid of zero programs is not a valid launch on a GPU)
     *pointers, params = args
     par = torch.tensor(params, dtype=work, device=pointers[0].device)
     rows, b = tile(n, v)

@@ -189,6 +189,23 @@ def test_more_rows_than_a_program_takes():
         assert np.allclose(_np(g), np.array(gwant, dtype=np.float64), rtol=1e-12, atol=1e-14)
 
 
+def test_leading_axes_mixed_dtypes_and_no_rows():
+    """[B,T,V] logits keep their leading axes; a bfloat16 student with a float32 teacher gives
+    float32 values and a bfloat16 gradient; zero rows give an empty result."""
+    rng = np.random.default_rng(3)
+    z, t = rng.standard_normal((2, 3, 40)), rng.standard_normal((2, 3, 40))
+    zt = _tensor(z, "bfloat16", grad=True)
+    kl = distill.token_kl(zt, _tensor(t, "float32"), "forward", 1.0)
+    (g,) = torch.autograd.grad(kl.sum(), zt)
+    assert kl.shape == (2, 3) and kl.dtype == torch.float32 and g.dtype == torch.bfloat16
+    zb = _np(zt)
+    want = np.array(exact.token_kl(zb.tolist(), t.tolist(), "forward", 1.0), dtype=np.float64)
+    s, _ = _scale(zb.reshape(6, 40), t.reshape(6, 40), 1.0)
+    _judge(_np(kl), want, _bound("float32", 40, s, want), "kl")
+    empty = distill.token_kl(_tensor(np.zeros((0, 5)), "float32"), _tensor(np.zeros((0, 5)), "float32"))
+    assert empty.shape == (0,)
+
+
 def _exact_selective(z, y, T, cot):
     """log softmax(z/T)[y] and (e_y − q)/T·c by mpmath."""
     with mpmath.workdps(50):
