@@ -3,13 +3,15 @@ per-row autograd function and the device rule (CUDA, or CPU tensors under the in
 from __future__ import annotations
 
 import contextlib
-import os
 
 import numpy as np
 import torch
 import triton
 import triton.language as tl
 from torch.autograd.function import once_differentiable
+from triton.runtime.jit import JITFunction
+
+from refimpl.triton import _kernels
 
 # Tokens per tile row, and logits per tile ([ROWS, BLOCK]). On a GPU a tile of 4096 float32
 # logits per model is 16 values per thread and operand for 8 warps, held in registers; a
@@ -23,9 +25,10 @@ INTERPRETER_TILE_ELEMENTS = 1 << 16
 
 
 def interpreted() -> bool:
-    """Whether Triton runs its kernels in the CPU interpreter (``TRITON_INTERPRET=1``, read by
-    Triton when it is imported)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether the kernels run in Triton's CPU interpreter. Triton decides it when a kernel is
+    defined (``TRITON_INTERPRET=1`` at import), so it is read from a kernel, not from the
+    environment as it is now."""
+    return not isinstance(_kernels.token_kl_forward, JITFunction)
 
 
 def tile(n: int, v: int) -> tuple[int, int]:
