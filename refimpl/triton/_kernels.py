@@ -16,9 +16,16 @@ gradient cannot be written in the forward pass: every element of it needs the ro
 normaliser (and, for the reverse KL and the JSD, the row's final divergence), which is known
 only after the last tile, and a row of 152,064 tokens does not fit in one program's registers
 or shared memory; the cotangent, per row, is known only in backward, and folding it in there
-rounds the low-precision gradient once instead of twice. The generalized JSD needs a second
-forward pass: log m = log(β·p + (1−β)·q) is not a product of exponentials, so its sums cannot
-be rescaled online; pass one gives the normalisers, pass two the sums.
+rounds the low-precision gradient once instead of twice. Memory traffic, forward and backward
+together: both models' logits read twice and the gradient written once, five [N,V] transfers
+(three is the floor: one read of each model, one write). A gradient for a unit cotangent
+written by the forward kernel would need the same second read of the row (it needs the final
+normaliser), plus an [N,V] buffer kept until backward and one more read and write there to
+scale it by the cotangent: more traffic, not less. The generalized JSD needs a second forward
+pass: log m = log(β·p + (1−β)·q) is not a product of exponentials, so its sums cannot be
+rescaled online; pass one gives the normalisers, pass two the sums. The softmax writes its
+probabilities in a second pass (they need the final normaliser), and its backward reads the
+logits and the cotangent twice (Σ q·c, then the gradient).
 
 Impossible tokens (logit −inf) have probability 0 and contribute nothing; every term that
 would be 0·(−inf) or −inf − (−inf) is selected away with ``tl.where``. A row whose value comes
