@@ -441,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
         return sp
 
     chk = with_vectors(sub.add_parser("check", help="run backends or targets over the vectors"))
-    chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy")
+    chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy, triton")
     chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME, path/file.py:NAME or "
                      "a third-party adapter: trl, verl, openrlhf, liger")
     chk.add_argument("--objective", action="append", metavar="GLOB", help="e.g. 'grpo.*' (repeatable)")

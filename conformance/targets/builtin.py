@@ -1,12 +1,15 @@
-"""The built-in backends as targets: refimpl.arrays on NumPy and CuPy, refimpl.torch."""
+"""The built-in backends as targets: refimpl.arrays on NumPy and CuPy, refimpl.torch, and
+refimpl.triton (its fused kernels, on CUDA or in Triton's CPU interpreter)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
 
 from conformance import catalog
 from conformance.targets.target import ANY, Target, TargetError
 
-BUILTINS = ("numpy", "torch", "cupy")
+BUILTINS = ("numpy", "torch", "cupy", "triton")
 
 
 def _functions(package: str) -> tuple[dict, dict]:
@@ -45,6 +48,23 @@ def cupy_available() -> tuple[bool, str]:
     return True, ""
 
 
+def triton_interpreted() -> bool:
+    """Whether Triton runs its kernels in the CPU interpreter (read by Triton at import)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def triton_available() -> tuple[bool, str]:
+    """Triton installed, and a CUDA device or the interpreter to run its kernels on."""
+    if importlib.util.find_spec("triton") is None:
+        return False, "Triton is not installed (pip install triton)"
+    if importlib.util.find_spec("torch") is None:
+        return False, "PyTorch is not installed (pip install torch)"
+    if not (triton_interpreted() or cuda_available()):
+        return False, ("no CUDA device (torch.cuda.is_available() is False); set TRITON_INTERPRET=1 "
+                       "to run the kernels on the CPU in Triton's interpreter")
+    return True, ""
+
+
 def load(name: str) -> Target:
     if name == "numpy":
         from refimpl import arrays
@@ -59,6 +79,15 @@ def load(name: str) -> Target:
         objectives, vjps = _functions("refimpl.arrays")
         return Target("cupy", "cupy", objectives, ANY, vjps, tuple(arrays.SUPPORTED_DTYPES), ("cuda",),
                       _version("cupy"), "cupy")
+    if name == "triton":
+        ok, why = triton_available()
+        if not ok:
+            raise TargetError(f"--target triton: {why}")
+        from refimpl import triton as rtriton
+        objectives, _ = _functions("refimpl.triton")
+        devices = ("cpu",) if triton_interpreted() else ("cuda",)
+        return Target("triton", "torch", objectives, ANY, {}, tuple(rtriton.SUPPORTED_DTYPES), devices,
+                      _version("triton"), "triton")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -87,4 +116,6 @@ def available() -> list[str]:
         pass
     if cupy_available()[0]:
         names.append("cupy")
+    if triton_available()[0]:
+        names.append("triton")
     return names
