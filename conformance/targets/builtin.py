@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib
 
 from conformance import catalog
+from conformance.targets.steps import builtin_torch
 from conformance.targets.target import ANY, Target, TargetError
 
 BUILTINS = ("numpy", "torch", "cupy")
@@ -66,8 +67,9 @@ def load(name: str) -> Target:
     from refimpl import torch as rtorch
     objectives, _ = _functions("refimpl.torch")
     devices = ("cpu", "cuda") if cuda_available() else ("cpu",)
+    steps, sharded = builtin_torch()
     return Target("torch", "torch", objectives, ANY, {}, tuple(rtorch.SUPPORTED_DTYPES), devices,
-                  _version("torch"), "torch")
+                  _version("torch"), "torch", steps=steps, sharded=sharded)
 
 
 def _version(module: str) -> str:

@@ -12,6 +12,14 @@ from conformance.errors import LossproofError
 
 FRAMEWORKS = ("torch", "numpy", "cupy")
 ANY = "*"
+# How the data-parallel wrapper reduces gradients over ranks (DESIGN §11): DDP averages them,
+# a trainer that all-reduces with SUM (or scales by the world size itself) declares "sum".
+GRAD_REDUCTIONS = ("mean", "sum")
+# The objectives a step (``--partition``) and a vocabulary-parallel function (``--shard-vocab``)
+# may be declared for: the batch losses whose rows trainers split, and the full-vocabulary
+# divergences.
+STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss")
+SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton")
 
 
 class TargetError(LossproofError):
@@ -33,6 +41,9 @@ class Target:
     known: dict = field(default_factory=dict)     # {uid glob, optionally "@dtype": reason and link}
     known_rules: tuple = ()                       # ((reason, predicate(case, dtype) -> bool), ...)
     tolerance_model: dict = field(default_factory=dict)   # {objective glob: "careful" | "native"}
+    steps: dict = field(default_factory=dict)     # {objective: step(micro_batches, ctx)} (§11)
+    sharded: dict = field(default_factory=dict)   # {objective: vocabulary-parallel fn(**shard, ctx=ctx)}
+    grad_reduction: str = "mean"                  # how gradients are reduced over ranks: "mean" | "sum"
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -98,10 +109,13 @@ class Target:
         it computes and reduces in the inputs' dtype), or None."""
         return next((m for g, m in self.tolerance_model.items() if fnmatch.fnmatchcase(objective_id, g)), None)
 
-    def known_failure(self, case, dtype: str) -> str | None:
-        """The declared reason why this case is expected to fail in ``dtype``, or None."""
+    def known_failure(self, case, dtype: str, partition: str = "") -> str | None:
+        """The declared reason why this case is expected to fail in ``dtype``, or None. A
+        distributed case (``partition``: "2x2:uneven", "vocab2:even") also matches patterns
+        ``uid@dtype@partition``, e.g. ``"*@*@2x2:uneven"``."""
+        keys = [case.uid, f"{case.uid}@{dtype}"] + ([f"{case.uid}@{dtype}@{partition}"] if partition else [])
         for pattern, reason in self.known.items():
-            if fnmatch.fnmatchcase(case.uid, pattern) or fnmatch.fnmatchcase(f"{case.uid}@{dtype}", pattern):
+            if any(fnmatch.fnmatchcase(k, pattern) for k in keys):
                 return reason
         for reason, predicate in self.known_rules:
             if predicate(case, dtype):
@@ -131,7 +145,9 @@ def from_mapping(obj, spec: str) -> Target:
         raise TargetError(f"{spec}: target needs a non-empty 'name'")
     if framework not in FRAMEWORKS:
         raise TargetError(f"{spec}: 'framework' must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    if not isinstance(objectives, dict) or not objectives:
+    if objectives is None and (get("steps", None) or get("sharded", None)):
+        objectives = {}   # a target of distributed functions only
+    elif not isinstance(objectives, dict) or not objectives:
         raise TargetError(f"{spec}: 'objectives' must be a non-empty dict of objective id -> callable")
     for oid, fn in objectives.items():
         if oid not in catalog.BY_ID:
@@ -149,12 +165,31 @@ def from_mapping(obj, spec: str) -> Target:
             for key in (k for c in (conv if isinstance(conv, list) else [conv]) for k in c):
                 if key not in known:
                     raise TargetError(f"{spec}: {oid} has no convention {key!r} (known: {', '.join(sorted(known))})")
+    steps = _callables(get("steps", {}) or {}, "steps", STEP_OBJECTIVES, spec)
+    sharded = _callables(get("sharded", {}) or {}, "sharded", SHARDED_OBJECTIVES, spec)
+    grad_reduction = get("grad_reduction", None) or "mean"
+    if grad_reduction not in GRAD_REDUCTIONS:
+        raise TargetError(f"{spec}: 'grad_reduction' must be one of {', '.join(GRAD_REDUCTIONS)}, "
+                          f"got {grad_reduction!r}")
     dtypes = tuple(get("dtypes", None) or (("float64", "float32") if framework != "torch"
                                             else ("float64", "float32", "bfloat16", "float16")))
     return Target(name, framework, dict(objectives), conventions, dict(get("vjps", {}) or {}), dtypes,
                   tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
-                  tuple(get("known_rules", ()) or ()), _tolerance_model(get("tolerance_model", {}) or {}, spec))
+                  tuple(get("known_rules", ()) or ()), _tolerance_model(get("tolerance_model", {}) or {}, spec),
+                  steps, sharded, grad_reduction)
+
+
+def _callables(declared, key: str, allowed: tuple, spec: str) -> dict:
+    """``steps`` / ``sharded``: {objective id: callable} for the objectives that take one."""
+    if not isinstance(declared, dict):
+        raise TargetError(f"{spec}: '{key}' must be a dict {{objective: callable}}")
+    for oid, fn in declared.items():
+        if oid not in allowed:
+            raise TargetError(f"{spec}: '{key}' is for {', '.join(allowed)}, got {oid!r}")
+        if not callable(fn):
+            raise TargetError(f"{spec}: {key}[{oid!r}] is not callable")
+    return dict(declared)
 
 
 def _tolerance_model(declared, spec: str) -> dict:
