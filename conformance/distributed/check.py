@@ -60,8 +60,8 @@ def global_test(case: VectorCase, conventions: dict) -> dict:
     if "elements" in t["scale"] or set(t["dtypes"]) & set(compare.LOW_PRECISION):
         scale["elements"] = {"loss": t["scale"]["outputs"]["losses"]}
     # the mean reduces B pairs: the tolerance grows with log2 B as for every reduction (compare.py)
-    k = t.get("tolerance", {}).get("k", compare.K_BASE[case.objective] * (1 + math.log2(b)))
-    return {**t, "expected": {"loss": encode_exact(mean)}, "tolerance": {**t.get("tolerance", {}), "k": k},
+    k_case = t.get("tolerance", {}).get("k", compare.K_BASE[case.objective] * (1 + math.log2(b)))
+    return {**t, "expected": {"loss": encode_exact(mean)}, "tolerance": {**t.get("tolerance", {}), "k": k_case},
             "grads": {k: encode_exact(g) for k, g in grads.items()}, "scale": scale}
 
 
@@ -164,16 +164,19 @@ def _select(target: Target, vs: VectorSet, eligible: tuple, declared: dict, glob
 
 
 class _Run:
-    def __init__(self, target, tolerances, time_limit, options, label, weight):
+    def __init__(self, target, tolerances, time_limit, options, label, weight, device):
         self.target, self.tolerances, self.time_limit, self.options = target, tolerances, time_limit, options
+        self.device = device
         self.label, self.weight = label, weight
         self.results: list[CaseResult] = []
         self.next_id = 0
 
     def result(self, case, dtype, status, message, conventions, partition="", seconds=0.0) -> CaseResult:
-        repro = (f"lossproof check --target {self.target.spec or self.target.name} --uid {case.uid} --dtype {dtype} "
-                 + " ".join((f"{self.label} {partition}",) + tuple(self.options))).strip() if partition else ""
-        r = CaseResult(case.uid, case.objective, self.target.name, dtype, "cpu", status, case.flags, message=message,
+        device = [f"--device {self.device}"] if self.device != "cpu" else []
+        repro = " ".join([f"lossproof check --target {self.target.spec or self.target.name} --uid {case.uid} "
+                          f"--dtype {dtype}"] + device + [f"{self.label} {partition.removeprefix('vocab')}"] + list(self.options)
+                         ) if partition else ""
+        r = CaseResult(case.uid, case.objective, self.target.name, dtype, self.device, status, case.flags, message=message,
                        repro=repro, result=case.result, group=case.group, conventions=conventions or case.conventions,
                        partition=partition, seconds=seconds)
         self.results.append(r)
@@ -195,7 +198,7 @@ def partitioned(target: Target, vs: VectorSet, ranks: int, micro: int, kind: str
                 device: str = "cpu") -> list[CaseResult]:
     tolerances = tolerances or compare.Tolerances({})
     run = _Run(target, tolerances, time_limit, options, "--partition",
-               1.0 / ranks if target.grad_reduction == "mean" else 1.0)
+               1.0 / ranks if target.grad_reduction == "mean" else 1.0, device)
     selected = _select(target, vs, STEP_OBJECTIVES, target.steps, objective, uids, as_paper)
     with RankPool(ranks, lambda task, *a: run_task(target, task, *a), device, time_limit) as pool:
         for i, (case, conventions, why) in enumerate(selected):
@@ -270,7 +273,7 @@ def sharded(target: Target, vs: VectorSet, shards: int, kind: str | None = None,
             uids=None, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
             as_paper: bool = False, progress=None, options: tuple = (), device: str = "cpu") -> list[CaseResult]:
     tolerances = tolerances or compare.Tolerances({})
-    run = _Run(target, tolerances, time_limit, options, "--shard-vocab", 1.0)
+    run = _Run(target, tolerances, time_limit, options, "--shard-vocab", 1.0, device)
     selected = _select(target, vs, SHARDED_OBJECTIVES, target.sharded, objective, uids, as_paper)
     with RankPool(shards, lambda task, *a: run_task(target, task, *a), device, time_limit) as pool:
         for i, (case, conventions, why) in enumerate(selected):

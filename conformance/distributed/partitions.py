@@ -4,7 +4,8 @@ its vocabulary over K ranks (``--shard-vocab``).
 A row partition is a tuple over ranks of tuples over micro-batches of row indices; every slot
 holds at least one row, since a data loader never yields an empty micro-batch. Its kinds:
 
-- ``even``: rows in order, as equal slots as the row count allows;
+- ``even``: slots of equal row counts and equal token counts where the vector allows it (the
+  one split where a per-micro-batch mean is exact), else rows in order, as equal as they go;
 - ``uneven``: rows sorted by their token count (longest first) before the same split, so that
   the micro-batches' token counts spread as far as the vector allows;
 - ``empty``: every row without an unmasked token in rank 0's last micro-batch, the other rows
@@ -12,7 +13,7 @@ holds at least one row, since a data loader never yields an empty micro-batch. I
 - ``short-rank``: the last rank gets one row per micro-batch, the others share the rest.
 
 A kind that the vector cannot produce, or that repeats an earlier kind's split, is left out.
-A vocabulary split is a tuple of (start, end) ranges: ``even``; ``uneven`` (the first shard a
+A vocabulary split is a tuple of (start, end) ranges: ``even``; ``uneven`` (the last shard a
 single token); ``neg-inf`` (one shard holds only −inf logits of some row, where a contiguous
 split can isolate such a run).
 """
@@ -59,6 +60,44 @@ def _slots(order, n_slots: int) -> list[list[int]]:
     return [list(map(int, c)) for c in np.array_split(np.asarray(order, dtype=int), n_slots)]
 
 
+def _balanced(counts: np.ndarray, n_slots: int, budget: int = 20000) -> list[list[int]] | None:
+    """Slots of equal row counts *and* equal token counts, if the rows allow them (a depth-first
+    search, longest rows first, bounded by ``budget`` steps); None otherwise. Where every row has
+    the same count, the contiguous split already is one."""
+    b, total = len(counts), int(counts.sum())
+    if b % n_slots or total % n_slots:
+        return None
+    if len(set(counts.tolist())) == 1:
+        return _slots(range(b), n_slots)
+    size, target = b // n_slots, total // n_slots
+    order = sorted(range(b), key=lambda i: (-counts[i], i))
+    slots = [[] for _ in range(n_slots)]
+    sums = [0] * n_slots
+    steps = [0]
+
+    def place(k: int) -> bool:
+        if k == b:
+            return True
+        steps[0] += 1
+        if steps[0] > budget:
+            return False
+        i, tried = order[k], set()
+        for j in range(n_slots):
+            key = (len(slots[j]), sums[j])
+            if key in tried or len(slots[j]) == size or sums[j] + counts[i] > target:
+                continue
+            tried.add(key)   # slots in the same state are interchangeable
+            slots[j].append(i)
+            sums[j] += int(counts[i])
+            if place(k + 1):
+                return True
+            slots[j].pop()
+            sums[j] -= int(counts[i])
+        return False
+
+    return slots if place(0) else None
+
+
 def _by_rank(slots: list[list[int]], ranks: int, micro: int) -> tuple:
     return tuple(tuple(tuple(sorted(slots[r * micro + m])) for m in range(micro)) for r in range(ranks))
 
@@ -71,7 +110,8 @@ def row_partitions(counts, ranks: int, micro: int) -> dict[str, tuple]:
     out: dict[str, tuple] = {}
     if b < s:
         return out
-    out["even"] = _by_rank(_slots(range(b), s), ranks, micro)
+    balanced = _balanced(counts, s)
+    out["even"] = _by_rank(balanced if balanced else _slots(range(b), s), ranks, micro)
     out["uneven"] = _by_rank(_slots(np.argsort(-counts, kind="stable"), s), ranks, micro)
     empty = [i for i in range(b) if counts[i] == 0]
     full = [i for i in range(b) if counts[i] > 0]
@@ -120,7 +160,7 @@ def vocab_shards(neg_inf_rows: list, vocab: int, k: int) -> dict[str, tuple]:
 
     out["even"] = tuple((int(c[0]), int(c[-1]) + 1) for c in np.array_split(np.arange(vocab), k))
     if vocab > k:
-        out["uneven"] = fill({1})
+        out["uneven"] = fill({vocab - 1})
     for row in neg_inf_rows:
         row = np.asarray(row, dtype=bool)
         start = None
@@ -135,4 +175,8 @@ def vocab_shards(neg_inf_rows: list, vocab: int, k: int) -> dict[str, tuple]:
                 start = None
         if "neg-inf" in out:
             break
-    return {kind: s for kind, s in out.items() if s is not None}
+    unique: dict[str, tuple] = {}
+    for kind, split in out.items():
+        if split is not None and split not in unique.values():
+            unique[kind] = split
+    return unique

@@ -45,7 +45,8 @@ def _worker(rank: int, world: int, init_file: str, device: str, timeout: float, 
     torch.set_num_threads(1)
     try:
         backend = _backend(device, world)
-        dev = f"cuda:{rank}" if backend == "nccl" else "cpu"
+        # NCCL needs a device per rank; gloo also reduces CUDA tensors, which then share one device
+        dev = f"cuda:{rank}" if backend == "nccl" else ("cuda:0" if device.startswith("cuda") else "cpu")
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world,
                                 timeout=timedelta(seconds=timeout))
         replies.put((rank, "ready", None))
