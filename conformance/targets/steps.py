@@ -18,10 +18,18 @@ of the global objective with respect to that row. The logged losses are reduced 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-__all__ = ["StepContext", "ShardContext", "tokens", "sequences", "rows", "normaliser_of",
-           "micro_batch_mean", "global_mean", "vocab_parallel"]
+import mpmath
+
+from conformance import compare
+from conformance.numbers import decode_input, encode_exact
+from refimpl.exact import dpo as exact_dpo
+from refimpl.exact import mp
+
+__all__ = ["ShardContext", "StepContext", "builtin_torch", "global_mean", "global_test", "micro_batch_mean", "normaliser_of", "rows",
+           "sequences", "tokens", "vocab_parallel"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,33 @@ def _mean_value(objective, mb: dict):
 
 def _empty(mb: dict) -> bool:
     return "mask" in mb and not bool(mb["mask"].detach().ne(0).any())
+
+
+# --- the global objective a step is judged against ----------------------------------------
+
+def global_test(case, conventions: dict) -> dict:
+    """The vector as a test of the global objective: itself for the scalar losses; for dpo.loss
+    the mean of the per-pair losses and its exact gradient (refimpl.exact, the vector's
+    precision), with the per-pair losses' scales."""
+    t = case.test
+    if case.objective != "dpo.loss":
+        return t
+    kwargs = {**{k: decode_input(v) for k, v in t["inputs"].items()}, **conventions, **t["params"]}
+    b = len(kwargs["policy_chosen_logps"])
+    with mpmath.workdps(mp.get_dps()):
+        losses = exact_dpo.loss(**kwargs)["losses"]
+        weight = [mpmath.mpf(1) / b] * b
+        grads = exact_dpo.loss_vjp({"losses": weight}, **kwargs)
+        mean = mpmath.fsum(losses) / b
+        grad_scale = {k: max(abs(v) for v in g) for k, g in grads.items()}
+    scale = {"outputs": {"loss": t["scale"]["outputs"]["losses"]},
+             "grads": {k: encode_exact(v, 6) for k, v in grad_scale.items()}}
+    if "elements" in t["scale"] or set(t["dtypes"]) & set(compare.LOW_PRECISION):
+        scale["elements"] = {"loss": t["scale"]["outputs"]["losses"]}
+    # the mean reduces B pairs: the tolerance grows with log2 B as for every reduction (compare.py)
+    k_case = t.get("tolerance", {}).get("k", compare.K_BASE[case.objective] * (1 + math.log2(b)))
+    return {**t, "expected": {"loss": encode_exact(mean)}, "tolerance": {**t.get("tolerance", {}), "k": k_case},
+            "grads": {k: encode_exact(g) for k, g in grads.items()}, "scale": scale}
 
 
 # --- steps ----------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ class Target:
     steps: dict = field(default_factory=dict)     # {objective: step(micro_batches, ctx)} (§11)
     sharded: dict = field(default_factory=dict)   # {objective: vocabulary-parallel fn(**shard, ctx=ctx)}
     grad_reduction: str = "mean"                  # how gradients are reduced over ranks: "mean" | "sum"
+    known_splits: tuple = ()                      # ((reason, predicate(case, dtype, split) -> bool), ...)
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -109,16 +110,25 @@ class Target:
         it computes and reduces in the inputs' dtype), or None."""
         return next((m for g, m in self.tolerance_model.items() if fnmatch.fnmatchcase(objective_id, g)), None)
 
-    def known_failure(self, case, dtype: str, partition: str = "") -> str | None:
-        """The declared reason why this case is expected to fail in ``dtype``, or None. A
-        distributed case (``partition``: "2x2:uneven", "vocab2:even") also matches patterns
-        ``uid@dtype@partition``, e.g. ``"*@*@2x2:uneven"``."""
-        keys = [case.uid, f"{case.uid}@{dtype}"] + ([f"{case.uid}@{dtype}@{partition}"] if partition else [])
+    def known_failure(self, case, dtype: str) -> str | None:
+        """The declared reason why this case is expected to fail in ``dtype``, or None."""
         for pattern, reason in self.known.items():
-            if any(fnmatch.fnmatchcase(k, pattern) for k in keys):
+            if fnmatch.fnmatchcase(case.uid, pattern) or fnmatch.fnmatchcase(f"{case.uid}@{dtype}", pattern):
                 return reason
         for reason, predicate in self.known_rules:
             if predicate(case, dtype):
+                return reason
+        return None
+
+    def known_split_failure(self, case, dtype: str, partition: str, split) -> str | None:
+        """The declared reason why a distributed case is expected to fail: a ``known`` pattern
+        ``uid@dtype@partition`` (e.g. ``"*@*@2x2:uneven"``) or a ``known_splits`` rule, which sees
+        the split itself (rows per rank and micro-batch, or vocabulary ranges)."""
+        for pattern, reason in self.known.items():
+            if pattern.count("@") == 2 and fnmatch.fnmatchcase(f"{case.uid}@{dtype}@{partition}", pattern):
+                return reason
+        for reason, predicate in self.known_splits:
+            if predicate(case, dtype, split):
                 return reason
         return None
 
@@ -177,7 +187,7 @@ def from_mapping(obj, spec: str) -> Target:
                   tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
                   tuple(get("known_rules", ()) or ()), _tolerance_model(get("tolerance_model", {}) or {}, spec),
-                  steps, sharded, grad_reduction)
+                  steps, sharded, grad_reduction, tuple(get("known_splits", ()) or ()))
 
 
 def _callables(declared, key: str, allowed: tuple, spec: str) -> dict:

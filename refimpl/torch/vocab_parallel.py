@@ -36,7 +36,7 @@ import torch.distributed as dist
 from refimpl import validate
 from refimpl.torch import _common
 
-__all__ = ["token_kl", "generalized_jsd", "hinton"]
+__all__ = ["generalized_jsd", "hinton", "token_kl"]
 
 
 def _log_softmax(x: torch.Tensor, group) -> torch.Tensor:

@@ -11,11 +11,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the distributed checks run torch.distributed")
 
-from conformance.distributed import check  # noqa: E402
-from conformance.targets import from_mapping, load  # noqa: E402
-from conformance.targets.steps import global_mean, micro_batch_mean  # noqa: E402
-from conformance.vectors.load import VectorSet  # noqa: E402
-from refimpl.torch import distill, grpo  # noqa: E402
+from conformance.distributed import check
+from conformance.targets import from_mapping, load
+from conformance.targets.steps import global_mean, micro_batch_mean
+from conformance.vectors.load import VectorSet
+from refimpl.torch import distill, grpo
 
 VS = VectorSet(None)
 # token-mean, row token counts [3,1,1,3,2,1,2,3]: the even 2x2 split holds 4 tokens per micro-batch
@@ -105,8 +105,8 @@ def _wrong_shape_on_rank_1(micro_batches, ctx):
 
 @pytest.mark.parametrize("step,words", [(_raises_on_rank_1, "rank 1: raised RuntimeError: boom"),
                                         (_hangs_on_rank_1, "rank 1: did not finish within the 3 s time limit"),
-                                        (_wrong_shape_on_rank_1, "rank 1: the gradient of logp in micro-batch 0 "
-                                                                 "has shape (3,)")])
+                                        (_wrong_shape_on_rank_1,
+                                         "rank 1: the gradient of logp in micro-batch 0 has shape (3,)")])
 def test_a_failing_rank_is_an_error_naming_it_and_leaves_no_process(step, words):
     before = set(_children())
     results = check.partitioned(_target(steps={"grpo.loss": step}), VS, 2, 2, "even", uids={BALANCED},

@@ -19,6 +19,7 @@ import numpy as np
 
 from conformance import catalog, compare
 from conformance.numbers import decode_input
+from conformance.targets.steps import global_test
 from conformance.targets.target import Target, TargetError, from_mapping
 from refimpl.arrays import dpo
 
@@ -103,6 +104,14 @@ def known_rules(findings: list[Finding]) -> tuple:
     return tuple((f.reason, f.covers) for f in findings)
 
 
+def split_rules(findings) -> tuple:
+    """A target's ``known_splits``: findings whose ``applies(case, dtype, split)`` also reads the
+    partition of a distributed case (rows per rank and micro-batch)."""
+    def rule(f):
+        return lambda case, dtype, split: case.result in f.results and bool(f.applies(case, dtype, split))
+    return tuple((f.reason, rule(f)) for f in findings)
+
+
 def declaration(conventions: list[Convention], alternatives: dict | None = None) -> dict:
     """The harness declaration {objective: {param: value | [values]}} of a convention table.
     ``alternatives`` replaces an objective's declaration by a list of admissible combinations
@@ -141,10 +150,14 @@ def load_or_explain(loader, distribution: str, install: str):
 
 def build(name: str, version: str, objectives: dict, conventions: list[Convention], findings: list[Finding],
           arithmetic: list[Arithmetic], *, alternatives: dict | None = None,
-          dtypes=("float64", "float32", "bfloat16", "float16")) -> Target:
+          dtypes=("float64", "float32", "bfloat16", "float16"), steps: dict | None = None,
+          split_findings: list[Finding] = ()) -> Target:
+    """``steps``: the library's trainer step per batch objective (``--partition``);
+    ``split_findings``: findings whose ``covers(case, dtype, split)`` reads the partition."""
     spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "known_rules": known_rules(findings),
-            "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"]}
+            "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"],
+            "steps": steps or {}, "known_splits": split_rules(split_findings)}
     return from_mapping(spec, name)
 
 
@@ -213,13 +226,14 @@ def arguments(case) -> dict:
     return {**catalog.get(case.objective).defaults, **case.conventions, **case.test["params"]}
 
 
-def deviation_shows(case, dtype: str, model: str | None, exact: dict, deviating: dict) -> bool:
+def deviation_shows(case, dtype: str, model: str | None, exact: dict, deviating: dict, test: dict | None = None) -> bool:
     """Whether a library formula that deviates from the catalog's moves some output or gradient
     of ``case`` beyond the bound it is judged by in ``dtype`` (under ``model``, the target's
     tolerance model for the objective). ``exact`` and ``deviating`` map labels ("losses",
     "grad:logp") to the two formulas' values in float64. In bfloat16/float16 the bound can absorb
-    a deviation that float32 and float64 show: it then explains no failure there."""
-    tolerance = compare.Tolerances({}).for_case(catalog.get(case.objective), case.test, dtype, model)
+    a deviation that float32 and float64 show: it then explains no failure there. ``test``: the
+    test the case is judged by, when not the vector's own (a distributed case's global objective)."""
+    tolerance = compare.Tolerances({}).for_case(catalog.get(case.objective), test or case.test, dtype, model)
     return any(not tolerance.measure(label, np.asarray(deviating[label], dtype=np.float64),
                                      np.asarray(want, dtype=np.float64)).passed
                for label, want in exact.items())
@@ -234,6 +248,42 @@ def label_smoothing_ignored_shows(case, dtype: str, model: str | None) -> bool:
                          **{f"grad:{n}": g for n, g in dpo.loss_vjp(cotangents, **inputs, **kw).items()}}
                         for kw in (declared, {**declared, "label_smoothing": 0.0}))
     return deviation_shows(case, dtype, model, exact, deviating)
+
+
+def micro_batch_mean_shows(case, dtype: str, model: str | None, split) -> bool:
+    """Whether averaging each micro-batch over its own rows (and dividing by the accumulation
+    steps, DDP averaging the ranks) moves a row gradient of ``case`` beyond its bound in ``dtype``:
+    row i's gradient is then the global one times B/(S·B_mb(i)), with B the rows the global mean
+    counts (non-empty rows where there is a mask), S the micro-batches of all ranks and B_mb(i)
+    the rows of i's micro-batch."""
+    test = global_test(case, arguments(case))
+    counts = (as_array(test["inputs"]["mask"]) != 0).sum(axis=1) if "mask" in test["inputs"] else None
+    rows = len(next(iter(test["inputs"].values())))
+    counted = rows if counts is None else int((counts > 0).sum())
+    slots = [mb for rank in split for mb in rank]
+    weight = np.ones(rows)
+    for mb in slots:
+        weight[list(mb)] = counted / (len(slots) * len(mb))
+    exact = {f"grad:{n}": np.asarray(g, dtype=np.float64) for n, g in test["grads"].items()}
+    deviating = {label: g * weight.reshape((-1,) + (1,) * (g.ndim - 1)) for label, g in exact.items()}
+    # the logged loss: each row's own objective (refimpl/arrays, float64), re-weighted the same way
+    terms = _row_terms(case, counts)
+    exact["loss"] = np.asarray(float(test["expected"]["loss"]))
+    deviating["loss"] = np.asarray(float(np.sum(weight * terms)) / counted)
+    return deviation_shows(case, dtype, model, exact, deviating, test)
+
+
+def _row_terms(case, counts) -> np.ndarray:
+    """Each row's term of a row-mean objective: the per-pair losses of dpo.loss, the objective of
+    the row alone for the sequence-mean modes of grpo.loss and proximal_kl.loss (0 for a row
+    without tokens, which the mean leaves out)."""
+    inputs, args = decoded(case.test["inputs"]), arguments(case)
+    if case.objective == "dpo.loss":
+        return np.asarray(dpo.loss(**inputs, **args)["losses"], dtype=np.float64)
+    family, name = case.objective.split(".")
+    fn = getattr(importlib.import_module(f"refimpl.arrays.{family}"), name)
+    return np.array([float(fn(**{k: v[i:i + 1] for k, v in inputs.items()}, **args)) if counts[i] else 0.0
+                     for i in range(len(counts))])
 
 
 def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None, shows=None):
