@@ -190,7 +190,7 @@ SPLIT_FINDINGS = [
             "loss_type 'grpo' and 'dr_grpo' average each micro-batch over its own rows and divide by the "
             "accumulation steps: when micro-batches hold different numbers of rows, the rows of the smaller ones "
             "weigh more than 1/B (the global mean of 'dapo' is exact)",
-            f"{GRPO}:3153-3167 (loss.mean() / current_gradient_accumulation_steps; ÷ per_token_loss.size(0))",
+            f"{GRPO}:3153-3157, 3163-3167 (loss.mean() / current_gradient_accumulation_steps; ÷ per_token_loss.size(0))",
             lambda c, dtype, split: c.objective == "grpo.loss" and rows_differ(split)
             and c.conventions.get("aggregation") in ("seq-mean-token-mean", "seq-mean-token-sum-norm")
             and micro_batch_mean_shows(c, dtype, _MODELS.get(c.objective), split)),
@@ -309,7 +309,7 @@ def grpo_step(micro_batches, ctx):
     because ``loss_is_scaled_for_ga = True`` (grpo_trainer.py:285) stops the Trainer from dividing it
     again (transformers/trainer.py:2111-2119); DDP averages the gradients over the ranks. So 'dapo'
     divides by num_items_in_batch/num_processes (exact); 'grpo' and 'dr_grpo' divide each
-    micro-batch's mean over its own rows by the accumulation steps (grpo_trainer.py:3153-3167)."""
+    micro-batch's mean over its own rows by the accumulation steps (grpo_trainer.py:3153-3157, 3163-3167)."""
     import torch
     import torch.distributed as dist
     items = torch.tensor(sum(int(mb["mask"].ne(0).sum()) for mb in micro_batches))
