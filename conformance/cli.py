@@ -240,6 +240,9 @@ def cmd_check(args):
                 ran = distributed.sharded(target, vs, *split[2], progress=progress, device=device, **common)
             else:
                 ran = harness.run(target, vs, device=args.device, progress=progress, **common)
+        if split and not ran:
+            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: the selection holds "
+                             f"none of them")
         for line in harness.uncovered(target, vs, objectives, as_paper=args.as_paper):
             print(f"note: {line}", file=sys.stderr)
         if not any(r.status in CHECKED for r in ran):

@@ -30,6 +30,8 @@ from conformance.targets.steps import ShardContext, StepContext, global_test
 from conformance.targets.target import SHARDED_OBJECTIVES, STEP_OBJECTIVES, Target
 from conformance.vectors.load import VectorSet
 
+# the objectives each distributed check runs
+ELIGIBLE = {"--partition": STEP_OBJECTIVES, "--shard-vocab": SHARDED_OBJECTIVES}
 # the output a step's logged loss is judged against
 LOSS_OUTPUT = {"grpo.loss": "loss", "grpo.aggregate": "value", "proximal_kl.loss": "loss", "dpo.loss": "loss"}
 
