@@ -241,8 +241,11 @@ def cmd_check(args):
             else:
                 ran = harness.run(target, vs, device=args.device, progress=progress, **common)
         if split and not ran:
-            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: the selection holds "
-                             f"none of them")
+            declared = target.steps if split[0] == "--partition" else target.sharded
+            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
+                "the selection holds none of them" if declared else
+                f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "
+                f"functions (docs/distributed.md)"))
         for line in harness.uncovered(target, vs, objectives, as_paper=args.as_paper):
             print(f"note: {line}", file=sys.stderr)
         if not any(r.status in CHECKED for r in ran):

@@ -81,7 +81,7 @@ class RankPool:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *_):
         self.close()
 
     def _start(self) -> None:

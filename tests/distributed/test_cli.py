@@ -14,6 +14,7 @@ from conformance import cli
     (["--partition", "2x2", "--objective", "distill.*"], "--partition checks grpo.loss, grpo.aggregate"),
     (["--shard-vocab", "2", "--objective", "grpo.loss"], "--shard-vocab checks distill.token_kl"),
     (["--partition", "2x2", "--backend", "numpy"], "target numpy is a numpy target"),
+    (["--shard-vocab", "2", "--target", "verl"], "target verl declares no sharded functions"),
     (["--partition", "4x4", "--uid", "dpo.loss:a9353e73841056c2"], "no partition over 4×4 slots"),
 ])
 def test_usage_errors(argv, words, capsys):

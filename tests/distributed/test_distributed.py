@@ -116,7 +116,9 @@ def test_a_failing_rank_is_an_error_naming_it_and_leaves_no_process(step, words)
     assert set(_children()) <= before
 
 
-def test_more_ranks_than_cores():
+def test_more_ranks_than_cores_and_no_process_after_a_run():
     """R = 4 on a 2-core machine: the ranks share the cores, the verdicts do not change."""
+    before = set(_children())
     results = check.partitioned(load("torch"), VS, 4, 1, uids={BALANCED}, dtypes=["float64"])
     assert results and {r.status for r in results} == {"pass"}
+    assert set(_children()) <= before
