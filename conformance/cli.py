@@ -23,9 +23,9 @@ from conformance import (
 )
 from conformance._io import write_atomically
 from conformance.bench import methods as bench_methods
+from conformance.bench import run as bench
 from conformance.distributed import check as distributed
 from conformance.distributed import partitions
-from conformance.bench import run as bench
 from conformance.docs import build as docs_build
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
@@ -228,8 +228,9 @@ def cmd_check(args):
         target.known = {**target.known, **known}
         if args.as_paper:
             _print_deviations(target)
-        common = dict(objective=objectives, dtypes=dtypes or None, uids=set(args.uid or []), tolerances=tolerances,
-                      time_limit=args.time_limit, as_paper=args.as_paper, options=options)
+        common = {"objective": objectives, "dtypes": dtypes or None, "uids": set(args.uid or []),
+                  "tolerances": tolerances, "time_limit": args.time_limit, "as_paper": args.as_paper,
+                  "options": options}
         if split and target.framework != "torch":
             raise UsageError(f"{split[0]}: target {target.name} is a {target.framework} target; distributed checks "
                              f"run torch steps and sharded functions")
