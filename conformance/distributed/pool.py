@@ -100,7 +100,7 @@ class RankPool:
         bad = {r: why for r, why in got.items() if why}
         if bad or len(got) < self.world:
             missing = {r: "did not join the process group" for r in range(self.world) if r not in got}
-            self.close()
+            self.close(keep_dir=True)   # the next task tries a fresh pool
             raise RankFailure({**missing, **bad})
 
     def _collect(self, task_id, limit: float) -> dict:
