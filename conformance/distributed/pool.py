@@ -120,7 +120,7 @@ class RankPool:
                 continue
             if tid == task_id:
                 got[rank] = out
-            if isinstance(out, dict) and out.get("status") != "ok":
+            if (out.get("status") != "ok") if isinstance(out, dict) else bool(out):
                 # one rank failed: the others may be blocked in a collective; wait briefly
                 deadline = min(deadline, time.monotonic() + 2.0)
         return got
