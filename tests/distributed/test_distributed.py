@@ -84,6 +84,32 @@ def test_vocab_parallel_builtin_passes_and_local_softmax_fails():
     assert bad["vocab2:neg-inf"].status == "error" and "rank 0: raised InputError" in bad["vocab2:neg-inf"].message
 
 
+def _kl_through_autograd_all_reduce(student_logits, teacher_logits, direction="reverse", temperature=1.0, *, ctx):
+    """Reverse KL over shards with torch.distributed.nn's differentiable all-reduce: the values are
+    right, but its backward sums the replicated cotangent over the ranks (gradient × K)."""
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_reduce
+
+    def log_softmax(x):
+        top = x.detach().amax(dim=-1, keepdim=True)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=ctx.group)
+        return x - top - torch.log(all_reduce(torch.exp(x - top).sum(dim=-1, keepdim=True), group=ctx.group))
+    log_q = log_softmax(student_logits / temperature)
+    log_p = log_softmax(teacher_logits.detach() / temperature)
+    return all_reduce((torch.exp(log_q) * (log_q - log_p)).sum(dim=-1), group=ctx.group)
+
+
+def test_a_differentiable_all_reduce_multiplies_the_gradient_by_the_ranks():
+    uid = next(c.uid for c in VS.cases("distill.token_kl") if c.result == "valid"
+               and c.conventions.get("direction") == "reverse" and "-Infinity" not in str(c.test["inputs"])
+               and "Infinity" not in str(c.test["inputs"]) and len(c.test["inputs"]["student_logits"][0]) >= 8)
+    target = _target(sharded={"distill.token_kl": _kl_through_autograd_all_reduce})
+    results = check.sharded(target, VS, 2, "even", uids={uid}, dtypes=["float64"])
+    assert [r.status for r in results] == ["fail"]
+    assert results[0].outputs["kl"]["err_over_tol"] <= 1          # the values are the global ones
+    assert results[0].outputs["grad:student_logits"]["max_rel"] == pytest.approx(1.0, rel=1e-6)   # twice
+
+
 def _raises_on_rank_1(micro_batches, ctx):
     if ctx.rank == 1:
         raise RuntimeError("boom")
