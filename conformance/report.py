@@ -67,7 +67,8 @@ def junit(results: list[CaseResult], strict: bool = False) -> bytes:
                               skipped=str(sum(r.status in ("skip", "unsupported", "xfail") for r in rs)))
         for r in rs:
             case = ET.SubElement(suite, "testcase", classname=f"{target}.{r.objective}",
-                                 name=f"{r.uid}[{r.dtype}-{r.device}]", time=f"{r.seconds:.4f}")
+                                 name=f"{r.uid}[{r.dtype}-{r.device}{'-' + r.partition if r.partition else ''}]",
+                                 time=f"{r.seconds:.4f}")
             if id(r) in bad:
                 tag = "error" if r.status == "error" else "failure"
                 ET.SubElement(case, tag, message=f"{r.status}: {r.message}"[:500]).text = r.repro

@@ -22,3 +22,19 @@ def test_usage_errors(argv, words, capsys):
                     else ["check", "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err and "Traceback" not in err
+
+
+def test_the_reports_carry_the_partition(tmp_path, capsys):
+    import json
+    from pathlib import Path
+
+    import jsonschema
+    report, junit = tmp_path / "r.json", tmp_path / "j.xml"
+    assert cli.main(["check", "--backend", "torch", "--partition", "2x2", "--uid", "grpo.loss:a8892cbb841111e8",
+                     "--dtype", "float64", "--report-json", str(report), "--junit", str(junit)]) == 0
+    doc = json.loads(report.read_text())
+    jsonschema.validate(doc, json.loads((Path(cli.__file__).parent / "schema" / "report-2.json").read_text()))
+    assert [c["partition"] for c in doc["cases"]] == ["2x2:even", "2x2:uneven", "2x2:short-rank"]
+    assert all(c["repro"].endswith(f"--partition {c['partition']}") for c in doc["cases"])
+    assert "float64-cpu-2x2:uneven" in junit.read_text()
+    assert "3 passed" in capsys.readouterr().out
