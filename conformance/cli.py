@@ -24,6 +24,8 @@ from conformance import (
 from conformance._io import write_atomically
 from conformance.bench import methods as bench_methods
 from conformance.bench import run as bench
+from conformance.distributed import check as distributed
+from conformance.distributed import partitions
 from conformance.docs import build as docs_build
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
@@ -203,6 +205,7 @@ def cmd_check(args):
     if bad:
         raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
     objectives = args.objective or ["*"]
+    split = _split(args)
     tolerances = _tolerances(args)
     known = known_file(args.known) if args.known else {}
     vs = _vector_set(args)
@@ -225,10 +228,25 @@ def cmd_check(args):
         target.known = {**target.known, **known}
         if args.as_paper:
             _print_deviations(target)
-        with bar(f"checking {target.name}", args.quiet) as progress:
-            ran = harness.run(target, vs, objective=objectives, dtypes=dtypes or None, device=args.device,
-                              uids=set(args.uid or []), tolerances=tolerances, time_limit=args.time_limit,
-                              as_paper=args.as_paper, progress=progress, options=options)
+        common = {"objective": objectives, "dtypes": dtypes or None, "uids": set(args.uid or []),
+                  "tolerances": tolerances, "time_limit": args.time_limit, "as_paper": args.as_paper,
+                  "options": options}
+        if split and target.framework != "torch":
+            raise UsageError(f"{split[0]}: target {target.name} is a {target.framework} target; distributed checks "
+                             f"run torch steps and sharded functions")
+        with bar(f"checking {target.name}" + (f" ({split[0]} {split[1]})" if split else ""), args.quiet) as progress:
+            if split and split[0] == "--partition":
+                ran = distributed.partitioned(target, vs, *split[2], progress=progress, device=device, **common)
+            elif split:
+                ran = distributed.sharded(target, vs, *split[2], progress=progress, device=device, **common)
+            else:
+                ran = harness.run(target, vs, device=args.device, progress=progress, **common)
+        if split and not ran:
+            declared = target.steps if split[0] == "--partition" else target.sharded
+            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
+                "the selection holds none of them" if declared else
+                f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "
+                f"functions (docs/distributed.md)"))
         for line in harness.uncovered(target, vs, objectives, as_paper=args.as_paper):
             print(f"note: {line}", file=sys.stderr)
         if not any(r.status in CHECKED for r in ran):
@@ -246,6 +264,20 @@ def cmd_check(args):
     if args.junit:
         write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
     return 1 if failed(results, strict=args.strict) else 0
+
+
+def _split(args):
+    """(option, text, parsed) of --partition or --shard-vocab, or None."""
+    if args.partition and args.shard_vocab:
+        raise UsageError("--partition and --shard-vocab check different objectives: give one of them")
+    try:
+        if args.partition:
+            return "--partition", args.partition, partitions.parse_partition(args.partition)
+        if args.shard_vocab:
+            return "--shard-vocab", args.shard_vocab, partitions.parse_shards(args.shard_vocab)
+    except ValueError as err:
+        raise UsageError(f"--{'partition' if args.partition else 'shard-vocab'}: {err}") from None
+    return None
 
 
 def _print_deviations(target) -> None:
@@ -459,6 +491,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "known failure that now passes")
     chk.add_argument("--as-paper", action="store_true", help="judge against the paper defaults, not the "
                      "target's declared conventions")
+    chk.add_argument("--partition", metavar="RxM[:KIND]", help="distributed: run the target's training step on R "
+                     "processes × M micro-batches per rank (torch.distributed) for the batch losses; KIND: "
+                     f"{', '.join(partitions.ROW_KINDS)} (default: all)")
+    chk.add_argument("--shard-vocab", metavar="K[:KIND]", help="distributed: split the vocabulary of the "
+                     "distillation divergences over K processes; KIND: "
+                     f"{', '.join(partitions.VOCAB_KINDS)} (default: all)")
     chk.add_argument("--report-json", metavar="PATH")
     chk.add_argument("--junit", metavar="PATH")
     chk.add_argument("--quiet", action="store_true")

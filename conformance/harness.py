@@ -127,7 +127,7 @@ def decode_input_strings(x):
     return float(x)
 
 
-def _outputs(spec: catalog.Objective, returned) -> dict:
+def outputs_by_name(spec: catalog.Objective, returned) -> dict:
     """The returned outputs by name: a dict by output name, a tuple in catalog order (a prefix
     of the outputs), or a single array, which is the primary output (the others are then not
     checked)."""
@@ -207,7 +207,7 @@ def _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
     target does not take these arguments at all (unsupported), not that it checked them."""
     try:
         with _time_limit(time_limit):
-            returned = _outputs(spec, fn(**kwargs))
+            returned = outputs_by_name(spec, fn(**kwargs))
     except _Timeout:
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
         return res
@@ -242,8 +242,8 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
     before = fw.snapshot(inputs)
     try:
         with _time_limit(time_limit):
-            returned = _outputs(spec, fn(**kwargs))
-            again = _outputs(spec, fn(**kwargs))
+            returned = outputs_by_name(spec, fn(**kwargs))
+            again = outputs_by_name(spec, fn(**kwargs))
     except _Timeout:
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
         return res
@@ -341,7 +341,7 @@ def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
     generator = torch.Generator().manual_seed(LEAK_PROBE_SEED)
     try:
         with _time_limit(time_limit):
-            returned = _outputs(spec, fn(**{**kwargs, **probe}))
+            returned = outputs_by_name(spec, fn(**{**kwargs, **probe}))
             out = []
             for oname, o in returned.items():
                 if not (isinstance(o, torch.Tensor) and o.requires_grad):
@@ -384,7 +384,7 @@ def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):
 
 # --- the run ----------------------------------------------------------------------------
 
-def _conventions(target: Target, case: VectorCase, as_paper: bool) -> tuple[dict | None, str]:
+def conventions_for(target: Target, case: VectorCase, as_paper: bool) -> tuple[dict | None, str]:
     """The conventions to call the target with, or (None, why the case does not run).
 
     Valid vectors run when their group's conventions are ones the target declares. An input
@@ -419,7 +419,7 @@ def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | Non
     if case.objective not in target.objectives:
         return [CaseResult(dtype="-", device="-", status="unsupported",
                            message="the target does not implement this objective", **base)]
-    conventions, why = _conventions(target, case, as_paper)
+    conventions, why = conventions_for(target, case, as_paper)
     if conventions is None:
         return [CaseResult(dtype="-", device="-", status="skip", message=why, conventions=case.conventions, **base)]
     refused = target.refused_params(case.objective, {**conventions, **case.test["params"]})
@@ -439,12 +439,12 @@ def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | Non
             r.seconds = time.perf_counter() - started
             bound = (None if case.result == "invalid" else tolerances.for_case(
                 catalog.get(case.objective), case.test, dt, target.tolerance_model_for(case.objective)))
-            _apply_known(r, target.known_failure(case, dt, bound))
+            apply_known(r, target.known_failure(case, dt, bound))
             results.append(r)
     return results
 
 
-def _apply_known(r: CaseResult, reason: str | None) -> None:
+def apply_known(r: CaseResult, reason: str | None) -> None:
     """A declared known failure turns fail/error into xfail, and a pass into xpass (the
     declaration is stale). Validation results keep their status and carry the reason."""
     if not reason:

@@ -36,7 +36,7 @@ def to_json(results: list[CaseResult], suite: dict, environment: dict) -> dict:
             "uid": r.uid, "objective": r.objective, "group": r.group, "conventions": r.conventions,
             "target": r.target, "dtype": r.dtype, "device": r.device, "axis": r.axis, "status": r.status,
             "outputs": r.outputs, "flags": r.flags, "message": r.message, "known": r.known, "raised": r.raised,
-            "repro": r.repro,
+            "repro": r.repro, **({"partition": r.partition} if r.partition else {}),
         } for r in results],
     }
 
@@ -67,7 +67,8 @@ def junit(results: list[CaseResult], strict: bool = False) -> bytes:
                               skipped=str(sum(r.status in ("skip", "unsupported", "xfail") for r in rs)))
         for r in rs:
             case = ET.SubElement(suite, "testcase", classname=f"{target}.{r.objective}",
-                                 name=f"{r.uid}[{r.dtype}-{r.device}]", time=f"{r.seconds:.4f}")
+                                 name=f"{r.uid}[{r.dtype}-{r.device}{'-' + r.partition if r.partition else ''}]",
+                                 time=f"{r.seconds:.4f}")
             if id(r) in bad:
                 tag = "error" if r.status == "error" else "failure"
                 ET.SubElement(case, tag, message=f"{r.status}: {r.message}"[:500]).text = r.repro
@@ -133,7 +134,8 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
 
 
 def _print_case(r: CaseResult, out) -> None:
-    print(f"    {r.status.upper():5} {r.target}/{r.dtype}/{r.device} {r.uid} [{r.group}]: {r.message}", file=out)
+    where = f"{r.target}/{r.dtype}/{r.device}" + (f"/{r.partition}" if r.partition else "")
+    print(f"    {r.status.upper():5} {where} {r.uid} [{r.group}]: {r.message}", file=out)
     if r.worst:
         w = r.worst
         print(f"          {w['output']}[{','.join(map(str, w['index']))}]: got {w['got']!r} want "

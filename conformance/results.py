@@ -34,6 +34,7 @@ class CaseResult:
     conventions: dict = field(default_factory=dict)  # the conventions the target was called with
     known: str = ""                              # the declared reason of an expected failure
     raised: dict | None = None                   # validation: {"type", "message"} of the rejection
+    partition: str = ""                          # distributed checks: "2x2:uneven", "vocab2:neg-inf"
 
     @property
     def axis(self) -> str:

@@ -318,6 +318,6 @@ def _text_keys(data: bytes) -> list[str]:
 def test_docs_pages_exist():
     for name in ("index.md", "distill.md", "kl.md", "dpo.md", "grpo.md", "proximal_kl.md", "vectors.md",
                  "validate-your-implementation.md", "references.md", "performance.md", "conventions.md",
-                 "mutation.md"):
+                 "mutation.md", "distributed.md"):
         assert (ROOT / "docs" / name).is_file(), name
     assert Path(ROOT / "CITATION.cff").read_text().startswith("cff-version: 1.2.0")

@@ -9,6 +9,7 @@ registry of what is generated, from which inputs, is ``conformance.docs.build.AR
 - ``families``: the tables and figures of the family pages and of docs/vectors.md.
 - ``theorem_page``: the stationary-policy part of docs/proximal_kl.md and its figure.
 - ``conventions``: docs/conventions.md, from real runs of the four third-party adapters.
+- ``distributed``: the figure and the results of docs/distributed.md (real rank processes).
 - ``performance``: the tables and figures of docs/performance.md, from benchmarks/results/*.json.
 - ``mutation``: docs/mutation.md, from the mutants of the source checkout (tests/mutants).
 - ``sessions``: the console sessions shown in README.md and docs/, run and captured.

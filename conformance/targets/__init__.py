@@ -24,7 +24,13 @@ import sys
 from pathlib import Path
 
 from conformance.targets import builtin
-from conformance.targets.target import ANY, Target, TargetError, from_mapping, known_file
+from conformance.targets.target import (
+    ANY,
+    Target,
+    TargetError,
+    from_mapping,
+    known_file,
+)
 
 __all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load"]
 

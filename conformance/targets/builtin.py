@@ -7,6 +7,7 @@ import importlib.util
 import os
 
 from conformance import catalog
+from conformance.targets.steps import builtin_torch
 from conformance.targets.target import ANY, Target, TargetError
 
 BUILTINS = ("numpy", "torch", "cupy", "triton")
@@ -95,8 +96,9 @@ def load(name: str) -> Target:
     from refimpl import torch as rtorch
     objectives, _ = _functions("refimpl.torch")
     devices = ("cpu", "cuda") if cuda_available() else ("cpu",)
+    steps, sharded = builtin_torch()
     return Target("torch", "torch", objectives, ANY, {}, tuple(rtorch.SUPPORTED_DTYPES), devices,
-                  _version("torch"), "torch")
+                  _version("torch"), "torch", steps=steps, sharded=sharded)
 
 
 def _version(module: str) -> str:

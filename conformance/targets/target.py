@@ -13,6 +13,14 @@ from conformance.errors import LossproofError
 
 FRAMEWORKS = ("torch", "numpy", "cupy")
 ANY = "*"
+# How the data-parallel wrapper reduces gradients over ranks (DESIGN §11): DDP averages them,
+# a trainer that all-reduces with SUM (or scales by the world size itself) declares "sum".
+GRAD_REDUCTIONS = ("mean", "sum")
+# The objectives a step (``--partition``) and a vocabulary-parallel function (``--shard-vocab``)
+# may be declared for: the batch losses whose rows trainers split, and the full-vocabulary
+# divergences.
+STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss")
+SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton")
 
 
 class TargetError(LossproofError):
@@ -34,6 +42,10 @@ class Target:
     known: dict = field(default_factory=dict)     # {uid glob, optionally "@dtype": reason and link}
     known_rules: tuple = ()                       # ((reason, predicate(case, dtype[, tolerance]) -> bool), ...)
     tolerance_model: dict = field(default_factory=dict)   # {objective glob: "careful" | "native"}
+    steps: dict = field(default_factory=dict)     # {objective: step(micro_batches, ctx)} (§11)
+    sharded: dict = field(default_factory=dict)   # {objective: vocabulary-parallel fn(**shard, ctx=ctx)}
+    grad_reduction: str = "mean"                  # how gradients are reduced over ranks: "mean" | "sum"
+    known_splits: tuple = ()                      # ((reason, predicate(case, dtype, split[, tolerance]) -> bool), ...)
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -112,6 +124,19 @@ class Target:
                 return reason
         return None
 
+    def known_split_failure(self, case, dtype: str, partition: str, split, tolerance) -> str | None:
+        """The declared reason why a distributed case is expected to fail: a ``known`` pattern
+        ``uid@dtype@partition`` (e.g. ``"*@*@2x2:uneven"``) or a ``known_splits`` rule, which sees
+        the split itself (rows per rank and micro-batch, or vocabulary ranges) and ``tolerance``,
+        the bound of the global objective the case is judged by."""
+        for pattern, reason in self.known.items():
+            if pattern.count("@") == 2 and fnmatch.fnmatchcase(f"{case.uid}@{dtype}@{partition}", pattern):
+                return reason
+        for reason, predicate in self.known_splits:
+            if predicate(case, dtype, split, tolerance):
+                return reason
+        return None
+
     def deviations(self) -> list[tuple[str, str, object, object]]:
         """(objective, convention, declared, paper default) for every declared convention whose
         value — the first one of a list, the target's default — differs from the paper default."""
@@ -135,7 +160,9 @@ def from_mapping(obj, spec: str) -> Target:
         raise TargetError(f"{spec}: target needs a non-empty 'name'")
     if framework not in FRAMEWORKS:
         raise TargetError(f"{spec}: 'framework' must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
-    if not isinstance(objectives, dict) or not objectives:
+    if objectives is None and (get("steps", None) or get("sharded", None)):
+        objectives = {}   # a target of distributed functions only
+    elif not isinstance(objectives, dict) or not objectives:
         raise TargetError(f"{spec}: 'objectives' must be a non-empty dict of objective id -> callable")
     for oid, fn in objectives.items():
         if oid not in catalog.BY_ID:
@@ -153,32 +180,52 @@ def from_mapping(obj, spec: str) -> Target:
             for key in (k for c in (conv if isinstance(conv, list) else [conv]) for k in c):
                 if key not in known:
                     raise TargetError(f"{spec}: {oid} has no convention {key!r} (known: {', '.join(sorted(known))})")
+    steps = _callables(get("steps", {}) or {}, "steps", STEP_OBJECTIVES, spec)
+    sharded = _callables(get("sharded", {}) or {}, "sharded", SHARDED_OBJECTIVES, spec)
+    grad_reduction = get("grad_reduction", None) or "mean"
+    if grad_reduction not in GRAD_REDUCTIONS:
+        raise TargetError(f"{spec}: 'grad_reduction' must be one of {', '.join(GRAD_REDUCTIONS)}, "
+                          f"got {grad_reduction!r}")
     dtypes = tuple(get("dtypes", None) or (("float64", "float32") if framework != "torch"
                                             else ("float64", "float32", "bfloat16", "float16")))
     return Target(name, framework, dict(objectives), conventions, dict(get("vjps", {}) or {}), dtypes,
                   tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
-                  _known_rules(get("known_rules", ()) or (), spec),
-                  _tolerance_model(get("tolerance_model", {}) or {}, spec))
+                  _known_rules(get("known_rules", ()) or (), spec, 2),
+                  _tolerance_model(get("tolerance_model", {}) or {}, spec),
+                  steps, sharded, grad_reduction, _known_rules(get("known_splits", ()) or (), spec, 3))
 
 
-def rule_predicate(predicate):
-    """A known-failure predicate as ``(case, dtype, tolerance) -> bool``: one written as
-    ``predicate(case, dtype)`` is wrapped to ignore the tolerance."""
+def rule_predicate(predicate, leading: int = 2):
+    """A known-failure predicate as ``(*leading arguments, tolerance) -> bool``: one written
+    without the trailing ``tolerance`` parameter (``predicate(case, dtype)``, or
+    ``predicate(case, dtype, split)`` for a split rule) is wrapped to ignore it."""
     try:
-        inspect.signature(predicate).bind(None, None, None)
+        inspect.signature(predicate).bind(*[None] * (leading + 1))
     except (TypeError, ValueError):   # ValueError: a builtin without an introspectable signature
-        return lambda case, dtype, tolerance: predicate(case, dtype)
+        return lambda *args: predicate(*args[:leading])
     return predicate
 
 
-def _known_rules(rules, spec: str) -> tuple:
+def _known_rules(rules, spec: str, leading: int) -> tuple:
     out = []
     for rule in rules:
         if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str) and callable(rule[1])):
-            raise TargetError(f"{spec}: each 'known_rules' entry must be (reason, predicate), got {rule!r}")
-        out.append((rule[0], rule_predicate(rule[1])))
+            raise TargetError(f"{spec}: each known rule must be (reason, predicate), got {rule!r}")
+        out.append((rule[0], rule_predicate(rule[1], leading)))
     return tuple(out)
+
+
+def _callables(declared, key: str, allowed: tuple, spec: str) -> dict:
+    """``steps`` / ``sharded``: {objective id: callable} for the objectives that take one."""
+    if not isinstance(declared, dict):
+        raise TargetError(f"{spec}: '{key}' must be a dict {{objective: callable}}")
+    for oid, fn in declared.items():
+        if oid not in allowed:
+            raise TargetError(f"{spec}: '{key}' is for {', '.join(allowed)}, got {oid!r}")
+        if not callable(fn):
+            raise TargetError(f"{spec}: {key}[{oid!r}] is not callable")
+    return dict(declared)
 
 
 def _tolerance_model(declared, spec: str) -> dict:

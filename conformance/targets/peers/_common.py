@@ -19,6 +19,7 @@ import numpy as np
 
 from conformance import catalog
 from conformance.numbers import decode_input
+from conformance.targets.steps import global_test
 from conformance.targets.target import Target, TargetError, from_mapping, rule_predicate
 from refimpl.arrays import dpo
 
@@ -90,17 +91,24 @@ class Finding:
         """The known-failure reason: the finding's id, what it is and where in the library."""
         return f"{self.id} ({self.kind}): {self.summary} [{self.source}]"
 
-    def __post_init__(self):
-        object.__setattr__(self, "applies", rule_predicate(self.applies))
-
     def covers(self, case, dtype: str, tolerance) -> bool:
         """Whether the finding explains a failure of ``case`` in ``dtype`` judged by ``tolerance``."""
-        return case.result in self.results and bool(self.applies(case, dtype, tolerance))
+        return case.result in self.results and bool(rule_predicate(self.applies)(case, dtype, tolerance))
 
 
 def known_rules(findings: list[Finding]) -> tuple:
     """A target's ``known_rules``: each finding's reason and predicate."""
     return tuple((f.reason, f.covers) for f in findings)
+
+
+def split_rules(findings) -> tuple:
+    """A target's ``known_splits``: findings whose ``applies(case, dtype, split, tolerance)`` also
+    reads the partition of a distributed case (rows per rank and micro-batch)."""
+    def rule(f):
+        applies = rule_predicate(f.applies, 3)
+        return lambda case, dtype, split, tolerance: (case.result in f.results
+                                                      and bool(applies(case, dtype, split, tolerance)))
+    return tuple((f.reason, rule(f)) for f in findings)
 
 
 def declaration(conventions: list[Convention], alternatives: dict | None = None) -> dict:
@@ -141,10 +149,14 @@ def load_or_explain(loader, distribution: str, install: str):
 
 def build(name: str, version: str, objectives: dict, conventions: list[Convention], findings: list[Finding],
           arithmetic: list[Arithmetic], *, alternatives: dict | None = None,
-          dtypes=("float64", "float32", "bfloat16", "float16")) -> Target:
+          dtypes=("float64", "float32", "bfloat16", "float16"), steps: dict | None = None,
+          split_findings: list[Finding] = ()) -> Target:
+    """``steps``: the library's trainer step per batch objective (``--partition``);
+    ``split_findings``: findings whose ``covers(case, dtype, split)`` reads the partition."""
     spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "known_rules": known_rules(findings),
-            "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"]}
+            "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"],
+            "steps": steps or {}, "known_splits": split_rules(split_findings)}
     return from_mapping(spec, name)
 
 
@@ -233,6 +245,43 @@ def label_smoothing_ignored_shows(case, dtype: str, tolerance) -> bool:
                          **{f"grad:{n}": g for n, g in dpo.loss_vjp(cotangents, **inputs, **kw).items()}}
                         for kw in (declared, {**declared, "label_smoothing": 0.0}))
     return deviation_shows(tolerance, exact, deviating)
+
+
+def micro_batch_mean_shows(case, split, tolerance) -> bool:
+    """Whether averaging each micro-batch over its own rows (and dividing by the accumulation
+    steps, DDP averaging the ranks) moves a row gradient of ``case`` beyond ``tolerance``, the bound
+    of the global objective:
+    row i's gradient is then the global one times B/(S·B_mb(i)), with B the rows the global mean
+    counts (non-empty rows where there is a mask), S the micro-batches of all ranks and B_mb(i)
+    the rows of i's micro-batch."""
+    test = global_test(case, arguments(case))
+    counts = (as_array(test["inputs"]["mask"]) != 0).sum(axis=1) if "mask" in test["inputs"] else None
+    rows = len(next(iter(test["inputs"].values())))
+    counted = rows if counts is None else int((counts > 0).sum())
+    slots = [mb for rank in split for mb in rank]
+    weight = np.ones(rows)
+    for mb in slots:
+        weight[list(mb)] = counted / (len(slots) * len(mb))
+    exact = {f"grad:{n}": np.asarray(g, dtype=np.float64) for n, g in test["grads"].items()}
+    deviating = {label: g * weight.reshape((-1,) + (1,) * (g.ndim - 1)) for label, g in exact.items()}
+    # the logged loss: each row's own objective (refimpl/arrays, float64), re-weighted the same way
+    terms = _row_terms(case, counts)
+    exact["loss"] = np.asarray(float(test["expected"]["loss"]))
+    deviating["loss"] = np.asarray(float(np.sum(weight * terms)) / counted)
+    return deviation_shows(tolerance, exact, deviating)
+
+
+def _row_terms(case, counts) -> np.ndarray:
+    """Each row's term of a row-mean objective: the per-pair losses of dpo.loss, the objective of
+    the row alone for the sequence-mean modes of grpo.loss and proximal_kl.loss (0 for a row
+    without tokens, which the mean leaves out)."""
+    inputs, args = decoded(case.test["inputs"]), arguments(case)
+    if case.objective == "dpo.loss":
+        return np.asarray(dpo.loss(**inputs, **args)["losses"], dtype=np.float64)
+    family, name = case.objective.split(".")
+    fn = getattr(importlib.import_module(f"refimpl.arrays.{family}"), name)
+    return np.array([float(fn(**{k: v[i:i + 1] for k, v in inputs.items()}, **args)) if counts[i] else 0.0
+                     for i in range(len(counts))])
 
 
 def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None, shows=None):

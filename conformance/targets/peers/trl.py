@@ -40,10 +40,12 @@ from conformance.targets.peers._common import (
     equal_group_mean_inexact,
     label_smoothing_ignored_shows,
     load_or_explain,
+    micro_batch_mean_shows,
     per_element,
     require,
     where,
 )
+from conformance.targets.steps import micro_batch_mean
 
 VERSION = "1.16.0"
 INSTALL = "pip install trl==1.16.0"
@@ -175,6 +177,31 @@ _SELECTIVE_1D = Finding(
 FINDINGS = [_CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D]
 
 
+def rows_differ(split) -> bool:
+    """Whether the micro-batches of a row partition hold different numbers of rows."""
+    return len({len(mb) for rank in split for mb in rank}) > 1
+
+
+# Found by `lossproof check --target trl --partition 2x2` (docs/distributed.md).
+SPLIT_FINDINGS = [
+    Finding("trl-grpo-micro-batch-rows", "bug",
+            "loss_type 'grpo' and 'dr_grpo' average each micro-batch over its own rows and divide by the "
+            "accumulation steps: when micro-batches hold different numbers of rows, the rows of the smaller ones "
+            "weigh more than 1/B (the global mean of 'dapo' is exact)",
+            f"{GRPO}:3153-3157, 3163-3167 (loss.mean() / current_gradient_accumulation_steps; ÷ per_token_loss.size(0))",
+            lambda c, dtype, split, tolerance: c.objective == "grpo.loss" and rows_differ(split)
+            and c.conventions.get("aggregation") in ("seq-mean-token-mean", "seq-mean-token-sum-norm")
+            and micro_batch_mean_shows(c, split, tolerance)),
+    Finding("trl-dpo-micro-batch-pairs", "bug",
+            "DPO averages the pairs of each micro-batch and the Trainer divides by the accumulation steps: when "
+            "micro-batches hold different numbers of pairs, the pairs of the smaller ones weigh more than 1/B",
+            f"{DPO}:1528 (per_sequence_loss.mean()) and :494 (loss_is_scaled_for_ga = False → "
+            "transformers/trainer.py:2118-2119 divides by the accumulation steps)",
+            lambda c, dtype, split, tolerance: c.objective == "dpo.loss" and rows_differ(split)
+            and micro_batch_mean_shows(c, split, tolerance)),
+]
+
+
 def _mods():
     import os
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # GKDTrainer lives in trl.experimental
@@ -252,13 +279,46 @@ def _grpo_inputs(logp, old_logp, ref_logp, advantages, mask):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None):
+              norm_length=None, *, trainer_state=None):
+    """``trainer_state`` (the distributed step): {"accumulation_steps", "world_size", "num_items_in_batch"}."""
     trainer = _mods().GRPOTrainer
     # TRL has no dual clip, KL clamp or other estimator: those conventions keep TRL's fixed behaviour.
     loss_type = _AGG.get(aggregation, "dapo")
     fake = _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight,
                       logp.shape[1] if norm_length is None else norm_length)
-    return trainer._compute_loss(fake, None, _grpo_inputs(logp, old_logp, ref_logp, advantages, mask))
+    inputs = _grpo_inputs(logp, old_logp, ref_logp, advantages, mask)
+    if trainer_state:
+        fake.current_gradient_accumulation_steps = trainer_state["accumulation_steps"]
+        fake.accelerator.num_processes = trainer_state["world_size"]
+        # steps_per_generation defaults to gradient_accumulation_steps (grpo_config.py:1098-1099)
+        fake.args.steps_per_generation = trainer_state["accumulation_steps"]
+        inputs["num_items_in_batch"] = trainer_state["num_items_in_batch"]
+    return trainer._compute_loss(fake, None, inputs)
+
+
+_GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length")
+
+
+def grpo_step(micro_batches, ctx):
+    """One rank's share of GRPOTrainer's optimizer step (``--partition``). The generation batch is
+    the M micro-batches of every rank, and ``num_items_in_batch`` its unmasked tokens gathered over
+    the processes (grpo_trainer.py:2498); each micro-batch's loss is ``_compute_loss`` as it stands,
+    because ``loss_is_scaled_for_ga = True`` (grpo_trainer.py:285) stops the Trainer from dividing it
+    again (transformers/trainer.py:2111-2119); DDP averages the gradients over the ranks. So 'dapo'
+    divides by num_items_in_batch/num_processes (exact); 'grpo' and 'dr_grpo' divide each
+    micro-batch's mean over its own rows by the accumulation steps (grpo_trainer.py:3153-3157, 3163-3167)."""
+    import torch
+    import torch.distributed as dist
+    items = torch.tensor(sum(int(mb["mask"].ne(0).sum()) for mb in micro_batches))
+    dist.all_reduce(items, group=ctx.group)
+    state = {"accumulation_steps": ctx.accumulation_steps, "world_size": ctx.world_size, "num_items_in_batch": items}
+    logged = 0.0
+    for mb in micro_batches:
+        loss = grpo_loss(**{k: mb[k] for k in _GRPO_ARGS if k in mb}, trainer_state=state)
+        loss.backward()
+        logged += float(loss.detach())
+    return logged
 
 
 def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
@@ -347,4 +407,6 @@ def target():
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
                   "distill.softmax": softmax}
-    return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)
+    steps = {"grpo.loss": grpo_step, "dpo.loss": micro_batch_mean(dpo_loss)}
+    return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
+                 steps=steps, split_findings=SPLIT_FINDINGS)

@@ -124,6 +124,10 @@ _EMPTY_ROW_FLOAT16 = Finding(
           test=has_empty_row), results=("valid", "acceptable"))
 FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16]
 
+_GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length")
+_AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length")
+
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
 
 
@@ -170,19 +174,23 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
     return per_element(one, logp, old_logp, advantages)
 
 
-def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None):
-    return _core().agg_loss(loss_mat=values, loss_mask=mask, loss_agg_mode=mode, loss_scale_factor=norm_length)
+def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, *, batch_info=None):
+    """``batch_info`` (the distributed step): agg_loss's dp_size, batch_num_tokens, global_batch_size."""
+    return _core().agg_loss(loss_mat=values, loss_mask=mask, loss_agg_mode=mode, loss_scale_factor=norm_length,
+                            **(batch_info or {}))
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None):
+              norm_length=None, *, batch_info=None):
+    """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
+    (verl/workers/utils/losses.py:64-67)."""
     core = _core()
     config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length)
     response_mask = mask.to(bool)
     # compute_grpo_outcome_advantage broadcasts the outcome advantage over the response tokens.
     token_adv = advantages.unsqueeze(-1) * mask
-    batch_info = {"loss_scale_factor": config.loss_scale_factor}
+    batch_info = {"loss_scale_factor": config.loss_scale_factor, **(batch_info or {})}
     config.global_batch_info.update(batch_info)
     pg_loss, _ = core.compute_policy_loss_vanilla(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
                                                   response_mask=response_mask, loss_agg_mode=config.loss_agg_mode,
@@ -196,6 +204,29 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     return policy_loss
 
 
+def _step(loss_fn, names):
+    """One rank's share of the actor update (``--partition``), as the FSDP engine runs it
+    (verl/workers/engine/fsdp/transformer_impl.py:724-733 forward_backward_batch): the mini-batch's
+    loss-mask tokens all-reduced over the data-parallel group (batch_num_tokens), dp_size, and
+    global_batch_size = the mini-batch's sequences on all ranks (ppo_mini_batch_size,
+    verl/trainer/ppo/v1/trainer_base.py:1851); each micro-batch's agg_loss is backpropagated as it
+    is (gradients accumulate), and agg_loss's ×dp_size cancels DDP's averaging."""
+    def step(micro_batches, ctx):
+        import torch
+        import torch.distributed as dist
+        counts = torch.tensor([float(sum(int(mb["mask"].ne(0).sum()) for mb in micro_batches)),
+                               float(sum(mb["mask"].shape[0] for mb in micro_batches))], dtype=torch.float64)
+        dist.all_reduce(counts, group=ctx.group)
+        info = {"dp_size": ctx.world_size, "batch_num_tokens": int(counts[0]), "global_batch_size": int(counts[1])}
+        logged = 0.0
+        for mb in micro_batches:
+            loss = loss_fn(**{k: mb[k] for k in names if k in mb}, batch_info=info)
+            loss.backward()
+            logged += float(loss.detach())
+        return logged
+    return step
+
+
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _core().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=_KL_NAMES.get(kind, kind))
 
@@ -205,4 +236,6 @@ def target():
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
-    return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)
+    steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
+    return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
+                 steps=steps)

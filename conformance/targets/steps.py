@@ -1,0 +1,191 @@
+"""Trainer semantics for the distributed checks (DESIGN §11): a *step* is what one data-parallel
+rank does with its micro-batches before the optimizer step, a *sharded* function is a
+vocabulary-parallel divergence. The helpers here compose a step from a catalog objective
+function in one line::
+
+    TARGET = {..., "steps": {"grpo.loss": micro_batch_mean(my_grpo_loss)}}          # HF Trainer
+    TARGET = {..., "steps": {"grpo.loss": global_mean(my_grpo_loss, tokens)}}       # verl, OpenRLHF
+
+The protocol. ``step(micro_batches, ctx)`` runs on every rank: ``micro_batches`` is a list of
+dicts, each holding the catalog inputs of its rows as tensors (the differentiated ones are leaf
+tensors with ``requires_grad``) and the conventions and parameters of the case; ``ctx`` is a
+:class:`StepContext`. The step computes its losses, scales them as its trainer does, calls
+``backward()`` (gradients accumulate in the leaves) and may return the loss it would log. The
+harness then reduces every row's gradient across ranks as DDP reduces a parameter's: the
+gradient a row contributes to any shared parameter is its owning rank's leaf gradient times
+1/R (``grad_reduction="mean"``, DDP's average) or 1 (``"sum"``), and it must equal the gradient
+of the global objective with respect to that row. The logged losses are reduced the same way.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import mpmath
+
+from conformance import compare
+from conformance.numbers import decode_input, encode_exact
+from refimpl.exact import dpo as exact_dpo
+from refimpl.exact import mp
+
+__all__ = ["ShardContext", "StepContext", "builtin_torch", "global_mean", "global_test", "micro_batch_mean", "normaliser_of", "rows",
+           "sequences", "tokens", "vocab_parallel"]
+
+
+@dataclass(frozen=True)
+class StepContext:
+    rank: int
+    world_size: int
+    group: object                 # the torch.distributed process group of the data-parallel ranks
+    accumulation_steps: int       # micro-batches per rank (the same on every rank)
+    device: str = "cpu"
+
+
+@dataclass(frozen=True)
+class ShardContext:
+    rank: int
+    world_size: int
+    group: object
+    vocab_start: int              # global id of this rank's first token
+    vocab_end: int                # one past its last token
+    vocab_size: int               # V of the whole vocabulary
+
+
+# --- what a normaliser counts in one micro-batch ------------------------------------------
+
+def tokens(mb: dict) -> int:
+    """Unmasked tokens (the token-mean normaliser)."""
+    return int(mb["mask"].detach().ne(0).sum())
+
+
+def sequences(mb: dict) -> int:
+    """Rows with at least one unmasked token (the sequence-mean normaliser; rows without tokens
+    leave the mean, as in verl 0.9.1 agg_loss and refimpl)."""
+    return int(mb["mask"].detach().ne(0).any(dim=1).sum())
+
+
+def rows(mb: dict) -> int:
+    """Rows, masked or not (DPO's pairs)."""
+    return int(next(v for v in mb.values() if hasattr(v, "shape") and v.ndim >= 1).shape[0])
+
+
+def normaliser_of(mb: dict) -> int:
+    """The count the catalog objective of ``mb`` divides by: tokens for ``token-mean``,
+    sequences for the ``seq-mean-*`` modes (``aggregation`` of grpo.loss and proximal_kl.loss,
+    ``mode`` of grpo.aggregate), rows where there is no mask (dpo.loss)."""
+    if "mask" not in mb:
+        return rows(mb)
+    return tokens(mb) if mb.get("aggregation", mb.get("mode")) == "token-mean" else sequences(mb)
+
+
+def _mean_value(objective, mb: dict):
+    """The objective's primary output on one micro-batch, reduced by its mean where it is per
+    row (dpo.loss's losses[B]): the micro-batch's own mean."""
+    out = objective(**mb)
+    if isinstance(out, dict):
+        out = next(iter(out.values()))
+    elif isinstance(out, tuple):
+        out = out[0]
+    return out.mean() if out.ndim else out
+
+
+def _empty(mb: dict) -> bool:
+    return "mask" in mb and not bool(mb["mask"].detach().ne(0).any())
+
+
+# --- the global objective a step is judged against ----------------------------------------
+
+def global_test(case, conventions: dict) -> dict:
+    """The vector as a test of the global objective: itself for the scalar losses; for dpo.loss
+    the mean of the per-pair losses and its exact gradient (refimpl.exact, the vector's
+    precision), with the per-pair losses' scales."""
+    t = case.test
+    if case.objective != "dpo.loss":
+        return t
+    kwargs = {**{k: decode_input(v) for k, v in t["inputs"].items()}, **conventions, **t["params"]}
+    b = len(kwargs["policy_chosen_logps"])
+    with mpmath.workdps(mp.get_dps()):
+        losses = exact_dpo.loss(**kwargs)["losses"]
+        weight = [mpmath.mpf(1) / b] * b
+        grads = exact_dpo.loss_vjp({"losses": weight}, **kwargs)
+        mean = mpmath.fsum(losses) / b
+        grad_scale = {k: max(abs(v) for v in g) for k, g in grads.items()}
+    scale = {"outputs": {"loss": t["scale"]["outputs"]["losses"]},
+             "grads": {k: encode_exact(v, 6) for k, v in grad_scale.items()}}
+    if "elements" in t["scale"] or set(t["dtypes"]) & set(compare.LOW_PRECISION):
+        scale["elements"] = {"loss": t["scale"]["outputs"]["losses"]}
+    # the mean reduces B pairs: the tolerance grows with log2 B as for every reduction (compare.py)
+    k_case = t.get("tolerance", {}).get("k", compare.K_BASE[case.objective] * (1 + math.log2(b)))
+    return {**t, "expected": {"loss": encode_exact(mean)}, "tolerance": {**t.get("tolerance", {}), "k": k_case},
+            "grads": {k: encode_exact(g) for k, g in grads.items()}, "scale": scale}
+
+
+# --- steps ----------------------------------------------------------------------------------
+
+def micro_batch_mean(objective):
+    """The Hugging Face Trainer's gradient accumulation: each micro-batch's loss is the
+    objective on that micro-batch alone (a mean over its own tokens or rows), divided by the
+    accumulation steps (transformers Trainer.training_step); DDP averages over the ranks. Exact
+    only when every micro-batch holds the same count; a micro-batch without tokens adds
+    nothing (TRL clamps its normaliser to 1)."""
+    def step(micro_batches, ctx):
+        logged = 0.0
+        for mb in micro_batches:
+            if _empty(mb):
+                continue
+            loss = _mean_value(objective, mb) / ctx.accumulation_steps
+            loss.backward()
+            logged += float(loss.detach())
+        return logged
+    return step
+
+
+def global_mean(objective, count=normaliser_of, grad_reduction: str = "mean"):
+    """Sum over the rank's micro-batches divided by the *global* count: ``count`` of every
+    micro-batch of every rank, all-reduced once before the first backward (verl 0.9.1
+    batch_num_tokens, fsdp/transformer_impl.py:724; OpenRLHF 0.11.2 loss_utils.py:80). Each
+    micro-batch's sum is the objective's mean times its own count; the world size cancels
+    DDP's averaging (verl's ×dp_size), so declare ``grad_reduction="sum"`` on a target whose
+    wrapper sums. Exact for every partition."""
+    def step(micro_batches, ctx):
+        import torch
+        import torch.distributed as dist
+
+        counts = [count(mb) for mb in micro_batches]
+        total = torch.tensor(float(sum(counts)), dtype=torch.float64)
+        dist.all_reduce(total, group=ctx.group)
+        factor = (ctx.world_size if grad_reduction == "mean" else 1) / float(total)
+        logged = 0.0
+        for mb, n in zip(micro_batches, counts):
+            if n == 0:
+                continue
+            value = _mean_value(objective, mb)
+            # the weight n·R/N in the working precision (float32 for bfloat16 and float16)
+            work = torch.float64 if value.dtype == torch.float64 else torch.float32
+            loss = value.to(work) * (n * factor)
+            loss.backward()
+            logged += float(loss.detach())
+        return logged
+    return step
+
+
+def vocab_parallel(fn, needs_vocab_start: bool = False):
+    """A sharded function from a vocabulary-parallel implementation that takes ``group=`` (and
+    ``vocab_start=`` where it owns labels), as ``refimpl.torch.vocab_parallel``'s do."""
+    def sharded(ctx, **kwargs):
+        extra = {"vocab_start": ctx.vocab_start} if needs_vocab_start else {}
+        return fn(**kwargs, group=ctx.group, **extra)
+    return sharded
+
+
+def builtin_torch() -> tuple[dict, dict]:
+    """(steps, sharded) of the built-in torch backend: the global normaliser for every batch
+    objective, refimpl.torch.vocab_parallel for every full-vocabulary divergence."""
+    from refimpl.torch import dpo, grpo, proximal_kl
+    from refimpl.torch import vocab_parallel as vp
+    steps = {"grpo.loss": global_mean(grpo.loss), "grpo.aggregate": global_mean(grpo.aggregate),
+             "proximal_kl.loss": global_mean(proximal_kl.loss), "dpo.loss": global_mean(dpo.loss)}
+    sharded = {"distill.token_kl": vocab_parallel(vp.token_kl),
+               "distill.generalized_jsd": vocab_parallel(vp.generalized_jsd),
+               "distill.hinton": vocab_parallel(vp.hinton, needs_vocab_start=True)}
+    return steps, sharded

@@ -1,0 +1,150 @@
+"""The distributed checks end to end, on real rank processes (gloo on CPU): the built-in steps
+and vocabulary-parallel divergences pass, the classic normaliser bugs fail, misbehaving ranks
+are errors that name the rank, and no process outlives a run. A few vectors each (the full
+runs are `lossproof check --partition 2x2` and `--shard-vocab 2`)."""
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the distributed checks run torch.distributed")
+
+from conformance.distributed import check
+from conformance.targets import from_mapping, load
+from conformance.targets.steps import global_mean, micro_batch_mean
+from conformance.vectors.load import VectorSet
+from refimpl.torch import distill, grpo
+
+VS = VectorSet(None)
+# token-mean, row token counts [3,1,1,3,2,1,2,3]: the even 2x2 split holds 4 tokens per micro-batch
+BALANCED = "grpo.loss:a8892cbb841111e8"
+STEP_UIDS = {BALANCED, "grpo.aggregate:5dc05bb163c59d9b", "proximal_kl.loss:afa2fa638037ff78",
+             "dpo.loss:a9353e73841056c2"}
+SHARD_UIDS = {"distill.token_kl:640460de8614d309", "distill.hinton:28728e29bd349280",
+              "distill.hinton:28729e29bd349280", "distill.generalized_jsd:a2448eeca12aa229"}
+
+
+def _target(**keys):
+    return from_mapping({"name": "test-steps", "framework": "torch", "conventions": "*", **keys}, "test-steps")
+
+
+def _children() -> list[int]:
+    """Live child processes of this process (Linux /proc; elsewhere what multiprocessing knows)."""
+    listing = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+    if listing.exists():
+        return [int(p) for p in listing.read_text().split()]
+    return [p.pid for p in multiprocessing.active_children()]
+
+
+def _statuses(results):
+    return {(r.uid, r.partition, r.dtype): r.status for r in results if r.partition}
+
+
+def test_builtin_steps_pass_every_partition():
+    results = check.partitioned(load("torch"), VS, 2, 2, uids=STEP_UIDS)
+    statuses = _statuses(results)
+    kinds = {p.split(":")[1] for _, p, _ in statuses}
+    assert kinds == {"even", "uneven", "empty", "short-rank"}
+    assert {u for u, _, _ in statuses} == STEP_UIDS
+    assert set(statuses.values()) == {"pass"}, [r.message for r in results if r.status != "pass"]
+    assert all(r.repro.endswith(f"--partition {r.partition}") for r in results if r.partition)
+
+
+def test_sum_reduction_is_honoured():
+    """A wrapper that sums gradients over ranks: the step must not multiply by the world size."""
+    steps = {"grpo.loss": global_mean(grpo.loss, grad_reduction="sum")}
+    assert set(_statuses(check.partitioned(_target(steps=steps, grad_reduction="sum"), VS, 2, 2,
+                                           uids={BALANCED})).values()) == {"pass"}
+    # declared "mean" (DDP), the same step is wrong by the factor 2 on every partition
+    assert set(_statuses(check.partitioned(_target(steps=steps), VS, 2, 2, uids={BALANCED})).values()) == {"fail"}
+
+
+def test_micro_batch_mean_fails_uneven_and_passes_even():
+    """The Hugging Face accumulation (each micro-batch's token mean / accumulation steps) is exact
+    when every micro-batch holds the same number of tokens, and biased otherwise (TRL #3021)."""
+    target = _target(steps={"grpo.loss": micro_batch_mean(grpo.loss)})
+    statuses = _statuses(check.partitioned(target, VS, 2, 2, uids={BALANCED}, dtypes=["float64"]))
+    assert statuses[(BALANCED, "2x2:even", "float64")] == "pass"
+    assert statuses[(BALANCED, "2x2:uneven", "float64")] == "fail"
+    assert statuses[(BALANCED, "2x2:short-rank", "float64")] == "fail"
+
+
+def test_vocab_parallel_builtin_passes_and_local_softmax_fails():
+    results = check.sharded(load("torch"), VS, 2, uids=SHARD_UIDS)
+    statuses = _statuses(results)
+    assert {p.split(":")[1] for _, p, _ in statuses} == {"even", "uneven", "neg-inf"}
+    assert set(statuses.values()) == {"pass"}, [r.message for r in results if r.status != "pass"]
+    local = _target(sharded={"distill.token_kl": lambda ctx, **kw: distill.token_kl(**kw)})
+    bad = {r.partition: r for r in check.sharded(local, VS, 2, uids=SHARD_UIDS)}
+    assert bad["vocab2:even"].status == "fail" and "rank 0: kl" in bad["vocab2:even"].message
+    assert {r.status for r in bad.values()} <= {"fail", "error"}
+    # a shard whose row holds only −inf logits: the single-process function rejects it outright
+    assert bad["vocab2:neg-inf"].status == "error" and "rank 0: raised InputError" in bad["vocab2:neg-inf"].message
+
+
+def _kl_through_autograd_all_reduce(student_logits, teacher_logits, direction="reverse", temperature=1.0, *, ctx):
+    """Reverse KL over shards with torch.distributed.nn's differentiable all-reduce: the values are
+    right, but its backward sums the replicated cotangent over the ranks (gradient × K)."""
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_reduce
+
+    def log_softmax(x):
+        top = x.detach().amax(dim=-1, keepdim=True)
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=ctx.group)
+        return x - top - torch.log(all_reduce(torch.exp(x - top).sum(dim=-1, keepdim=True), group=ctx.group))
+    log_q = log_softmax(student_logits / temperature)
+    log_p = log_softmax(teacher_logits.detach() / temperature)
+    return all_reduce((torch.exp(log_q) * (log_q - log_p)).sum(dim=-1), group=ctx.group)
+
+
+def test_a_differentiable_all_reduce_multiplies_the_gradient_by_the_ranks():
+    uid = next(c.uid for c in VS.cases("distill.token_kl") if c.result == "valid"
+               and c.conventions.get("direction") == "reverse" and "-Infinity" not in str(c.test["inputs"])
+               and "Infinity" not in str(c.test["inputs"]) and len(c.test["inputs"]["student_logits"][0]) >= 8)
+    target = _target(sharded={"distill.token_kl": _kl_through_autograd_all_reduce})
+    results = check.sharded(target, VS, 2, "even", uids={uid}, dtypes=["float64"])
+    assert [r.status for r in results] == ["fail"]
+    assert results[0].outputs["kl"]["err_over_tol"] <= 1          # the values are the global ones
+    assert results[0].outputs["grad:student_logits"]["max_rel"] == pytest.approx(1.0, rel=1e-6)   # twice
+
+
+def _raises_on_rank_1(micro_batches, ctx):
+    if ctx.rank == 1:
+        raise RuntimeError("boom")
+    return global_mean(grpo.loss)(micro_batches, ctx)
+
+
+def _hangs_on_rank_1(micro_batches, ctx):
+    if ctx.rank == 1:
+        time.sleep(120)
+    return global_mean(grpo.loss)(micro_batches, ctx)
+
+
+def _wrong_shape_on_rank_1(micro_batches, ctx):
+    out = global_mean(grpo.loss)(micro_batches, ctx)
+    if ctx.rank == 1:
+        micro_batches[0]["logp"].grad.data = torch.zeros(3, dtype=micro_batches[0]["logp"].dtype)
+    return out
+
+
+@pytest.mark.parametrize("step,words", [(_raises_on_rank_1, "rank 1: raised RuntimeError: boom"),
+                                        (_hangs_on_rank_1, "rank 1: did not finish within the 3 s time limit"),
+                                        (_wrong_shape_on_rank_1,
+                                         "rank 1: the gradient of logp in micro-batch 0 has shape (3,)")])
+def test_a_failing_rank_is_an_error_naming_it_and_leaves_no_process(step, words):
+    before = set(_children())
+    results = check.partitioned(_target(steps={"grpo.loss": step}), VS, 2, 2, "even", uids={BALANCED},
+                                dtypes=["float64"], time_limit=3.0)
+    assert [r.status for r in results] == ["error"]
+    assert words in results[0].message
+    assert set(_children()) <= before
+
+
+def test_more_ranks_than_cores_and_no_process_after_a_run():
+    """R = 4 on a 2-core machine: the ranks share the cores, the verdicts do not change."""
+    before = set(_children())
+    results = check.partitioned(load("torch"), VS, 4, 1, uids={BALANCED}, dtypes=["float64"])
+    assert results and {r.status for r in results} == {"pass"}
+    assert set(_children()) <= before
