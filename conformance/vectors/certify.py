@@ -9,14 +9,15 @@ too wide, or a branch cannot be decided (``_ball.Straddle``), the next precision
 enclosure that lies wholly outside the rounding interval is a wrong printed digit (a finding);
 a vector that no precision proves is "not certified" with the reason.
 
-The comparison is exact rational arithmetic on the ball's midpoint and radius (binary) and the
-printed decimal, so no rounding enters the verdict.
+The comparison itself is done in ball arithmetic (the printed decimal read into a ball that
+contains it), so a verdict is never the product of a rounding: undecided means "try a higher
+precision".
 """
 from __future__ import annotations
 
 import importlib
+import math
 from decimal import Decimal
-from fractions import Fraction
 
 import flint
 
@@ -54,16 +55,10 @@ def arguments(case) -> dict:
     return kwargs
 
 
-def _fraction(x) -> Fraction:
-    man, exp = x.man_exp()
-    man, exp = int(man), int(exp)
-    return Fraction(man * 2 ** exp) if exp >= 0 else Fraction(man, 2 ** -exp)
-
-
 def verdict(printed: str, enclosure) -> str:
-    """'ok' (the enclosure is inside the printed string's rounding interval), 'wrong' (it misses
-    the interval) or 'wide' (neither). Decided in ball arithmetic when that suffices (arb reads
-    the decimal strings into balls that contain them), else in exact rationals."""
+    """'ok' when the enclosure is provably inside the printed string's rounding interval,
+    'wrong' when it provably misses it, else 'wide' (a higher precision may decide). Decided in
+    ball arithmetic: arb reads a decimal string into a ball that contains it."""
     if printed == "0":
         if enclosure.is_zero():
             return "ok"
@@ -71,37 +66,30 @@ def verdict(printed: str, enclosure) -> str:
     if printed in numbers.NONFINITE:
         return "wrong"
     exponent = Decimal(printed).as_tuple().exponent
-    half_text = f"5e{exponent - 1}"
     distance = enclosure - flint.arb(printed)
-    half = flint.arb(half_text)
+    half = flint.arb(f"5e{exponent - 1}")
     if distance.abs_upper() <= half.lower():
         return "ok"
     if distance.abs_lower() > half.upper():
         return "wrong"
-    gap = abs(_fraction(enclosure.mid()) - Fraction(Decimal(printed)))
-    rad, half = _fraction(enclosure.rad()), Fraction(Decimal(half_text))
-    if gap + rad <= half:
-        return "ok"
-    return "wrong" if gap - rad > half else "wide"
+    return "wide"
 
 
 def significant_digits(printed: str) -> int:
     return len(Decimal(printed).as_tuple().digits)
 
 
-def _radius_text(r: Fraction) -> str:
-    """An upper bound of r with two significant digits, e.g. '3.2e-61' ('0' for 0)."""
-    if r == 0:
+def _radius_text(r) -> str:
+    """An upper bound of the radius r (an exact ball) with two significant digits, e.g. '3.2e-61'."""
+    if r.is_zero():
         return "0"
-    e = (r.numerator.bit_length() - r.denominator.bit_length()) * 30103 // 100000 - 2   # near log10 r
-    while r >= Fraction(10) ** (e + 2):
-        e += 1
-    while r < Fraction(10) ** (e + 1):
-        e -= 1
-    m = -((-r) // (Fraction(10) ** e))                     # ceil(r / 10^e), 10 ≤ m < 100
-    if m == 100:
-        m, e = 10, e + 1
-    return f"{m // 10}.{m % 10}e{e + 1}"
+    e = int(math.floor(float((r.log() / flint.arb(10).log()).mid()))) - 1
+    m = int((r * flint.arb(10) ** -e).upper().ceil().unique_fmpz())   # about 10..100
+    while m >= 100:
+        m, e = -(-m // 10), e + 1
+    while m < 10:
+        m, e = m * 10, e - 1
+    return f"{m // 10}.{m % 10}e{e + 1}" if m % 10 else f"{m // 10}e{e + 1}"
 
 
 def _judge(expected: dict, computed: dict, uid: str, label: str):
@@ -114,7 +102,7 @@ def _judge(expected: dict, computed: dict, uid: str, label: str):
         balls = list(_ball.flat(computed[name]))
         if len(strings) != len(balls):
             raise Wrong(f"{uid}: {label} {name}: {len(strings)} printed elements, the reference computes {len(balls)}")
-        digits, radius = [], Fraction(0)
+        digits, radius = [], flint.arb(0)
         for i, (s, b) in enumerate(zip(strings, balls)):
             v = verdict(s, b)
             if v == "wrong":
@@ -124,7 +112,8 @@ def _judge(expected: dict, computed: dict, uid: str, label: str):
                 continue
             if s != "0":
                 digits.append(significant_digits(s))
-            radius = max(radius, _fraction(b.rad()))
+            if b.rad() > radius:
+                radius = b.rad()
         out[name] = {"digits": min(digits) if digits else "exact", "radius": _radius_text(radius)}
     return None if wide else out
 
@@ -187,13 +176,14 @@ def certify(vs, objective_glob: str = "*", progress=None, workers: int | None = 
             if progress:
                 progress(done, len(cases))
     findings = sorted(err for _, _, err in results if err)
-    by_uid = {uid: entry for uid, entry, _ in results if entry is not None}
+    by_uid = {uid: entry if entry is not None else {"notCertified": "wrong printed digit: " + err.split(": ", 1)[1]}
+              for uid, entry, err in results}
     files = {}
     for rel, doc in vs.files.items():
         uids = [c.uid for c in cases if c.file == rel]
         if not uids:
             continue
-        entries = {u: by_uid.get(u, {"notCertified": "a printed digit is outside its enclosure"}) for u in uids}
+        entries = {u: by_uid[u] for u in uids}
         files[certificates.path_for(rel)] = certificates.serialize(
             doc["objective"], rel, vs.raw[rel], METHOD, entries)
     return files, findings

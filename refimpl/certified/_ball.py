@@ -82,6 +82,9 @@ class Tape:
             if isinstance(out, Var):
                 out.grad = ct if out.grad is None else out.grad + ct
         for node in reversed(self.nodes):
+            if node.rule is not None:
+                node.rule()
+                continue
             g = node.grad
             if g is None:
                 continue
@@ -92,10 +95,10 @@ class Tape:
 
 class Var:
     """A ball recorded on a tape with its parents and the partial derivatives towards them."""
-    __slots__ = ("v", "parents", "grad")
+    __slots__ = ("v", "parents", "grad", "rule")
 
-    def __init__(self, tape: Tape, v: arb, parents):
-        self.v, self.parents, self.grad = v, parents, None
+    def __init__(self, tape: Tape, v: arb, parents, rule=None):
+        self.v, self.parents, self.grad, self.rule = v, parents, None, rule
         tape.nodes.append(self)
 
     def gradient(self) -> arb:
@@ -109,6 +112,8 @@ class Var:
     __radd__ = __add__
 
     def __sub__(self, other):
+        if other is self:           # x − x ≡ 0: a constant (ball arithmetic would not know it)
+            return ZERO
         if isinstance(other, Var):
             return _node(self.v - other.v, ((self, ONE), (other, -ONE)))
         return _node(self.v - other, ((self, ONE),))
@@ -188,8 +193,7 @@ def log1p(x):
 
 def expm1(x):
     xv = value(x)
-    v = xv.expm1()
-    return _unary(x, v, v + 1)
+    return _unary(x, xv.expm1(), xv.exp() if isinstance(x, Var) else None)
 
 
 def sqrt(x):
@@ -268,6 +272,8 @@ def logsumexp(xs, top: int):
     """log Σ_j e^{x_j} written as x_top + log1p(Σ_{j≠top} e^{x_j − x_top}): when x_top is the
     largest term the log1p keeps the tiny mass of the others (logits ±1e4). ``top`` is any index
     (the identity holds for every one). Partials: softmax_j = e^{x_j − lse}."""
+    if len(xs) == 1:
+        return xs[0]
     vals = [value(x) for x in xs]
     t = vals[top]
     rest = ZERO
@@ -281,6 +287,31 @@ def logsumexp(xs, top: int):
     lse = t + l1
     parents = [(x, (d - l1).exp()) for x, d in zip(xs, shifted) if isinstance(x, Var)]
     return _node(lse, parents) if parents else lse
+
+
+def softmax(xs, top: int):
+    """[e^{x_j − lse}]_j as one vector primitive whose VJP is x̄_j = q_j·((c_j − c_t) + D),
+    D = Σ_{i≠t} q_i·(c_t − c_i), t = ``top`` (c: the probabilities' cotangents). This equals
+    q_j(c_j − Σ_i c_i q_i) because Σ_i q_i = 1; written this way an exactly zero gradient (equal
+    cotangents in a row) stays exactly zero, and the top token's gradient at logits ±1e4 (of
+    the size of 1 − q_t) is formed without cancellation."""
+    lse = logsumexp([value(x) for x in xs], top)
+    probs = [(value(x) - lse).exp() for x in xs]
+    if not any(isinstance(x, Var) for x in xs):
+        return probs
+    outs = []
+
+    def rule():
+        c = [o.gradient() for o in outs]
+        d = fsum(probs[i] * (c[top] - c[i]) for i in range(len(xs)) if i != top)
+        for j, x in enumerate(xs):
+            if isinstance(x, Var):
+                g = probs[j] * ((c[j] - c[top]) + d)
+                x.grad = g if x.grad is None else x.grad + g
+
+    Var(_ACTIVE[-1], ZERO, (), rule)          # processed after every output below (reverse order)
+    outs.extend(Var(_ACTIVE[-1], q, ()) for q in probs)
+    return outs
 
 
 # --------------------------------------------------------------------------- branches

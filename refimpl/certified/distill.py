@@ -12,9 +12,11 @@ eq. 2), written in forms whose *exact* zeros stay exact in ball arithmetic:
   (so x_k = 0 exactly and the log1p inside ``_ball.logsumexp`` keeps the mass of the others);
 * log-ratios r_i = log q_i − log p_i = d_i − c with d_i = (z_i − t_i)/T and
   c = log(Z_q/Z_p) = log1p(Σ_{p_j>0} p_j·expm1(d_j) + Σ_{p_j=0<q_j} e^{z_j/T}/Z_p)
-  (because Σ_{p_j>0} p_j = 1); identical rows give d = 0, c = 0 and r = 0 exactly;
+  (because Σ_{p_j>0} p_j = 1; expm1(d_j) = −1 where q_j = 0); identical rows give d = 0,
+  c = 0 and r = 0 exactly;
 * KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i with ℓ_i = log(a_i/b_i) and
-  k3(ℓ) = ℓ + e^{−ℓ} − 1 ≥ 0 (equal to Σ a_i ℓ_i since Σ_{a_i>0} a_i e^{−ℓ_i} = Σ_{a_i>0} b_i);
+  k3(ℓ) = ℓ + e^{−ℓ} − 1 ≥ 0 (equal to Σ a_i ℓ_i since Σ_{a_i>0} a_i e^{−ℓ_i} = Σ_{a_i>0} b_i),
+  a term with a_i ≪ b_i as a_i·ℓ_i + b_i − a_i (``_kl``);
 * generalized JSD with m = βp + (1−β)q: log q − log m = −log1p(β·expm1(−r)),
   log p − log m = −log1p((1−β)·expm1(r)); −log(1−β) where p = 0, −log β where q = 0.
 
@@ -47,10 +49,13 @@ class _Dist:
 
 def _log_ratio(q: _Dist, p: _Dist, T):
     """r_i = log q_i − log p_i where both tokens are possible (None elsewhere)."""
+    if sum(q.support) == 1:
+        # a one-hot student: log q = 0 on its token whatever z is (exactly 0, no dependence)
+        return [qj - pj if a and b else None for qj, pj, a, b in zip(q.logp, p.logp, q.support, p.support)]
     c_direct = (q.top - p.top) / T + (_ball.value(q.lse_shifted) - _ball.value(p.lse_shifted))
     if abs(_ball.mid_float(c_direct)) <= 1:
-        inner = _ball.fsum(pj * _ball.expm1((zj - tj) / T)
-                           for zj, tj, pj, a, b in zip(q.z, p.z, p.p, q.support, p.support) if a and b)
+        inner = _ball.fsum(pj * _ball.expm1((zj - tj) / T) if a else -pj   # e^{d_j} = 0 where q_j = 0
+                           for zj, tj, pj, a, b in zip(q.z, p.z, p.p, q.support, p.support) if b)
         outside = _ball.fsum(_ball.exp((zj - p.top) / T - p.lse_shifted)
                              for zj, a, b in zip(q.z, q.support, p.support) if a and not b)
         c = _ball.log1p(inner + outside)
@@ -61,10 +66,20 @@ def _log_ratio(q: _Dist, p: _Dist, T):
 
 
 def _kl(a_p, a_support, b_p, ell):
-    """KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i (module docstring)."""
-    inside = _ball.fsum(ai * _ball.k3(li) for ai, s, li in zip(a_p, a_support, ell) if s)
-    outside = _ball.fsum(bi for bi, s in zip(b_p, a_support) if not s)
-    return inside + outside
+    """KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i (module docstring); ``b_p`` holds every b_i.
+
+    Where a_i ≪ b_i (ℓ_i < −1) the term a_i·k3(ℓ_i) is written a_i·ℓ_i + b_i − a_i (the same
+    function, as a_i·e^{−ℓ_i} = b_i): in the k3 form its derivative would be two terms of the
+    size of b_i that cancel down to the size of a_i (e^{−2·10^7} at logits ±1e4 and T = 1e-3)."""
+    terms = []
+    for ai, bi, s, li in zip(a_p, b_p, a_support, ell):
+        if not s:
+            terms.append(bi)
+        elif _ball.mid_float(li) < -1:
+            terms.append(ai * li + (bi - ai))
+        else:
+            terms.append(ai * _ball.k3(li))
+    return _ball.fsum(terms)
 
 
 def _reverse_kl(q: _Dist, p: _Dist, r):
@@ -144,7 +159,14 @@ def _softmax(diff, logits, temperature=1.0):
     z, shape = _logits("logits", logits)
     T = _ball.ball(validate.temperature(temperature))
     z = diff("logits", z)
-    rows = [d.p for d in _dists("logits", _row_lists(z, len(shape)), T)]
+    rows = []
+    for i, row in enumerate(_row_lists(z, len(shape))):
+        if all(v is None for v in row):
+            validate.fail("logits", f"row {i} is -inf everywhere (no possible token)")
+        idx = [j for j, v in enumerate(row) if v is not None]
+        k = max(idx, key=lambda j: _ball.mid_float(row[j]))
+        probs = iter(_ball.softmax([row[j] / T for j in idx], idx.index(k)))
+        rows.append([_ball.ZERO if v is None else next(probs) for v in row])
     return {"probs": _regroup(rows, shape[:-1])}
 
 
@@ -200,8 +222,9 @@ def _jsd_row(q: _Dist, p: _Dist, r, beta):
         else:
             lq_m.append(-(-beta).log1p() if qs else None)
             lp_m.append(-beta.log() if ps else None)
-    kl_qm = _kl(q.p, q.support, [beta * pj for pj in p.p], lq_m)       # m = βp where q = 0
-    kl_pm = _kl(p.p, p.support, [one_b * qj for qj in q.p], lp_m)      # m = (1−β)q where p = 0
+    m = [beta * pj + one_b * qj for pj, qj in zip(p.p, q.p)]
+    kl_qm = _kl(q.p, q.support, m, lq_m)
+    kl_pm = _kl(p.p, p.support, m, lp_m)
     return beta * kl_pm + one_b * kl_qm
 
 
