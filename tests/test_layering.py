@@ -140,6 +140,15 @@ def test_backends_are_independent_of_each_other():
     assert not bad, "\n".join(bad)
 
 
+def test_the_certified_reference_never_imports_the_exact_one():
+    """refimpl.certified is a second, independent derivation: no import of refimpl.exact at all
+    (not even its precision helper), function-local imports included."""
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: imports {t}" for m, edges in EDGES.items()
+           if m.startswith("refimpl.certified") for t, line, _ in edges if t.startswith("refimpl.exact")]
+    assert not bad, "\n".join(bad)
+    assert any(m.startswith("refimpl.certified.") for m in MODULES)
+
+
 def test_no_import_cycles():
     graph = {m: sorted({t for t, _, _ in edges if t in MODULES}) for m, edges in EDGES.items()}
     state, stack, cycles = {}, [], []

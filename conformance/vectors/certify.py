@@ -90,7 +90,7 @@ def _radius_text(r) -> str:
     """An upper bound of the radius r (an exact ball) with two significant digits, e.g. '3.2e-61'."""
     if r.is_zero():
         return "0"
-    e = int(math.floor(float((r.log() / flint.arb(10).log()).mid()))) - 1
+    e = math.floor(float((r.log() / flint.arb(10).log()).mid())) - 1
     m = int((r * flint.arb(10) ** -e).upper().ceil().unique_fmpz())   # about 10..100
     while m >= 100:
         m, e = -(-m // 10), e + 1
@@ -119,8 +119,7 @@ def _judge(expected: dict, computed: dict, uid: str, label: str):
                 continue
             if s != "0":
                 digits.append(significant_digits(s))
-            if b.rad() > radius:
-                radius = b.rad()
+            radius = max(radius, b.rad())
         out[name] = {"digits": min(digits) if digits else "exact", "radius": _radius_text(radius)}
     return None if wide else out
 

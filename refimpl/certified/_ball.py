@@ -95,7 +95,7 @@ class Tape:
 
 class Var:
     """A ball recorded on a tape with its parents and the partial derivatives towards them."""
-    __slots__ = ("v", "parents", "grad", "rule")
+    __slots__ = ("grad", "parents", "rule", "v")
 
     def __init__(self, tape: Tape, v: arb, parents, rule=None):
         self.v, self.parents, self.grad, self.rule = v, parents, None, rule

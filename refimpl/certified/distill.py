@@ -28,8 +28,8 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.certified import _ball
 
-__all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
-           "generalized_jsd", "generalized_jsd_vjp"]
+__all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp",
+           "softmax", "softmax_vjp", "token_kl", "token_kl_vjp"]
 
 
 class _Dist:

@@ -20,7 +20,7 @@ from refimpl import validate
 from refimpl.certified import _ball
 from refimpl.certified.kl import penalty
 
-__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp"]
+__all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp"]
 
 
 # ----------------------------------------------------------------------------- advantages

@@ -34,7 +34,7 @@ from flint import arb
 from refimpl import validate
 from refimpl.certified import _ball
 
-__all__ = ["optimum", "sequence_kl", "expected_update"]
+__all__ = ["expected_update", "optimum", "sequence_kl"]
 
 FUTURE_CLIP = arb(1) / 2
 FUTURE_WINDOW = 1
