@@ -219,19 +219,6 @@ def fsum(terms):
     return _node(total, parents) if parents else total
 
 
-def dot(weights, terms):
-    """Σ w_i·t_i for constant weights (the aggregations and expectations)."""
-    total = ZERO
-    parents = []
-    for w, t in zip(weights, terms):
-        if isinstance(t, Var):
-            total += w * t.v
-            parents.append((t, w))
-        else:
-            total += w * t
-    return _node(total, parents) if parents else total
-
-
 def _mag(v: arb) -> int:
     """An integer e with |v| < 2^e (v a nonzero ball not containing 0), for precision choices."""
     m = v.abs_upper()
@@ -411,17 +398,15 @@ def pair(body, outputs: tuple, grads: tuple):
 
     def both(cotangent, **arguments):
         differentiate = cotangent is not None and bool(grads)
-        tape = Tape()
         marked: dict = {}
+        with recording() as tape:
 
-        def diff(name, x):
-            if not differentiate or name not in grads:
-                return x
-            marked[name] = nested(x, tape.var)
-            return marked[name]
+            def diff(name, x):
+                if not differentiate or name not in grads:
+                    return x
+                marked[name] = nested(x, tape.var)
+                return marked[name]
 
-        _ACTIVE.append(tape)
-        try:
             out = body(diff, **arguments)
             if differentiate:
                 ct = cotangent if isinstance(cotangent, dict) else {outputs[0]: cotangent}
@@ -435,8 +420,6 @@ def pair(body, outputs: tuple, grads: tuple):
                                                    f"of shape {shape(out[name])}")
                     seeds.extend((o, ball(ci)) for o, ci in zip(flat(out[name]), flat(c)))
                 tape.backward(seeds)
-        finally:
-            _ACTIVE.pop()
         values = {k: nested(out[k], value) for k in outputs}
         if not differentiate:
             return values, {}
