@@ -31,7 +31,7 @@ from conformance.results import CHECKED, failed
 from conformance.targets import ANY, builtin, known_file, load
 from conformance.theorem import probe
 from conformance.theorem import table as theorem
-from conformance.vectors import certificates, certify, cite, examples
+from conformance.vectors import certificates, cite, examples
 from conformance.vectors.format import MANIFEST
 from conformance.vectors.lint import lint
 from conformance.vectors.load import VectorSet, default_dir
@@ -130,7 +130,11 @@ def cmd_lint(args):
 
 
 def cmd_certify(args):
+    # imported here: only certifying needs python-flint; list/show/cite read the certificate files
+    from conformance.vectors import certify
     vs = _vector_set(args)
+    if not any(True for _ in vs.cases(args.objective)):
+        raise UsageError(f"--objective {args.objective!r} matches no objective in {vs.directory}")
     start = time.perf_counter()
     with bar("certifying vectors", args.quiet) as progress:
         files, findings = certify.certify(vs, args.objective, progress=progress, workers=args.workers)

@@ -167,3 +167,9 @@ def test_every_objective_has_a_listed_certificate(bundled):
     certificate file travels with its vector file."""
     assert sorted(bundled.certificates) == sorted(certificates.path_for(rel) for rel in bundled.files)
     assert not any(Path(rel).name.startswith(".") for rel in bundled.certificates)
+
+
+def test_an_objective_glob_that_matches_nothing_is_a_usage_error(capsys):
+    assert cli.main(["vectors", "certify", "--check", "--objective", "nope.*"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "matches no objective" in err[0]
