@@ -33,7 +33,7 @@ from conformance.results import CHECKED, failed
 from conformance.targets import ANY, builtin, known_file, load
 from conformance.theorem import probe
 from conformance.theorem import table as theorem
-from conformance.vectors import cite, examples
+from conformance.vectors import certificates, cite, examples
 from conformance.vectors.format import MANIFEST
 from conformance.vectors.lint import lint
 from conformance.vectors.load import VectorSet, default_dir
@@ -131,6 +131,38 @@ def cmd_lint(args):
     return 0
 
 
+def cmd_certify(args):
+    # imported here: only certifying needs python-flint; list/show/cite read the certificate files
+    from conformance.vectors import certify
+    vs = _vector_set(args)
+    if not any(True for _ in vs.cases(args.objective)):
+        raise UsageError(f"--objective {args.objective!r} matches no objective in {vs.directory}")
+    start = time.perf_counter()
+    with bar("certifying vectors", args.quiet) as progress:
+        files, findings = certify.certify(vs, args.objective, progress=progress, workers=args.workers)
+    elapsed = time.perf_counter() - start
+    files = certify.with_manifest(vs, files)
+    for finding in findings:
+        print(f"lossproof: {finding}", file=sys.stderr)
+    certified = total = 0
+    for rel, data in files.items():
+        if certificates.is_certificate(rel):
+            doc = json.loads(data)
+            certified, total = certified + doc["certified"], total + doc["numberOfVectors"]
+    summary = f"{certified}/{total} vectors certified in {elapsed:.1f} s"
+    if args.check:
+        problem = certify.first_difference(vs, files)
+        if findings or problem:
+            if problem:
+                print(f"lossproof: {problem}", file=sys.stderr)
+            return 1
+        print(f"certificates up to date: {summary}")
+        return 0
+    certify.write(vs, files)
+    print(f"wrote {len(files) - 1} certificate files: {summary}")
+    return 1 if findings else 0
+
+
 def cmd_show(args):
     vs = _vector_set(args)
     case = _find(vs, args.uid)
@@ -147,6 +179,7 @@ def cmd_show(args):
     if "error" in t:
         print(f"  must raise:  {t['error']}")
     print(f"  provenance:  {json.dumps(t['provenance'], ensure_ascii=False)}")
+    print(f"  digits:      {certificates.summary(vs, case)}")
     return 0
 
 
@@ -154,21 +187,26 @@ def cmd_cite(args):
     vs = _vector_set(args)
     case = _find(vs, args.uid)
     version = vs.files[case.file]["vectorSetVersion"]
+    proof = certificates.summary(vs, case)
     if args.bibtex:
-        print(cite.bibtex(case, version))
+        print(cite.bibtex(case, version, proof))
     elif args.latex:
-        print(cite.latex(case, version))
+        print(cite.latex(case, version, proof))
     else:
-        print(cite.text(case, version))
+        print(cite.text(case, version, proof))
     return 0
 
 
 def cmd_list(args):
-    counts = _vector_set(args).counts()
-    print(f"{'objective':28} {'valid':>6} {'invalid':>8} {'accept.':>8}  conventions")
+    vs = _vector_set(args)
+    counts = vs.counts()
+    proven = certificates.counts(vs)
+    print(f"{'objective':28} {'valid':>6} {'invalid':>8} {'accept.':>8} {'certified':>10}  conventions")
     for spec in catalog.OBJECTIVES:
         c = counts.get(spec.id, {})
-        print(f"{spec.id:28} {c.get('valid', 0):6} {c.get('invalid', 0):8} {c.get('acceptable', 0):8}  "
+        p = proven.get(spec.id)
+        cert = "-" if p is None else f"{p[0]}/{p[1]}"
+        print(f"{spec.id:28} {c.get('valid', 0):6} {c.get('invalid', 0):8} {c.get('acceptable', 0):8} {cert:>10}  "
               f"{', '.join(spec.conventions) or '-'}")
     return 0
 
@@ -514,7 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
     val.add_argument("--quiet", action="store_true")
     val.set_defaults(fn=cmd_validate)
     with_vectors(sub.add_parser("examples", help="the source article's worked examples")).set_defaults(fn=cmd_examples)
-    vec = sub.add_parser("vectors", help="generate or lint the vector files")
+    vec = sub.add_parser("vectors", help="generate, lint or certify the vector files")
     vsub = vec.add_subparsers(dest="vectors_command", required=True)
     gen = with_vectors(vsub.add_parser("generate", help="regenerate vectors/ from the exact reference"))
     gen.add_argument("--check", action="store_true", help="compare with the files on disk instead of writing")
@@ -522,6 +560,14 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--quiet", action="store_true")
     gen.set_defaults(fn=cmd_generate)
     with_vectors(vsub.add_parser("lint", help="check the vector files")).set_defaults(fn=cmd_lint)
+    cer = with_vectors(vsub.add_parser("certify", help="prove every printed digit with ball arithmetic "
+                                                       "(writes the .cert.json files)"))
+    cer.add_argument("--check", action="store_true",
+                     help="recompute and compare with the stored certificates instead of writing")
+    cer.add_argument("--objective", default="*", metavar="GLOB", help="objectives to certify (default: all)")
+    cer.add_argument("--workers", type=_positive(int), default=None, help="processes (default: available cores)")
+    cer.add_argument("--quiet", action="store_true")
+    cer.set_defaults(fn=cmd_certify)
     show = with_vectors(sub.add_parser("show", help="print one vector"))
     show.add_argument("uid")
     show.set_defaults(fn=cmd_show)

@@ -25,7 +25,8 @@ RANKS = (
     ("conformance", 0),
     ("conformance.errors", 1), ("conformance._io", 1), ("conformance._host", 1), ("conformance.numbers", 1),
     ("conformance.catalog", 1), ("conformance.results", 1), ("conformance.progress", 1),
-    ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2), ("conformance.vectors.*", 2),
+    ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2),
+    ("conformance.vectors.certify", 3), ("conformance.vectors.*", 2),
     ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
     ("conformance.harness", 4),
     ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
@@ -137,6 +138,15 @@ def test_backends_are_independent_of_each_other():
             if other not in (unit, "refimpl.validate") and not (target == "refimpl.exact.mp" and unit != "refimpl.certified"):
                 bad.append(f"{module}:{line} -> {target}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_certified_reference_never_imports_the_exact_one():
+    """refimpl.certified is a second, independent derivation: no import of refimpl.exact at all
+    (not even its precision helper), function-local imports included."""
+    bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: imports {t}" for m, edges in EDGES.items()
+           if m.startswith("refimpl.certified") for t, line, _ in edges if t.startswith("refimpl.exact")]
+    assert not bad, "\n".join(bad)
+    assert any(m.startswith("refimpl.certified.") for m in MODULES)
 
 
 def test_no_import_cycles():

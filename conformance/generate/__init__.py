@@ -19,7 +19,7 @@ from conformance import catalog
 from conformance._host import pool_context, usable_cores
 from conformance._io import write_tree
 from conformance.generate.build import build_test
-from conformance.vectors import versions
+from conformance.vectors import certificates, versions
 from conformance.vectors.format import MANIFEST, SCHEMA_ID, manifest_bytes, serialize
 from refimpl.exact import mp
 
@@ -95,17 +95,27 @@ def generate(families=None, progress=None, workers: int | None = None) -> dict[s
     return files
 
 
+def _keeping_certificates(directory: Path, files: dict[str, bytes]) -> dict[str, bytes]:
+    """The generated files with MANIFEST.json also listing the certificate files on disk
+    (``vectors certify`` writes them; a regenerated vector file makes its certificate stale,
+    which ``vectors certify --check`` reports)."""
+    kept = certificates.on_disk(directory) if directory.is_dir() else {}
+    return {**files, MANIFEST: manifest_bytes({**files, **kept})}
+
+
 def write(directory: Path, files: dict[str, bytes]) -> None:
-    write_tree(directory, files, last=MANIFEST)
+    write_tree(directory, _keeping_certificates(directory, files), last=MANIFEST)
 
 
 def first_difference(directory: Path, files: dict[str, bytes]) -> str | None:
     """Why the directory does not hold exactly ``files`` (``generate --check``), or None."""
+    files = _keeping_certificates(directory, files)
     for rel, data in sorted(files.items()):
         path = directory / rel
         if not path.is_file() or path.read_bytes() != data:
             return f"{path}: differs from what the generator produces (run 'lossproof vectors generate')"
-    stale = sorted(p for p in directory.rglob("*.json") if p.relative_to(directory).as_posix() not in files)
+    stale = sorted(p for p in directory.rglob("*.json") if p.relative_to(directory).as_posix() not in files
+                   and not certificates.is_certificate(p.name))
     if stale:
         return f"{stale[0]}: not produced by the generator"
     return None

@@ -17,6 +17,7 @@ import jsonschema
 
 from conformance import numbers
 from conformance.errors import LossproofError
+from conformance.vectors import certificates
 from conformance.vectors.format import MANIFEST, MANIFEST_SCHEMA, json_path, sha256
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
@@ -152,6 +153,7 @@ class VectorSet:
         self.manifest_sha256 = sha256((self.directory / MANIFEST).read_bytes())
         self.files: dict[str, dict] = {}
         self.raw: dict[str, bytes] = {}
+        self.certificates: dict[str, bytes] = {}   # rel -> bytes, read by conformance.vectors.certificates
         for rel, digest in sorted(manifest.items()):
             path = self.directory / rel
             if not path.is_file():
@@ -159,6 +161,9 @@ class VectorSet:
             data = path.read_bytes()
             if sha256(data) != digest:
                 raise VectorError(path, "$", "sha256 does not match MANIFEST.json (file modified or truncated)")
+            if certificates.is_certificate(rel):
+                self.certificates[rel] = data
+                continue
             self.raw[rel] = data
             self.files[rel] = parse(path, data)
         listed = set(manifest)

@@ -1,0 +1,257 @@
+"""Distillation objectives in ball arithmetic: tempered softmax, Hinton's loss, token KL,
+generalized JSD.
+
+Notation: z student logits, t teacher logits, T temperature, q = softmax(z/T), p = softmax(t/T)
+over the last axis (every leading axis is a batch axis); a logit of −inf is an impossible token
+(probability exactly 0, gradient exactly 0).
+
+Formulas (Hinton, Vinyals & Dean 2015 §2; MiniLLM §2.1 eq. 1; GKD, Agarwal et al. 2024 §3
+eq. 2), written in forms whose *exact* zeros stay exact in ball arithmetic:
+
+* log-probabilities: log q_i = x_i − logsumexp(x), x_i = (z_i − z_k)/T with k a largest logit
+  (so x_k = 0 exactly and the log1p inside ``_ball.logsumexp`` keeps the mass of the others);
+* log-ratios r_i = log q_i − log p_i = d_i − c with d_i = (z_i − t_i)/T and
+  c = log(Z_q/Z_p) = log1p(Σ_{p_j>0} p_j·expm1(d_j) + Σ_{p_j=0<q_j} e^{z_j/T}/Z_p)
+  (because Σ_{p_j>0} p_j = 1; expm1(d_j) = −1 where q_j = 0); identical rows give d = 0,
+  c = 0 and r = 0 exactly;
+* KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i with ℓ_i = log(a_i/b_i) and
+  k3(ℓ) = ℓ + e^{−ℓ} − 1 ≥ 0 (equal to Σ a_i ℓ_i since Σ_{a_i>0} a_i e^{−ℓ_i} = Σ_{a_i>0} b_i),
+  a term with a_i ≪ b_i as a_i·ℓ_i + b_i − a_i (``_kl``);
+* generalized JSD with m = βp + (1−β)q: log q − log m = −log1p(β·expm1(−r)),
+  log p − log m = −log1p((1−β)·expm1(r)); −log(1−β) where p = 0, −log β where q = 0.
+
+Each is an identity between functions of z, so differentiating the written form (``_ball``'s
+tape) gives the true gradient.
+"""
+from __future__ import annotations
+
+from refimpl import validate
+from refimpl.certified import _ball
+
+__all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp",
+           "softmax", "softmax_vjp", "token_kl", "token_kl_vjp"]
+
+
+class _Dist:
+    """softmax(z/T) of one row: ``logp`` (None on impossible tokens) and ``p`` (0 there)."""
+
+    def __init__(self, z, zf, T):
+        self.z, self.support = z, [v is not None for v in z]
+        k = max((i for i, s in enumerate(self.support) if s), key=lambda i: zf[i])
+        top = _ball.value(z[k])
+        self.x = [None if v is None else (v - top) / T for v in z]
+        idx = [i for i, s in enumerate(self.support) if s]
+        self.lse_shifted = _ball.logsumexp([self.x[i] for i in idx], idx.index(k))
+        self.top = top
+        self.logp = [None if x is None else x - self.lse_shifted for x in self.x]
+        self.p = [_ball.ZERO if lp is None else _ball.exp(lp) for lp in self.logp]
+
+
+def _log_ratio(q: _Dist, p: _Dist, T):
+    """r_i = log q_i − log p_i where both tokens are possible (None elsewhere)."""
+    if sum(q.support) == 1:
+        # a one-hot student: log q = 0 on its token whatever z is (exactly 0, no dependence)
+        return [qj - pj if a and b else None for qj, pj, a, b in zip(q.logp, p.logp, q.support, p.support)]
+    c_direct = (q.top - p.top) / T + (_ball.value(q.lse_shifted) - _ball.value(p.lse_shifted))
+    if abs(_ball.mid_float(c_direct)) <= 1:
+        inner = _ball.fsum(pj * _ball.expm1((zj - tj) / T) if a else -pj   # e^{d_j} = 0 where q_j = 0
+                           for zj, tj, pj, a, b in zip(q.z, p.z, p.p, q.support, p.support) if b)
+        outside = _ball.fsum(_ball.exp((zj - p.top) / T - p.lse_shifted)
+                             for zj, a, b in zip(q.z, q.support, p.support) if a and not b)
+        c = _ball.log1p(inner + outside)
+    else:
+        c = (q.top - p.top) / T + (q.lse_shifted - p.lse_shifted)
+    return [(zj - tj) / T - c if a and b else None
+            for zj, tj, a, b in zip(q.z, p.z, q.support, p.support)]
+
+
+def _kl(a_p, a_support, b_p, ell):
+    """KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i (module docstring); ``b_p`` holds every b_i.
+
+    Where a_i ≪ b_i (ℓ_i < −1) the term a_i·k3(ℓ_i) is written a_i·ℓ_i + b_i − a_i (the same
+    function, as a_i·e^{−ℓ_i} = b_i): in the k3 form its derivative would be two terms of the
+    size of b_i that cancel down to the size of a_i (e^{−2·10^7} at logits ±1e4 and T = 1e-3)."""
+    terms = []
+    for ai, bi, s, li in zip(a_p, b_p, a_support, ell):
+        if not s:
+            terms.append(bi)
+        elif _ball.mid_float(li) < -1:
+            terms.append(ai * li + (bi - ai))
+        else:
+            terms.append(ai * _ball.k3(li))
+    return _ball.fsum(terms)
+
+
+def _reverse_kl(q: _Dist, p: _Dist, r):
+    return _kl(q.p, q.support, p.p, r)
+
+
+def _forward_kl(q: _Dist, p: _Dist, r):
+    return _kl(p.p, p.support, q.p, [None if ri is None else -ri for ri in r])
+
+
+# --------------------------------------------------------------------------- inputs
+
+def _logits(name, x, rank=None):
+    b = _ball.balls(name, x, allow_neg_inf=True)
+    shape = _ball.shape(b)
+    if rank is not None:
+        validate.rank(name, shape, rank)
+    elif len(shape) < 1:
+        validate.fail(name, "expected at least 1 dimension (the vocabulary axis), got a scalar")
+    if shape[-1] == 0:
+        validate.fail(name, f"the vocabulary axis must not be empty, got shape {shape}")
+    return b, shape
+
+
+def _row_lists(x, depth):
+    """The rows (lists along the last axis) of nested lists of depth ``depth``, in C order."""
+    if depth == 1:
+        return [x]
+    return [row for sub in x for row in _row_lists(sub, depth - 1)]
+
+
+def _floats(x):
+    return [float("-inf") if v is None else float(v.mid()) for v in x]
+
+
+def _dists(name, rows, T):
+    out = []
+    for i, z in enumerate(rows):
+        if all(v is None for v in z):
+            validate.fail(name, f"row {i} is -inf everywhere (no possible token)")
+        out.append(_Dist(z, _floats([_ball.value(v) if v is not None else None for v in z]), T))
+    return out
+
+
+def _regroup(values, shape):
+    """Flat per-row values back into nested lists of the leading shape."""
+    if not shape:
+        return values[0]
+    if len(shape) == 1:
+        return list(values)
+    size = len(values) // shape[0]
+    return [_regroup(values[i * size:(i + 1) * size], shape[1:]) for i in range(shape[0])]
+
+
+def _require_support(name, inner, outer, what):
+    for i, (a, b) in enumerate(zip(inner, outer)):
+        for v, (sa, sb) in enumerate(zip(a.support, b.support)):
+            if sa and not sb:
+                validate.fail(name, f"-inf at row {i}, token {v}, where the other distribution "
+                                    f"has probability > 0: {what} is infinite (support mismatch)")
+
+
+def _pair(diff, student_logits, teacher_logits, temperature, rank=None):
+    zs, shape = _logits("student_logits", student_logits, rank)
+    ts, tshape = _logits("teacher_logits", teacher_logits, rank)
+    validate.same_shape(student_logits=shape, teacher_logits=tshape)
+    T = _ball.ball(validate.temperature(temperature))
+    zs = diff("student_logits", zs)
+    q = _dists("student_logits", _row_lists(zs, len(shape)), T)
+    p = _dists("teacher_logits", _row_lists(ts, len(shape)), T)
+    return shape, T, q, p
+
+
+# --------------------------------------------------------------------------- objectives
+
+def _softmax(diff, logits, temperature=1.0):
+    z, shape = _logits("logits", logits)
+    T = _ball.ball(validate.temperature(temperature))
+    z = diff("logits", z)
+    rows = []
+    for i, row in enumerate(_row_lists(z, len(shape))):
+        if all(v is None for v in row):
+            validate.fail("logits", f"row {i} is -inf everywhere (no possible token)")
+        idx = [j for j, v in enumerate(row) if v is not None]
+        k = max(idx, key=lambda j: _ball.mid_float(row[j]))
+        probs = iter(_ball.softmax([row[j] / T for j in idx], idx.index(k)))
+        rows.append([_ball.ZERO if v is None else next(probs) for v in row])
+    return {"probs": _regroup(rows, shape[:-1])}
+
+
+def _hinton(diff, student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t2_scale=True):
+    shape, T, qT, pT = _pair(diff, student_logits, teacher_logits, temperature, rank=2)
+    n, v = shape
+    if n == 0:
+        validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
+    y = labels if isinstance(labels, list) else list(labels)
+    validate.rank("labels", _ball.shape(y), 1)
+    validate.same_shape(**{"student_logits rows": (n,)}, labels=(len(y),))
+    for i, yi in enumerate(y):
+        if isinstance(yi, bool) or not float(yi).is_integer():
+            validate.fail("labels", f"expected integers, got {yi!r}")
+        if not 0 <= yi < v:
+            validate.fail("labels", f"label {int(yi)} at row {i} is outside [0, {v})")
+    y = [int(yi) for yi in y]
+    a = _ball.ball(validate.alpha(alpha))
+    s = T * T if validate.t2_scale(t2_scale) else _ball.ONE
+    one = _ball.ONE
+    q1 = qT if T == 1 else [_Dist(d.z, _floats([None if e is None else _ball.value(e) for e in d.z]), one)
+                            for d in qT]
+    for i, (d, yi) in enumerate(zip(q1, y)):
+        if not d.support[yi]:
+            validate.fail("student_logits", f"-inf at the label (row {i}, token {yi}): "
+                                            "the cross-entropy term is infinite")
+    _require_support("student_logits", pT, qT, "KL(p‖q)")
+    terms = []
+    for d1, q, p, yi in zip(q1, qT, pT, y):
+        r = _log_ratio(q, p, T)
+        terms.append((1 - a) * (-d1.logp[yi]) + a * s * _forward_kl(q, p, r))
+    return {"loss": _ball.fsum(terms) / n}
+
+
+def _token_kl(diff, student_logits, teacher_logits, direction="reverse", temperature=1.0):
+    shape, T, q, p = _pair(diff, student_logits, teacher_logits, temperature)
+    validate.direction(direction)
+    if direction == "reverse":
+        _require_support("teacher_logits", q, p, "reverse KL(q‖p)")
+    else:
+        _require_support("student_logits", p, q, "forward KL(p‖q)")
+    kl = _reverse_kl if direction == "reverse" else _forward_kl
+    return {"kl": _regroup([kl(qi, pi, _log_ratio(qi, pi, T)) for qi, pi in zip(q, p)], shape[:-1])}
+
+
+def _jsd_row(q: _Dist, p: _Dist, r, beta):
+    one_b = 1 - beta
+    lq_m, lp_m = [], []
+    for qs, ps, ri in zip(q.support, p.support, r):
+        if qs and ps:
+            lq_m.append(-_ball.log1p(beta * _ball.expm1(-ri)))
+            lp_m.append(-_ball.log1p(one_b * _ball.expm1(ri)))
+        else:
+            lq_m.append(-(-beta).log1p() if qs else None)
+            lp_m.append(-beta.log() if ps else None)
+    m = [beta * pj + one_b * qj for pj, qj in zip(p.p, q.p)]
+    kl_qm = _kl(q.p, q.support, m, lq_m)
+    kl_pm = _kl(p.p, p.support, m, lp_m)
+    return beta * kl_pm + one_b * kl_qm
+
+
+def _generalized_jsd(diff, student_logits, teacher_logits, beta=0.5, temperature=1.0, endpoints="limit"):
+    shape, T, q, p = _pair(diff, student_logits, teacher_logits, temperature)
+    b = _ball.ball(validate.jsd_beta(beta))
+    validate.endpoints(endpoints)
+    edge = b.is_zero() or b == 1
+    if endpoints == "kl" and b.is_zero():
+        _require_support("student_logits", p, q, "beta=0 with endpoints='kl' → KL(p‖q)")
+    if endpoints == "kl" and edge and not b.is_zero():
+        _require_support("teacher_logits", q, p, "beta=1 with endpoints='kl' → KL(q‖p)")
+    if edge and endpoints == "limit":
+        # the continuous formula at β ∈ {0, 1}: m equals q (resp. p), both KL terms weigh 0
+        return {"jsd": _regroup([_ball.ZERO] * len(q), shape[:-1])}
+    if edge:
+        kl = _forward_kl if b.is_zero() else _reverse_kl
+        return {"jsd": _regroup([kl(qi, pi, _log_ratio(qi, pi, T)) for qi, pi in zip(q, p)], shape[:-1])}
+    return {"jsd": _regroup([_jsd_row(qi, pi, _log_ratio(qi, pi, T), b) for qi, pi in zip(q, p)], shape[:-1])}
+
+
+softmax, softmax_vjp = _ball.pair(_softmax, ("probs",), ("logits",))
+softmax.__doc__ = "Tempered softmax (Hinton et al. 2015 §2), as balls."
+hinton, hinton_vjp = _ball.pair(_hinton, ("loss",), ("student_logits",))
+hinton.__doc__ = ("(1−α)·CE(q^(1), y) + α·s·KL(p^(T)‖q^(T)), s = T² when t2_scale, mean over rows "
+                  "(Hinton et al. 2015 §2), as balls.")
+token_kl, token_kl_vjp = _ball.pair(_token_kl, ("kl",), ("student_logits",))
+token_kl.__doc__ = "Full-vocabulary reverse / forward token KL (MiniLLM §2.1 eq. 1), as balls."
+generalized_jsd, generalized_jsd_vjp = _ball.pair(_generalized_jsd, ("jsd",), ("student_logits",))
+generalized_jsd.__doc__ = "β·KL(p‖m) + (1−β)·KL(q‖m), m = βp + (1−β)q (GKD §3 eq. 2), as balls."

@@ -1,0 +1,195 @@
+"""GRPO in ball arithmetic: group advantages, clipped surrogate, masked aggregation, loss.
+
+DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 3–4 and §4.1.2; PPO (Schulman et al. 2017) eq. 7;
+DAPO (Yu et al. 2025) §3.1–3.3; Dr. GRPO (Liu et al. 2025) §3; dual clip (Ye et al. 2020).
+Per token t of response i (advantage A_i):
+
+    ρ_t = exp(logp_t − old_logp_t)
+    C_t = min(ρ_t·A_i, clip(ρ_t, 1 − ε_low, 1 + ε_high)·A_i);  dual clip: max(C_t, c·A_i) if A_i < 0
+    ℓ_t = −C_t + β·w_t·KL_t (w_t = ρ_t when kl_ratio_weight),  loss = aggregate(ℓ, mask)
+
+Branches (catalog conventions): a tie of the two branches of the min takes the unclipped one;
+the clip band is closed; the dual clip replaces C only where c·A is strictly larger. The min is
+decided without comparing two products: with ρ inside the band the branches are the same
+number; outside it, ρA − bound·A = (ρ − bound)·A has a sign known from the band side and the
+sign of A (an exact binary64 input).
+"""
+from __future__ import annotations
+
+from refimpl import validate
+from refimpl.certified import _ball
+from refimpl.certified.kl import penalty
+
+__all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp"]
+
+
+# ----------------------------------------------------------------------------- advantages
+
+def _mean(xs):
+    return _ball.fsum(xs) / len(xs)
+
+
+def _std(xs, ddof):
+    m = _mean(xs)
+    return (_ball.fsum(_ball.square(x - m) for x in xs) / (len(xs) - ddof)).sqrt()
+
+
+def _constant(xs) -> bool:
+    # decided on the binary64 rewards themselves (exact balls compare exactly)
+    return all(x == xs[0] for x in xs)
+
+
+def _advantages(diff, rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+    r = _ball.balls("rewards", rewards)
+    shape = _ball.shape(r)
+    validate.rank("rewards", shape, 2)
+    validate.nonempty("rewards", shape)
+    validate.advantage_scale(scale)
+    ddof = validate.std_ddof(std_ddof)
+    e = _ball.ball(validate.advantage_eps(eps))
+    validate.degenerate(degenerate)
+    n_groups, g = shape
+    everything = [x for row in r for x in row]
+    if scale == "group":
+        degen = [g == 1 or _constant(row) for row in r]
+        divisor = [None if d else _std(row, ddof) + e for row, d in zip(r, degen)]
+    elif scale == "batch":
+        batch = len(everything) == 1 or _constant(everything)
+        degen = [batch] * n_groups
+        divisor = [None if batch else _std(everything, ddof) + e] * n_groups
+    else:
+        degen = [False] * n_groups
+        divisor = [_ball.ONE] * n_groups
+    adv, keep = [], []
+    for row, d, div in zip(r, degen, divisor):
+        keep.append(_ball.ZERO if d and degenerate == "drop" else _ball.ONE)
+        m = _mean(row)
+        adv.append([_ball.ZERO] * g if d else [(x - m) / div for x in row])
+    if degenerate == "raw" and g == 1:
+        # verl: a singleton group has mean 0 and std 1
+        adv = [[x if scale == "none" else x / (1 + e) for x in row] for row in r]
+    return {"advantages": adv, "keep": keep}
+
+
+# ----------------------------------------------------------------------------- clipped surrogate
+
+def _band(eps_low, eps_high, dual_clip):
+    lo, hi, c = validate.clip_band(eps_low, eps_high, dual_clip)
+    return 1 - _ball.ball(lo), 1 + _ball.ball(hi), None if c is None else _ball.ball(c)
+
+
+def surrogate(rho, adv, lower, upper, dual):
+    """C = min(ρA, clip(ρ, lower, upper)·A), then the dual clip; ``adv`` an exact ball."""
+    a = _ball.sign(adv)
+    side = _ball.band(rho, lower, upper)
+    if side == 0 or a == 0 or (side > 0) == (a < 0):
+        value = rho * adv                  # unclipped branch smaller, or a tie
+    else:
+        value = (upper if side > 0 else lower) * adv
+    if dual is not None and a < 0 and _ball.compare(dual * adv, value) > 0:
+        value = dual * adv
+    return value
+
+
+def _clip(diff, logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+    lp = _ball.balls("logp", logp)
+    old = _ball.balls("old_logp", old_logp)
+    adv = _ball.balls("advantages", advantages)
+    validate.same_shape(logp=_ball.shape(lp), old_logp=_ball.shape(old), advantages=_ball.shape(adv))
+    band = _band(eps_low, eps_high, dual_clip)
+    lp = diff("logp", lp)
+
+    def each(a, b, c):
+        if isinstance(a, list):
+            return [each(x, y, z) for x, y, z in zip(a, b, c)]
+        return surrogate(_ball.exp(a - b), c, *band)
+
+    return {"objective": each(lp, old, adv)}
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+def aggregate_rows(values, mask, mode, norm):
+    """Masked reduction of rows of values (Vars or balls; masked entries are never read)."""
+    lengths = [sum(1 for m in row if m) for row in mask]
+    if not any(lengths):
+        validate.fail("mask", "selects no token")
+    sums = [_ball.fsum(v for v, m in zip(vrow, mrow) if m) for vrow, mrow in zip(values, mask)]
+    if mode == "token-mean":  # DAPO §3.3
+        return _ball.fsum(sums) / sum(lengths)
+    rows = [i for i, n in enumerate(lengths) if n > 0]
+    if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
+        return _ball.fsum(sums[i] / lengths[i] for i in rows) / len(rows)
+    seq_sum = _ball.fsum(sums[i] for i in rows) / len(rows)
+    return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
+
+
+def mask_rows(name, x, shape):
+    m = _ball.balls(name, x)
+    validate.same_shape(**{"inputs": shape, name: _ball.shape(m)})
+    out = []
+    for row in m:
+        if any(not (v.is_zero() or v == 1) for v in row):
+            validate.fail(name, "must contain only 0 and 1")
+        out.append([v == 1 for v in row])
+    return out
+
+
+def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None):
+    v = _ball.balls("values", values)
+    shape = _ball.shape(v)
+    validate.rank("values", shape, 2)
+    m = mask_rows("mask", mask, shape)
+    validate.aggregation(mode, "mode")
+    norm = validate.norm_length(norm_length)
+    norm = _ball.ball(shape[1] if norm is None else norm)
+    v = diff("values", v)
+    return {"value": aggregate_rows(v, m, mode, norm)}
+
+
+# ----------------------------------------------------------------------------- loss
+
+def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None,
+          beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
+          norm_length=None):
+    lp = _ball.balls("logp", logp)
+    shape = _ball.shape(lp)
+    validate.rank("logp", shape, 2)
+    old = _ball.balls("old_logp", old_logp)
+    ref = _ball.balls("ref_logp", ref_logp)
+    validate.same_shape(logp=shape, old_logp=_ball.shape(old), ref_logp=_ball.shape(ref))
+    adv = _ball.balls("advantages", advantages)
+    validate.per_sequence("advantages", _ball.shape(adv), shape)
+    m = mask_rows("mask", mask, shape)
+    band = _band(eps_low, eps_high, dual_clip)
+    b = _ball.ball(validate.kl_penalty_beta(beta))
+    validate.kl_kind(kl_kind, "kl_kind")
+    c = validate.kl_clamp(kl_clamp, "kl_clamp")
+    c = None if c is None else _ball.ball(c)
+    weighted = validate.kl_ratio_weight(kl_ratio_weight)
+    validate.aggregation(aggregation)
+    norm = validate.norm_length(norm_length)
+    norm = _ball.ball(shape[1] if norm is None else norm)
+    lp = diff("logp", lp)
+    per_token = []
+    for lrow, orow, rrow, a, mrow in zip(lp, old, ref, adv, m):
+        row = []
+        for x, o, r, on in zip(lrow, orow, rrow, mrow):
+            if not on:          # never read by the aggregation (any finite number may sit there)
+                row.append(None)
+                continue
+            rho = _ball.exp(x - o)
+            kl = penalty(r - x, kl_kind, c)
+            row.append(-surrogate(rho, a, *band) + b * (rho * kl if weighted else kl))
+        per_token.append(row)
+    return {"loss": aggregate_rows(per_token, m, aggregation, norm)}
+
+
+advantages, _ = _ball.pair(_advantages, ("advantages", "keep"), ())
+advantages.__doc__ = "Group-relative advantages (DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2), as balls."
+clip, clip_vjp = _ball.pair(_clip, ("objective",), ("logp",))
+clip.__doc__ = "PPO/GRPO clipped surrogate (PPO eq. 7; DeepSeekMath eq. 3; dual clip), as balls."
+aggregate, aggregate_vjp = _ball.pair(_aggregate, ("value",), ("values",))
+aggregate.__doc__ = "Masked reduction (DeepSeekMath eq. 3; DAPO §3.3; Dr. GRPO §3), as balls."
+loss, loss_vjp = _ball.pair(_loss, ("loss",), ("logp",))
+loss.__doc__ = "GRPO loss −aggregate(C) + β·aggregate(w·KL) (DeepSeekMath eq. 3–4), as balls."
