@@ -60,15 +60,20 @@ def _log_ratio(q: _Row, p: _Row, T):
     r_i = (z_i − t_i)/T − c with c = log Z_q − log Z_p. When |c| ≤ 1, c is taken as
     log1p(Σ_{p_j>0} p_j (e^{(z_j−t_j)/T} − 1) + Σ_{p_j=0} q_j e^{c}): the logit differences are
     exact, so r keeps its relative accuracy when q ≈ p (rows one ulp apart: r ~ 1e-16, KL ~ 1e-32).
-    Otherwise c = (max z − max t)/T + log1p S_q − log1p S_p, whose absolute error is then small
-    beside |c| (and the log1p sum, close to −1, would not be)."""
+    Otherwise r_i = ((z_i − max z) − (t_i − max t))/T − (log1p S_q − log1p S_p): grouped so that
+    at a top token of both rows the logit part is exactly 0 and r keeps the relative accuracy of
+    the two log1p sums, which near-one-hot rows need (T = 1e-3: r ~ e^−1500; subtracting c ~ 400
+    from (z_i − t_i)/T ~ 400 leaves 0 at any working precision)."""
     c = (q.max - p.max) / T + (q.l1 - p.l1)
-    if abs(c) <= 1:
-        x = mpmath.fsum(pj * mpmath.expm1((zj - tj) / T)
-                        for zj, tj, pj, b in zip(q.z, p.z, p.p, p.support) if b)
-        x += mpmath.fsum(mpmath.exp((zj - p.max) / T - p.l1)
-                         for zj, a, b in zip(q.z, q.support, p.support) if a and not b)
-        c = mpmath.log1p(x)
+    if abs(c) > 1:
+        dl = q.l1 - p.l1
+        return [((zi - q.max) - (ti - p.max)) / T - dl if a and b else None
+                for zi, ti, a, b in zip(q.z, p.z, q.support, p.support)]
+    x = mpmath.fsum(pj * mpmath.expm1((zj - tj) / T)
+                    for zj, tj, pj, b in zip(q.z, p.z, p.p, p.support) if b)
+    x += mpmath.fsum(mpmath.exp((zj - p.max) / T - p.l1)
+                     for zj, a, b in zip(q.z, q.support, p.support) if a and not b)
+    c = mpmath.log1p(x)
     return [(zi - ti) / T - c if a and b else None
             for zi, ti, a, b in zip(q.z, p.z, q.support, p.support)]
 
@@ -400,6 +405,21 @@ def _jsd_row(q: _Row, p: _Row, r, beta):
     return beta * kl_pm + one_b * kl_qm, lq_m
 
 
+def _shifted_log_ratios(ell, r, beta):
+    """ℓ = log q − log m up to a constant, for centring (ℓ_j − Σ q_i ℓ_i ignores a shift).
+
+    Where some token has q ≫ p (r > 1), ℓ_j = −log(1−β) − log1p(β/(1−β)·e^{−r_j}) is within
+    e^{−r_j} of the constant −log(1−β), and those small parts are what the centred values of a
+    near-one-hot row are made of (T = 1e-3: e^{−244} beside ℓ ≈ log 2): they are kept by dropping
+    the constant, ε_j = −log1p(β/(1−β)·e^{−r_j}) (0 where p_j = 0). Rows with every |r_j| ≤ 1 keep
+    ℓ, whose log1p form is exact near q ≈ p."""
+    if all(ri is None or abs(ri) <= 1 for ri in r):
+        return ell
+    a = beta / (1 - beta)
+    return [None if lj is None else (mp.ZERO if ri is None else -mpmath.log1p(a * mpmath.exp(-ri)))
+            for lj, ri in zip(ell, r)]
+
+
 def _jsd_prepare(student_logits, teacher_logits, beta, temperature, endpoints):
     shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
     b = mp.mpf(validate.jsd_beta(beta))
@@ -463,7 +483,7 @@ def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float =
     grads = []
     for idx, qi, pi, ri in zip(np.ndindex(lead), q, p, r):
         _, ell = _jsd_row(qi, pi, ri, b)
-        centred = _minus_mean(qi, ell)  # ℓ_j − Σ q_i ℓ_i = ℓ_j − KL(q‖m)
+        centred = _minus_mean(qi, _shifted_log_ratios(ell, ri, b))  # ℓ_j − Σ q_i ℓ_i = ℓ_j − KL(q‖m)
         c = ct[idx]
         grads.append([c * (1 - b) * qj * lj / T if s else mp.ZERO
                       for qj, lj, s in zip(qi.p, centred, qi.support)])

@@ -362,6 +362,18 @@ _NEAR_T = np.nextafter(np.array(_NEAR_S), np.inf).tolist()  # one ulp apart: KL 
 # cannot hide behind the same cancellation at the reference precision; at ±1e4 (e^{−2e4} ≈
 # 1e-8686) that would take ~9000 digits, too slow here, so the ±150 case carries that check.
 _MID_S, _MID_T = [[150.0, -150.0, 0.0], [2.0, -3.0, 150.0]], [[-150.0, 150.0, 3.0], [1.0, -2.5, 150.0]]
+_ONEHOT_S = [[-3.026700973510742, 1.7586005926132202, 3.445944309234619, -1.3109707832336426, 1.3103116750717163,
+              1.9246516227722168, -2.2728021144866943, 0.7966724634170532, 3.6235506534576416, 1.334276795387268,
+              2.3118462562561035, -0.509643018245697],
+             [0.33073487877845764, -2.4632821083068848, 1.07081937789917, -2.0332255363464355, -4.5509185791015625,
+              2.518845558166504, 1.9949510097503662, 0.84344482421875, 4.587972164154053, -3.049712657928467,
+              3.066267490386963, 0.2365679293870926]]
+_ONEHOT_T = [[-1.0591330528259277, -3.4477715492248535, -3.3329102993011475, -1.4197697639465332, 0.5243468284606934,
+              -1.6748889684677124, -8.734284400939941, 3.1265320777893066, 4.041604518890381, 3.5256175994873047,
+              6.197075366973877, 1.0782147645950317],
+             [1.0512754917144775, 1.1434167623519897, -4.774436950683594, -0.29751724004745483, -3.077904462814331,
+              1.1350973844528198, 1.13907790184021, 0.4786542057991028, 4.173661708831787, -2.290477991104126,
+              1.9349864721298218, 0.9548525810241699]]
 NUMERIC_CASES = [
     ("logits ±1e4", _BIG_S, _BIG_T, 1.0, 100),
     ("logits ±150", _MID_S, _MID_T, 1.0, 400),
@@ -370,13 +382,18 @@ NUMERIC_CASES = [
      1e-3, 100),
     ("p ~ 1e-300", _TINY_S, _TINY_T, 1.0, 800),
     ("one ulp apart", _NEAR_S, _NEAR_T, 1.0, 100),
+    # Rows of distill.generalized_jsd:a3e06b8412d4959b and distill.token_kl:acaa3edf47c0622e, whose
+    # printed gradients refimpl/certified proved wrong in vector set 1.1.0: one-hot at T = 1e-3, the
+    # same top token in both rows, gradient elements of 1e-659 to 1e-1331 made of e^{-r} parts.
+    ("near one-hot, T=1e-3", _ONEHOT_S, _ONEHOT_T, 1e-3, 3000),
 ]
 
 
 def _all_objectives(s, t, temperature):
     """(value, gradient) of every objective and convention on one input pair."""
     out = {"softmax": (distill.softmax(s, temperature=temperature),
-                       distill.softmax_vjp([[1.0, -0.5, 0.25]] * 2, s, temperature=temperature)["logits"])}
+                       distill.softmax_vjp(np.resize([1.0, -0.5, 0.25], np.shape(s)).tolist(), s,
+                                           temperature=temperature)["logits"])}
     for alpha, t2 in ((0.5, True), (0.0, True), (1.0, False)):
         kw = {"labels": [0, 2], "temperature": temperature, "alpha": alpha, "t2_scale": t2}
         out[f"hinton a={alpha}"] = (distill.hinton(s, t, **kw),
