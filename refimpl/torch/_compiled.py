@@ -90,7 +90,7 @@ def _build() -> dict:
     if cxx is None:
         return {"lib": None, "reason": "no C++ compiler found (CXX, c++, g++, clang++)"}
     try:
-        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30).stdout
+        version = subprocess.run([cxx, "--version"], check=False, capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError) as err:
         return {"lib": None, "reason": f"{cxx} --version failed: {err}"}
     source = SOURCE.read_bytes()
@@ -107,8 +107,8 @@ def _build() -> dict:
         if not cached:
             tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
             try:
-                done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True,
-                                      timeout=300)
+                done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", str(tmp)], check=False, capture_output=True,
+                                      text=True, timeout=300)
             except (OSError, subprocess.SubprocessError) as err:
                 return {"lib": None, "reason": f"{cxx} failed: {err}"}
             if done.returncode != 0:
