@@ -1,0 +1,124 @@
+"""benchmarks/gpu_parity.py, the device script, run end to end in its no-device mode (tiny sizes,
+one objective's vectors, two bench methods): every stage completes on a CPU, the GPU parts are
+recorded as "no CUDA device", and the JSON and Markdown outputs have their structure. The
+parity arithmetic (|GPU − CPU| in ulps) is checked on constructed values. No speed is asserted.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="the script's CPU parts run torch")
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "benchmarks" / "gpu_parity.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("gpu_parity", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--no-device", "--quick",
+                           "--cpu-sizes", "16x1024", "--objective", "distill.token_kl",
+                           "--bench-method", "lossproof", "--bench-method", "naive"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out, json.loads((out / "gpu_parity.json").read_text()), (out / "gpu_parity.md").read_text()
+
+
+def test_every_stage_runs_and_the_gpu_parts_say_why_not(run):
+    _, doc, _ = run
+    assert doc["format"] == "lossproof-gpu-parity/1" and doc["mode"] == "quick"
+    assert doc["gpu"] == {"available": False, "reason": "no CUDA device (--no-device)"}
+    assert list(doc["stages"]) == ["environment", "tests", "check", "bench"]
+    assert all(s["status"] == "ok" and s["seconds"] >= 0 for s in doc["stages"].values())
+    assert doc["seconds"] < doc["budget_s"] == 170
+
+
+def test_environment_and_tests(run):
+    _, doc, _ = run
+    env, t = doc["stages"]["environment"], doc["stages"]["tests"]
+    assert env["cuda_available"] is False and "compiled_cpu_kernel" in env
+    assert "tests/torch_backend/test_torch_cuda.py" in t["files"]
+    assert t["counts"]["skipped"] > 0 and t["counts"]["passed"] == t["counts"]["failed"] == 0
+    assert set(t["skip_reasons"]) == {"no CUDA device"}
+
+
+def test_check_and_parity_table(run):
+    _, doc, _ = run
+    chk = doc["stages"]["check"]
+    cpu = chk["backends"]["torch-cpu"]
+    assert cpu["status"] == "ok" and cpu["vectors"] > 0 and not cpu["failures"]
+    for name in ("torch-cuda", "cupy-cuda", "triton-cuda"):
+        assert chk["backends"][name] == {"status": "skipped", "reason": "no CUDA device (--no-device)"}
+    rows = chk["parity"]
+    assert {(r["objective"], r["dtype"]) for r in rows} == {
+        ("distill.token_kl", d) for d in ("float64", "float32", "bfloat16", "float16")}
+    for r in rows:
+        assert r["vectors"] > 0 and 0 <= r["cpu_err_over_tol"] <= 1 and r["cpu_failed"] == 0 and r["gpu"] == {}
+
+
+def test_bench_on_the_cpu(run):
+    out, doc, _ = run
+    b = doc["stages"]["bench"]
+    assert b["gpu"] == {"status": "skipped", "reason": "no CUDA device (--no-device)"}
+    (entry,) = b["runs"]
+    assert entry["status"] == "ok" and entry["device"] == "cpu" and entry["size"] == [16, 1024]
+    assert (out / "bench-cpu-float32-16x1024.json").is_file()
+    measured = {(r["kernel"], r["method"]) for r in entry["rows"] if r.get("available")}
+    assert {("token_kl.reverse", "lossproof"), ("token_kl.reverse", "naive")} <= measured
+    for r in entry["rows"]:
+        if r.get("available"):
+            assert r["median_s"] > 0 and r["bandwidth_fraction"] > 0 and r["copy_bandwidth_gbs"] > 0
+
+
+def test_markdown_has_every_section(run):
+    _, _, md = run
+    for heading in ("# GPU parity and benchmarks", "## Stages", "## Environment", "## Test modules (pytest -m cuda)",
+                    "## lossproof check", "## CPU/GPU parity", "## lossproof bench"):
+        assert heading + "\n" in md
+    assert "| objective | dtype | vectors | CPU worst err/tol |" in md
+    assert "No GPU column: no CUDA device (--no-device)." in md
+    assert "GPU bench: no CUDA device (--no-device)." in md
+
+
+def test_ulps_is_the_largest_difference_not_a_difference_of_maxima():
+    """The old script compared the largest errors of the two devices; here the elementwise
+    difference: two outputs with the same maximum but different elements differ."""
+    m = _module()
+    cpu = np.array([1.0, 3.0, 0.5])
+    one = 2.0 ** -23  # float32 ulp at 1
+    gpu = np.array([1.0 + 3 * one, 3.0, 0.5])
+    assert m.ulps(gpu, cpu, "float32") == 3.0
+    assert m.ulps(cpu[::-1].copy(), cpu, "float32") > 1e6      # same maximum, other elements
+    assert m.ulps(np.array([0.5 - 2.0 ** -25]), np.array([0.5]), "float32") == 0.5  # ulp at the CPU value
+    assert m.ulps(np.array([np.nan, 1.0]), np.array([np.nan, 1.0]), "bfloat16") == 0.0
+    assert m.ulps(np.array([np.inf]), np.array([1.0]), "float16") == math.inf
+    assert m.ulps(np.array([1.0, 2.0]), np.array([1.0]), "float64") == math.inf
+    assert m.ulps(np.array([1.0 + 2.0 ** -7]), np.array([1.0]), "bfloat16") == 1.0
+
+
+def test_parity_table_joins_by_vector_dtype_and_output():
+    m = _module()
+    ref = {"verdicts": [{"uid": "a", "objective": "o", "dtype": "float32", "status": "pass", "err_over_tol": 0.2}],
+           "outputs": {("a", "float32", "kl"): ("o", np.array([1.0, 2.0])),
+                       ("a", "float32", "grad:z"): ("o", np.array([0.25]))}}
+    gpu = {"verdicts": [{"uid": "a", "objective": "o", "dtype": "float32", "status": "pass", "err_over_tol": 0.5}],
+           "outputs": {("a", "float32", "kl"): ("o", np.array([1.0, 2.0 + 2 * 2.0 ** -22])),
+                       ("a", "float32", "grad:z"): ("o", np.array([0.25]))}}
+    (row,) = m.parity_table(ref, {"torch-cuda": gpu})
+    assert row["vectors"] == 1 and row["cpu_err_over_tol"] == 0.2
+    assert row["gpu"]["torch-cuda"] == {"err_over_tol": 0.5, "failed": 0, "max_ulps_vs_cpu": 2.0, "compared": 2}
