@@ -87,21 +87,37 @@ struct Params {
     double log_v;   // log(max(V, 2))
 };
 
-// Index of the first element equal to m (the row's maximum), in vectorised blocks.
+// The row's maximum and the index of its first occurrence (torch.max's choice): the maximum of
+// each block of BLOCK elements (vectorised), then a search of the first block that holds it.
+constexpr long BLOCK = 512;
+
 template <typename In, typename W>
-long first_index(const In* x, long v, W m) {
-    const long block = 512;
-    for (long b = 0; b < v; b += block) {
-        long e = b + block < v ? b + block : v;
-        long found = v;
-#pragma omp simd reduction(min : found)
+W block_maxima(const In* x, long v, W* out) {
+    const W ninf = -std::numeric_limits<W>::infinity();
+    W m = ninf;
+    for (long b = 0, k = 0; b < v; b += BLOCK, ++k) {
+        const long e = b + BLOCK < v ? b + BLOCK : v;
+        W mb = ninf;
+#pragma omp simd reduction(max : mb)
         for (long j = b; j < e; ++j) {
-            long k = load<In, W>(x, j) == m ? j : v;
-            found = k < found ? k : found;
+            W a = load<In, W>(x, j);
+            mb = a > mb ? a : mb;
         }
-        if (found < v) return found;
+        out[k] = mb;
+        m = mb > m ? mb : m;
     }
-    return 0;  // no element equals m: a NaN row (flagged by its value)
+    return m;
+}
+
+template <typename In, typename W>
+long first_index(const In* x, long v, W m, const W* maxima) {
+    for (long b = 0, k = 0; b < v; b += BLOCK, ++k) {
+        if (!(maxima[k] == m)) continue;
+        const long e = b + BLOCK < v ? b + BLOCK : v;
+        for (long j = b; j < e; ++j)
+            if (load<In, W>(x, j) == m) return j;
+    }
+    return 0;  // no element equals m: a row of NaN (flagged by its value)
 }
 
 // One row of KL(q‖p) (reverse, forward = false) or KL(p‖q) (forward = true); returns true
@@ -110,15 +126,11 @@ long first_index(const In* x, long v, W m) {
 template <typename In, typename W, bool forward, bool unit_t>
 bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* value, W* bz, W* bt) {
     const long v = P.v;
-    const W ninf = -std::numeric_limits<W>::infinity();
-    W mz = ninf, mt = ninf;
-#pragma omp simd reduction(max : mz, mt)
-    for (long j = 0; j < v; ++j) {
-        W a = load<In, W>(z, j), b = load<In, W>(t, j);
-        mz = a > mz ? a : mz;
-        mt = b > mt ? b : mt;
-    }
-    const long iz = first_index<In, W>(z, v, mz), it = first_index<In, W>(t, v, mt);
+    // bz, bt hold the exponentials later; first, each block's maximum (a few per mille of them).
+    W* kz = bz + v;
+    W* kt = bt + v;
+    const W mz = block_maxima<In, W>(z, v, kz), mt = block_maxima<In, W>(t, v, kt);
+    const long iz = first_index<In, W>(z, v, mz, kz), it = first_index<In, W>(t, v, mt, kt);
     const W tz = load<In, W>(t, iz), zt = load<In, W>(z, it);
     // The logit difference at the centring top (student's for reverse, teacher's for forward),
     // rounded to the working dtype as the tiles subtract it; the rounding is added back.
@@ -141,7 +153,7 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
         }
         W ez = exp_work(xz), et = exp_work(xt);
         bz[j] = ez;
-        bt[j] = et;
+        if constexpr (forward) bt[j] = et;  // the reverse gradient needs only e_z
         return {j != iz ? static_cast<double>(ez) : 0.0, j != it ? static_cast<double>(et) : 0.0,
                 static_cast<double>(forward ? et : ez) * static_cast<double>(d)};
     };
@@ -208,7 +220,9 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
 template <typename In, typename W>
 long rows(int forward, const Params& P, const void* zv, const void* tv, void* gv, const double* cot,
           double* values, unsigned char* flags, long r0, long r1) {
-    std::vector<W> bz(P.v), bt(P.v);
+    // Row buffers: the exponentials, then the block maxima past their end.
+    const long blocks = (P.v + BLOCK - 1) / BLOCK;
+    std::vector<W> bz(P.v + blocks), bt(P.v + blocks);
     const In* z = static_cast<const In*>(zv);
     const In* t = static_cast<const In*>(tv);
     In* g = static_cast<In*>(gv);

@@ -129,10 +129,12 @@ def test_fallback_gives_the_fused_paths_numbers(monkeypatch, kernel, dtype):
 def test_compiled_matches_plain(compiled, spies, kernel, dtype):
     """Values and gradients (random cotangent) against the plain path, at a vocabulary that is
     not a multiple of the vector width, with −inf logits in one row (recomputed by the careful
-    kernel) and a second row whose maximum is tied."""
+    kernel), a row whose maximum is tied in two blocks of the maximum search (512 logits: the
+    first is the top), and a row whose maxima lie in the last, partial block."""
     z, t, _ = _inputs(5, (9, 1000), DTYPES[dtype])
     z[2, 7] = t[2, 7] = -float("inf")
-    z[4, 10] = z[4, 20] = z[4].max() + 1
+    z[4, 600] = z[4, 900] = z[4].max() + 1
+    z[5, 990], t[5, 999] = z[5].max() + 2, t[5].max() + 1
     v1, g1 = _evaluate(lambda a, b, c: FNS[kernel](a, b), z, t, None, True)
     v0, g0 = _evaluate(lambda a, b, c: FNS[kernel](a, b), z, t, None, False)
     assert spies["compiled"][dtype]
