@@ -6,7 +6,7 @@ tile, each a pass through memory or cache with its own dispatch: compute-bound a
 fifth of the copy bandwidth on a CPU. One loop per row does the same arithmetic (two
 exponentials and a few multiply-adds per logit) while the row stays in cache, so the time is
 close to one read of both logits tensors and one write of the gradient. Why this route. A
-plain C++ file with no PyTorch headers builds in about a second (``torch.utils.cpp_extension``
+plain C++ file with no PyTorch headers builds in seconds (``torch.utils.cpp_extension``
 compiles the torch headers: a minute), vectorises for the machine it runs on (-march=native),
 links no OpenMP runtime (threads are Python threads: ctypes releases the GIL during the
 call), and its numerics are written out line by line against ``_fused``'s (``torch.compile``
@@ -83,6 +83,15 @@ def _cpu_flags() -> str:
     return platform.machine() + platform.processor()
 
 
+def _private(folder: Path) -> bool:
+    """A folder whose shared libraries this process may load: ours, and not writable by others
+    (the temporary directory is shared: a library planted there must not be loaded)."""
+    if not hasattr(os, "getuid"):
+        return True
+    st = folder.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 def _build() -> dict:
     if not ENABLED:
         return {"lib": None, "reason": "disabled (LOSSPROOF_COMPILED=0 or _compiled.ENABLED = False)"}
@@ -101,6 +110,8 @@ def _build() -> dict:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError:
+            continue
+        if not _private(folder):
             continue
         cached = path.is_file()
         start = time.perf_counter()
@@ -128,7 +139,8 @@ def _build() -> dict:
                        ctypes.c_long, ctypes.c_long]
         return {"lib": lib, "reason": "", "seconds": time.perf_counter() - start, "cached": cached,
                 "path": str(path), "compiler": version.splitlines()[0] if version else cxx}
-    return {"lib": None, "reason": f"no writable cache directory ({_cache_dir()} or the temporary directory)"}
+    return {"lib": None, "reason": f"no private, writable cache directory ({_cache_dir()} or the temporary "
+                                   "directory)"}
 
 
 def library():

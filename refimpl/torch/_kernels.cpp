@@ -8,7 +8,7 @@
 // the student's dtype. Sums accumulate in double. Rows whose value is not finite or below the
 // guard are flagged for the careful kernel (the caller's job), and their gradient is not written.
 //
-// Plain C++17, no PyTorch headers (a build takes about a second); the loops vectorise under
+// Plain C++17, no PyTorch headers (a build takes seconds); the loops vectorise under
 // -O3 with #pragma omp simd (-fopenmp-simd: no OpenMP runtime is linked; threads are the
 // caller's).
 #include <cmath>
