@@ -180,3 +180,17 @@ def test_disabled_by_the_environment(monkeypatch):
     monkeypatch.setattr(_compiled, "ENABLED", False)
     assert _compiled.library() is None
     assert _compiled.status()["reason"].startswith("disabled")
+
+
+def test_strided_rows_and_strided_vocabulary(compiled, spies):
+    """Every other row of a larger tensor (the teacher, row stride 2V, is read in place by the
+    compiled kernel; the student is cloned contiguous by ``_evaluate``) and every other logit
+    (vocabulary stride 2: the torch tiles): the plain path's results."""
+    z, t, _ = _inputs(23, (12, 600), torch.float32)
+    for zs, ts, path in ((z[::2], t[::2], "compiled"), (z[:, ::2], t[:, ::2], "tiles")):
+        before = dict(spies["compiled"])
+        v1, g1 = _evaluate(lambda a, b, c: FNS["reverse-T0.7"](a, b), zs, ts, None, True)
+        v0, g0 = _evaluate(lambda a, b, c: FNS["reverse-T0.7"](a, b), zs, ts, None, False)
+        assert (dict(spies["compiled"]) != before) == (path == "compiled")
+        _close(v1, v0, torch.float32, f"{path} value", units=64)
+        _close(g1, g0, torch.float32, f"{path} grad", units=64)
