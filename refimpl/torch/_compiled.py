@@ -173,30 +173,27 @@ def reset() -> None:
         _state.clear()
 
 
-def usable(kernel, zs: torch.Tensor, ts: torch.Tensor) -> bool:
-    """True when the compiled kernel applies to this call (the library is loaded lazily)."""
-    from refimpl.torch import _fused  # the kernel classes; _fused imports this module
-    return (type(kernel) in (_fused.FastReverse, _fused.FastForward) and zs.device.type == "cpu"
-            and zs.dtype in _DTYPES and ts.dtype == zs.dtype and zs.stride(-1) == 1 and ts.stride(-1) == 1
-            and library() is not None)
+def usable(zs: torch.Tensor, ts: torch.Tensor) -> bool:
+    """True when the compiled kernel can take these logits (the library is loaded lazily)."""
+    return (zs.device.type == "cpu" and zs.dtype in _DTYPES and ts.dtype == zs.dtype and zs.stride(-1) == 1
+            and ts.stride(-1) == 1 and library() is not None)
 
 
-def token_kl(kernel, zs, ts, need_grad: bool, cot: np.ndarray, grad, workers: int, guard: float):
-    """Values (float64 [N]) and flagged rows of the reverse/forward token KL of [N,V] CPU logits;
-    the gradient of cot·value written into ``grad`` (student's dtype) for the unflagged rows."""
-    from refimpl.torch import _fused
+def token_kl(forward: bool, T: float, zs, ts, need_grad: bool, cot: np.ndarray, grad, workers: int, guard: float):
+    """Values (float64 [N]) and flagged rows of the reverse/forward token KL of [N,V] CPU logits
+    at temperature T; the gradient of cot·value written into ``grad`` (student's dtype) for the
+    unflagged rows. ``guard``: u^GUARD of the working dtype (``_fused``)."""
     lib = library()
     n, v = zs.shape
     values = np.empty(n)
     flags = np.zeros(n, dtype=np.uint8)
     cot = np.ascontiguousarray(cot, dtype=np.float64)
-    forward = int(isinstance(kernel, _fused.FastForward))
     gptr = grad.data_ptr() if need_grad else None
     gstride = grad.stride(0) if need_grad else 0
 
     def call(r0, r1):
-        lib.lossproof_token_kl(forward, _DTYPES[zs.dtype], zs.data_ptr(), ts.data_ptr(), gptr, n, v,
-                               zs.stride(0), ts.stride(0), gstride, kernel.T, guard, cot.ctypes.data,
+        lib.lossproof_token_kl(int(forward), _DTYPES[zs.dtype], zs.data_ptr(), ts.data_ptr(), gptr, n, v,
+                               zs.stride(0), ts.stride(0), gstride, T, guard, cot.ctypes.data,
                                values.ctypes.data, flags.ctypes.data, r0, r1)
 
     workers = max(1, min(workers, n))

@@ -404,9 +404,9 @@ def _fused(k, zs, ts, y, need_grad, cot, check):
     width = min(v, elements)
     per_block = max(1, elements // v) if v <= elements else 1
     grad = _gradient_buffer(zs) if need_grad else None
-    if _compiled.usable(k, zs, ts):
-        values, flagged = _compiled.token_kl(k, zs, ts, need_grad, cot, grad, torch.get_num_threads(),
-                                             k.u ** GUARD)
+    if type(k) in (FastReverse, FastForward) and _compiled.usable(zs, ts):
+        values, flagged = _compiled.token_kl(type(k) is FastForward, k.T, zs, ts, need_grad, cot, grad,
+                                             torch.get_num_threads(), k.u ** GUARD)
         if flagged:
             _careful_rows(k, zs, ts, y, need_grad, cot, check, flagged, values, grad, per_block)
         return values, grad

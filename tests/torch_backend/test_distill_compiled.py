@@ -48,9 +48,9 @@ def spies(monkeypatch):
     seen = {"compiled": collections.Counter(), "tiles": collections.Counter()}
     real_kl, real_block = _compiled.token_kl, _fused._block
 
-    def kl(kernel, zs, *a, **k):
+    def kl(forward, T, zs, *a, **k):
         seen["compiled"][str(zs.dtype).removeprefix("torch.")] += 1
-        return real_kl(kernel, zs, *a, **k)
+        return real_kl(forward, T, zs, *a, **k)
 
     def block(k, *a, **kw):
         seen["tiles"][type(k).__name__] += 1
@@ -154,7 +154,7 @@ def test_worker_threads_give_identical_results(compiled):
     out = []
     for workers in (1, 2, 5):
         grad = torch.empty_like(z)
-        values, flagged = compiled.token_kl(k, z, t, True, cot, grad, workers, k.u ** _fused.GUARD)
+        values, flagged = compiled.token_kl(False, 1.0, z, t, True, cot, grad, workers, k.u ** _fused.GUARD)
         out.append((values, grad, flagged))
     for values, grad, flagged in out[1:]:
         assert np.array_equal(values, out[0][0]) and torch.equal(grad, out[0][1]) and flagged == out[0][2]
