@@ -39,6 +39,7 @@ import math
 import os
 import pickle
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -79,23 +80,30 @@ class Budget:
 
 
 def _subprocess(cmd: list[str], timeout: float, log_path: Path | None = None) -> dict:
-    """Run ``cmd`` from the checkout's root with the checkout on PYTHONPATH; never raises."""
+    """Run ``cmd`` from the checkout's root with the checkout on PYTHONPATH; never raises. At the
+    time limit the child is interrupted (SIGINT: pytest then still writes its report of the
+    tests run so far), and killed if it has not stopped 15 s later."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
+    out = {}
     try:
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=max(1.0, timeout),
-                              check=False)
-        out = {"returncode": done.returncode, "seconds": time.perf_counter() - start}
-        text = done.stdout + done.stderr
-    except subprocess.TimeoutExpired as err:
-        out = {"returncode": None, "seconds": time.perf_counter() - start,
-               "error": f"stopped at its time limit ({timeout:.0f} s)"}
-        text = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
+        child = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     except OSError as err:
         return {"returncode": None, "seconds": 0.0, "error": f"could not start: {err}"}
+    try:
+        text, _ = child.communicate(timeout=max(1.0, timeout))
+    except subprocess.TimeoutExpired:
+        out["error"] = f"stopped at its time limit ({timeout:.0f} s)"
+        child.send_signal(signal.SIGINT)
+        try:
+            text, _ = child.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            text, _ = child.communicate()
+    out.update(returncode=child.returncode, seconds=time.perf_counter() - start)
     if log_path is not None:
-        log_path.write_text(text)
-    out["tail"] = text.strip().splitlines()[-5:]
+        log_path.write_text(text or "")
+    out["tail"] = (text or "").strip().splitlines()[-5:]
     return out
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +123,26 @@ def test_parity_table_joins_by_vector_dtype_and_output():
     (row,) = m.parity_table(ref, {"torch-cuda": gpu})
     assert row["vectors"] == 1 and row["cpu_err_over_tol"] == 0.2
     assert row["gpu"]["torch-cuda"] == {"err_over_tol": 0.5, "failed": 0, "max_ulps_vs_cpu": 2.0, "compared": 2}
+
+
+def test_a_stage_past_its_time_limit_is_interrupted_and_recorded():
+    m = _module()
+    start = time.perf_counter()
+    out = m._subprocess([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"], 3)
+    assert out["error"] == "stopped at its time limit (3 s)" and out["returncode"] != 0
+    assert out["tail"][:1] == ["started"] and time.perf_counter() - start < 30
+
+
+def test_a_stage_that_raises_is_recorded_and_the_run_goes_on():
+    m = _module()
+    budget = m.Budget(100)
+
+    def broken(limit):
+        raise RuntimeError("device lost")
+
+    out = m._stage("tests", broken, budget, lambda msg: None)
+    assert out["status"] == "error" and out["error"] == "RuntimeError: device lost"
+    assert m._stage("bench", lambda limit: {"limit": limit}, budget, lambda msg: None)["status"] == "ok"
+    spent = m.Budget(10)
+    spent.start -= 8
+    assert m._stage("check", broken, spent, lambda msg: None)["status"] == "skipped"
