@@ -42,8 +42,8 @@ FULL = {"sizes": [(4096, 32768), (4096, 65536), (4096, 131072), (4096, 152064)],
 # Peak additional memory over one logits tensor, by method (and kernel), as measured here at
 # small sizes (it grows linearly with N·V): only used to decide whether a size fits in memory,
 # and replaced by each measurement as the run goes.
-_PEAK_GUESS = {"lossproof": 0.1, "lossproof-tiles": 0.1, "lossproof-plain": 2.0, "naive": 5.5, "naive/generalized_jsd": 10.5,
-               "trl": 3.5, "liger": 6.5, "liger/generalized_jsd": 14.5}
+_PEAK_GUESS = {"lossproof": 0.1, "lossproof-tiles": 0.1, "lossproof-plain": 2.0, "naive": 5.5,
+               "naive/generalized_jsd": 10.5, "trl": 3.5, "liger": 6.5, "liger/generalized_jsd": 14.5}
 
 
 def _rows_that_fit(method, kernel, n, v, elem, guess, device) -> int:
