@@ -402,33 +402,41 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
 # Stage 4: the benchmarks
 # --------------------------------------------------------------------------------------------
 
-def _bench_plan(sizes, dtypes, gpu: bool, cpu_sizes) -> list[tuple[str, str, tuple]]:
+def _bench_plan(sizes, dtypes, gpu: bool, cpu_sizes) -> list[tuple[str, str, list]]:
+    """(device, dtype, sizes) of each ``lossproof bench`` process: on a GPU the target size alone
+    first, then one process per dtype for the other sizes (each process pays for importing
+    torch, TRL and Liger: a few per run, not one per size)."""
     if not gpu:
-        return [("cpu", "float32", s) for s in cpu_sizes]
-    plan = [("cuda", d, s) for s in sizes for d in dtypes]
-    plan.sort(key=lambda p: (p[2], p[1]) != (TARGET_SIZE, TARGET_DTYPE))  # the target first
+        return [("cpu", "float32", list(cpu_sizes))]
+    plan = []
+    if TARGET_SIZE in sizes and TARGET_DTYPE in dtypes:
+        plan.append(("cuda", TARGET_DTYPE, [TARGET_SIZE]))
+    for d in dtypes:
+        rest = [s for s in sizes if (s, d) != (TARGET_SIZE, TARGET_DTYPE)]
+        if rest:
+            plan.append(("cuda", d, rest))
     return plan
 
 
 def bench(limit: float, out: Path, gpu: bool, why_not: str, cfg: dict, cpu_sizes, log) -> dict:
     budget = Budget(limit)
     runs = []
-    plan = _bench_plan(cfg["sizes"], cfg["dtypes"], gpu, cpu_sizes)
-    for i, (device, dtype, (n, v)) in enumerate(plan):
+    for i, (device, dtype, sizes) in enumerate(plan := _bench_plan(cfg["sizes"], cfg["dtypes"], gpu, cpu_sizes)):
         left = budget.left()
         if left < 10:
-            runs += [{"device": d, "dtype": t, "size": [a, b], "status": "skipped",
-                      "reason": f"time budget exhausted ({left:.0f} s left)"} for d, t, (a, b) in plan[i:]]
+            runs += [{"device": d, "dtype": t, "sizes": [list(x) for x in ss], "status": "skipped",
+                      "reason": f"time budget exhausted ({left:.0f} s left)"} for d, t, ss in plan[i:]]
             break
-        path = out / f"bench-{device}-{dtype}-{n}x{v}.json"
+        label = ",".join(f"{n}x{v}" for n, v in sizes)
+        path = out / f"bench-{device}-{dtype}-{label.replace(',', '_')}.json"
         cmd = [sys.executable, "-m", "conformance", "bench", "--device", device, "--dtype", dtype,
-               "--sizes", f"{n}x{v}", "--reps", str(cfg["reps"]), "--no-exact", "--json", str(path)]
+               "--sizes", label, "--reps", str(cfg["reps"]), "--no-exact", "--json", str(path)]
         for m in cfg["methods"] + (["lossproof-tiles"] if device == "cpu" else []):
             cmd += ["--method", m]
-        log(f"  bench {device} {dtype} {n}x{v} (up to {left:.0f} s)")
+        log(f"  bench {device} {dtype} {label} (up to {left:.0f} s)")
         run = _subprocess(cmd, left, path.with_suffix(".log"))
-        entry = {"device": device, "dtype": dtype, "size": [n, v], "command": "lossproof " + " ".join(cmd[3:]),
-                 "seconds": run["seconds"]}
+        entry = {"device": device, "dtype": dtype, "sizes": [list(x) for x in sizes],
+                 "command": "lossproof " + " ".join(cmd[3:]), "seconds": run["seconds"]}
         if run.get("error") or run["returncode"] != 0 or not path.is_file():
             entry.update(status="error", error=run.get("error") or f"exited {run['returncode']}", tail=run.get("tail"))
         else:
@@ -518,12 +526,13 @@ def markdown(doc: dict) -> str:
                   "| device | dtype | N × V | kernel | method | median | of copy | vs best library | copy GB/s |",
                   "|---|---|---|---|---|---:|---:|---:|---:|"]
         for run in b["runs"]:
-            n, v = run["size"]
             if run["status"] != "ok":
-                lines.append(f"| {run['device']} | {run['dtype']} | {n} × {v} | | | {run['status']}: "
+                sizes = ", ".join(f"{n} × {v}" for n, v in run["sizes"])
+                lines.append(f"| {run['device']} | {run['dtype']} | {sizes} | | | {run['status']}: "
                              f"{run.get('reason') or run.get('error')} | | | |")
                 continue
             for r in run["rows"]:
+                n, v = r["n"], r["v"]
                 if not r.get("available"):
                     lines.append(f"| {run['device']} | {r['dtype']} | {n} × {v} | {r['kernel']} | {r['method']} | "
                                  f"n/a: {r.get('reason', '')[:80]} | | | |")

@@ -77,7 +77,7 @@ def test_bench_on_the_cpu(run):
     b = doc["stages"]["bench"]
     assert b["gpu"] == {"status": "skipped", "reason": "no CUDA device (--no-device)"}
     (entry,) = b["runs"]
-    assert entry["status"] == "ok" and entry["device"] == "cpu" and entry["size"] == [16, 1024]
+    assert entry["status"] == "ok" and entry["device"] == "cpu" and entry["sizes"] == [[16, 1024]]
     assert (out / "bench-cpu-float32-16x1024.json").is_file()
     measured = {(r["kernel"], r["method"]) for r in entry["rows"] if r.get("available")}
     assert {("token_kl.reverse", "lossproof"), ("token_kl.reverse", "naive")} <= measured
@@ -131,6 +131,16 @@ def test_a_stage_past_its_time_limit_is_interrupted_and_recorded():
     out = m._subprocess([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"], 3)
     assert out["error"] == "stopped at its time limit (3 s)" and out["returncode"] != 0
     assert out["tail"][:1] == ["started"] and time.perf_counter() - start < 30
+
+
+def test_the_gpu_bench_plan_puts_the_target_first_and_covers_every_size_and_dtype():
+    m = _module()
+    plan = m._bench_plan(m.FULL["sizes"], m.FULL["dtypes"], True, [])
+    assert plan[0] == ("cuda", "bfloat16", [(16384, 152064)])
+    covered = sorted((d, s) for _, d, sizes in plan for s in sizes)
+    assert covered == sorted((d, s) for d in ("float32", "bfloat16")
+                             for s in [(n, v) for n in (4096, 16384) for v in (32768, 131072, 152064)])
+    assert len(plan) == 3 and m._bench_plan([], [], False, [(8, 64)]) == [("cpu", "float32", [(8, 64)])]
 
 
 def test_a_stage_that_raises_is_recorded_and_the_run_goes_on():
