@@ -17,6 +17,7 @@ from conformance.docs.figures import new_figure
 
 RESULTS = "benchmarks/results"           # relative to the root of the checkout
 TARGET, SWEEP, EXACT = "cpu_4096x131072.json", "cpu_vocab_sweep.json", "exact.json"
+INTERLEAVED = "cpu_bandwidth.json"  # python benchmarks/cpu_bandwidth.py (not a lossproof bench run)
 # The measurements behind the page: output file → arguments of `lossproof bench`.
 RUNS = {
     TARGET: ["--sizes", "4096x131072", "--reps", "2", "--no-exact"],
@@ -222,10 +223,26 @@ def machines(ctx: Context) -> str:
     return "\n".join(lines)
 
 
+def interleaved_table(ctx: Context) -> str:
+    """The reverse token KL's fraction of copy bandwidth with every timing between two copies."""
+    doc = load(ctx, INTERLEAVED)
+    lines = ["| method | median fwd+bwd | per logit | median copy | of copy bandwidth (median) | best round |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m, r in doc["methods"].items():
+        lines.append(f"| {_name(doc, {'method': m, 'kernel': doc['kernel']})} | {_ms(r['median_s'])} | "
+                     f"{r['ns_per_logit']:.2f} ns | {_ms(r['median_copy_s'])} | {r['median_fraction']:.2f} | "
+                     f"{max(r['fractions']):.2f} |")
+    lines += ["", f"{doc['kernel']}, N = {doc['n']}, V = {doc['v']:,}, {doc['dtype']}, {doc['rounds']} rounds; "
+              f"{_machine(doc)}; {doc['seconds']:.0f} s. Reproduce: `python benchmarks/cpu_bandwidth.py --rounds "
+              f"{doc['rounds']} --json {RESULTS}/{INTERLEAVED}`."]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Context], str]] = {
     "target-table": target_table,
     "targets": targets_table,
     "bandwidth": bandwidth_note,
+    "interleaved": interleaved_table,
     "sweep-table": sweep_table,
     "exact": exact_table,
     "gpu": gpu_note,
