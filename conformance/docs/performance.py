@@ -232,9 +232,9 @@ def interleaved_table(ctx: Context) -> str:
         lines.append(f"| {_name(doc, {'method': m, 'kernel': doc['kernel']})} | {_ms(r['median_s'])} | "
                      f"{r['ns_per_logit']:.2f} ns | {_ms(r['median_copy_s'])} | {r['median_fraction']:.2f} | "
                      f"{max(r['fractions']):.2f} |")
-    lines += ["", f"{doc['kernel']}, N = {doc['n']}, V = {doc['v']:,}, {doc['dtype']}, {doc['rounds']} rounds; "
-              f"{_machine(doc)}; {doc['seconds']:.0f} s. Reproduce: `python benchmarks/cpu_bandwidth.py --rounds "
-              f"{doc['rounds']} --json {RESULTS}/{INTERLEAVED}`."]
+    lines += ["", (f"{doc['kernel']}, N = {doc['n']}, V = {doc['v']:,}, {doc['dtype']}, {doc['rounds']} rounds; "
+                   f"{_machine(doc)}; {doc['seconds']:.0f} s. Reproduce: `python benchmarks/cpu_bandwidth.py "
+                   f"--rounds {doc['rounds']} --json {RESULTS}/{INTERLEAVED}`.")]
     return "\n".join(lines)
 
 
