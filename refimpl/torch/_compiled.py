@@ -153,6 +153,9 @@ def library():
                 _state.update(_build())
                 if _state["lib"] is None:
                     _LOG.info("compiled CPU kernels unavailable, using the torch fused path: %s", _state["reason"])
+                else:
+                    _LOG.info("compiled CPU kernels %s in %.2f s: %s", "loaded" if _state["cached"] else "built",
+                              _state["seconds"], _state["path"])
     return _state["lib"]
 
 
