@@ -107,6 +107,14 @@ def _subprocess(cmd: list[str], timeout: float, log_path: Path | None = None) ->
     return out
 
 
+def _why(run: dict) -> str:
+    """Why a child process did not deliver: its time limit, or its exit status and last line."""
+    if run.get("error"):
+        return run["error"]
+    last = run.get("tail") or [""]
+    return f"exited {run['returncode']}: {last[-1][:200]}" if last[-1] else f"exited {run['returncode']}"
+
+
 def _stage(name: str, fn, budget: Budget, log) -> dict:
     """Run one stage with its share of what is left; record its outcome, never raise."""
     left = budget.left()
@@ -378,8 +386,7 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
                "--objective", objective, "--out", str(path)]
         run = _subprocess(cmd, share, folder / f"{name}.log")
         if run.get("error") or run["returncode"] != 0 or not path.is_file():
-            backends[name] = {"status": "error", "error": run.get("error") or f"exited {run['returncode']}",
-                              "tail": run.get("tail"), "seconds": run["seconds"]}
+            backends[name] = {"status": "error", "error": _why(run), "tail": run.get("tail"), "seconds": run["seconds"]}
             continue
         with open(path, "rb") as f:
             runs[name] = pickle.load(f)
@@ -393,8 +400,9 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
     result = {"objective": objective, "backends": backends}
     if "torch-cpu" in runs:
         result["parity"] = parity_table(runs["torch-cpu"], {k: v for k, v in runs.items() if k != "torch-cpu"})
-    if any(b["status"] in ("error", "failed") for b in backends.values()):
-        result["status"] = "failed"
+    bad = [n for n, b in backends.items() if b["status"] in ("error", "failed")]
+    if bad:
+        result["status"], result["error"] = "failed", f"not clean on {', '.join(bad)}"
     return result
 
 
@@ -438,7 +446,7 @@ def bench(limit: float, out: Path, gpu: bool, why_not: str, cfg: dict, cpu_sizes
         entry = {"device": device, "dtype": dtype, "sizes": [list(x) for x in sizes],
                  "command": "lossproof " + " ".join(cmd[3:]), "seconds": run["seconds"]}
         if run.get("error") or run["returncode"] != 0 or not path.is_file():
-            entry.update(status="error", error=run.get("error") or f"exited {run['returncode']}", tail=run.get("tail"))
+            entry.update(status="error", error=_why(run), tail=run.get("tail"))
         else:
             doc = json.loads(path.read_text())
             entry.update(status="ok", rows=doc["rows"], summary=doc["summary"], compiled=doc.get("compiled"),
@@ -447,8 +455,9 @@ def bench(limit: float, out: Path, gpu: bool, why_not: str, cfg: dict, cpu_sizes
     result = {"runs": runs, "methods": list(cfg["methods"])}
     if not gpu:
         result["gpu"] = {"status": "skipped", "reason": why_not}
-    if any(r["status"] == "error" for r in runs):
-        result["status"] = "failed"
+    bad = [r for r in runs if r["status"] == "error"]
+    if bad:
+        result["status"], result["error"] = "failed", f"{len(bad)} of {len(runs)} bench runs failed"
     return result
 
 

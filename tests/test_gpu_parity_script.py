@@ -156,3 +156,30 @@ def test_a_stage_that_raises_is_recorded_and_the_run_goes_on():
     spent = m.Budget(10)
     spent.start -= 8
     assert m._stage("check", broken, spent, lambda msg: None)["status"] == "skipped"
+
+
+def test_the_gpu_columns_of_the_parity_table(monkeypatch, tmp_path):
+    """The GPU path of the check stage, simulated on a CPU: "torch-cuda" is torch on the CPU in
+    a second process (so its outputs equal the reference's bit for bit: 0 ulps everywhere),
+    CuPy and Triton unavailable with their reasons; both files get the GPU columns."""
+    m = _module()
+    real = m._subprocess
+
+    def on_cpu(cmd, timeout, log_path=None):
+        if "--worker-check" in cmd:
+            cmd = [("cpu" if c == "cuda" and cmd[i - 1] == "--device" else c) for i, c in enumerate(cmd)]
+        return real(cmd, timeout, log_path)
+
+    monkeypatch.setattr(m, "cuda_device", lambda no_device: (True, ""))
+    monkeypatch.setattr(m, "_subprocess", on_cpu)
+    monkeypatch.setattr(m, "_available", lambda b: (True, "") if b == "torch" else (False, f"not available: {b} here"))
+    assert m.main(["--out", str(tmp_path), "--objective", "distill.token_kl", "--stage", "check"]) == 0
+    doc = json.loads((tmp_path / "gpu_parity.json").read_text())
+    chk = doc["stages"]["check"]
+    assert chk["backends"]["torch-cuda"]["status"] == "ok"
+    assert chk["backends"]["triton-cuda"] == {"status": "skipped", "reason": "not available: triton here"}
+    for row in chk["parity"]:
+        cell = row["gpu"]["torch-cuda"]
+        assert cell["compared"] > 0 and cell["max_ulps_vs_cpu"] == 0.0 and cell["err_over_tol"] == row["cpu_err_over_tol"]
+    md = (tmp_path / "gpu_parity.md").read_text()
+    assert "| torch-cuda worst err/tol | torch-cuda max \\|GPU − CPU\\| (ulp) |" in md
