@@ -489,7 +489,8 @@ def cmd_bench(args):
         if bad:
             raise UsageError(f"{name} {bad[0]!r}: choose from {', '.join(known)}")
     doc = bench.run(quick=args.quick, sizes=sizes, kernels=args.kernel, methods=args.method, reps=args.reps,
-                    exact=not args.no_exact, log=(lambda *a: None) if args.quiet else print, device=args.device)
+                    exact=not args.no_exact, log=(lambda *a: None) if args.quiet else print, device=args.device,
+                    dtype=args.dtype)
     s = doc["summary"]
     for key in ("token_kl_speedup_vs_naive", "token_kl_peak_extra_fraction", "token_kl_bandwidth_fraction",
                 "token_kl_speedup_vs_best_library", "generate_seconds", "check_estimated_full_seconds"):
@@ -616,6 +617,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3; 2 with --quick)")
     bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
     bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    bn.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "float64"),
+                    help="dtype of the logits (default float32)")
     bn.add_argument("--quiet", action="store_true")
     bn.set_defaults(fn=cmd_bench)
     return p

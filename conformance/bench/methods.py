@@ -1,6 +1,10 @@
 """What ``lossproof bench`` compares: the inputs, and one forward + backward by each method.
 
-- ``lossproof``: ``refimpl.torch.distill`` (the fused, vocabulary-tiled path);
+- ``lossproof``: ``refimpl.torch.distill`` as it runs by default: on a CPU the compiled kernel
+  (``refimpl.torch._compiled``) for the token KL where a C++ compiler is present, the fused,
+  vocabulary-tiled torch path otherwise;
+- ``lossproof-tiles``: the fused torch path with the compiled kernel switched off (measured
+  only where the two differ: the token KL on a CPU);
 - ``lossproof-plain``: the same objectives on the plain path (``distill.FUSED = False``);
 - ``naive``: two ``log_softmax``, ``exp``, multiply, sum, then autograd (the textbook form);
 - ``trl``: TRL 1.16's ``ChunkedDivergenceFunction`` (online log-sum-exp over [4096, 32768]
@@ -26,8 +30,9 @@ from importlib.metadata import version
 import conformance
 
 KERNELS = ("token_kl.reverse", "token_kl.forward", "generalized_jsd", "hinton")
-METHODS = ("lossproof", "lossproof-plain", "naive", "trl", "liger")
-DEFAULT_METHODS = ("lossproof", "naive", "trl", "liger")  # the plain path only on request
+METHODS = ("lossproof", "lossproof-tiles", "lossproof-plain", "naive", "trl", "liger")
+DEFAULT_METHODS = ("lossproof", "lossproof-tiles", "naive", "trl", "liger")  # the plain path only on request
+COMPILED_KERNELS = ("token_kl.reverse", "token_kl.forward")  # those refimpl.torch._compiled runs
 LIBRARIES = ("trl", "liger")
 # β of the JSD rows; Hinton at T = 2, α = 0.5 (the soft term times T²).
 JSD_BETA = 0.5
@@ -40,6 +45,14 @@ def inputs(n: int, v: int, dtype, device: str = "cpu", seed: int = 0):
     """Student logits z ~ N(0, 2²), teacher t = z + N(0, 1) (a distillation in progress), and
     labels y; z requires its gradient."""
     import torch  # optional dependency
+    if device != "cpu":
+        # Drawn on the device (another stream of numbers than the CPU's, the same distribution):
+        # drawing [16384, 152064] on the host and copying it would take longer than every timing.
+        g = torch.Generator(device=device).manual_seed(seed)
+        z = torch.randn(n, v, generator=g, device=device).mul_(2)
+        t = torch.randn(n, v, generator=g, device=device).add_(z)
+        y = torch.randint(0, v, (n,), generator=g, device=device)
+        return z.to(dtype).requires_grad_(True), t.to(dtype), y
     g = torch.Generator().manual_seed(seed)
     z = torch.empty(n, v, dtype=torch.float32)
     t = torch.empty(n, v, dtype=torch.float32)
@@ -50,8 +63,6 @@ def inputs(n: int, v: int, dtype, device: str = "cpu", seed: int = 0):
     y = torch.randint(0, v, (n,), generator=g)
     if dtype != torch.float32:
         z, t = z.to(dtype), t.to(dtype)
-    if device != "cpu":
-        z, t, y = z.to(device), t.to(device), y.to(device)
     return z.requires_grad_(True), t, y
 
 
@@ -137,9 +148,10 @@ def _naive(kernel, z, t, y):
     loss.backward()
 
 
-def _ours(kernel, z, t, y, fused=True):
-    from refimpl.torch import distill  # optional dependency: refimpl.torch imports torch
+def _ours(kernel, z, t, y, fused=True, compiled=True):
+    from refimpl.torch import _compiled, distill  # optional dependency: refimpl.torch imports torch
     saved, distill.FUSED = distill.FUSED, fused
+    saved_compiled, _compiled.ENABLED = _compiled.ENABLED, compiled and _compiled.ENABLED
     try:
         if kernel == "token_kl.reverse":
             loss = distill.token_kl(z, t).sum()
@@ -152,6 +164,19 @@ def _ours(kernel, z, t, y, fused=True):
         loss.backward()
     finally:
         distill.FUSED = saved
+        _compiled.ENABLED = saved_compiled
+
+
+def compiled_differs(kernel: str, device: str) -> str:
+    """Why ``lossproof-tiles`` would measure the same code as ``lossproof`` here ('' if not)."""
+    from refimpl.torch import _compiled  # optional dependency
+    if kernel not in COMPILED_KERNELS:
+        return f"same code as lossproof: no compiled kernel for {kernel}"
+    if device != "cpu":
+        return "same code as lossproof: the compiled kernel is for CPUs"
+    if _compiled.library() is None:
+        return f"same code as lossproof: compiled kernel unavailable ({_compiled.status()['reason']})"
+    return ""
 
 
 class Runners:
@@ -167,10 +192,15 @@ class Runners:
             self.libraries["liger"] = _import_liger()
         self._trl = None  # built once: it imports TRL's kernel module
 
-    def get(self, method: str, kernel: str):
+    def get(self, method: str, kernel: str, device: str = "cpu"):
         """The callable for ``method`` on ``kernel``, or the reason it cannot run (a str)."""
         if method == "lossproof":
             return lambda z, t, y: _ours(kernel, z, t, y)
+        if method == "lossproof-tiles":
+            why = compiled_differs(kernel, device)
+            if why:
+                return why
+            return lambda z, t, y: _ours(kernel, z, t, y, compiled=False)
         if method == "lossproof-plain":
             return lambda z, t, y: _ours(kernel, z, t, y, fused=False)
         if method == "naive":

@@ -42,8 +42,8 @@ FULL = {"sizes": [(4096, 32768), (4096, 65536), (4096, 131072), (4096, 152064)],
 # Peak additional memory over one logits tensor, by method (and kernel), as measured here at
 # small sizes (it grows linearly with N·V): only used to decide whether a size fits in memory,
 # and replaced by each measurement as the run goes.
-_PEAK_GUESS = {"lossproof": 0.1, "lossproof-plain": 2.0, "naive": 5.5, "naive/generalized_jsd": 10.5,
-               "trl": 3.5, "liger": 6.5, "liger/generalized_jsd": 14.5}
+_PEAK_GUESS = {"lossproof": 0.1, "lossproof-tiles": 0.1, "lossproof-plain": 2.0, "naive": 5.5,
+               "naive/generalized_jsd": 10.5, "trl": 3.5, "liger": 6.5, "liger/generalized_jsd": 14.5}
 
 
 def _rows_that_fit(method, kernel, n, v, elem, guess, device) -> int:
@@ -90,7 +90,7 @@ def bench_size(kernel, n, v, methods, reps, runners, log, dtype_name="float32", 
     for method in methods:
         row = {"kernel": kernel, "method": method, "n": n, "v": v, "dtype": dtype_name,
                "logits_bytes": logits_bytes}
-        fn = runners.get(method, kernel)
+        fn = runners.get(method, kernel, device)
         if isinstance(fn, str):
             row.update(available=False, reason=fn)
             rows.append(row)
@@ -150,7 +150,7 @@ def measure_memory(rows, runners, meter, log, guess, device="cpu"):
         elem = torch.finfo(dtype).bits // 8
         z, t, y = inputs(n, v, dtype, device)
         for r in rs:
-            fn = runners.get(r["method"], r["kernel"])
+            fn = runners.get(r["method"], r["kernel"], device)
             rows_run = r["rows_run"]
             zr, tr, yr = _subset(z, t, y, rows_run)
             try:
@@ -195,7 +195,26 @@ def summarize(rows) -> dict:
         s[f"{key}_peak_extra_fraction"] = top.get("peak_extra_fraction")
         s[f"{key}_bandwidth_fraction"] = top["bandwidth_fraction"]
         s[f"{key}_speedup_vs_best_library"] = top.get("speedup_vs_best_library")
+        tiles = next((r for r in rows if r["kernel"] == kernel and r["method"] == "lossproof-tiles"
+                      and r.get("available") and (r["n"], r["v"]) == (top["n"], top["v"])), None)
+        if tiles is not None:
+            s[f"{key}_tiles_bandwidth_fraction"] = tiles["bandwidth_fraction"]
     return s
+
+
+def compiled_kernel(device: str, log) -> dict:
+    """The compiled CPU kernel's record (``refimpl.torch._compiled.status``), built or loaded
+    here, before any timing: its first call's cost is reported, never part of a timed run."""
+    if device != "cpu":
+        return {"available": False, "reason": "the compiled kernel is for CPUs"}
+    from refimpl.torch import _compiled  # optional dependency: imports torch
+    st = _compiled.status()
+    if st["available"]:
+        log(f"  compiled CPU kernel: {'loaded from the cache' if st['cached'] else 'built'} in {st['seconds']:.2f} s "
+            f"({st.get('compiler', '')})")
+    else:
+        log(f"  compiled CPU kernel unavailable: {st['reason']}")
+    return st
 
 
 def targets(summary: dict) -> dict:
@@ -236,6 +255,7 @@ def run(quick: bool = False, sizes=None, kernels=None, methods=None, reps=None, 
     for name, (ok, why) in runners.libraries.items():
         if name in methods:
             log(f"  {name}: {'version ' + why if ok else 'unavailable (' + why + ')'}")
+    compiled = compiled_kernel(device, log)
     rows, guess = [], dict(_PEAK_GUESS)
     started = time.perf_counter()
     log("time (forward + backward):")
@@ -255,6 +275,7 @@ def run(quick: bool = False, sizes=None, kernels=None, methods=None, reps=None, 
            "libraries": {k: {"available": ok, ("version" if ok else "reason"): why}
                          for k, (ok, why) in runners.libraries.items()},
            "device": device,
+           "compiled": compiled,
            "gpu": (f"measured on {torch.cuda.get_device_name(device)}" if device.startswith("cuda")
                    else "not measured: no CUDA device" if not torch.cuda.is_available()
                    else "not measured by this run (--device cuda measures it)"),

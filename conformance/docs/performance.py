@@ -17,6 +17,7 @@ from conformance.docs.figures import new_figure
 
 RESULTS = "benchmarks/results"           # relative to the root of the checkout
 TARGET, SWEEP, EXACT = "cpu_4096x131072.json", "cpu_vocab_sweep.json", "exact.json"
+INTERLEAVED = "cpu_bandwidth.json"  # python benchmarks/cpu_bandwidth.py (not a lossproof bench run)
 # The measurements behind the page: output file → arguments of `lossproof bench`.
 RUNS = {
     TARGET: ["--sizes", "4096x131072", "--reps", "2", "--no-exact"],
@@ -24,11 +25,13 @@ RUNS = {
             "--kernel", "token_kl.reverse", "--kernel", "generalized_jsd", "--reps", "2", "--no-exact"],
     EXACT: ["--sizes", "64x1024", "--kernel", "token_kl.reverse", "--method", "lossproof", "--reps", "1"],
 }
-METHODS = ("lossproof", "naive", "trl", "liger", "lossproof-plain")
-METHOD_NAMES = {"lossproof": "lossproof (fused)", "lossproof-plain": "lossproof (plain path)",
-                "naive": "naive torch", "trl": "TRL 1.16 chunked", "liger": "Liger 0.8.5 chunked"}
-COLORS = {"lossproof": "#1b7837", "lossproof-plain": "#7fbf7b", "naive": "#762a83",
+METHODS = ("lossproof", "lossproof-tiles", "naive", "trl", "liger", "lossproof-plain")
+METHOD_NAMES = {"lossproof": "lossproof (fused)", "lossproof-tiles": "lossproof (torch tiles)",
+                "lossproof-plain": "lossproof (plain path)", "naive": "naive torch", "trl": "TRL 1.16 chunked",
+                "liger": "Liger 0.8.5 chunked"}
+COLORS = {"lossproof": "#1b7837", "lossproof-tiles": "#5aae61", "lossproof-plain": "#7fbf7b", "naive": "#762a83",
           "trl": "#e08214", "liger": "#2166ac"}
+COMPILED_KERNELS = ("token_kl.reverse", "token_kl.forward")  # conformance.bench.methods.COMPILED_KERNELS
 TARGETS = {"speedup": 2.0, "memory": 0.05, "bandwidth": 0.5, "library": 1.0}   # the page's four targets
 
 
@@ -56,6 +59,15 @@ def _ratio(x, digits=2) -> str:
     return "—" if x is None else f"{x:.{digits}f}"
 
 
+def _name(doc, row) -> str:
+    """The method's name; the default path's row says whether it ran the compiled kernel (runs
+    before the compiled kernel existed record nothing: the torch tiles)."""
+    if (row["method"] == "lossproof" and doc.get("compiled", {}).get("available")
+            and row["kernel"] in COMPILED_KERNELS):
+        return "lossproof (compiled)"
+    return METHOD_NAMES.get(row["method"], row["method"])
+
+
 def _kernel_order(k: str):
     return (k != "token_kl.reverse", k)
 
@@ -74,7 +86,7 @@ def target_table(ctx: Context) -> str:
            "|---|---|---:|---:|---:|---:|---:|"]
     for k in kernels:
         for r in (r for r in rows if r["kernel"] == k):
-            name = METHOD_NAMES.get(r["method"], r["method"])
+            name = _name(doc, r)
             if not r.get("available"):
                 out.append(f"| {k} | {name} | n/a: {r.get('reason', '')} | | | | |")
                 continue
@@ -82,7 +94,7 @@ def target_table(ctx: Context) -> str:
             out.append(f"| {k} | {name}{note} | {_ms(r['median_s'])} | {_ratio(r.get('speedup_vs_naive'), 1)}× | "
                        f"{_mib(r.get('peak_extra_bytes'))} | {_ratio(r.get('peak_extra_fraction'), 3)} | "
                        f"{_ratio(r.get('bandwidth_fraction'))} |")
-    scaled = [f"{r['kernel']} {METHOD_NAMES[r['method']]} on {r['scaled_from_rows']} rows"
+    scaled = [f"{r['kernel']} {_name(doc, r)} on {r['scaled_from_rows']} rows"
               for r in rows if r.get("scaled_from_rows")]
     if scaled:
         out += ["", "¹ run on fewer rows because its peak would not fit in the machine's memory "
@@ -120,14 +132,34 @@ def targets_table(ctx: Context) -> str:
 
 
 def bandwidth_note(ctx: Context) -> str:
-    """The copy's cost per logit on the measuring machine, against which the fused path is compute-bound."""
+    """The copy's cost per logit on the measuring machine, the fraction of it each lossproof path
+    reached (reverse token KL), and the compiled kernel's build."""
     doc = load(ctx, TARGET)
     ref = _reference_row(doc)
     gbs = ref["copy_bandwidth_gbs"]
-    return (f"On the measuring machine the copy moves those 12 bytes per logit in {12 / gbs:.2f} ns ({gbs:.0f} GB/s "
-            f"on {doc['machine']['cores']} cores), so an eager-mode kernel, which must go through memory between "
-            f"operations, stays compute-bound at {doc['summary']['token_kl_bandwidth_fraction']:.0%} of the copy's "
-            "bandwidth.")
+    rev = {r["method"]: r for r in doc["rows"] if r["kernel"] == "token_kl.reverse" and r.get("available")}
+    out = (f"On the measuring machine the copy moves those 12 bytes per logit in {12 / gbs:.2f} ns ({gbs:.0f} GB/s "
+           f"on {doc['machine']['cores']} cores). ")
+    if "lossproof-tiles" in rev and "lossproof" in rev:
+        out += (f"The compiled kernel reached {rev['lossproof']['bandwidth_fraction']:.0%} of the copy's bandwidth "
+                f"({rev['lossproof']['median_s'] / (rev['lossproof']['n'] * rev['lossproof']['v']) * 1e9:.2f} ns per "
+                f"logit), the torch tiles {rev['lossproof-tiles']['bandwidth_fraction']:.0%} "
+                f"({rev['lossproof-tiles']['median_s'] / (rev['lossproof']['n'] * rev['lossproof']['v']) * 1e9:.2f} ns).")
+    else:
+        out += (f"The eager fused path, which must go through memory between operations, stays compute-bound at "
+                f"{doc['summary']['token_kl_bandwidth_fraction']:.0%} of the copy's bandwidth.")
+    c = doc.get("compiled")
+    if c and c.get("available"):
+        out += (f" Its build ({c.get('compiler', 'C++')}) is cached; this run "
+                f"{'loaded it from the cache' if c.get('cached') else 'built it'} in {c['seconds']:.2f} s, "
+                "before any timing.")
+    elif c:
+        out += f" The compiled kernel was not available in this run: {c.get('reason')}."
+    load_avg = doc["machine"].get("load_average")
+    if load_avg:
+        out += (f" Load average at the end of the run: {load_avg[0]:.1f} on {doc['machine']['cores']} cores (other "
+                "work shared the machine; every figure is a ratio to a timing of the same run).")
+    return out
 
 
 def sweep_table(ctx: Context) -> str:
@@ -191,10 +223,26 @@ def machines(ctx: Context) -> str:
     return "\n".join(lines)
 
 
+def interleaved_table(ctx: Context) -> str:
+    """The reverse token KL's fraction of copy bandwidth with every timing between two copies."""
+    doc = load(ctx, INTERLEAVED)
+    lines = ["| method | median fwd+bwd | per logit | median copy | of copy bandwidth (median) | best round |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m, r in doc["methods"].items():
+        lines.append(f"| {_name(doc, {'method': m, 'kernel': doc['kernel']})} | {_ms(r['median_s'])} | "
+                     f"{r['ns_per_logit']:.2f} ns | {_ms(r['median_copy_s'])} | {r['median_fraction']:.2f} | "
+                     f"{max(r['fractions']):.2f} |")
+    lines += ["", (f"{doc['kernel']}, N = {doc['n']}, V = {doc['v']:,}, {doc['dtype']}, {doc['rounds']} rounds; "
+                   f"{_machine(doc)}; {doc['seconds']:.0f} s. Reproduce: `python benchmarks/cpu_bandwidth.py "
+                   f"--rounds {doc['rounds']} --json {RESULTS}/{INTERLEAVED}`.")]
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, Callable[[Context], str]] = {
     "target-table": target_table,
     "targets": targets_table,
     "bandwidth": bandwidth_note,
+    "interleaved": interleaved_table,
     "sweep-table": sweep_table,
     "exact": exact_table,
     "gpu": gpu_note,

@@ -25,6 +25,10 @@ u^GUARD·M, or whose value is not finite (−inf logits, overflow at tiny temper
 input) is recomputed by the careful kernel of the plain path; non-finite rows first go
 through the plain path's input checks, so bad input raises exactly as there.
 
+Compiled. On a CPU, the reverse and forward token KL run in ``_compiled`` (one C++ loop per
+row, the same numerics) where a C++ compiler is present; the tiles below are the path
+everywhere else, and the fallback.
+
 Threads. On a CPU, blocks of rows are shared out to worker threads, each running
 single-threaded torch operations; see ``_single_threaded`` for how that is arranged without
 touching any process-wide setting.
@@ -42,7 +46,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from refimpl.torch import _common
+from refimpl.torch import _common, _compiled
 
 # Logits per tile; None: by device (CPU: the tile's buffers stay in L2/L3; GPU: big enough for
 # the launches not to dominate).
@@ -399,8 +403,14 @@ def _fused(k, zs, ts, y, need_grad, cot, check):
     elements = _tile_elements(zs.device)
     width = min(v, elements)
     per_block = max(1, elements // v) if v <= elements else 1
-    values = np.empty(n)
     grad = _gradient_buffer(zs) if need_grad else None
+    if type(k) in (FastReverse, FastForward) and _compiled.usable(zs, ts):
+        values, flagged = _compiled.token_kl(type(k) is FastForward, k.T, zs, ts, need_grad, cot, grad,
+                                             torch.get_num_threads(), k.u ** GUARD)
+        if flagged:
+            _careful_rows(k, zs, ts, y, need_grad, cot, check, flagged, values, grad, per_block)
+        return values, grad
+    values = np.empty(n)
     starts = range(0, n, per_block)
     workers = min(_workers(zs.device), len(starts))
     flagged = []

@@ -358,7 +358,7 @@ def test_bench_reports_every_row(tmp_path):
     assert json_roundtrip(tmp_path / "b.json")["rows"][0]["n"] == 8
 
 
-@pytest.mark.parametrize("method", ["lossproof", "lossproof-plain", "naive", "trl", "liger"])
+@pytest.mark.parametrize("method", ["lossproof", "lossproof-tiles", "lossproof-plain", "naive", "trl", "liger"])
 def test_bench_methods_compute_the_same_gradient(method):
     """The benchmark compares like with like: each method's gradient (float32) matches the
     analytic one of the NumPy backend in float64 (refimpl.arrays, checked against the exact
@@ -380,6 +380,8 @@ def test_bench_methods_compute_the_same_gradient(method):
         if isinstance(fn, str):
             if method in methods.LIBRARIES and kernel == "hinton":
                 continue  # neither library has Hinton's loss on logits
+            if method == "lossproof-tiles" and fn.startswith("same code as lossproof"):
+                continue  # the lossproof row measures that code
             pytest.skip(f"{method}: {fn}")
         z.grad = None
         fn(z, t, y)
@@ -406,3 +408,23 @@ def test_bench_without_proc_says_memory_is_not_measured(monkeypatch):
 def json_roundtrip(path):
     import json
     return json.loads(path.read_text())
+
+
+def test_bench_in_bfloat16_records_the_compiled_kernel(tmp_path, capsys):
+    """``lossproof bench --dtype bfloat16``: every row in that dtype; the compiled kernel's
+    build or load is recorded apart from the timings, and the torch tiles are measured only
+    where they are not the same code as the default path."""
+    from conformance import cli
+    from refimpl.torch import _compiled
+    out = tmp_path / "b.json"
+    assert cli.main(["bench", "--sizes", "8x64", "--dtype", "bfloat16", "--method", "lossproof", "--method",
+                     "lossproof-tiles", "--reps", "1", "--no-exact", "--quiet", "--json", str(out)]) == 0
+    doc = json_roundtrip(out)
+    assert doc["settings"]["dtype"] == "bfloat16" and {r["dtype"] for r in doc["rows"]} == {"bfloat16"}
+    assert doc["compiled"]["available"] == (_compiled.library() is not None)
+    tiles = {r["kernel"]: r for r in doc["rows"] if r["method"] == "lossproof-tiles"}
+    assert tiles["hinton"]["available"] is False and tiles["hinton"]["reason"].startswith("same code as lossproof")
+    assert tiles["token_kl.reverse"]["available"] == doc["compiled"]["available"]
+    with pytest.raises(SystemExit) as err:
+        cli.main(["bench", "--dtype", "float8"])
+    assert err.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err

@@ -1,0 +1,225 @@
+"""The compiled CPU path of the fused token KL (reverse and forward): ``_kernels.cpp``, built
+with the system's C++ compiler on first use and called through ctypes.
+
+Why a compiled kernel. The fused path (``_fused``) runs about fifteen torch operations per
+tile, each a pass through memory or cache with its own dispatch: compute-bound at about a
+fifth of the copy bandwidth on a CPU. One loop per row does the same arithmetic (two
+exponentials and a few multiply-adds per logit) while the row stays in cache, so the time is
+close to one read of both logits tensors and one write of the gradient. Why this route. A
+plain C++ file with no PyTorch headers builds in seconds (``torch.utils.cpp_extension``
+compiles the torch headers: a minute), vectorises for the machine it runs on (-march=native),
+links no OpenMP runtime (threads are Python threads: ctypes releases the GIL during the
+call), and its numerics are written out line by line against ``_fused``'s (``torch.compile``
+would choose them itself and recompile for each new shape).
+
+Where it applies: CPU tensors of float64/float32/bfloat16/float16 whose rows are contiguous
+(``usable``), the reverse and forward token KL (also the generalized JSD at β = 0 and β = 1
+with ``endpoints='kl'``, which are those). Everything else takes the torch fused path.
+
+Build and cache. The shared library is built once per source, compiler and machine into
+``$LOSSPROOF_CACHE`` (default ``$XDG_CACHE_HOME/lossproof`` or ``~/.cache/lossproof``; a
+temporary directory if that is not writable), keyed by a hash of the source, the flags, the
+compiler's version and the CPU's flags, and loaded from there afterwards. Where no compiler
+is found, the build fails, or ``LOSSPROOF_COMPILED=0`` is set, ``library()`` is None, the
+reason is logged once (logger ``refimpl.torch``) and kept in ``status()``, and every call
+takes the torch fused path: the same results within its own rounding, and the same errors.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+SOURCE = Path(__file__).with_name("_kernels.cpp")
+# -fno-math-errno, -fno-trapping-math: no errno, no floating-point traps, so that the loops'
+# selects and rint vectorise (neither changes a result: no value depends on errno or traps).
+FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
+         "-shared", "-fPIC")
+_DTYPES = {torch.float64: 0, torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
+_LOG = logging.getLogger("refimpl.torch")
+
+# False: every call takes the torch fused path (LOSSPROOF_COMPILED=0 sets it at import).
+ENABLED = os.environ.get("LOSSPROOF_COMPILED", "1") != "0"
+
+_lock = threading.Lock()
+_state: dict = {}  # "lib": ctypes.CDLL or None, "reason", "seconds", "cached", "path"
+
+
+def _cache_dir() -> Path:
+    given = os.environ.get("LOSSPROOF_CACHE")
+    if given:
+        return Path(given)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lossproof"
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_flags() -> str:
+    """The CPU's feature flags (Linux), or the machine name: -march=native builds for them."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line
+    except OSError:
+        pass
+    return platform.machine() + platform.processor()
+
+
+def _private(folder: Path) -> bool:
+    """A folder whose shared libraries this process may load: ours, and not writable by others
+    (the temporary directory is shared: a library planted there must not be loaded)."""
+    if not hasattr(os, "getuid"):
+        return True
+    st = folder.stat()
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _build() -> dict:
+    if not ENABLED:
+        return {"lib": None, "reason": "disabled (LOSSPROOF_COMPILED=0 or _compiled.ENABLED = False)"}
+    cxx = _compiler()
+    if cxx is None:
+        return {"lib": None, "reason": "no C++ compiler found (CXX, c++, g++, clang++)"}
+    try:
+        version = subprocess.run([cxx, "--version"], check=False, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        return {"lib": None, "reason": f"{cxx} --version failed: {err}"}
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode(),
+                                      _cpu_flags().encode()])).hexdigest()[:20]
+    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"lossproof-{os.getuid() if hasattr(os, 'getuid') else 0}"):
+        path = folder / f"lossproof_kernels_{key}.so"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if not _private(folder):
+            continue
+        cached = path.is_file()
+        start = time.perf_counter()
+        if not cached:
+            tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+            try:
+                done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", str(tmp)], check=False, capture_output=True,
+                                      text=True, timeout=300)
+            except (OSError, subprocess.SubprocessError) as err:
+                return {"lib": None, "reason": f"{cxx} failed: {err}"}
+            if done.returncode != 0:
+                tmp.unlink(missing_ok=True)
+                first = (done.stderr.strip().splitlines() or ["no message"])[0]
+                return {"lib": None, "reason": f"{cxx} could not build {SOURCE.name}: {first}"}
+            os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same bytes
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as err:
+            return {"lib": None, "reason": f"could not load {path}: {err}"}
+        fn = lib.lossproof_token_kl
+        fn.restype = ctypes.c_long
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
+                       ctypes.c_double, ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_long, ctypes.c_long]
+        return {"lib": lib, "reason": "", "seconds": time.perf_counter() - start, "cached": cached,
+                "path": str(path), "compiler": version.splitlines()[0] if version else cxx}
+    return {"lib": None, "reason": f"no private, writable cache directory ({_cache_dir()} or the temporary "
+                                   "directory)"}
+
+
+def library():
+    """The loaded kernels (ctypes.CDLL), built on first use; None where they cannot be."""
+    if not ENABLED:
+        return None
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                _state.update(_build())
+                if _state["lib"] is None:
+                    _LOG.info("compiled CPU kernels unavailable, using the torch fused path: %s", _state["reason"])
+                else:
+                    _LOG.info("compiled CPU kernels %s in %.2f s: %s", "loaded" if _state["cached"] else "built",
+                              _state["seconds"], _state["path"])
+    return _state["lib"]
+
+
+def status() -> dict:
+    """Whether the compiled path is in use, and the build's record: ``available``, ``reason``
+    (why not), ``seconds`` (the first call's build or load), ``cached`` (loaded from the cache)."""
+    available = library() is not None
+    out = {k: v for k, v in _state.items() if k != "lib"}
+    out["available"] = available
+    if not ENABLED:
+        out["reason"] = "disabled (LOSSPROOF_COMPILED=0 or _compiled.ENABLED = False)"
+    return out
+
+
+def reset() -> None:
+    """Forget the loaded library (the next call looks again: for tests of the fallback)."""
+    with _lock:
+        _state.clear()
+
+
+def usable(zs: torch.Tensor, ts: torch.Tensor) -> bool:
+    """True when the compiled kernel can take these logits (the library is loaded lazily)."""
+    return (zs.device.type == "cpu" and zs.dtype in _DTYPES and ts.dtype == zs.dtype and zs.stride(-1) == 1
+            and ts.stride(-1) == 1 and library() is not None)
+
+
+def token_kl(forward: bool, T: float, zs, ts, need_grad: bool, cot: np.ndarray, grad, workers: int, guard: float):
+    """Values (float64 [N]) and flagged rows of the reverse/forward token KL of [N,V] CPU logits
+    at temperature T; the gradient of cot·value written into ``grad`` (student's dtype) for the
+    unflagged rows. ``guard``: u^GUARD of the working dtype (``_fused``)."""
+    lib = library()
+    n, v = zs.shape
+    values = np.empty(n)
+    flags = np.zeros(n, dtype=np.uint8)
+    cot = np.ascontiguousarray(cot, dtype=np.float64)
+    gptr = grad.data_ptr() if need_grad else None
+    gstride = grad.stride(0) if need_grad else 0
+
+    def call(r0, r1):
+        lib.lossproof_token_kl(int(forward), _DTYPES[zs.dtype], zs.data_ptr(), ts.data_ptr(), gptr, n, v,
+                               zs.stride(0), ts.stride(0), gstride, T, guard, cot.ctypes.data,
+                               values.ctypes.data, flags.ctypes.data, r0, r1)
+
+    workers = max(1, min(workers, n))
+    if workers == 1:
+        call(0, n)
+    else:
+        # Blocks of rows handed out as threads come free (on a busy machine one thread can
+        # stall; equal shares would wait for it); ctypes releases the GIL during each call.
+        step = max(1, min(16, n // (4 * workers)))
+        starts = iter(range(0, n, step))
+        lock = threading.Lock()
+
+        def work():
+            while True:
+                with lock:
+                    r0 = next(starts, None)
+                if r0 is None:
+                    return
+                call(r0, min(n, r0 + step))
+
+        threads = [threading.Thread(target=work) for _ in range(workers)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    return values, np.flatnonzero(flags).tolist()
