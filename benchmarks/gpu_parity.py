@@ -53,7 +53,6 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the checkout's lossproof, installed or not
 
-KERNELS = ("token_kl.reverse", "token_kl.forward", "generalized_jsd", "hinton")
 BENCH_METHODS = ("lossproof", "naive", "trl", "liger")
 TARGET_SIZE, TARGET_DTYPE = (16384, 152064), "bfloat16"  # the GPU target of the kernel work
 FULL = {"budget": 450.0, "reps": 3, "dtypes": ("bfloat16", "float32"),
