@@ -1,16 +1,19 @@
-// The compiled CPU path of the reverse and forward token KL (refimpl/torch/_compiled.py builds
-// this file with the system's C++ compiler and calls it through ctypes; see the notes there).
+// The compiled CPU path of the fused distillation kernels: reverse and forward token KL,
+// generalized JSD, Hinton KD (refimpl/torch/_compiled.py builds this file with the system's C++
+// compiler and calls it through ctypes; see the notes there).
 //
-// Same numerics as the fused path of refimpl/torch/_fused.py (FastReverse, FastForward), row by
-// row instead of tile by tile: pass A finds each model's first maximum, pass B computes the two
-// exponentials once (kept in a per-thread row buffer that stays in L2) and the row's sums, the
-// per-row algebra runs in double, and pass C writes the gradient (for the row's cotangent) in
-// the student's dtype. Sums accumulate in double. Rows whose value is not finite or below the
+// Same numerics as the fused path of refimpl/torch/_fused.py (FastReverse, FastForward, FastJSD,
+// FastHinton), row by row instead of tile by tile: pass A finds each model's first maximum, pass
+// B computes the exponentials once (kept in per-thread row buffers that stay in L2) and the
+// row's sums, the JSD's pass B' the log-ratios to the mixture and their sums, the per-row algebra
+// runs in double, and the last pass writes the gradient (for the row's cotangent) in the
+// student's dtype. Sums accumulate in double. Rows whose value is not finite or below the
 // guard are flagged for the careful kernel (the caller's job), and their gradient is not written.
 //
 // Plain C++17, no PyTorch headers (a build takes seconds); the loops vectorise under
 // -O3 with #pragma omp simd (-fopenmp-simd: no OpenMP runtime is linked; threads are the
 // caller's).
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -85,7 +88,10 @@ struct Params {
     double T;
     double guard;   // u^GUARD of the working dtype
     double log_v;   // log(max(V, 2))
+    double p1, p2;  // JSD: β; Hinton: α, s (the soft term's scale)
 };
+
+enum Kind { REVERSE = 0, FORWARD = 1, JSD = 2, HINTON = 3 };
 
 // The row's maximum and the index of its first occurrence (torch.max's choice): the maximum of
 // each block of BLOCK elements (vectorised), then a search of the first block that holds it.
@@ -120,32 +126,91 @@ long first_index(const In* x, long v, W m, const W* maxima) {
     return 0;  // no element equals m: a row of NaN (flagged by its value)
 }
 
+// Pass A: both models' maxima and first tops, each model's logit at the other's top, and the
+// logit difference at the centring top (the student's when centre_t is false, else the
+// teacher's) rounded to the working dtype as the tiles subtract it, with that rounding
+// (g_err, added back to the values).
+template <typename W>
+struct Tops {
+    W mz, mt, tz, zt, gc;
+    long iz, it;
+    double g_err;
+};
+
+template <typename In, typename W>
+Tops<W> tops(const In* z, const In* t, long v, bool centre_t, W* kz, W* kt) {
+    Tops<W> o;
+    o.mz = block_maxima<In, W>(z, v, kz);
+    o.mt = block_maxima<In, W>(t, v, kt);
+    o.iz = first_index<In, W>(z, v, o.mz, kz);
+    o.it = first_index<In, W>(t, v, o.mt, kt);
+    o.tz = load<In, W>(t, o.iz);
+    o.zt = load<In, W>(z, o.it);
+    const double mz = o.mz, mt = o.mt, tz = o.tz, zt = o.zt;
+    o.gc = centre_t ? static_cast<W>(o.mt - o.zt) : static_cast<W>(o.mz - o.tz);
+    o.g_err = static_cast<double>(o.gc) - (centre_t ? mt - zt : mz - tz);
+    return o;
+}
+
+// Σ_j terms(j) for K terms per logit (terms returns std::array<double, K>). float terms are
+// summed in double: the sums' rounding is far below the terms'. double terms: compensated sums
+// (Neumaier), as accurate as summing in twice the precision.
+template <int K, typename W, typename F>
+std::array<double, K> sum_terms(long v, F terms) {
+    std::array<double, K> out{};
+    if constexpr (std::is_same_v<W, float>) {
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+        for (long j = 0; j < v; ++j) {
+            const std::array<double, K> x = terms(j);
+            s0 += x[0];
+            if constexpr (K > 1) s1 += x[1];
+            if constexpr (K > 2) s2 += x[2];
+            if constexpr (K > 3) s3 += x[3];
+        }
+        const double s[4] = {s0, s1, s2, s3};
+        for (int i = 0; i < K; ++i) out[i] = s[i];
+    } else {
+        std::array<double, K> c{};
+        for (long j = 0; j < v; ++j) {
+            const std::array<double, K> x = terms(j);
+            for (int i = 0; i < K; ++i) {
+                double u = out[i] + x[i];
+                c[i] += std::fabs(out[i]) >= std::fabs(x[i]) ? (out[i] - u) + x[i] : (x[i] - u) + out[i];
+                out[i] = u;
+            }
+        }
+        for (int i = 0; i < K; ++i) out[i] += c[i];
+    }
+    return out;
+}
+
+// The fused forms' error bound u·M, M = |ℓ_top| + log1p S_q + log1p S_p + log V + 1 (_fused).
+inline double guard_m(const Params& P, double top, double l1z, double l1t) {
+    return std::fabs(top) + l1z + l1t + P.log_v + 1;
+}
+
+// The row buffers: the exponentials of z (bz), of t (bt; the JSD keeps its ℓ_q there once the
+// sums are taken), of z at T = 1 (b1, Hinton at T ≠ 1); the block maxima past the end of bz, bt.
+template <typename W>
+struct Buffers {
+    W *bz, *bt, *b1;
+};
+
 // One row of KL(q‖p) (reverse, forward = false) or KL(p‖q) (forward = true); returns true
 // when the careful kernel must redo it. unit_t: T = 1, no division (a branch in the loops
 // would keep them from vectorising).
 template <typename In, typename W, bool forward, bool unit_t>
-bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* value, W* bz, W* bt) {
+bool kl_row(const Params& P, const In* z, const In* t, In* g, long, double cot, double* value, Buffers<W> B) {
     const long v = P.v;
-    // bz, bt hold the exponentials later; first, each block's maximum (a few per mille of them).
-    W* kz = bz + v;
-    W* kt = bt + v;
-    const W mz = block_maxima<In, W>(z, v, kz), mt = block_maxima<In, W>(t, v, kt);
-    const long iz = first_index<In, W>(z, v, mz, kz), it = first_index<In, W>(t, v, mt, kt);
-    const W tz = load<In, W>(t, iz), zt = load<In, W>(z, it);
-    // The logit difference at the centring top (student's for reverse, teacher's for forward),
-    // rounded to the working dtype as the tiles subtract it; the rounding is added back.
-    const W gc = forward ? static_cast<W>(mt - zt) : static_cast<W>(mz - tz);
-    const double g_err = forward ? static_cast<double>(gc) - (static_cast<double>(mt) - static_cast<double>(zt))
-                                 : static_cast<double>(gc) - (static_cast<double>(mz) - static_cast<double>(tz));
+    W *bz = B.bz, *bt = B.bt;
+    const Tops<W> o = tops<In, W>(z, t, v, forward, bz + v, bt + v);
     const W Tw = static_cast<W>(P.T);
     // The exponentials (kept in bz, bt), and the row's terms: e_z, e_t (top excluded), e·d.
-    struct Terms {
-        double ez, et, ed;
-    };
-    auto terms = [&](long j) -> Terms {
+    const auto s = sum_terms<3, W>(v, [&](long j) -> std::array<double, 3> {
         W a = load<In, W>(z, j), b = load<In, W>(t, j);
-        W xz = a - mz, xt = b - mt;
-        W d = forward ? (b - a) - gc : (a - b) - gc;
+        W xz = a - o.mz, xt = b - o.mt;
+        W d = forward ? (b - a) - o.gc : (a - b) - o.gc;
         if constexpr (!unit_t) {
             xz = xz / Tw;
             xt = xt / Tw;
@@ -154,51 +219,23 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
         W ez = exp_work(xz), et = exp_work(xt);
         bz[j] = ez;
         if constexpr (forward) bt[j] = et;  // the reverse gradient needs only e_z
-        return {j != iz ? static_cast<double>(ez) : 0.0, j != it ? static_cast<double>(et) : 0.0,
+        return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0,
                 static_cast<double>(forward ? et : ez) * static_cast<double>(d)};
-    };
-    double sz = 0, st = 0, s0 = 0;
-    if constexpr (std::is_same_v<W, float>) {
-        // float terms summed in double: the sums' rounding is far below the terms'.
-#pragma omp simd reduction(+ : sz, st, s0)
-        for (long j = 0; j < v; ++j) {
-            Terms x = terms(j);
-            sz += x.ez;
-            st += x.et;
-            s0 += x.ed;
-        }
-    } else {
-        // double terms: compensated sums (Neumaier), as accurate as summing in twice the precision.
-        double cz = 0, ct = 0, c0 = 0;
-        auto add = [](double& s, double& c, double x) {
-            double u = s + x;
-            c += std::fabs(s) >= std::fabs(x) ? (s - u) + x : (x - u) + s;
-            s = u;
-        };
-        for (long j = 0; j < v; ++j) {
-            Terms x = terms(j);
-            add(sz, cz, x.ez);
-            add(st, ct, x.et);
-            add(s0, c0, x.ed);
-        }
-        sz += cz;
-        st += ct;
-        s0 += c0;
-    }
+    });
+    const double sz = s[0], st = s[1], s0 = s[2];
     const double l1z = std::log1p(sz), l1t = std::log1p(st), qz = 1 / (1 + sz), pt = 1 / (1 + st);
-    const double T = P.T;
+    const double T = P.T, mz = o.mz, mt = o.mt, tz = o.tz, zt = o.zt;
     double top, val;
     if (forward) {
-        top = -l1t - (static_cast<double>(zt) - static_cast<double>(mz)) / T + l1z;
-        val = s0 * pt + g_err / T + top;
+        top = -l1t - (zt - mz) / T + l1z;
+        val = s0 * pt + o.g_err / T + top;
     } else {
-        top = -(static_cast<double>(tz) - static_cast<double>(mt)) / T - l1z + l1t;
-        val = s0 * qz + g_err / T + top;
+        top = -(tz - mt) / T - l1z + l1t;
+        val = s0 * qz + o.g_err / T + top;
     }
     *value = val;
-    const double m = std::fabs(top) + l1z + l1t + P.log_v + 1;
-    if (!std::isfinite(val) || val <= P.guard * m || !std::isfinite(static_cast<double>(mz)) ||
-        !std::isfinite(static_cast<double>(mt)))
+    if (!std::isfinite(val) || val <= P.guard * guard_m(P, top, l1z, l1t) || !std::isfinite(mz) ||
+        !std::isfinite(mt))
         return true;
     if (g == nullptr) return false;
     if (forward) {
@@ -209,7 +246,7 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
         const W c = static_cast<W>(s0 * qz), scale = static_cast<W>(qz * cot / T);
 #pragma omp simd
         for (long j = 0; j < v; ++j) {
-            W d = (load<In, W>(z, j) - load<In, W>(t, j)) - gc;
+            W d = (load<In, W>(z, j) - load<In, W>(t, j)) - o.gc;
             if constexpr (!unit_t) d = d / Tw;
             store<In, W>(g, j, ((d - c) * scale) * bz[j]);
         }
@@ -217,27 +254,146 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
     return false;
 }
 
+// One row of the generalized JSD β·KL(p‖m) + (1−β)·KL(q‖m), 0 < β < 1 (_fused.FastJSD): the
+// log-ratios to the mixture from r = log q − log p, through log1p/expm1 on the side where
+// their argument stays above −½ (β ≤ ½: ℓ_q first; β > ½: ℓ_p first).
+template <typename In, typename W, bool unit_t>
+bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot, double* value, Buffers<W> B) {
+    const long v = P.v;
+    W *bz = B.bz, *bt = B.bt;
+    const Tops<W> o = tops<In, W>(z, t, v, false, bz + v, bt + v);
+    const W Tw = static_cast<W>(P.T);
+    const auto n = sum_terms<2, W>(v, [&](long j) -> std::array<double, 2> {
+        W xz = load<In, W>(z, j) - o.mz, xt = load<In, W>(t, j) - o.mt;
+        if constexpr (!unit_t) {
+            xz = xz / Tw;
+            xt = xt / Tw;
+        }
+        W ez = exp_work(xz), et = exp_work(xt);
+        bz[j] = ez;
+        bt[j] = et;
+        return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0};
+    });
+    const double l1z = std::log1p(n[0]), l1t = std::log1p(n[1]), qz = 1 / (1 + n[0]), pt = 1 / (1 + n[1]);
+    const double T = P.T, b = P.p1, mz = o.mz, mt = o.mt, tz = o.tz;
+    const double r_top = -(tz - mt) / T - l1z + l1t;
+    const double lq_top = b <= 0.5 ? -std::log1p(b * std::expm1(-r_top)) : -std::log1p((1 - b) * std::expm1(r_top)) + r_top;
+    const W rc = static_cast<W>(r_top + o.g_err / T), lqc = static_cast<W>(lq_top);
+    const W bw = static_cast<W>(b), cw = static_cast<W>(1 - b);
+    const bool low = b <= 0.5;
+    // ℓ_q − ℓ_q,top replaces e_t in bt once e_t has been used.
+    const auto s = sum_terms<2, W>(v, [&](long j) -> std::array<double, 2> {
+        W d = (load<In, W>(z, j) - load<In, W>(t, j)) - o.gc;
+        if constexpr (!unit_t) d = d / Tw;
+        const W r = d + rc;
+        W lq, lp;
+        if (low) {
+            lq = -std::log1p(std::expm1(-r) * bw);
+            lp = lq - r;
+        } else {
+            lp = -std::log1p(std::expm1(r) * cw);
+            lq = lp + r;
+        }
+        lq = lq - lqc;
+        const double et = bt[j];
+        bt[j] = lq;
+        return {et * static_cast<double>(lp), static_cast<double>(bz[j]) * static_cast<double>(lq)};
+    });
+    const double c = s[1] * qz;
+    const double val = b * s[0] * pt + (1 - b) * (c + lq_top);
+    *value = val;
+    if (!std::isfinite(val) || val <= P.guard * std::fmin(b, 1 - b) * guard_m(P, r_top, l1z, l1t) ||
+        !std::isfinite(lq_top) || !std::isfinite(mz) || !std::isfinite(mt))
+        return true;
+    if (g == nullptr) return false;
+    const W cc = static_cast<W>(c), scale = static_cast<W>((1 - b) * qz * cot / T);
+#pragma omp simd
+    for (long j = 0; j < v; ++j) store<In, W>(g, j, ((bt[j] - cc) * scale) * bz[j]);
+    return false;
+}
+
+// One row of Hinton's (1−α)(−log q^{(1)}_y) + α·s·KL(p‖q) (_fused.FastHinton): the forward KL
+// at T as kl_row, the student's normaliser at T = 1 for the hard term, and the label's entry of
+// the gradient set apart (expm1 form).
+template <typename In, typename W, bool unit_t>
+bool hinton_row(const Params& P, const In* z, const In* t, In* g, long y, double cot, double* value, Buffers<W> B) {
+    const long v = P.v;
+    W *bz = B.bz, *bt = B.bt, *b1 = B.b1;
+    const Tops<W> o = tops<In, W>(z, t, v, true, bz + v, bt + v);
+    const W Tw = static_cast<W>(P.T);
+    const auto s = sum_terms<4, W>(v, [&](long j) -> std::array<double, 4> {
+        W a = load<In, W>(z, j), b = load<In, W>(t, j);
+        W xz = a - o.mz, xt = b - o.mt;
+        W d = (b - a) - o.gc;
+        double e1 = 0;
+        if constexpr (!unit_t) {
+            W x1 = exp_work(xz);
+            b1[j] = x1;
+            e1 = j != o.iz ? static_cast<double>(x1) : 0.0;
+            xz = xz / Tw;
+            xt = xt / Tw;
+            d = d / Tw;
+        }
+        W ez = exp_work(xz), et = exp_work(xt);
+        bz[j] = ez;
+        bt[j] = et;
+        return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0,
+                static_cast<double>(et) * static_cast<double>(d), e1};
+    });
+    const double sz = s[0], st = s[1], s0 = s[2];
+    const double l1z = std::log1p(sz), l1t = std::log1p(st), qz = 1 / (1 + sz), pt = 1 / (1 + st);
+    const double l11 = unit_t ? l1z : std::log1p(s[3]), q1 = unit_t ? qz : 1 / (1 + s[3]);
+    const double T = P.T, a = P.p1, sc = P.p2, mz = o.mz, mt = o.mt, zt = o.zt;
+    const double zy = load<In, W>(z, y), ty = load<In, W>(t, y);
+    const double top = -l1t - (zt - mz) / T + l1z;
+    const double kl = s0 * pt + o.g_err / T + top;
+    const double ce = l11 - (zy - mz);
+    const double val = (1 - a) * ce + a * sc * kl;
+    *value = val;
+    if (!std::isfinite(val) || !std::isfinite(kl) || (a > 0 && kl <= P.guard * guard_m(P, top, l1z, l1t)) ||
+        !std::isfinite(mz) || !std::isfinite(mt))
+        return true;
+    if (g == nullptr) return false;
+    const double qy = std::exp((zy - mz) / T - l1z), py = std::exp((ty - mt) / T - l1t);
+    const double fix = cot * ((1 - a) * std::expm1(-ce) + a * sc / T * (qy - py));
+    const W ca = static_cast<W>(a * sc * qz * cot / T), cb = static_cast<W>(-a * sc * pt * cot / T);
+    const W c1 = static_cast<W>((1 - a) * q1 * cot);
+    const W* e1 = unit_t ? bz : b1;
+#pragma omp simd
+    for (long j = 0; j < v; ++j) store<In, W>(g, j, (bz[j] * ca + bt[j] * cb) + e1[j] * c1);
+    store<In, W>(g, y, static_cast<W>(fix));
+    return false;
+}
+
 template <typename In, typename W>
-long rows(int forward, const Params& P, const void* zv, const void* tv, void* gv, const double* cot,
-          double* values, unsigned char* flags, long r0, long r1) {
-    // Row buffers: the exponentials, then the block maxima past their end.
+using RowFn = bool (*)(const Params&, const In*, const In*, In*, long, double, double*, Buffers<W>);
+
+template <typename In, typename W>
+RowFn<In, W> row_fn(int kind, bool unit) {
+    switch (kind) {
+        case REVERSE: return unit ? kl_row<In, W, false, true> : kl_row<In, W, false, false>;
+        case FORWARD: return unit ? kl_row<In, W, true, true> : kl_row<In, W, true, false>;
+        case JSD: return unit ? jsd_row<In, W, true> : jsd_row<In, W, false>;
+        case HINTON: return unit ? hinton_row<In, W, true> : hinton_row<In, W, false>;
+        default: return nullptr;
+    }
+}
+
+template <typename In, typename W>
+long rows(int kind, const Params& P, const void* zv, const void* tv, void* gv, const std::int64_t* labels,
+          const double* cot, double* values, unsigned char* flags, long r0, long r1) {
+    const RowFn<In, W> fn = row_fn<In, W>(kind, P.T == 1.0);
+    if (fn == nullptr) return -1;
     const long blocks = (P.v + BLOCK - 1) / BLOCK;
-    std::vector<W> bz(P.v + blocks), bt(P.v + blocks);
+    std::vector<W> bz(P.v + blocks), bt(P.v + blocks), b1(kind == HINTON && P.T != 1.0 ? P.v : 0);
+    const Buffers<W> B{bz.data(), bt.data(), b1.data()};
     const In* z = static_cast<const In*>(zv);
     const In* t = static_cast<const In*>(tv);
     In* g = static_cast<In*>(gv);
     long flagged = 0;
-    const bool unit = P.T == 1.0;
     for (long r = r0; r < r1; ++r) {
-        In* gr = g ? g + r * P.stride_g : nullptr;
-        const In *zr = z + r * P.stride_z, *tr = t + r * P.stride_t;
-        bool f;
-        if (forward)
-            f = unit ? row<In, W, true, true>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data())
-                     : row<In, W, true, false>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data());
-        else
-            f = unit ? row<In, W, false, true>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data())
-                     : row<In, W, false, false>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data());
+        const bool f = fn(P, z + r * P.stride_z, t + r * P.stride_t, g ? g + r * P.stride_g : nullptr,
+                          labels ? static_cast<long>(labels[r]) : 0, cot[r], values + r, B);
         flags[r] = f;
         flagged += f;
     }
@@ -248,18 +404,20 @@ long rows(int forward, const Params& P, const void* zv, const void* tv, void* gv
 
 extern "C" {
 
-// Rows r0..r1 of the reverse (forward = 0) or forward (1) token KL. dtype: 0 float64, 1 float32,
-// 2 bfloat16, 3 float16 (student, teacher and gradient alike; float16/bfloat16 run in float32).
-// grad may be null (values only). Returns the number of flagged rows, or -1 for an unknown dtype.
-long lossproof_token_kl(int forward, int dtype, const void* z, const void* t, void* grad, long n, long v,
-                        long stride_z, long stride_t, long stride_g, double T, double guard, const double* cot,
-                        double* values, unsigned char* flags, long r0, long r1) {
-    Params P{n, v, stride_z, stride_t, stride_g, T, guard, std::log(static_cast<double>(v > 2 ? v : 2))};
+// Rows r0..r1 of a fused kernel: kind 0 reverse token KL, 1 forward token KL, 2 generalized
+// JSD (p1 = β, 0 < β < 1), 3 Hinton KD (p1 = α, p2 = s; labels: int64 [n], in range). dtype:
+// 0 float64, 1 float32, 2 bfloat16, 3 float16 (student, teacher and gradient alike;
+// float16/bfloat16 run in float32). grad may be null (values only). Returns the number of
+// flagged rows, or -1 for an unknown kind or dtype.
+long lossproof_distill(int kind, int dtype, const void* z, const void* t, void* grad, const std::int64_t* labels,
+                       long n, long v, long stride_z, long stride_t, long stride_g, double T, double guard, double p1,
+                       double p2, const double* cot, double* values, unsigned char* flags, long r0, long r1) {
+    Params P{n, v, stride_z, stride_t, stride_g, T, guard, std::log(static_cast<double>(v > 2 ? v : 2)), p1, p2};
     switch (dtype) {
-        case 0: return rows<double, double>(forward, P, z, t, grad, cot, values, flags, r0, r1);
-        case 1: return rows<float, float>(forward, P, z, t, grad, cot, values, flags, r0, r1);
-        case 2: return rows<bf16, float>(forward, P, z, t, grad, cot, values, flags, r0, r1);
-        case 3: return rows<_Float16, float>(forward, P, z, t, grad, cot, values, flags, r0, r1);
+        case 0: return rows<double, double>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        case 1: return rows<float, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        case 2: return rows<bf16, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        case 3: return rows<_Float16, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
         default: return -1;
     }
 }
