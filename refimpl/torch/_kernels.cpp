@@ -13,7 +13,6 @@
 // Plain C++17, no PyTorch headers (a build takes seconds); the loops vectorise under
 // -O3 with #pragma omp simd (-fopenmp-simd: no OpenMP runtime is linked; threads are the
 // caller's).
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -43,7 +42,7 @@ inline std::uint32_t float_to_bits(float f) {
 // branch). Arguments here are ≤ 0 (a logit minus its row's maximum) or NaN: below −87.3 the
 // result is 0 (the exact value is under 2^-126, negligible against a row sum ≥ 1), and a NaN
 // stays NaN through r.
-inline float exp_work(float x) {
+[[gnu::always_inline]] inline float exp_work(float x) {
     const float lo = -87.3f;
     float xc = x < lo ? lo : x;
     float n = std::rint(xc * 1.44269504088896341f);
@@ -152,35 +151,44 @@ Tops<W> tops(const In* z, const In* t, long v, bool centre_t, W* kz, W* kt) {
     return o;
 }
 
-// Σ_j terms(j) for K terms per logit (terms returns std::array<double, K>). float terms are
-// summed in double: the sums' rounding is far below the terms'. double terms: compensated sums
-// (Neumaier), as accurate as summing in twice the precision.
+// Up to four terms of a logit, summed over the row by sum_terms (unused ones stay 0).
+struct Terms {
+    double a = 0, b = 0, c = 0, d = 0;
+};
+
+// Σ_j terms(j) (terms returns Terms; K: how many are used). float terms are summed in double:
+// the sums' rounding is far below the terms'. double terms: compensated sums (Neumaier), as
+// accurate as summing in twice the precision. Named scalars, not an array: the float loop
+// vectorises only so (GCC 12).
 template <int K, typename W, typename F>
-std::array<double, K> sum_terms(long v, F terms) {
-    std::array<double, K> out{};
+[[gnu::always_inline]] inline Terms sum_terms(long v, F terms) {
+    Terms out;
     if constexpr (std::is_same_v<W, float>) {
         double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
 #pragma omp simd reduction(+ : s0, s1, s2, s3)
         for (long j = 0; j < v; ++j) {
-            const std::array<double, K> x = terms(j);
-            s0 += x[0];
-            if constexpr (K > 1) s1 += x[1];
-            if constexpr (K > 2) s2 += x[2];
-            if constexpr (K > 3) s3 += x[3];
+            const Terms x = terms(j);
+            s0 += x.a;
+            if constexpr (K > 1) s1 += x.b;
+            if constexpr (K > 2) s2 += x.c;
+            if constexpr (K > 3) s3 += x.d;
         }
-        const double s[4] = {s0, s1, s2, s3};
-        for (int i = 0; i < K; ++i) out[i] = s[i];
+        out = {s0, s1, s2, s3};
     } else {
-        std::array<double, K> c{};
+        Terms c;
+        auto add = [](double& s, double& comp, double x) {
+            double u = s + x;
+            comp += std::fabs(s) >= std::fabs(x) ? (s - u) + x : (x - u) + s;
+            s = u;
+        };
         for (long j = 0; j < v; ++j) {
-            const std::array<double, K> x = terms(j);
-            for (int i = 0; i < K; ++i) {
-                double u = out[i] + x[i];
-                c[i] += std::fabs(out[i]) >= std::fabs(x[i]) ? (out[i] - u) + x[i] : (x[i] - u) + out[i];
-                out[i] = u;
-            }
+            const Terms x = terms(j);
+            add(out.a, c.a, x.a);
+            if constexpr (K > 1) add(out.b, c.b, x.b);
+            if constexpr (K > 2) add(out.c, c.c, x.c);
+            if constexpr (K > 3) add(out.d, c.d, x.d);
         }
-        for (int i = 0; i < K; ++i) out[i] += c[i];
+        out = {out.a + c.a, out.b + c.b, out.c + c.c, out.d + c.d};
     }
     return out;
 }
@@ -205,12 +213,14 @@ bool kl_row(const Params& P, const In* z, const In* t, In* g, long, double cot, 
     const long v = P.v;
     W *bz = B.bz, *bt = B.bt;
     const Tops<W> o = tops<In, W>(z, t, v, forward, bz + v, bt + v);
-    const W Tw = static_cast<W>(P.T);
+    // Locals, not o's fields, in the loops: the stores into the buffers could alias o.
+    const W Tw = static_cast<W>(P.T), mzw = o.mz, mtw = o.mt, gc = o.gc;
+    const long iz = o.iz, it = o.it;
     // The exponentials (kept in bz, bt), and the row's terms: e_z, e_t (top excluded), e·d.
-    const auto s = sum_terms<3, W>(v, [&](long j) -> std::array<double, 3> {
+    const auto s = sum_terms<3, W>(v, [=](long j) -> Terms {
         W a = load<In, W>(z, j), b = load<In, W>(t, j);
-        W xz = a - o.mz, xt = b - o.mt;
-        W d = forward ? (b - a) - o.gc : (a - b) - o.gc;
+        W xz = a - mzw, xt = b - mtw;
+        W d = forward ? (b - a) - gc : (a - b) - gc;
         if constexpr (!unit_t) {
             xz = xz / Tw;
             xt = xt / Tw;
@@ -219,10 +229,10 @@ bool kl_row(const Params& P, const In* z, const In* t, In* g, long, double cot, 
         W ez = exp_work(xz), et = exp_work(xt);
         bz[j] = ez;
         if constexpr (forward) bt[j] = et;  // the reverse gradient needs only e_z
-        return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0,
+        return {j != iz ? static_cast<double>(ez) : 0.0, j != it ? static_cast<double>(et) : 0.0,
                 static_cast<double>(forward ? et : ez) * static_cast<double>(d)};
     });
-    const double sz = s[0], st = s[1], s0 = s[2];
+    const double sz = s.a, st = s.b, s0 = s.c;
     const double l1z = std::log1p(sz), l1t = std::log1p(st), qz = 1 / (1 + sz), pt = 1 / (1 + st);
     const double T = P.T, mz = o.mz, mt = o.mt, tz = o.tz, zt = o.zt;
     double top, val;
@@ -246,7 +256,7 @@ bool kl_row(const Params& P, const In* z, const In* t, In* g, long, double cot, 
         const W c = static_cast<W>(s0 * qz), scale = static_cast<W>(qz * cot / T);
 #pragma omp simd
         for (long j = 0; j < v; ++j) {
-            W d = (load<In, W>(z, j) - load<In, W>(t, j)) - o.gc;
+            W d = (load<In, W>(z, j) - load<In, W>(t, j)) - gc;
             if constexpr (!unit_t) d = d / Tw;
             store<In, W>(g, j, ((d - c) * scale) * bz[j]);
         }
@@ -263,7 +273,7 @@ bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot,
     W *bz = B.bz, *bt = B.bt;
     const Tops<W> o = tops<In, W>(z, t, v, false, bz + v, bt + v);
     const W Tw = static_cast<W>(P.T);
-    const auto n = sum_terms<2, W>(v, [&](long j) -> std::array<double, 2> {
+    const auto n = sum_terms<2, W>(v, [&](long j) -> Terms {
         W xz = load<In, W>(z, j) - o.mz, xt = load<In, W>(t, j) - o.mt;
         if constexpr (!unit_t) {
             xz = xz / Tw;
@@ -274,7 +284,7 @@ bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot,
         bt[j] = et;
         return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0};
     });
-    const double l1z = std::log1p(n[0]), l1t = std::log1p(n[1]), qz = 1 / (1 + n[0]), pt = 1 / (1 + n[1]);
+    const double l1z = std::log1p(n.a), l1t = std::log1p(n.b), qz = 1 / (1 + n.a), pt = 1 / (1 + n.b);
     const double T = P.T, b = P.p1, mz = o.mz, mt = o.mt, tz = o.tz;
     const double r_top = -(tz - mt) / T - l1z + l1t;
     const double lq_top = b <= 0.5 ? -std::log1p(b * std::expm1(-r_top)) : -std::log1p((1 - b) * std::expm1(r_top)) + r_top;
@@ -282,7 +292,7 @@ bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot,
     const W bw = static_cast<W>(b), cw = static_cast<W>(1 - b);
     const bool low = b <= 0.5;
     // ℓ_q − ℓ_q,top replaces e_t in bt once e_t has been used.
-    const auto s = sum_terms<2, W>(v, [&](long j) -> std::array<double, 2> {
+    const auto s = sum_terms<2, W>(v, [&](long j) -> Terms {
         W d = (load<In, W>(z, j) - load<In, W>(t, j)) - o.gc;
         if constexpr (!unit_t) d = d / Tw;
         const W r = d + rc;
@@ -299,8 +309,8 @@ bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot,
         bt[j] = lq;
         return {et * static_cast<double>(lp), static_cast<double>(bz[j]) * static_cast<double>(lq)};
     });
-    const double c = s[1] * qz;
-    const double val = b * s[0] * pt + (1 - b) * (c + lq_top);
+    const double c = s.b * qz;
+    const double val = b * s.a * pt + (1 - b) * (c + lq_top);
     *value = val;
     if (!std::isfinite(val) || val <= P.guard * std::fmin(b, 1 - b) * guard_m(P, r_top, l1z, l1t) ||
         !std::isfinite(lq_top) || !std::isfinite(mz) || !std::isfinite(mt))
@@ -321,7 +331,7 @@ bool hinton_row(const Params& P, const In* z, const In* t, In* g, long y, double
     W *bz = B.bz, *bt = B.bt, *b1 = B.b1;
     const Tops<W> o = tops<In, W>(z, t, v, true, bz + v, bt + v);
     const W Tw = static_cast<W>(P.T);
-    const auto s = sum_terms<4, W>(v, [&](long j) -> std::array<double, 4> {
+    const auto s = sum_terms<4, W>(v, [&](long j) -> Terms {
         W a = load<In, W>(z, j), b = load<In, W>(t, j);
         W xz = a - o.mz, xt = b - o.mt;
         W d = (b - a) - o.gc;
@@ -340,9 +350,9 @@ bool hinton_row(const Params& P, const In* z, const In* t, In* g, long y, double
         return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0,
                 static_cast<double>(et) * static_cast<double>(d), e1};
     });
-    const double sz = s[0], st = s[1], s0 = s[2];
+    const double sz = s.a, st = s.b, s0 = s.c;
     const double l1z = std::log1p(sz), l1t = std::log1p(st), qz = 1 / (1 + sz), pt = 1 / (1 + st);
-    const double l11 = unit_t ? l1z : std::log1p(s[3]), q1 = unit_t ? qz : 1 / (1 + s[3]);
+    const double l11 = unit_t ? l1z : std::log1p(s.d), q1 = unit_t ? qz : 1 / (1 + s.d);
     const double T = P.T, a = P.p1, sc = P.p2, mz = o.mz, mt = o.mt, zt = o.zt;
     const double zy = load<In, W>(z, y), ty = load<In, W>(t, y);
     const double top = -l1t - (zt - mz) / T + l1z;
