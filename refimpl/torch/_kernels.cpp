@@ -331,8 +331,9 @@ bool kl_row(const Params& P, const In* z, const In* t, In* g, long, double cot, 
 
 // One row of the generalized JSD β·KL(p‖m) + (1−β)·KL(q‖m), 0 < β < 1 (_fused.FastJSD): the
 // log-ratios to the mixture from r = log q − log p, through log1p/expm1 on the side where
-// their argument stays above −½ (β ≤ ½: ℓ_q first; β > ½: ℓ_p first).
-template <typename In, typename W, bool unit_t>
+// their argument stays above −½ (low, β ≤ ½: ℓ_q first; β > ½: ℓ_p first; a template
+// parameter: a branch in the loop would compute both sides).
+template <typename In, typename W, bool unit_t, bool low>
 bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot, double* value, Buffers<W> B) {
     const long v = P.v;
     W *bz = B.bz, *bt = B.bt;
@@ -355,14 +356,13 @@ bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot,
     const double lq_top = b <= 0.5 ? -std::log1p(b * std::expm1(-r_top)) : -std::log1p((1 - b) * std::expm1(r_top)) + r_top;
     const W rc = static_cast<W>(r_top + o.g_err / T), lqc = static_cast<W>(lq_top);
     const W bw = static_cast<W>(b), cw = static_cast<W>(1 - b);
-    const bool low = b <= 0.5;
     // ℓ_q − ℓ_q,top replaces e_t in bt once e_t has been used.
     const auto s = sum_terms<2, W>(v, [&](long j) -> Terms {
         W d = (load<In, W>(z, j) - load<In, W>(t, j)) - o.gc;
         if constexpr (!unit_t) d = d / Tw;
         const W r = d + rc;
         W lq, lp;
-        if (low) {
+        if constexpr (low) {
             lq = -log1p_work(expm1_work(-r) * bw);
             lp = lq - r;
         } else {
@@ -444,11 +444,14 @@ template <typename In, typename W>
 using RowFn = bool (*)(const Params&, const In*, const In*, In*, long, double, double*, Buffers<W>);
 
 template <typename In, typename W>
-RowFn<In, W> row_fn(int kind, bool unit) {
+RowFn<In, W> row_fn(int kind, const Params& P) {
+    const bool unit = P.T == 1.0, low = P.p1 <= 0.5;
     switch (kind) {
         case REVERSE: return unit ? kl_row<In, W, false, true> : kl_row<In, W, false, false>;
         case FORWARD: return unit ? kl_row<In, W, true, true> : kl_row<In, W, true, false>;
-        case JSD: return unit ? jsd_row<In, W, true> : jsd_row<In, W, false>;
+        case JSD:
+            if (low) return unit ? jsd_row<In, W, true, true> : jsd_row<In, W, false, true>;
+            return unit ? jsd_row<In, W, true, false> : jsd_row<In, W, false, false>;
         case HINTON: return unit ? hinton_row<In, W, true> : hinton_row<In, W, false>;
         default: return nullptr;
     }
@@ -457,7 +460,7 @@ RowFn<In, W> row_fn(int kind, bool unit) {
 template <typename In, typename W>
 long rows(int kind, const Params& P, const void* zv, const void* tv, void* gv, const std::int64_t* labels,
           const double* cot, double* values, unsigned char* flags, long r0, long r1) {
-    const RowFn<In, W> fn = row_fn<In, W>(kind, P.T == 1.0);
+    const RowFn<In, W> fn = row_fn<In, W>(kind, P);
     if (fn == nullptr) return -1;
     const long blocks = (P.v + BLOCK - 1) / BLOCK;
     std::vector<W> bz(P.v + blocks), bt(P.v + blocks), b1(kind == HINTON && P.T != 1.0 ? P.v : 0);
