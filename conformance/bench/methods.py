@@ -1,10 +1,10 @@
 """What ``lossproof bench`` compares: the inputs, and one forward + backward by each method.
 
 - ``lossproof``: ``refimpl.torch.distill`` as it runs by default: on a CPU the compiled kernel
-  (``refimpl.torch._compiled``) for the token KL where a C++ compiler is present, the fused,
-  vocabulary-tiled torch path otherwise;
+  (``refimpl.torch._compiled``) where a C++ compiler is present, the fused, vocabulary-tiled
+  torch path otherwise;
 - ``lossproof-tiles``: the fused torch path with the compiled kernel switched off (measured
-  only where the two differ: the token KL on a CPU);
+  only where the two differ: on a CPU);
 - ``lossproof-plain``: the same objectives on the plain path (``distill.FUSED = False``);
 - ``naive``: two ``log_softmax``, ``exp``, multiply, sum, then autograd (the textbook form);
 - ``trl``: TRL 1.16's ``ChunkedDivergenceFunction`` (online log-sum-exp over [4096, 32768]
@@ -32,7 +32,7 @@ import conformance
 KERNELS = ("token_kl.reverse", "token_kl.forward", "generalized_jsd", "hinton")
 METHODS = ("lossproof", "lossproof-tiles", "lossproof-plain", "naive", "trl", "liger")
 DEFAULT_METHODS = ("lossproof", "lossproof-tiles", "naive", "trl", "liger")  # the plain path only on request
-COMPILED_KERNELS = ("token_kl.reverse", "token_kl.forward")  # those refimpl.torch._compiled runs
+COMPILED_KERNELS = KERNELS  # those refimpl.torch._compiled runs
 LIBRARIES = ("trl", "liger")
 # β of the JSD rows; Hinton at T = 2, α = 0.5 (the soft term times T²).
 JSD_BETA = 0.5

@@ -34,7 +34,16 @@ from conformance._host import usable_cores
 from conformance._io import write_atomically
 from conformance.bench import memory, timing
 from conformance.bench.exact import bench_exact
-from conformance.bench.methods import DEFAULT_METHODS, HINTON, JSD_BETA, KERNELS, LIBRARIES, Runners, inputs
+from conformance.bench.methods import (
+    COMPILED_KERNELS,
+    DEFAULT_METHODS,
+    HINTON,
+    JSD_BETA,
+    KERNELS,
+    LIBRARIES,
+    Runners,
+    inputs,
+)
 from conformance.errors import LossproofError, UsageError
 
 QUICK = {"sizes": [(128, 32768), (128, 131072)], "reps": 2}
@@ -203,13 +212,15 @@ def summarize(rows) -> dict:
 
 
 def compiled_kernel(device: str, log) -> dict:
-    """The compiled CPU kernel's record (``refimpl.torch._compiled.status``), built or loaded
-    here, before any timing: its first call's cost is reported, never part of a timed run."""
+    """The compiled CPU kernel's record (``refimpl.torch._compiled.status``, and ``kernels``: the
+    kernels it runs), built or loaded here, before any timing: its first call's cost is
+    reported, never part of a timed run."""
     if device != "cpu":
         return {"available": False, "reason": "the compiled kernel is for CPUs"}
     from refimpl.torch import _compiled  # optional dependency: imports torch
     st = _compiled.status()
     if st["available"]:
+        st["kernels"] = list(COMPILED_KERNELS)
         log(f"  compiled CPU kernel: {'loaded from the cache' if st['cached'] else 'built'} in {st['seconds']:.2f} s "
             f"({st.get('compiler', '')})")
     else:

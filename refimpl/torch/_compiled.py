@@ -1,10 +1,12 @@
-"""The compiled CPU path of the fused token KL (reverse and forward): ``_kernels.cpp``, built
-with the system's C++ compiler on first use and called through ctypes.
+"""The compiled CPU path of the fused distillation kernels (reverse and forward token KL,
+generalized JSD, Hinton KD): ``_kernels.cpp``, built with the system's C++ compiler on first
+use and called through ctypes.
 
 Why a compiled kernel. The fused path (``_fused``) runs about fifteen torch operations per
 tile, each a pass through memory or cache with its own dispatch: compute-bound at about a
 fifth of the copy bandwidth on a CPU. One loop per row does the same arithmetic (two
-exponentials and a few multiply-adds per logit) while the row stays in cache, so the time is
+exponentials and a few multiply-adds per logit; the JSD adds two log1p/expm1) while the row
+stays in cache, so the time is
 close to one read of both logits tensors and one write of the gradient. Why this route. A
 plain C++ file with no PyTorch headers builds in seconds (``torch.utils.cpp_extension``
 compiles the torch headers: a minute), vectorises for the machine it runs on (-march=native),
@@ -13,8 +15,8 @@ call), and its numerics are written out line by line against ``_fused``'s (``tor
 would choose them itself and recompile for each new shape).
 
 Where it applies: CPU tensors of float64/float32/bfloat16/float16 whose rows are contiguous
-(``usable``), the reverse and forward token KL (also the generalized JSD at β = 0 and β = 1
-with ``endpoints='kl'``, which are those). Everything else takes the torch fused path.
+(``usable``), every fused kernel of ``_fused`` (``KINDS``). Everything else (other devices,
+vocabulary strides other than 1) takes the torch fused path.
 
 Build and cache. The shared library is built once per source, compiler and machine into
 ``$LOSSPROOF_CACHE`` (default ``$XDG_CACHE_HOME/lossproof`` or ``~/.cache/lossproof``; a
@@ -47,6 +49,9 @@ SOURCE = Path(__file__).with_name("_kernels.cpp")
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
          "-shared", "-fPIC")
 _DTYPES = {torch.float64: 0, torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
+# The kernels of _kernels.cpp (its Kind): JSD for 0 < β < 1 (p1 = β), Hinton with p1 = α,
+# p2 = the soft term's scale.
+KINDS = {"reverse": 0, "forward": 1, "jsd": 2, "hinton": 3}
 _LOG = logging.getLogger("refimpl.torch")
 
 # False: every call takes the torch fused path (LOSSPROOF_COMPILED=0 sets it at import).
@@ -131,12 +136,12 @@ def _build() -> dict:
             lib = ctypes.CDLL(str(path))
         except OSError as err:
             return {"lib": None, "reason": f"could not load {path}: {err}"}
-        fn = lib.lossproof_token_kl
+        fn = lib.lossproof_distill
         fn.restype = ctypes.c_long
-        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+        fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                        ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
-                       ctypes.c_double, ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                       ctypes.c_long, ctypes.c_long]
+                       ctypes.c_double, ctypes.c_double, ctypes.c_double, ctypes.c_double,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
         return {"lib": lib, "reason": "", "seconds": time.perf_counter() - start, "cached": cached,
                 "path": str(path), "compiler": version.splitlines()[0] if version else cxx}
     return {"lib": None, "reason": f"no private, writable cache directory ({_cache_dir()} or the temporary "
@@ -182,12 +187,16 @@ def usable(zs: torch.Tensor, ts: torch.Tensor) -> bool:
             and ts.stride(-1) == 1 and library() is not None)
 
 
-def token_kl(forward: bool, T: float, zs, ts, need_grad: bool, cot: np.ndarray, grad, workers: int, guard: float):
-    """Values (float64 [N]) and flagged rows of the reverse/forward token KL of [N,V] CPU logits
-    at temperature T; the gradient of cot·value written into ``grad`` (student's dtype) for the
+def rows(kind: str, T: float, zs, ts, labels, need_grad: bool, cot: np.ndarray, grad, workers: int,
+         guard: float, p1: float = 0.0, p2: float = 0.0):
+    """Values (float64 [N]) and flagged rows of kernel ``kind`` (``KINDS``) for [N,V] CPU logits
+    at temperature T (``labels``: int64 [N] for Hinton, else None; ``p1``, ``p2``: see
+    ``KINDS``); the gradient of cot·value written into ``grad`` (student's dtype) for the
     unflagged rows. ``guard``: u^GUARD of the working dtype (``_fused``)."""
     lib = library()
     n, v = zs.shape
+    ys = None if labels is None else labels.to(torch.int64).contiguous()
+    yptr = None if ys is None else ys.data_ptr()
     values = np.empty(n)
     flags = np.zeros(n, dtype=np.uint8)
     cot = np.ascontiguousarray(cot, dtype=np.float64)
@@ -195,9 +204,9 @@ def token_kl(forward: bool, T: float, zs, ts, need_grad: bool, cot: np.ndarray, 
     gstride = grad.stride(0) if need_grad else 0
 
     def call(r0, r1):
-        lib.lossproof_token_kl(int(forward), _DTYPES[zs.dtype], zs.data_ptr(), ts.data_ptr(), gptr, n, v,
-                               zs.stride(0), ts.stride(0), gstride, T, guard, cot.ctypes.data,
-                               values.ctypes.data, flags.ctypes.data, r0, r1)
+        lib.lossproof_distill(KINDS[kind], _DTYPES[zs.dtype], zs.data_ptr(), ts.data_ptr(), gptr, yptr, n, v,
+                              zs.stride(0), ts.stride(0), gstride, T, guard, p1, p2, cot.ctypes.data,
+                              values.ctypes.data, flags.ctypes.data, r0, r1)
 
     workers = max(1, min(workers, n))
     if workers == 1:

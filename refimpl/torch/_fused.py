@@ -25,8 +25,8 @@ u^GUARD·M, or whose value is not finite (−inf logits, overflow at tiny temper
 input) is recomputed by the careful kernel of the plain path; non-finite rows first go
 through the plain path's input checks, so bad input raises exactly as there.
 
-Compiled. On a CPU, the reverse and forward token KL run in ``_compiled`` (one C++ loop per
-row, the same numerics) where a C++ compiler is present; the tiles below are the path
+Compiled. On a CPU, every kernel here runs in ``_compiled`` (one C++ loop per row, the same
+numerics) where a C++ compiler is present (``_Fast.compiled``); the tiles below are the path
 everywhere else, and the fallback.
 
 Threads. On a CPU, blocks of rows are shared out to worker threads, each running
@@ -211,6 +211,11 @@ class _Fast:
 
     needs_s1 = False
     needs_l1 = False  # sums need the normalizers (JSD)
+    kind = ""  # the kernel in _compiled.KINDS
+
+    def compiled(self) -> dict:
+        """The compiled kernel's parameters (``_compiled.rows``'s p1, p2)."""
+        return {}
 
     def __init__(self, T: float, careful, v: int, work):
         self.T, self.careful, self.v, self.work = T, careful, v, work
@@ -224,6 +229,8 @@ class _Fast:
 
 class FastReverse(_Fast):
     """KL(q‖p) = Σ q·d + ℓ_top, d = ℓ − ℓ_top (student's top); gradient q(d − Σqd)/T."""
+
+    kind = "reverse"
 
     def sums(self, tile):
         return [tile.dot(tile.get("ez"), tile.get("dz"))]
@@ -243,6 +250,8 @@ class FastReverse(_Fast):
 
 class FastForward(_Fast):
     """KL(p‖q) = Σ p·e + (log p − log q)_j, e centred at the teacher's top j; gradient (q − p)/T."""
+
+    kind = "forward"
 
     def _value(self, rows, s):
         h = rows.h
@@ -270,10 +279,14 @@ class FastJSD(_Fast):
     G = ℓ_q − ℓ_q,top."""
 
     needs_l1 = True
+    kind = "jsd"
 
     def __init__(self, T, careful, v, work, beta):
         super().__init__(T, careful, v, work)
         self.beta = beta
+
+    def compiled(self):
+        return {"p1": self.beta}
 
     def _top(self, h):
         r = -(h["tz"] - h["mt"]) / self.T - h["l1z"] + h["l1t"]
@@ -325,10 +338,15 @@ class FastHinton(FastForward):
     """(1−α)(−log q^{(1)}_y) + α·s·KL(p‖q) per row (the forward KL as ``FastForward``);
     gradient (1−α)(q^{(1)} − e_y) + α·s·(q − p)/T, the label's entry set apart (expm1 form)."""
 
+    kind = "hinton"
+
     def __init__(self, T, careful, v, work, alpha, s):
         super().__init__(T, careful, v, work)
         self.alpha, self.s = alpha, s
         self.needs_s1 = T != 1
+
+    def compiled(self):
+        return {"p1": self.alpha, "p2": self.s}
 
     def prepare(self, rows, zs, ts, y):
         """The label's logits (any tile), before the passes."""
@@ -404,9 +422,9 @@ def _fused(k, zs, ts, y, need_grad, cot, check):
     width = min(v, elements)
     per_block = max(1, elements // v) if v <= elements else 1
     grad = _gradient_buffer(zs) if need_grad else None
-    if type(k) in (FastReverse, FastForward) and _compiled.usable(zs, ts):
-        values, flagged = _compiled.token_kl(type(k) is FastForward, k.T, zs, ts, need_grad, cot, grad,
-                                             torch.get_num_threads(), k.u ** GUARD)
+    if _compiled.usable(zs, ts):
+        values, flagged = _compiled.rows(k.kind, k.T, zs, ts, y, need_grad, cot, grad, torch.get_num_threads(),
+                                         k.u ** GUARD, **k.compiled())
         if flagged:
             _careful_rows(k, zs, ts, y, need_grad, cot, check, flagged, values, grad, per_block)
         return values, grad

@@ -1,11 +1,13 @@
-// The compiled CPU path of the reverse and forward token KL (refimpl/torch/_compiled.py builds
-// this file with the system's C++ compiler and calls it through ctypes; see the notes there).
+// The compiled CPU path of the fused distillation kernels: reverse and forward token KL,
+// generalized JSD, Hinton KD (refimpl/torch/_compiled.py builds this file with the system's C++
+// compiler and calls it through ctypes; see the notes there).
 //
-// Same numerics as the fused path of refimpl/torch/_fused.py (FastReverse, FastForward), row by
-// row instead of tile by tile: pass A finds each model's first maximum, pass B computes the two
-// exponentials once (kept in a per-thread row buffer that stays in L2) and the row's sums, the
-// per-row algebra runs in double, and pass C writes the gradient (for the row's cotangent) in
-// the student's dtype. Sums accumulate in double. Rows whose value is not finite or below the
+// Same numerics as the fused path of refimpl/torch/_fused.py (FastReverse, FastForward, FastJSD,
+// FastHinton), row by row instead of tile by tile: pass A finds each model's first maximum, pass
+// B computes the exponentials once (kept in per-thread row buffers that stay in L2) and the
+// row's sums, the JSD's pass B' the log-ratios to the mixture and their sums, the per-row algebra
+// runs in double, and the last pass writes the gradient (for the row's cotangent) in the
+// student's dtype. Sums accumulate in double. Rows whose value is not finite or below the
 // guard are flagged for the careful kernel (the caller's job), and their gradient is not written.
 //
 // Plain C++17, no PyTorch headers (a build takes seconds); the loops vectorise under
@@ -40,7 +42,7 @@ inline std::uint32_t float_to_bits(float f) {
 // branch). Arguments here are ≤ 0 (a logit minus its row's maximum) or NaN: below −87.3 the
 // result is 0 (the exact value is under 2^-126, negligible against a row sum ≥ 1), and a NaN
 // stays NaN through r.
-inline float exp_work(float x) {
+[[gnu::always_inline]] inline float exp_work(float x) {
     const float lo = -87.3f;
     float xc = x < lo ? lo : x;
     float n = std::rint(xc * 1.44269504088896341f);
@@ -58,6 +60,71 @@ inline float exp_work(float x) {
 }
 
 inline double exp_work(double x) { return std::exp(x); }
+
+// expm1 and log1p for the working dtype (the JSD's log-ratios to the mixture). float: written to
+// vectorise (the library's expm1f/log1pf are calls, one logit at a time: five times slower
+// than the torch tiles). double: the library's.
+//
+// expm1: x = n·ln2 + r as in exp_work, expm1(r) by its Taylor polynomial to degree 8 (|r| ≤
+// ln2/2: truncation below 2^-30 relative), then 2^n·expm1(r) + (2^n − 1), 2^n − 1 exact in
+// float for |n| ≤ 24; below −88 the result is −1, and above 88 +inf (2^n would overflow at
+// n = 128: an overflow, a little early, makes the row non-finite and the careful kernel takes
+// it); a NaN stays NaN through r.
+inline float expm1_work(float x) {
+    const float lo = -88.0f, hi = 88.0f;
+    float xc = x < lo ? lo : (x > hi ? hi : x);
+    float n = std::rint(xc * 1.44269504088896341f);
+    float r = std::fma(n, -0.693359375f, xc);
+    r = std::fma(n, 2.12194440e-4f, r);
+    float p = 2.48015873e-5f;  // 1/8!
+    p = std::fma(p, r, 1.98412698e-4f);
+    p = std::fma(p, r, 1.38888889e-3f);
+    p = std::fma(p, r, 8.33333333e-3f);
+    p = std::fma(p, r, 4.16666667e-2f);
+    p = std::fma(p, r, 1.66666667e-1f);
+    p = std::fma(p, r, 0.5f);
+    const float em = std::fma(p * r, r, r);  // expm1(r)
+    const float scale = bits_to_float(static_cast<std::uint32_t>(static_cast<std::int32_t>(n) + 127) << 23);
+    const float y = std::fma(scale, em, scale - 1.0f);
+    return x < lo ? -1.0f : (x > hi ? std::numeric_limits<float>::infinity() : y);
+}
+
+inline double expm1_work(double x) { return std::expm1(x); }
+
+// log1p for x ≥ −½ (the JSD's arguments: β·expm1(−r) with β ≤ ½, or (1−β)·expm1(r) with 1−β < ½),
+// +inf and NaN: u = 1 + x rounded, log u by Cephes' logf (S. L. Moshier, Cephes Math Library,
+// logf.c: the mantissa in [√½, √2), a degree-8 polynomial), plus the rounding of u,
+// (x − (u − 1))/u (D. Goldberg, "What every computer scientist should know about floating-point
+// arithmetic", ACM Computing Surveys 23(1), 1991, Theorem 4); x itself where u = 1.
+inline float log1p_work(float x) {
+    const float u = 1.0f + x;
+    const std::uint32_t b = float_to_bits(u);
+    float e = static_cast<float>(static_cast<std::int32_t>((b >> 23) & 0xFFu) - 126);
+    float m = bits_to_float((b & 0x007FFFFFu) | 0x3F000000u);  // u = m·2^e, m in [½, 1)
+    const bool low = m < 0.707106781186547524f;
+    e = low ? e - 1.0f : e;
+    m = low ? m + m - 1.0f : m - 1.0f;
+    const float z = m * m;
+    float y = 7.0376836292e-2f;
+    y = std::fma(y, m, -1.1514610310e-1f);
+    y = std::fma(y, m, 1.1676998740e-1f);
+    y = std::fma(y, m, -1.2420140846e-1f);
+    y = std::fma(y, m, 1.4249322787e-1f);
+    y = std::fma(y, m, -1.6668057665e-1f);
+    y = std::fma(y, m, 2.0000714765e-1f);
+    y = std::fma(y, m, -2.4999993993e-1f);
+    y = std::fma(y, m, 3.3333331174e-1f);
+    y = y * m * z;
+    y = std::fma(e, -2.12194440e-4f, y);
+    y = std::fma(-0.5f, z, y);
+    float l = m + y;
+    l = std::fma(e, 0.693359375f, l);
+    l += (x - (u - 1.0f)) / u;
+    // +inf and NaN pass through (their exponent field is 255: the polynomial would not).
+    return u == 1.0f ? x : (std::isfinite(u) ? l : u);
+}
+
+inline double log1p_work(double x) { return std::log1p(x); }
 
 // Loads into the working dtype and stores from it, with one rounding (to nearest even).
 template <typename In, typename W>
@@ -85,7 +152,10 @@ struct Params {
     double T;
     double guard;   // u^GUARD of the working dtype
     double log_v;   // log(max(V, 2))
+    double p1, p2;  // JSD: β; Hinton: α, s (the soft term's scale)
 };
+
+enum Kind { REVERSE = 0, FORWARD = 1, JSD = 2, HINTON = 3 };
 
 // The row's maximum and the index of its first occurrence (torch.max's choice): the maximum of
 // each block of BLOCK elements (vectorised), then a search of the first block that holds it.
@@ -120,31 +190,101 @@ long first_index(const In* x, long v, W m, const W* maxima) {
     return 0;  // no element equals m: a row of NaN (flagged by its value)
 }
 
+// Pass A: both models' maxima and first tops, each model's logit at the other's top, and the
+// logit difference at the centring top (the student's when centre_t is false, else the
+// teacher's) rounded to the working dtype as the tiles subtract it, with that rounding
+// (g_err, added back to the values).
+template <typename W>
+struct Tops {
+    W mz, mt, tz, zt, gc;
+    long iz, it;
+    double g_err;
+};
+
+template <typename In, typename W>
+Tops<W> tops(const In* z, const In* t, long v, bool centre_t, W* kz, W* kt) {
+    Tops<W> o;
+    o.mz = block_maxima<In, W>(z, v, kz);
+    o.mt = block_maxima<In, W>(t, v, kt);
+    o.iz = first_index<In, W>(z, v, o.mz, kz);
+    o.it = first_index<In, W>(t, v, o.mt, kt);
+    o.tz = load<In, W>(t, o.iz);
+    o.zt = load<In, W>(z, o.it);
+    const double mz = o.mz, mt = o.mt, tz = o.tz, zt = o.zt;
+    o.gc = centre_t ? static_cast<W>(o.mt - o.zt) : static_cast<W>(o.mz - o.tz);
+    o.g_err = static_cast<double>(o.gc) - (centre_t ? mt - zt : mz - tz);
+    return o;
+}
+
+// Up to four terms of a logit, summed over the row by sum_terms (unused ones stay 0).
+struct Terms {
+    double a = 0, b = 0, c = 0, d = 0;
+};
+
+// Σ_j terms(j) (terms returns Terms; K: how many are used). float terms are summed in double:
+// the sums' rounding is far below the terms'. double terms: compensated sums (Neumaier), as
+// accurate as summing in twice the precision. Named scalars, not an array: the float loop
+// vectorises only so (GCC 12).
+template <int K, typename W, typename F>
+[[gnu::always_inline]] inline Terms sum_terms(long v, F terms) {
+    Terms out;
+    if constexpr (std::is_same_v<W, float>) {
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+#pragma omp simd reduction(+ : s0, s1, s2, s3)
+        for (long j = 0; j < v; ++j) {
+            const Terms x = terms(j);
+            s0 += x.a;
+            if constexpr (K > 1) s1 += x.b;
+            if constexpr (K > 2) s2 += x.c;
+            if constexpr (K > 3) s3 += x.d;
+        }
+        out = {s0, s1, s2, s3};
+    } else {
+        Terms c;
+        auto add = [](double& s, double& comp, double x) {
+            double u = s + x;
+            comp += std::fabs(s) >= std::fabs(x) ? (s - u) + x : (x - u) + s;
+            s = u;
+        };
+        for (long j = 0; j < v; ++j) {
+            const Terms x = terms(j);
+            add(out.a, c.a, x.a);
+            if constexpr (K > 1) add(out.b, c.b, x.b);
+            if constexpr (K > 2) add(out.c, c.c, x.c);
+            if constexpr (K > 3) add(out.d, c.d, x.d);
+        }
+        out = {out.a + c.a, out.b + c.b, out.c + c.c, out.d + c.d};
+    }
+    return out;
+}
+
+// The fused forms' error bound u·M, M = |ℓ_top| + log1p S_q + log1p S_p + log V + 1 (_fused).
+inline double guard_m(const Params& P, double top, double l1z, double l1t) {
+    return std::fabs(top) + l1z + l1t + P.log_v + 1;
+}
+
+// The row buffers: the exponentials of z (bz), of t (bt; the JSD keeps its ℓ_q there once the
+// sums are taken), of z at T = 1 (b1, Hinton at T ≠ 1); the block maxima past the end of bz, bt.
+template <typename W>
+struct Buffers {
+    W *bz, *bt, *b1;
+};
+
 // One row of KL(q‖p) (reverse, forward = false) or KL(p‖q) (forward = true); returns true
 // when the careful kernel must redo it. unit_t: T = 1, no division (a branch in the loops
 // would keep them from vectorising).
 template <typename In, typename W, bool forward, bool unit_t>
-bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* value, W* bz, W* bt) {
+bool kl_row(const Params& P, const In* z, const In* t, In* g, long, double cot, double* value, Buffers<W> B) {
     const long v = P.v;
-    // bz, bt hold the exponentials later; first, each block's maximum (a few per mille of them).
-    W* kz = bz + v;
-    W* kt = bt + v;
-    const W mz = block_maxima<In, W>(z, v, kz), mt = block_maxima<In, W>(t, v, kt);
-    const long iz = first_index<In, W>(z, v, mz, kz), it = first_index<In, W>(t, v, mt, kt);
-    const W tz = load<In, W>(t, iz), zt = load<In, W>(z, it);
-    // The logit difference at the centring top (student's for reverse, teacher's for forward),
-    // rounded to the working dtype as the tiles subtract it; the rounding is added back.
-    const W gc = forward ? static_cast<W>(mt - zt) : static_cast<W>(mz - tz);
-    const double g_err = forward ? static_cast<double>(gc) - (static_cast<double>(mt) - static_cast<double>(zt))
-                                 : static_cast<double>(gc) - (static_cast<double>(mz) - static_cast<double>(tz));
-    const W Tw = static_cast<W>(P.T);
+    W *bz = B.bz, *bt = B.bt;
+    const Tops<W> o = tops<In, W>(z, t, v, forward, bz + v, bt + v);
+    // Locals, not o's fields, in the loops: the stores into the buffers could alias o.
+    const W Tw = static_cast<W>(P.T), mzw = o.mz, mtw = o.mt, gc = o.gc;
+    const long iz = o.iz, it = o.it;
     // The exponentials (kept in bz, bt), and the row's terms: e_z, e_t (top excluded), e·d.
-    struct Terms {
-        double ez, et, ed;
-    };
-    auto terms = [&](long j) -> Terms {
+    const auto s = sum_terms<3, W>(v, [=](long j) -> Terms {
         W a = load<In, W>(z, j), b = load<In, W>(t, j);
-        W xz = a - mz, xt = b - mt;
+        W xz = a - mzw, xt = b - mtw;
         W d = forward ? (b - a) - gc : (a - b) - gc;
         if constexpr (!unit_t) {
             xz = xz / Tw;
@@ -156,49 +296,21 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
         if constexpr (forward) bt[j] = et;  // the reverse gradient needs only e_z
         return {j != iz ? static_cast<double>(ez) : 0.0, j != it ? static_cast<double>(et) : 0.0,
                 static_cast<double>(forward ? et : ez) * static_cast<double>(d)};
-    };
-    double sz = 0, st = 0, s0 = 0;
-    if constexpr (std::is_same_v<W, float>) {
-        // float terms summed in double: the sums' rounding is far below the terms'.
-#pragma omp simd reduction(+ : sz, st, s0)
-        for (long j = 0; j < v; ++j) {
-            Terms x = terms(j);
-            sz += x.ez;
-            st += x.et;
-            s0 += x.ed;
-        }
-    } else {
-        // double terms: compensated sums (Neumaier), as accurate as summing in twice the precision.
-        double cz = 0, ct = 0, c0 = 0;
-        auto add = [](double& s, double& c, double x) {
-            double u = s + x;
-            c += std::fabs(s) >= std::fabs(x) ? (s - u) + x : (x - u) + s;
-            s = u;
-        };
-        for (long j = 0; j < v; ++j) {
-            Terms x = terms(j);
-            add(sz, cz, x.ez);
-            add(st, ct, x.et);
-            add(s0, c0, x.ed);
-        }
-        sz += cz;
-        st += ct;
-        s0 += c0;
-    }
+    });
+    const double sz = s.a, st = s.b, s0 = s.c;
     const double l1z = std::log1p(sz), l1t = std::log1p(st), qz = 1 / (1 + sz), pt = 1 / (1 + st);
-    const double T = P.T;
+    const double T = P.T, mz = o.mz, mt = o.mt, tz = o.tz, zt = o.zt;
     double top, val;
     if (forward) {
-        top = -l1t - (static_cast<double>(zt) - static_cast<double>(mz)) / T + l1z;
-        val = s0 * pt + g_err / T + top;
+        top = -l1t - (zt - mz) / T + l1z;
+        val = s0 * pt + o.g_err / T + top;
     } else {
-        top = -(static_cast<double>(tz) - static_cast<double>(mt)) / T - l1z + l1t;
-        val = s0 * qz + g_err / T + top;
+        top = -(tz - mt) / T - l1z + l1t;
+        val = s0 * qz + o.g_err / T + top;
     }
     *value = val;
-    const double m = std::fabs(top) + l1z + l1t + P.log_v + 1;
-    if (!std::isfinite(val) || val <= P.guard * m || !std::isfinite(static_cast<double>(mz)) ||
-        !std::isfinite(static_cast<double>(mt)))
+    if (!std::isfinite(val) || val <= P.guard * guard_m(P, top, l1z, l1t) || !std::isfinite(mz) ||
+        !std::isfinite(mt))
         return true;
     if (g == nullptr) return false;
     if (forward) {
@@ -217,27 +329,149 @@ bool row(const Params& P, const In* z, const In* t, In* g, double cot, double* v
     return false;
 }
 
+// One row of the generalized JSD β·KL(p‖m) + (1−β)·KL(q‖m), 0 < β < 1 (_fused.FastJSD): the
+// log-ratios to the mixture from r = log q − log p, through log1p/expm1 on the side where
+// their argument stays above −½ (low, β ≤ ½: ℓ_q first; β > ½: ℓ_p first; a template
+// parameter: a branch in the loop would compute both sides).
+template <typename In, typename W, bool unit_t, bool low>
+bool jsd_row(const Params& P, const In* z, const In* t, In* g, long, double cot, double* value, Buffers<W> B) {
+    const long v = P.v;
+    W *bz = B.bz, *bt = B.bt;
+    const Tops<W> o = tops<In, W>(z, t, v, false, bz + v, bt + v);
+    const W Tw = static_cast<W>(P.T);
+    const auto n = sum_terms<2, W>(v, [&](long j) -> Terms {
+        W xz = load<In, W>(z, j) - o.mz, xt = load<In, W>(t, j) - o.mt;
+        if constexpr (!unit_t) {
+            xz = xz / Tw;
+            xt = xt / Tw;
+        }
+        W ez = exp_work(xz), et = exp_work(xt);
+        bz[j] = ez;
+        bt[j] = et;
+        return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0};
+    });
+    const double l1z = std::log1p(n.a), l1t = std::log1p(n.b), qz = 1 / (1 + n.a), pt = 1 / (1 + n.b);
+    const double T = P.T, b = P.p1, mz = o.mz, mt = o.mt, tz = o.tz;
+    const double r_top = -(tz - mt) / T - l1z + l1t;
+    const double lq_top = b <= 0.5 ? -std::log1p(b * std::expm1(-r_top)) : -std::log1p((1 - b) * std::expm1(r_top)) + r_top;
+    const W rc = static_cast<W>(r_top + o.g_err / T), lqc = static_cast<W>(lq_top);
+    const W bw = static_cast<W>(b), cw = static_cast<W>(1 - b);
+    // ℓ_q − ℓ_q,top replaces e_t in bt once e_t has been used.
+    const auto s = sum_terms<2, W>(v, [&](long j) -> Terms {
+        W d = (load<In, W>(z, j) - load<In, W>(t, j)) - o.gc;
+        if constexpr (!unit_t) d = d / Tw;
+        const W r = d + rc;
+        W lq, lp;
+        if constexpr (low) {
+            lq = -log1p_work(expm1_work(-r) * bw);
+            lp = lq - r;
+        } else {
+            lp = -log1p_work(expm1_work(r) * cw);
+            lq = lp + r;
+        }
+        lq = lq - lqc;
+        const double et = bt[j];
+        bt[j] = lq;
+        return {et * static_cast<double>(lp), static_cast<double>(bz[j]) * static_cast<double>(lq)};
+    });
+    const double c = s.b * qz;
+    const double val = b * s.a * pt + (1 - b) * (c + lq_top);
+    *value = val;
+    if (!std::isfinite(val) || val <= P.guard * std::fmin(b, 1 - b) * guard_m(P, r_top, l1z, l1t) ||
+        !std::isfinite(lq_top) || !std::isfinite(mz) || !std::isfinite(mt))
+        return true;
+    if (g == nullptr) return false;
+    const W cc = static_cast<W>(c), scale = static_cast<W>((1 - b) * qz * cot / T);
+#pragma omp simd
+    for (long j = 0; j < v; ++j) store<In, W>(g, j, ((bt[j] - cc) * scale) * bz[j]);
+    return false;
+}
+
+// One row of Hinton's (1−α)(−log q^{(1)}_y) + α·s·KL(p‖q) (_fused.FastHinton): the forward KL
+// at T as kl_row, the student's normaliser at T = 1 for the hard term, and the label's entry of
+// the gradient set apart (expm1 form).
+template <typename In, typename W, bool unit_t>
+bool hinton_row(const Params& P, const In* z, const In* t, In* g, long y, double cot, double* value, Buffers<W> B) {
+    const long v = P.v;
+    W *bz = B.bz, *bt = B.bt, *b1 = B.b1;
+    const Tops<W> o = tops<In, W>(z, t, v, true, bz + v, bt + v);
+    const W Tw = static_cast<W>(P.T);
+    const auto s = sum_terms<4, W>(v, [&](long j) -> Terms {
+        W a = load<In, W>(z, j), b = load<In, W>(t, j);
+        W xz = a - o.mz, xt = b - o.mt;
+        W d = (b - a) - o.gc;
+        double e1 = 0;
+        if constexpr (!unit_t) {
+            W x1 = exp_work(xz);
+            b1[j] = x1;
+            e1 = j != o.iz ? static_cast<double>(x1) : 0.0;
+            xz = xz / Tw;
+            xt = xt / Tw;
+            d = d / Tw;
+        }
+        W ez = exp_work(xz), et = exp_work(xt);
+        bz[j] = ez;
+        bt[j] = et;
+        return {j != o.iz ? static_cast<double>(ez) : 0.0, j != o.it ? static_cast<double>(et) : 0.0,
+                static_cast<double>(et) * static_cast<double>(d), e1};
+    });
+    const double sz = s.a, st = s.b, s0 = s.c;
+    const double l1z = std::log1p(sz), l1t = std::log1p(st), qz = 1 / (1 + sz), pt = 1 / (1 + st);
+    const double l11 = unit_t ? l1z : std::log1p(s.d), q1 = unit_t ? qz : 1 / (1 + s.d);
+    const double T = P.T, a = P.p1, sc = P.p2, mz = o.mz, mt = o.mt, zt = o.zt;
+    const double zy = load<In, W>(z, y), ty = load<In, W>(t, y);
+    const double top = -l1t - (zt - mz) / T + l1z;
+    const double kl = s0 * pt + o.g_err / T + top;
+    const double ce = l11 - (zy - mz);
+    const double val = (1 - a) * ce + a * sc * kl;
+    *value = val;
+    if (!std::isfinite(val) || !std::isfinite(kl) || (a > 0 && kl <= P.guard * guard_m(P, top, l1z, l1t)) ||
+        !std::isfinite(mz) || !std::isfinite(mt))
+        return true;
+    if (g == nullptr) return false;
+    const double qy = std::exp((zy - mz) / T - l1z), py = std::exp((ty - mt) / T - l1t);
+    const double fix = cot * ((1 - a) * std::expm1(-ce) + a * sc / T * (qy - py));
+    const W ca = static_cast<W>(a * sc * qz * cot / T), cb = static_cast<W>(-a * sc * pt * cot / T);
+    const W c1 = static_cast<W>((1 - a) * q1 * cot);
+    const W* e1 = unit_t ? bz : b1;
+#pragma omp simd
+    for (long j = 0; j < v; ++j) store<In, W>(g, j, (bz[j] * ca + bt[j] * cb) + e1[j] * c1);
+    store<In, W>(g, y, static_cast<W>(fix));
+    return false;
+}
+
 template <typename In, typename W>
-long rows(int forward, const Params& P, const void* zv, const void* tv, void* gv, const double* cot,
-          double* values, unsigned char* flags, long r0, long r1) {
-    // Row buffers: the exponentials, then the block maxima past their end.
+using RowFn = bool (*)(const Params&, const In*, const In*, In*, long, double, double*, Buffers<W>);
+
+template <typename In, typename W>
+RowFn<In, W> row_fn(int kind, const Params& P) {
+    const bool unit = P.T == 1.0, low = P.p1 <= 0.5;
+    switch (kind) {
+        case REVERSE: return unit ? kl_row<In, W, false, true> : kl_row<In, W, false, false>;
+        case FORWARD: return unit ? kl_row<In, W, true, true> : kl_row<In, W, true, false>;
+        case JSD:
+            if (low) return unit ? jsd_row<In, W, true, true> : jsd_row<In, W, false, true>;
+            return unit ? jsd_row<In, W, true, false> : jsd_row<In, W, false, false>;
+        case HINTON: return unit ? hinton_row<In, W, true> : hinton_row<In, W, false>;
+        default: return nullptr;
+    }
+}
+
+template <typename In, typename W>
+long rows(int kind, const Params& P, const void* zv, const void* tv, void* gv, const std::int64_t* labels,
+          const double* cot, double* values, unsigned char* flags, long r0, long r1) {
+    const RowFn<In, W> fn = row_fn<In, W>(kind, P);
+    if (fn == nullptr) return -1;
     const long blocks = (P.v + BLOCK - 1) / BLOCK;
-    std::vector<W> bz(P.v + blocks), bt(P.v + blocks);
+    std::vector<W> bz(P.v + blocks), bt(P.v + blocks), b1(kind == HINTON && P.T != 1.0 ? P.v : 0);
+    const Buffers<W> B{bz.data(), bt.data(), b1.data()};
     const In* z = static_cast<const In*>(zv);
     const In* t = static_cast<const In*>(tv);
     In* g = static_cast<In*>(gv);
     long flagged = 0;
-    const bool unit = P.T == 1.0;
     for (long r = r0; r < r1; ++r) {
-        In* gr = g ? g + r * P.stride_g : nullptr;
-        const In *zr = z + r * P.stride_z, *tr = t + r * P.stride_t;
-        bool f;
-        if (forward)
-            f = unit ? row<In, W, true, true>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data())
-                     : row<In, W, true, false>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data());
-        else
-            f = unit ? row<In, W, false, true>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data())
-                     : row<In, W, false, false>(P, zr, tr, gr, cot[r], values + r, bz.data(), bt.data());
+        const bool f = fn(P, z + r * P.stride_z, t + r * P.stride_t, g ? g + r * P.stride_g : nullptr,
+                          labels ? static_cast<long>(labels[r]) : 0, cot[r], values + r, B);
         flags[r] = f;
         flagged += f;
     }
@@ -248,18 +482,20 @@ long rows(int forward, const Params& P, const void* zv, const void* tv, void* gv
 
 extern "C" {
 
-// Rows r0..r1 of the reverse (forward = 0) or forward (1) token KL. dtype: 0 float64, 1 float32,
-// 2 bfloat16, 3 float16 (student, teacher and gradient alike; float16/bfloat16 run in float32).
-// grad may be null (values only). Returns the number of flagged rows, or -1 for an unknown dtype.
-long lossproof_token_kl(int forward, int dtype, const void* z, const void* t, void* grad, long n, long v,
-                        long stride_z, long stride_t, long stride_g, double T, double guard, const double* cot,
-                        double* values, unsigned char* flags, long r0, long r1) {
-    Params P{n, v, stride_z, stride_t, stride_g, T, guard, std::log(static_cast<double>(v > 2 ? v : 2))};
+// Rows r0..r1 of a fused kernel: kind 0 reverse token KL, 1 forward token KL, 2 generalized
+// JSD (p1 = β, 0 < β < 1), 3 Hinton KD (p1 = α, p2 = s; labels: int64 [n], in range). dtype:
+// 0 float64, 1 float32, 2 bfloat16, 3 float16 (student, teacher and gradient alike;
+// float16/bfloat16 run in float32). grad may be null (values only). Returns the number of
+// flagged rows, or -1 for an unknown kind or dtype.
+long lossproof_distill(int kind, int dtype, const void* z, const void* t, void* grad, const std::int64_t* labels,
+                       long n, long v, long stride_z, long stride_t, long stride_g, double T, double guard, double p1,
+                       double p2, const double* cot, double* values, unsigned char* flags, long r0, long r1) {
+    Params P{n, v, stride_z, stride_t, stride_g, T, guard, std::log(static_cast<double>(v > 2 ? v : 2)), p1, p2};
     switch (dtype) {
-        case 0: return rows<double, double>(forward, P, z, t, grad, cot, values, flags, r0, r1);
-        case 1: return rows<float, float>(forward, P, z, t, grad, cot, values, flags, r0, r1);
-        case 2: return rows<bf16, float>(forward, P, z, t, grad, cot, values, flags, r0, r1);
-        case 3: return rows<_Float16, float>(forward, P, z, t, grad, cot, values, flags, r0, r1);
+        case 0: return rows<double, double>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        case 1: return rows<float, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        case 2: return rows<bf16, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        case 3: return rows<_Float16, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
         default: return -1;
     }
 }

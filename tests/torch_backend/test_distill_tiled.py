@@ -413,8 +413,10 @@ def json_roundtrip(path):
 def test_bench_in_bfloat16_records_the_compiled_kernel(tmp_path, capsys):
     """``lossproof bench --dtype bfloat16``: every row in that dtype; the compiled kernel's
     build or load is recorded apart from the timings, and the torch tiles are measured only
-    where they are not the same code as the default path."""
+    where they are not the same code as the default path (every kernel, where the compiled
+    kernel is available)."""
     from conformance import cli
+    from conformance.bench import methods
     from refimpl.torch import _compiled
     out = tmp_path / "b.json"
     assert cli.main(["bench", "--sizes", "8x64", "--dtype", "bfloat16", "--method", "lossproof", "--method",
@@ -423,8 +425,11 @@ def test_bench_in_bfloat16_records_the_compiled_kernel(tmp_path, capsys):
     assert doc["settings"]["dtype"] == "bfloat16" and {r["dtype"] for r in doc["rows"]} == {"bfloat16"}
     assert doc["compiled"]["available"] == (_compiled.library() is not None)
     tiles = {r["kernel"]: r for r in doc["rows"] if r["method"] == "lossproof-tiles"}
-    assert tiles["hinton"]["available"] is False and tiles["hinton"]["reason"].startswith("same code as lossproof")
-    assert tiles["token_kl.reverse"]["available"] == doc["compiled"]["available"]
+    assert {k: r["available"] for k, r in tiles.items()} == dict.fromkeys(methods.KERNELS, doc["compiled"]["available"])
+    if doc["compiled"]["available"]:
+        assert doc["compiled"]["kernels"] == list(methods.KERNELS)
+    else:
+        assert all(r["reason"].startswith("same code as lossproof") for r in tiles.values())
     with pytest.raises(SystemExit) as err:
         cli.main(["bench", "--dtype", "float8"])
     assert err.value.code == 2 and "invalid choice: 'float8'" in capsys.readouterr().err
