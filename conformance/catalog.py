@@ -122,13 +122,20 @@ OBJECTIVES: tuple[Objective, ...] = (
         "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space.",
         (Input("policy_chosen_logps", "B"), Input("policy_rejected_logps", "B"),
          Input("reference_chosen_logps", "B"), Input("reference_rejected_logps", "B")),
-        (Param("beta", 0.1), Param("loss_type", "sigmoid", ("sigmoid", "hinge", "ipo", "cdpo", "robust"),
+        (Param("beta", 0.1), Param("loss_type", "sigmoid", ("sigmoid", "hinge", "ipo", "cdpo", "robust", "exo_pair",
+                                                           "nca_pair", "bco_pair", "sppo_hard", "aot",
+                                                           "aot_unpaired", "apo_zero", "apo_down", "discopop"),
                                     "DPO §4 eq. 7", convention=True),
-         Param("label_smoothing", 0.0, source="DPO eq. 7 has none")),
+         Param("label_smoothing", 0.0, source="DPO eq. 7 has none"),
+         Param("discopop_tau", 0.05, source="DiscoPOP (Chan et al. 2024) eq. 5: τ = 0.05"),
+         Param("reward_shift", 0.0, source="BCO (Jung et al. 2024) §3 shifts by the running reward mean δ; "
+               "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0")),
         ("losses", "chosen_rewards", "rejected_rewards"),
         ("policy_chosen_logps", "policy_rejected_logps"),
         "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
-        "robust DPO (Chowdhury et al. 2024) eq. 8"),
+        "robust DPO (Chowdhury et al. 2024) eq. 8; EXO (arXiv 2402.00856) eq. 16; NCA (arXiv 2402.05369) §4; "
+        "BCO (arXiv 2404.04656) §3; SPPO (arXiv 2405.00675) eq. 4.7; AOT (arXiv 2406.05882) §3; "
+        "APO (arXiv 2408.06266) eqs. 7-8; DiscoPOP (arXiv 2406.08414) eq. 5"),
     Objective(
         "grpo.advantages", "Group-relative advantages A = (r − mean_group) / (std + eps).",
         (Input("rewards", "B,G"),),

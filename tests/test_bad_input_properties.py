@@ -50,6 +50,8 @@ BAD_PARAMS = {
     "clip": [0.0, -1.0, NAN, "ten"],
     "loss_type": ["kto", None],
     "label_smoothing": [-0.1, 0.5, 0.7, NAN],
+    "discopop_tau": [0.0, -0.05, NAN, INF, "cold"],
+    "reward_shift": [NAN, INF, -INF, "mean", None],
     "scale": ["global", None],
     "std_ddof": [2, -1, True, 0.5],
     "eps": [-1e-4, 1.0, NAN, INF],
