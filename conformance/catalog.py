@@ -127,7 +127,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                                                            "aot_unpaired", "apo_zero", "apo_down", "discopop"),
                                     "DPO §4 eq. 7", convention=True),
          Param("label_smoothing", 0.0, source="DPO eq. 7 has none"),
-         Param("discopop_tau", 0.05, source="DiscoPOP (Chan et al. 2024) eq. 5: τ = 0.05"),
+         Param("discopop_tau", 0.05, source="DiscoPOP (Lu et al. 2024) eq. 5: τ = 0.05"),
          Param("reward_shift", 0.0, source="BCO (Jung et al. 2024) §3 shifts by the running reward mean δ; "
                "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0")),
         ("losses", "chosen_rewards", "rejected_rewards"),
@@ -136,6 +136,37 @@ OBJECTIVES: tuple[Objective, ...] = (
         "robust DPO (Chowdhury et al. 2024) eq. 8; EXO (arXiv 2402.00856) eq. 16; NCA (arXiv 2402.05369) §4; "
         "BCO (arXiv 2404.04656) §3; SPPO (arXiv 2405.00675) eq. 4.7; AOT (arXiv 2406.05882) §3; "
         "APO (arXiv 2408.06266) eqs. 7-8; DiscoPOP (arXiv 2406.08414) eq. 5"),
+    Objective(
+        "preference.simpo", "SimPO per pair: −log σ(β·(c/|y_c| − r/|y_r|) − γ), reference-free and length-normalised.",
+        (Input("chosen_logps", "B"), Input("rejected_logps", "B"), Input("chosen_lengths", "B", kind="int"),
+         Input("rejected_lengths", "B", kind="int")),
+        (Param("beta", 2.0, source="SimPO repository training_configs (mistral-7b-base-simpo): beta 2.0"),
+         Param("gamma", 1.0, source="SimPO repository training_configs: gamma_beta_ratio 0.5, γ = 0.5·β"),
+         Param("label_smoothing", 0.0, source="SimPO eq. 6 has none")),
+        ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
+        "Meng et al. 2024 (SimPO, arXiv 2405.14734) §2.2 eq. 6"),
+    Objective(
+        "preference.cpo", "CPO's preference term per pair: −log σ(β·(c − r)) on policy sequence log-probabilities.",
+        (Input("chosen_logps", "B"), Input("rejected_logps", "B")),
+        (Param("beta", 0.1, source="TRL 1.16.0 CPOConfig beta 0.1"),
+         Param("label_smoothing", 0.0, source="CPO eq. 3 has none")),
+        ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
+        "Xu et al. 2024 (CPO, arXiv 2401.08417) §3 eq. 3"),
+    Objective(
+        "preference.orpo", "ORPO per pair: −c̄ − λ·log σ(log odds(c̄) − log odds(r̄)) on average log-probabilities.",
+        (Input("chosen_logps", "B"), Input("rejected_logps", "B")),
+        (Param("beta", 0.1, source="ORPO (Hong et al. 2024) trains with λ = 0.1; TRL 1.16.0 ORPOConfig beta 0.1"),),
+        ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
+        "Hong et al. 2024 (ORPO, arXiv 2403.07691) §4 eqs. 6-7"),
+    Objective(
+        "preference.kto", "KTO per example: λ_y·(1 − σ(±β(ρ − z0))) with z0 = max(0, mean KL estimate), detached.",
+        (Input("policy_logps", "N"), Input("reference_logps", "N"), Input("desirable", "N", kind="mask"),
+         Input("kl_policy_logps", "M"), Input("kl_reference_logps", "M")),
+        (Param("beta", 0.1, source="TRL 1.16.0 KTOConfig beta 0.1"),
+         Param("desirable_weight", 1.0, source="KTO eq. 7: λ_D = λ_U = 1 unless the classes are imbalanced"),
+         Param("undesirable_weight", 1.0, source="KTO eq. 7: λ_D = λ_U = 1 unless the classes are imbalanced")),
+        ("losses", "kl"), ("policy_logps",),
+        "Ethayarajh et al. 2024 (KTO, arXiv 2402.01306) §4.1 eq. 7"),
     Objective(
         "grpo.advantages", "Group-relative advantages A = (r − mean_group) / (std + eps).",
         (Input("rewards", "B,G"),),

@@ -217,6 +217,35 @@ def reward_shift(value) -> float:
     return real("reward_shift", value)
 
 
+# ----------------------------------------------------------------------------- preference
+
+
+def simpo_gamma(value) -> float:
+    """SimPO's target reward margin γ ≥ 0 (Meng et al. 2024 eq. 6)."""
+    return nonnegative("gamma", value)
+
+
+def class_weight(name: str, value) -> float:
+    """KTO's λ_D or λ_U > 0 (Ethayarajh et al. 2024 eq. 7)."""
+    return positive(name, value)
+
+
+def lengths(name: str, values) -> None:
+    """Response lengths in tokens: integers ≥ 1 (the length-normalised log-likelihood divides
+    by them). ``values`` is an iterable of ints."""
+    for i, n in enumerate(values):
+        if n < 1:
+            fail(name, f"lengths must be >= 1, got {int(n)} at position {i}")
+
+
+def below_zero(name: str, values) -> None:
+    """Average log-probabilities strictly below 0: ORPO's odds p/(1 − p) are infinite at p = 1."""
+    for i, v in enumerate(values):
+        if not v < 0:
+            fail(name, f"must be < 0 (the odds p/(1 − p) are infinite at p = 1), got {float(v)!r} "
+                 f"at position {i}")
+
+
 # ----------------------------------------------------------------------------- grpo
 
 SCALES = ("group", "batch", "none")

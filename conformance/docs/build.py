@@ -200,6 +200,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("docs/distill.md", "page", _family_page("distill"), VECTORS),
     Artifact("docs/kl.md", "page", _family_page("kl"), VECTORS),
     Artifact("docs/dpo.md", "page", _family_page("dpo"), VECTORS),
+    Artifact("docs/preference.md", "page", _family_page("preference", examples=(
+        "preference.simpo:e88372469ce5bb62", "preference.orpo:55f91f675d174a2d", "preference.kto:2ef42699d1e9b4ac")),
+        VECTORS),
     Artifact("docs/grpo.md", "page", _family_page("grpo"), VECTORS),
     Artifact("docs/index.md", "page", _page({"figures": Block(figures_table)}), "this registry"),
     Artifact("docs/performance.md", "page", _page(_blocks(performance.BLOCKS)), RESULTS, needs=(performance.RESULTS,)),

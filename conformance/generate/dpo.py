@@ -101,7 +101,7 @@ GROUPS = {
                 "loss_type='apo_zero'; Liger 0.8.5 'apo_zero'",
     "apo_down": "APO-down (D'Oosterlinck et al. 2024) eq. 8 σ(βg_c) + 1 − σ(βΔ); TRL 1.16.0 loss_type='apo_down'; "
                 "Liger 0.8.5 'apo_down'",
-    "discopop": "DiscoPOP (Chan et al. 2024, arXiv 2406.08414) eq. 5 (1 − σ(βΔ/τ))·(−log σ(βΔ)) + σ(βΔ/τ)·e^{−βΔ}; "
+    "discopop": "DiscoPOP (Lu et al. 2024, arXiv 2406.08414) eq. 5 (1 − σ(βΔ/τ))·(−log σ(βΔ)) + σ(βΔ/τ)·e^{−βΔ}; "
                 "TRL 1.16.0 loss_type='discopop' (DPOConfig.discopop_tau 0.05); Liger 0.8.5 'discopop'",
     "invalid": "inputs outside the domain (all loss types)",
 }

@@ -49,18 +49,23 @@ RELEASED = {
         "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
     },
     # Issue 15 (preferences): dpo.loss loss types exo_pair, nca_pair, bco_pair (reward_shift),
-    # sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop (discopop_tau), as TRL 1.16.0 ships them.
+    # sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop (discopop_tau), as TRL 1.16.0 ships them;
+    # the preference family: preference.simpo, preference.cpo, preference.orpo, preference.kto.
     "1.2.0": {
         "distill.generalized_jsd": "fbf7a81f5afe06a7e53fb36cac641d0b34b74a7ff1b0ec93ead519c7f195592d",
         "distill.hinton": "c605ef0310dd2c2b1f82f3f06f964fe15f4f7a946ff8b4cf212b24e5f462487c",
         "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
         "distill.token_kl": "0c66bc02ea4d2f32ea8638b7e2e0d2c73a5d36a08dd6cf8695c4b88cc5a1e369",
-        "dpo.loss": "0c6c845f211641e2d577e4f07dc0966900a7a6b2d640d41a97cd9a6b90ed5f20",
+        "dpo.loss": "ff9f2b81c22bccea40f558ada66a9353824294b8c0555cae3c1a632c309cf38d",
         "grpo.advantages": "bfda6622622a72771e24f3b9b586e0496b6950c5e6c0ec4c9df82ec5aa510901",
         "grpo.aggregate": "c693ccbc020d0b81ac277b35ea462deb592bbf94695c16b5883ad02ce8ac6e7c",
         "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
         "grpo.loss": "ddaf7e72701102fccefeb36416a603bd89d4e067661225fe9c0f632333b18296",
         "kl.estimator": "0588076793ecf26c60f19d20c1db9b7446a25058e3711db3036acac41c523cc9",
+        "preference.cpo": "39d0d0b8c3477f85a4cd9f38b6be688475c91b4ffdb482e3864a15855d3e2413",
+        "preference.kto": "a587573bd189f0bbe2dc4ac2b8a735d39f94ab785e18149b8569b2fe0b0f81c5",
+        "preference.orpo": "a640ecf5e91316e9f2a7c6f806545db5d2e5f11b1e745ad81d7af8779ecf776e",
+        "preference.simpo": "23dccad0432c526e802361447af1e5065e7f0c53e9d968f047176ff919917b01",
         "proximal_kl.future_cost": "56c17e03337e16ba1ff6117405108f80945135e3f9406e6a119d604171d76be4",
         "proximal_kl.loss": "02318564d5301ba9e669bff0b1b1ed0c5e685fbfa0e37037237ab78903676c92",
         "tabular.expected_update": "e28e250969c3b4ae1b03be4f055b7d6cd402a82be70ba853990257c89f76378b",

@@ -21,7 +21,7 @@ and with ε = label_smoothing, τ = discopop_tau, δ = reward_shift the loss typ
     apo_zero        1 − σ(a) + σ(b)                          APO (D'Oosterlinck et al. 2024,
     apo_down        σ(a) + 1 − σ(z)                          arXiv 2408.06266) eqs. 7, 8
     discopop        (1 − m)·(−log σ(z)) + m·e^{−z},  m = σ(z/τ)
-                                                             DiscoPOP (Chan et al. 2024, arXiv 2406.08414) eq. 5
+                                                             DiscoPOP (Lu et al. 2024, arXiv 2406.08414) eq. 5
     aot             the sigmoid/cdpo loss of Δ_i = sort(π_c − π_r)_i − sort(ref_c − ref_r)_i
     aot_unpaired    the sigmoid/cdpo loss of Δ_i = sort(g_c)_i − sort(g_r)_i
                                                              AOT (Melnyk et al. 2024, arXiv 2406.05882) §3
@@ -115,12 +115,13 @@ def _gain_loss(g_c, g_r, beta, loss_type, eps, tau, shift):
         return gc * gc + gr * gr, 2 * gc, 2 * gr
     if loss_type == "apo_zero":
         sa, sb = mp.sigmoid(a), mp.sigmoid(b)
-        return 1 - sa + sb, -beta * sa * mp.sigmoid(-a), beta * sb * mp.sigmoid(-b)
+        # 1 − σ(a) = σ(−a): no cancellation where σ(a) ≈ 1 (a ≫ 0).
+        return mp.sigmoid(-a) + sb, -beta * sa * mp.sigmoid(-a), beta * sb * mp.sigmoid(-b)
     if loss_type == "apo_down":
         z = a - b
         sa, sz = mp.sigmoid(a), mp.sigmoid(z)
         dz = beta * sz * mp.sigmoid(-z)
-        return sa + 1 - sz, beta * sa * mp.sigmoid(-a) - dz, dz
+        return sa + mp.sigmoid(-z), beta * sa * mp.sigmoid(-a) - dz, dz  # 1 − σ(z) = σ(−z)
     value, slope = _margin_loss(g_c - g_r, beta, loss_type, eps, tau)
     return value, slope, -slope
 

@@ -21,7 +21,7 @@ and with ε = label_smoothing, τ = discopop_tau, δ = reward_shift the loss typ
     apo_zero        1 − σ(a) + σ(b)                          APO (D'Oosterlinck et al. 2024,
     apo_down        σ(a) + 1 − σ(z)                          arXiv 2408.06266) eqs. 7, 8
     discopop        (1 − m)·(−log σ(z)) + m·e^{−z},  m = σ(z/τ)
-                                                             DiscoPOP (Chan et al. 2024, arXiv 2406.08414) eq. 5
+                                                             DiscoPOP (Lu et al. 2024, arXiv 2406.08414) eq. 5
     aot             the sigmoid/cdpo loss of Δ_i = sort(π_c − π_r)_i − sort(ref_c − ref_r)_i
     aot_unpaired    the sigmoid/cdpo loss of Δ_i = sort(g_c)_i − sort(g_r)_i
                                                              AOT (Melnyk et al. 2024, arXiv 2406.05882) §3
@@ -82,9 +82,9 @@ def _gain_loss(g_c, g_r, beta: float, loss_type: str, eps: float, tau: float, sh
     if loss_type == "sppo_hard":
         return (g_c - 1 / (2 * beta)) ** 2 + (g_r + 1 / (2 * beta)) ** 2
     if loss_type == "apo_zero":
-        return 1 - torch.sigmoid(a) + torch.sigmoid(b)
+        return torch.sigmoid(-a) + torch.sigmoid(b)  # 1 − σ(a) = σ(−a): no cancellation for a ≫ 0
     if loss_type == "apo_down":
-        return torch.sigmoid(a) + 1 - torch.sigmoid(a - b)
+        return torch.sigmoid(a) + torch.sigmoid(b - a)
     if loss_type == "aot_unpaired":
         return _margin_loss(torch.sort(g_c, stable=True).values - torch.sort(g_r, stable=True).values,
                             beta, loss_type, eps, tau)

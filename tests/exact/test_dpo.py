@@ -214,6 +214,9 @@ def test_margin_1e4_every_loss_type_is_finite(loss_type, label_smoothing, sign):
         elif loss_type == "exo_pair":  # the KL tends to −log(1−ε) (z → +∞) or −log ε (z → −∞)
             want = -mpmath.log1p(-eps) if sign > 0 else -mpmath.log(eps)
             assert abs(loss - want) < 1e-40 * abs(want)
+        elif loss_type == "apo_zero":  # 1 − σ(a) + σ(b) with a = −b = ±5000: 2σ(∓5000), not 1 − 1 + …
+            want = 2 / (1 + mpmath.exp(sign * mpmath.mpf(0.1) * 50000))
+            assert abs(loss - want) < 1e-40 * want
         elif loss_type == "discopop":  # z → +∞: e^{−z} → 0; z → −∞: σ(z/τ) → 0, −log σ(z) ≈ −z
             assert abs(loss - max(-z, 0)) < 1e-40 * max(1, abs(z))
         else:

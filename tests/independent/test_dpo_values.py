@@ -21,7 +21,7 @@ reference log-probabilities of the chosen / rejected response, z = βΔ,
     sppo_hard (pc − rc − 1/(2β))² + (pr − rr + 1/(2β))²  SPPO (Wu et al. 2024) eq. 4.7, P = 1 / 0
     apo_zero  1 − σ(a) + σ(b)                            APO (D'Oosterlinck et al. 2024) eq. 7
     apo_down  σ(a) + 1 − σ(z)                            APO eq. 8
-    discopop  (1 − σ(z/τ))·(−log σ(z)) + σ(z/τ)·e^{−z}   DiscoPOP (Chan et al. 2024) eq. 5, τ = discopop_tau
+    discopop  (1 − σ(z/τ))·(−log σ(z)) + σ(z/τ)·e^{−z}   DiscoPOP (Lu et al. 2024) eq. 5, τ = discopop_tau
     aot       the sigmoid loss (with ε) at position i of the ascending sorts: Δ_i = sort(pc − pr)_i
               − sort(rc − rr)_i; aot_unpaired: Δ_i = sort(pc − rc)_i − sort(pr − rr)_i
               (AOT, Melnyk et al. 2024 §3)

@@ -55,9 +55,10 @@ CONVENTIONS = [
       "rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
     C("kl.estimator", "kind", ("k3",), f"{CL}/grpo_loss.py k3_loss_fn"),
     C("kl.estimator", "clamp", (None,), f"{CL}/grpo_loss.py k3_loss_fn (no clamp)"),
-    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "robust"), f"{CL}/dpo_loss.py preference_loss_fn (loss_type, "
-      "default 'sigmoid'; 'ipo' raises NotImplementedError; label_smoothing is read by 'robust' and 'exo_pair' "
-      "only)"),
+    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
+                                "apo_zero", "apo_down", "discopop"),
+      f"{CL}/dpo_loss.py preference_loss_fn (loss_type, default 'sigmoid'; 'ipo' raises NotImplementedError; "
+      "label_smoothing is read by 'robust' and 'exo_pair' only; no 'aot')"),
     C("distill.hinton", "t2_scale", (False,), f"{CL}/fused_linear_distillation.py _compute_loss (weight_hard_loss·CE "
       "+ weight_soft_loss·divergence of logits/T, no T²)"),
     C("distill.token_kl", "direction", ("reverse", "forward"), f"{CL}/jsd_loss.py distillation_loss_fn (beta=1: "
@@ -138,7 +139,21 @@ _CDPO = Finding(
     f"{CL}/dpo_loss.py preference_loss_fn: loss = -F.logsigmoid(logits_diff).sum() / n_pairs",
     where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
           shows=label_smoothing_ignored_shows))
-FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO]
+_EXO_FLOAT32_EPS = Finding(
+    "liger-exo-float32-epsilon", "numerics",
+    "loss_type='exo_pair' turns label_smoothing into torch.tensor(ε), a float32 tensor whatever the inputs' dtype, "
+    "so log(1 − ε) and log ε are float32-accurate and float64 losses and gradients are off by ~1e-8 relative. "
+    "Repro: torch.log1p(-torch.tensor(0.1)).double() − math.log1p(-0.1) = 2.4e-10",
+    f"{CL}/dpo_loss.py preference_loss_fn: epsilon = torch.tensor(label_smoothing, device=chosen_logps.device)",
+    where(objectives=("dpo.loss",), dtypes=("float64",), conventions={"loss_type": "exo_pair"}))
+_DISCOPOP_OVERFLOW = Finding(
+    "liger-discopop-exp-overflow", "bug",
+    "loss_type='discopop' multiplies torch.exp(-logits_diff) by σ(logits_diff/τ): for βΔ ≪ 0 exp overflows to inf while "
+    "the sigmoid underflows to 0, and inf·0 = NaN (value and gradient) where the exact loss is ≈ −βΔ. Repro: "
+    "logits = torch.tensor(-1e4); torch.sigmoid(logits / 0.05) * torch.exp(-logits) → nan",
+    f"{CL}/dpo_loss.py preference_loss_fn: exp_component = torch.exp(-logits_diff)",
+    where(objectives=("dpo.loss",), conventions={"loss_type": "discopop"}, flags=("HugeMargin",)))
+FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW]
 
 
 def _mods():
@@ -192,8 +207,10 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
 
 
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0):
     import torch
+    if reward_shift != 0.0:
+        raise NotImplementedError("Liger 0.8.5 bco_pair has no reward shift (δ = 0)")
     fn = _mods()[0].LigerFusedLinearDPOFunction.preference_loss_fn
     policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps = _as_liger_logps(
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)
@@ -203,7 +220,7 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
         pick = slice(i, i + 1)
         loss, c, r = fn(policy_chosen_logps[pick], policy_rejected_logps[pick], full_target,
                         reference_chosen_logps[pick], reference_rejected_logps[pick], beta=beta, loss_type=loss_type,
-                        label_smoothing=label_smoothing)
+                        label_smoothing=label_smoothing, discopop_tau=discopop_tau)
         losses.append(loss.reshape(1))
         chosen.append(c.detach())
         rejected.append(r.detach())
