@@ -7,6 +7,12 @@ compilation off (``compiled=False``; no Triton kernel is used).
   log-probabilities directly). ``grpo.clip``: one token per call, β = 0, ``loss_type='bnpo'``.
 - ``dpo.loss``: ``LigerFusedLinearDPOFunction.preference_loss_fn`` on sequence log-probabilities,
   one pair per call (it returns the mean over pairs).
+- ``preference.cpo``, ``preference.simpo``, ``preference.orpo``: the ``preference_loss_fn`` of
+  ``LigerFusedLinearCPOFunction`` / ``SimPOFunction`` / ``ORPOFunction``, one pair per call (SimPO
+  given the sums divided by the lengths, the module's average; ORPO plus the pair's chosen NLL,
+  −chosen_logps); ``preference.kto``: ``LigerFusedLinearKTOFunction.preference_loss_fn`` one example
+  per call, with z0 computed by the adapter as TRL does (Liger takes it from the caller) and class
+  weights 1 only.
 - ``kl.estimator`` (k3): ``chunked_loss/grpo_loss.py k3_loss_fn``.
 - ``distill.*``: the module ``LigerFusedLinearJSDLoss(compiled=False)`` with identity lm-head
   weights, so that ``hidden @ weight.T`` reproduces the vector's logits exactly (rows selected one
@@ -15,7 +21,7 @@ compilation off (``compiled=False``; no Triton kernel is used).
 
 The fused modules compute log-probabilities in float32 whatever the model's dtype
 (``fused_linear_ppo.py`` _selective_logprob_forward, ``fused_linear_preference.py`` chunk_forward):
-the adapter hands bfloat16/float16 log-probabilities to the GRPO, DPO and k3 loss code as float32,
+the adapter hands bfloat16/float16 log-probabilities to the GRPO, DPO, preference and k3 loss code as float32,
 as the modules do; float64 ones stay float64, so that the loss code itself is checked in float64.
 
 Install: ``pip install --no-deps liger-kernel==0.8.5`` (needs only torch for these modules).
@@ -153,7 +159,21 @@ _DISCOPOP_OVERFLOW = Finding(
     "logits = torch.tensor(-1e4); torch.sigmoid(logits / 0.05) * torch.exp(-logits) → nan",
     f"{CL}/dpo_loss.py preference_loss_fn: exp_component = torch.exp(-logits_diff)",
     where(objectives=("dpo.loss",), conventions={"loss_type": "discopop"}, flags=("HugeMargin",)))
-FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW]
+
+def _near_certain(case) -> bool:
+    """An average log-probability within 1e-5 of 0, where 1 − exp(p) keeps few correct digits."""
+    return any(abs(v) < 1e-5 for name in ("chosen_logps", "rejected_logps") for v in as_array(case.test["inputs"][name]))
+
+
+_ORPO_LOG1P_EXP = Finding(
+    "liger-orpo-log1p-exp", "numerics",
+    "the log-odds use torch.log1p(-torch.exp(p)): near p = 0 exp(p) rounds to within one ulp of 1 and "
+    "1 − e^p keeps only log10(|p|/u) correct digits (p = −1e-7 in float64: 9 digits; the gradient's "
+    "1/(1 − e^p) likewise), where log(−expm1(p)) is accurate. Repro: torch.log1p(-torch.exp(torch.tensor(-1e-12, "
+    "dtype=torch.float64))) = −27.631043237893 where log(−expm1(−1e-12)) = −27.631021115929",
+    f"{CL}/orpo_loss.py preference_loss_fn: torch.log1p(-torch.exp(chosen_logps))",
+    where(objectives=("preference.orpo",), dtypes=("float64",), test=_near_certain))
+FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW, _ORPO_LOG1P_EXP]
 
 
 def _mods():
@@ -228,6 +248,64 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     return {"losses": cat(losses), "chosen_rewards": cat(chosen), "rejected_rewards": cat(rejected)}
 
 
+# --- reference-free and unpaired preferences (the loss functions on log-probabilities) ---------------
+
+def _per_pair(fn, chosen, rejected, **kw):
+    """``fn(chosen[i:i+1], rejected[i:i+1], full_target, **kw)`` for every pair (one pair per call:
+    the returned Σ/n_pairs is that pair's loss) → (losses, chosen rewards, rejected rewards)."""
+    import torch
+    full_target = torch.zeros(2, 1, dtype=torch.long)
+    outs = [fn(chosen[i:i + 1], rejected[i:i + 1], full_target, **kw) for i in range(chosen.shape[0])]
+    cat = (lambda xs: torch.cat(xs) if xs else chosen[:0].clone())
+    return (cat([o[0].reshape(1) for o in outs]), cat([o[1].detach().reshape(1) for o in outs]),
+            cat([o[2].detach().reshape(1) for o in outs]))
+
+
+def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+    from liger_kernel.chunked_loss.cpo_loss import LigerFusedLinearCPOFunction
+    c, r = _as_liger_logps(chosen_logps, rejected_logps)
+    losses, cr, rr = _per_pair(LigerFusedLinearCPOFunction.preference_loss_fn, c, r, beta=beta,
+                               label_smoothing=label_smoothing)
+    return {"losses": losses, "chosen_rewards": cr, "rejected_rewards": rr}
+
+
+def simpo(chosen_logps, rejected_logps, chosen_lengths, rejected_lengths, beta=2.0, gamma=1.0, label_smoothing=0.0):
+    from liger_kernel.chunked_loss.simpo_loss import LigerFusedLinearSimPOFunction
+    c, r = _as_liger_logps(chosen_logps, rejected_logps)
+    # The fused module averages the token log-probabilities (loss_type 'simpo': average_log_prob) in float32.
+    c, r = c / chosen_lengths.to(c.dtype), r / rejected_lengths.to(r.dtype)
+    losses, cr, rr = _per_pair(LigerFusedLinearSimPOFunction.preference_loss_fn, c, r, beta=beta, gamma=gamma,
+                               label_smoothing=label_smoothing)
+    return {"losses": losses, "chosen_rewards": cr, "rejected_rewards": rr}
+
+
+def orpo(chosen_logps, rejected_logps, beta=0.1):
+    from liger_kernel.chunked_loss.orpo_loss import LigerFusedLinearORPOFunction
+    c, r = _as_liger_logps(chosen_logps, rejected_logps)
+    # preference_loss_fn returns −β·Σ log σ(log-odds ratio)/n_pairs; the fused module adds the chosen NLL,
+    # which for average log-probabilities is −chosen_logps (the adapter's only composition).
+    ratio_term, cr, rr = _per_pair(lambda *a, **k: LigerFusedLinearORPOFunction.preference_loss_fn(*a, **k)[:3],
+                                   c, r, beta=beta)
+    return {"losses": -c + ratio_term, "chosen_rewards": cr, "rejected_rewards": rr}
+
+
+def kto(policy_logps, reference_logps, desirable, kl_policy_logps, kl_reference_logps, beta=0.1,
+        desirable_weight=1.0, undesirable_weight=1.0):
+    import torch
+    from liger_kernel.chunked_loss.kto_loss import LigerFusedLinearKTOFunction
+    if desirable_weight != 1.0 or undesirable_weight != 1.0:
+        raise NotImplementedError("Liger 0.8.5 KTO has no class weights (λ_D = λ_U = 1)")
+    p, q, kp, kq = _as_liger_logps(policy_logps, reference_logps, kl_policy_logps, kl_reference_logps)
+    # The caller computes z0 (Liger takes it as `kl`): TRL's estimate, clamped at 0 and detached.
+    z0 = (kp - kq).mean().clamp(min=0).detach()
+    labels = desirable.to(torch.bool)
+    one = torch.zeros(1, 1, dtype=torch.long)  # full_target of one example: the returned sum is that loss
+    losses = [LigerFusedLinearKTOFunction.preference_loss_fn(p[i:i + 1], labels[i:i + 1], one, q[i:i + 1],
+                                                              beta=beta, kl=z0)[0].reshape(1)
+              for i in range(p.shape[0])]
+    return {"losses": torch.cat(losses) if losses else p[:0].clone(), "kl": z0}
+
+
 # --- distillation through the fused module ------------------------------------------------------
 
 _NEG_INF_MSG = ("infinite logits cannot come out of Liger's fused lm-head (hidden @ weight.T): the "
@@ -274,5 +352,6 @@ def target():
     version = require("liger_kernel", "liger-kernel", VERSION, INSTALL)
     load_or_explain(_mods, "liger-kernel", INSTALL)
     objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
-                  "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd}
+                  "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
+                  "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo, "preference.kto": kto}
     return build("liger", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC)
