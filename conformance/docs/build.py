@@ -187,6 +187,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
              what="one sampled token vs the full vocabulary (cat, dog, fox)", shown_on="distill.md"),
     Artifact("docs/figures/dpo_gains.png", "figure", _figure(families.fig_dpo_gains), EXACT,
              what="DPO gains of two pairs with the same margin Δ = 3", shown_on="dpo.md"),
+    Artifact("docs/figures/simpo_margin.png", "figure", _figure(families.fig_simpo_margin), EXACT,
+             what="SimPO loss against the per-token margin, γ = 1 vs 0", shown_on="preference.md"),
     Artifact("docs/figures/grpo_advantages.png", "figure", _figure(families.fig_grpo_advantages), EXACT,
              what="GRPO advantages of rewards (0, 1, 1, 0)", shown_on="grpo.md"),
     Artifact("docs/figures/clip_objective.png", "figure", _figure(families.fig_clip), EXACT,

@@ -93,8 +93,8 @@ def int_array(name: str, x) -> np.ndarray:
     for idx, e in np.ndenumerate(raw):
         try:
             integral = not isinstance(e, (bool, np.bool_)) and float(e).is_integer()
-        except (TypeError, ValueError, OverflowError):  # strings, None: not numbers at all
-            integral = False
+        except (TypeError, ValueError, OverflowError):  # strings, None: the input is not numbers at all
+            validate.fail(name, f"expected integers, got {x!r}")
         if not integral:
             validate.fail(name, f"expected integers, got {e!r}")
         out[idx] = int(e)
