@@ -56,7 +56,7 @@ GROUPS = {
 
 PAIR = ("losses", "chosen_rewards", "rejected_rewards")
 RANDOM = 44          # random cases per objective (half rounded to float32)
-LOW = 8              # low-precision random cases per objective
+LOW = 60             # low-precision random cases per objective (2/3 on the grid both dtypes hold)
 
 
 def _ct(r, n: int, outputs=PAIR, scalar=()) -> dict:
