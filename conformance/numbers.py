@@ -51,7 +51,21 @@ def encode_exact(x, digits: int = DIGITS):
         return "0"
     if mpmath.isinf(x):
         return "Infinity" if x > 0 else "-Infinity"
-    return mpmath.nstr(x, digits, strip_zeros=False, min_fixed=-4, max_fixed=6)
+    tie = _tie(x, digits)
+    return mpmath.nstr(x, digits + 1 if tie else digits, strip_zeros=False, min_fixed=-4, max_fixed=6)
+
+
+def _tie(x, digits: int) -> bool:
+    """Whether x is (to the working precision) a decimal with exactly ``digits`` + 1 significant
+    digits, the last a 5: a rounding tie at ``digits``, printed with that one digit more so that
+    the string is the exact value, not one of two equally near roundings (β·c/n of binary64 c and
+    n = 40, say; refimpl/certified can then prove the printed string)."""
+    wide = mpmath.nstr(x, digits + 8, strip_zeros=False, min_fixed=-4, max_fixed=6)
+    mantissa = wide.split("e")[0].lstrip("-").replace(".", "").lstrip("0")
+    if not (len(mantissa) == digits + 8 and mantissa[digits] == "5" and set(mantissa[digits + 1:]) == {"0"}):
+        return False
+    with mpmath.workdps(digits + 20):
+        return abs(x - mpmath.mpf(wide)) <= abs(x) * mpmath.mpf(10) ** (-digits - 12)
 
 
 def decode_exact(x):

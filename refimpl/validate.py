@@ -188,7 +188,8 @@ def kl_clamp(value, name: str = "clamp") -> float | None:
 
 # ----------------------------------------------------------------------------- dpo
 
-LOSS_TYPES = ("sigmoid", "hinge", "ipo", "cdpo", "robust")
+LOSS_TYPES = ("sigmoid", "hinge", "ipo", "cdpo", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
+              "aot", "aot_unpaired", "apo_zero", "apo_down", "discopop")
 
 
 def dpo_beta(value) -> float:
@@ -200,9 +201,49 @@ def loss_type(value) -> str:
     return choice("loss_type", value, LOSS_TYPES)
 
 
-def label_smoothing(value) -> float:
-    """ε in [0, 1/2): the robust loss divides by 1 − 2ε."""
-    return in_range("label_smoothing", value, 0, 0.5, hi_open=True)
+def label_smoothing(value, loss_type: str = "sigmoid") -> float:
+    """ε in [0, 1/2): the robust loss divides by 1 − 2ε; EXO's target distribution (1 − ε, ε)
+    has log ε in its loss, so 'exo_pair' needs ε > 0 (Ji et al. 2024 §4.2 use 1e-3)."""
+    return in_range("label_smoothing", value, 0, 0.5, lo_open=loss_type == "exo_pair", hi_open=True)
+
+
+def discopop_tau(value) -> float:
+    """DiscoPOP's temperature τ > 0 of the mixing weight σ(βΔ/τ)."""
+    return positive("discopop_tau", value)
+
+
+def reward_shift(value) -> float:
+    """BCO's reward shift δ (a real number: the running mean of the implicit rewards, detached)."""
+    return real("reward_shift", value)
+
+
+# ----------------------------------------------------------------------------- preference
+
+
+def simpo_gamma(value) -> float:
+    """SimPO's target reward margin γ ≥ 0 (Meng et al. 2024 eq. 6)."""
+    return nonnegative("gamma", value)
+
+
+def class_weight(name: str, value) -> float:
+    """KTO's λ_D or λ_U > 0 (Ethayarajh et al. 2024 eq. 7)."""
+    return positive(name, value)
+
+
+def lengths(name: str, values) -> None:
+    """Response lengths in tokens: integers ≥ 1 (the length-normalised log-likelihood divides
+    by them). ``values`` is an iterable of ints."""
+    for i, n in enumerate(values):
+        if n < 1:
+            fail(name, f"lengths must be >= 1, got {int(n)} at position {i}")
+
+
+def below_zero(name: str, values) -> None:
+    """Average log-probabilities strictly below 0: ORPO's odds p/(1 − p) are infinite at p = 1."""
+    for i, v in enumerate(values):
+        if not v < 0:
+            fail(name, f"must be < 0 (the odds p/(1 − p) are infinite at p = 1), got {float(v)!r} "
+                 f"at position {i}")
 
 
 # ----------------------------------------------------------------------------- grpo

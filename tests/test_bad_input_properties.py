@@ -50,6 +50,11 @@ BAD_PARAMS = {
     "clip": [0.0, -1.0, NAN, "ten"],
     "loss_type": ["kto", None],
     "label_smoothing": [-0.1, 0.5, 0.7, NAN],
+    "discopop_tau": [0.0, -0.05, NAN, INF, "cold"],
+    "reward_shift": [NAN, INF, -INF, "mean", None],
+    "gamma": [-0.5, NAN, INF, "wide"],
+    "desirable_weight": [0.0, -1.0, NAN, INF],
+    "undesirable_weight": [0.0, -1.0, NAN, INF],
     "scale": ["global", None],
     "std_ddof": [2, -1, True, 0.5],
     "eps": [-1e-4, 1.0, NAN, INF],
@@ -254,17 +259,20 @@ MASKED = [o.id for o in OBJECTIVES if any(i.kind == "mask" for i in o.inputs)]
 @given(data=st.data(), objective_id=st.sampled_from(MASKED), seed=st.integers(0, 2**16))
 def test_masks_that_are_not_0_1(backend, data, objective_id, seed):
     inputs = valid_inputs(objective_id, seed)
-    how = data.draw(st.sampled_from([0.5, 2.0, -1.0, 1 + 1e-12, "none-selected"]), label="value")
-    m = inputs["mask"].copy()
+    name = next(i.name for i in catalog.get(objective_id).inputs if i.kind == "mask")
+    # A token mask must select something; KTO's desirable flags may all be 0 (all undesirable).
+    empty = ["none-selected"] if name == "mask" else []
+    how = data.draw(st.sampled_from([0.5, 2.0, -1.0, 1 + 1e-12] + empty), label="value")
+    m = inputs[name].copy()
     if how == "none-selected":
         m[:] = 0.0
     else:
         m.reshape(-1)[data.draw(st.integers(0, m.size - 1), label="index")] = how
-    inputs["mask"] = m
+    inputs[name] = m
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
     records.bad_input("non-0/1 masks")
-    judge(lambda: function(backend, objective_id)(**kwargs, **params_of(objective_id)), {"mask"},
-          allow_value=False, what=f"{backend} {objective_id} mask {how}")
+    judge(lambda: function(backend, objective_id)(**kwargs, **params_of(objective_id)), {name},
+          allow_value=False, what=f"{backend} {objective_id} {name} {how}")
 
 
 PARAMETERISED = [o.id for o in OBJECTIVES if o.params]

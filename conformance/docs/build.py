@@ -188,6 +188,8 @@ ARTIFACTS: tuple[Artifact, ...] = (
              what="one sampled token vs the full vocabulary (cat, dog, fox)", shown_on="distill.md"),
     Artifact("docs/figures/dpo_gains.png", "figure", _figure(families.fig_dpo_gains), EXACT,
              what="DPO gains of two pairs with the same margin Δ = 3", shown_on="dpo.md"),
+    Artifact("docs/figures/simpo_margin.png", "figure", _figure(families.fig_simpo_margin), EXACT,
+             what="SimPO loss against the per-token margin, γ = 1 vs 0", shown_on="preference.md"),
     Artifact("docs/figures/grpo_advantages.png", "figure", _figure(families.fig_grpo_advantages), EXACT,
              what="GRPO advantages of rewards (0, 1, 1, 0)", shown_on="grpo.md"),
     Artifact("docs/figures/clip_objective.png", "figure", _figure(families.fig_clip), EXACT,
@@ -205,6 +207,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("docs/distill.md", "page", _family_page("distill"), VECTORS),
     Artifact("docs/kl.md", "page", _family_page("kl"), VECTORS),
     Artifact("docs/dpo.md", "page", _family_page("dpo"), VECTORS),
+    Artifact("docs/preference.md", "page", _family_page("preference", examples=(
+        "preference.simpo:e88372469ce5bb62", "preference.orpo:55f91f675d174a2d", "preference.kto:2ef42699d1e9b4ac")),
+        VECTORS),
     Artifact("docs/grpo.md", "page", _family_page("grpo"), VECTORS),
     Artifact("docs/index.md", "page", _page({"figures": Block(figures_table)}), "this registry"),
     Artifact("docs/performance.md", "page", _page(_blocks(performance.BLOCKS)), RESULTS, needs=(performance.RESULTS,)),

@@ -20,7 +20,7 @@ from conformance.docs import DocsError
 from conformance.docs.context import Context
 from conformance.docs.figures import BLUE, GREEN, GREY, ORANGE, RED, new_figure
 from conformance.vectors.load import VectorCase
-from refimpl.exact import distill, grpo
+from refimpl.exact import distill, grpo, preference
 
 DIGITS = 20                      # significant digits printed in the worked-example tables
 # The source articles of the worked examples by their key in docs/references.md: a vector's
@@ -178,6 +178,7 @@ UID = {
     "grpo_adv": "grpo.advantages:cb725563a3114348",
     "clip_up": "grpo.clip:c112848979dae3f3",
     "clip_down": "grpo.clip:711dd655ddec928f",
+    "simpo_length": "preference.simpo:e88372469ce5bb62",
 }
 PROXIMAL_KL_EXAMPLES = (
     "proximal_kl.loss:607d50d196800a54",          # B = T = 1
@@ -321,6 +322,40 @@ def fig_dpo_gains(ctx: Context):
     _uid_note(axes[0], case.uid, y=-0.19)
     _uid_note(axes[1], f"β = {beta:g}: loss = −log σ(β·Δ) = −log σ(0.3)", y=-0.19)
     fig.suptitle("Same margin Δ = g_w − g_l = 3, same DPO loss: report the gains, not only the margin")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    return fig
+
+
+def fig_simpo_margin(ctx: Context):
+    """SimPO's loss against the per-token margin, with and without the target margin γ, and the
+    pair whose sums and per-token averages disagree (the length bias SimPO removes)."""
+    case = ctx.case(UID["simpo_length"])
+    inp, par = case.test["inputs"], case.test["params"]
+    beta, gamma = par["beta"], par["gamma"]
+    grid = [i / 20 for i in range(-60, 81)]  # c̄ − r̄ from −3 to 4 (one token each: c̄ = c)
+    zeros, ones = [0.0] * len(grid), [1] * len(grid)
+    fig = new_figure(8.2, 4.4)
+    ax = fig.subplots()
+    for g, colour in ((gamma, BLUE), (0.0, GREY)):
+        curve = preference.simpo(grid, zeros, ones, ones, beta=beta, gamma=g)["losses"]
+        ax.plot(grid, [float(v) for v in curve], color=colour, lw=2,
+                label=f"γ = {g:g}" + (" (SimPO)" if g else " (no target margin)"))
+    ax.axvline(gamma / beta, color=BLUE, ls=":", lw=1)
+    ax.text(gamma / beta, 1.6, f" loss = log 2 at c̄ − r̄ = γ/β = {gamma / beta:g}", color=BLUE, fontsize=9)
+    losses = case.test["expected"]["losses"]
+    for i in range(len(losses)):
+        c, r = inp["chosen_logps"][i], inp["rejected_logps"][i]
+        margin = c / inp["chosen_lengths"][i] - r / inp["rejected_lengths"][i]
+        ax.plot([margin], [_f(losses[i])], "o", color=ORANGE, ms=8)
+        ax.annotate(f"sums {c:g} vs {r:g}: the rejected wins\naverages: margin {margin:+.3g}".replace("-", "−"),
+                    (margin, _f(losses[i])), textcoords="offset points", xytext=(-150, 40 + 45 * i), fontsize=8.5,
+                    arrowprops={"arrowstyle": "->", "color": ORANGE})
+    ax.set_xlabel("per-token margin c̄ − r̄ = log π(y_w)/|y_w| − log π(y_l)/|y_l|")
+    ax.set_ylabel(f"SimPO loss (β = {beta:g})")
+    ax.set_ylim(0, 3.2)
+    ax.legend(loc="upper right")
+    _uid_note(ax, case.uid, y=-0.16)
+    fig.suptitle("SimPO: the loss falls below log 2 only once the average margin exceeds γ/β")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig
 

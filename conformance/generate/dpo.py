@@ -1,7 +1,10 @@
-"""Vectors for ``dpo.loss`` (Rafailov et al. 2023 §4 eq. 7; IPO eq. 17; cDPO; robust DPO).
+"""Vectors for ``dpo.loss`` (Rafailov et al. 2023 §4 eq. 7; IPO eq. 17; cDPO; robust DPO; and
+the loss types TRL 1.16.0 trainer/dpo_trainer.py ships beyond them: EXO, NCA, BCO, SPPO, AOT,
+APO, DiscoPOP — formulas and papers in refimpl/exact/dpo.py).
 
-The only convention is ``loss_type``: one group per loss type. ``beta`` and
-``label_smoothing`` are arguments and vary inside a group. The implicit rewards are
+The only convention is ``loss_type``: one group per loss type. ``beta``,
+``label_smoothing``, ``discopop_tau`` (discopop only) and ``reward_shift`` (bco_pair only) are
+arguments and vary inside a group. The implicit rewards are
 metrics that every library detaches, so their cotangents are zero (see note
 ``DetachedRewards``); the loss cotangents are random multiples of 1/64 (exact in every dtype).
 """
@@ -10,9 +13,11 @@ from __future__ import annotations
 import math
 
 import mpmath
+import numpy as np
 
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
+from refimpl.exact import dpo as exact_dpo
 
 OBJ = "dpo.loss"
 INPUTS = ("policy_chosen_logps", "policy_rejected_logps", "reference_chosen_logps", "reference_rejected_logps")
@@ -50,6 +55,20 @@ NOTES = {
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the loss's domain "
                      "(NaN/inf log-probabilities, shapes that disagree, β ≤ 0, label_smoothing outside "
                      "[0, 0.5), unknown loss type); must be rejected."},
+    "InvalidForLossType": {"category": "invalid", "description": "A parameter outside the domain of the "
+                           "group's loss type (label_smoothing = 0 for exo_pair, 0.5 for aot, discopop_tau ≤ 0, "
+                           "β = 0 for sppo_hard); run for the targets that declare that loss type; must be "
+                           "rejected."},
+    "SortedBatch": {"category": "convention", "description": "aot / aot_unpaired (AOT, Melnyk et al. 2024 §3) "
+                    "sort each side over the batch before forming the margins: losses[i] belongs to the i-th "
+                    "sorted position (as TRL 1.16.0 returns it), and a target must see the whole batch in one "
+                    "call. The sort keys are kept apart (no ties, no near-ties within rounding of the "
+                    "dtype), so the gradient's permutation is unique."},
+    "RewardShift": {"category": "convention", "description": "bco_pair with a reward shift δ ≠ 0: BCO (Jung "
+                    "et al. 2024 §3) subtracts the running mean of the implicit rewards; TRL 1.16.0 and Liger "
+                    "0.8.5 use δ = 0 and their adapters must not declare these cases."},
+    "DiscoPopTau": {"category": "convention", "description": "discopop with τ ≠ 0.05 (DiscoPOP eq. 5's value, "
+                    "TRL's DPOConfig.discopop_tau and Liger's default)."},
 }
 
 GROUPS = {
@@ -65,11 +84,36 @@ GROUPS = {
            "(TRL divides each gain by its completion length before the loss)",
     "robust": "robust DPO (Chowdhury et al. 2024) eq. 8 (−(1−ε)·log σ(βΔ) + ε·log σ(−βΔ))/(1−2ε); TRL 1.16.0 "
               "trainer/dpo_trainer.py loss_type='robust'; Liger 0.8.5 chunked_loss/dpo_loss.py 'robust'",
+    "exo_pair": "EXO (Ji et al. 2024, arXiv 2402.00856) eq. 16 σ(z)·log(σ(z)/(1−ε)) + σ(−z)·log(σ(−z)/ε), "
+                "ε = label_smoothing > 0; TRL 1.16.0 trainer/dpo_trainer.py loss_type='exo_pair'; Liger 0.8.5 "
+                "chunked_loss/dpo_loss.py 'exo_pair'",
+    "nca_pair": "NCA (Chen et al. 2024, arXiv 2402.05369) §4 −log σ(βg_c) − ½log σ(−βg_c) − ½log σ(−βg_r); "
+                "TRL 1.16.0 loss_type='nca_pair'; Liger 0.8.5 'nca_pair'",
+    "bco_pair": "BCO (Jung et al. 2024, arXiv 2404.04656) §3 −log σ(βg_c − δ) − log σ(δ − βg_r), δ = "
+                "reward_shift; TRL 1.16.0 loss_type='bco_pair' and Liger 0.8.5 'bco_pair' (δ = 0)",
+    "sppo_hard": "SPPO (Wu et al. 2024, arXiv 2405.00675) eq. 4.7 with hard labels (g_c − 1/(2β))² + "
+                 "(g_r + 1/(2β))²; TRL 1.16.0 loss_type='sppo_hard'; Liger 0.8.5 'sppo_hard'",
+    "aot": "AOT paired (Melnyk et al. 2024, arXiv 2406.05882) §3: the cDPO loss of sort(π_c − π_r)_i − "
+           "sort(ref_c − ref_r)_i; TRL 1.16.0 loss_type='aot'",
+    "aot_unpaired": "AOT unpaired (Melnyk et al. 2024) §3: the cDPO loss of sort(g_c)_i − sort(g_r)_i; TRL 1.16.0 "
+                    "loss_type='aot_unpaired'",
+    "apo_zero": "APO-zero (D'Oosterlinck et al. 2024, arXiv 2408.06266) eq. 7 1 − σ(βg_c) + σ(βg_r); TRL 1.16.0 "
+                "loss_type='apo_zero'; Liger 0.8.5 'apo_zero'",
+    "apo_down": "APO-down (D'Oosterlinck et al. 2024) eq. 8 σ(βg_c) + 1 − σ(βΔ); TRL 1.16.0 loss_type='apo_down'; "
+                "Liger 0.8.5 'apo_down'",
+    "discopop": "DiscoPOP (Lu et al. 2024, arXiv 2406.08414) eq. 5 (1 − σ(βΔ/τ))·(−log σ(βΔ)) + σ(βΔ/τ)·e^{−βΔ}; "
+                "TRL 1.16.0 loss_type='discopop' (DPOConfig.discopop_tau 0.05); Liger 0.8.5 'discopop'",
     "invalid": "inputs outside the domain (all loss types)",
 }
 
 LOSS_TYPES = {"paper": "sigmoid", "cdpo": "cdpo", "hinge": "hinge", "ipo": "ipo", "robust": "robust"}
-SMOOTHED = ("cdpo", "robust")
+# The loss types after the first five (issue 15): their own seeds, so the first five's vectors
+# are unchanged.
+NEW_TYPES = ("exo_pair", "nca_pair", "bco_pair", "sppo_hard", "aot", "aot_unpaired", "apo_zero", "apo_down",
+             "discopop")
+LOSS_TYPES.update({t: t for t in NEW_TYPES})
+SMOOTHED = ("cdpo", "robust", "exo_pair", "aot", "aot_unpaired")
+SORTED = ("aot", "aot_unpaired")
 
 
 def _cotangents(r, batch: int) -> dict:
@@ -93,14 +137,17 @@ def _random_case(group: str, seed: int, dtype: str | None, grid: str | None = No
     (sampling.in_low), keeping βΔ NEAR_LOW away from the hinge's kink."""
     r = S.rng(seed)
     loss_type = LOSS_TYPES[group]
-    batch = int(r.integers(1, max_batch + 1))
+    batch = int(r.integers(1, (min(max_batch, 12) if loss_type in SORTED else max_batch) + 1))
     beta = float(r.choice([0.01, 0.05, 0.1, 0.1, 0.5, 1.0]))
     depth = float(r.choice([5.0, 50.0, 300.0]))
     spread = min(3.0 / beta, depth)  # βΔ of order a few units
-    if loss_type in SMOOTHED:
+    if loss_type == "exo_pair":
+        smoothing = float(r.choice([0.001, 0.1, 0.25, 0.4]))  # EXO needs ε > 0 (§4.2 uses 1e-3)
+    elif loss_type in SMOOTHED:
         smoothing = float(r.choice([0.0, 0.1, 0.25, 0.4]))
     else:
         smoothing = 0.0
+    extra = _extra_params(r, loss_type)
     while True:
         pc = S.logprobs(r, batch, low=-depth)
         pr = S.logprobs(r, batch, low=-depth)
@@ -114,22 +161,69 @@ def _random_case(group: str, seed: int, dtype: str | None, grid: str | None = No
         # A hinge case whose βΔ lies within rounding of the kink would make the gradient
         # implementation-defined: redraw (HingeKink covers the kink on purpose).
         near = S.NEAR_LOW if grid else 1e-3
-        if loss_type != "hinge" or all(abs(1 - beta * d) > near for d in _margins(inputs)):
+        kink_free = loss_type != "hinge" or all(abs(1 - beta * d) > near for d in _margins(inputs))
+        gap = KEY_GAP["low" if grid else "float32" if dtype else "float64"]
+        if kink_free and _sort_keys_apart(inputs, loss_type, gap):
             break
     rounded = f", inputs in {dtype}" if dtype else f", inputs exact in {S.grid_note(grid)}" if grid else ""
-    return Case(OBJ, inputs, params={"beta": beta, "label_smoothing": smoothing},
+    return Case(OBJ, inputs, params={"beta": beta, "label_smoothing": smoothing, **extra},
                 conventions={"loss_type": loss_type}, group=group,
-                flags=("Random", "DetachedRewards") + (("LowPrecision",) if grid else ()),
-                comment=f"random B={batch}, β={beta:g}, ε={smoothing:g}" + rounded,
+                flags=("Random", "DetachedRewards") + (("LowPrecision",) if grid else ()) + _extra_flags(extra)
+                + (("SortedBatch",) if loss_type in SORTED else ()),
+                comment=f"random B={batch}, β={beta:g}, ε={smoothing:g}" + _extra_note(extra) + rounded,
                 cotangents=_cotangents(r, batch), low_precision=grid is not None,
                 provenance=generated(seed, "sequence logprobs; references = policy + normal offset"
                                      + (f"; rounded to the {grid} grid" if grid else "")))
 
 
+def _extra_params(r, loss_type: str) -> dict:
+    """discopop_tau for discopop, reward_shift for bco_pair (mostly the libraries' values)."""
+    if loss_type == "discopop":
+        return {"discopop_tau": float(r.choice([0.05, 0.05, 0.05, 0.5, 1.0]))}
+    if loss_type == "bco_pair":
+        return {"reward_shift": float(r.choice([0.0, 0.0, 0.0, 0.125, -0.375]))}
+    return {}
+
+
+def _extra_flags(extra: dict) -> tuple:
+    flags = ()
+    if extra.get("reward_shift", 0.0) != 0.0:
+        flags += ("RewardShift",)
+    if extra.get("discopop_tau", 0.05) != 0.05:
+        flags += ("DiscoPopTau",)
+    return flags
+
+
+def _extra_note(extra: dict) -> str:
+    return "".join(f", {k}={v:g}" for k, v in extra.items())
+
+
+def _sort_keys_apart(inputs, loss_type: str, rel: float) -> bool:
+    """AOT's sort keys (π_c − π_r for aot; each gain for aot_unpaired) differ pairwise by more
+    than ``rel`` times their size, so that rounding each key once (rel ≥ 2u of the dtype) cannot
+    reorder them."""
+    if loss_type not in SORTED:
+        return True
+    pc, pr, rc, rr = (inputs[n] for n in INPUTS)
+    sides = [zip(pc, pr)] if loss_type == "aot" else [zip(pc, rc), zip(pr, rr)]
+    for side in sides:
+        keys = sorted(mpmath.mpf(a) - mpmath.mpf(b) for a, b in side)
+        if any(k2 - k1 <= rel * max(abs(k1), abs(k2)) for k1, k2 in zip(keys, keys[1:])):
+            return False
+    return True
+
+
+# Twice the unit roundoff of the narrowest dtype a case is judged in (bfloat16: 2^-8).
+KEY_GAP = {"low": 2.0 ** -7, "float32": 2.0 ** -23, "float64": 2.0 ** -52}
+
+
 def _fixed(group, inputs, flags, comment, beta=0.1, smoothing=0.0, result="valid", seed=0, low=False):
     r = S.rng(seed)
+    loss_type = LOSS_TYPES[group]
+    if loss_type in SORTED:
+        flags = flags + ("SortedBatch",)
     return Case(OBJ, inputs, params={"beta": beta, "label_smoothing": smoothing},
-                conventions={"loss_type": LOSS_TYPES[group]}, group=group, flags=flags + ("DetachedRewards",),
+                conventions={"loss_type": loss_type}, group=group, flags=flags + ("DetachedRewards",),
                 comment=comment, result=result, low_precision=low,
                 cotangents=_cotangents(r, len(inputs[INPUTS[0]])), provenance=generated(seed, "fixed"))
 
@@ -186,13 +280,17 @@ def cases() -> list[Case]:
                     provenance=article(DPO_SECTION, "Preferida más 2 y rechazada menos 1 dan una diferencia de "
                                        "ganancias de 3. Preferida menos 1 y rechazada menos 4 también dan 3")))
     for index, group in enumerate(LOSS_TYPES):
-        for i in range(14):
+        for i in range(14 if index < 5 else 16):
             seed = 5000 + 100 * index + i
             out.append(_random_case(group, seed, "float32" if i % 2 == 0 else None))
         out.extend(_edges(group, index))
     for i in range(3):  # cDPO through the 'sigmoid' loss type (OpenRLHF's DPOLoss form)
         out.append(_smoothed(_random_case("paper", 5900 + i, None if i else "float32"), (0.1, 0.25, 0.4)[i]))
     out.extend(_low_precision_cases())
+    # The fixed edge cases whose AOT sort keys tie (equal gains, say) would make the gradient's
+    # permutation ambiguous: those are left out of the two AOT groups.
+    out = [c for c in out if _sort_keys_apart(c.inputs, c.conventions["loss_type"],
+                                              KEY_GAP["low" if c.low_precision else "float32"])]
     out.extend(_invalid())
     return out
 
@@ -216,9 +314,14 @@ LOW_RANDOM = 42
 
 def _low_precision_cases() -> list[Case]:
     out = []
+    first = list(LOSS_TYPES)[:5]
     for i in range(LOW_RANDOM):
-        group = list(LOSS_TYPES)[i % len(LOSS_TYPES)]
+        group = first[i % len(first)]
         out.append(_random_case(group, 22000 + i, None, grid=S.low_grid(i), max_batch=64))
+    for k, group in enumerate(NEW_TYPES):
+        for i in range(4):
+            seed = 23000 + 10 * k + i
+            out.append(_random_case(group, seed, None, grid=S.low_grid(i), max_batch=64))
     for i in range(4):
         out.append(_smoothed(_random_case("paper", 22100 + i, None, grid=S.low_grid(i), max_batch=64),
                              (0.1, 0.25, 0.4, 0.05)[i]))
@@ -254,11 +357,20 @@ def _invalid() -> list[Case]:
         (ok, {"label_smoothing": -0.1}, {}, "negative label_smoothing"),
         (ok, {}, {"loss_type": "kto"}, "unknown loss type"),
     ]
+    # Invalid under one loss type only: run for the targets that declare it.
+    bad_for_type = [
+        (ok, {"label_smoothing": 0.0}, {"loss_type": "exo_pair"}, "exo_pair with label_smoothing = 0 (log ε)"),
+        (ok, {"label_smoothing": 0.5}, {"loss_type": "aot"}, "aot with label_smoothing = 0.5"),
+        (ok, {"discopop_tau": 0.0}, {"loss_type": "discopop"}, "discopop_tau = 0"),
+        (ok, {"discopop_tau": -0.05}, {"loss_type": "discopop"}, "negative discopop_tau"),
+        (ok, {"beta": 0.0}, {"loss_type": "sppo_hard"}, "β = 0 (sppo_hard divides by β)"),
+    ]
     out = []
-    for inputs, params, conv, why in bad:
-        out.append(Case(OBJ, inputs, params={"beta": 0.1, "label_smoothing": 0.0, **params},
-                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",),
-                        comment=why, provenance=generated(0, "fixed")))
+    for cases, flag in ((bad, "InvalidInput"), (bad_for_type, "InvalidForLossType")):
+        for inputs, params, conv, why in cases:
+            out.append(Case(OBJ, inputs, params={"beta": 0.1, "label_smoothing": 0.0, **params},
+                            conventions=conv, group="invalid", result="invalid", flags=(flag,),
+                            comment=why, provenance=generated(0, "fixed")))
     return out
 
 
@@ -282,12 +394,64 @@ def _slopes(delta, beta, loss_type, eps):
     return beta * (-(1 - eps) * _sig(-z) + eps * _sig(z)), curvature
 
 
+def _pair_loss(loss_type, beta, eps, kwargs):
+    """ℓ(g_c, g_r) of one pair (AOT: of one sorted position, g_c − g_r its margin), from the
+    exact reference."""
+    tau = mpmath.mpf(kwargs.get("discopop_tau", 0.05))
+    shift = mpmath.mpf(kwargs.get("reward_shift", 0.0))
+    margin_type = "sigmoid" if loss_type in SORTED else loss_type
+
+    def value(gc, gr):
+        one = (lambda x: np.array([x], dtype=object))
+        return exact_dpo._gain_loss(one(gc), one(gr), beta, margin_type, eps, tau, shift)[0][0]
+    return value
+
+
+def _scale_new(kwargs, outputs, beta, eps, loss_type):
+    """The loss types of issue 15: each gain inherits an absolute error of about u·(|π|+|ref|)
+    (u·(|π_c|+|π_r|+|ref_c|+|ref_r|) for AOT's regrouped margins); the loss and the gradient
+    inherit it through the first and second partial derivatives of ℓ(g_c, g_r) (by mpmath.diff),
+    the gradient for a cotangent of at most 2."""
+    cols = [[mpmath.mpf(v) for v in kwargs[n]] for n in INPUTS]
+    loss = _pair_loss(loss_type, beta, eps, kwargs)
+    whole = max((abs(a) + abs(b) + abs(c) + abs(d) for a, b, c, d in zip(*cols)), default=mpmath.mpf(0))
+    loss_terms, grad_terms, chosen, rejected = [], [], [mpmath.mpf(0)], [mpmath.mpf(0)]
+    if loss_type in SORTED:
+        pc, pr, rc, rr = cols
+        if loss_type == "aot":
+            keys = sorted(a - b for a, b in zip(pc, pr))
+            refs = sorted(c - d for c, d in zip(rc, rr))
+            deltas = [k - q for k, q in zip(keys, refs)]
+        else:
+            deltas = [k - q for k, q in zip(sorted(a - c for a, c in zip(pc, rc)),
+                                            sorted(b - d for b, d in zip(pr, rr)))]
+        points = [(d, mpmath.mpf(0), whole + 1 / beta, whole + 1 / beta) for d in deltas]
+    else:
+        points = [(a - c, b - d, abs(a) + abs(c) + 1 / beta, abs(b) + abs(d) + 1 / beta)
+                  for a, b, c, d in zip(*cols)]
+    with mpmath.workdps(40):
+        for i, (gc, gr, size_c, size_r) in enumerate(points):
+            d_c, d_r = (abs(mpmath.diff(loss, (gc, gr), order)) for order in ((1, 0), (0, 1)))
+            curve = max(abs(mpmath.diff(loss, (gc, gr), order)) for order in ((2, 0), (1, 1), (0, 2)))
+            loss_terms.append(abs(outputs["losses"][i]) + d_c * size_c + d_r * size_r)
+            grad_terms.append(2 * max(d_c, d_r) + 2 * curve * (size_c + size_r))
+    for a, b, c, d in zip(*cols):
+        chosen.append(beta * (abs(a) + abs(c)))
+        rejected.append(beta * (abs(b) + abs(d)))
+    grad = max(grad_terms, default=mpmath.mpf(0))
+    return {"losses": max(loss_terms, default=mpmath.mpf(0)), "chosen_rewards": max(chosen),
+            "rejected_rewards": max(rejected), "grad:policy_chosen_logps": grad,
+            "grad:policy_rejected_logps": grad}
+
+
 def _scale(kwargs, outputs, grads):
     """The margin Δ inherits an absolute error of about u·(|π_c|+|ref_c|+|π_r|+|ref_r|) whatever
     the grouping; the loss and its slope inherit it through ℓ' and ℓ''."""
     beta = mpmath.mpf(kwargs["beta"])
     eps = mpmath.mpf(kwargs["label_smoothing"])
     loss_type = kwargs["loss_type"]
+    if loss_type in NEW_TYPES:
+        return _scale_new(kwargs, outputs, beta, eps, loss_type)
     cols = [[mpmath.mpf(v) for v in kwargs[n]] for n in INPUTS]
     loss_terms, grad_terms, chosen, rejected = [], [], [mpmath.mpf(0)], [mpmath.mpf(0)]
     g_chosen = grads.get("policy_chosen_logps")

@@ -51,18 +51,25 @@ RELEASED = {
     # Digits proven wrong by the certified reference (refimpl/certified) and fixed in refimpl/exact:
     # near-one-hot rows at T = 1e-3 whose gradients are made of e^{-r} parts that both working
     # precisions rounded away (token KL at a shared top token; generalized JSD's centred log-ratios).
+    # Issue 15 (preferences): dpo.loss loss types exo_pair, nca_pair, bco_pair (reward_shift),
+    # sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop (discopop_tau), as TRL 1.16.0 ships them;
+    # the preference family: preference.simpo, preference.cpo, preference.orpo, preference.kto.
     "1.2.0": {
         "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
         "distill.hinton": "c605ef0310dd2c2b1f82f3f06f964fe15f4f7a946ff8b4cf212b24e5f462487c",
         "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
         "distill.token_kl": "ab99f5251a968234e6dc33d301f8b8c074f395e482976f9d6402ce66cb2774aa",
-        "dpo.loss": "bee2ed0434f96cca61871e60ba85fabec6d71e4bb2816e40dd012b619c1f1391",
-        "grpo.advantages": "bfda6622622a72771e24f3b9b586e0496b6950c5e6c0ec4c9df82ec5aa510901",
-        "grpo.aggregate": "c693ccbc020d0b81ac277b35ea462deb592bbf94695c16b5883ad02ce8ac6e7c",
+        "dpo.loss": "f0bc8c742cb15d033fddd36a4f080cb387cc2ebaac32c3106c627543182ba263",
+        "grpo.advantages": "c2cb1eebda00b8b6b4630155c6225a130995ad52a4daf1077fa6683b19e9d76e",
+        "grpo.aggregate": "47216f8bbf573d046f8c96883c2e2b9dd8e463249946381672e708452b312046",
         "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
         "grpo.loss": "ddaf7e72701102fccefeb36416a603bd89d4e067661225fe9c0f632333b18296",
-        "kl.estimator": "0588076793ecf26c60f19d20c1db9b7446a25058e3711db3036acac41c523cc9",
-        "proximal_kl.future_cost": "56c17e03337e16ba1ff6117405108f80945135e3f9406e6a119d604171d76be4",
+        "kl.estimator": "10a1e3dca473f6f8d1a6a07793784774bb089b912d522b1610f0dfcda7b18d80",
+        "preference.cpo": "1cdbd8982d60a98ea935bb53e14a479aab6c2bfdb35db445c8257c79440ed51c",
+        "preference.kto": "f25bedcb46a13011abc2493eeb20e5080a507657e9670d0be13ca08529bf15d8",
+        "preference.orpo": "d9d2aed43df198ecb48151a945836c65164ba63607a3d9b96202caa22c178917",
+        "preference.simpo": "ec6df78141f957760dbb88b9f4c39a6c519a3fef00cfead18bd9a38348a90bff",
+        "proximal_kl.future_cost": "be2c94c2d484a413a27f5574b72c55258ac50c4c114463e67ba51d73c1a157ff",
         "proximal_kl.loss": "02318564d5301ba9e669bff0b1b1ed0c5e685fbfa0e37037237ab78903676c92",
         "tabular.expected_update": "e28e250969c3b4ae1b03be4f055b7d6cd402a82be70ba853990257c89f76378b",
         "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",

@@ -255,6 +255,22 @@ def log_sigmoid(x):
     return _unary(x, v, d)
 
 
+def sigmoid(x):
+    """σ(x) = 1/(1 + e^{−x}) (x ≥ 0) or e^{x}/(1 + e^{x}) (x < 0), chosen on the midpoint as in
+    :func:`log_sigmoid`. Derivative σ(x)·σ(−x), formed from the same e^{∓x}: at an exact x = 0
+    both are exact (1/2 and 1/4), so gradients that cancel there cancel exactly."""
+    xv = value(x)
+    if mid_float(xv) >= 0:
+        e = (-xv).exp()
+        v = 1 / (1 + e)
+        d = v * (e * v)
+    else:
+        e = xv.exp()
+        v = e / (1 + e)
+        d = v / (1 + e)
+    return _unary(x, v, d)
+
+
 def logsumexp(xs, top: int):
     """log Σ_j e^{x_j} written as x_top + log1p(Σ_{j≠top} e^{x_j − x_top}): when x_top is the
     largest term the log1p keeps the tiny mass of the others (logits ±1e4). ``top`` is any index

@@ -11,8 +11,25 @@ g_r = log π(y_l) − log π_ref(y_l) and the margin Δ = g_c − g_r, the per-p
 
 and the implicit rewards are β·g_c and β·g_r (DPO §5). The hinge's kink 1 − z = 0 takes the
 active branch 1 − z (closed), as the catalog's convention says.
+
+The loss types TRL 1.16.0 ships beyond these (a = β·g_c, b = β·g_r, τ = discopop_tau,
+δ = reward_shift; papers as in refimpl/exact/dpo.py):
+
+    exo_pair        σ(z)·(log σ(z) − log(1−ε)) + σ(−z)·(log σ(−z) − log ε)   EXO eq. 16
+    nca_pair        −log σ(a) − ½·log σ(−a) − ½·log σ(−b)                    NCA §4
+    bco_pair        −log σ(a − δ) − log σ(δ − b)                             BCO §3
+    sppo_hard       (g_c − 1/(2β))² + (g_r + 1/(2β))²                        SPPO eq. 4.7
+    apo_zero        1 − σ(a) + σ(b);   apo_down  σ(a) + 1 − σ(z)             APO eqs. 7-8
+    discopop        (1 − σ(z/τ))·(−log σ(z)) + exp(log σ(z/τ) − z)           DiscoPOP eq. 5
+    aot             the sigmoid loss of sort(π_c − π_r)_i − sort(ref_c − ref_r)_i   AOT §3
+    aot_unpaired    the sigmoid loss of sort(g_c)_i − sort(g_r)_i
+
+σ is :func:`_ball.sigmoid` (exact at 0, so APO's two σ′(0) terms cancel exactly). AOT's sorts compare exact differences of binary64 inputs (rigorously,
+:func:`_ball.compare`); ties keep the input order (a stable sort), as the exact reference.
 """
 from __future__ import annotations
+
+import functools
 
 from refimpl import validate
 from refimpl.certified import _ball
@@ -22,32 +39,82 @@ __all__ = ["loss", "loss_vjp"]
 _INPUTS = ("policy_chosen_logps", "policy_rejected_logps", "reference_chosen_logps", "reference_rejected_logps")
 
 
-def _per_pair(delta, beta, loss_type, eps):
+def _per_pair(delta, beta, loss_type, eps, tau=None):
     z = beta * delta
     if loss_type == "ipo":
         return _ball.square(delta - 1 / (2 * beta))
     if loss_type == "hinge":
         return 1 - z if _ball.sign(1 - z) >= 0 else _ball.ZERO
     pos, neg = _ball.log_sigmoid(z), _ball.log_sigmoid(-z)
-    if loss_type in ("sigmoid", "cdpo"):
+    if loss_type in ("sigmoid", "cdpo", "aot", "aot_unpaired"):
         return -(1 - eps) * pos - eps * neg
+    if loss_type == "exo_pair":
+        return (_ball.exp(pos) * (pos - _ball.log1p(-eps)) + _ball.exp(neg) * (neg - _ball.log(eps)))
+    if loss_type == "discopop":
+        m_log = _ball.log_sigmoid(z / tau)
+        return (1 - _ball.exp(m_log)) * (-pos) + _ball.exp(m_log - z)
     return (-(1 - eps) * pos + eps * neg) / (1 - 2 * eps)
 
 
+def _per_gains(g_c, g_r, beta, loss_type, eps, tau, shift):
+    """The loss of one pair from its two gains (the margin-only types through _per_pair)."""
+    a, b = beta * g_c, beta * g_r
+    if loss_type == "nca_pair":
+        return -_ball.log_sigmoid(a) - _ball.log_sigmoid(-a) / 2 - _ball.log_sigmoid(-b) / 2
+    if loss_type == "bco_pair":
+        return -_ball.log_sigmoid(a - shift) - _ball.log_sigmoid(shift - b)
+    if loss_type == "sppo_hard":
+        return _ball.square(g_c - 1 / (2 * beta)) + _ball.square(g_r + 1 / (2 * beta))
+    if loss_type == "apo_zero":
+        return 1 - _ball.sigmoid(a) + _ball.sigmoid(b)
+    if loss_type == "apo_down":
+        # σ(a) − σ(a − b) = σ(a − b)·σ(−a)·expm1(b): exactly 0, with an exactly 0 derivative in a,
+        # when the rejected gain b is an exact 0 (the two σ′ terms would otherwise leave a ball)
+        return 1 + _ball.sigmoid(a - b) * _ball.sigmoid(-a) * _ball.expm1(b)
+    return _per_pair(g_c - g_r, beta, loss_type, eps, tau)
+
+
+def _stable_order(keys):
+    """Indices that sort ``keys`` ascending, ties in input order (compared rigorously)."""
+    def cmp(i, j):
+        return _ball.compare(keys[i], keys[j]) or (i > j) - (i < j)
+    return sorted(range(len(keys)), key=functools.cmp_to_key(cmp))
+
+
+def _sorted_losses(pc, pr, rc, rr, beta, loss_type, eps):
+    """AOT: the loss at every sorted position (sorting over the batch)."""
+    if loss_type == "aot":
+        keys = [c - r for c, r in zip(pc, pr)]
+        refs = [c - r for c, r in zip(rc, rr)]
+        order, ref_order = _stable_order(keys), _stable_order(refs)
+        deltas = [keys[i] - refs[j] for i, j in zip(order, ref_order)]
+    else:
+        g_c = [p - r for p, r in zip(pc, rc)]
+        g_r = [p - r for p, r in zip(pr, rr)]
+        deltas = [g_c[i] - g_r[j] for i, j in zip(_stable_order(g_c), _stable_order(g_r))]
+    return [_per_pair(d, beta, loss_type, eps) for d in deltas]
+
+
 def _loss(diff, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
-          reference_rejected_logps, beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+          reference_rejected_logps, beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05,
+          reward_shift=0.0):
     pc, pr, rc, rr = (_ball.balls(n, x) for n, x in zip(_INPUTS, (
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)))
     validate.rank("policy_chosen_logps", _ball.shape(pc), 1)
     validate.same_shape(**{n: _ball.shape(a) for n, a in zip(_INPUTS, (pc, pr, rc, rr))})
     b = _ball.ball(validate.dpo_beta(beta))
     validate.loss_type(loss_type)
-    eps = _ball.ball(validate.label_smoothing(label_smoothing))
+    eps = _ball.ball(validate.label_smoothing(label_smoothing, loss_type))
+    tau = _ball.ball(validate.discopop_tau(discopop_tau))
+    shift = _ball.ball(validate.reward_shift(reward_shift))
     pc, pr = diff("policy_chosen_logps", pc), diff("policy_rejected_logps", pr)
     g_c = [p - r for p, r in zip(pc, rc)]
     g_r = [p - r for p, r in zip(pr, rr)]
-    return {"losses": [_per_pair(c - r, b, loss_type, eps) for c, r in zip(g_c, g_r)],
-            "chosen_rewards": [b * g for g in g_c], "rejected_rewards": [b * g for g in g_r]}
+    if loss_type in ("aot", "aot_unpaired"):
+        losses = _sorted_losses(pc, pr, rc, rr, b, loss_type, eps)
+    else:
+        losses = [_per_gains(c, r, b, loss_type, eps, tau, shift) for c, r in zip(g_c, g_r)]
+    return {"losses": losses, "chosen_rewards": [b * g for g in g_c], "rejected_rewards": [b * g for g in g_r]}
 
 
 loss, loss_vjp = _ball.pair(_loss, ("losses", "chosen_rewards", "rejected_rewards"),

@@ -4,19 +4,38 @@ Source: Rafailov et al. 2023 (DPO) §4 eq. 7; [reading-math-3] §DPO. For a pair
 rejected y_l) the gains against the frozen reference are
 
     g_c = log π_θ(y_w|x) − log π_ref(y_w|x),   g_r = log π_θ(y_l|x) − log π_ref(y_l|x),
-    Δ = g_c − g_r,
+    Δ = g_c − g_r,   z = βΔ,   a = β·g_c,   b = β·g_r,
 
-and every loss type is a function of the margin Δ alone (ε = label_smoothing):
+and with ε = label_smoothing, τ = discopop_tau, δ = reward_shift the loss types are
 
-    sigmoid, cdpo   −(1−ε)·log σ(βΔ) − ε·log σ(−βΔ)        DPO eq. 7; cDPO (Mitchell 2023)
-    hinge           max(0, 1 − βΔ)                         SLiC (Zhao et al. 2023)
-    ipo             (Δ − 1/(2β))²                          IPO (Azar et al. 2023) eq. 17
-    robust          (−(1−ε)·log σ(βΔ) + ε·log σ(−βΔ))/(1−2ε)   Chowdhury et al. 2024
+    sigmoid, cdpo   −(1−ε)·log σ(z) − ε·log σ(−z)            DPO eq. 7; cDPO (Mitchell 2023)
+    hinge           max(0, 1 − z)                            SLiC (Zhao et al. 2023)
+    ipo             (Δ − 1/(2β))²                            IPO (Azar et al. 2023) eq. 17
+    robust          (−(1−ε)·log σ(z) + ε·log σ(−z))/(1−2ε)   Chowdhury et al. 2024 eq. 8
+    exo_pair        σ(z)·(log σ(z) − log(1−ε)) + σ(−z)·(log σ(−z) − log ε)
+                    = KL((σ(z), σ(−z)) ‖ (1−ε, ε))           EXO (Ji et al. 2024, arXiv 2402.00856) eq. 16
+    nca_pair        −log σ(a) − ½·log σ(−a) − ½·log σ(−b)    NCA (Chen et al. 2024, arXiv 2402.05369) §4
+    bco_pair        −log σ(a − δ) − log σ(−(b − δ))          BCO (Jung et al. 2024, arXiv 2404.04656) §3
+    sppo_hard       (g_c − 1/(2β))² + (g_r + 1/(2β))²        SPPO (Wu et al. 2024, arXiv 2405.00675)
+                                                             eq. 4.7 with P = 1 / 0 (hard labels)
+    apo_zero        1 − σ(a) + σ(b)                          APO (D'Oosterlinck et al. 2024,
+    apo_down        σ(a) + 1 − σ(z)                          arXiv 2408.06266) eqs. 7, 8
+    discopop        (1 − m)·(−log σ(z)) + m·e^{−z},  m = σ(z/τ)
+                                                             DiscoPOP (Lu et al. 2024, arXiv 2406.08414) eq. 5
+    aot             the sigmoid/cdpo loss of Δ_i = sort(π_c − π_r)_i − sort(ref_c − ref_r)_i
+    aot_unpaired    the sigmoid/cdpo loss of Δ_i = sort(g_c)_i − sort(g_r)_i
+                                                             AOT (Melnyk et al. 2024, arXiv 2406.05882) §3
 
-The implicit rewards are β·g_c and β·g_r (DPO §5).
+The two AOT losses couple the batch: sort is ascending over the batch dimension and losses[i]
+belongs to the i-th sorted position (as TRL 1.16.0 trainer/dpo_trainer.py returns them). The
+gradient moves through the sorting permutation (ties: the stable order; the vectors avoid
+ties, where the gradient is not unique). BCO's δ is the running mean of the implicit rewards
+in the paper; TRL 1.16.0 and Liger 0.8.5 use δ = 0 (the default here). The implicit rewards
+are a = β·g_c and b = β·g_r (DPO §5).
 """
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 
 from refimpl import validate
@@ -25,23 +44,26 @@ from refimpl.exact import mp
 __all__ = ["loss", "loss_vjp"]
 
 LOSS_TYPES = validate.LOSS_TYPES
+SORTED = ("aot", "aot_unpaired")
 OUTPUTS = ("losses", "chosen_rewards", "rejected_rewards")
 _INPUTS = ("policy_chosen_logps", "policy_rejected_logps",
            "reference_chosen_logps", "reference_rejected_logps")
 
 
-def _prepare(arrays, beta, loss_type, label_smoothing):
+def _prepare(arrays, beta, loss_type, label_smoothing, discopop_tau, reward_shift):
     pc, pr, rc, rr = (mp.array(name, x) for name, x in zip(_INPUTS, arrays))
     validate.rank("policy_chosen_logps", pc.shape, 1)
     validate.same_shape(**dict(zip(_INPUTS, (pc.shape, pr.shape, rc.shape, rr.shape))))
     b = mp.mpf(validate.dpo_beta(beta))
     validate.loss_type(loss_type)
-    eps = mp.mpf(validate.label_smoothing(label_smoothing))
-    return pc, pr, rc, rr, b, eps
+    eps = mp.mpf(validate.label_smoothing(label_smoothing, loss_type))
+    tau = mp.mpf(validate.discopop_tau(discopop_tau))
+    shift = mp.mpf(validate.reward_shift(reward_shift))
+    return pc, pr, rc, rr, b, eps, tau, shift
 
 
-def _margin_loss(delta, beta, loss_type, eps):
-    """The per-pair loss ℓ(Δ) and its derivative dℓ/dΔ (elementwise)."""
+def _margin_loss(delta, beta, loss_type, eps, tau):
+    """ℓ(Δ) and dℓ/dΔ (elementwise) for the loss types that depend on the margin alone."""
     z = beta * delta
     if loss_type == "ipo":
         gap = delta - 1 / (2 * beta)
@@ -53,48 +75,112 @@ def _margin_loss(delta, beta, loss_type, eps):
     # d log σ(z)/dz = σ(−z), d log σ(−z)/dz = −σ(z); log σ keeps βΔ = ±1e4 finite and exact.
     ls_pos, ls_neg = mp.logsigmoid(z), mp.logsigmoid(-z)
     s_pos, s_neg = mp.sigmoid(z), mp.sigmoid(-z)
-    if loss_type in ("sigmoid", "cdpo"):
+    if loss_type in ("sigmoid", "cdpo", "aot", "aot_unpaired"):
         return (-(1 - eps) * ls_pos - eps * ls_neg,
                 beta * (-(1 - eps) * s_neg + eps * s_pos))
-    norm = 1 - 2 * eps  # robust: ε < 1/2 keeps it positive
-    return ((-(1 - eps) * ls_pos + eps * ls_neg) / norm,
-            beta * (-(1 - eps) * s_neg - eps * s_pos) / norm)
+    if loss_type == "robust":
+        norm = 1 - 2 * eps  # ε < 1/2 keeps it positive
+        return ((-(1 - eps) * ls_pos + eps * ls_neg) / norm,
+                beta * (-(1 - eps) * s_neg - eps * s_pos) / norm)
+    if loss_type == "exo_pair":
+        # dℓ/dz = σ(z)σ(−z)·(log σ(z) − log σ(−z) − log((1−ε)/ε)) and log σ(z) − log σ(−z) = z.
+        log_odds = mpmath.log1p(-eps) - mpmath.log(eps)
+        value = s_pos * (ls_pos - mpmath.log1p(-eps)) + s_neg * (ls_neg - mpmath.log(eps))
+        return value, beta * s_pos * s_neg * (z - log_odds)
+    # discopop: m = σ(z/τ), ℓ = (1 − m)·(−log σ(z)) + m·e^{−z};
+    # dℓ/dz = m'·(log σ(z) + e^{−z}) − (1 − m)·σ(−z) − m·e^{−z},  m' = σ(z/τ)σ(−z/τ)/τ.
+    # m·e^{−z} = exp(log σ(z/τ) − z) stays finite where e^{−z} alone overflows (z ≪ 0).
+    ls_m, ls_mneg = mp.logsigmoid(z / tau), mp.logsigmoid(-z / tau)
+    m = mp.sigmoid(z / tau)
+    m_exp = mp.exp(ls_m - z)
+    dm_exp = mp.exp(ls_m + ls_mneg - z) / tau  # m'·e^{−z}
+    dm = mp.exp(ls_m + ls_mneg) / tau
+    value = (1 - m) * (-ls_pos) + m_exp
+    slope = dm * ls_pos + dm_exp - (1 - m) * s_neg - m_exp
+    return value, beta * slope
+
+
+def _gain_loss(g_c, g_r, beta, loss_type, eps, tau, shift):
+    """ℓ(g_c, g_r), ∂ℓ/∂g_c and ∂ℓ/∂g_r (elementwise) for the per-pair loss types."""
+    a, b = beta * g_c, beta * g_r
+    if loss_type == "nca_pair":
+        value = -mp.logsigmoid(a) - mp.logsigmoid(-a) / 2 - mp.logsigmoid(-b) / 2
+        return value, beta * (-mp.sigmoid(-a) + mp.sigmoid(a) / 2), beta * mp.sigmoid(b) / 2
+    if loss_type == "bco_pair":
+        value = -mp.logsigmoid(a - shift) - mp.logsigmoid(shift - b)
+        return value, -beta * mp.sigmoid(shift - a), beta * mp.sigmoid(b - shift)
+    if loss_type == "sppo_hard":
+        half = 1 / (2 * beta)
+        gc, gr = g_c - half, g_r + half
+        return gc * gc + gr * gr, 2 * gc, 2 * gr
+    if loss_type == "apo_zero":
+        sa, sb = mp.sigmoid(a), mp.sigmoid(b)
+        # 1 − σ(a) = σ(−a): no cancellation where σ(a) ≈ 1 (a ≫ 0).
+        return mp.sigmoid(-a) + sb, -beta * sa * mp.sigmoid(-a), beta * sb * mp.sigmoid(-b)
+    if loss_type == "apo_down":
+        z = a - b
+        sa, sz = mp.sigmoid(a), mp.sigmoid(z)
+        dz = beta * sz * mp.sigmoid(-z)
+        return sa + mp.sigmoid(-z), beta * sa * mp.sigmoid(-a) - dz, dz  # 1 − σ(z) = σ(−z)
+    value, slope = _margin_loss(g_c - g_r, beta, loss_type, eps, tau)
+    return value, slope, -slope
+
+
+def _losses(pc, pr, rc, rr, beta, loss_type, eps, tau, shift):
+    """losses[B] and the Jacobian's two nonzero parts: ∂losses[i]/∂pc[j] = dc[i] if j = ic[i]
+    (else 0), and likewise dr with ir for pr (ic, ir are the identity except for AOT)."""
+    if loss_type in SORTED:
+        if loss_type == "aot":
+            ic = ir = np.argsort(pc - pr, kind="stable")
+            ref = np.sort(rc - rr, kind="stable")
+            delta = (pc - pr)[ic] - ref
+        else:
+            ic, ir = np.argsort(pc - rc, kind="stable"), np.argsort(pr - rr, kind="stable")
+            delta = (pc - rc)[ic] - (pr - rr)[ir]
+        value, slope = _margin_loss(delta, beta, loss_type, eps, tau)
+        return value, slope, -slope, ic, ir
+    ident = np.arange(pc.shape[0])
+    value, dc, dr = _gain_loss(pc - rc, pr - rr, beta, loss_type, eps, tau, shift)
+    return value, dc, dr, ident, ident
 
 
 @mp.exact
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-         label_smoothing: float = 0.0):
-    """Per-pair preference loss of the margin Δ = g_c − g_r (no mean over the batch).
+         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
+    """Per-pair preference loss (no mean over the batch); the formulas and their papers are in
+    the module docstring.
 
     Rafailov et al. 2023 (DPO) §4 eq. 7 (``sigmoid``; with ``label_smoothing`` ε > 0 the
     conservative form, as OpenRLHF's DPOLoss applies it — TRL 1.16 ignores ε for 'sigmoid');
-    cDPO (Mitchell 2023) for ``cdpo`` (same formula);
-    SLiC hinge; IPO (Azar et al. 2023) eq. 17; robust DPO (Chowdhury et al. 2024).
-    ``label_smoothing`` does not enter ``hinge`` or ``ipo``.
+    cDPO (Mitchell 2023) for ``cdpo`` (same formula); SLiC hinge; IPO (Azar et al. 2023)
+    eq. 17; robust DPO (Chowdhury et al. 2024) eq. 8; EXO eq. 16; NCA §4; BCO §3;
+    SPPO eq. 4.7 (hard); APO eqs. 7–8; DiscoPOP eq. 5; AOT §3 (paired and unpaired).
+    ``label_smoothing`` enters sigmoid, cdpo, robust, exo_pair (needs ε > 0), aot and
+    aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair.
     Returns {"losses"[B], "chosen_rewards"[B] = β·g_c, "rejected_rewards"[B] = β·g_r}.
     """
-    pc, pr, rc, rr, b, eps = _prepare((policy_chosen_logps, policy_rejected_logps,
-                                       reference_chosen_logps, reference_rejected_logps),
-                                      beta, loss_type, label_smoothing)
-    g_c, g_r = pc - rc, pr - rr
-    losses, _ = _margin_loss(g_c - g_r, b, loss_type, eps)
-    return {"losses": losses, "chosen_rewards": b * g_c, "rejected_rewards": b * g_r}
+    pc, pr, rc, rr, b, eps, tau, shift = _prepare(
+        (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps),
+        beta, loss_type, label_smoothing, discopop_tau, reward_shift)
+    losses = _losses(pc, pr, rc, rr, b, loss_type, eps, tau, shift)[0]
+    return {"losses": losses, "chosen_rewards": b * (pc - rc), "rejected_rewards": b * (pr - rr)}
 
 
 @mp.exact
 def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
              reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-             label_smoothing: float = 0.0):
+             label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
     """Gradient of Σ_out Σ cotangent[out]·out with respect to the two policy log-probabilities
-    (DPO §5: ∇ = −β·σ(−βΔ)·(∇g_c − ∇g_r) for the sigmoid loss).
+    (DPO §5: ∇ = −β·σ(−βΔ)·(∇g_c − ∇g_r) for the sigmoid loss; the other types by the chain
+    rule through ℓ(g_c, g_r), AOT through the sorting permutation).
 
     ``cotangent`` is a dict by output name; a missing output has a zero cotangent.
     At the hinge kink the gradient of the active branch 1 − βΔ is used.
     """
-    pc, pr, rc, rr, b, eps = _prepare((policy_chosen_logps, policy_rejected_logps,
-                                       reference_chosen_logps, reference_rejected_logps),
-                                      beta, loss_type, label_smoothing)
+    pc, pr, rc, rr, b, eps, tau, shift = _prepare(
+        (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps),
+        beta, loss_type, label_smoothing, discopop_tau, reward_shift)
     if not isinstance(cotangent, dict):
         validate.fail("cotangent", f"expected a dict by output name ({', '.join(OUTPUTS)})")
     ct = {}
@@ -108,9 +194,9 @@ def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_ch
     unknown = set(cotangent) - set(OUTPUTS)
     if unknown:
         validate.fail("cotangent", f"unknown outputs {sorted(map(str, unknown))}")
-    g_c, g_r = pc - rc, pr - rr
-    _, dloss = _margin_loss(g_c - g_r, b, loss_type, eps)
-    # dΔ/d policy_chosen = +1, dΔ/d policy_rejected = −1; rewards are β·gain.
-    through_margin = ct["losses"] * dloss
-    return {"policy_chosen_logps": through_margin + b * ct["chosen_rewards"],
-            "policy_rejected_logps": -through_margin + b * ct["rejected_rewards"]}
+    _, dc, dr, ic, ir = _losses(pc, pr, rc, rr, b, loss_type, eps, tau, shift)
+    # Rewards are β·gain; the loss of position i reaches the pair ic[i] (ir[i]).
+    grad_c, grad_r = b * ct["chosen_rewards"], b * ct["rejected_rewards"]
+    grad_c[ic] = grad_c[ic] + ct["losses"] * dc
+    grad_r[ir] = grad_r[ir] + ct["losses"] * dr
+    return {"policy_chosen_logps": grad_c, "policy_rejected_logps": grad_r}

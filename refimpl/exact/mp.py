@@ -91,7 +91,11 @@ def int_array(name: str, x) -> np.ndarray:
     raw = np.array(x, dtype=object)
     out = np.empty(raw.shape, dtype=object)
     for idx, e in np.ndenumerate(raw):
-        if isinstance(e, (bool, np.bool_)) or not float(e).is_integer():
+        try:
+            integral = not isinstance(e, (bool, np.bool_)) and float(e).is_integer()
+        except (TypeError, ValueError, OverflowError):  # strings, None: the input is not numbers at all
+            validate.fail(name, f"expected integers, got {x!r}")
+        if not integral:
             validate.fail(name, f"expected integers, got {e!r}")
         out[idx] = int(e)
     return out.astype(np.int64) if out.size else np.zeros(raw.shape, dtype=np.int64)

@@ -41,6 +41,7 @@ SUPPORTED_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # objective has a reduction or a transcendental). float64 stays float64.
 FLOAT32_ACCUMULATION = (
     "distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
-    "kl.estimator", "dpo.loss", "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss",
+    "kl.estimator", "dpo.loss", "preference.simpo", "preference.cpo", "preference.orpo", "preference.kto",
+    "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss",
     "proximal_kl.future_cost", "proximal_kl.loss",
 )

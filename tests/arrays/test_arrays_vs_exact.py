@@ -24,10 +24,11 @@ from refimpl.exact import dpo as ex_dpo
 from refimpl.exact import grpo as ex_grpo
 from refimpl.exact import kl as ex_kl
 from refimpl.exact import mp
+from refimpl.exact import preference as ex_preference
 from refimpl.exact import proximal_kl as ex_proximal_kl
 from refimpl.validate import InputError
 
-EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "grpo": ex_grpo,
+EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
          "proximal_kl": ex_proximal_kl}
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SEEDS = (0, 1)
@@ -71,6 +72,18 @@ def _inputs(oid: str, rng) -> dict:
         names = ("policy_chosen_logps", "policy_rejected_logps",
                  "reference_chosen_logps", "reference_rejected_logps")
         return {k: -rng.uniform(0.05, 30.0, 4) for k in names}
+    if oid == "preference.simpo":
+        return {"chosen_logps": -rng.uniform(0.5, 60.0, 4), "rejected_logps": -rng.uniform(0.5, 60.0, 4),
+                "chosen_lengths": rng.integers(1, 30, 4), "rejected_lengths": rng.integers(1, 30, 4)}
+    if oid == "preference.cpo":
+        return {"chosen_logps": -rng.uniform(0.05, 30.0, 4), "rejected_logps": -rng.uniform(0.05, 30.0, 4)}
+    if oid == "preference.orpo":  # average log-probabilities, one within 1e-9 of 0
+        return {"chosen_logps": np.array([-1e-9, -0.3, -2.0, -5.0]), "rejected_logps": -rng.uniform(1e-3, 4.0, 4)}
+    if oid == "preference.kto":
+        lp = -rng.uniform(0.5, 30.0, 5)
+        return {"policy_logps": lp, "reference_logps": lp + rng.normal(0, 3.0, 5),
+                "desirable": np.array([1.0, 0.0, 1.0, 0.0, 0.0]), "kl_policy_logps": -rng.uniform(0.5, 30.0, 3),
+                "kl_reference_logps": -rng.uniform(0.5, 30.0, 3)}
     if oid == "grpo.advantages":
         r = rng.integers(0, 3, (4, 4)).astype(np.float64) + rng.normal(0, 0.1, (4, 4)) * (rng.random((4, 4)) < .5)
         r[2] = 0.3  # a constant group (degenerate)
@@ -107,8 +120,16 @@ CONVENTIONS = {
     "distill.generalized_jsd": _grid(beta=[0.0, 0.1, 0.5, 0.9, 1.0], endpoints=["limit", "kl"],
                                      temperature=[1.0, 2.0]),
     "kl.estimator": _grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5]),
-    "dpo.loss": _grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust"],
-                      label_smoothing=[0.0, 0.2], beta=[0.1, 1.0]),
+    "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
+                       label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])
+                 + _grid(loss_type=["exo_pair"], label_smoothing=[1e-3, 0.2], beta=[0.1, 1.0])
+                 + _grid(loss_type=["nca_pair", "sppo_hard", "apo_zero", "apo_down"], beta=[0.1, 1.0])
+                 + _grid(loss_type=["bco_pair"], reward_shift=[0.0, 0.3], beta=[0.1, 1.0])
+                 + _grid(loss_type=["discopop"], discopop_tau=[0.05, 1.0], beta=[0.1, 1.0])),
+    "preference.simpo": _grid(beta=[2.0, 0.5], gamma=[1.0, 0.0], label_smoothing=[0.0, 0.1]),
+    "preference.cpo": _grid(beta=[0.1, 1.0], label_smoothing=[0.0, 0.25]),
+    "preference.orpo": _grid(beta=[0.1, 1.0]),
+    "preference.kto": _grid(beta=[0.1, 0.5], desirable_weight=[1.0, 1.33], undesirable_weight=[1.0, 0.75]),
     "grpo.advantages": _grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
                              degenerate=["zero", "drop", "raw"]),
     "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),

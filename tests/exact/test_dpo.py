@@ -44,7 +44,10 @@ def _cotangents(seed: int, n: int = 3, keys=dpo.OUTPUTS) -> dict:
 # --------------------------------------------------------------------------- gradients
 
 CONVENTIONS = [("sigmoid", 0.0), ("sigmoid", 0.1), ("cdpo", 0.0), ("cdpo", 0.25),
-               ("hinge", 0.0), ("ipo", 0.0), ("robust", 0.0), ("robust", 0.3)]
+               ("hinge", 0.0), ("ipo", 0.0), ("robust", 0.0), ("robust", 0.3),
+               ("exo_pair", 1e-3), ("exo_pair", 0.3), ("nca_pair", 0.0), ("bco_pair", 0.0),
+               ("sppo_hard", 0.0), ("aot", 0.0), ("aot", 0.2), ("aot_unpaired", 0.0),
+               ("aot_unpaired", 0.1), ("apo_zero", 0.0), ("apo_down", 0.0), ("discopop", 0.0)]
 
 
 @pytest.mark.parametrize("loss_type,label_smoothing", CONVENTIONS)
@@ -57,6 +60,30 @@ def test_vjp_matches_numerical_derivative(loss_type, label_smoothing, beta):
         assert all(abs(1 - beta * d) > 1e-3 for d in _margins(kw))
     kw.update(beta=beta, loss_type=loss_type, label_smoothing=label_smoothing)
     DIGITS.append(assert_vjp_matches(dpo.loss, dpo.loss_vjp, kw, WRT, _cotangents(seed)))
+
+
+@pytest.mark.parametrize("loss_type,params", [
+    ("bco_pair", {"reward_shift": 0.37}), ("bco_pair", {"reward_shift": -1.5}),
+    ("discopop", {"discopop_tau": 1.0}), ("discopop", {"discopop_tau": 0.01}),
+    ("aot", {"label_smoothing": 0.1}), ("aot_unpaired", {"label_smoothing": 0.4})])
+def test_vjp_with_the_extra_parameters(loss_type, params):
+    # A batch of 6 so that AOT's sorts permute (its gradient follows the permutation).
+    seed = sum(map(ord, f"{loss_type}{params}"))
+    kw = {**_pairs(seed, n=6), "beta": 0.4, "loss_type": loss_type, **params}
+    DIGITS.append(assert_vjp_matches(dpo.loss, dpo.loss_vjp, kw, WRT, _cotangents(seed, n=6)))
+
+
+def test_aot_sorts_each_side_over_the_batch():
+    # AOT §3: Δ_i = sort(π_c − π_r)_i − sort(ref_c − ref_r)_i; pair 0 has the larger policy
+    # log-ratio (2 > −1) and the smaller reference one (−3 < 4), so sorting pairs them crosswise.
+    kw = dict(policy_chosen_logps=[-1.0, -4.0], policy_rejected_logps=[-3.0, -3.0],
+              reference_chosen_logps=[-5.0, -2.0], reference_rejected_logps=[-2.0, -6.0], beta=1.0)
+    aot = dpo.loss(**kw, loss_type="aot")["losses"]
+    sig = dpo.loss(**kw, loss_type="sigmoid")["losses"]
+    with mpmath.workdps(50):
+        want = [mpmath.log1p(mpmath.exp(-(-1 - -3))), mpmath.log1p(mpmath.exp(-(2 - 4)))]
+        assert all(abs(a - w) < mpmath.mpf(10) ** -45 for a, w in zip(aot, want))
+        assert abs(sig[0] - mpmath.log1p(mpmath.exp(-5))) < mpmath.mpf(10) ** -45
 
 
 def test_hinge_gradcheck_covers_both_branches():
@@ -100,13 +127,17 @@ def test_sigmoid_loss_difference_under_swapped_margin(pc, pr, rc, rr, beta):
         assert abs((fwd - bwd) - want) <= mpmath.mpf(10) ** -40 * max(1, abs(want))
 
 
+MARGIN_ONLY = ("sigmoid", "hinge", "ipo", "cdpo", "robust", "exo_pair", "aot", "aot_unpaired", "discopop")
+
+
 @settings(max_examples=40)
 @given(pc=st.floats(-30, 0), pr=st.floats(-30, 0), shift=st.floats(-30, 30),
-       loss_type=st.sampled_from(dpo.LOSS_TYPES))
+       loss_type=st.sampled_from(MARGIN_ONLY))
 def test_loss_depends_on_the_margin_only(pc, pr, shift, loss_type):
     # Adding the same amount to both gains (or to a policy and its reference) leaves Δ.
-    a = dpo.loss([pc], [pr], [0.0], [0.0], loss_type=loss_type)["losses"][0]
-    b = dpo.loss([pc], [pr], [-shift], [-shift], loss_type=loss_type)["losses"][0]
+    eps = 0.1 if loss_type == "exo_pair" else 0.0
+    a = dpo.loss([pc], [pr], [0.0], [0.0], loss_type=loss_type, label_smoothing=eps)["losses"][0]
+    b = dpo.loss([pc], [pr], [-shift], [-shift], loss_type=loss_type, label_smoothing=eps)["losses"][0]
     delta_a, delta_b = mpmath.mpf(pc) - pr, (mpmath.mpf(pc) + shift) - (mpmath.mpf(pr) + shift)
     if delta_a == delta_b:
         assert a == b
@@ -177,9 +208,19 @@ def test_margin_1e4_every_loss_type_is_finite(loss_type, label_smoothing, sign):
         elif loss_type == "ipo":
             d = mpmath.mpf(100000) * sign
             assert abs(loss - (d - 1 / (2 * mpmath.mpf(0.1))) ** 2) < 1e-40 * loss
-        else:  # robust: ((1−ε)·softplus(−z) − ε·softplus(z))/(1−2ε)
+        elif loss_type == "robust":  # ((1−ε)·softplus(−z) − ε·softplus(z))/(1−2ε)
             want = ((1 - eps) * max(-z, 0) - eps * max(z, 0)) / (1 - 2 * eps)
             assert abs(loss - want) < 1e-40 * max(1, abs(want))
+        elif loss_type == "exo_pair":  # the KL tends to −log(1−ε) (z → +∞) or −log ε (z → −∞)
+            want = -mpmath.log1p(-eps) if sign > 0 else -mpmath.log(eps)
+            assert abs(loss - want) < 1e-40 * abs(want)
+        elif loss_type == "apo_zero":  # 1 − σ(a) + σ(b) with a = −b = ±5000: 2σ(∓5000), not 1 − 1 + …
+            want = 2 / (1 + mpmath.exp(sign * mpmath.mpf(0.1) * 50000))
+            assert abs(loss - want) < 1e-40 * want
+        elif loss_type == "discopop":  # z → +∞: e^{−z} → 0; z → −∞: σ(z/τ) → 0, −log σ(z) ≈ −z
+            assert abs(loss - max(-z, 0)) < 1e-40 * max(1, abs(z))
+        else:
+            assert loss >= 0
 
 
 # --------------------------------------------------------------------------- bad input
@@ -194,6 +235,9 @@ GOOD = dict(policy_chosen_logps=[-1.0, -2.0], policy_rejected_logps=[-1.5, -2.5]
     (dict(label_smoothing=-0.01), "label_smoothing"), (dict(label_smoothing=0.5), "label_smoothing"),
     (dict(label_smoothing=float("nan")), "label_smoothing"),
     (dict(loss_type="dpo"), "loss_type"), (dict(loss_type=None), "loss_type"),
+    (dict(loss_type="exo_pair"), "label_smoothing"),
+    (dict(loss_type="discopop", discopop_tau=0.0), "discopop_tau"), (dict(discopop_tau=-1.0), "discopop_tau"),
+    (dict(reward_shift=float("nan")), "reward_shift"), (dict(reward_shift=float("inf")), "reward_shift"),
     (dict(policy_rejected_logps=[-1.0]), "policy_rejected_logps"),
     (dict(reference_rejected_logps=[-1.0, -2.0, -3.0]), "reference_rejected_logps"),
     (dict(policy_chosen_logps=[[-1.0, -2.0]]), "policy_chosen_logps"),

@@ -191,6 +191,36 @@ def cases() -> list[Case]:
                                 label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])):
         rng = np.random.default_rng(600 + i)
         add(Case("dpo.loss", _label(p), {k: -rng.uniform(0.05, 30.0, 5) for k in names}, p))
+    extra = (_grid(loss_type=["exo_pair", "aot", "aot_unpaired"], label_smoothing=[1e-3, 0.2], beta=[0.1, 1.0])
+             + _grid(loss_type=["nca_pair", "sppo_hard", "apo_zero", "apo_down"], beta=[0.1, 1.0])
+             + _grid(loss_type=["bco_pair"], reward_shift=[0.0, 0.3], beta=[0.1, 1.0])
+             + _grid(loss_type=["discopop"], discopop_tau=[0.05, 1.0], beta=[0.1, 1.0]))
+    for i, p in enumerate(extra):
+        rng = np.random.default_rng(650 + i)
+        add(Case("dpo.loss", _label(p), {k: -rng.uniform(0.05, 30.0, 5) for k in names}, p))
+
+    # preference
+    for i, p in enumerate(_grid(beta=[2.0, 0.5], gamma=[1.0, 0.0], label_smoothing=[0.0, 0.1])):
+        rng = np.random.default_rng(680 + i)
+        add(Case("preference.simpo", _label(p), {"chosen_logps": -rng.uniform(0.5, 60.0, 4),
+                                                 "rejected_logps": -rng.uniform(0.5, 60.0, 4),
+                                                 "chosen_lengths": rng.integers(1, 30, 4),
+                                                 "rejected_lengths": rng.integers(1, 30, 4)}, p))
+    for i, p in enumerate(_grid(beta=[0.1, 1.0], label_smoothing=[0.0, 0.25])):
+        rng = np.random.default_rng(690 + i)
+        add(Case("preference.cpo", _label(p), {"chosen_logps": -rng.uniform(0.05, 30.0, 4),
+                                               "rejected_logps": -rng.uniform(0.05, 30.0, 4)}, p))
+    for i, p in enumerate(_grid(beta=[0.1, 1.0])):
+        rng = np.random.default_rng(695 + i)
+        add(Case("preference.orpo", _label(p), {"chosen_logps": np.array([-1e-4, -0.3, -2.0, -5.0]),
+                                                "rejected_logps": -rng.uniform(1e-3, 4.0, 4)}, p))
+    for i, p in enumerate(_grid(beta=[0.1, 0.5], desirable_weight=[1.0, 1.33])):
+        rng = np.random.default_rng(698 + i)
+        lp = -rng.uniform(0.5, 30.0, 5)
+        add(Case("preference.kto", _label(p), {"policy_logps": lp, "reference_logps": lp + rng.normal(0, 3.0, 5),
+                                               "desirable": np.array([1.0, 0.0, 1.0, 0.0, 0.0]),
+                                               "kl_policy_logps": -rng.uniform(0.5, 30.0, 3),
+                                               "kl_reference_logps": -rng.uniform(0.5, 30.0, 3)}, p))
     for lt in ("sigmoid", "hinge", "ipo", "robust"):
         # βΔ = ±1e4 (β = 1) and the hinge kink βΔ = 1 exactly (β = 1: Δ = 1).
         ext = {"policy_chosen_logps": np.array([-1.0, -10001.0, -3.0, -2.0]),
@@ -391,8 +421,10 @@ def run(case: Case, dtype_name: str, device: str = "cpu", seed: int = 0) -> None
         c = torch.tensor(rng.normal(0, 1, tuple(g.shape)), dtype=torch.float64).to(dtype)
         cot_t[out_name] = c.to(device)
         cot_e[out_name] = c.to(torch.float64).numpy().tolist()
-    outs = [got_d[k] for k in got_d]
-    grads = torch.autograd.grad(outs, [t_in[w] for w in wrt], [cot_t[k] for k in got_d])
+    # A detached output (KTO's reference point z0) carries no graph; its cotangent still goes to
+    # the exact VJP, which must ignore it likewise.
+    live = [k for k in got_d if got_d[k].requires_grad]
+    grads = torch.autograd.grad([got_d[k] for k in live], [t_in[w] for w in wrt], [cot_t[k] for k in live])
     want_g = getattr(e_mod, name + "_vjp")(cot_e if multi else cot_e[""], **e_in, **case.params)
     for w, g in zip(wrt, grads):
         assert g.dtype == dtype, f"{case.id} grad {w}: dtype {g.dtype}, want {dtype}"

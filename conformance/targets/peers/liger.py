@@ -7,6 +7,12 @@ compilation off (``compiled=False``; no Triton kernel is used).
   log-probabilities directly). ``grpo.clip``: one token per call, β = 0, ``loss_type='bnpo'``.
 - ``dpo.loss``: ``LigerFusedLinearDPOFunction.preference_loss_fn`` on sequence log-probabilities,
   one pair per call (it returns the mean over pairs).
+- ``preference.cpo``, ``preference.simpo``, ``preference.orpo``: the ``preference_loss_fn`` of
+  ``LigerFusedLinearCPOFunction`` / ``SimPOFunction`` / ``ORPOFunction``, one pair per call (SimPO
+  given the sums divided by the lengths, the module's average; ORPO plus the pair's chosen NLL,
+  −chosen_logps); ``preference.kto``: ``LigerFusedLinearKTOFunction.preference_loss_fn`` one example
+  per call, with z0 computed by the adapter as TRL does (Liger takes it from the caller) and class
+  weights 1 only.
 - ``kl.estimator`` (k3): ``chunked_loss/grpo_loss.py k3_loss_fn``.
 - ``distill.*``: the module ``LigerFusedLinearJSDLoss(compiled=False)`` with identity lm-head
   weights, so that ``hidden @ weight.T`` reproduces the vector's logits exactly (rows selected one
@@ -15,7 +21,7 @@ compilation off (``compiled=False``; no Triton kernel is used).
 
 The fused modules compute log-probabilities in float32 whatever the model's dtype
 (``fused_linear_ppo.py`` _selective_logprob_forward, ``fused_linear_preference.py`` chunk_forward):
-the adapter hands bfloat16/float16 log-probabilities to the GRPO, DPO and k3 loss code as float32,
+the adapter hands bfloat16/float16 log-probabilities to the GRPO, DPO, preference and k3 loss code as float32,
 as the modules do; float64 ones stay float64, so that the loss code itself is checked in float64.
 
 Install: ``pip install --no-deps liger-kernel==0.8.5`` (needs only torch for these modules).
@@ -55,9 +61,10 @@ CONVENTIONS = [
       "rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
     C("kl.estimator", "kind", ("k3",), f"{CL}/grpo_loss.py k3_loss_fn"),
     C("kl.estimator", "clamp", (None,), f"{CL}/grpo_loss.py k3_loss_fn (no clamp)"),
-    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "robust"), f"{CL}/dpo_loss.py preference_loss_fn (loss_type, "
-      "default 'sigmoid'; 'ipo' raises NotImplementedError; label_smoothing is read by 'robust' and 'exo_pair' "
-      "only)"),
+    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
+                                "apo_zero", "apo_down", "discopop"),
+      f"{CL}/dpo_loss.py preference_loss_fn (loss_type, default 'sigmoid'; 'ipo' raises NotImplementedError; "
+      "label_smoothing is read by 'robust' and 'exo_pair' only; no 'aot')"),
     C("distill.hinton", "t2_scale", (False,), f"{CL}/fused_linear_distillation.py _compute_loss (weight_hard_loss·CE "
       "+ weight_soft_loss·divergence of logits/T, no T²)"),
     C("distill.token_kl", "direction", ("reverse", "forward"), f"{CL}/jsd_loss.py distillation_loss_fn (beta=1: "
@@ -138,7 +145,35 @@ _CDPO = Finding(
     f"{CL}/dpo_loss.py preference_loss_fn: loss = -F.logsigmoid(logits_diff).sum() / n_pairs",
     where(objectives=("dpo.loss",), conventions={"loss_type": "sigmoid"},
           shows=label_smoothing_ignored_shows))
-FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO]
+_EXO_FLOAT32_EPS = Finding(
+    "liger-exo-float32-epsilon", "numerics",
+    "loss_type='exo_pair' turns label_smoothing into torch.tensor(ε), a float32 tensor whatever the inputs' dtype, "
+    "so log(1 − ε) and log ε are float32-accurate and float64 losses and gradients are off by ~1e-8 relative. "
+    "Repro: torch.log1p(-torch.tensor(0.1)).double() − math.log1p(-0.1) = 2.4e-10",
+    f"{CL}/dpo_loss.py preference_loss_fn: epsilon = torch.tensor(label_smoothing, device=chosen_logps.device)",
+    where(objectives=("dpo.loss",), dtypes=("float64",), conventions={"loss_type": "exo_pair"}))
+_DISCOPOP_OVERFLOW = Finding(
+    "liger-discopop-exp-overflow", "bug",
+    "loss_type='discopop' multiplies torch.exp(-logits_diff) by σ(logits_diff/τ): for βΔ ≪ 0 exp overflows to inf while "
+    "the sigmoid underflows to 0, and inf·0 = NaN (value and gradient) where the exact loss is ≈ −βΔ. Repro: "
+    "logits = torch.tensor(-1e4); torch.sigmoid(logits / 0.05) * torch.exp(-logits) → nan",
+    f"{CL}/dpo_loss.py preference_loss_fn: exp_component = torch.exp(-logits_diff)",
+    where(objectives=("dpo.loss",), conventions={"loss_type": "discopop"}, flags=("HugeMargin",)))
+
+def _near_certain(case) -> bool:
+    """An average log-probability within 1e-5 of 0, where 1 − exp(p) keeps few correct digits."""
+    return any(abs(v) < 1e-5 for name in ("chosen_logps", "rejected_logps") for v in as_array(case.test["inputs"][name]))
+
+
+_ORPO_LOG1P_EXP = Finding(
+    "liger-orpo-log1p-exp", "numerics",
+    "the log-odds use torch.log1p(-torch.exp(p)): near p = 0 exp(p) rounds to within one ulp of 1 and "
+    "1 − e^p keeps only log10(|p|/u) correct digits (p = −1e-7 in float64: 9 digits; the gradient's "
+    "1/(1 − e^p) likewise), where log(−expm1(p)) is accurate. Repro: torch.log1p(-torch.exp(torch.tensor(-1e-12, "
+    "dtype=torch.float64))) = −27.631043237893 where log(−expm1(−1e-12)) = −27.631021115929",
+    f"{CL}/orpo_loss.py preference_loss_fn: torch.log1p(-torch.exp(chosen_logps))",
+    where(objectives=("preference.orpo",), dtypes=("float64",), test=_near_certain))
+FINDINGS = [_CDPO, _FLOAT32_DISTILL, _FLOAT32_PPO, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW, _ORPO_LOG1P_EXP]
 
 
 def _mods():
@@ -192,8 +227,10 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
 
 
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0):
     import torch
+    if reward_shift != 0.0:
+        raise NotImplementedError("Liger 0.8.5 bco_pair has no reward shift (δ = 0)")
     fn = _mods()[0].LigerFusedLinearDPOFunction.preference_loss_fn
     policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps = _as_liger_logps(
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)
@@ -203,12 +240,70 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
         pick = slice(i, i + 1)
         loss, c, r = fn(policy_chosen_logps[pick], policy_rejected_logps[pick], full_target,
                         reference_chosen_logps[pick], reference_rejected_logps[pick], beta=beta, loss_type=loss_type,
-                        label_smoothing=label_smoothing)
+                        label_smoothing=label_smoothing, discopop_tau=discopop_tau)
         losses.append(loss.reshape(1))
         chosen.append(c.detach())
         rejected.append(r.detach())
     cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
     return {"losses": cat(losses), "chosen_rewards": cat(chosen), "rejected_rewards": cat(rejected)}
+
+
+# --- reference-free and unpaired preferences (the loss functions on log-probabilities) ---------------
+
+def _per_pair(fn, chosen, rejected, **kw):
+    """``fn(chosen[i:i+1], rejected[i:i+1], full_target, **kw)`` for every pair (one pair per call:
+    the returned Σ/n_pairs is that pair's loss) → (losses, chosen rewards, rejected rewards)."""
+    import torch
+    full_target = torch.zeros(2, 1, dtype=torch.long)
+    outs = [fn(chosen[i:i + 1], rejected[i:i + 1], full_target, **kw) for i in range(chosen.shape[0])]
+    cat = (lambda xs: torch.cat(xs) if xs else chosen[:0].clone())
+    return (cat([o[0].reshape(1) for o in outs]), cat([o[1].detach().reshape(1) for o in outs]),
+            cat([o[2].detach().reshape(1) for o in outs]))
+
+
+def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+    from liger_kernel.chunked_loss.cpo_loss import LigerFusedLinearCPOFunction
+    c, r = _as_liger_logps(chosen_logps, rejected_logps)
+    losses, cr, rr = _per_pair(LigerFusedLinearCPOFunction.preference_loss_fn, c, r, beta=beta,
+                               label_smoothing=label_smoothing)
+    return {"losses": losses, "chosen_rewards": cr, "rejected_rewards": rr}
+
+
+def simpo(chosen_logps, rejected_logps, chosen_lengths, rejected_lengths, beta=2.0, gamma=1.0, label_smoothing=0.0):
+    from liger_kernel.chunked_loss.simpo_loss import LigerFusedLinearSimPOFunction
+    c, r = _as_liger_logps(chosen_logps, rejected_logps)
+    # The fused module averages the token log-probabilities (loss_type 'simpo': average_log_prob) in float32.
+    c, r = c / chosen_lengths.to(c.dtype), r / rejected_lengths.to(r.dtype)
+    losses, cr, rr = _per_pair(LigerFusedLinearSimPOFunction.preference_loss_fn, c, r, beta=beta, gamma=gamma,
+                               label_smoothing=label_smoothing)
+    return {"losses": losses, "chosen_rewards": cr, "rejected_rewards": rr}
+
+
+def orpo(chosen_logps, rejected_logps, beta=0.1):
+    from liger_kernel.chunked_loss.orpo_loss import LigerFusedLinearORPOFunction
+    c, r = _as_liger_logps(chosen_logps, rejected_logps)
+    # preference_loss_fn returns −β·Σ log σ(log-odds ratio)/n_pairs; the fused module adds the chosen NLL,
+    # which for average log-probabilities is −chosen_logps (the adapter's only composition).
+    ratio_term, cr, rr = _per_pair(lambda *a, **k: LigerFusedLinearORPOFunction.preference_loss_fn(*a, **k)[:3],
+                                   c, r, beta=beta)
+    return {"losses": -c + ratio_term, "chosen_rewards": cr, "rejected_rewards": rr}
+
+
+def kto(policy_logps, reference_logps, desirable, kl_policy_logps, kl_reference_logps, beta=0.1,
+        desirable_weight=1.0, undesirable_weight=1.0):
+    import torch
+    from liger_kernel.chunked_loss.kto_loss import LigerFusedLinearKTOFunction
+    if desirable_weight != 1.0 or undesirable_weight != 1.0:
+        raise NotImplementedError("Liger 0.8.5 KTO has no class weights (λ_D = λ_U = 1)")
+    p, q, kp, kq = _as_liger_logps(policy_logps, reference_logps, kl_policy_logps, kl_reference_logps)
+    # The caller computes z0 (Liger takes it as `kl`): TRL's estimate, clamped at 0 and detached.
+    z0 = (kp - kq).mean().clamp(min=0).detach()
+    labels = desirable.to(torch.bool)
+    one = torch.zeros(1, 1, dtype=torch.long)  # full_target of one example: the returned sum is that loss
+    losses = [LigerFusedLinearKTOFunction.preference_loss_fn(p[i:i + 1], labels[i:i + 1], one, q[i:i + 1],
+                                                              beta=beta, kl=z0)[0].reshape(1)
+              for i in range(p.shape[0])]
+    return {"losses": torch.cat(losses) if losses else p[:0].clone(), "kl": z0}
 
 
 # --- distillation through the fused module ------------------------------------------------------
@@ -257,5 +352,6 @@ def target():
     version = require("liger_kernel", "liger-kernel", VERSION, INSTALL)
     load_or_explain(_mods, "liger-kernel", INSTALL)
     objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
-                  "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd}
+                  "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
+                  "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo, "preference.kto": kto}
     return build("liger", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC)

@@ -10,6 +10,11 @@ Calls TRL's own code, driven without a model:
 - ``dpo.loss``: ``DPOTrainer._compute_loss`` with the model forward replaced by one-token
   completions whose log-probabilities are the sequence log-probabilities (precomputed reference
   log-probabilities), one pair per call;
+- ``preference.cpo`` and ``preference.simpo``: ``CPOTrainer.cpo_loss`` (experimental/cpo, loss_type
+  'sigmoid' / 'simpo', alpha 0; SimPO given the sums divided by the lengths, as
+  ``get_batch_logps(average_log_prob=True)`` forms them); ``preference.orpo``:
+  ``ORPOTrainer.odds_ratio_loss`` (experimental/orpo) plus the pair's chosen NLL, −chosen_logps;
+  KTO's loss lives inside ``KTOTrainer.get_batch_loss_metrics`` with the model forward and is not wrapped;
 - ``distill.token_kl`` and ``distill.generalized_jsd``: ``GKDTrainer.generalized_jsd_loss``
   (experimental/gkd), one row per call;
 - ``distill.softmax``: ``trainer/utils.py selective_log_softmax`` over every index, exponentiated
@@ -70,9 +75,11 @@ CONVENTIONS = [
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
       f"{GRPO} _compute_loss (loss_type, default 'dapo' in {GRPO_CFG}: token mean; 'grpo': per-sequence means "
       "over B rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
-    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust"), f"{DPO} _compute_loss (loss_type, default "
-      "'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' only; 'ipo' divides each gain by the "
-      "completion length — one token here)"),
+    C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
+                                "apo_zero", "apo_down", "discopop"),
+      f"{DPO} _compute_loss (loss_type, default 'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' "
+      "only; 'ipo' divides each gain by the completion length — one token here; 'aot' and 'aot_unpaired' sort "
+      "over the batch, which the per-pair calls of this adapter cannot observe: not declared)"),
     C("distill.token_kl", "direction", ("reverse", "forward"), f"{GKD} GKDTrainer.generalized_jsd_loss "
       "(beta=1: KL(q‖p); beta=0: KL(p‖q))"),
     C("distill.generalized_jsd", "endpoints", ("kl",), f"{GKD} GKDTrainer.generalized_jsd_loss (`if beta == 0` / "
@@ -102,6 +109,10 @@ ARITHMETIC = [
     A("dpo.loss", "native", f"{DPO}:1350-1383 (chosen_logps − ref_chosen_logps, rejected likewise, and their "
       "difference delta_score, each rounded to the inputs' dtype; 'ipo' squares at 1404, 'robust' subtracts two "
       "rounded log-sigmoids at 1429-1431)"),
+    A("preference.cpo", "native", "trl/experimental/cpo/cpo_trainer.py:709-728 (chosen − rejected, β·logits and "
+      "the log-sigmoids in the log-probabilities' dtype)"),
+    A("preference.simpo", "native", "trl/experimental/cpo/cpo_trainer.py:709-722 (the margin of average "
+      "log-probabilities minus γ/β, times β, in their dtype; the averages are formed in that dtype too)"),
     A("grpo.loss", "native", f"{GRPO}:3083-3105 (log ratio, exp and k3 = exp(ref − logp) − (ref − logp) − 1 in the "
       "log-probabilities' dtype; autograd sums the partial gradients of logp in that dtype)"),
     A("grpo.clip", "careful", f"{GRPO}:3083-3095 (one token, β = 0: the log ratio and the ratio rounded to the "
@@ -174,7 +185,28 @@ _SELECTIVE_1D = Finding(
     "instead of (2,) (2-D and larger inputs are right)",
     "trl/trainer/utils.py selective_log_softmax: torch.stack([torch.logsumexp(lg, dim=-1) for lg in logits])",
     where(objectives=("distill.softmax",), dtypes=("float64", "float32"), test=_one_dimensional_logits))
-FINDINGS = [_CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D]
+_EXO_FLOAT32_EPS = Finding(
+    "trl-exo-float32-epsilon", "numerics",
+    "loss_type='exo_pair' turns label_smoothing into torch.tensor(ε), a float32 tensor whatever the inputs' dtype, "
+    "so log(1 − ε) and log ε are float32-accurate and float64 losses and gradients are off by ~1e-8 relative. "
+    "Repro: torch.log1p(-torch.tensor(0.1)).double() − math.log1p(-0.1) = 2.4e-10",
+    f"{DPO} _compute_loss: epsilon = torch.tensor(self.label_smoothing, device=device)",
+    where(objectives=("dpo.loss",), dtypes=("float64",), conventions={"loss_type": "exo_pair"}))
+_DISCOPOP_OVERFLOW = Finding(
+    "trl-discopop-exp-overflow", "bug",
+    "loss_type='discopop' forms exp(−βΔ) and multiplies it by σ(βΔ/τ): for βΔ ≪ 0 (below −88 in float32, −709 in "
+    "float64, −11 in float16) exp overflows to inf while σ(βΔ/τ) underflows to 0, and inf·0 = NaN (value and "
+    "gradient) where the exact loss is ≈ −βΔ. Repro: logits = torch.tensor(-1e4); torch.sigmoid(logits / 0.05) * "
+    "torch.exp(-logits) → nan",
+    f"{DPO} _compute_loss: exp_component = torch.exp(-logits)",
+    where(objectives=("dpo.loss",), conventions={"loss_type": "discopop"}, flags=("HugeMargin",)))
+_ORPO_FLOAT32 = Finding(
+    "trl-orpo-float32", "numerics",
+    "odds_ratio_loss casts the log-probabilities to float32 (.float()) before the log-odds, so float64 inputs "
+    "give float32-accurate losses and rewards (relative error ~1e-8)",
+    "trl/experimental/orpo/orpo_trainer.py odds_ratio_loss: policy_chosen_logps = policy_chosen_logps.float()",
+    where(objectives=("preference.orpo",), dtypes=("float64",)))
+FINDINGS = [_ORPO_FLOAT32, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW]
 
 
 def rows_differ(split) -> bool:
@@ -205,11 +237,14 @@ SPLIT_FINDINGS = [
 def _mods():
     import os
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # GKDTrainer lives in trl.experimental
+    from trl.experimental.cpo.cpo_trainer import CPOTrainer
     from trl.experimental.gkd.gkd_trainer import GKDTrainer
+    from trl.experimental.orpo.orpo_trainer import ORPOTrainer
     from trl.trainer import utils
     from trl.trainer.dpo_trainer import DPOTrainer
     from trl.trainer.grpo_trainer import GRPOTrainer
-    return SimpleNamespace(GRPOTrainer=GRPOTrainer, DPOTrainer=DPOTrainer, GKDTrainer=GKDTrainer, utils=utils)
+    return SimpleNamespace(GRPOTrainer=GRPOTrainer, DPOTrainer=DPOTrainer, GKDTrainer=GKDTrainer, utils=utils,
+                           CPOTrainer=CPOTrainer, ORPOTrainer=ORPOTrainer)
 
 
 def _accelerator():
@@ -336,8 +371,10 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
 # --- DPO ----------------------------------------------------------------------------------
 
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0):
     import torch
+    if reward_shift != 0.0:
+        raise NotImplementedError("TRL 1.16.0 bco_pair has no reward shift (δ = 0)")
     trainer = _mods().DPOTrainer
     losses, chosen, rejected = [], [], []
     for i in range(policy_chosen_logps.shape[0]):
@@ -348,6 +385,7 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
             model=_model(False), accelerator=_accelerator(), aux_loss_enabled=False, ld_alpha=None,
             precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=[loss_type], loss_weights=[1.0],
             beta=beta, label_smoothing=label_smoothing, use_weighting=False, _total_train_tokens=0, _tp_size=1,
+            args=SimpleNamespace(discopop_tau=discopop_tau),
             _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
         # [prompt, completion] tokens: a one-token completion (completion length 1, so 'ipo' divides by 1).
         inputs = {"input_ids": torch.ones(2, 2, dtype=torch.long), "attention_mask": torch.ones(2, 2, dtype=torch.long),
@@ -364,6 +402,40 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
     return {"losses": cat(losses), "chosen_rewards": torch.tensor(chosen, dtype=dtype),
             "rejected_rewards": torch.tensor(rejected, dtype=dtype)}
+
+
+# --- reference-free preferences ----------------------------------------------------------------
+
+def _cpo_losses(chosen, rejected, beta, label_smoothing, loss_type, simpo_gamma=0.5):
+    trainer = _mods().CPOTrainer
+    fake = SimpleNamespace(alpha=0.0, beta=beta, label_smoothing=label_smoothing, loss_type=loss_type,
+                           simpo_gamma=simpo_gamma, accelerator=_accelerator())
+    return trainer.cpo_loss(fake, chosen, rejected)
+
+
+def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+    losses, chosen, rejected = _cpo_losses(chosen_logps, rejected_logps, beta, label_smoothing, "sigmoid")
+    return {"losses": losses, "chosen_rewards": chosen, "rejected_rewards": rejected}
+
+
+def simpo(chosen_logps, rejected_logps, chosen_lengths, rejected_lengths, beta=2.0, gamma=1.0, label_smoothing=0.0):
+    # CPOTrainer's simpo takes average log-probabilities (get_batch_logps(average_log_prob=True) divides the
+    # token sum by the number of completion tokens): the same division here.
+    c = chosen_logps / chosen_lengths.to(chosen_logps.dtype)
+    r = rejected_logps / rejected_lengths.to(rejected_logps.dtype)
+    losses, chosen, rejected = _cpo_losses(c, r, beta, label_smoothing, "simpo", simpo_gamma=gamma)
+    return {"losses": losses, "chosen_rewards": chosen, "rejected_rewards": rejected}
+
+
+def orpo(chosen_logps, rejected_logps, beta=0.1):
+    trainer = _mods().ORPOTrainer
+    fake = SimpleNamespace(beta=beta, accelerator=_accelerator())
+    ratio_term, chosen, rejected, _, _ = trainer.odds_ratio_loss(fake, chosen_logps, rejected_logps)
+    # ORPOTrainer's loss is the chosen NLL minus the mean of β·log σ(log-odds ratio); with average
+    # log-probabilities as inputs the NLL of one pair is −chosen_logps (the adapter's only composition).
+    dtype = chosen_logps.dtype
+    return {"losses": (-chosen_logps.to(ratio_term.dtype) - ratio_term).to(dtype), "chosen_rewards": chosen.to(dtype),
+            "rejected_rewards": rejected.to(dtype)}
 
 
 # --- distillation ---------------------------------------------------------------------------
@@ -406,7 +478,7 @@ def target():
     load_or_explain(_mods, "trl", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
-                  "distill.softmax": softmax}
+                  "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo}
     steps = {"grpo.loss": grpo_step, "dpo.loss": micro_batch_mean(dpo_loss)}
     return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS)
