@@ -51,7 +51,7 @@ def encode_exact(x, digits: int = DIGITS):
         return "0"
     if mpmath.isinf(x):
         return "Infinity" if x > 0 else "-Infinity"
-    tie = _tie(x, digits)
+    tie = digits == DIGITS and _tie(x, digits)   # the printed (certified) numbers, not the 6-digit scales
     return mpmath.nstr(x, digits + 1 if tie else digits, strip_zeros=False, min_fixed=-4, max_fixed=6)
 
 
