@@ -51,6 +51,8 @@ RELEASED = {
     # Digits proven wrong by the certified reference (refimpl/certified) and fixed in refimpl/exact:
     # near-one-hot rows at T = 1e-3 whose gradients are made of e^{-r} parts that both working
     # precisions rounded away (token KL at a shared top token; generalized JSD's centred log-ratios).
+    # grpo.loss: conventions ratio_level (GSPO, GSPO-token) and policy_loss (GMPO), their groups;
+    # the cases it had keep their bytes and uids.
     "1.2.0": {
         "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
         "distill.hinton": "c605ef0310dd2c2b1f82f3f06f964fe15f4f7a946ff8b4cf212b24e5f462487c",
@@ -60,7 +62,7 @@ RELEASED = {
         "grpo.advantages": "bfda6622622a72771e24f3b9b586e0496b6950c5e6c0ec4c9df82ec5aa510901",
         "grpo.aggregate": "c693ccbc020d0b81ac277b35ea462deb592bbf94695c16b5883ad02ce8ac6e7c",
         "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
-        "grpo.loss": "ddaf7e72701102fccefeb36416a603bd89d4e067661225fe9c0f632333b18296",
+        "grpo.loss": "9ea6a0adf618ca8bfbc4732011744ff4c5e0ef4a59687fb86e9905936e40249e",
         "kl.estimator": "0588076793ecf26c60f19d20c1db9b7446a25058e3711db3036acac41c523cc9",
         "proximal_kl.future_cost": "56c17e03337e16ba1ff6117405108f80945135e3f9406e6a119d604171d76be4",
         "proximal_kl.loss": "02318564d5301ba9e669bff0b1b1ed0c5e685fbfa0e37037237ab78903676c92",

@@ -276,7 +276,7 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
 
 
 def _gmpo_log_ratio(xp, log_ratio, adv, eps_low, eps_high):
-    """GMPO's sign-aware log-space clip (arXiv 2507.20673 §3 eq. 5) and the mask of tokens on
+    """GMPO's sign-aware log-space clip (arXiv 2507.20673 §3) and the mask of tokens on
     its unclipped branch (ties included)."""
     bound = xp.clip(log_ratio, -eps_low, eps_high)
     active = xp.where(adv > 0, log_ratio <= bound, log_ratio >= bound)
@@ -285,8 +285,8 @@ def _gmpo_log_ratio(xp, log_ratio, adv, eps_low, eps_high):
 
 def _sequence_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight,
                    policy_loss, log_band):
-    """ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i (GSPO arXiv 2507.18071 §4.1 eq. 6–7;
-    GMPO arXiv 2507.20673 §3 eq. 5) and its derivative pieces: dℓ_t/dlog s_i, the KL's own
+    """ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i (GSPO arXiv 2507.18071 §4.1 eq. 5;
+    GMPO arXiv 2507.20673 §3) and its derivative pieces: dℓ_t/dlog s_i, the KL's own
     dℓ_t/dlogp_t, and dlog s_i/dlogp_u (m_u/max(n_i, 1), times GMPO's clip mask)."""
     on = m == 1
     log_ratio = _xp.masked(xp, on, lp - old)
@@ -335,9 +335,9 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
     (``token-mean``); Dr. GRPO §3 (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020);
     w_t = ρ_t when ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1.
-    ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 6–7) or 'sequence-token' (GSPO-token,
-    §4.2) replaces ρ_t by the row's s_i = exp(mean Δ); ``policy_loss='gmpo'`` (arXiv 2507.20673
-    §3 eq. 5) is C_i = A_i·exp(mean of the log-space-clipped Δ).
+    ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) or 'sequence-token' (GSPO-token,
+    §4.3) replaces ρ_t by the row's s_i = exp(mean Δ); ``policy_loss='gmpo'`` (arXiv 2507.20673
+    §3) is C_i = A_i·exp(mean of the log-space-clipped Δ).
     """
     xp, _, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,

@@ -151,8 +151,8 @@ def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None)
 
 def _sequence_ratios(lrow, orow, adv, mrow, level, policy_loss, log_band):
     """The ratio each unmasked token of a row uses: s_i = exp(mean Δ_t) (GSPO, arXiv 2507.18071
-    eq. 7), its straight-through sg[s_i]·π_t/sg[π_t] (GSPO-token, §4.2), or GMPO's geometric
-    mean of the sign-aware log-space-clipped Δ_t (arXiv 2507.20673 §3 eq. 5: A > 0 caps Δ at
+    §4.1 eq. 5), its straight-through sg[s_i]·π_t/sg[π_t] (GSPO-token, §4.3), or GMPO's geometric
+    mean of the sign-aware log-space-clipped Δ_t (arXiv 2507.20673 §3: A > 0 caps Δ at
     ε_high, otherwise Δ is floored at −ε_low; an entry on the bound keeps its gradient)."""
     logs = [x - o for x, o, on in zip(lrow, orow, mrow) if on]
     if not logs:

@@ -288,7 +288,7 @@ def _log_band(eps_low, eps_high):
 
 
 def _gmpo_log_ratio(log_ratio, adv, eps_low, eps_high):
-    """GMPO's token log-ratio clip (Zhao et al. 2025, arXiv 2507.20673, §3 eq. 5, the clip in
+    """GMPO's token log-ratio clip (Zhao et al. 2025, arXiv 2507.20673, §3, the clip in
     log space): min(Δ, clamp(Δ, −ε_low, ε_high)) where A > 0, else the max, i.e. PPO's
     pessimistic bound per token. Returns the clipped value and its derivative in Δ (1 on the
     unclipped branch, ties included; 0 where the bound is taken)."""
@@ -302,9 +302,9 @@ def _sequence_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, k
                    policy_loss, log_band):
     """Per-token ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i, and its derivative pieces.
 
-    GSPO (Zheng et al. 2025, arXiv 2507.18071, §4.1 eq. 6–7): s_i = exp(1/|y_i| Σ_t Δ_t),
+    GSPO (Zheng et al. 2025, arXiv 2507.18071, §4.1 eq. 5): s_i = exp(1/|y_i| Σ_t Δ_t),
     C_i = min(s_i·A_i, clip(s_i, 1 − ε_low, 1 + ε_high)·A_i), the dual clip as for tokens;
-    w_t = s_i when ``kl_ratio_weight``. GMPO (arXiv 2507.20673 §3 eq. 5): s_i = exp of the mean
+    w_t = s_i when ``kl_ratio_weight``. GMPO (arXiv 2507.20673 §3): s_i = exp of the mean
     of the log-space-clipped Δ_t, C_i = A_i·s_i. A row without tokens has s_i = 1 (TRL 1.16 and
     verl 0.9.1 divide by max(n_i, 1)); its terms are never aggregated.
 

@@ -195,9 +195,9 @@ def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: floa
 # ----------------------------------------------------------------------------- loss
 
 def _sequence_log_ratio(log_ratio, lp, adv, m, level, policy_loss, log_band):
-    """log s_i as a [B,1] column (GSPO, arXiv 2507.18071 eq. 7; GMPO, arXiv 2507.20673 §3 eq. 5:
+    """log s_i as a [B,1] column (GSPO, arXiv 2507.18071 §4.1; GMPO, arXiv 2507.20673 §3:
     the mean of sign-aware log-space-clipped Δ_t), or GSPO-token's [B,T] log of
-    sg[s_i]·π_t/sg[π_t] (§4.2). ``log_ratio`` is already 0 at masked positions; a row without
+    sg[s_i]·π_t/sg[π_t] (§4.3). ``log_ratio`` is already 0 at masked positions; a row without
     tokens has s_i = 1 (the max(n_i, 1) of TRL 1.16 and verl 0.9.1)."""
     if policy_loss == "gmpo":
         bound = torch.clamp(log_ratio, -log_band[0], log_band[1]).detach()
@@ -222,9 +222,9 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     (``eps_high``) and §3.3 (``aggregation='token-mean'``); Dr. GRPO §3
     (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t, differentiable, when
     ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
-    ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 6–7) replaces ρ_t by the row's
-    s_i = exp(mean Δ); 'sequence-token' (GSPO-token, §4.2) by sg[s_i]·π_t/sg[π_t] (same value,
-    per-token gradient); ``policy_loss='gmpo'`` (arXiv 2507.20673 §3 eq. 5) is C_i = A_i·s_i
+    ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) replaces ρ_t by the row's
+    s_i = exp(mean Δ); 'sequence-token' (GSPO-token, §4.3) by sg[s_i]·π_t/sg[π_t] (same value,
+    per-token gradient); ``policy_loss='gmpo'`` (arXiv 2507.20673 §3) is C_i = A_i·s_i
     with s_i the geometric mean of the sign-aware log-space-clipped token ratios.
     ``logp``, ``old_logp``, ``ref_logp``, ``mask`` are [B,T], ``advantages`` [B]. Returns the
     scalar loss; gradient wrt ``logp`` (exactly 0 at masked positions).

@@ -215,7 +215,7 @@ def test_sequence_loss_vjp_matches_numerical_derivative(level, policy, eps_low, 
         _check(grpo.loss, grpo.loss_vjp, {**case, **params, "ratio_level": level}, ["logp"], -1.5)
         return
     # GSPO-token's gradient is not the derivative of its value (that is GSPO's): it is the
-    # derivative of a token-ratio loss whose ratio is s_i,t = sg[s_i]·π_t/sg[π_t] (§4.2), i.e. the
+    # derivative of a token-ratio loss whose ratio is s_i,t = sg[s_i]·π_t/sg[π_t] (§4.3), i.e. the
     # token-level loss against old'_t = logp_t − log s_i, held fixed.
     with mpmath.workdps(60):
         lp, old = mp.array("logp", case["logp"]), mp.array("old", case["old_logp"])
@@ -232,7 +232,7 @@ def test_sequence_loss_vjp_matches_numerical_derivative(level, policy, eps_low, 
 
 
 def test_gspo_matches_its_definition():
-    """GSPO by hand (arXiv 2507.18071 eq. 6–7): s_i = exp(mean Δ), 1/G Σ_i min(s_i A_i, clip(s_i) A_i)."""
+    """GSPO by hand (arXiv 2507.18071 eq. 5): s_i = exp(mean Δ), 1/G Σ_i min(s_i A_i, clip(s_i) A_i)."""
     case = _loss_case(41)
     rows = [i for i, r in enumerate(LOSS_MASK) if any(r)]
     with mpmath.workdps(50):
@@ -250,7 +250,7 @@ def test_gspo_matches_its_definition():
 
 
 def test_gmpo_matches_its_definition():
-    """GMPO by hand (arXiv 2507.20673 §3 eq. 5): A_i·exp(mean of the sign-aware log-clipped Δ)."""
+    """GMPO by hand (arXiv 2507.20673 §3): A_i·exp(mean of the sign-aware log-clipped Δ)."""
     case = _loss_case(43)
     rows = [i for i, r in enumerate(LOSS_MASK) if any(r)]
     eps = mpmath.mpf(0.35)
@@ -272,7 +272,7 @@ def test_gmpo_matches_its_definition():
 
 def test_sequence_token_gradient_equals_gspo_without_a_ratio_weighted_kl():
     """GSPO-token has GSPO's value; with per-sequence advantages its gradient is GSPO's (arXiv
-    2507.18071 §4.2: every aggregation weighs a row's tokens equally), except through a KL
+    2507.18071 §4.3: every aggregation weighs a row's tokens equally), except through a KL
     weighted by the ratio, whose per-token terms differ along the row."""
     case = _loss_case(47)
     for aggregation in grpo.MODES:
