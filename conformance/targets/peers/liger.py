@@ -170,7 +170,7 @@ def _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, lo
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
     # Liger has no dual clip, KL clamp or other estimator: those conventions keep its fixed behaviour.
     return _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, _AGG.get(aggregation, "dapo"),
                 logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight)

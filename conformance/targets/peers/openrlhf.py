@@ -222,7 +222,7 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
     import torch
     loss_mod, utils = _mod("models.loss"), _mod("models.utils")
     actor_loss_fn = loss_mod.PolicyLoss(clip_eps_low=eps_low, clip_eps_high=eps_low if eps_high is None else eps_high,

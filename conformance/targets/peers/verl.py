@@ -125,7 +125,7 @@ _EMPTY_ROW_FLOAT16 = Finding(
 FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16]
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
-              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length")
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
 _AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length")
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
@@ -182,7 +182,7 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, *, bat
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, *, batch_info=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", *, batch_info=None):
     """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
     (verl/workers/utils/losses.py:64-67)."""
     core = _core()
