@@ -62,6 +62,8 @@ CONVENTIONS = [
       f"'k1' in {CLI})"),
     C("grpo.loss", "kl_clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10), every estimator)"),
     C("grpo.loss", "kl_ratio_weight", (False,), f"{ACTOR} (kl_loss = aggregate_loss(kl, action_mask))"),
+    C("grpo.loss", "ratio_level", ("token", "sequence"), f"{LOSS} PolicyLoss(policy_loss_type='gspo'): ratio = "
+      "exp(Σ_t Δ·m / max(Σ m, 1)), no clamp (--actor.policy_loss_type, default 'ppo')"),
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean"),
       f"{ACTOR} (PolicyLoss token_level_loss = loss_agg_mode == 'token-mean'; the KL term is always a token "
       "mean: aggregate_loss(kl, ...) without token_level_loss)"),
@@ -125,7 +127,9 @@ _LOG_RATIO_CLAMP = Finding(
     "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), which the catalog does not express: "
     "results differ where |log ρ| > 20 and the clip does not make the term constant",
     f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
-    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
+    # policy_loss_type 'gspo' (ratio_level 'sequence') forms its ratio without the clamp
+    where(objectives=("grpo.clip", "grpo.loss"), test=lambda c: c.conventions.get("ratio_level", "token") == "token"
+          and log_ratio_clamp_changes(c)))
 _KL_FLOAT32 = Finding(
     "openrlhf-kl-float32", "precision",
     "compute_approx_kl casts both log-probabilities to float32 (.float()) and returns float32: the KL of float64 "
@@ -226,7 +230,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     import torch
     loss_mod, utils = _mod("models.loss"), _mod("models.utils")
     actor_loss_fn = loss_mod.PolicyLoss(clip_eps_low=eps_low, clip_eps_high=eps_low if eps_high is None else eps_high,
-                                        dual_clip=dual_clip, token_level_loss=aggregation == "token-mean")
+                                        dual_clip=dual_clip, token_level_loss=aggregation == "token-mean",
+                                        policy_loss_type={"token": "ppo", "sequence": "gspo"}.get(ratio_level,
+                                                                                                ratio_level))
     # experience_maker: every response token carries the outcome return (gamma = 1), 0 after the end.
     token_adv = advantages.unsqueeze(-1) * mask
     info = _batch_info(mask)
