@@ -127,9 +127,7 @@ _LOG_RATIO_CLAMP = Finding(
     "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), which the catalog does not express: "
     "results differ where |log ρ| > 20 and the clip does not make the term constant",
     f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
-    # policy_loss_type 'gspo' (ratio_level 'sequence') forms its ratio without the clamp
-    where(objectives=("grpo.clip", "grpo.loss"), test=lambda c: c.conventions.get("ratio_level", "token") == "token"
-          and log_ratio_clamp_changes(c)))
+    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
 _KL_FLOAT32 = Finding(
     "openrlhf-kl-float32", "precision",
     "compute_approx_kl casts both log-probabilities to float32 (.float()) and returns float32: the KL of float64 "

@@ -65,8 +65,18 @@ CONVENTIONS = [
 ]
 # Conventions that do not vary independently: the std settings only with scale 'group', the
 # clamp only on k3.
+_LOSS_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+_VERL_KL = {"kl_kind": "k3", "kl_clamp": 10.0, "kl_ratio_weight": False}
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-6, "degenerate": "raw"},
                                     {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"}],
+                # policy_loss.loss_mode: 'vanilla' (the dual clip always on), 'gspo' (GSPO-token, no dual
+                # clip), 'geo_mean' (GMPO: a plain mean over sequences, whatever loss_agg_mode says)
+                "grpo.loss": [{"dual_clip": 3.0, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
+                               "policy_loss": "ppo-clip"},
+                              {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES,
+                               "ratio_level": "sequence-token", "policy_loss": "ppo-clip"},
+                              {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
+                               "ratio_level": "sequence", "policy_loss": "gmpo"}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
                                  {"kind": "k2", "clamp": None}]}
 PARAM_DEFAULTS = [
@@ -192,9 +202,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     token_adv = advantages.unsqueeze(-1) * mask
     batch_info = {"loss_scale_factor": config.loss_scale_factor, **(batch_info or {})}
     config.global_batch_info.update(batch_info)
-    pg_loss, _ = core.compute_policy_loss_vanilla(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
-                                                  response_mask=response_mask, loss_agg_mode=config.loss_agg_mode,
-                                                  config=config)
+    # the registry of ppo_loss (verl/workers/utils/losses.py): GSPO-token is 'gspo', GMPO 'geo_mean'
+    loss_mode = {("token", "ppo-clip"): "vanilla", ("sequence-token", "ppo-clip"): "gspo",
+                 ("sequence", "gmpo"): "geo_mean"}[(ratio_level, policy_loss)]
+    pg_loss, _ = core.get_policy_loss_fn(loss_mode)(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
+                                                    response_mask=response_mask,
+                                                    loss_agg_mode=config.loss_agg_mode, config=config)
     policy_loss = pg_loss
     if config.use_kl_loss:  # losses.py ppo_loss, lines 132–140
         kld = core.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=config.kl_loss_type)
