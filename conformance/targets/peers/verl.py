@@ -14,13 +14,19 @@ deviations show.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
+    arguments,
+    as_array,
     build,
+    deviation_shows,
     equal_group_mean_inexact,
+    global_test,
     has_empty_row,
     load_or_explain,
     log_ratio_clamp_changes,
@@ -133,6 +139,38 @@ _EMPTY_ROW_FLOAT16 = Finding(
     where(objectives=("grpo.aggregate",), dtypes=("float16",), conventions={"mode": "seq-mean-token-mean"},
           test=has_empty_row), results=("valid", "acceptable"))
 FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16]
+
+
+def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
+    """Whether geo_mean's plain torch.mean over each micro-batch moves a row gradient beyond
+    ``tolerance``: micro-batch losses are summed and DDP averages the R ranks, so row i weighs
+    1/(R·B_mb(i)) instead of 1/B — its policy gradient is B/(R·B_mb(i)) times the exact one. The
+    whole row gradient is scaled here (the KL term, weighted right, is small beside it at the
+    vectors' β)."""
+    test = global_test(case, arguments(case))
+    mask = as_array(test["inputs"]["mask"]) != 0
+    counted = int(mask.any(axis=1).sum())
+    weight = np.ones(mask.shape[0])
+    for rank in split:
+        for mb in rank:
+            weight[list(mb)] = counted / (len(split) * len(mb))
+    exact = {f"grad:{n}": np.asarray(g, dtype=np.float64) for n, g in test["grads"].items()}
+    deviating = {label: g * weight[:, None] for label, g in exact.items()}
+    return deviation_shows(tolerance, exact, deviating)
+
+
+# Found by `lossproof check --target verl --partition 2x2 --objective grpo.loss`.
+SPLIT_FINDINGS = [
+    Finding("verl-geo-mean-micro-batch-mean", "bug",
+            "loss_mode 'geo_mean' (GMPO) takes a plain torch.mean over the micro-batch's sequences and ignores "
+            "the global normalisers agg_loss uses: the micro-batch losses are summed over gradient accumulation "
+            "and the policy term is not multiplied by dp_size, so each sequence weighs 1/(R·B_mb) instead of 1/B "
+            "(M times too much for M equal micro-batches)",
+            f"{CORE} compute_policy_loss_geo_mean: pg_loss = torch.mean(pg_losses); "
+            "verl/workers/engine/fsdp/transformer_impl.py forward_backward_batch (unscaled micro-batch losses)",
+            lambda c, dtype, split, tolerance: c.objective == "grpo.loss"
+            and c.conventions.get("policy_loss") == "gmpo" and _geo_mean_micro_batch_mean_shows(c, split, tolerance)),
+]
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
               "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
@@ -251,4 +289,4 @@ def target():
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
-                 steps=steps)
+                 steps=steps, split_findings=SPLIT_FINDINGS)
