@@ -25,6 +25,7 @@ class Param:
     choices: tuple = ()
     source: str = ""             # where the paper default comes from
     convention: bool = False     # a behaviour a target declares (vs an argument it is passed)
+    added: str | None = None     # the vector-set version that introduced it, if it came later
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,13 @@ class Objective:
     @property
     def conventions(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params if p.convention)
+
+    def uid_conventions(self, conventions: dict) -> dict:
+        """The conventions a case's uid hashes: all of them, except a convention added after the
+        case's objective had released vectors while it holds its default — the cases that existed
+        before it keep their uids (papers cite them)."""
+        late = {p.name: p.default for p in self.params if p.convention and p.added}
+        return {k: v for k, v in conventions.items() if k not in late or v != late[k]}
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -205,8 +213,13 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("aggregation", "seq-mean-token-mean",
                ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
                "DeepSeekMath eq. 3", convention=True),
-         Param("norm_length", None)),
-        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3",
+         Param("norm_length", None),
+         Param("ratio_level", "token", ("token", "sequence", "sequence-token"),
+               "DeepSeekMath eq. 3 (token); GSPO arXiv 2507.18071 §4.1 eq. 5 and §4.3", convention=True,
+               added="1.2.0"),
+         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo"),
+               "PPO eq. 7; GMPO arXiv 2507.20673 §3", convention=True, added="1.2.0")),
+        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO",
         reduction="logp"),
     Objective(
         "proximal_kl.future_cost", "F_t = Σ_{u>t} m_u·k_u, k_u = logp_u − ref_logp_u "

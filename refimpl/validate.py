@@ -308,6 +308,31 @@ def kl_ratio_weight(value) -> bool:
     return flag("kl_ratio_weight", value)
 
 
+RATIO_LEVELS = ("token", "sequence", "sequence-token")
+POLICY_LOSSES = ("ppo-clip", "gmpo")
+
+
+def ratio_level(value) -> str:
+    """Where grpo.loss forms its importance ratio: per token (PPO/GRPO), per sequence (GSPO),
+    or per sequence with a per-token gradient (GSPO-token)."""
+    return choice("ratio_level", value, RATIO_LEVELS)
+
+
+def policy_loss(value, level: str, dual_clip, kl_ratio_weight: bool) -> str:
+    """grpo.loss's policy term: the PPO clipped surrogate, or GMPO's geometric mean of
+    log-space-clipped token ratios. GMPO's ratio is a sequence ratio by definition, and it has
+    neither a dual clip nor a ratio-weighted KL: those combinations are refused, not guessed."""
+    choice("policy_loss", value, POLICY_LOSSES)
+    if value == "gmpo":
+        if level != "sequence":
+            fail("policy_loss", f"'gmpo' needs ratio_level='sequence', got {level!r}")
+        if dual_clip is not None:
+            fail("dual_clip", "must be None with policy_loss='gmpo'")
+        if kl_ratio_weight:
+            fail("kl_ratio_weight", "must be False with policy_loss='gmpo'")
+    return value
+
+
 # ----------------------------------------------------------------------------- proximal_kl
 
 def cost_clip(value, name: str = "future_clip") -> float | None:

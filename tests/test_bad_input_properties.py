@@ -73,6 +73,8 @@ BAD_PARAMS = {
     "future_clip": [0.0, -1.0, NAN],
     "ratio_clip": [0.0, 1.0, 1.5, NAN],
     "ratio_cap": [0.0, -2.0, NAN],
+    "ratio_level": ["seq", None, 1],
+    "policy_loss": ["gspo", "gmpo", None],   # 'gmpo' is refused with the default token ratios
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],

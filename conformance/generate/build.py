@@ -53,7 +53,7 @@ def full_conventions(spec: catalog.Objective, case: Case) -> dict:
 
 
 def uid_of(spec: catalog.Objective, case: Case) -> str:
-    return uid(spec.id, case.inputs, case.params, full_conventions(spec, case))
+    return uid(spec.id, case.inputs, case.params, spec.uid_conventions(full_conventions(spec, case)))
 
 
 def _shape(x) -> tuple:

@@ -27,6 +27,7 @@ from conformance.generate.grpo_inputs import (
     LOSS,
     LOSS_GROUPS,
     PPO_SECTION,
+    SEQUENCE_LOSS_GROUPS,
     _adv_case,
     _agg_case,
     _away_from_kinks,
@@ -37,6 +38,8 @@ from conformance.generate.grpo_inputs import (
     _loss_case,
     _rewards,
     _round,
+    _row_log_ratios,
+    _sequence_away,
     _with_empty_rows,
 )
 
@@ -78,6 +81,12 @@ NOTES = {
     "DualClipActive": {"category": "convention", "description": "A < 0 and ρ > c = 3: the dual clip bounds the "
                        "objective by c·A (flat, zero gradient); tokens with ρ just below c stay on the "
                        "clipped branch."},
+    "SingleTokenRows": {"category": "edge", "description": "Every row holds one token: a sequence ratio "
+                        "(GSPO's s_i, GMPO's geometric mean) is that token's ratio."},
+    "SequenceBandEdge": {"category": "edge", "description": "Sequence ratios s_i = exp(mean log ρ) half and one and "
+                         "a half times ε inside and outside the clip band (GSPO's ε = 3e−4 / 4e−4 among them), "
+                         "formed from token log-ratios that spread around their mean; for GMPO, token log-ratios "
+                         "5 % either side of −ε_low and ε_high. Both signs of A."},
     "ZeroAdvantage": {"category": "edge", "description": "A = 0: the objective and its gradient are exactly 0 "
                       "whatever the ratio."},
     "FullyMaskedRow": {"category": "edge", "description": "Rows with no token under a token mean: they add "
@@ -165,6 +174,36 @@ GROUPS = {
                                 "aggregation cannot express: see docs/conventions.md",
     "openrlhf-0.11.2-k2": "grpo.loss: OpenRLHF 0.11.2 models/utils.py compute_approx_kl 'k2' ((log r)²/2, "
                           "clamped to ±10) as the KL loss, token-level PolicyLoss",
+    "gspo": "grpo.loss: GSPO (Zheng et al. 2025, arXiv 2507.18071) §4.1 eq. 5: the sequence ratio "
+            "s_i = exp(1/|y_i| Σ_t log ρ_t) in the clipped surrogate, 1/G Σ_i aggregation; ε = 3e−4 / 4e−4 "
+            "(§5.1) among the bands; k3 KL without clamp or ratio weight (GSPO itself has no KL term: β varies)",
+    "gspo-token": "grpo.loss: GSPO-token (arXiv 2507.18071 §4.3): s_i,t = sg[s_i]·π_t/sg[π_t], the value of "
+                  "GSPO with a per-token gradient (equal to GSPO's for per-sequence advantages, except through "
+                  "a ratio-weighted KL)",
+    "gmpo": "grpo.loss: GMPO (Zhao et al. 2025, arXiv 2507.20673) §3: C_i = A_i·exp(1/|o_i| Σ_t "
+            "clip_A(log ρ_t)), the token log-ratio clipped in log space on the side A points to (A > 0: at "
+            "most ε_high; otherwise at least −ε_low); ε = 0.4 (the paper's e^±0.4) among the bands — also TRL "
+            "1.16.0 experimental/gmpo/gmpo_trainer.py GMPOTrainer._compute_loss (epsilon 0.4 in log space; k3 "
+            "averaged per sequence; a plain mean over sequences, which counts rows without tokens)",
+    "trl-1.16-gspo": "grpo.loss: TRL 1.16.0 trainer/grpo_trainer.py _compute_loss with "
+                     "importance_sampling_level='sequence' (log w = Σ_t Δ·m / max(Σ m, 1), no clamp), "
+                     "loss_type='grpo' (per-sequence token means; TRL's GSPO recipe) and "
+                     "use_bias_correction_kl=True (k3 × the differentiable sequence ratio)",
+    "trl-1.16-gspo-dapo": "grpo.loss: TRL 1.16.0 importance_sampling_level='sequence' with its default "
+                          "loss_type='dapo' (token mean) and use_bias_correction_kl=True",
+    "verl-0.9.1-gspo": "grpo.loss: verl 0.9.1 trainer/ppo/core_algos.py compute_policy_loss_gspo "
+                       "(loss_mode='gspo': GSPO-token, log s_i,t = logπ − sg logπ + sg(masked mean Δ), length "
+                       "≥ 1; no dual clip) with loss_agg_mode='seq-mean-token-mean' (what its docstring "
+                       "recommends), low_var_kl (k3 clamped to ±10). Its clamp of log s at 10 is not expressed "
+                       "(no case comes near it)",
+    "verl-0.9.1-gspo-token-mean": "grpo.loss: verl 0.9.1 loss_mode='gspo' with the config's default "
+                                  "loss_agg_mode='token-mean'",
+    "openrlhf-0.11.2-gspo": "grpo.loss: OpenRLHF 0.11.2 models/loss.py PolicyLoss policy_loss_type='gspo' "
+                            "(ratio = exp(masked mean Δ), length ≥ 1, no clamp; sequence aggregation), KL k3 "
+                            "clamped to ±10",
+    "verl-0.9.1-gmpo": "grpo.loss: verl 0.9.1 trainer/ppo/core_algos.py compute_policy_loss_geo_mean "
+                       "(loss_mode='geo_mean'; clip_ratio_low/high are log-space bounds; plain mean over "
+                       "sequences) with the KL loss low_var_kl under loss_agg_mode='seq-mean-token-mean'",
     "dual-clip-3": "grpo.clip: dual clip c = 3 (Ye et al. 2020) — verl 0.9.1 trainer/ppo/core_algos.py "
                    "compute_policy_loss_vanilla clip_ratio_c=3.0 (always on; log ρ clamped to ±20 first, not "
                    "expressed); OpenRLHF 0.11.2 models/loss.py PolicyLoss(dual_clip=3)",
@@ -675,6 +714,8 @@ def _loss_scale(kwargs, outputs, grads):
     terms of ℓ_t that rounding touches: |ρA|·(1 + |logp| + |old|) on the unclipped branch, and
     β·(size of the KL estimate's terms), times ρ·(1 + |logp| + |old|) when ρ weighs the KL.
     elements (the careful low-precision model's terms): Σ_t w_t·|ℓ_t|, ℓ_t = −C_t + β·w_t·KL_t."""
+    if kwargs["ratio_level"] != "token":
+        return _sequence_loss_scale(kwargs)
     w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
     beta = mpmath.mpf(kwargs["beta"])
     kind, clamp = kwargs["kl_kind"], kwargs["kl_clamp"]
@@ -713,6 +754,230 @@ def _loss_scale(kwargs, outputs, grads):
     return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
 
 
+# ============================================================================ sequence ratios
+
+SEQUENCE_BANDS = [(3e-4, 4e-4), (0.2, 0.28), (0.2, None)]   # GSPO §5.1's band first
+GMPO_BANDS = [(0.4, None), (0.2, 0.3), (0.4, 0.6)]            # GMPO §4: e^±0.4
+
+
+def _bands(conv):
+    return GMPO_BANDS if conv["policy_loss"] == "gmpo" else SEQUENCE_BANDS
+
+
+def _random_sequence_loss(group, gi, i, big=False, single=False) -> Case:
+    conv = SEQUENCE_LOSS_GROUPS[group]
+    seed = 30000 + 100 * gi + i
+    r = S.rng(seed)
+    b = int(r.integers(1, 17)) if not big else 16
+    t = int(r.choice([1, 3, 8, 16, 24, 32, 48, 64])) if not big else 256
+    dtype = _dtype_of(i)
+    eps_low, eps_high = _bands(conv)[(i + gi) % 3]
+    beta = float(r.choice([0.04, 0.001, 0.1, 0.0]))
+    params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
+    if conv["policy_loss"] == "gmpo":
+        spreads = [0.1, 0.3, 0.6]
+    else:
+        spreads = [5e-4, 3e-3, 0.02] if eps_low < 0.01 else [0.02, 0.1, 0.3]
+    s_old = float(r.choice(spreads))
+    lp = _round(S.logprobs(r, (b, t)), dtype)
+    old = _round(S.logprobs_near(r, lp, s_old), dtype)
+    ref = _round(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 1.0]))), dtype)
+    adv = _round(r.normal(0, 1, b).tolist(), dtype)
+    if single:
+        mask = [[1 if j == int(r.integers(0, t)) else 0 for j in range(t)] for _ in range(b)]
+        mask = [row if any(row) else [1] + [0] * (t - 1) for row in mask]
+    else:
+        mask = S.mask(r, b, t)
+    lp = _sequence_away(lp, old, ref, mask, adv, params, conv, dtype)
+    flags = ("Random",) + (("Large",) if big else ()) + (("SingleTokenRows",) if single else ()) \
+        + (("BetaZero",) if beta == 0 else ())
+    comment = (f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
+               + (", one token per row" if single else "") + (", float32" if dtype else ""))
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
+
+
+def _band_edge_case(group, gi) -> Case:
+    """Rows whose sequence ratio sits 0.5·ε and 1.5·ε inside and outside each edge (GSPO), or whose
+    token log-ratios sit 5 % either side of −ε_low, ε_high (GMPO); both signs of A."""
+    conv = SEQUENCE_LOSS_GROUPS[group]
+    seed = 31000 + gi
+    r = S.rng(seed)
+    eps_low, eps_high = _bands(conv)[0]
+    hi = eps_low if eps_high is None else eps_high
+    lp, old, adv = [], [], []
+    if conv["policy_loss"] == "gmpo":
+        rows = [[k * e * f for e, k in ((eps_low, -1), (hi, 1)) for f in (0.95, 1.05)]]
+    else:
+        rows = [[math.log(x)] for x in (1 - 0.5 * eps_low, 1 - 1.5 * eps_low, 1 + 0.5 * hi, 1 + 1.5 * hi)]
+    for target in rows:
+        for a in (1.0, -1.0):
+            base = S.logprobs(r, (4,))
+            if len(target) == 1:   # a spread around the mean that the row's ratio is made of
+                z = r.normal(0, 0.05, 4)
+                d = (target[0] + z - z.mean()).tolist()
+            else:
+                d = target
+            lp.append(base)
+            old.append([x - y for x, y in zip(base, d)])
+            adv.append(a)
+    ref = S.logprobs_near(r, lp, 0.3)
+    mask = [[1] * 4 for _ in lp]
+    params = {"eps_low": eps_low, "eps_high": eps_high, "beta": 0.04}
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, ("SequenceBandEdge",), "sequence ratios (GMPO: token log-ratios) either side of "
+                      "the band's edges, A = ±1", seed, "logprobs; log-ratios placed around the band's edges")
+
+
+def _sequence_boundary_case(group) -> Case:
+    """One-token rows whose ratio is within 2 ulps of a band edge: the branch is decided by rounding."""
+    conv = SEQUENCE_LOSS_GROUPS[group]
+    eps_low, eps_high = _bands(conv)[0]
+    hi = eps_low if eps_high is None else eps_high
+    gmpo = conv["policy_loss"] == "gmpo"
+    edges = [(-eps_low, -1.0), (hi, 1.0)] if gmpo else [(math.log(1 - eps_low), -1.0), (math.log(1 + hi), 1.0)]
+    base = -1.5
+    lp = [[_ulp_steps(base + x, k)] for x, _ in edges for k in (-2, 0, 2)]
+    adv = [a for _, a in edges for _ in (-2, 0, 2)]
+    return _loss_case(group, {"logp": lp, "old_logp": [[base]] * len(lp), "ref_logp": [[base - 0.25]] * len(lp),
+                              "advantages": adv, "mask": [[1]] * len(lp)},
+                      {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
+                      "one-token rows within 2 ulps of the band's edges", 0, "fixed", result="acceptable")
+
+
+def _sequence_cases() -> list[Case]:
+    out = []
+    for gi, group in enumerate(SEQUENCE_LOSS_GROUPS):
+        conv = SEQUENCE_LOSS_GROUPS[group]
+        for i in range(6):
+            out.append(_random_sequence_loss(group, gi, i))
+        out.append(_random_sequence_loss(group, gi, 6, single=True))
+        out.append(_random_sequence_loss(group, gi, 7, single=True))
+        if group in ("gspo", "gmpo"):
+            out.append(_random_sequence_loss(group, gi, 50, big=True))
+        out.append(_band_edge_case(group, gi))
+        out.append(_sequence_boundary_case(group))
+        # Low precision, alternating bfloat16 / float16 across groups.
+        dtype = ("bfloat16", "float16")[gi % 2]
+        seed = 31100 + gi
+        r = S.rng(seed)
+        lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
+        old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
+        ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
+        adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
+        mask = S.mask(r, 4, 8)
+        params = {"eps_low": _bands(conv)[1][0], "eps_high": _bands(conv)[1][1]}
+        lp = _sequence_away(lp, old, ref, mask, adv, params, conv, dtype)
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                              params, ("LowPrecision",), f"inputs exact in {dtype}", seed,
+                              f"logprobs rounded to {dtype}", low=True))
+        # Zero advantages: only the KL term remains.
+        seed = 31200 + gi
+        r = S.rng(seed)
+        lp = S.logprobs(r, (3, 5))
+        old = S.logprobs_near(r, lp, 0.3)
+        ref = S.logprobs_near(r, lp, 0.3)
+        mask = S.mask(r, 3, 5)
+        lp = _sequence_away(lp, old, ref, mask, [0.0] * 3, {}, conv, None)
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
+                                      "mask": mask}, {"beta": 0.1}, ("ZeroAdvantage",),
+                              "A = 0 in every row: only the KL term", seed, "logprobs; A = 0"))
+        # Token log-ratios of ±60 whose mean is moderate: Π_t ρ_t must not be formed.
+        lp = [[-1.0, -61.0, -2.0, -0.5], [-60.5, -0.25, -3.0, -1.5]]
+        old = [[-61.0, -1.0, -2.125, -0.625], [-0.5, -60.25, -3.125, -1.25]]
+        ref = [[-1.25, -61.125, -2.5, -0.75], [-60.75, -0.5, -3.25, -1.75]]
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
+                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {"eps_low": 0.2, "eps_high": 0.28},
+                              ("ExtremeRatio",), "token log-ratios ±60 whose row means are 0.0625 and −0.0625", 0,
+                              "fixed"))
+        # Rows without tokens: the sequence ratio of such a row is 1 (TRL, verl: length ≥ 1), and the
+        # sequence means leave it out (or count it: acceptable, as for the token-level groups).
+        seed = 31300 + gi
+        r = S.rng(seed)
+        lp = S.logprobs(r, (5, 6))
+        old = S.logprobs_near(r, lp, 0.1)
+        ref = S.logprobs_near(r, lp, 0.3)
+        adv = r.normal(0, 1, 5).tolist()
+        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
+        lp = _sequence_away(lp, old, ref, mask, adv, {}, conv, None)
+        seq_mean = conv["aggregation"] != "token-mean"
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                              {}, ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
+                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                              result="acceptable" if seq_mean else "valid"))
+    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
+          "mask": [[1, 1]]}
+    bad = [
+        ({"ratio_level": "seq"}, "unknown ratio_level"),
+        ({"policy_loss": "gspo"}, "unknown policy_loss (GSPO is ratio_level='sequence')"),
+        ({"policy_loss": "gmpo"}, "GMPO with token ratios (its ratio is a sequence ratio)"),
+        ({"policy_loss": "gmpo", "ratio_level": "sequence-token"}, "GMPO with GSPO-token's ratio"),
+    ]
+    for conv, why in bad:
+        out.append(Case(LOSS, ok, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None},
+                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
+
+
+def _sequence_loss_scale(kwargs):
+    """As ``_loss_scale``, with the row's ratio s_i = exp(mean of the Δ_t): log s_i inherits the
+    absolute error u·mean_t(|logp_t| + |old_logp_t|) of its terms (the summation's growth with the
+    row length is the objective's k), so s_i·A carries |s_i·A|·(1 + mean_t(|logp| + |old|)). The
+    gradient of a token is its share 1/|o_i| of the row's terms through s_i (GSPO, GMPO) or its own
+    term (GSPO-token), whichever is larger, plus its KL derivative's terms."""
+    w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
+    beta = mpmath.mpf(kwargs["beta"])
+    kind, clamp, weighted = kwargs["kl_kind"], kwargs["kl_clamp"], kwargs["kl_ratio_weight"]
+    gmpo = kwargs["policy_loss"] == "gmpo"
+    lo, hi, dual = _band(kwargs)
+    lp_all = [[mpmath.mpf(x) for x in row] for row in kwargs["logp"]]
+    old_all = [[mpmath.mpf(x) for x in row] for row in kwargs["old_logp"]]
+    adv_all = [mpmath.mpf(a) for a in kwargs["advantages"]]
+    logs = _row_log_ratios(lp_all, old_all, kwargs["mask"], adv_all,
+                           {"eps_low": mpmath.mpf(kwargs["eps_low"]),
+                            "eps_high": None if kwargs["eps_high"] is None else mpmath.mpf(kwargs["eps_high"])},
+                           kwargs)
+    value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
+    for i, row in enumerate(w):
+        on = [j for j, wt in enumerate(row) if wt]
+        if not on:
+            continue
+        a = adv_all[i]
+        s = mpmath.exp(mpmath.fsum(logs[i]) / len(logs[i]))
+        size = 1 + mpmath.fsum(abs(lp_all[i][j]) + abs(old_all[i][j]) for j in on) / len(on)
+        if gmpo:
+            objective, through = a * s, abs(a * s) * size
+        else:
+            active, magnitude = _branch(s, a, lo, hi, dual)
+            objective, through = _surrogate(s, a, lo, hi, dual), (magnitude * size if active else 0)
+        value_row, through_row, own = [], [], []
+        for j in on:
+            lp, ref = lp_all[i][j], mpmath.mpf(kwargs["ref_logp"][i][j])
+            x = ref - lp
+            size_ref = 1 + abs(lp) + abs(ref)
+            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
+            k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
+            elements.append(row[j] * abs(objective - beta * (s if weighted else 1) * k_used))
+            if clamp is not None and abs(k) >= clamp:
+                kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
+            elif kind == "k3":
+                kl_terms = mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref
+                dkl_terms = (mpmath.exp(x) + 1) * size_ref
+            elif kind == "k2":
+                kl_terms, dkl_terms = abs(x) * size_ref + x * x / 2, size_ref
+            else:
+                kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
+            weight = s * size if weighted else 1
+            value_row.append(row[j] * ((through or abs(objective)) + beta * weight * kl_terms))
+            through_row.append(row[j] * (through + (beta * weight * kl_terms if weighted else 0)))
+            own.append(row[j] * beta * weight * dkl_terms)
+        value_terms.extend(value_row)
+        pooled = mpmath.fsum(through_row) / len(on)
+        grad_terms.extend(max(pooled, t) + d for t, d in zip(through_row, own))
+    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
+
+
 def _surrogate(rho, a, lo, hi, dual):
     """The clipped surrogate C_t (with the dual clip where A < 0)."""
     value = min(rho * a, min(max(rho, lo), hi) * a)
@@ -729,7 +994,8 @@ def _surrogate(rho, a, lo, hi, dual):
 # estimates beyond the clamp.
 
 def cases() -> list[Case]:
-    return _adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases()
+    # the sequence-ratio cases come last: the cases that were already there keep their places
+    return _adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
 
 
 SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale}

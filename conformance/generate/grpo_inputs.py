@@ -52,6 +52,25 @@ LOSS_GROUPS = {
 }
 
 
+def _seq(conventions, level="sequence", policy="ppo-clip"):
+    return {**conventions, "ratio_level": level, "policy_loss": policy}
+
+
+# Sequence-level ratios (GSPO, GSPO-token, GMPO), kept apart from LOSS_GROUPS: the low-precision
+# random cases cycle through LOSS_GROUPS, and the vector set keeps the cases it already had.
+SEQUENCE_LOSS_GROUPS = {
+    "gspo": _seq(_lg(None, "k3", None, False, "seq-mean-token-mean")),
+    "gspo-token": _seq(_lg(None, "k3", None, False, "seq-mean-token-mean"), "sequence-token"),
+    "gmpo": _seq(_lg(None, "k3", None, False, "seq-mean-token-mean"), policy="gmpo"),
+    "trl-1.16-gspo": _seq(_lg(None, "k3", None, True, "seq-mean-token-mean")),
+    "trl-1.16-gspo-dapo": _seq(_lg(None, "k3", None, True, "token-mean")),
+    "verl-0.9.1-gspo": _seq(_lg(None, "k3", 10.0, False, "seq-mean-token-mean"), "sequence-token"),
+    "verl-0.9.1-gspo-token-mean": _seq(_lg(None, "k3", 10.0, False, "token-mean"), "sequence-token"),
+    "openrlhf-0.11.2-gspo": _seq(_lg(None, "k3", 10.0, False, "seq-mean-token-mean")),
+    "verl-0.9.1-gmpo": _seq(_lg(None, "k3", 10.0, False, "seq-mean-token-mean"), policy="gmpo"),
+}
+
+
 # (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
 CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
 
@@ -135,7 +154,7 @@ def _with_empty_rows(mask, rows):
 
 
 def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False):
-    conv = LOSS_GROUPS[group]
+    conv = LOSS_GROUPS[group] if group in LOSS_GROUPS else SEQUENCE_LOSS_GROUPS[group]
     full = {"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None, **params}
     return Case(LOSS, inputs, params=full, conventions=conv, group=group, flags=flags, comment=comment,
                 result=result, low_precision=low, provenance=generated(seed, recipe))
@@ -161,4 +180,42 @@ def _loss_away(lp, old, ref, params, conv, dtype):
                     break
                 step += 1
                 row[j] = _round([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
+    return lp
+
+
+def _row_log_ratios(lp, old, mask, adv, params, conv):
+    """Per row: the log-ratios its sequence ratio averages (GMPO: after its log-space clip)."""
+    lo = params.get("eps_low", 0.2)
+    hi = lo if params.get("eps_high") is None else params["eps_high"]
+    rows = []
+    for lrow, orow, mrow, a in zip(lp, old, mask, adv):
+        d = [x - o for x, o, m in zip(lrow, orow, mrow) if m]
+        if conv["policy_loss"] == "gmpo":
+            d = [min(x, hi) if a > 0 else max(x, -lo) for x in d]
+        rows.append(d)
+    return rows
+
+
+def _sequence_away(lp, old, ref, mask, adv, params, conv, dtype):
+    """Nudge rows off every kink of a sequence ratio: s_i off the clip band (and dual clip) for
+    GSPO, each token's log-ratio off ±ε for GMPO; then the KL clamp, as ``_loss_away``."""
+    # the token ratios have no kink here: bounds far beyond any ratio leave only the KL clamp's
+    lp = _loss_away(lp, old, ref, {"eps_low": -1e300, "eps_high": 1e300}, {**conv, "dual_clip": None}, dtype)
+    lo = params.get("eps_low", 0.2)
+    hi = lo if params.get("eps_high") is None else params["eps_high"]
+    near = _near(dtype)
+    for i, mrow in enumerate(mask):
+        tokens = [j for j, m in enumerate(mrow) if m]
+        step = 0
+        while tokens:
+            if conv["policy_loss"] == "gmpo":
+                bad = any(abs((lp[i][j] - old[i][j]) / b - 1) < near for j in tokens for b in (-lo, hi) if b)
+            else:
+                d = _row_log_ratios([lp[i]], [old[i]], [mrow], [adv[i]], params, conv)[0]
+                bad = _near_kink(math.exp(math.fsum(d) / len(d)), _bounds(lo, hi, conv["dual_clip"]), near)
+            if not bad:
+                break
+            step += 1
+            j = tokens[step % len(tokens)]
+            lp[i][j] = _round([min(lp[i][j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp

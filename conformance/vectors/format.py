@@ -56,7 +56,8 @@ def manifest_bytes(files: dict[str, bytes]) -> bytes:
 
 def uid(objective_id: str, inputs: dict, params: dict, conventions: dict) -> str:
     """Content address: the objective plus a hash of the canonical inputs, parameters and the
-    full set of conventions (paper defaults filled in)."""
+    full set of conventions (paper defaults filled in; ``Objective.uid_conventions`` leaves out a
+    convention added later while it holds its default)."""
     content = {
         "inputs": {k: numbers.encode_input(v) for k, v in sorted(inputs.items())},
         "params": dict(sorted(params.items())),

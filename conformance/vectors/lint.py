@@ -36,7 +36,7 @@ def lint(vs: VectorSet) -> list[str]:
                 seen_uids[test["uid"]] = f"{rel} {jp}"
                 inputs = {k: numbers.decode_input(v) for k, v in test["inputs"].items()}
                 conventions = {n: group["conventions"].get(n, spec.defaults[n]) for n in spec.conventions}
-                if uid(spec.id, inputs, test["params"], conventions) != test["uid"]:
+                if uid(spec.id, inputs, test["params"], spec.uid_conventions(conventions)) != test["uid"]:
                     problems.append(f"{where}: {jp}.uid: does not match the content hash")
                 if test["result"] == "acceptable" and not test["flags"]:
                     problems.append(f"{where}: {jp}.flags: an acceptable case must carry a flag")

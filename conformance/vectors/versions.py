@@ -54,6 +54,8 @@ RELEASED = {
     # Issue 15 (preferences): dpo.loss loss types exo_pair, nca_pair, bco_pair (reward_shift),
     # sppo_hard, aot, aot_unpaired, apo_zero, apo_down, discopop (discopop_tau), as TRL 1.16.0 ships them;
     # the preference family: preference.simpo, preference.cpo, preference.orpo, preference.kto.
+    # grpo.loss: conventions ratio_level (GSPO, GSPO-token) and policy_loss (GMPO), their groups;
+    # the cases it had keep their bytes and uids.
     "1.2.0": {
         "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
         "distill.hinton": "c605ef0310dd2c2b1f82f3f06f964fe15f4f7a946ff8b4cf212b24e5f462487c",
@@ -63,7 +65,7 @@ RELEASED = {
         "grpo.advantages": "bfda6622622a72771e24f3b9b586e0496b6950c5e6c0ec4c9df82ec5aa510901",
         "grpo.aggregate": "668ecb9a0d626c51f55daa8c99415e023d916d52699255bd2837f3b1c61cf1a2",
         "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
-        "grpo.loss": "ddaf7e72701102fccefeb36416a603bd89d4e067661225fe9c0f632333b18296",
+        "grpo.loss": "9ea6a0adf618ca8bfbc4732011744ff4c5e0ef4a59687fb86e9905936e40249e",
         "kl.estimator": "f78a227e785fb6052f17b0401a6ecc9b6ebab6918464e89c4cc48c0b2efdae72",
         "preference.cpo": "9b973a2353bc0e2decfe781027c25f7b5c1da32a376e67fda20310fab6c085ba",
         "preference.kto": "d031c91934bb5cb7ec043ebe26a3fac1e73f2d044f5d0bacae00a356ddc05b42",

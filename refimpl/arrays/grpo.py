@@ -234,7 +234,8 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 # ----------------------------------------------------------------------------- loss
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
-                 beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length):
+                 beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
+                 ratio_level, policy_loss):
     xp = _xp.namespace(logp, old_logp, ref_logp, advantages, mask)
     dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     lp = _xp.array(xp, "logp", logp, dt)
@@ -250,6 +251,7 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.kl_kind(kl_kind, "kl_kind")
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     validate.kl_ratio_weight(kl_ratio_weight)
+    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
     norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     return xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm
 
@@ -273,32 +275,97 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
     return -objective + beta * penalty, -dobjective + beta * dpenalty
 
 
+def _gmpo_log_ratio(xp, log_ratio, adv, eps_low, eps_high):
+    """GMPO's sign-aware log-space clip (arXiv 2507.20673 §3) and the mask of tokens on
+    its unclipped branch (ties included)."""
+    bound = xp.clip(log_ratio, -eps_low, eps_high)
+    active = xp.where(adv > 0, log_ratio <= bound, log_ratio >= bound)
+    return xp.where(active, log_ratio, bound), active
+
+
+def _sequence_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight,
+                   policy_loss, log_band):
+    """ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i (GSPO arXiv 2507.18071 §4.1 eq. 5;
+    GMPO arXiv 2507.20673 §3) and its derivative pieces: dℓ_t/dlog s_i, the KL's own
+    dℓ_t/dlogp_t, and dlog s_i/dlogp_u (m_u/max(n_i, 1), times GMPO's clip mask)."""
+    on = m == 1
+    log_ratio = _xp.masked(xp, on, lp - old)
+    log_r = _xp.masked(xp, on, ref - lp)
+    counts = xp.maximum(xp.sum(m, axis=1), xp.ones_like(m[:, 0]))
+    if policy_loss == "gmpo":
+        token_log, active = _gmpo_log_ratio(xp, log_ratio, adv[:, None], *log_band)
+        pooled = _xp.masked(xp, active, m) / counts[:, None]
+    else:
+        token_log, pooled = log_ratio, m / counts[:, None]
+    s = xp.exp(xp.sum(_xp.masked(xp, on, token_log), axis=1) / counts)
+    if policy_loss == "gmpo":
+        objective = dobjective = adv * s
+    else:
+        objective, active_rows = surrogate(xp, s, adv, *clip_params)
+        dobjective = _xp.masked(xp, active_rows, s * adv)
+    penalty = kl.clamped(xp, log_r, kl_kind, kl_clamp)
+    dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
+    through_ratio = -dobjective[:, None] + xp.zeros_like(lp)
+    if kl_ratio_weight:
+        penalty, dpenalty = s[:, None] * penalty, s[:, None] * dpenalty
+        through_ratio = through_ratio + beta * penalty
+    return -objective[:, None] + beta * penalty, through_ratio, beta * dpenalty, pooled
+
+
+def _sequence_gradient(xp, weights, level, through_ratio, direct, pooled):
+    """dloss/dlogp from the pieces: GSPO-token's straight-through ratio moves with its own token;
+    GSPO's and GMPO's s_i with every token of the row (pooled)."""
+    if level == "sequence-token":
+        return weights * (through_ratio + direct)
+    return pooled * xp.sum(weights * through_ratio, axis=1)[:, None] + weights * direct
+
+
+def _log_band(eps_low, eps_high):
+    lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+    return lo, hi
+
+
 def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
-         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
+         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
     """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
     (``token-mean``); Dr. GRPO §3 (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020);
     w_t = ρ_t when ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1.
+    ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) or 'sequence-token' (GSPO-token,
+    §4.3) replaces ρ_t by the row's s_i = exp(mean Δ); ``policy_loss='gmpo'`` (arXiv 2507.20673
+    §3) is C_i = A_i·exp(mean of the log-space-clipped Δ).
     """
     xp, _, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
-    per_token, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+    if ratio_level == "token":
+        per_token, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+    else:
+        per_token = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
+                                   policy_loss, _log_band(eps_low, eps_high))[0]
     return aggregate_value(xp, per_token, m, aggregation, norm)
 
 
 def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
              eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
-             aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+             aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
+             ratio_level: str = "token", policy_loss: str = "ppo-clip"):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
     aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
     xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
     ct = scalar_cotangent(xp, cotangent, dt)
-    _, dper_token = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
-    return {"logp": ct * aggregate_weights(xp, m, aggregation, norm) * dper_token}
+    weights = aggregate_weights(xp, m, aggregation, norm)
+    if ratio_level == "token":
+        _, dper_token = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        return {"logp": ct * weights * dper_token}
+    _, through_ratio, direct, pooled = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
+                                                      kl_ratio_weight, policy_loss,
+                                                      _log_band(eps_low, eps_high))
+    return {"logp": ct * _sequence_gradient(xp, weights, ratio_level, through_ratio, direct, pooled)}

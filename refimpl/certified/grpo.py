@@ -149,9 +149,27 @@ def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None)
 
 # ----------------------------------------------------------------------------- loss
 
+def _sequence_ratios(lrow, orow, adv, mrow, level, policy_loss, log_band):
+    """The ratio each unmasked token of a row uses: s_i = exp(mean Δ_t) (GSPO, arXiv 2507.18071
+    §4.1 eq. 5), its straight-through sg[s_i]·π_t/sg[π_t] (GSPO-token, §4.3), or GMPO's geometric
+    mean of the sign-aware log-space-clipped Δ_t (arXiv 2507.20673 §3: A > 0 caps Δ at
+    ε_high, otherwise Δ is floored at −ε_low; an entry on the bound keeps its gradient)."""
+    logs = [x - o for x, o, on in zip(lrow, orow, mrow) if on]
+    if not logs:
+        return [None] * len(lrow)
+    if policy_loss == "gmpo":
+        positive = _ball.sign(adv) > 0
+        logs = [_ball.clip(d, None, log_band[1]) if positive else _ball.clip(d, -log_band[0], None)
+                for d in logs]
+    s = _ball.exp(_ball.fsum(logs) / len(logs))
+    if level == "sequence":
+        return [s] * len(lrow)
+    return [_ball.detach(s) * _ball.exp(x - _ball.detach(x)) for x in lrow]
+
+
 def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None,
           beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-          norm_length=None):
+          norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
     lp = _ball.balls("logp", logp)
     shape = _ball.shape(lp)
     validate.rank("logp", shape, 2)
@@ -167,20 +185,25 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     c = None if c is None else _ball.ball(c)
     weighted = validate.kl_ratio_weight(kl_ratio_weight)
+    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
+    log_band = [_ball.ball(x) for x in validate.clip_band(eps_low, eps_high, None)[:2]]
     validate.aggregation(aggregation)
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)
     lp = diff("logp", lp)
     per_token = []
     for lrow, orow, rrow, a, mrow in zip(lp, old, ref, adv, m):
+        if ratio_level != "token":
+            ratios = _sequence_ratios(lrow, orow, a, mrow, ratio_level, policy_loss, log_band)
         row = []
-        for x, o, r, on in zip(lrow, orow, rrow, mrow):
+        for t, (x, o, r, on) in enumerate(zip(lrow, orow, rrow, mrow)):
             if not on:          # never read by the aggregation (any finite number may sit there)
                 row.append(None)
                 continue
-            rho = _ball.exp(x - o)
+            rho = _ball.exp(x - o) if ratio_level == "token" else ratios[t]
             kl = penalty(r - x, kl_kind, c)
-            row.append(-surrogate(rho, a, *band) + b * (rho * kl if weighted else kl))
+            objective = a * rho if policy_loss == "gmpo" else surrogate(rho, a, *band)
+            row.append(-objective + b * (rho * kl if weighted else kl))
         per_token.append(row)
     return {"loss": aggregate_rows(per_token, m, aggregation, norm)}
 

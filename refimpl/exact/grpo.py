@@ -244,7 +244,8 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 # ----------------------------------------------------------------------------- loss
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
-                 beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length):
+                 beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
+                 ratio_level="token", policy_loss="ppo-clip"):
     lp = mp.array("logp", logp)
     validate.rank("logp", lp.shape, 2)
     old = mp.array("old_logp", old_logp)
@@ -258,6 +259,7 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.kl_kind(kl_kind, "kl_kind")
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     validate.kl_ratio_weight(kl_ratio_weight)
+    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     return lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)), norm
 
@@ -279,11 +281,66 @@ def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, 
     return -objective + beta * penalty, -dobjective + beta * dpenalty
 
 
+def _log_band(eps_low, eps_high):
+    """GMPO's clip band in log space, (ε_low, ε_high) as mpf (already validated)."""
+    lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+    return mp.mpf(lo), mp.mpf(hi)
+
+
+def _gmpo_log_ratio(log_ratio, adv, eps_low, eps_high):
+    """GMPO's token log-ratio clip (Zhao et al. 2025, arXiv 2507.20673, §3, the clip in
+    log space): min(Δ, clamp(Δ, −ε_low, ε_high)) where A > 0, else the max, i.e. PPO's
+    pessimistic bound per token. Returns the clipped value and its derivative in Δ (1 on the
+    unclipped branch, ties included; 0 where the bound is taken)."""
+    bound = mp.clip(log_ratio, -eps_low, eps_high)
+    positive = _bool(adv > 0)
+    active = np.where(positive, _bool(log_ratio <= bound), _bool(log_ratio >= bound))
+    return np.where(active, log_ratio, bound), np.where(active, mp.ONE, mp.ZERO)
+
+
+def _sequence_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight,
+                   policy_loss, log_band):
+    """Per-token ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i, and its derivative pieces.
+
+    GSPO (Zheng et al. 2025, arXiv 2507.18071, §4.1 eq. 5): s_i = exp(1/|y_i| Σ_t Δ_t),
+    C_i = min(s_i·A_i, clip(s_i, 1 − ε_low, 1 + ε_high)·A_i), the dual clip as for tokens;
+    w_t = s_i when ``kl_ratio_weight``. GMPO (arXiv 2507.20673 §3): s_i = exp of the mean
+    of the log-space-clipped Δ_t, C_i = A_i·s_i. A row without tokens has s_i = 1 (TRL 1.16 and
+    verl 0.9.1 divide by max(n_i, 1)); its terms are never aggregated.
+
+    Returns (ℓ, through_ratio, direct, pooled): dℓ_t/dlog s_i, the rest of dℓ_t/dlogp_t (the
+    KL's own derivative), and dlog s_i/dlogp_u (m_u/n_i, times GMPO's clip indicator).
+    """
+    on = _bool(m == 1)
+    log_ratio = np.where(on, lp - old, mp.ZERO)
+    log_r = np.where(on, ref - lp, mp.ZERO)
+    counts = [max(mpmath.fsum(row), mp.ONE) for row in m]
+    if policy_loss == "gmpo":
+        token_log, indicator = _gmpo_log_ratio(log_ratio, adv[:, None], *log_band)
+    else:
+        token_log, indicator = log_ratio, np.full(log_ratio.shape, mp.ONE, dtype=object)
+    s = np.array([mp.exp(mpmath.fsum(row) / n) for row, n in zip(m * token_log, counts)], dtype=object)
+    pooled = m * indicator / np.array(counts, dtype=object)[:, None]
+    if policy_loss == "gmpo":
+        objective, dobjective = adv * s, adv * s
+    else:
+        objective, dobjective = _surrogate(s, adv, *clip_params)
+    penalty = kl.clamped(log_r, kl_kind, kl_clamp)
+    dpenalty = kl.clamped_dlogp(log_r, kl_kind, kl_clamp)
+    through_ratio = np.broadcast_to(-dobjective[:, None], lp.shape).copy()
+    weight = np.broadcast_to(s[:, None], lp.shape) if kl_ratio_weight else mp.ONE
+    if kl_ratio_weight:
+        through_ratio = through_ratio + beta * weight * penalty
+    per_token = -objective[:, None] + beta * weight * penalty
+    return per_token, through_ratio, beta * weight * dpenalty, pooled
+
+
 @mp.exact
 def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
-         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
+         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
     """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
@@ -294,8 +351,12 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     """
     lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
-    per_token, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+    if ratio_level == "token":
+        per_token, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+    else:
+        per_token = _sequence_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c,
+                                   kl_ratio_weight, policy_loss, _log_band(eps_low, eps_high))[0]
     return _aggregate_value(per_token, m, aggregation, norm)
 
 
@@ -303,12 +364,25 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
 def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
              eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
-             aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+             aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
+             ratio_level: str = "token", policy_loss: str = "ppo-clip"):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
     aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
     lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
     ct = _scalar_cotangent(cotangent)
-    _, dper_token = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
-    return {"logp": ct * _aggregate_weights(m, aggregation, norm) * dper_token}
+    weights = _aggregate_weights(m, aggregation, norm)
+    if ratio_level == "token":
+        _, dper_token = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        return {"logp": ct * weights * dper_token}
+    _, through_ratio, direct, pooled = _sequence_loss(
+        lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight, policy_loss,
+        _log_band(eps_low, eps_high))
+    if ratio_level == "sequence-token":
+        # the straight-through s_i,t = sg[s_i]·π_t/sg[π_t] moves with its own token only
+        return {"logp": ct * weights * (through_ratio + direct)}
+    # s_i depends on every unmasked token of row i: dlog s_i/dlogp_u = pooled_u (m_u/n_i,
+    # times GMPO's clip indicator), shared by all the row's terms through the ratio
+    row_sums = np.array([mpmath.fsum(row) for row in weights * through_ratio], dtype=object)
+    return {"logp": ct * (pooled * row_sums[:, None] + weights * direct)}

@@ -194,10 +194,27 @@ def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: floa
 
 # ----------------------------------------------------------------------------- loss
 
+def _sequence_log_ratio(log_ratio, lp, adv, m, level, policy_loss, log_band):
+    """log s_i as a [B,1] column (GSPO, arXiv 2507.18071 §4.1; GMPO, arXiv 2507.20673 §3:
+    the mean of sign-aware log-space-clipped Δ_t), or GSPO-token's [B,T] log of
+    sg[s_i]·π_t/sg[π_t] (§4.3). ``log_ratio`` is already 0 at masked positions; a row without
+    tokens has s_i = 1 (the max(n_i, 1) of TRL 1.16 and verl 0.9.1)."""
+    if policy_loss == "gmpo":
+        bound = torch.clamp(log_ratio, -log_band[0], log_band[1]).detach()
+        active = torch.where(adv[:, None] > 0, log_ratio <= bound, log_ratio >= bound)
+        log_ratio = torch.where(active, log_ratio, bound)
+    counts = m.sum(dim=1).clamp(min=1).to(log_ratio.dtype)
+    log_s = (log_ratio.sum(dim=1) / counts)[:, None]
+    if level == "sequence-token":
+        return log_s.detach() + torch.where(m, lp - lp.detach(), torch.zeros_like(lp))
+    return log_s
+
+
 def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
-         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None):
+         aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
+         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
     """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
@@ -205,6 +222,10 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     (``eps_high``) and §3.3 (``aggregation='token-mean'``); Dr. GRPO §3
     (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t, differentiable, when
     ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
+    ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) replaces ρ_t by the row's
+    s_i = exp(mean Δ); 'sequence-token' (GSPO-token, §4.3) by sg[s_i]·π_t/sg[π_t] (same value,
+    per-token gradient); ``policy_loss='gmpo'`` (arXiv 2507.20673 §3) is C_i = A_i·s_i
+    with s_i the geometric mean of the sign-aware log-space-clipped token ratios.
     ``logp``, ``old_logp``, ``ref_logp``, ``mask`` are [B,T], ``advantages`` [B]. Returns the
     scalar loss; gradient wrt ``logp`` (exactly 0 at masked positions).
     """
@@ -221,6 +242,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     validate.kl_kind(kl_kind, "kl_kind")
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     validate.kl_ratio_weight(kl_ratio_weight)
+    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     _check_tokens(m)
 
@@ -231,7 +253,16 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     # Masked positions may hold any finite numbers: a neutral 0 log-ratio there keeps exp() of
     # an arbitrary difference out of the graph (their gradient is exactly 0 through the where).
     log_ratio = torch.where(m, lp_w - _common.constant(old, work), zero)
-    per_token = -_surrogate(log_ratio, _common.constant(adv, work)[:, None], lower, upper, dual)
+    a = _common.constant(adv, work)
+    if ratio_level == "token":
+        per_token = -_surrogate(log_ratio, a[:, None], lower, upper, dual)
+    else:
+        log_ratio = _sequence_log_ratio(log_ratio, lp_w, a, m, ratio_level, policy_loss,
+                                        validate.clip_band(eps_low, eps_high, None)[:2])
+        if policy_loss == "gmpo":
+            per_token = -(a[:, None] * torch.exp(log_ratio)) + zero
+        else:
+            per_token = -_surrogate(log_ratio, a[:, None], lower, upper, dual) + zero
     if b != 0:  # β = 0 drops the term (no 0·inf when an unused KL overflows)
         log_r = torch.where(m, _common.constant(ref, work) - lp_w, zero)
         penalty = kl.clamped(log_r, kl_kind, c)

@@ -137,7 +137,11 @@ CONVENTIONS = {
     "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
                         kl_ratio_weight=[False, True])
                   + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
-                          aggregation=["seq-mean-token-sum-norm"], norm_length=[None, 6.0])),
+                          aggregation=["seq-mean-token-sum-norm"], norm_length=[None, 6.0])
+                  + _grid(ratio_level=["sequence", "sequence-token"], aggregation=["token-mean", "seq-mean-token-mean"],
+                          kl_ratio_weight=[False, True], dual_clip=[None, 1.1])
+                  + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], eps_low=[0.3, 0.2], eps_high=[None, 0.5],
+                          aggregation=["token-mean", "seq-mean-token-mean"])),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
     "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
                                ratio_cap=[None, 1.3])

@@ -180,6 +180,135 @@ def test_loss_composes_clip_kl_and_aggregate():
             assert abs(got - want) < TINY
 
 
+# --------------------------------------------------------------------------- loss: sequence ratios
+
+SEQUENCE_CONVENTIONS = [  # (ratio_level, policy_loss, eps_low, eps_high, dual_clip)
+    ("sequence", "ppo-clip", 3e-4, 4e-4, None),      # GSPO's own band (arXiv 2507.18071 §5.1)
+    ("sequence", "ppo-clip", 0.2, 0.28, 1.3),        # rows above, inside and past the dual clip
+    ("sequence-token", "ppo-clip", 3e-4, 4e-4, None),
+    ("sequence-token", "ppo-clip", 0.2, 0.28, 1.3),
+    ("sequence", "gmpo", 0.35, 0.35, None),          # tokens clipped on both sides of the band
+]
+
+
+def _row_log_ratios(case):
+    on = np.array(LOSS_MASK, dtype=bool)
+    lr = np.array(case["logp"], dtype=float) - np.array(case["old_logp"], dtype=float)
+    return [lr[i][on[i]] for i in range(len(LOSS_MASK)) if on[i].any()]
+
+
+@pytest.mark.parametrize("level,policy,eps_low,eps_high,dual_clip,kl_ratio_weight", [
+    (*c, w) for c in SEQUENCE_CONVENTIONS for w in (False, True) if not (c[1] == "gmpo" and w)])
+@pytest.mark.parametrize("aggregation", grpo.MODES)
+def test_sequence_loss_vjp_matches_numerical_derivative(level, policy, eps_low, eps_high, dual_clip,
+                                                        kl_ratio_weight, aggregation):
+    case = _loss_case(37)
+    rows = _row_log_ratios(case)
+    if policy == "gmpo":
+        assert all(_away(x, [-eps_low, eps_high]) for row in rows for x in row)
+    else:
+        kinks = [1 - eps_low, 1 + eps_high] + ([dual_clip] if dual_clip else [])
+        assert all(_away(math.exp(row.mean()), kinks) for row in rows)
+    params = dict(policy_loss=policy, eps_low=eps_low, eps_high=eps_high, dual_clip=dual_clip,
+                  aggregation=aggregation, kl_kind="k3", beta=0.3, kl_ratio_weight=kl_ratio_weight)
+    if level == "sequence":
+        _check(grpo.loss, grpo.loss_vjp, {**case, **params, "ratio_level": level}, ["logp"], -1.5)
+        return
+    # GSPO-token's gradient is not the derivative of its value (that is GSPO's): it is the
+    # derivative of a token-ratio loss whose ratio is s_i,t = sg[s_i]·π_t/sg[π_t] (§4.3), i.e. the
+    # token-level loss against old'_t = logp_t − log s_i, held fixed.
+    with mpmath.workdps(60):
+        lp, old = mp.array("logp", case["logp"]), mp.array("old", case["old_logp"])
+        shifted = lp.copy()
+        for i, row in enumerate(LOSS_MASK):
+            n = sum(row)
+            log_s = mpmath.fsum(lp[i][t] - old[i][t] for t in range(3) if row[t]) / max(n, 1)
+            shifted[i] = lp[i] - log_s
+
+    def sequence_token_vjp(ct, **kw):
+        return grpo.loss_vjp(ct, **{**kw, "old_logp": case["old_logp"], "ratio_level": level})
+
+    _check(grpo.loss, sequence_token_vjp, {**case, **params, "old_logp": shifted}, ["logp"], -1.5)
+
+
+def test_gspo_matches_its_definition():
+    """GSPO by hand (arXiv 2507.18071 eq. 5): s_i = exp(mean Δ), 1/G Σ_i min(s_i A_i, clip(s_i) A_i)."""
+    case = _loss_case(41)
+    rows = [i for i, r in enumerate(LOSS_MASK) if any(r)]
+    with mpmath.workdps(50):
+        want = 0
+        for i in rows:
+            d = [mpmath.mpf(case["logp"][i][t]) - mpmath.mpf(case["old_logp"][i][t])
+                 for t in range(3) if LOSS_MASK[i][t]]
+            s = mpmath.exp(mpmath.fsum(d) / len(d))
+            a = mpmath.mpf(LOSS_ADV[i])
+            want += min(s * a, min(max(s, 1 - mpmath.mpf(0.2)), 1 + mpmath.mpf(0.28)) * a)
+        want = -want / len(rows)
+        for level in ("sequence", "sequence-token"):
+            got = grpo.loss(**case, beta=0.0, eps_low=0.2, eps_high=0.28, ratio_level=level)
+            assert abs(got - want) < TINY
+
+
+def test_gmpo_matches_its_definition():
+    """GMPO by hand (arXiv 2507.20673 §3): A_i·exp(mean of the sign-aware log-clipped Δ)."""
+    case = _loss_case(43)
+    rows = [i for i, r in enumerate(LOSS_MASK) if any(r)]
+    eps = mpmath.mpf(0.35)
+    with mpmath.workdps(50):
+        want = 0
+        for i in rows:
+            a = mpmath.mpf(LOSS_ADV[i])
+            clipped = []
+            for t in range(3):
+                if LOSS_MASK[i][t]:
+                    d = mpmath.mpf(case["logp"][i][t]) - mpmath.mpf(case["old_logp"][i][t])
+                    bound = min(max(d, -eps), eps)
+                    clipped.append(min(d, bound) if a > 0 else max(d, bound))
+            want += a * mpmath.exp(mpmath.fsum(clipped) / len(clipped))
+        want = -want / len(rows)
+        got = grpo.loss(**case, beta=0.0, eps_low=0.35, ratio_level="sequence", policy_loss="gmpo")
+        assert abs(got - want) < TINY
+
+
+def test_sequence_token_gradient_equals_gspo_without_a_ratio_weighted_kl():
+    """GSPO-token has GSPO's value; with per-sequence advantages its gradient is GSPO's (arXiv
+    2507.18071 §4.3: every aggregation weighs a row's tokens equally), except through a KL
+    weighted by the ratio, whose per-token terms differ along the row."""
+    case = _loss_case(47)
+    for aggregation in grpo.MODES:
+        for beta, weighted, same in ((0.3, False, True), (0.3, True, False)):
+            kw = dict(beta=beta, kl_ratio_weight=weighted, eps_low=0.2, eps_high=0.28,
+                      aggregation=aggregation)
+            a = grpo.loss_vjp(1.0, **case, **kw, ratio_level="sequence")["logp"]
+            b = grpo.loss_vjp(1.0, **case, **kw, ratio_level="sequence-token")["logp"]
+            assert all(abs(x - y) < TINY for x, y in zip(a.flat, b.flat)) == same
+            assert (grpo.loss(**case, **kw, ratio_level="sequence")
+                    == grpo.loss(**case, **kw, ratio_level="sequence-token"))
+
+
+def test_single_token_rows_make_sequence_ratios_token_ratios():
+    case = _loss_case(53)
+    one = [[1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 0, 0]]
+    kw = dict(beta=0.2, kl_ratio_weight=True, eps_low=0.2, aggregation="token-mean")
+    token = grpo.loss_vjp(1.0, **{**case, "mask": one}, **kw)["logp"]
+    for level in ("sequence", "sequence-token"):
+        got = grpo.loss_vjp(1.0, **{**case, "mask": one}, **kw, ratio_level=level)["logp"]
+        assert all(abs(x - y) < TINY for x, y in zip(token.flat, got.flat))
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(ratio_level="seq"), "ratio_level"), (dict(policy_loss="gspo"), "policy_loss"),
+    (dict(policy_loss="gmpo"), "policy_loss"),
+    (dict(policy_loss="gmpo", ratio_level="sequence-token"), "policy_loss"),
+    (dict(policy_loss="gmpo", ratio_level="sequence", dual_clip=3.0), "dual_clip"),
+    (dict(policy_loss="gmpo", ratio_level="sequence", kl_ratio_weight=True), "kl_ratio_weight"),
+    (dict(ratio_level="sequence", eps_low=1.0), "eps_low"),
+])
+def test_sequence_loss_bad_input(override, name):
+    _raises(name, grpo.loss, **{**LOSS_GOOD, **override})
+    _raises(name, grpo.loss_vjp, 1.0, **{**LOSS_GOOD, **override})
+
+
 def test_masked_positions_may_hold_any_finite_numbers():
     case = _loss_case(31)
     garbage = {k: [row[:] for row in case[k]] for k in ("logp", "old_logp", "ref_logp")}

@@ -271,7 +271,11 @@ def cases() -> list[Case]:
                                "seq-mean-token-sum-norm"], kl_kind=["k1", "k2", "k3"],
                   kl_ratio_weight=[False, True])
             + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
-                    aggregation=["seq-mean-token-sum-norm"], norm_length=[None, 6.0]))
+                    aggregation=["seq-mean-token-sum-norm"], norm_length=[None, 6.0])
+            + _grid(ratio_level=["sequence", "sequence-token"], aggregation=["token-mean", "seq-mean-token-mean"],
+                    kl_ratio_weight=[False, True], dual_clip=[None, 1.1])
+            + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], eps_low=[0.3, 0.2], eps_high=[None, 0.5],
+                    aggregation=["token-mean", "seq-mean-token-mean"]))
     for i, p in enumerate(grid):
         rng = np.random.default_rng(1000 + i)
         m = _mask(rng, 3, 5)

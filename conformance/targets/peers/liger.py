@@ -56,6 +56,8 @@ CONVENTIONS = [
     C("grpo.loss", "kl_clamp", (None,), f"{CL}/grpo_loss.py k3_loss_fn (no clamp)"),
     C("grpo.loss", "kl_ratio_weight", (False, True), f"{CL}/grpo_loss.py LigerFusedLinearGRPOLoss "
       "(use_bias_correction_kl=False)"),
+    C("grpo.loss", "ratio_level", ("token", "sequence"), f"{CL}/grpo_loss.py ppo_loss_fn (importance_sampling_level, "
+      "default 'token'; 'sequence': log w = Σ_t Δ·m / max(Σ m, 1), GSPO as in TRL)"),
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
       f"{CL}/grpo_loss.py ppo_loss_fn (loss_type, default 'dapo': token mean; 'grpo': per-sequence means over B "
       "rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
@@ -192,23 +194,25 @@ def _as_liger_logps(*logps):
     return tuple(lp.to(torch.promote_types(lp.dtype, torch.float32)) for lp in logps)
 
 
-def _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type, max_len, bias_kl):
+def _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type, max_len, bias_kl,
+         importance_sampling_level="token"):
     _, ppo, grpo, _ = _mods()
     loss, _metrics = ppo.LigerFusedLinearPPOBase._compute_loss_from_logps(
         per_token_logps=_as_liger_logps(logp)[0], attention_mask_chunk=mask, advantages_chunk=advantages,
         ref_per_token_logps_chunk=ref_logp, old_per_token_logps_chunk=old_logp, full_attention_mask=mask,
         epsilon_low=eps_low, epsilon_high=eps_low if eps_high is None else eps_high, beta=beta, loss_type=loss_type,
         max_completion_length=max_len, ppo_loss_fn=grpo.LigerFusedLinearGRPOFunction.ppo_loss_fn,
-        use_bias_correction_kl=bias_kl)
+        use_bias_correction_kl=bias_kl, importance_sampling_level=importance_sampling_level)
     return loss
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
     # Liger has no dual clip, KL clamp or other estimator: those conventions keep its fixed behaviour.
+    # ratio_level is importance_sampling_level, passed through (Liger rejects what it does not know).
     return _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, _AGG.get(aggregation, "dapo"),
-                logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight)
+                logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight, ratio_level)
 
 
 def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):

@@ -62,6 +62,8 @@ CONVENTIONS = [
       f"'k1' in {CLI})"),
     C("grpo.loss", "kl_clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10), every estimator)"),
     C("grpo.loss", "kl_ratio_weight", (False,), f"{ACTOR} (kl_loss = aggregate_loss(kl, action_mask))"),
+    C("grpo.loss", "ratio_level", ("token", "sequence"), f"{LOSS} PolicyLoss(policy_loss_type='gspo'): ratio = "
+      "exp(Σ_t Δ·m / max(Σ m, 1)), no clamp (--actor.policy_loss_type, default 'ppo')"),
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean"),
       f"{ACTOR} (PolicyLoss token_level_loss = loss_agg_mode == 'token-mean'; the KL term is always a token "
       "mean: aggregate_loss(kl, ...) without token_level_loss)"),
@@ -222,11 +224,13 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
     import torch
     loss_mod, utils = _mod("models.loss"), _mod("models.utils")
     actor_loss_fn = loss_mod.PolicyLoss(clip_eps_low=eps_low, clip_eps_high=eps_low if eps_high is None else eps_high,
-                                        dual_clip=dual_clip, token_level_loss=aggregation == "token-mean")
+                                        dual_clip=dual_clip, token_level_loss=aggregation == "token-mean",
+                                        policy_loss_type={"token": "ppo", "sequence": "gspo"}.get(ratio_level,
+                                                                                                ratio_level))
     # experience_maker: every response token carries the outcome return (gamma = 1), 0 after the end.
     token_adv = advantages.unsqueeze(-1) * mask
     info = _batch_info(mask)

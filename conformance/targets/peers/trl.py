@@ -75,6 +75,8 @@ CONVENTIONS = [
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
       f"{GRPO} _compute_loss (loss_type, default 'dapo' in {GRPO_CFG}: token mean; 'grpo': per-sequence means "
       "over B rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
+    C("grpo.loss", "ratio_level", ("token", "sequence"), f"{GRPO} _compute_loss (importance_sampling_level, "
+      f"default 'token' in {GRPO_CFG}; 'sequence': log w = Σ_t Δ·m / max(Σ m, 1), GSPO; no GSPO-token)"),
     C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
                                 "apo_zero", "apo_down", "discopop"),
       f"{DPO} _compute_loss (loss_type, default 'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' "
@@ -287,11 +289,13 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
     return {"advantages": out["advantages"].reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
 
 
-def _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight, max_completion_length):
+def _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight, max_completion_length,
+               importance_sampling_level="token"):
     import torch
     fake = SimpleNamespace(
         accelerator=_accelerator(), model=_model(True), aux_loss_enabled=False, top_entropy_quantile=1.0,
-        off_policy_mask_threshold=None, importance_sampling_level="token", beta=beta, epsilon_low=eps_low,
+        off_policy_mask_threshold=None, importance_sampling_level=importance_sampling_level, beta=beta,
+        epsilon_low=eps_low,
         epsilon_high=eps_low if eps_high is None else eps_high, loss_type=loss_type, use_vllm=False,
         vllm_importance_sampling_correction=False, current_gradient_accumulation_steps=1,
         max_completion_length=max_completion_length, _entropy_bonus_enabled=False,
@@ -314,13 +318,15 @@ def _grpo_inputs(logp, old_logp, ref_logp, advantages, mask):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, *, trainer_state=None):
-    """``trainer_state`` (the distributed step): {"accumulation_steps", "world_size", "num_items_in_batch"}."""
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", *, trainer_state=None):
+    """``trainer_state`` (the distributed step): {"accumulation_steps", "world_size", "num_items_in_batch"}.
+    ``ratio_level`` is importance_sampling_level, passed through unchanged (TRL rejects what it does not
+    know); GRPOTrainer's policy term is always PPO's clip (GMPO lives in an experimental trainer)."""
     trainer = _mods().GRPOTrainer
     # TRL has no dual clip, KL clamp or other estimator: those conventions keep TRL's fixed behaviour.
     loss_type = _AGG.get(aggregation, "dapo")
     fake = _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight,
-                      logp.shape[1] if norm_length is None else norm_length)
+                      logp.shape[1] if norm_length is None else norm_length, ratio_level)
     inputs = _grpo_inputs(logp, old_logp, ref_logp, advantages, mask)
     if trainer_state:
         fake.current_gradient_accumulation_steps = trainer_state["accumulation_steps"]
@@ -332,7 +338,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
 
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
-              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length")
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
 
 
 def grpo_step(micro_batches, ctx):

@@ -14,13 +14,19 @@ deviations show.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
+    arguments,
+    as_array,
     build,
+    deviation_shows,
     equal_group_mean_inexact,
+    global_test,
     has_empty_row,
     load_or_explain,
     log_ratio_clamp_changes,
@@ -65,8 +71,18 @@ CONVENTIONS = [
 ]
 # Conventions that do not vary independently: the std settings only with scale 'group', the
 # clamp only on k3.
+_LOSS_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+_VERL_KL = {"kl_kind": "k3", "kl_clamp": 10.0, "kl_ratio_weight": False}
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-6, "degenerate": "raw"},
                                     {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"}],
+                # policy_loss.loss_mode: 'vanilla' (the dual clip always on), 'gspo' (GSPO-token, no dual
+                # clip), 'geo_mean' (GMPO: a plain mean over sequences, whatever loss_agg_mode says)
+                "grpo.loss": [{"dual_clip": 3.0, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
+                               "policy_loss": "ppo-clip"},
+                              {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES,
+                               "ratio_level": "sequence-token", "policy_loss": "ppo-clip"},
+                              {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
+                               "ratio_level": "sequence", "policy_loss": "gmpo"}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
                                  {"kind": "k2", "clamp": None}]}
 PARAM_DEFAULTS = [
@@ -124,8 +140,40 @@ _EMPTY_ROW_FLOAT16 = Finding(
           test=has_empty_row), results=("valid", "acceptable"))
 FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16]
 
+
+def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
+    """Whether geo_mean's plain torch.mean over each micro-batch moves a row gradient beyond
+    ``tolerance``: micro-batch losses are summed and DDP averages the R ranks, so row i weighs
+    1/(R·B_mb(i)) instead of 1/B — its policy gradient is B/(R·B_mb(i)) times the exact one. The
+    whole row gradient is scaled here (the KL term, weighted right, is small beside it at the
+    vectors' β)."""
+    test = global_test(case, arguments(case))
+    mask = as_array(test["inputs"]["mask"]) != 0
+    counted = int(mask.any(axis=1).sum())
+    weight = np.ones(mask.shape[0])
+    for rank in split:
+        for mb in rank:
+            weight[list(mb)] = counted / (len(split) * len(mb))
+    exact = {f"grad:{n}": np.asarray(g, dtype=np.float64) for n, g in test["grads"].items()}
+    deviating = {label: g * weight[:, None] for label, g in exact.items()}
+    return deviation_shows(tolerance, exact, deviating)
+
+
+# Found by `lossproof check --target verl --partition 2x2 --objective grpo.loss`.
+SPLIT_FINDINGS = [
+    Finding("verl-geo-mean-micro-batch-mean", "bug",
+            "loss_mode 'geo_mean' (GMPO) takes a plain torch.mean over the micro-batch's sequences and ignores "
+            "the global normalisers agg_loss uses: the micro-batch losses are summed over gradient accumulation "
+            "and the policy term is not multiplied by dp_size, so each sequence weighs 1/(R·B_mb) instead of 1/B "
+            "(M times too much for M equal micro-batches)",
+            f"{CORE} compute_policy_loss_geo_mean: pg_loss = torch.mean(pg_losses); "
+            "verl/workers/engine/fsdp/transformer_impl.py forward_backward_batch (unscaled micro-batch losses)",
+            lambda c, dtype, split, tolerance: c.objective == "grpo.loss"
+            and c.conventions.get("policy_loss") == "gmpo" and _geo_mean_micro_batch_mean_shows(c, split, tolerance)),
+]
+
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
-              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length")
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
 _AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length")
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
@@ -182,7 +230,7 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, *, bat
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, *, batch_info=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", *, batch_info=None):
     """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
     (verl/workers/utils/losses.py:64-67)."""
     core = _core()
@@ -192,9 +240,12 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     token_adv = advantages.unsqueeze(-1) * mask
     batch_info = {"loss_scale_factor": config.loss_scale_factor, **(batch_info or {})}
     config.global_batch_info.update(batch_info)
-    pg_loss, _ = core.compute_policy_loss_vanilla(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
-                                                  response_mask=response_mask, loss_agg_mode=config.loss_agg_mode,
-                                                  config=config)
+    # the registry of ppo_loss (verl/workers/utils/losses.py): GSPO-token is 'gspo', GMPO 'geo_mean'
+    loss_mode = {("token", "ppo-clip"): "vanilla", ("sequence-token", "ppo-clip"): "gspo",
+                 ("sequence", "gmpo"): "geo_mean"}[(ratio_level, policy_loss)]
+    pg_loss, _ = core.get_policy_loss_fn(loss_mode)(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
+                                                    response_mask=response_mask,
+                                                    loss_agg_mode=config.loss_agg_mode, config=config)
     policy_loss = pg_loss
     if config.use_kl_loss:  # losses.py ppo_loss, lines 132–140
         kld = core.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=config.kl_loss_type)
@@ -238,4 +289,4 @@ def target():
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
-                 steps=steps)
+                 steps=steps, split_findings=SPLIT_FINDINGS)
