@@ -26,7 +26,12 @@ from conformance.distributed import partitions
 from conformance.distributed.pool import RankFailure, RankPool
 from conformance.numbers import decode_input
 from conformance.results import CaseResult
-from conformance.targets.steps import ShardContext, StepContext, global_test
+from conformance.targets.steps import (
+    ShardContext,
+    StepContext,
+    batch_coupling,
+    global_test,
+)
 from conformance.targets.target import SHARDED_OBJECTIVES, STEP_OBJECTIVES, Target
 from conformance.vectors.load import VectorSet
 
@@ -181,6 +186,10 @@ def partitioned(target: Target, vs: VectorSet, ranks: int, micro: int, kind: str
                 progress(i, len(selected))
             if conventions is None:
                 run.result(case, "-", "unsupported" if case.objective not in target.steps else "skip", why, None)
+                continue
+            coupled = batch_coupling(case.objective, conventions)
+            if coupled:
+                run.result(case, "-", "skip", coupled, conventions)
                 continue
             test = global_test(case, conventions)
             counts = row_counts(test)

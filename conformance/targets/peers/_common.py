@@ -228,14 +228,14 @@ def arguments(case) -> dict:
     return {**catalog.get(case.objective).defaults, **case.conventions, **case.test["params"]}
 
 
-def deviation_shows(tolerance, exact: dict, deviating: dict) -> bool:
+def deviation_shows(tolerance, exact: dict, deviating: dict, share: float = 1.0) -> bool:
     """Whether a library formula that deviates from the catalog's moves some output or gradient
-    of a case beyond ``tolerance``, the bound the case is judged by (its dtype, the run's
-    tolerance model). ``exact`` and ``deviating`` map labels ("losses", "grad:logp") to the two
-    formulas' values in float64. In bfloat16/float16 the bound can absorb a deviation that
+    of a case beyond ``share`` of ``tolerance``, the bound the case is judged by (its dtype, the
+    run's tolerance model). ``exact`` and ``deviating`` map labels ("losses", "grad:logp") to the
+    two formulas' values in float64. In bfloat16/float16 the bound can absorb a deviation that
     float32 and float64 show: it then explains no failure there."""
-    return any(not tolerance.measure(label, np.asarray(deviating[label], dtype=np.float64),
-                                     np.asarray(want, dtype=np.float64)).passed
+    return any(tolerance.measure(label, np.asarray(deviating[label], dtype=np.float64),
+                                 np.asarray(want, dtype=np.float64)).max_err_over_tol > share
                for label, want in exact.items())
 
 
@@ -271,7 +271,10 @@ def micro_batch_mean_shows(case, split, tolerance) -> bool:
     terms = _row_terms(case, counts)
     exact["loss"] = np.asarray(float(test["expected"]["loss"]))
     deviating["loss"] = np.asarray(float(np.sum(weight * terms)) / counted)
-    return deviation_shows(tolerance, exact, deviating)
+    # A trainer that computes in bfloat16/float16 adds its own rounding, up to the bound itself, on
+    # top of the deviation: there a deviation of 90% of the bound already counts (a case it then
+    # leaves passing is reported stale, which only --strict fails).
+    return deviation_shows(tolerance, exact, deviating, 0.9 if tolerance.dtype in ("bfloat16", "float16") else 1.0)
 
 
 def _row_terms(case, counts) -> np.ndarray:
