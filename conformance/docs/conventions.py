@@ -107,7 +107,7 @@ def _probe_section(runs: list[dict]) -> list[str]:
              f"in {PROBE_DTYPE}) match the rule it implements, and does that rule keep the optimum π* ∝ π_ref·e^(r/β) "
              "stationary? The rules are those of the declared conventions (k3 as a loss term, with or without the "
              "ratio weight); a KL the library always clamps has no exact rule and is not probed.", "",
-             "| library | variant | tree | β | rule | matches the rule | max \|Δθ\| at π* | π* stationary |",
+             r"| library | variant | tree | β | rule | matches the rule | max \|Δθ\| at π* | π* stationary |",
              "|---|---|---|---|---|---|---|---|"]
     refused = []
     for r in runs:

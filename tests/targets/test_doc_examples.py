@@ -211,6 +211,8 @@ INPUT_RULES = (
     (r"^prefix .*: probabilities sum to", "a row that does not sum to 1"),
     (r"^prefix .*: probabilities must be finite and > 0", "a probability ≤ 0 (full support is required)"),
     (r"^constant under the sampling policy", "constant rewards under `sigma_normalized` (σ = 0)"),
+    (r"^lengths must be >= 1", "a length below 1"),
+    (r"^must be < 0 \(the odds", "a log-probability ≥ 0 (infinite odds)"),
 )
 VALUE_RULES = (
     (r"^must be one of ", "not one of its values"),
