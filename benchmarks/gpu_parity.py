@@ -34,6 +34,7 @@ end on any machine (tests/test_gpu_parity_script.py runs it so).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -207,6 +208,18 @@ def cuda_test_files() -> list[str]:
     return files
 
 
+def _collection_skip_reason(text: str) -> str:
+    """The reason of a module skipped at collection, from the JUnit text pytest writes for it:
+    the repr of ('file', line, 'Skipped: why')."""
+    try:
+        where = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return ""
+    if isinstance(where, tuple) and len(where) == 3 and isinstance(where[2], str):
+        return where[2].removeprefix("Skipped: ").strip()
+    return ""
+
+
 def junit_counts(path: Path) -> dict:
     """Counts, failures and skip reasons from a pytest JUnit XML file."""
     root = ET.parse(path).getroot()
@@ -221,7 +234,11 @@ def junit_counts(path: Path) -> dict:
             failures.append(f"{name}: {(bad.get('message') or '')[:200]}")
         elif "skipped" in kinds:
             counts["skipped"] += 1
-            skips[(case.find("skipped").get("message") or "")[:160]] += 1
+            skipped = case.find("skipped")
+            reason = skipped.get("message") or ""
+            if reason == "collection skipped":   # a module-level skip: its reason is in the text,
+                reason = _collection_skip_reason(skipped.text or "") or reason   # ('file', line, 'Skipped: why')
+            skips[reason[:160]] += 1
         else:
             counts["passed"] += 1
     return {"counts": counts, "failures": failures[:50], "skip_reasons": dict(skips)}

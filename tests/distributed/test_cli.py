@@ -14,7 +14,6 @@ from conformance import cli
     (["--partition", "2x2", "--objective", "distill.*"], "--partition checks grpo.loss, grpo.aggregate"),
     (["--shard-vocab", "2", "--objective", "grpo.loss"], "--shard-vocab checks distill.token_kl"),
     (["--partition", "2x2", "--backend", "numpy"], "target numpy is a numpy target"),
-    (["--shard-vocab", "2", "--target", "verl"], "target verl declares no sharded functions"),
     (["--partition", "4x4", "--uid", "dpo.loss:a9353e73841056c2"], "no partition over 4×4 slots"),
 ])
 def test_usage_errors(argv, words, capsys):
@@ -22,6 +21,19 @@ def test_usage_errors(argv, words, capsys):
                     else ["check", "--quiet", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and "\n" not in err and "Traceback" not in err
+
+
+def test_a_target_without_sharded_functions_is_a_usage_error(tmp_path, capsys, monkeypatch):
+    (tmp_path / "plain.py").write_text(
+        "import torch\n\n"
+        "def kl(student_logits, teacher_logits, direction='reverse', temperature=1.0):\n"
+        "    q = torch.log_softmax(student_logits / temperature, -1)\n"
+        "    return (q.exp() * (q - torch.log_softmax(teacher_logits / temperature, -1))).sum(-1)\n\n"
+        "TARGET = {'name': 'plain', 'framework': 'torch', 'objectives': {'distill.token_kl': kl}}\n")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["check", "--quiet", "--shard-vocab", "2", "--target", "plain.py:TARGET"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "target plain declares no sharded functions" in err and "\n" not in err and "Traceback" not in err
 
 
 def test_the_reports_carry_the_partition(tmp_path, capsys):
