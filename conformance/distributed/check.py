@@ -210,6 +210,25 @@ def partitioned(target: Target, vs: VectorSet, ranks: int, micro: int, kind: str
     return run.results
 
 
+def _dispatch(run: _Run, pool, case, test, task, conventions, label, split, dtype, where, started):
+    """Run one task on the ranks: (a passing result to judge, the ranks' outputs, the bound of
+    ``test``), or None when the case is already decided — a rank failed (an error, named) or the
+    target refused the call (unsupported)."""
+    spec = catalog.get(case.objective)
+    tolerance = run.tolerances.for_case(spec, test, dtype, run.target.tolerance_model_for(case.objective))
+    try:
+        outs = run.dispatch(pool, task)
+    except RankFailure as err:
+        r = run.result(case, dtype, "error", f"{err} {where}", conventions, label, time.perf_counter() - started)
+        _known(run, r, case, dtype, label, split, tolerance)
+        return None
+    r = run.result(case, dtype, "pass", "", conventions, label)
+    if outs[0]["status"] == "unsupported":
+        r.status, r.message = "unsupported", outs[0]["message"]
+        return None
+    return r, outs, tolerance
+
+
 def _judge_step(run: _Run, pool, case, test, conventions, label, part, counts, dtype) -> None:
     spec = catalog.get(case.objective)
     started = time.perf_counter()
@@ -217,17 +236,10 @@ def _judge_step(run: _Run, pool, case, test, conventions, label, part, counts, d
     task = {"kind": "step", "objective": case.objective, "dtype": dtype, "inputs": inputs, "partition": part,
             "kwargs": {**conventions, **case.test["params"]}}
     layout = partitions.describe(part, counts)
-    tolerance = run.tolerances.for_case(spec, test, dtype, run.target.tolerance_model_for(case.objective))
-    try:
-        outs = run.dispatch(pool, task)
-    except RankFailure as err:
-        r = run.result(case, dtype, "error", f"{err} [{layout}]", conventions, label, time.perf_counter() - started)
-        _known(run, r, case, dtype, label, part, tolerance)
+    ran = _dispatch(run, pool, case, test, task, conventions, label, part, dtype, f"[{layout}]", started)
+    if ran is None:
         return
-    r = run.result(case, dtype, "pass", "", conventions, label)
-    if outs[0]["status"] == "unsupported":
-        r.status, r.message = "unsupported", outs[0]["message"]
-        return
+    r, outs, tolerance = ran
     failures, hard = [], []
     for name in spec.grads:
         full = np.zeros(np.shape(inputs[name]), dtype=np.float64)
@@ -317,17 +329,10 @@ def _judge_shard(run: _Run, pool, case, inputs, conventions, label, split, dtype
             "vocab": int(np.shape(inputs[spec.grads[0]])[1]), "kwargs": {**conventions, **test["params"]},
             "cotangent": decode_input(test["cotangents"][output])}
     where = "[shards " + " ".join(f"{a}:{b}" for a, b in split) + "]"
-    tolerance = run.tolerances.for_case(spec, test, dtype, run.target.tolerance_model_for(case.objective))
-    try:
-        outs = run.dispatch(pool, task)
-    except RankFailure as err:
-        r = run.result(case, dtype, "error", f"{err} {where}", conventions, label, time.perf_counter() - started)
-        _known(run, r, case, dtype, label, split, tolerance)
+    ran = _dispatch(run, pool, case, test, task, conventions, label, split, dtype, where, started)
+    if ran is None:
         return
-    r = run.result(case, dtype, "pass", "", conventions, label)
-    if outs[0]["status"] == "unsupported":
-        r.status, r.message = "unsupported", outs[0]["message"]
-        return
+    r, outs, tolerance = ran
     failures, hard = [], []
     for rank, out in enumerate(outs):
         before = len(failures)
