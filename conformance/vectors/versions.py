@@ -77,5 +77,28 @@ RELEASED = {
         "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
         "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
     },
+    # Issues 14 and 15, second part: the policy-gradient losses, advantages and rollout corrections
+    # of 2025-26, the distillation objectives beyond the article, and the SFT terms of preference losses.
+    "1.3.0": {
+        "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
+        "distill.hinton": "c605ef0310dd2c2b1f82f3f06f964fe15f4f7a946ff8b4cf212b24e5f462487c",
+        "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
+        "distill.token_kl": "ab99f5251a968234e6dc33d301f8b8c074f395e482976f9d6402ce66cb2774aa",
+        "dpo.loss": "77edc509bf63d9c0c45c8bd963b687197cf30ff5eb3ec9b8e562390278730cff",
+        "grpo.advantages": "bfda6622622a72771e24f3b9b586e0496b6950c5e6c0ec4c9df82ec5aa510901",
+        "grpo.aggregate": "668ecb9a0d626c51f55daa8c99415e023d916d52699255bd2837f3b1c61cf1a2",
+        "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
+        "grpo.loss": "9ea6a0adf618ca8bfbc4732011744ff4c5e0ef4a59687fb86e9905936e40249e",
+        "kl.estimator": "f78a227e785fb6052f17b0401a6ecc9b6ebab6918464e89c4cc48c0b2efdae72",
+        "preference.cpo": "9b973a2353bc0e2decfe781027c25f7b5c1da32a376e67fda20310fab6c085ba",
+        "preference.kto": "d031c91934bb5cb7ec043ebe26a3fac1e73f2d044f5d0bacae00a356ddc05b42",
+        "preference.orpo": "1f91c47dc70ec9be6c02d2b60e762eda8a627f485d10719f733fc2e00f8cfa31",
+        "preference.simpo": "c929fb820c26ca0909edbcc400a6b7df52132d9db9227703b608fe75c3477655",
+        "proximal_kl.future_cost": "56c17e03337e16ba1ff6117405108f80945135e3f9406e6a119d604171d76be4",
+        "proximal_kl.loss": "02318564d5301ba9e669bff0b1b1ed0c5e685fbfa0e37037237ab78903676c92",
+        "tabular.expected_update": "e28e250969c3b4ae1b03be4f055b7d6cd402a82be70ba853990257c89f76378b",
+        "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
+        "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
+    },
 }
 CURRENT = next(reversed(RELEASED))
