@@ -84,7 +84,8 @@ _TREE_PARAMS = (
 )
 TABULAR_RULES = tuple(r + s for s in ("", "_on_policy") for r in (
     "proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3", "grpo_k3_ratio_weighted", "sequence_is",
-    "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized"))
+    "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized",
+    "gspo", "cispo", "sequence_tis", "kl_in_reward"))
 
 OBJECTIVES: tuple[Objective, ...] = (
     Objective(
@@ -263,7 +264,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         "advantage A = r − E_μ[r] (baseline 'mean'; E_π[r] for the *_on_policy rules, which ignore mu) or "
         "A = r ('none'); no division by E_μ|y|. Rules and their recorded parameters: "
         "refimpl/exact/_tree.py RULES (future_clipped c = 0.5, future_window W = 1, whole_cost_clipped "
-        "c = 0.5, ratio_capped C = 1.5, detached min(ρ, C)). " + _TREE_ENCODING,
+        "c = 0.5, ratio_capped C = 1.5, detached min(ρ, C); gspo: GSPO's sequence ratio with the clip open; "
+        "cispo ε_high = 0.2, no lower clip; sequence_tis C = 2, detached min(Π ρ, C); kl_in_reward: "
+        "sg(A − β·Σ_u k_u)·Σ_t log π, no ratio). " + _TREE_ENCODING,
         (Input("pi", "P,V"), Input("mu", "P,V"), Input("pi_ref", "P,V"), Input("rewards", "L")),
         _TREE_PARAMS + (
             Param("beta", None, source="required (no paper default)"),

@@ -362,12 +362,23 @@ def ratio_cap(value) -> float | None:
     return optional_positive("ratio_cap", value)
 
 
+def sequence_tis_cap(value) -> float | None:
+    """The cap C > 0 of the sequence-level truncated importance weight min(Π_t ρ_t, C), or None."""
+    return optional_positive("sequence_tis_cap", value)
+
+
+def cispo_clip_high(value) -> float | None:
+    """CISPO's ε_high > 0 of the detached token weight min(ρ, 1 + ε_high), or None."""
+    return optional_positive("cispo_clip_high", value)
+
+
 # ----------------------------------------------------------------------------- tabular
 
 BASELINES = ("mean", "none")
 UPDATE_RULES = tuple(r + s for s in ("", "_on_policy") for r in (
     "proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3", "grpo_k3_ratio_weighted", "sequence_is",
-    "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized"))
+    "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized",
+    "gspo", "cispo", "sequence_tis", "kl_in_reward"))
 
 
 def vocab(value, name: str = "vocab") -> int:

@@ -318,6 +318,23 @@ future cost must be counted in full (the telescoping sum needs every later k_u).
   where π*(a|s) > C·μ(a|s).
 - *σ-normalised advantage* (`sigma_normalized`): (r − b)/σ − β·Σk = (1/σ)·(r − b − β·σ·Σk): the
   rest point is the optimum for β·σ, not β.
+- *GSPO's sequence ratio* (`gspo`, [gspo](references.md#gspo)): s = (π(y)/μ(y))^{{1/|y|}} is
+  the geometric mean of the token ratios, not an importance weight, so Σ_y μ(y)·s(y)·f(y) is not
+  Σ_y π(y)·f(y); the KL enters as grpo_k3's k3 loss. On-policy s = 1 and the rule is
+  grpo_k3_on_policy with weights 1/|y|. GSPO's own clip (3·10^−4 / 4·10^−4) is left open here:
+  off-policy it would exclude every sequence of the built-in trees at π* (the hand-written part
+  of this page says why).
+- *CISPO* (`cispo`, [cispo](references.md#cispo)): the detached weight min(ρ_t, 1 + ε_high) on
+  A·∇log π is token-level truncated importance sampling on the GRPO k3 loss: grpo_k3's bias plus
+  ratio_capped's where π*(a|s) > (1 + ε)·μ(a|s). On-policy it is grpo_k3_on_policy.
+- *Truncated sequence IS* (`sequence_tis`, [tis](references.md#tis)): sequence_is with the weight
+  min(π(y)/μ(y), C), no longer proportional to π(y) where π*(y) > C·μ(y). On-policy the cap never
+  binds and the update is ∇J.
+- *KL in the reward* (`kl_in_reward`, [ziegler2019](references.md#ziegler2019)): REINFORCE on
+  r − β·Σ_u k_u, the same coefficient at every token. On-policy it is ∇J: the KL placed in the
+  reward keeps π*, the k3 loss does not. Off-policy without a ratio, sequences are weighted by
+  μ(y), and the past KL Σ_{{u<t}} k_u (a constant at s_t, which π's token weights cancel) no
+  longer cancels under μ's.
 - *Per-sequence means* (not a rule of the table; found by the probe below): DeepSeekMath's
   1/|o_i| weighting, `aggregation='seq-mean-token-mean'`, weights a sequence by 1/|y|; where
   lengths vary, the weight E_μ[1/|y| | s·a] depends on the token a and the sum above no longer
@@ -334,7 +351,10 @@ expectation*: on a finite batch every rule is noisy; the unbiased ones are noisy
 {rules}
 
 (`*_on_policy` variants: μ = π, held constant during the step. On-policy the ratio is 1, so
-dropping it or capping it is harmless, and Proximal KL is the exact policy gradient of J.)
+dropping it or capping it is harmless, and Proximal KL is the exact policy gradient of J.
+`gspo`, `sequence_tis` and `kl_in_reward` off-policy, and `gspo` on-policy, couple the prefixes:
+their update at s depends on π above s too, and `_fixed_point.fixed_point` iterates passes over
+the prefixes, then Newton on all of them together.)
 
 ### The table (`lossproof theorem`)
 

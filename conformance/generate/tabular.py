@@ -26,6 +26,9 @@ from refimpl.exact import _tree
 from refimpl.exact import tabular as tb
 
 OPT, SKL, UPD = "tabular.optimum", "tabular.sequence_kl", "tabular.expected_update"
+# Rules added in vector set 1.3.0: their cases follow every earlier case (and its tcId).
+ADDED_RULES = tuple(r + s for r in ("gspo", "cispo", "sequence_tis", "kl_in_reward") for s in ("", "_on_policy"))
+EARLIER_RULES = tuple(r for r in _tree.RULES if r not in ADDED_RULES)
 GRID = 2 ** 53
 
 NOTES = {
@@ -361,17 +364,9 @@ def _upd_cases(ts: list[T]) -> list[Case]:
     worked, rand3, eos = ts[0], ts[1], ts[2]
     # every rule at π* on each built-in tree, and at a random policy on two of them
     for tree in (worked, rand3, eos):
-        star = tree.optimum()
-        for rule in _tree.RULES:
-            unbiased = _tree.unbiased_on(_tree.BUILTIN_TREES[tree.name], rule)[0]
-            out.append(_upd_case(tree, star, rule, _flags(tree, "AtOptimum"),
-                                 f"π = π* ({'unbiased: ≈ 0' if unbiased else 'biased'})"))
+        out += _at_optimum(tree, EARLIER_RULES)
     for k, tree in enumerate((worked, eos)):
-        seed = 18000 + k
-        pi = tree.random_policy(seed)
-        for rule in _tree.RULES:
-            out.append(_upd_case(tree, pi, rule, _flags(tree, "RandomPolicy"), "random π", seed=seed,
-                                 recipe="integer weights 1..99 per prefix"))
+        out += _at_random_policy(tree, 18000 + k, EARLIER_RULES)
     # baseline 'none' for the rules where it matters and where it does not
     for tree in (worked, eos):
         pi = tree.random_policy(18100)
@@ -386,7 +381,44 @@ def _upd_cases(ts: list[T]) -> list[Case]:
         for rule in ("proximal_kl", "own_token_kl"):
             out.append(_upd_case(tree, star, rule, _flags(tree, "AtOptimum"), "π = π*, random μ", mu=mu,
                                  seed=seed, recipe="random μ: integer weights 1..99 per prefix"))
-    return out + _upd_invalid(worked)
+    return out + _upd_invalid(worked) + _added_upd_cases(ts)
+
+
+def _at_optimum(tree: T, rules) -> list[Case]:
+    star, exact_tree = tree.optimum(), _tree.BUILTIN_TREES[tree.name]
+    return [_upd_case(tree, star, rule, _flags(tree, "AtOptimum"),
+                      f"π = π* ({'unbiased: ≈ 0' if _tree.unbiased_on(exact_tree, rule)[0] else 'biased'})")
+            for rule in rules]
+
+
+def _at_random_policy(tree: T, seed, rules) -> list[Case]:
+    pi = tree.random_policy(seed)
+    return [_upd_case(tree, pi, rule, _flags(tree, "RandomPolicy"), "random π", seed=seed,
+                      recipe="integer weights 1..99 per prefix") for rule in rules]
+
+
+def _added_upd_cases(ts: list[T]) -> list[Case]:
+    """The rules of GSPO, CISPO, sequence-level TIS and the KL in the reward: at π* and at a
+    random π on the built-in trees like every rule, on every random tree at a random π and a
+    random μ, and with baseline 'none' where the baseline matters."""
+    worked, rand3, eos = ts[0], ts[1], ts[2]
+    out = []
+    for tree in (worked, rand3, eos):
+        out += _at_optimum(tree, ADDED_RULES)
+    for k, tree in enumerate((worked, eos)):
+        out += _at_random_policy(tree, 18000 + k, ADDED_RULES)
+    for i, tree in enumerate(ts[3:]):
+        seed = 18300 + i
+        pi, mu = tree.random_policy(seed), tree.random_policy(seed + 500)
+        for rule in ADDED_RULES:
+            out.append(_upd_case(tree, pi, rule, _flags(tree, "RandomPolicy"), "random π, random μ", mu=mu,
+                                 seed=seed, recipe="random π and μ: integer weights 1..99 per prefix"))
+    for tree in (worked, eos):
+        pi = tree.random_policy(18100)
+        for rule in ("gspo", "kl_in_reward", "gspo_on_policy"):
+            out.append(_upd_case(tree, pi, rule, _flags(tree, "RandomPolicy"), "random π", baseline="none",
+                                 seed=18100, recipe="integer weights 1..99 per prefix"))
+    return out
 
 
 def _upd_invalid(tree: T) -> list[Case]:

@@ -5,7 +5,9 @@ Source: the stationary-policy theorem of Proximal KL (Bai, Yao, Zhang) as summar
 sources (see refimpl/exact/proximal_kl.py). With exact population expectations and the full
 future KL cost, the Proximal KL update vanishes at π* for every behaviour μ with full support;
 own-token-only KL, GRPO's k3-as-loss, dropping the ratio, bounding the future cost or
-σ-normalising the reward move the rest point. On each built-in token tree this module computes,
+σ-normalising the reward move the rest point, and so do GSPO's sequence ratio, CISPO's clipped
+weight, truncated sequence-level importance sampling (TIS) and the KL folded into the reward
+without a ratio off-policy (the last two keep π* on-policy). On each built-in token tree this module computes,
 at ``dps`` digits, π* (soft Bellman backup), each rule's expected update at π*, and each rule's
 rest point with its distance KL(π_fix‖π*) and objective J(π_fix) ≤ β·log Z.
 
@@ -37,7 +39,8 @@ EXTRA_DPS = 20   # fixed points, KL and J are computed this much beyond dps, the
 REDUCED_TREES = ("worked-v2h2", "eos-v3h3")
 REDUCED_RULES = ("proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3",
                  "sequence_is", "future_clipped", "whole_cost_clipped", "ratio_capped",
-                 "sigma_normalized", "proximal_kl_on_policy", "grpo_k3_on_policy")
+                 "sigma_normalized", "proximal_kl_on_policy", "grpo_k3_on_policy",
+                 "gspo", "cispo", "sequence_tis", "kl_in_reward_on_policy")
 REDUCED_DPS = 30
 ALL_TREES = tuple(_tree.BUILTIN_TREES)
 ALL_RULES = tuple(_tree.RULES)
@@ -77,7 +80,7 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
     """The stationary-policy table (module docstring) at ``dps`` digits.
 
     ``trees``: built-in tree names or ``refimpl.exact._tree.Tree`` objects (default: every built-in tree);
-    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 11 rules, 30 digits unless
+    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 15 rules, 30 digits unless
     ``dps`` is given below that); ``rules``: a subset of ``_tree.RULES``; ``progress`` is
     called with a short string before each tree and each rule."""
     if reduced:

@@ -22,9 +22,13 @@ children that end the sequence, by token). A row is renormalised by its exact su
   own_token_kl −ρ_t(A − βk_t); grpo_k3 −ρ_tA + β(1 − π_ref/π); grpo_k3_ratio_weighted
   −ρ_tA + βρ_t k_t; sequence_is −Π_u ρ_u·(A − βΣ_u k_u) at every t; future_clipped
   −ρ_t(A − β(k_t + clip(F_t, c))); future_window −ρ_t(A − β(k_t + Σ_{t<u≤t+W} k_u));
-  whole_cost_clipped −ρ_t(A − β·clip(k_t + F_t, c)); ratio_capped −min(ρ_t, C)(A − β(k_t + F_t)).
+  whole_cost_clipped −ρ_t(A − β·clip(k_t + F_t, c)); ratio_capped −min(ρ_t, C)(A − β(k_t + F_t));
+  gspo (1/T)(−s·A + β(1 − π_ref/π)), s = exp((1/T)Σ_u log ρ_u), T = |y|; cispo
+  −min(ρ_t, 1 + ε_high)·A + β(1 − π_ref/π) (ε_high = 1/5); sequence_tis −min(Π_u ρ_u, C)·(A − βΣ_u k_u)
+  at every t (C = 2); kl_in_reward −(A − βΣ_u k_u) at every t.
   (Proximal KL summary [proximal-kl-summary]; FRPO arXiv 2601.10201; DeepSeekMath §4.1.1 eq. 3–4;
-  TRL 1.16 use_bias_correction_kl.) The clips and the min of a value need no branch decision:
+  TRL 1.16 use_bias_correction_kl; GSPO arXiv 2507.18071 §4.1; MiniMax-M1 arXiv 2506.13585 §3.1;
+  TIS, Yao et al. 2025; verl 0.9.1 use_kl_in_reward.) The clips and the min of a value need no branch decision:
   arb's min/max enclose them whichever side the ball is on.
 """
 from __future__ import annotations
@@ -40,6 +44,7 @@ FUTURE_CLIP = arb(1) / 2
 FUTURE_WINDOW = 1
 WHOLE_COST_CLIP = arb(1) / 2
 RATIO_CAP = arb(3) / 2
+SEQUENCE_TIS_CAP = arb(2)
 
 
 def _shape(vocab, horizon, eos):
@@ -165,6 +170,17 @@ def _token_derivs(base, lp, lm, lr, adv, beta):
         return [-rho[t] * (adv - beta * _clip(k[t] + future(t), WHOLE_COST_CLIP)) for t in range(T)]
     if base == "ratio_capped":
         return [-rho[t].min(RATIO_CAP) * (adv - beta * (k[t] + future(t))) for t in range(T)]
+    if base == "gspo":
+        s = (_ball.fsum([lp[t] - lm[t] for t in range(T)]) / T).exp()
+        return [(-s * adv - beta * (lr[t] - lp[t]).expm1()) / T for t in range(T)]
+    if base == "cispo":
+        cap = arb(6) / 5            # 1 + ε_high: 1/5 is not binary, so formed at the working precision
+        return [-rho[t].min(cap) * adv - beta * (lr[t] - lp[t]).expm1() for t in range(T)]
+    if base == "sequence_tis":
+        w = _product(rho).min(SEQUENCE_TIS_CAP) * (adv - beta * _ball.fsum(k))
+        return [-w] * T
+    if base == "kl_in_reward":
+        return [-(adv - beta * _ball.fsum(k))] * T
     raise AssertionError(base)
 
 

@@ -22,6 +22,9 @@ def residual(update: Mapping[tuple, Sequence]) -> mpmath.mpf:
 DELTA0 = 1                           # first pseudo-time step of the local solver
 FREEZE_BELOW = mpmath.mpf("1e-9")   # a probability this small is taken to be on its way to 0
 RELEASE_CHECK_BELOW = mpmath.mpf("1e-8")  # frozen tokens are re-examined once the rest is this close
+SWEEPS = 60                          # passes over the prefixes of a coupled rule before Newton
+SWEPT = mpmath.mpf("1e-4")           # ... or fewer, once no probability moves by more than this
+SWEEP_TOL = mpmath.mpf("1e-10")      # a pass solves each prefix this far only: Newton finishes
 
 
 def softmax_row(logits):
@@ -125,6 +128,55 @@ def _solve_prefix(setting, pol, s, shift, scale, gap, tol, max_iter, h):
     return row, boundary, it, en
 
 
+def _rates_all(setting, pol):
+    """G_a − G_lead at every prefix (G_a = Δθ_s(a) / (P(reach s)·π(a|s)), lead = the most probable
+    token), flattened over the prefixes in order, with the lead tokens left out."""
+    upd, reach = setting.update(pol), setting.reach_of(pol)
+    out = []
+    for s in setting.pre:
+        row = pol[s]
+        lead = max(range(len(row)), key=lambda a: row[a])
+        g = [upd[s][a] / (reach[s] * row[a]) for a in range(len(row))]
+        out += [g[a] - g[lead] for a in range(len(row)) if a != lead]
+    return out
+
+
+def _newton_all(setting, pol, tol, max_iter, h):
+    """Newton on the free logits of every prefix together (the coupled rules), from a policy
+    the passes have brought close: a forward-difference Jacobian of :func:`_rates_all`, steps
+    halved until the residual falls, at most ``max_iter`` steps."""
+    logits = {s: [mpmath.log(v) for v in pol[s]] for s in setting.pre}
+    leads = {s: max(range(len(pol[s])), key=lambda a: pol[s][a]) for s in setting.pre}
+    free = [(s, a) for s in setting.pre for a in range(len(pol[s])) if a != leads[s]]
+
+    def policy_of(lg):
+        return {s: softmax_row(lg[s]) for s in setting.pre}
+
+    e = _rates_all(setting, pol)
+    it = 0
+    while _norm(e) > tol and it < max_iter:
+        it += 1
+        jac = mpmath.matrix(len(free), len(free))
+        for j, (s, a) in enumerate(free):
+            lg = {q: list(v) for q, v in logits.items()}
+            lg[s][a] += h
+            col = _rates_all(setting, policy_of(lg))
+            for i in range(len(free)):
+                jac[i, j] = (col[i] - e[i]) / h
+        step = mpmath.lu_solve(jac, mpmath.matrix(e))
+        scale = mp.ONE
+        while True:
+            lg = {q: list(v) for q, v in logits.items()}
+            for i, (s, a) in enumerate(free):
+                lg[s][a] -= scale * step[i]
+            trial = _rates_all(setting, policy_of(lg))
+            if _norm(trial) < _norm(e) or scale < mpmath.mpf(10) ** -6:
+                break
+            scale /= 2
+        logits, e = lg, trial
+    return policy_of(logits), it
+
+
 def _sigma_on_policy(tree, beta):
     """sigma_normalized_on_policy: its update is (1/σ_π)·proximal_kl_on_policy with β' = β·σ_π,
     whose only rest point is π*_{β'}; so π = π*_{β·s} with s = σ_{π*_{β·s}}(r), a scalar
@@ -159,11 +211,16 @@ def fixed_point(tree: _tree.Tree, rule: str = "proximal_kl", mu=None, beta=None,
     """Solve expected_update(π) = 0 (per prefix, in the softmax tangent space) for the rest point
     that the update itself reaches.
 
-    Every rule's update at prefix s depends on π at s and below only (``_tree.Setting.local_update``),
+    Most rules' update at prefix s depends on π at s and below only (``_tree.Setting.local_update``),
     so the fixed point is solved prefix by prefix from the leaves up, each a small system in the
     V−1 free logits (``_solve_prefix``: pseudo-transient continuation on the rates, a Jacobian by
     forward differences at 20 extra digits with step 10^−(dps/2+10), enough for Newton to reach
-    the working precision). sigma_normalized_on_policy couples every prefix through σ_π(r) and
+    the working precision). The ``_tree.COUPLED`` rules (off-policy; gspo also on-policy) see π
+    above s as well: their pass is repeated (block Gauss–Seidel, each prefix solved to SWEEP_TOL
+    from its last solution, at most SWEEPS passes) until no probability moves by SWEPT, and Newton
+    on the free logits of all prefixes together finishes (``_newton_all``; skipped when a token
+    went to the boundary, and the result is then judged like any other).
+    sigma_normalized_on_policy couples every prefix through σ_π(r) and
     is solved as a scalar equation (``_sigma_on_policy``; ``start``, ``mu``, ``baseline`` and
     ``params`` play no part there) and its result checked like the others.
 
@@ -205,12 +262,25 @@ def fixed_point(tree: _tree.Tree, rule: str = "proximal_kl", mu=None, beta=None,
             pol = _tree.policy(tree, tree.ref if start is None else start, "start")
             gap = 2 * (dps + 30) * mpmath.log(10)
             h = mpmath.mpf(10) ** (-(dps // 2 + 10))
-            for s in reversed(pre):
-                shift, scale = setting.advantage_terms(pol)
-                pol[s], bnd, it, _ = _solve_prefix(setting, pol, s, shift, scale, gap,
-                                                   tol * mpmath.mpf(10) ** -10, max_iter, h)
-                boundary += bnd
+            # One pass from the leaves up is exact for the rules whose update at s depends on π at
+            # s and below only; a coupled rule repeats the pass (block Gauss–Seidel, each prefix
+            # from its last solution) until it settles, then Newton on every prefix at once.
+            for sweep in range(SWEEPS if setting.coupled else 1):
+                before = {s: list(pol[s]) for s in pre}
+                boundary = []
+                local_tol = SWEEP_TOL if setting.coupled else tol * mpmath.mpf(10) ** -10
+                for s in reversed(pre):
+                    shift, scale = setting.advantage_terms(pol)
+                    pol[s], bnd, it, _ = _solve_prefix(setting, pol, s, shift, scale, gap,
+                                                       local_tol, max_iter, h)
+                    boundary += bnd
+                    iterations += it
+                if max(abs(a - b) for s in pre for a, b in zip(pol[s], before[s])) < SWEPT:
+                    break
+            if setting.coupled and not boundary:
+                pol, it = _newton_all(setting, pol, tol * mpmath.mpf(10) ** -10, max_iter, h)
                 iterations += it
+                note = f"coupled prefixes: {sweep + 1} passes, then {it} Newton steps on all of them"
     pol = {s: [+v for v in row] for s, row in pol.items()}
     on_face = {(b["prefix"], b["token"]) for b in boundary}
     setting = _tree.Setting(tree, rule, mu, None, beta, None, baseline, params)

@@ -269,6 +269,11 @@ FUTURE_CLIP = Fraction(1, 2)      # |F_t| ≤ 0.5 nat
 FUTURE_WINDOW = 1                 # only the next token's KL
 WHOLE_COST_CLIP = Fraction(1, 2)  # |k_t + F_t| ≤ 0.5 nat
 RATIO_CAP = Fraction(3, 2)        # truncated importance weight min(ρ, 1.5)
+# CISPO's upper clip of the detached token weight, min(ρ, 1 + ε_high) (no lower clip, MiniMax-M1
+# §3.1); 0.2 is verl 0.9.1's clip_ratio_high default. The sequence-level TIS cap C = 2 is verl
+# 0.9.1's rollout_is_threshold default. Both bind at π* on every built-in tree.
+CISPO_CLIP_HIGH = Fraction(1, 5)
+SEQUENCE_TIS_CAP = 2
 
 _OFF = (
     Rule("proximal_kl", "−ρ_t·sg(A − β(k_t + F_t)), F_t = Σ_{u>t} k_u (the Proximal KL update)", True,
@@ -304,16 +309,46 @@ _OFF = (
          {"ratio_cap": RATIO_CAP}),
     Rule("sigma_normalized", "proximal_kl with A = (r − E_μ[r]) / σ_μ(r) (group-normalised reward)", False,
          "dividing A by σ is the same as using β·σ: the rest point is π* for β·σ"),
+    # GSPO's clip (ε = 3e−4 / 4e−4) is left open: off-policy it excludes every sequence of the
+    # built-in trees at π* and pins the rest point to the band around μ (a jump in the update,
+    # no zero); on-policy s = 1 and no clip ever binds (docs/proximal_kl.md).
+    Rule("gspo", "(1/|y|)·(−s·A + β·Σ_t k3_t), s = exp(mean_t log ρ_t) (GSPO's sequence ratio, clip "
+         "open; k3 as a loss in GSPO's per-sequence token mean)", False,
+         "s = (π(y)/μ(y))^{1/|y|} is a geometric mean, not an importance weight (E_μ[s·f] ≠ E_π[f]), "
+         "and the k3 loss is grpo_k3's"),
+    Rule("cispo", "−sg(min(ρ_t, 1 + ε_high))·A·log π + β·k3_t (CISPO's detached clipped weight)", False,
+         "grpo_k3 with the token weight capped: the k3 bias, plus min(π, (1 + ε)·μ) ≠ π where "
+         "π*(a|s) > (1 + ε)·μ(a|s)", {"cispo_clip_high": CISPO_CLIP_HIGH}),
+    Rule("sequence_tis", "−sg(min(Π_u ρ_u, C))·sg(A − β·Σ_u k_u)·Σ_t log π (sequence_is with the "
+         "truncated, detached sequence weight of TIS)", False,
+         "where π*(y) > C·μ(y) the sequence weight min(π, C·μ) is no longer ∝ π",
+         {"sequence_tis_cap": SEQUENCE_TIS_CAP}),
+    Rule("kl_in_reward", "−sg(A − β·Σ_u k_u)·Σ_t log π (KL folded into the sequence reward, plain "
+         "policy gradient, no ratio)", False,
+         "no ratio: sequences are weighted by μ(y), not π(y), and the past KL Σ_{u<t} k_u does not "
+         "cancel under μ's token weights"),
 )
+
+# Rules whose off-policy update at prefix s depends on π above s as well (the past ratios or the
+# past KL do not factor out; for gspo also on-policy, through its 1/|y| weights): their rest point
+# is solved for all prefixes together, and their per-token derivatives need the whole sequence.
+COUPLED = frozenset({"gspo", "sequence_tis", "kl_in_reward"})
 
 
 def _on_policy(rule: Rule) -> Rule:
-    unbiased = rule.name in ("proximal_kl", "proximal_kl_no_ratio", "sequence_is", "ratio_capped")
+    unbiased = rule.name in ("proximal_kl", "proximal_kl_no_ratio", "sequence_is", "ratio_capped",
+                             "sequence_tis", "kl_in_reward")
     why = {
         "proximal_kl": "the update is the exact policy gradient ∇J (reward-to-go minus the KL to go)",
         "proximal_kl_no_ratio": "with μ = π, ρ = 1: identical to proximal_kl_on_policy",
         "sequence_is": "with μ = π, Π ρ = 1: REINFORCE on r − β·log(π/π_ref), i.e. ∇J",
         "ratio_capped": "with μ = π, ρ = 1 < C: the cap never binds",
+        "sequence_tis": "with μ = π, Π ρ = 1 < C: the cap never binds, the rule is sequence_is_on_policy",
+        "kl_in_reward": "REINFORCE on r − β·log(π(y)/π_ref(y)) sampled from π: ∇J (the past KL is a "
+                        "constant at each prefix, which Σ_a π(a|s)·(e_a − π) = 0 removes)",
+        "gspo": "with μ = π, s = 1 and ∇s = s·mean_t ∇log π: grpo_k3_on_policy with the per-sequence "
+                "weights 1/|y|, so the k3 loss's bias remains",
+        "cispo": "with μ = π, ρ = 1 < 1 + ε: the rule is grpo_k3_on_policy, whose k3 loss is biased",
     }.get(rule.name, "on-policy sampling does not remove the rule's modelling bias: " + rule.why)
     return Rule(rule.name + "_on_policy", rule.summary + "; μ = π (sampling policy held constant)",
                 unbiased, why, dict(rule.params))
@@ -382,6 +417,18 @@ def _token_derivs(base: str, params: dict, lp, lm, lr, adv, beta):
     if base == "ratio_capped":
         c = params["ratio_cap"]
         return [-min(rho[t], c) * (adv - beta * (k[t] + future(t))) for t in range(T)]
+    if base == "gspo":
+        # L = −s·A + β·(1/T)·Σ_t k3_t with s = exp((1/T)·Σ_t (lp_t − lm_t)): ∂s/∂lp_t = s/T
+        s = mpmath.exp(mpmath.fsum(lp[t] - lm[t] for t in range(T)) / T)
+        return [(-s * adv - beta * mpmath.expm1(lr[t] - lp[t])) / T for t in range(T)]
+    if base == "cispo":
+        cap = 1 + params["cispo_clip_high"]
+        return [-min(rho[t], cap) * adv - beta * mpmath.expm1(lr[t] - lp[t]) for t in range(T)]
+    if base == "sequence_tis":
+        w = min(mpmath.fprod(rho), params["sequence_tis_cap"]) * (adv - beta * mpmath.fsum(k))
+        return [-w] * T
+    if base == "kl_in_reward":
+        return [-(adv - beta * mpmath.fsum(k))] * T
     raise AssertionError(base)
 
 
@@ -396,14 +443,18 @@ class Setting:
         self.tree, self.baseline = tree, baseline
         self.on_policy = rule.endswith("_on_policy")
         self.base = rule[: -len("_on_policy")] if self.on_policy else rule
+        # GSPO's 1/|y| weights also make the on-policy baseline E_π[r] matter where lengths vary
+        self.coupled = self.base in COUPLED and (not self.on_policy or self.base == "gspo")
         prm = dict(RULES[rule].params)
         prm.update(params or {})
-        for key in ("future_clip", "whole_cost_clip", "ratio_cap"):
+        for key in ("future_clip", "whole_cost_clip", "ratio_cap", "cispo_clip_high", "sequence_tis_cap"):
             if key in prm:
                 prm[key] = num(prm[key], key)
         validate.cost_clip(prm.get("future_clip"), "future_clip")
         validate.cost_clip(prm.get("whole_cost_clip"), "whole_cost_clip")
         validate.ratio_cap(prm.get("ratio_cap"))
+        validate.sequence_tis_cap(prm.get("sequence_tis_cap"))
+        validate.cispo_clip_high(prm.get("cispo_clip_high"))
         if "future_window" in prm:
             prm["future_window"] = validate.future_window(prm["future_window"])
         self.params = prm
@@ -452,7 +503,9 @@ class Setting:
         in the coefficient (the past KL), which Σ_a π(a|s)·E_μ[Π_{u>t} ρ_u | s·a]·(e_a − π) = 0
         removes. So the fixed point can be solved prefix by prefix from the leaves up; the
         advantage's shift and scale are passed in (on-policy, a constant shift of A changes no
-        update: every token is weighted by π(a|s))."""
+        update: every token is weighted by π(a|s)). The COUPLED rules off-policy are the
+        exception: their coefficient at s keeps the past (read here from π above s), so the
+        solver iterates over the prefixes until they agree (_fixed_point)."""
         V, t0 = self.tree.vocab, len(s)
         samp = p if self.on_policy else self.mu
         row = [mp.ZERO] * V
@@ -460,16 +513,17 @@ class Setting:
         for y, path in self.paths:
             if len(y) <= t0 or y[:t0] != s:
                 continue
-            sub = path[t0:]
-            weight = mpmath.fprod(samp[q][a] for q, a in sub)
+            start = 0 if self.coupled else t0
+            sub = path[start:]
+            weight = mpmath.fprod(samp[q][a] for q, a in path[t0:])
             lp = [mpmath.log(p[q][a]) for q, a in sub]
             lm = lp if self.on_policy else [mpmath.log(samp[q][a]) for q, a in sub]
             lr = [self.log_ref[q][a] for q, a in sub]
             d = _token_derivs(self.base, self.params, lp, lm, lr, (self.r[y] - shift) / scale, self.beta)
-            c = weight * d[0]
+            c = weight * d[t0 - start]
             for j in range(V):
                 row[j] += c * ps[j]
-            row[sub[0][1]] -= c
+            row[path[t0][1]] -= c
         return row
 
     def update(self, p: dict) -> dict:
@@ -504,7 +558,11 @@ def expected_update(tree: Tree, pi, mu=None, pi_ref=None, beta=None, rule: str =
     ``params`` overrides the recorded parameters of the biased rules (``RULES[rule].params``).
     Rules and why each is or is not unbiased: ``RULES``. Sources: the Proximal KL update of the
     summary [proximal-kl-summary] / FRPO arXiv 2601.10201 (reconstructed, see proximal_kl.py); GRPO's k3
-    loss, DeepSeekMath §4.1.1 eq. 3–4; TRL's ratio-weighted k3 (use_bias_correction_kl)."""
+    loss, DeepSeekMath §4.1.1 eq. 3–4; TRL's ratio-weighted k3 (use_bias_correction_kl); GSPO's
+    sequence ratio, arXiv 2507.18071 §4.1 eq. 5 (unverified beyond secondary sources); CISPO's
+    clipped detached weight, MiniMax-M1 arXiv 2506.13585 §3.1 (unverified); truncated importance
+    sampling, Yao et al. 2025 (fengyao.notion.site/off-policy-rl; verl 0.9.1 rollout_is
+    'sequence'); the KL folded into the reward (verl 0.9.1 use_kl_in_reward, apply_kl_penalty)."""
     setting = Setting(tree, rule, mu, pi_ref, beta, rewards, baseline, params)
     return setting.update(policy(tree, pi, "pi"))
 

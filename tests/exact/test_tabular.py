@@ -143,6 +143,147 @@ def test_on_policy_update_and_sequence_is_are_the_gradient_of_J(tree):
                 assert abs(on[s][a] - grad) < EXACT and abs(seq[s][a] - grad) < EXACT
 
 
+# --------------------------------------------------------------------------- GSPO, CISPO, TIS, KL in the reward
+
+ADDED = ("gspo", "cispo", "sequence_tis", "kl_in_reward")
+
+
+def _expected_loss(tree, pi0, mu, rule, s, a, x):
+    on = rule.endswith("_on_policy")
+    base = rule[: -len("_on_policy")] if on else rule
+    p0 = _tree.policy(tree, pi0)
+    m = p0 if on else _tree.policy(tree, mu, "mu")
+    ref = _tree.policy(tree, tree.ref)
+    logits = [mpmath.log(v) for v in p0[s]]
+    logits[a] += x
+    p = {**p0, s: _fixed_point.softmax_row(logits)}
+    beta = _tree.num(tree.beta)
+    r = {y: _tree.num(tree.rewards[y]) for y in _tree.leaves(tree)}
+    w = {y: mpmath.fprod(m[y[:t]][y[t]] for t in range(len(y))) for y in r}
+    b = mpmath.fsum(w[y] * r[y] for y in r)
+    total = []
+    for y in r:
+        T = len(y)
+        steps = [(y[:t], y[t]) for t in range(T)]
+        lp = [mpmath.log(p[q][c]) for q, c in steps]
+        lp0 = [mpmath.log(p0[q][c]) for q, c in steps]
+        lm = [mpmath.log(m[q][c]) for q, c in steps]
+        lr = [mpmath.log(ref[q][c]) for q, c in steps]
+        k3 = mpmath.fsum(mpmath.exp(lr[t] - lp[t]) - (lr[t] - lp[t]) - 1 for t in range(T))
+        kl0 = mpmath.fsum(lp0[t] - lr[t] for t in range(T))
+        A = r[y] - b
+        if base == "gspo":          # GSPO eq. 5 with the clip open, plus β·mean_t k3
+            loss = -mpmath.exp(mpmath.fsum(lp[t] - lm[t] for t in range(T)) / T) * A + beta * k3 / T
+        elif base == "cispo":       # MiniMax-M1 §3.1: sg(min(ρ, 1 + ε_high))·A·log π, plus β·Σ k3
+            cap = 1 + _tree.num(_tree.CISPO_CLIP_HIGH)
+            loss = -mpmath.fsum(min(mpmath.exp(lp0[t] - lm[t]), cap) * A * lp[t] for t in range(T)) + beta * k3
+        elif base == "sequence_tis":    # sg(min(π0(y)/μ(y), C))·sg(r − β·KL − b)·log π(y)
+            weight = min(mpmath.exp(mpmath.fsum(lp0) - mpmath.fsum(lm)), _tree.SEQUENCE_TIS_CAP)
+            loss = -weight * (A - beta * kl0) * mpmath.fsum(lp)
+        else:                       # kl_in_reward: sg(r − β·KL − b)·log π(y), no ratio
+            loss = -(A - beta * kl0) * mpmath.fsum(lp)
+        total.append(w[y] * loss)
+    return mpmath.fsum(total)
+
+
+@pytest.mark.parametrize("tree", [_tree.WORKED_V2H2, _tree.EOS_V3H3], ids=["worked-v2h2", "eos-v3h3"])
+def test_added_rules_are_minus_the_gradient_of_their_expected_loss(tree):
+    """A finite-difference check: the exact update of GSPO, CISPO, sequence TIS and the KL in the
+    reward is −∂/∂θ_s(a) of Σ_y μ(y)·L(y), the loss of each written from its paper's formula
+    (stop-gradients held at π0), by mpmath.diff."""
+    pi, mu = _tree.random_behavior(tree, 41), _tree.random_behavior(tree, 42)
+    for rule in ADDED + tuple(r + "_on_policy" for r in ADDED):
+        upd = _tree.expected_update(tree, pi, mu, rule=rule)
+        with mp.precision(120), mpmath.workdps(60):
+            for s in _tree.prefixes(tree):
+                for a in range(tree.vocab):
+                    grad = mpmath.diff(lambda x: _expected_loss(tree, pi, mu, rule, s, a, x), 0)
+                    assert abs(upd[s][a] + grad) < EXACT, (rule, s, a)
+
+
+@pytest.mark.parametrize("tree", [_tree.WORKED_V2H2, _tree.EOS_V3H3], ids=["worked-v2h2", "eos-v3h3"])
+def test_on_policy_tis_and_kl_in_reward_are_the_gradient_of_J(tree):
+    """On-policy, the KL folded into the reward and sequence TIS (whose cap does not bind at
+    Π ρ = 1) are REINFORCE on r − β·log(π/π_ref): ∇_θ J, checked against mpmath.diff of J."""
+    pi = _tree.random_behavior(tree, 43)
+    updates = [_tree.expected_update(tree, pi, rule=r) for r in ("kl_in_reward_on_policy", "sequence_tis_on_policy")]
+    with mp.precision(120), mpmath.workdps(60):
+        base = _tree.policy(tree, pi)
+        for s in _tree.prefixes(tree):
+            for a in range(tree.vocab):
+                def J(x, s=s, a=a):
+                    logits = [mpmath.log(v) for v in base[s]]
+                    logits[a] += x
+                    return _tree.objective(tree, {**base, s: _fixed_point.softmax_row(logits)})
+                grad = mpmath.diff(J, 0)
+                assert all(abs(u[s][a] - grad) < EXACT for u in updates)
+
+
+def _gap(a, b):
+    return max(abs(x - y) for s in a for x, y in zip(a[s], b[s]))
+
+
+def test_added_rules_reduce_to_earlier_ones():
+    """Where the new rules' defining features vanish they are the rules they extend: CISPO
+    on-policy (ρ = 1 < 1 + ε) and with an unbounded cap is grpo_k3; TIS with an unbounded cap is
+    sequence_is; GSPO on one-token sequences (s = ρ) is grpo_k3, and on-policy on a fixed-length
+    tree it is grpo_k3_on_policy / H; an off-policy rule sampled from μ = π is its on-policy form."""
+    tree = _tree.RANDOM_V3H3
+    pi, mu = _tree.random_behavior(tree, 44), _tree.random_behavior(tree, 45)
+
+    def upd(rule, m=mu, **params):
+        return _tree.expected_update(tree, pi, m, rule=rule, params=params or None)
+
+    assert _gap(upd("cispo_on_policy"), upd("grpo_k3_on_policy")) < EXACT
+    assert _gap(upd("cispo", cispo_clip_high=10 ** 9), upd("grpo_k3")) < EXACT
+    assert _gap(upd("sequence_tis", sequence_tis_cap=10 ** 9), upd("sequence_is")) < EXACT
+    third = {s: [v / 3 for v in row] for s, row in upd("grpo_k3_on_policy").items()}
+    assert _gap(upd("gspo_on_policy"), third) < EXACT
+    for rule in ("gspo", "sequence_tis", "kl_in_reward", "cispo"):
+        assert _gap(upd(rule, m=pi), upd(rule + "_on_policy")) < EXACT, rule
+    one = _tree.Tree("one-step", 3, 1, Fraction(1, 4), {(0,): 0, (1,): 1, (2,): Fraction(1, 2)},
+                     {(): [Fraction(1, 2), Fraction(1, 4), Fraction(1, 4)]},
+                     {(): [Fraction(1, 5), Fraction(3, 5), Fraction(1, 5)]})
+    p1 = {(): [Fraction(1, 3)] * 3}
+    assert _gap(_tree.expected_update(one, p1, rule="gspo"), _tree.expected_update(one, p1, rule="grpo_k3")) < EXACT
+
+
+def test_coupled_rules_local_update_is_the_update_at_the_prefix():
+    """The fixed-point solver's per-prefix update of the coupled rules (which read the past from
+    π above the prefix) times P(reach s) is the full expected update at s."""
+    for tree in (_tree.WORKED_V2H2, _tree.EOS_V3H3):
+        pi = _tree.policy(tree, _tree.random_behavior(tree, 46))
+        for rule in ("gspo", "sequence_tis", "kl_in_reward", "gspo_on_policy"):
+            setting = _tree.Setting(tree, rule, None, None, None, None, "mean", None)
+            assert setting.coupled
+            full, reach = setting.update(pi), setting.reach_of(pi)
+            shift, scale = setting.advantage_terms(pi)
+            for s in _tree.prefixes(tree):
+                local = setting.local_update(pi, s, shift, scale)
+                assert max(abs(x * reach[s] - y) for x, y in zip(local, full[s])) < EXACT, (rule, s)
+
+
+def test_coupled_solver_finds_the_optimum_of_an_uncapped_tis():
+    """With a cap that never binds, sequence TIS is sequence_is, an unbiased rule: the coupled
+    solver (passes over the prefixes, then Newton on all of them) must find π* from π_ref."""
+    tree = _tree.EOS_V3H3
+    fp = _fixed_point.fixed_point(tree, "sequence_tis", params={"sequence_tis_cap": 10 ** 9})
+    assert fp["converged"] and not fp["boundary"] and fp["note"].startswith("coupled")
+    assert _tree.sequence_kl(tree, fp["policy"], _tree.optimum(tree)["policy"])["chain"] < THEOREM
+
+
+def test_gspo_clip_would_exclude_every_sequence_at_the_optimum():
+    """Why the gspo row leaves GSPO's clip open (docs/proximal_kl.md): at π*, under each built-in
+    tree's μ, every sequence's s = (π*(y)/μ(y))^{1/|y|} lies outside [1 − 3e−4, 1 + 4e−4] (GSPO
+    §5.1), so the clipped objective would give those sequences no gradient at all."""
+    lo, hi = 1 - mpmath.mpf("3e-4"), 1 + mpmath.mpf("4e-4")
+    for tree in TREES:
+        star = dict(_tree.sequences(tree, _tree.optimum(tree)["policy"]))
+        for y, w in _tree.sequences(tree, tree.behavior):
+            ratio = (star[y] / w) ** (mpmath.mpf(1) / len(y))
+            assert not lo <= ratio <= hi, (tree.name, y)
+
+
 # --------------------------------------------------------------------------- loss ↔ theorem
 
 def _loss_update(tree, pi, mu, rule_kwargs, on_policy=False):
@@ -293,6 +434,10 @@ def test_bad_input_names_the_argument():
         ("future_window", lambda: _tree.expected_update(t, opt, rule="future_window",
                                                      params={"future_window": 0})),
         ("ratio_cap", lambda: _tree.expected_update(t, opt, rule="ratio_capped", params={"ratio_cap": -1})),
+        ("sequence_tis_cap", lambda: _tree.expected_update(t, opt, rule="sequence_tis",
+                                                           params={"sequence_tis_cap": 0})),
+        ("cispo_clip_high", lambda: _tree.expected_update(t, opt, rule="cispo_on_policy",
+                                                          params={"cispo_clip_high": -0.2})),
         ("tree.vocab", lambda: _tree.optimum(_tree.Tree("x", 1, 2, 1, {}, {}))),
         ("tree.horizon", lambda: _tree.optimum(_tree.Tree("x", 2, 0, 1, {}, {}))),
         ("tree.eos", lambda: _tree.optimum(_tree.Tree("x", 2, 2, 1, t.rewards, t.ref, eos=2))),
