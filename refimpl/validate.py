@@ -339,7 +339,7 @@ def log_ratio_clamp(value, level: str) -> float | None:
     ratios (GSPO, GMPO) are formed without it, so other ratio levels are refused, not guessed."""
     c = optional_positive("log_ratio_clamp", value)
     if c is not None and level != "token":
-        fail("log_ratio_clamp", f"clamps token log-ratios: needs ratio_level='token', got {level!r}")
+        fail("log_ratio_clamp", f"must be None with ratio_level={level!r} (it clamps token log-ratios)")
     return c
 
 
