@@ -16,12 +16,18 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
+from conformance.numbers import decode_exact
 from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
+    arguments,
     build,
+    decoded,
+    deviation_shows,
     equal_group_mean_inexact,
     has_empty_row,
     load_or_explain,
@@ -30,6 +36,8 @@ from conformance.targets.peers._common import (
     require,
     where,
 )
+from refimpl.arrays import grpo as exact_grpo
+from refimpl.arrays import kl as exact_kl
 
 VERSION = "0.11.2"
 INSTALL = "pip install --no-deps openrlhf==0.11.2 transformers"
@@ -57,9 +65,9 @@ CONVENTIONS = [
     C("grpo.loss", "dual_clip", (None, 3.0), f"{LOSS} PolicyLoss(dual_clip)"),
     C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{LOSS} PolicyLoss.forward (policy_loss_type 'ppo': "
       "raw_policy_log_ratio.clamp(min=-20.0, max=20.0) before exp; 'gspo' forms its sequence ratio without it)"),
-    C("grpo.loss", "kl_aggregation", ("token-mean", None), f"{ACTOR} (kl_loss = aggregate_loss(kl, "
-      "experience.action_mask, **loss_batch_info): token mode whatever --actor.loss_agg_mode is; None is the same "
-      "under a token-mean policy term)"),
+    C("grpo.loss", "kl_aggregation", ("token-mean",), f"{ACTOR} (kl_loss = aggregate_loss(kl, "
+      "experience.action_mask, **loss_batch_info): token mode whatever --actor.loss_agg_mode is; under a token-mean "
+      "policy term ALTERNATIVES also admit None, the same computation)"),
     C("grpo.loss", "mean_eps", (1e-8, 0.0), f"{LOSS} aggregate_loss (token_level_loss=False: / (token_counts + "
       "1e-8); 0 is the same where both terms are token means)"),
     C("grpo.loss", "kl_kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (--algo.kl.estimator, default "
@@ -110,8 +118,33 @@ ARITHMETIC = [
 ]
 
 
-def _with_kl(case) -> bool:
-    return case.test["params"].get("beta", 0.0) != 0.0
+def _kl_float32_shows(case, dtype: str, tolerance) -> bool:
+    """Whether forming the KL term from float32 log-probabilities (compute_approx_kl's .float())
+    moves a float64 case beyond its bound: the loss moves by β times the KL term's aggregate of the
+    change of the estimates, the gradient by β times its weights times the change of their
+    derivatives (refimpl/arrays in float32 and in float64). Where the policy term dominates the
+    scale (ratios of e^±20 and beyond), float32 KL estimates stay inside the bound."""
+    inputs, declared = decoded(case.test["inputs"]), arguments(case)
+    if declared["beta"] == 0:
+        return False
+    mask = inputs["mask"]
+    logp, ref = (np.where(mask != 0, inputs[n], 0.0) for n in ("logp", "ref_logp"))
+    cotangent = decoded(case.test["cotangents"])["loss"]
+    kind, clamp = declared["kl_kind"], declared["kl_clamp"]
+    mode, norm = declared["kl_aggregation"] or declared["aggregation"], declared["norm_length"]
+    weights = exact_grpo.aggregate_vjp(cotangent, logp, mask, mode, norm, declared["mean_eps"])["values"]
+
+    def term(lp, rp):
+        kl = np.asarray(exact_kl.estimator(lp, rp, kind, clamp), dtype=np.float64)
+        grad = exact_kl.estimator_vjp(weights.astype(lp.dtype), lp, rp, kind, clamp)["logp"]
+        return exact_grpo.aggregate(kl, mask, mode, norm, declared["mean_eps"]), np.asarray(grad, dtype=np.float64)
+
+    (v64, g64), (v32, g32) = term(logp, ref), term(logp.astype(np.float32), ref.astype(np.float32))
+    loss = np.asarray(decode_exact(case.test["expected"]["loss"]), dtype=np.float64)
+    grad = np.asarray(decode_exact(case.test["grads"]["logp"]), dtype=np.float64)
+    beta = declared["beta"]
+    return deviation_shows(tolerance, {"loss": loss, "grad:logp": grad},
+                           {"loss": loss + beta * (v32 - v64), "grad:logp": grad + beta * (g32 - g64)})
 
 
 _LOG_RATIO_CLAMP = Finding(
@@ -130,7 +163,7 @@ _KL_TERM_FLOAT32 = Finding(
     "openrlhf-kl-term-float32", "precision",
     "the KL term of the actor loss comes from compute_approx_kl in float32 (.float()): with β ≠ 0 a float64 loss "
     "has float32 accuracy", f"{UTILS} compute_approx_kl; {ACTOR} (loss = actor_loss + kl_loss * kl_ctl)",
-    where(objectives=("grpo.loss",), dtypes=("float64",), test=_with_kl))
+    where(objectives=("grpo.loss",), dtypes=("float64",), shows=_kl_float32_shows))
 _EMPTY_ROW_FLOAT16 = Finding(
     "openrlhf-empty-row-float16-nan", "bug",
     "aggregate_loss(token_level_loss=False) divides a fully masked row's sum 0 by (0 + 1e-8), and 1e-8 is 0 in "

@@ -63,8 +63,6 @@ CONVENTIONS = [
     C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{CORE} compute_policy_loss_vanilla (torch.clamp("
       "negative_approx_kl, min=-20.0, max=20.0) before exp); compute_policy_loss_gspo and "
       "compute_policy_loss_geo_mean form sequence ratios without it"),
-    C("grpo.loss", "kl_aggregation", (None,), "verl/workers/utils/losses.py ppo_loss (kl_loss = agg_loss(..., "
-      "loss_agg_mode=config.loss_agg_mode): the policy term's mode)"),
     C("grpo.loss", "mean_eps", (0.0,), "verl/workers/utils/losses.py ppo_loss (response_mask.to(bool): agg_loss's "
       "int64 token count + 1e-8 is formed in float32, where the ε is lost)"),
     C("grpo.loss", "kl_kind", ("k3",), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML})"),
@@ -86,7 +84,8 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                                     {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"}],
                 # policy_loss.loss_mode: 'vanilla' (the dual clip always on), 'gspo' (GSPO-token, no dual
                 # clip), 'geo_mean' (GMPO: a plain mean over sequences, whatever loss_agg_mode says)
-                # the ±20 clamp of log ρ is on the token ratios of 'vanilla' only
+                # the ±20 clamp of log ρ is on the token ratios of 'vanilla' only; kl_aggregation stays None
+                # (losses.py ppo_loss: kl_loss = agg_loss(..., loss_agg_mode=config.loss_agg_mode))
                 "grpo.loss": [{"dual_clip": 3.0, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
                                "policy_loss": "ppo-clip", "log_ratio_clamp": 20.0},
                               {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES,
