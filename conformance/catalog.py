@@ -199,11 +199,14 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Param("mode", "seq-mean-token-mean",
                ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
                "DeepSeekMath eq. 3 (1/G Σ_i 1/|o_i| Σ_t)", convention=True),
-         Param("norm_length", None, source="padded length T (Dr. GRPO uses a constant)")),
+         Param("norm_length", None, source="padded length T (Dr. GRPO uses a constant)"),
+         Param("mean_eps", 0.0, source="DeepSeekMath eq. 3 divides by |o_i|; verl 0.9.1 agg_loss and OpenRLHF "
+               "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
         ("value",), ("values",), "DeepSeekMath §4.1.1 eq. 3; DAPO §3.3; Dr. GRPO §3",
         reduction="values"),
     Objective(
-        "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1.",
+        "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL term "
+        "reduced by kl_aggregation when given).",
         (Input("logp", "B,T"), Input("old_logp", "B,T"), Input("ref_logp", "B,T"),
          Input("advantages", "B"), Input("mask", "B,T", kind="mask")),
         (Param("eps_low", 0.2), Param("eps_high", None), Param("dual_clip", None, convention=True),
@@ -219,7 +222,15 @@ OBJECTIVES: tuple[Objective, ...] = (
                "DeepSeekMath eq. 3 (token); GSPO arXiv 2507.18071 §4.1 eq. 5 and §4.3", convention=True,
                added="1.2.0"),
          Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo"),
-               "PPO eq. 7; GMPO arXiv 2507.20673 §3", convention=True, added="1.2.0")),
+               "PPO eq. 7; GMPO arXiv 2507.20673 §3", convention=True, added="1.2.0"),
+         Param("log_ratio_clamp", None, source="no clamp in the papers; verl 0.9.1 compute_policy_loss_vanilla and "
+               "OpenRLHF 0.11.2 PolicyLoss clamp log ρ to ±20 before exp", convention=True, added="1.3.0"),
+         Param("kl_aggregation", None, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                        "seq-mean-token-sum-norm"),
+               "None: the policy term's aggregation (DeepSeekMath eq. 3); OpenRLHF 0.11.2 ppo_actor always "
+               "token-mean", convention=True, added="1.3.0"),
+         Param("mean_eps", 0.0, source="DeepSeekMath eq. 3 divides by |o_i|; verl 0.9.1 agg_loss and OpenRLHF "
+               "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
         ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO",
         reduction="logp"),
     Objective(

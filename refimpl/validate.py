@@ -333,6 +333,27 @@ def policy_loss(value, level: str, dual_clip, kl_ratio_weight: bool) -> str:
     return value
 
 
+def log_ratio_clamp(value, level: str) -> float | None:
+    """The bound c > 0 of grpo.loss's token log-ratio, clamped to [−c, c] before the exponential
+    (verl 0.9.1 and OpenRLHF 0.11.2 use 20), or None. It clamps the token ratio ρ_t: the sequence
+    ratios (GSPO, GMPO) are formed without it, so other ratio levels are refused, not guessed."""
+    c = optional_positive("log_ratio_clamp", value)
+    if c is not None and level != "token":
+        fail("log_ratio_clamp", f"must be None with ratio_level={level!r} (it clamps token log-ratios)")
+    return c
+
+
+def kl_aggregation(value) -> str | None:
+    """The masked reduction of grpo.loss's KL term, or None: the policy term's ``aggregation``."""
+    return None if value is None else aggregation(value, "kl_aggregation")
+
+
+def mean_eps(value) -> float:
+    """The ε >= 0 added to each row's token count in a per-sequence token mean, Σ_t m·v / (Σ_t m + ε)
+    (verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss: 1e−8); 0 in the papers."""
+    return nonnegative("mean_eps", value)
+
+
 # ----------------------------------------------------------------------------- proximal_kl
 
 def cost_clip(value, name: str = "future_clip") -> float | None:

@@ -75,6 +75,9 @@ BAD_PARAMS = {
     "ratio_cap": [0.0, -2.0, NAN],
     "ratio_level": ["seq", None, 1],
     "policy_loss": ["gspo", "gmpo", None],   # 'gmpo' is refused with the default token ratios
+    "log_ratio_clamp": [0.0, -20.0, NAN, INF],
+    "kl_aggregation": ["sum", 1],
+    "mean_eps": [-1e-8, NAN, INF, None],
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],

@@ -41,6 +41,8 @@ OUTSIDE = {
     "beta": [-0.5, -1e-300],
     "clamp": [0.0, -1.0],
     "kl_clamp": [0.0, -1.0],
+    "log_ratio_clamp": [0.0, -20.0],
+    "mean_eps": [-1e-8],
     "clip": [0.0, -1.0],
     "future_clip": [0.0, -1.0],
     "label_smoothing": [-0.1, 0.5, 0.7],
@@ -146,7 +148,8 @@ def test_options_match_the_catalog():
                "kind": validate.KL_KINDS, "kl_kind": validate.KL_KINDS,
                "loss_type": validate.LOSS_TYPES, "scale": validate.SCALES,
                "degenerate": validate.DEGENERATE, "mode": validate.AGGREGATIONS,
-               "aggregation": validate.AGGREGATIONS, "rule": validate.UPDATE_RULES,
+               "aggregation": validate.AGGREGATIONS, "kl_aggregation": validate.AGGREGATIONS,
+               "rule": validate.UPDATE_RULES,
                "baseline": validate.BASELINES}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:

@@ -24,6 +24,7 @@ from conformance.generate.grpo_inputs import (
     CLIP_GROUPS,
     CLIP_PARAMS,
     GRPO_SECTION,
+    LIBRARY_LOSS_GROUPS,
     LOSS,
     LOSS_GROUPS,
     PPO_SECTION,
@@ -41,6 +42,7 @@ from conformance.generate.grpo_inputs import (
     _row_log_ratios,
     _sequence_away,
     _with_empty_rows,
+    loss_conventions,
 )
 
 NOTES = {
@@ -87,6 +89,10 @@ NOTES = {
                          "a half times ε inside and outside the clip band (GSPO's ε = 3e−4 / 4e−4 among them), "
                          "formed from token log-ratios that spread around their mean; for GMPO, token log-ratios "
                          "5 % either side of −ε_low and ε_high. Both signs of A."},
+    "LogRatioClamp": {"category": "convention", "description": "log ρ = ±19.5, ±20.5 and ±25 with A = ±1 under "
+                      "log_ratio_clamp = 20 (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2 PolicyLoss): "
+                      "beyond the clamp the ratio is the constant e^±20 and its gradient 0, where the unclipped "
+                      "branch is active (ρ tiny with A > 0; ρ huge with A < 0 and no dual clip)."},
     "ZeroAdvantage": {"category": "edge", "description": "A = 0: the objective and its gradient are exactly 0 "
                       "whatever the ratio."},
     "FullyMaskedRow": {"category": "edge", "description": "Rows with no token under a token mean: they add "
@@ -204,6 +210,36 @@ GROUPS = {
     "verl-0.9.1-gmpo": "grpo.loss: verl 0.9.1 trainer/ppo/core_algos.py compute_policy_loss_geo_mean "
                        "(loss_mode='geo_mean'; clip_ratio_low/high are log-space bounds; plain mean over "
                        "sequences) with the KL loss low_var_kl under loss_agg_mode='seq-mean-token-mean'",
+    "verl-0.9.1-clamp": "grpo.loss: verl 0.9.1 trainer/ppo/core_algos.py compute_policy_loss_vanilla as it runs: "
+                        "log ρ clamped to ±20 before exp (log_ratio_clamp = 20), clip_ratio_c = 3 (dual clip), "
+                        "low_var_kl (k3 clamped to ±10; its own ±20 clamp of log r is absorbed by that one), agg_loss "
+                        "'token-mean' for both terms (verl/workers/utils/losses.py ppo_loss)",
+    "verl-0.9.1-clamp-seq-mean-token-mean": "grpo.loss: as verl-0.9.1-clamp with loss_agg_mode='seq-mean-token-mean'. "
+                                            "agg_loss divides each row by |o_i| + 1e−8, but the actor's mask is "
+                                            "boolean (losses.py: response_mask.to(bool)): the int64 count plus "
+                                            "1e−8 is formed in float32 and the ε is lost (mean_eps = 0)",
+    "verl-0.9.1-clamp-seq-mean-token-sum": "grpo.loss: as verl-0.9.1-clamp with loss_agg_mode='seq-mean-token-sum'",
+    "verl-0.9.1-clamp-seq-mean-token-sum-norm": "grpo.loss: as verl-0.9.1-clamp with loss_agg_mode="
+                                                "'seq-mean-token-sum-norm' (loss_scale_factor = norm_length; None → T)",
+    "openrlhf-0.11.2-clamp": "grpo.loss: OpenRLHF 0.11.2 models/loss.py PolicyLoss (policy_loss_type 'ppo': log ρ "
+                             "clamped to ±20 before exp; token_level_loss=True) + the KL loss of "
+                             "trainer/ray/ppo_actor.py (models/utils.py compute_approx_kl 'k3' clamped to ±10, "
+                             "aggregate_loss token mode: kl_aggregation 'token-mean'); aggregate_loss's sequence mode "
+                             "divides by |o_i| + 1e−8 (mean_eps)",
+    "openrlhf-0.11.2-clamp-seq-mean": "grpo.loss: OpenRLHF 0.11.2 with --actor.loss_agg_mode seq-mean-token-mean: "
+                                      "the policy term's per-sequence token means over |o_i| + 1e−8, the KL term "
+                                      "still a token mean (ppo_actor.py: aggregate_loss(kl, ...) in token mode)",
+    "openrlhf-0.11.2-clamp-k2": "grpo.loss: OpenRLHF 0.11.2 --algo.kl.estimator k2 ((log r)²/2 clamped to ±10), "
+                                "token-level PolicyLoss with its ±20 log-ratio clamp",
+    "openrlhf-0.11.2-gspo-kl-token-mean": "grpo.loss: OpenRLHF 0.11.2 PolicyLoss policy_loss_type='gspo' (sequence "
+                                          "ratio, no log clamp, per-sequence token means over |o_i| + 1e−8) with "
+                                          "the KL term a token mean (ppo_actor.py)",
+    "kl-seq-mean": "grpo.loss: a token-mean policy term (DAPO §3.3) with the KL term a mean of per-sequence token "
+                   "means (kl_aggregation 'seq-mean-token-mean'): the KL term reduced differently from the policy "
+                   "term, the other way round from OpenRLHF",
+    "seq-mean-token-mean-eps": "grpo.aggregate: per-row token means over |o_i| + 1e−8 (mean_eps) — verl 0.9.1 "
+                               "trainer/ppo/core_algos.py agg_loss 'seq-mean-token-mean' (with a floating-point "
+                               "mask) and OpenRLHF 0.11.2 models/loss.py aggregate_loss(token_level_loss=False)",
     "dual-clip-3": "grpo.clip: dual clip c = 3 (Ye et al. 2020) — verl 0.9.1 trainer/ppo/core_algos.py "
                    "compute_policy_loss_vanilla clip_ratio_c=3.0 (always on; log ρ clamped to ±20 first, not "
                    "expressed); OpenRLHF 0.11.2 models/loss.py PolicyLoss(dual_clip=3)",
@@ -565,7 +601,7 @@ def _agg_scale(kwargs, outputs, grads):
 
 
 def _random_loss(group, gi, i, big=False) -> Case:
-    conv = LOSS_GROUPS[group]
+    conv = loss_conventions(group)
     seed = 9900 + 100 * gi + i
     r = S.rng(seed)
     b = int(r.integers(1, 17)) if not big else 16
@@ -709,6 +745,12 @@ def _loss_cases() -> list[Case]:
     return out
 
 
+def _kl_weights(kwargs, w):
+    """The KL term's aggregation weights: ``w`` itself unless ``kl_aggregation`` names another mode."""
+    mode = kwargs.get("kl_aggregation") or kwargs["aggregation"]
+    return w if mode == kwargs["aggregation"] else _weights(kwargs["mask"], mode, kwargs["norm_length"])
+
+
 def _loss_scale(kwargs, outputs, grads):
     """Σ_t w_t·T_t for the value and max_t w_t·T_t for the gradient, where T_t is the size of the
     terms of ℓ_t that rounding touches: |ρA|·(1 + |logp| + |old|) on the unclipped branch, and
@@ -717,6 +759,8 @@ def _loss_scale(kwargs, outputs, grads):
     if kwargs["ratio_level"] != "token":
         return _sequence_loss_scale(kwargs)
     w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
+    wk = _kl_weights(kwargs, w)
+    clamp_log = kwargs.get("log_ratio_clamp")
     beta = mpmath.mpf(kwargs["beta"])
     kind, clamp = kwargs["kl_kind"], kwargs["kl_clamp"]
     lo, hi, dual = _band(kwargs)
@@ -727,7 +771,7 @@ def _loss_scale(kwargs, outputs, grads):
             if not wt:
                 continue
             lp, old, ref = (mpmath.mpf(kwargs[n][i][j]) for n in ("logp", "old_logp", "ref_logp"))
-            rho = mpmath.exp(lp - old)
+            rho = mpmath.exp(lp - old if clamp_log is None else min(max(lp - old, -clamp_log), clamp_log))
             size_ratio = 1 + abs(lp) + abs(old)
             active, magnitude = _branch(rho, a, lo, hi, dual)
             surrogate = magnitude * size_ratio if active else magnitude
@@ -735,8 +779,11 @@ def _loss_scale(kwargs, outputs, grads):
             size_ref = 1 + abs(lp) + abs(ref)
             k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
             k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
-            elements.append(wt * abs(_surrogate(rho, a, lo, hi, dual)
-                                     - beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used))
+            kl_used = beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used
+            if wk is w:
+                elements.append(wt * abs(_surrogate(rho, a, lo, hi, dual) - kl_used))
+            else:   # the two terms reduced with their own weights (kl_aggregation)
+                elements.append(wt * abs(_surrogate(rho, a, lo, hi, dual)) + wk[i][j] * abs(kl_used))
             if clamp is not None and abs(k) >= clamp:
                 kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
             elif kind == "k3":
@@ -749,8 +796,12 @@ def _loss_scale(kwargs, outputs, grads):
                 kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
             weight = rho * size_ratio if kwargs["kl_ratio_weight"] else 1
             penalty = beta * weight * kl_terms
-            value_terms.append(wt * (surrogate + penalty))
-            grad_terms.append(wt * (surrogate + penalty + beta * weight * dkl_terms))
+            if wk is w:
+                value_terms.append(wt * (surrogate + penalty))
+                grad_terms.append(wt * (surrogate + penalty + beta * weight * dkl_terms))
+            else:
+                value_terms.append(wt * surrogate + wk[i][j] * penalty)
+                grad_terms.append(wt * surrogate + wk[i][j] * (penalty + beta * weight * dkl_terms))
     return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
 
 
@@ -765,7 +816,7 @@ def _bands(conv):
 
 
 def _random_sequence_loss(group, gi, i, big=False, single=False) -> Case:
-    conv = SEQUENCE_LOSS_GROUPS[group]
+    conv = loss_conventions(group)
     seed = 30000 + 100 * gi + i
     r = S.rng(seed)
     b = int(r.integers(1, 17)) if not big else 16
@@ -800,7 +851,7 @@ def _random_sequence_loss(group, gi, i, big=False, single=False) -> Case:
 def _band_edge_case(group, gi) -> Case:
     """Rows whose sequence ratio sits 0.5·ε and 1.5·ε inside and outside each edge (GSPO), or whose
     token log-ratios sit 5 % either side of −ε_low, ε_high (GMPO); both signs of A."""
-    conv = SEQUENCE_LOSS_GROUPS[group]
+    conv = loss_conventions(group)
     seed = 31000 + gi
     r = S.rng(seed)
     eps_low, eps_high = _bands(conv)[0]
@@ -927,6 +978,7 @@ def _sequence_loss_scale(kwargs):
     gradient of a token is its share 1/|o_i| of the row's terms through s_i (GSPO, GMPO) or its own
     term (GSPO-token), whichever is larger, plus its KL derivative's terms."""
     w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
+    wk = _kl_weights(kwargs, w)
     beta = mpmath.mpf(kwargs["beta"])
     kind, clamp, weighted = kwargs["kl_kind"], kwargs["kl_clamp"], kwargs["kl_ratio_weight"]
     gmpo = kwargs["policy_loss"] == "gmpo"
@@ -958,7 +1010,11 @@ def _sequence_loss_scale(kwargs):
             size_ref = 1 + abs(lp) + abs(ref)
             k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
             k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
-            elements.append(row[j] * abs(objective - beta * (s if weighted else 1) * k_used))
+            kl_used = beta * (s if weighted else 1) * k_used
+            if wk is w:
+                elements.append(row[j] * abs(objective - kl_used))
+            else:   # the two terms reduced with their own weights (kl_aggregation)
+                elements.append(row[j] * abs(objective) + wk[i][j] * abs(kl_used))
             if clamp is not None and abs(k) >= clamp:
                 kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
             elif kind == "k3":
@@ -969,13 +1025,155 @@ def _sequence_loss_scale(kwargs):
             else:
                 kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
             weight = s * size if weighted else 1
-            value_row.append(row[j] * ((through or abs(objective)) + beta * weight * kl_terms))
-            through_row.append(row[j] * (through + (beta * weight * kl_terms if weighted else 0)))
-            own.append(row[j] * beta * weight * dkl_terms)
+            if wk is w:
+                value_row.append(row[j] * ((through or abs(objective)) + beta * weight * kl_terms))
+                through_row.append(row[j] * (through + (beta * weight * kl_terms if weighted else 0)))
+                own.append(row[j] * beta * weight * dkl_terms)
+            else:
+                value_row.append(row[j] * (through or abs(objective)) + wk[i][j] * beta * weight * kl_terms)
+                through_row.append(row[j] * through + (wk[i][j] * beta * weight * kl_terms if weighted else 0))
+                own.append(wk[i][j] * beta * weight * dkl_terms)
         value_terms.extend(value_row)
         pooled = mpmath.fsum(through_row) / len(on)
         grad_terms.extend(max(pooled, t) + d for t, d in zip(through_row, own))
     return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
+
+
+# ============================================================================ library conventions
+
+
+def _low_loss_case(group, gi, seed, sequence=False) -> Case:
+    """Random [4, 8] inputs exact in bfloat16 or float16 (alternating across the groups)."""
+    conv = loss_conventions(group)
+    dtype = ("bfloat16", "float16")[gi % 2]
+    r = S.rng(seed)
+    lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
+    old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
+    ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
+    adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
+    mask = S.mask(r, 4, 8)
+    params = {"eps_low": 0.2, "eps_high": 0.28} if sequence else {}
+    lp = (_sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
+          else _loss_away(lp, old, ref, params, conv, dtype))
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
+                      low=True)
+
+
+def _log_ratio_clamp_case(group) -> Case:
+    """log ρ = ±19.5, ±20.5 and ±25 with A = ±1: the ±20 clamp binds on the outer four, where the
+    unclipped branch is active (ρ tiny with A > 0, ρ huge with A < 0 and no dual clip)."""
+    deltas = [-25.0, -20.5, -19.5, 19.5, 20.5, 25.0]
+    lp, old, ref = [], [], []
+    for a_row in range(2):
+        # the lower of logp and old_logp sits at −1.5 − 0.25·j − 0.125·row, the other |log ρ| above it
+        lp.append([-1.5 - 0.25 * j - 0.125 * a_row + min(d, 0.0) for j, d in enumerate(deltas)])
+        old.append([x - d for x, d in zip(lp[-1], deltas)])
+        ref.append([x - 0.375 for x in lp[-1]])
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
+                              "mask": [[1] * 6, [1] * 6]}, {}, ("LogRatioClamp",),
+                      "log ρ = ±19.5, ±20.5, ±25 with A = ±1 around the ±20 clamp", 0, "fixed")
+
+
+def _library_cases() -> list[Case]:
+    """Groups of the library conventions (vector set 1.3.0): log ρ clamped to ±20 (verl 0.9.1,
+    OpenRLHF 0.11.2), the KL term a token mean (OpenRLHF) or a sequence mean under a token-mean
+    policy term, and |o_i| + 1e−8 in per-row token means (OpenRLHF; verl's actor loses it, see
+    docs/grpo.md)."""
+    out = []
+    for k, group in enumerate(LIBRARY_LOSS_GROUPS):
+        gi = 100 + k
+        conv = LIBRARY_LOSS_GROUPS[group]
+        seq_mean = conv["aggregation"] != "token-mean"
+        if conv["ratio_level"] != "token":
+            for i in range(6):
+                out.append(_random_sequence_loss(group, gi, i))
+            out.append(_random_sequence_loss(group, gi, 6, single=True))
+            out.append(_random_sequence_loss(group, gi, 7, single=True))
+            out.append(_band_edge_case(group, gi))
+            out.append(_low_loss_case(group, gi, 32000 + k, sequence=True))
+            continue
+        for i in range(7):
+            out.append(_random_loss(group, gi, i))
+        out.append(_low_loss_case(group, gi, 32000 + k))
+        if conv["log_ratio_clamp"] is not None:
+            out.append(_log_ratio_clamp_case(group))
+            lp = [[0.0, -50.0, -1e-3, -690.0], [-50.0, 0.0, -640.0, -2.0]]
+            old = [[-50.0, 0.0, -50.001, -640.0], [0.0, -50.0, -690.0, -2.5]]
+            ref = [[-0.5, -50.25, -0.5, -690.125], [-50.5, -0.125, -640.5, -2.25]]
+            out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
+                                          "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
+                                  "ratios e^±50 with A = ±1; probabilities ~1e−300", 0, "fixed"))
+        if conv["kl_clamp"] is not None:
+            lp = [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]]
+            old = [[-20.1, -1.05, -1.9], [-0.45, -17.2, -3.1]]
+            ref = [[-5.0, -16.0, -2.5], [-0.25, -2.0, -3.5]]
+            out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.5, -1.0],
+                                          "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
+                                  "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
+        else:
+            out.append(_random_loss(group, gi, 7))
+        seed = 32100 + k
+        r = S.rng(seed)
+        lp = S.logprobs(r, (5, 6))
+        old = S.logprobs_near(r, lp, 0.1)
+        ref = S.logprobs_near(r, lp, 0.3)
+        lp = _loss_away(lp, old, ref, {}, conv, None)
+        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
+                                      "advantages": r.normal(0, 1, 5).tolist(),
+                                      "mask": _with_empty_rows(S.mask(r, 5, 6), [1, 3])}, {"beta": 0.1},
+                              ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
+                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                              result="acceptable" if seq_mean else "valid"))
+    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
+          "mask": [[1, 1]]}
+    bad = [
+        ({"log_ratio_clamp": 0.0}, "log_ratio_clamp = 0"),
+        ({"log_ratio_clamp": -20.0}, "negative log_ratio_clamp"),
+        ({"log_ratio_clamp": 20.0, "ratio_level": "sequence"}, "log_ratio_clamp with sequence ratios"),
+        ({"kl_aggregation": "sum"}, "unknown kl_aggregation"),
+        ({"mean_eps": -1e-8}, "negative mean_eps"),
+    ]
+    for conv, why in bad:
+        out.append(Case(LOSS, ok, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None},
+                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
+
+
+def _mean_eps_agg_cases() -> list[Case]:
+    """grpo.aggregate with each row's token count + 1e−8 (verl 0.9.1 agg_loss, OpenRLHF 0.11.2
+    aggregate_loss): random ragged masks, low precision, rows without tokens, and bad ε."""
+    group, conv = "seq-mean-token-mean-eps", {"mode": "seq-mean-token-mean", "mean_eps": 1e-8}
+    out = []
+
+    def case(values, mask, flags, comment, seed, recipe, result="valid", low=False):
+        return Case(AGG, {"values": values, "mask": mask}, params={"norm_length": None}, conventions=conv,
+                    group=group, flags=flags, comment=comment, result=result, low_precision=low,
+                    provenance=generated(seed, recipe))
+
+    for i in range(12):
+        seed = 33000 + i
+        r = S.rng(seed)
+        b, t = int(r.integers(1, 17)), int(r.choice([1, 2, 5, 8, 16, 32, 64]))
+        dtype = _dtype_of(i)
+        out.append(case(_round(r.normal(0, 1, (b, t)).tolist(), dtype), S.mask(r, b, t), ("Random",),
+                        f"random B={b}, T={t}" + (", float32" if dtype else ""), seed, "normal values, ragged mask"))
+    for k, dtype in enumerate(("bfloat16", "float16")):
+        seed = 33100 + k
+        r = S.rng(seed)
+        out.append(case(S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype), S.mask(r, 4, 16), ("LowPrecision",),
+                        f"values exact in {dtype}", seed, f"normal values rounded to {dtype}", low=True))
+    r = S.rng(33200)
+    out.append(case(r.normal(0, 1, (6, 12)).tolist(), _with_empty_rows(S.mask(r, 6, 12), [1, 4]),
+                    ("FullyMaskedRowSeqMean",), "rows without tokens among ragged rows", 33200,
+                    "normal values, ragged mask, emptied rows", result="acceptable"))
+    for eps, why in ((-1e-8, "negative mean_eps"), ("1e-8", "mean_eps given as a string")):
+        out.append(Case(AGG, {"values": [[1.0, 2.0], [3.0, 4.0]], "mask": [[1, 1], [1, 0]]},
+                        params={"norm_length": None}, conventions={"mode": "seq-mean-token-mean", "mean_eps": eps},
+                        group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
 
 
 def _surrogate(rho, a, lo, hi, dual):
@@ -995,7 +1193,8 @@ def _surrogate(rho, a, lo, hi, dual):
 
 def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
-    return _adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
+    return (_adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
+            + _library_cases() + _mean_eps_agg_cases())
 
 
 SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale}

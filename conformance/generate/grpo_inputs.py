@@ -71,6 +71,29 @@ SEQUENCE_LOSS_GROUPS = {
 }
 
 
+def _lib(conventions, clamp=20.0, kl_aggregation=None, mean_eps=0.0):
+    return {**conventions, "log_ratio_clamp": clamp, "kl_aggregation": kl_aggregation, "mean_eps": mean_eps}
+
+
+# The library conventions of vector set 1.3.0 (log_ratio_clamp, kl_aggregation, mean_eps), kept apart
+# as well: the groups above keep their cases.
+_OPENRLHF = {"kl_aggregation": "token-mean", "mean_eps": 1e-8}
+LIBRARY_LOSS_GROUPS = {
+    "verl-0.9.1-clamp": _lib(_seq(_lg(3.0, "k3", 10.0, False, "token-mean"), "token")),
+    "verl-0.9.1-clamp-seq-mean-token-mean": _lib(_seq(_lg(3.0, "k3", 10.0, False, "seq-mean-token-mean"), "token")),
+    "verl-0.9.1-clamp-seq-mean-token-sum": _lib(_seq(_lg(3.0, "k3", 10.0, False, "seq-mean-token-sum"), "token")),
+    "verl-0.9.1-clamp-seq-mean-token-sum-norm": _lib(_seq(_lg(3.0, "k3", 10.0, False, "seq-mean-token-sum-norm"),
+                                                          "token")),
+    "openrlhf-0.11.2-clamp": _lib(_seq(_lg(None, "k3", 10.0, False, "token-mean"), "token"), **_OPENRLHF),
+    "openrlhf-0.11.2-clamp-seq-mean": _lib(_seq(_lg(None, "k3", 10.0, False, "seq-mean-token-mean"), "token"),
+                                           **_OPENRLHF),
+    "openrlhf-0.11.2-clamp-k2": _lib(_seq(_lg(None, "k2", 10.0, False, "token-mean"), "token"), **_OPENRLHF),
+    "openrlhf-0.11.2-gspo-kl-token-mean": _lib(_seq(_lg(None, "k3", 10.0, False, "seq-mean-token-mean")), None,
+                                               **_OPENRLHF),
+    "kl-seq-mean": _lib(_seq(_lg(None, "k3", None, False, "token-mean"), "token"), None, "seq-mean-token-mean"),
+}
+
+
 # (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
 CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
 
@@ -153,8 +176,16 @@ def _with_empty_rows(mask, rows):
     return mask
 
 
+def loss_conventions(group) -> dict:
+    """A grpo.loss group's conventions, whichever table names it."""
+    for table in (LOSS_GROUPS, SEQUENCE_LOSS_GROUPS, LIBRARY_LOSS_GROUPS):
+        if group in table:
+            return table[group]
+    raise KeyError(group)
+
+
 def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False):
-    conv = LOSS_GROUPS[group] if group in LOSS_GROUPS else SEQUENCE_LOSS_GROUPS[group]
+    conv = loss_conventions(group)
     full = {"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None, **params}
     return Case(LOSS, inputs, params=full, conventions=conv, group=group, flags=flags, comment=comment,
                 result=result, low_precision=low, provenance=generated(seed, recipe))

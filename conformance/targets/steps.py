@@ -28,8 +28,8 @@ from conformance.numbers import decode_input, encode_exact
 from refimpl.exact import dpo as exact_dpo
 from refimpl.exact import mp
 
-__all__ = ["ShardContext", "StepContext", "builtin_torch", "global_mean", "global_test", "micro_batch_mean", "normaliser_of", "rows",
-           "sequences", "tokens", "vocab_parallel"]
+__all__ = ["ShardContext", "StepContext", "builtin_torch", "global_mean", "global_mean_terms", "global_test",
+           "micro_batch_mean", "normaliser_of", "rows", "sequences", "tokens", "vocab_parallel"]
 
 
 @dataclass(frozen=True)
@@ -184,6 +184,30 @@ def global_mean(objective, count=normaliser_of, grad_reduction: str = "mean"):
     return step
 
 
+def global_mean_terms(objective):
+    """``global_mean`` for grpo.loss whose KL term has its own ``kl_aggregation``: the policy term and
+    the KL term are two global means, each divided by its own count (OpenRLHF 0.11.2 ppo_actor.py
+    aggregates the KL loss with the global token count whatever loss_agg_mode is). The policy term
+    alone is the loss at β = 0; the KL term alone is the loss at A = 0, where the policy term is
+    exactly 0 with a zero gradient, reduced by the KL term's mode."""
+    whole = global_mean(objective)
+    policy = global_mean(lambda **mb: objective(**{**mb, "beta": 0.0}))
+
+    def penalty_alone(**mb):
+        import torch
+        return objective(**{**mb, "advantages": torch.zeros_like(mb["advantages"]),
+                            "aggregation": mb["kl_aggregation"], "kl_aggregation": None})
+
+    penalty = global_mean(penalty_alone, count=lambda mb: normaliser_of({**mb, "aggregation": mb["kl_aggregation"]}))
+
+    def step(micro_batches, ctx):
+        first = micro_batches[0]
+        if first.get("kl_aggregation") in (None, first.get("aggregation")) or first.get("beta") == 0:
+            return whole(micro_batches, ctx)
+        return policy(micro_batches, ctx) + penalty(micro_batches, ctx)
+    return step
+
+
 def vocab_parallel(fn, needs_vocab_start: bool = False):
     """A sharded function from a vocabulary-parallel implementation that takes ``group=`` (and
     ``vocab_start=`` where it owns labels), as ``refimpl.torch.vocab_parallel``'s do."""
@@ -198,7 +222,7 @@ def builtin_torch() -> tuple[dict, dict]:
     objective, refimpl.torch.vocab_parallel for every full-vocabulary divergence."""
     from refimpl.torch import dpo, grpo, proximal_kl
     from refimpl.torch import vocab_parallel as vp
-    steps = {"grpo.loss": global_mean(grpo.loss), "grpo.aggregate": global_mean(grpo.aggregate),
+    steps = {"grpo.loss": global_mean_terms(grpo.loss), "grpo.aggregate": global_mean(grpo.aggregate),
              "proximal_kl.loss": global_mean(proximal_kl.loss), "dpo.loss": global_mean(dpo.loss)}
     sharded = {"distill.token_kl": vocab_parallel(vp.token_kl),
                "distill.generalized_jsd": vocab_parallel(vp.generalized_jsd),

@@ -164,9 +164,10 @@ def _lengths(xp, m):
     return lengths
 
 
-def aggregate_value(xp, values, m, mode, norm):
+def aggregate_value(xp, values, m, mode, norm, eps=0.0):
     """Masked reduction written as the papers write it; rows without tokens leave the
-    sequence means. A select (not m·v) keeps padding values out of the sums."""
+    sequence means. A select (not m·v) keeps padding values out of the sums. ``eps`` (the
+    ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
     lengths = _lengths(xp, m)
     sums = xp.sum(_xp.masked(xp, m > 0, values), axis=1)
     if mode == "token-mean":  # DAPO §3.3
@@ -174,13 +175,13 @@ def aggregate_value(xp, values, m, mode, norm):
     rows = lengths > 0
     n_rows = xp.sum(xp.astype(rows, values.dtype))
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
-        per_row = sums / xp.where(rows, lengths, xp.ones_like(lengths))
+        per_row = sums / (xp.where(rows, lengths, xp.ones_like(lengths)) + eps)
         return xp.sum(_xp.masked(xp, rows, per_row)) / n_rows
     seq_sum = xp.sum(sums) / n_rows
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
-def aggregate_weights(xp, m, mode, norm):
+def aggregate_weights(xp, m, mode, norm, eps=0.0):
     """W with aggregate(values) = Σ W·values (every mode is linear), i.e. its gradient."""
     lengths = _lengths(xp, m)
     if mode == "token-mean":
@@ -188,7 +189,7 @@ def aggregate_weights(xp, m, mode, norm):
     rows = lengths > 0
     n_rows = xp.sum(xp.astype(rows, m.dtype))
     if mode == "seq-mean-token-mean":
-        per_row = _xp.masked(xp, rows, 1.0 / (xp.where(rows, lengths, xp.ones_like(lengths)) * n_rows))
+        per_row = _xp.masked(xp, rows, 1.0 / ((xp.where(rows, lengths, xp.ones_like(lengths)) + eps) * n_rows))
         return m * per_row[:, None]
     return m / (n_rows if mode == "seq-mean-token-sum" else n_rows * norm)
 
@@ -208,34 +209,37 @@ def _aggregate_inputs(values, mask):
     return xp, dt, v, _xp.mask(xp, "mask", mask, _xp.shape(v), dt)
 
 
-def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None):
+def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None,
+              mean_eps: float = 0.0):
     """Masked reduction of per-token values [B,T] to a scalar.
 
     ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3; ``token-mean``: DAPO §3.3;
     ``seq-mean-token-sum``: mean over rows of Σ_t m·v; ``seq-mean-token-sum-norm``: Dr. GRPO
     §3, that mean over L = ``norm_length`` (default T). Fully masked rows are left out of the
-    sequence means (verl 0.9.1 agg_loss); a mask with no token is rejected.
+    sequence means (verl 0.9.1 agg_loss); a mask with no token is rejected. ``mean_eps``: each
+    row's token count |o_i| + ε in 'seq-mean-token-mean' (verl 0.9.1, OpenRLHF 0.11.2: 1e−8).
     """
     xp, _, v, m = _aggregate_inputs(values, mask)
     norm = aggregate_params("mode", mode, norm_length, v.shape[1])
-    return aggregate_value(xp, v, m, mode, norm)
+    return aggregate_value(xp, v, m, mode, norm, validate.mean_eps(mean_eps))
 
 
 def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
-                  norm_length: float | None = None):
+                  norm_length: float | None = None, mean_eps: float = 0.0):
     """Gradient of cotangent·aggregate with respect to ``values`` (the aggregate is linear:
     DeepSeekMath eq. 3, DAPO §3.3, Dr. GRPO §3 weights); zero at masked positions."""
     xp, dt, v, m = _aggregate_inputs(values, mask)
     norm = aggregate_params("mode", mode, norm_length, v.shape[1])
+    eps = validate.mean_eps(mean_eps)
     ct = scalar_cotangent(xp, cotangent, dt)
-    return {"values": ct * aggregate_weights(xp, m, mode, norm)}
+    return {"values": ct * aggregate_weights(xp, m, mode, norm, eps)}
 
 
 # ----------------------------------------------------------------------------- loss
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
-                 ratio_level, policy_loss):
+                 ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps):
     xp = _xp.namespace(logp, old_logp, ref_logp, advantages, mask)
     dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     lp = _xp.array(xp, "logp", logp, dt)
@@ -251,28 +255,53 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.kl_kind(kl_kind, "kl_kind")
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     validate.kl_ratio_weight(kl_ratio_weight)
-    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
+    level = validate.ratio_level(ratio_level)
+    validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
+    clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
     norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
-    return xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm
+    modes = (aggregation, validate.kl_aggregation(kl_aggregation) or aggregation, norm,
+             validate.mean_eps(mean_eps))
+    return xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes
 
 
-def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight):
-    """ℓ_t = −C_t + β·w_t·KL_t and dℓ_t/dlogp_t, from the pieces of ``clip`` and ``kl``."""
+def _aggregate_terms(xp, policy, penalty, m, modes):
+    """The policy term reduced by ``aggregation``, the KL term by ``kl_aggregation``."""
+    aggregation, kl_mode, norm, eps = modes
+    return (aggregate_value(xp, policy, m, aggregation, norm, eps)
+            + aggregate_value(xp, penalty, m, kl_mode, norm, eps))
+
+
+def _term_weights(xp, m, modes):
+    aggregation, kl_mode, norm, eps = modes
+    return aggregate_weights(xp, m, aggregation, norm, eps), aggregate_weights(xp, m, kl_mode, norm, eps)
+
+
+def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight, clamp):
+    """The policy term −C_t and the KL term β·w_t·KL_t of ℓ_t and their derivatives in logp_t,
+    from the pieces of ``clip`` and ``kl``. ``clamp`` c: log ρ clamped to [−c, c] before exp
+    (verl 0.9.1, OpenRLHF 0.11.2), ρ constant outside the closed band."""
     # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
     # arbitrary difference from overflowing. Their aggregate weight is 0 either way.
     on = m == 1
     log_ratio = _xp.masked(xp, on, lp - old)
+    inside = None if clamp is None else (log_ratio >= -clamp) & (log_ratio <= clamp)
+    if clamp is not None:
+        log_ratio = xp.clip(log_ratio, -clamp, clamp)
     log_r = _xp.masked(xp, on, ref - lp)
     rho = xp.exp(log_ratio)
     objective, active = surrogate(xp, rho, adv[:, None], *clip_params)
+    if inside is not None:
+        active = active & inside
     dobjective = _xp.masked(xp, active, rho * adv[:, None])
     penalty = kl.clamped(xp, log_r, kl_kind, kl_clamp)
+    dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
     if kl_ratio_weight:
-        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·(KL + dKL).
-        penalty, dpenalty = rho * penalty, rho * kl.clamped_plus_dlogp(xp, log_r, kl_kind, kl_clamp)
-    else:
-        dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
-    return -objective + beta * penalty, -dobjective + beta * dpenalty
+        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·(KL + dKL), or ρ·dKL
+        # where the clamp holds ρ constant.
+        weighted = rho * kl.clamped_plus_dlogp(xp, log_r, kl_kind, kl_clamp)
+        dpenalty = weighted if inside is None else xp.where(inside, weighted, rho * dpenalty)
+        penalty = rho * penalty
+    return -objective, -dobjective, beta * penalty, beta * dpenalty
 
 
 def _gmpo_log_ratio(xp, log_ratio, adv, eps_low, eps_high):
@@ -285,9 +314,10 @@ def _gmpo_log_ratio(xp, log_ratio, adv, eps_low, eps_high):
 
 def _sequence_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight,
                    policy_loss, log_band):
-    """ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i (GSPO arXiv 2507.18071 §4.1 eq. 5;
-    GMPO arXiv 2507.20673 §3) and its derivative pieces: dℓ_t/dlog s_i, the KL's own
-    dℓ_t/dlogp_t, and dlog s_i/dlogp_u (m_u/max(n_i, 1), times GMPO's clip mask)."""
+    """The two terms of ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i (GSPO arXiv 2507.18071
+    §4.1 eq. 5; GMPO arXiv 2507.20673 §3) and their derivative pieces: (policy, penalty,
+    through_policy, through_penalty, direct, pooled) — each term's derivative in log s_i, the
+    KL's own dℓ_t/dlogp_t, and dlog s_i/dlogp_u (m_u/max(n_i, 1), times GMPO's clip mask)."""
     on = m == 1
     log_ratio = _xp.masked(xp, on, lp - old)
     log_r = _xp.masked(xp, on, ref - lp)
@@ -305,19 +335,22 @@ def _sequence_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clam
         dobjective = _xp.masked(xp, active_rows, s * adv)
     penalty = kl.clamped(xp, log_r, kl_kind, kl_clamp)
     dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
-    through_ratio = -dobjective[:, None] + xp.zeros_like(lp)
+    zero = xp.zeros_like(lp)
     if kl_ratio_weight:
         penalty, dpenalty = s[:, None] * penalty, s[:, None] * dpenalty
-        through_ratio = through_ratio + beta * penalty
-    return -objective[:, None] + beta * penalty, through_ratio, beta * dpenalty, pooled
+    through_penalty = beta * penalty if kl_ratio_weight else zero
+    return (-objective[:, None] + zero, beta * penalty, -dobjective[:, None] + zero, through_penalty,
+            beta * dpenalty, pooled)
 
 
-def _sequence_gradient(xp, weights, level, through_ratio, direct, pooled):
+def _sequence_gradient(xp, w_policy, w_penalty, level, pieces):
     """dloss/dlogp from the pieces: GSPO-token's straight-through ratio moves with its own token;
     GSPO's and GMPO's s_i with every token of the row (pooled)."""
+    _, _, through_policy, through_penalty, direct, pooled = pieces
+    through = w_policy * through_policy + w_penalty * through_penalty
     if level == "sequence-token":
-        return weights * (through_ratio + direct)
-    return pooled * xp.sum(weights * through_ratio, axis=1)[:, None] + weights * direct
+        return through + w_penalty * direct
+    return pooled * xp.sum(through, axis=1)[:, None] + w_penalty * direct
 
 
 def _log_band(eps_low, eps_high):
@@ -329,43 +362,50 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
-    """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
+         ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
+         kl_aggregation: str | None = None, mean_eps: float = 0.0):
+    """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
     (``token-mean``); Dr. GRPO §3 (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020);
     w_t = ρ_t when ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1.
     ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) or 'sequence-token' (GSPO-token,
     §4.3) replaces ρ_t by the row's s_i = exp(mean Δ); ``policy_loss='gmpo'`` (arXiv 2507.20673
-    §3) is C_i = A_i·exp(mean of the log-space-clipped Δ).
+    §3) is C_i = A_i·exp(mean of the log-space-clipped Δ). Library conventions:
+    ``log_ratio_clamp`` (log ρ_t clamped before exp), ``kl_aggregation`` (the KL term's own
+    reduction; None: ``aggregation``), ``mean_eps`` (|o_i| + ε in per-row token means).
     """
-    xp, _, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+    xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
+        log_ratio_clamp, kl_aggregation, mean_eps)
     if ratio_level == "token":
-        per_token, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        policy, _, penalty, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
+                                                kl_ratio_weight, clamp)
     else:
-        per_token = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
-                                   policy_loss, _log_band(eps_low, eps_high))[0]
-    return aggregate_value(xp, per_token, m, aggregation, norm)
+        policy, penalty = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
+                                         policy_loss, _log_band(eps_low, eps_high))[:2]
+    return _aggregate_terms(xp, policy, penalty, m, modes)
 
 
 def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
              eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-             ratio_level: str = "token", policy_loss: str = "ppo-clip"):
-    """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
-    aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
-    xp, dt, lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+             ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
+             kl_aggregation: str | None = None, mean_eps: float = 0.0):
+    """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
+    term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
+    xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
+        log_ratio_clamp, kl_aggregation, mean_eps)
     ct = scalar_cotangent(xp, cotangent, dt)
-    weights = aggregate_weights(xp, m, aggregation, norm)
+    w_policy, w_penalty = _term_weights(xp, m, modes)
     if ratio_level == "token":
-        _, dper_token = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
-        return {"logp": ct * weights * dper_token}
-    _, through_ratio, direct, pooled = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
-                                                      kl_ratio_weight, policy_loss,
-                                                      _log_band(eps_low, eps_high))
-    return {"logp": ct * _sequence_gradient(xp, weights, ratio_level, through_ratio, direct, pooled)}
+        _, dpolicy, _, dpenalty = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
+                                                  kl_ratio_weight, clamp)
+        return {"logp": ct * (w_policy * dpolicy + w_penalty * dpenalty)}
+    pieces = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight, policy_loss,
+                            _log_band(eps_low, eps_high))
+    return {"logp": ct * _sequence_gradient(xp, w_policy, w_penalty, ratio_level, pieces)}

@@ -109,8 +109,9 @@ def _clip(diff, logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_cli
 
 # ----------------------------------------------------------------------------- aggregation
 
-def aggregate_rows(values, mask, mode, norm):
-    """Masked reduction of rows of values (Vars or balls; masked entries are never read)."""
+def aggregate_rows(values, mask, mode, norm, eps=_ball.ZERO):
+    """Masked reduction of rows of values (Vars or balls; masked entries are never read); ``eps``
+    (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
     lengths = [sum(1 for m in row if m) for row in mask]
     if not any(lengths):
         validate.fail("mask", "selects no token")
@@ -119,7 +120,7 @@ def aggregate_rows(values, mask, mode, norm):
         return _ball.fsum(sums) / sum(lengths)
     rows = [i for i, n in enumerate(lengths) if n > 0]
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
-        return _ball.fsum(sums[i] / lengths[i] for i in rows) / len(rows)
+        return _ball.fsum(sums[i] / (lengths[i] + eps) for i in rows) / len(rows)
     seq_sum = _ball.fsum(sums[i] for i in rows) / len(rows)
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
@@ -135,7 +136,7 @@ def mask_rows(name, x, shape):
     return out
 
 
-def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None):
+def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0):
     v = _ball.balls("values", values)
     shape = _ball.shape(v)
     validate.rank("values", shape, 2)
@@ -143,8 +144,9 @@ def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None)
     validate.aggregation(mode, "mode")
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)
+    eps = _ball.ball(validate.mean_eps(mean_eps))
     v = diff("values", v)
-    return {"value": aggregate_rows(v, m, mode, norm)}
+    return {"value": aggregate_rows(v, m, mode, norm, eps)}
 
 
 # ----------------------------------------------------------------------------- loss
@@ -169,7 +171,8 @@ def _sequence_ratios(lrow, orow, adv, mrow, level, policy_loss, log_band):
 
 def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None,
           beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-          norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
+          norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
+          kl_aggregation=None, mean_eps=0.0):
     lp = _ball.balls("logp", logp)
     shape = _ball.shape(lp)
     validate.rank("logp", shape, 2)
@@ -185,27 +188,39 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     c = None if c is None else _ball.ball(c)
     weighted = validate.kl_ratio_weight(kl_ratio_weight)
-    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
+    level = validate.ratio_level(ratio_level)
+    validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
+    clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
+    clamp = None if clamp is None else _ball.ball(clamp)
     log_band = [_ball.ball(x) for x in validate.clip_band(eps_low, eps_high, None)[:2]]
     validate.aggregation(aggregation)
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)
+    kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
+    eps = _ball.ball(validate.mean_eps(mean_eps))
     lp = diff("logp", lp)
-    per_token = []
+    policy, kl_term = [], []
     for lrow, orow, rrow, a, mrow in zip(lp, old, ref, adv, m):
         if ratio_level != "token":
             ratios = _sequence_ratios(lrow, orow, a, mrow, ratio_level, policy_loss, log_band)
-        row = []
+        prow, krow = [], []
         for t, (x, o, r, on) in enumerate(zip(lrow, orow, rrow, mrow)):
             if not on:          # never read by the aggregation (any finite number may sit there)
-                row.append(None)
+                prow.append(None)
+                krow.append(None)
                 continue
-            rho = _ball.exp(x - o) if ratio_level == "token" else ratios[t]
+            if ratio_level == "token":
+                # verl 0.9.1 / OpenRLHF 0.11.2: log ρ clamped to [−c, c] before exp (constant outside)
+                rho = _ball.exp(x - o if clamp is None else _ball.clip(x - o, -clamp, clamp))
+            else:
+                rho = ratios[t]
             kl = penalty(r - x, kl_kind, c)
             objective = a * rho if policy_loss == "gmpo" else surrogate(rho, a, *band)
-            row.append(-objective + b * (rho * kl if weighted else kl))
-        per_token.append(row)
-    return {"loss": aggregate_rows(per_token, m, aggregation, norm)}
+            prow.append(-objective)
+            krow.append(b * (rho * kl if weighted else kl))
+        policy.append(prow)
+        kl_term.append(krow)
+    return {"loss": aggregate_rows(policy, m, aggregation, norm, eps) + aggregate_rows(kl_term, m, kl_mode, norm, eps)}
 
 
 advantages, _ = _ball.pair(_advantages, ("advantages", "keep"), ())

@@ -169,6 +169,10 @@ def _aggregate_params(mode_name, mode, norm_length, length):
     return mp.mpf(length if norm is None else norm)
 
 
+def _mean_eps(mean_eps):
+    return mp.mpf(validate.mean_eps(mean_eps))
+
+
 def _lengths(m):
     lengths = np.array([mpmath.fsum(row) for row in m], dtype=object)
     if all(n == 0 for n in lengths):
@@ -176,27 +180,28 @@ def _lengths(m):
     return lengths
 
 
-def _aggregate_value(values, m, mode, norm):
-    """Masked reduction, written as the papers write it; rows without tokens leave the seq means."""
+def _aggregate_value(values, m, mode, norm, eps=mp.ZERO):
+    """Masked reduction, written as the papers write it; rows without tokens leave the seq means.
+    ``eps`` (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
     lengths = _lengths(m)
     sums = [mpmath.fsum(row) for row in m * values]
     if mode == "token-mean":  # DAPO §3.3
         return mpmath.fsum(sums) / mpmath.fsum(lengths)
     rows = [i for i, n in enumerate(lengths) if n > 0]
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
-        return mpmath.fsum(sums[i] / lengths[i] for i in rows) / len(rows)
+        return mpmath.fsum(sums[i] / (lengths[i] + eps) for i in rows) / len(rows)
     seq_sum = mpmath.fsum(sums[i] for i in rows) / len(rows)
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
-def _aggregate_weights(m, mode, norm):
+def _aggregate_weights(m, mode, norm, eps=mp.ZERO):
     """W with aggregate(values) = Σ W·values, i.e. the gradient of the aggregate."""
     lengths = _lengths(m)
     if mode == "token-mean":
         return m / mpmath.fsum(lengths)
     n_rows = sum(1 for n in lengths if n > 0)
     if mode == "seq-mean-token-mean":
-        per_row = np.array([1 / (n * n_rows) if n > 0 else mp.ZERO for n in lengths], dtype=object)
+        per_row = np.array([1 / ((n + eps) * n_rows) if n > 0 else mp.ZERO for n in lengths], dtype=object)
         return m * per_row[:, None]
     return m / (n_rows if mode == "seq-mean-token-sum" else n_rows * norm)
 
@@ -216,10 +221,12 @@ def _aggregate_inputs(values, mask):
 
 
 @mp.exact
-def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None):
+def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None,
+              mean_eps: float = 0.0):
     """Masked reduction of per-token values [B,T] to a scalar.
 
-    ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t);
+    ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t), each row's token
+    count |o_i| + ``mean_eps`` (verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss: 1e−8);
     ``token-mean``: DAPO §3.3 token-level loss (Σ m·v / Σ m); ``seq-mean-token-sum``: mean over
     rows of Σ_t m·v; ``seq-mean-token-sum-norm``: Dr. GRPO §3, that mean divided by a constant
     L = ``norm_length`` (default: the padded length T). Rows without tokens are left out of the
@@ -227,25 +234,25 @@ def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: floa
     """
     v, m = _aggregate_inputs(values, mask)
     norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
-    return _aggregate_value(v, m, mode, norm)
+    return _aggregate_value(v, m, mode, norm, _mean_eps(mean_eps))
 
 
 @mp.exact
 def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
-                  norm_length: float | None = None):
+                  norm_length: float | None = None, mean_eps: float = 0.0):
     """Gradient of cotangent·aggregate with respect to ``values`` (the aggregate is linear in
     them: DeepSeekMath eq. 3, DAPO §3.3, Dr. GRPO §3 weights); zero at masked positions."""
     v, m = _aggregate_inputs(values, mask)
     norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
     ct = _scalar_cotangent(cotangent)
-    return {"values": ct * _aggregate_weights(m, mode, norm)}
+    return {"values": ct * _aggregate_weights(m, mode, norm, _mean_eps(mean_eps))}
 
 
 # ----------------------------------------------------------------------------- loss
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
-                 ratio_level="token", policy_loss="ppo-clip"):
+                 ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps):
     lp = mp.array("logp", logp)
     validate.rank("logp", lp.shape, 2)
     old = mp.array("old_logp", old_logp)
@@ -259,26 +266,53 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.kl_kind(kl_kind, "kl_kind")
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     validate.kl_ratio_weight(kl_ratio_weight)
-    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
+    level = validate.ratio_level(ratio_level)
+    validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
+    clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
-    return lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)), norm
+    kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
+    modes = (aggregation, kl_mode, norm, _mean_eps(mean_eps))
+    return (lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)),
+            None if clamp is None else mp.mpf(clamp), modes)
 
 
-def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight):
-    """ℓ_t = −C_t + β·w_t·KL_t and dℓ_t/dlogp_t, from the pieces of ``clip`` and ``kl.estimator``."""
+def _term_weights(m, modes):
+    """The aggregation weights of the policy term and of the KL term (``kl_aggregation``)."""
+    aggregation, kl_mode, norm, eps = modes
+    return _aggregate_weights(m, aggregation, norm, eps), _aggregate_weights(m, kl_mode, norm, eps)
+
+
+def _aggregate_terms(policy, penalty, m, modes):
+    aggregation, kl_mode, norm, eps = modes
+    return _aggregate_value(policy, m, aggregation, norm, eps) + _aggregate_value(penalty, m, kl_mode, norm, eps)
+
+
+def _clamped_log_ratio(log_ratio, clamp):
+    """log ρ clamped to [−c, c] before the exponential (verl 0.9.1 compute_policy_loss_vanilla and
+    OpenRLHF 0.11.2 PolicyLoss: c = 20) and its derivative in log ρ: 1 inside the closed band, 0
+    where the bound is taken (as torch.clamp)."""
+    if clamp is None:
+        return log_ratio, np.full(log_ratio.shape, mp.ONE, dtype=object)
+    inside = _bool((log_ratio >= -clamp) & (log_ratio <= clamp))
+    return mp.clip(log_ratio, -clamp, clamp), np.where(inside, mp.ONE, mp.ZERO)
+
+
+def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight, log_ratio_clamp):
+    """The policy term −C_t and the KL term β·w_t·KL_t of ℓ_t, and their derivatives in logp_t,
+    from the pieces of ``clip`` and ``kl.estimator``."""
     # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
     # arbitrary difference from being formed. Their aggregate weight is 0 either way.
     on = _bool(m == 1)
-    log_ratio = np.where(on, lp - old, mp.ZERO)
+    log_ratio, dlog_ratio = _clamped_log_ratio(np.where(on, lp - old, mp.ZERO), log_ratio_clamp)
     log_r = np.where(on, ref - lp, mp.ZERO)
     rho = mp.exp(log_ratio)
     objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
     penalty = kl.clamped(log_r, kl_kind, kl_clamp)
     dpenalty = kl.clamped_dlogp(log_r, kl_kind, kl_clamp)
     if kl_ratio_weight:
-        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = ρ·KL + ρ·dKL.
-        penalty, dpenalty = rho * penalty, rho * (penalty + dpenalty)
-    return -objective + beta * penalty, -dobjective + beta * dpenalty
+        # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = dρ·KL + ρ·dKL.
+        penalty, dpenalty = rho * penalty, rho * (dlog_ratio * penalty + dpenalty)
+    return -objective, -dobjective * dlog_ratio, beta * penalty, beta * dpenalty
 
 
 def _log_band(eps_low, eps_high):
@@ -300,7 +334,7 @@ def _gmpo_log_ratio(log_ratio, adv, eps_low, eps_high):
 
 def _sequence_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight,
                    policy_loss, log_band):
-    """Per-token ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i, and its derivative pieces.
+    """The two terms of ℓ_t = −C_i + β·w_t·KL_t with a sequence ratio s_i, and their derivative pieces.
 
     GSPO (Zheng et al. 2025, arXiv 2507.18071, §4.1 eq. 5): s_i = exp(1/|y_i| Σ_t Δ_t),
     C_i = min(s_i·A_i, clip(s_i, 1 − ε_low, 1 + ε_high)·A_i), the dual clip as for tokens;
@@ -308,8 +342,10 @@ def _sequence_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, k
     of the log-space-clipped Δ_t, C_i = A_i·s_i. A row without tokens has s_i = 1 (TRL 1.16 and
     verl 0.9.1 divide by max(n_i, 1)); its terms are never aggregated.
 
-    Returns (ℓ, through_ratio, direct, pooled): dℓ_t/dlog s_i, the rest of dℓ_t/dlogp_t (the
-    KL's own derivative), and dlog s_i/dlogp_u (m_u/n_i, times GMPO's clip indicator).
+    Returns (policy, penalty, through_policy, through_penalty, direct, pooled): the policy term
+    −C_i and the KL term β·w_t·KL_t per token, their derivatives in log s_i, the rest of the KL
+    term's derivative in logp_t (the KL's own), and dlog s_i/dlogp_u (m_u/n_i, times GMPO's clip
+    indicator).
     """
     on = _bool(m == 1)
     log_ratio = np.where(on, lp - old, mp.ZERO)
@@ -327,12 +363,11 @@ def _sequence_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, k
         objective, dobjective = _surrogate(s, adv, *clip_params)
     penalty = kl.clamped(log_r, kl_kind, kl_clamp)
     dpenalty = kl.clamped_dlogp(log_r, kl_kind, kl_clamp)
-    through_ratio = np.broadcast_to(-dobjective[:, None], lp.shape).copy()
-    weight = np.broadcast_to(s[:, None], lp.shape) if kl_ratio_weight else mp.ONE
-    if kl_ratio_weight:
-        through_ratio = through_ratio + beta * weight * penalty
-    per_token = -objective[:, None] + beta * weight * penalty
-    return per_token, through_ratio, beta * weight * dpenalty, pooled
+    shape = lp.shape
+    weight = np.broadcast_to(s[:, None], shape) if kl_ratio_weight else mp.ONE
+    through_penalty = beta * weight * penalty if kl_ratio_weight else mp.zeros(shape)
+    return (np.broadcast_to(-objective[:, None], shape), beta * weight * penalty,
+            np.broadcast_to(-dobjective[:, None], shape), through_penalty, beta * weight * dpenalty, pooled)
 
 
 @mp.exact
@@ -340,24 +375,31 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
-    """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
+         ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
+         kl_aggregation: str | None = None, mean_eps: float = 0.0):
+    """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
     its tokens, k3 penalty, β = 0.04 in §4.2, 1/G Σ_i 1/|o_i| Σ_t aggregation); DAPO §3.1
     (``eps_high``) and §3.3 (``aggregation='token-mean'``); Dr. GRPO §3
     (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t when
     ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
+    Library conventions (none in the papers): ``log_ratio_clamp`` c: ρ_t = exp(clamp(log ρ_t, −c, c))
+    (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2 PolicyLoss: c = 20); ``kl_aggregation``:
+    the KL term's own reduction (OpenRLHF 0.11.2 ppo_actor: always 'token-mean'; None: the policy
+    term's); ``mean_eps``: |o_i| + ε in per-row token means (verl agg_loss, OpenRLHF aggregate_loss: 1e−8).
     """
-    lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+    lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
+        log_ratio_clamp, kl_aggregation, mean_eps)
     if ratio_level == "token":
-        per_token, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        policy, _, penalty, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
+                                                clamp)
     else:
-        per_token = _sequence_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c,
-                                   kl_ratio_weight, policy_loss, _log_band(eps_low, eps_high))[0]
-    return _aggregate_value(per_token, m, aggregation, norm)
+        policy, penalty = _sequence_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
+                                         policy_loss, _log_band(eps_low, eps_high))[:2]
+    return _aggregate_terms(policy, penalty, m, modes)
 
 
 @mp.exact
@@ -365,24 +407,28 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-             ratio_level: str = "token", policy_loss: str = "ppo-clip"):
-    """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
-    aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
-    lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+             ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
+             kl_aggregation: str | None = None, mean_eps: float = 0.0):
+    """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
+    term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
+    lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
+        log_ratio_clamp, kl_aggregation, mean_eps)
     ct = _scalar_cotangent(cotangent)
-    weights = _aggregate_weights(m, aggregation, norm)
+    w_policy, w_penalty = _term_weights(m, modes)
     if ratio_level == "token":
-        _, dper_token = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
-        return {"logp": ct * weights * dper_token}
-    _, through_ratio, direct, pooled = _sequence_loss(
+        _, dpolicy, _, dpenalty = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c,
+                                                  kl_ratio_weight, clamp)
+        return {"logp": ct * (w_policy * dpolicy + w_penalty * dpenalty)}
+    _, _, through_policy, through_penalty, direct, pooled = _sequence_loss(
         lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight, policy_loss,
         _log_band(eps_low, eps_high))
+    through = w_policy * through_policy + w_penalty * through_penalty
     if ratio_level == "sequence-token":
         # the straight-through s_i,t = sg[s_i]·π_t/sg[π_t] moves with its own token only
-        return {"logp": ct * weights * (through_ratio + direct)}
+        return {"logp": ct * (through + w_penalty * direct)}
     # s_i depends on every unmasked token of row i: dlog s_i/dlogp_u = pooled_u (m_u/n_i,
     # times GMPO's clip indicator), shared by all the row's terms through the ratio
-    row_sums = np.array([mpmath.fsum(row) for row in weights * through_ratio], dtype=object)
-    return {"logp": ct * (pooled * row_sums[:, None] + weights * direct)}
+    row_sums = np.array([mpmath.fsum(row) for row in through], dtype=object)
+    return {"logp": ct * (pooled * row_sums[:, None] + w_penalty * direct)}

@@ -158,9 +158,10 @@ def _check_tokens(m: torch.Tensor) -> None:
         validate.fail("mask", "selects no token")
 
 
-def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float) -> torch.Tensor:
+def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float, eps: float = 0.0) -> torch.Tensor:
     """Masked reduction of values [B,T] (m: bool [B,T], at least one token). Masked entries
-    are replaced, not multiplied, by 0: their gradient is exactly 0 whatever they hold."""
+    are replaced, not multiplied, by 0: their gradient is exactly 0 whatever they hold. ``eps``
+    (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
     v = torch.where(m, values, torch.zeros_like(values))
     lengths = m.sum(dim=1).to(values.dtype)
     if mode == "token-mean":  # DAPO §3.3
@@ -169,27 +170,31 @@ def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float) ->
     rows = lengths > 0  # rows without tokens leave the sequence means (verl 0.9.1 agg_loss)
     n_rows = rows.sum().to(values.dtype)
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
-        return (sums / torch.where(rows, lengths, torch.ones_like(lengths))).sum() / n_rows
+        return (sums / (torch.where(rows, lengths, torch.ones_like(lengths)) + eps)).sum() / n_rows
     seq_sum = sums.sum() / n_rows
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
-def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None):
+def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None,
+              mean_eps: float = 0.0):
     """Masked reduction of per-token values [B,T] to a scalar; mask is 0/1 [B,T].
 
     ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t);
     ``token-mean``: DAPO §3.3 (Σ m·v / Σ m); ``seq-mean-token-sum``: mean over rows of Σ_t m·v;
     ``seq-mean-token-sum-norm``: Dr. GRPO §3, that mean divided by L = ``norm_length``
     (default: the padded length T). Rows without tokens are left out of the sequence means
-    (verl 0.9.1 agg_loss); a mask with no token is rejected. Gradient wrt ``values``.
+    (verl 0.9.1 agg_loss); a mask with no token is rejected. ``mean_eps``: each row's token
+    count |o_i| + ε in 'seq-mean-token-mean' (verl 0.9.1, OpenRLHF 0.11.2: 1e−8). Gradient wrt
+    ``values``.
     """
     v = _common.array("values", values)
     validate.rank("values", tuple(v.shape), 2)
     m = _common.mask("mask", mask, tuple(v.shape))
     norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
+    eps = validate.mean_eps(mean_eps)
     _check_tokens(m)
     work = _common.work_dtype(v.dtype)
-    return _aggregate(_common.upcast(v, work), m, mode, norm).to(v.dtype)
+    return _aggregate(_common.upcast(v, work), m, mode, norm, eps).to(v.dtype)
 
 
 # ----------------------------------------------------------------------------- loss
@@ -214,7 +219,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
+         ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
+         kl_aggregation: str | None = None, mean_eps: float = 0.0):
     """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
@@ -226,6 +232,9 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     s_i = exp(mean Δ); 'sequence-token' (GSPO-token, §4.3) by sg[s_i]·π_t/sg[π_t] (same value,
     per-token gradient); ``policy_loss='gmpo'`` (arXiv 2507.20673 §3) is C_i = A_i·s_i
     with s_i the geometric mean of the sign-aware log-space-clipped token ratios.
+    Library conventions (verl 0.9.1, OpenRLHF 0.11.2): ``log_ratio_clamp`` c clamps log ρ_t to
+    [−c, c] before exp (ρ constant outside); ``kl_aggregation`` reduces the KL term with its own
+    mode (None: ``aggregation``); ``mean_eps`` adds ε to each row's token count in a per-row mean.
     ``logp``, ``old_logp``, ``ref_logp``, ``mask`` are [B,T], ``advantages`` [B]. Returns the
     scalar loss; gradient wrt ``logp`` (exactly 0 at masked positions).
     """
@@ -242,8 +251,12 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     validate.kl_kind(kl_kind, "kl_kind")
     c = validate.kl_clamp(kl_clamp, "kl_clamp")
     validate.kl_ratio_weight(kl_ratio_weight)
-    validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
+    level = validate.ratio_level(ratio_level)
+    validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
+    clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
+    kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
+    eps = validate.mean_eps(mean_eps)
     _check_tokens(m)
 
     out = _common.result_dtype(lp, old, ref, adv)
@@ -255,6 +268,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     log_ratio = torch.where(m, lp_w - _common.constant(old, work), zero)
     a = _common.constant(adv, work)
     if ratio_level == "token":
+        if clamp is not None:  # torch.clamp: constant (zero gradient) outside the closed band
+            log_ratio = torch.clamp(log_ratio, -clamp, clamp)
         per_token = -_surrogate(log_ratio, a[:, None], lower, upper, dual)
     else:
         log_ratio = _sequence_log_ratio(log_ratio, lp_w, a, m, ratio_level, policy_loss,
@@ -268,5 +283,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
         penalty = kl.clamped(log_r, kl_kind, c)
         if kl_ratio_weight:
             penalty = torch.exp(log_ratio) * penalty
+        if kl_mode != aggregation:  # the KL term reduced on its own (OpenRLHF 0.11.2: a token mean)
+            kl_term = b * _aggregate(penalty, m, kl_mode, norm, eps)
+            return (_aggregate(per_token, m, aggregation, norm, eps) + kl_term).to(out)
         per_token = per_token + b * penalty
-    return _aggregate(per_token, m, aggregation, norm).to(out)
+    return _aggregate(per_token, m, aggregation, norm, eps).to(out)

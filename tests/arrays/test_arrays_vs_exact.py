@@ -133,7 +133,8 @@ CONVENTIONS = {
     "grpo.advantages": _grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
                              degenerate=["zero", "drop", "raw"]),
     "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),
-    "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]),
+    "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]) + _grid(mode=list(ex_grpo.MODES),
+                                                                                        mean_eps=[0.25]),
     "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
                         kl_ratio_weight=[False, True])
                   + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
@@ -141,7 +142,10 @@ CONVENTIONS = {
                   + _grid(ratio_level=["sequence", "sequence-token"], aggregation=["token-mean", "seq-mean-token-mean"],
                           kl_ratio_weight=[False, True], dual_clip=[None, 1.1])
                   + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], eps_low=[0.3, 0.2], eps_high=[None, 0.5],
-                          aggregation=["token-mean", "seq-mean-token-mean"])),
+                          aggregation=["token-mean", "seq-mean-token-mean"])
+                  + _grid(log_ratio_clamp=[0.3], eps_low=[0.5], kl_ratio_weight=[False, True], dual_clip=[None, 1.2])
+                  + _grid(kl_aggregation=list(ex_grpo.MODES), aggregation=["token-mean", "seq-mean-token-mean"],
+                          mean_eps=[0.0, 0.25])),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
     "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
                                ratio_cap=[None, 1.3])

@@ -503,6 +503,138 @@ def test_loss_with_extreme_ratios_is_finite(kl_kind):
     assert mpmath.isfinite(value) and all(mpmath.isfinite(g) for g in grad.flat)
 
 
+# --------------------------------------------------------------------------- loss: library conventions
+
+CLAMP_LOG_RATIO = [[0.05, 0.4, -0.6], [-0.1, 0.9, 1.2], [0.2, -0.3, 0.0], [0.3, 0.3, 0.3]]
+CLAMP = 0.5   # binds at 0.9, 1.2 (A < 0: the unclipped branch) and −0.6 (A > 0)
+
+
+@pytest.mark.parametrize("kl_ratio_weight", [False, True])
+@pytest.mark.parametrize("dual_clip", [None, 1.5])
+@pytest.mark.parametrize("aggregation", grpo.MODES)
+def test_log_ratio_clamp_vjp_matches_numerical_derivative(kl_ratio_weight, dual_clip, aggregation):
+    # wide clip band (ε = 0.9): the unclipped branch is active at the clamped tokens, so the
+    # clamp is what makes their gradient 0 there
+    case = _loss_case(41)
+    params = dict(eps_low=0.9, eps_high=0.9, dual_clip=dual_clip, log_ratio_clamp=CLAMP, beta=0.3,
+                  kl_ratio_weight=kl_ratio_weight, aggregation=aggregation)
+    lr = np.array(CLAMP_LOG_RATIO)[np.array(LOSS_MASK, dtype=bool)]
+    assert all(_away(x, [-CLAMP, CLAMP]) for x in lr) and (abs(lr) > CLAMP).any()
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], 0.7)
+
+
+def test_log_ratio_clamp_is_the_clamped_ratio():
+    """ρ_t = exp(clamp(log ρ_t, −c, c)) (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2
+    PolicyLoss: c = 20): the clamped loss is the loss of inputs whose log-ratio is clamped, with
+    the gradient of the clamped tokens' ratio set to 0."""
+    case = _loss_case(41)
+    params = dict(eps_low=0.9, beta=0.0, aggregation="token-mean")
+    with mpmath.workdps(50):
+        lp = mp.array("logp", case["logp"])
+        old = mp.array("old_logp", case["old_logp"])
+        clamped_old = lp - mp.clip(lp - old, -mpmath.mpf(CLAMP), mpmath.mpf(CLAMP))
+        got = grpo.loss(**case, **params, log_ratio_clamp=CLAMP)
+        want = grpo.loss(**{**case, "old_logp": clamped_old}, **params)
+        assert abs(got - want) < TINY
+    assert abs(got - grpo.loss(**case, **params)) > 0.01
+    grad = grpo.loss_vjp(1.0, **case, **params, log_ratio_clamp=CLAMP)["logp"]
+    outside = (abs(np.array(CLAMP_LOG_RATIO)) > CLAMP) & np.array(LOSS_MASK, dtype=bool)
+    assert all(grad[idx] == 0 for idx in zip(*np.nonzero(outside)))
+
+
+def test_log_ratio_clamp_changes_nothing_inside_its_band():
+    case = _loss_case(43)
+    for c in (1.3, 20.0):
+        for kw in (dict(), dict(kl_ratio_weight=True, dual_clip=3.0)):
+            assert grpo.loss(**case, **kw, log_ratio_clamp=c) == grpo.loss(**case, **kw)
+            assert (grpo.loss_vjp(-1.0, **case, **kw, log_ratio_clamp=c)["logp"]
+                    == grpo.loss_vjp(-1.0, **case, **kw)["logp"]).all()
+
+
+def test_k3_log_clamps_are_absorbed_by_the_value_clamp():
+    """verl 0.9.1 low_var_kl clamps log r to ±20 before exp and OpenRLHF 0.11.2 k3 clamps it to at most
+    10; both then clamp the value to ±10. Wherever a log clamp binds, k3 of the clamped and of the
+    unclamped log r both lie beyond 10, so the clamped value (10) and its gradient (0) are the same:
+    grpo.loss needs no log clamp on k3 (docs/grpo.md)."""
+    ten = mpmath.mpf(10)
+    for x in ("-20.5", "-25", "-300", "10.25", "20.5", "60"):
+        x = mpmath.mpf(x)
+        log_clamped = min(max(x, -20), 20) if abs(x) > 20 else min(x, ten)
+        for y in (x, log_clamped):
+            assert kl.unclamped(np.array([y], dtype=object), "k3")[0] > ten
+            assert kl.clamped_dlogp(np.array([y], dtype=object), "k3", ten)[0] == 0
+
+
+@pytest.mark.parametrize("kl_aggregation", grpo.MODES)
+@pytest.mark.parametrize("aggregation,level,policy,kl_ratio_weight", [
+    (agg, level, policy, w) for agg, level, policy in [
+        ("seq-mean-token-mean", "token", "ppo-clip"), ("token-mean", "token", "ppo-clip"),
+        ("seq-mean-token-sum-norm", "sequence", "ppo-clip"), ("token-mean", "sequence", "gmpo")]
+    for w in (False, True) if not (policy == "gmpo" and w)])
+def test_kl_aggregation_vjp_matches_numerical_derivative(kl_aggregation, aggregation, level, policy,
+                                                         kl_ratio_weight):
+    case = _loss_case(47)
+    eps = (0.35, 0.35) if policy == "gmpo" else (0.2, 0.28)
+    params = dict(aggregation=aggregation, kl_aggregation=kl_aggregation, ratio_level=level, policy_loss=policy,
+                  eps_low=eps[0], eps_high=eps[1], beta=0.3, kl_kind="k3", kl_ratio_weight=kl_ratio_weight,
+                  norm_length=5.0)
+    if level == "token":
+        _assert_away_from_kinks(case, **params)
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], 1.25)
+
+
+def test_kl_aggregation_reduces_the_kl_term_alone():
+    """loss = aggregate(−C, aggregation) + β·aggregate(KL, kl_aggregation) (OpenRLHF 0.11.2 ppo_actor:
+    the KL term is a token mean whatever the policy term's mode); None is the policy term's mode."""
+    case = _loss_case(53)
+    with mpmath.workdps(50):
+        adv = np.repeat(np.array(LOSS_ADV)[:, None], 3, axis=1)
+        policy = -grpo.clip(case["logp"], case["old_logp"], adv)
+        klv = kl.estimator(np.array(case["logp"]).ravel(), np.array(case["ref_logp"]).ravel()).reshape(4, 3)
+        beta = mpmath.mpf("0.25")
+        for mode, kl_mode in itertools.product(grpo.MODES, (None,) + grpo.MODES):
+            want = (grpo.aggregate(policy, LOSS_MASK, mode, 7.0)
+                    + beta * grpo.aggregate(klv, LOSS_MASK, kl_mode or mode, 7.0))
+            got = grpo.loss(**case, beta=0.25, aggregation=mode, kl_aggregation=kl_mode, norm_length=7.0)
+            assert abs(got - want) < TINY
+        assert grpo.loss(**case, kl_aggregation="token-mean", beta=0.0) == grpo.loss(**case, beta=0.0)
+
+
+@pytest.mark.parametrize("mean_eps", [1e-8, 0.25])
+@pytest.mark.parametrize("mode", grpo.MODES)
+def test_aggregate_mean_eps_vjp_matches_numerical_derivative(mean_eps, mode):
+    rng = random.Random(59)
+    values = [[rng.uniform(-2, 2) for _ in range(3)] for _ in range(4)]
+    _check(grpo.aggregate, grpo.aggregate_vjp, dict(values=values, mask=LOSS_MASK, mode=mode, norm_length=4.0,
+                                                    mean_eps=mean_eps), ["values"], 1.0)
+
+
+def test_mean_eps_divides_each_row_by_its_count_plus_eps():
+    """verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss: Σ_t m·v / (Σ_t m + 1e−8) per row;
+    rows without tokens stay out of the mean; the other modes have no per-row count."""
+    values = [[1.0, 2.0, 4.0], [3.0, -1.0, 5.0], [0.5, 9.0, 9.0], [7.0, 7.0, 7.0]]
+    with mpmath.workdps(50):
+        eps = mpmath.mpf(1e-8)
+        want = (mpmath.mpf(7) / (3 + eps) + mpmath.mpf(2) / (2 + eps) + mpmath.mpf("0.5") / (1 + eps)) / 3
+        assert abs(grpo.aggregate(values, LOSS_MASK, mean_eps=1e-8) - want) < TINY
+    for mode in grpo.MODES[:1] + grpo.MODES[2:]:
+        assert grpo.aggregate(values, LOSS_MASK, mode, mean_eps=0.5) == grpo.aggregate(values, LOSS_MASK, mode)
+
+
+@pytest.mark.parametrize("aggregation,kl_aggregation", [("seq-mean-token-mean", None),
+                                                        ("token-mean", "seq-mean-token-mean")])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_loss_mean_eps_vjp_matches_numerical_derivative(aggregation, kl_aggregation, level):
+    case = _loss_case(61)
+    params = dict(aggregation=aggregation, kl_aggregation=kl_aggregation, mean_eps=0.125, beta=0.3,
+                  ratio_level=level, kl_ratio_weight=True)
+    if level == "token":
+        _assert_away_from_kinks(case, **params)
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], 0.9)
+    got = grpo.loss(**case, **params)
+    assert abs(got - grpo.loss(**case, **{**params, "mean_eps": 0.0})) > 1e-3
+
+
 # --------------------------------------------------------------------------- bad input
 
 def _raises(name, fn, *args, **kwargs):
@@ -547,6 +679,7 @@ AGG_GOOD = dict(values=[[1.0, 2.0], [3.0, 4.0]], mask=[[1, 0], [1, 1]])
     (dict(mask=[[1, 0.5], [1, 1]]), "mask"), (dict(mask=[[1, 2], [1, 1]]), "mask"),
     (dict(mask=[[1, 1]]), "mask"), (dict(mask=[[0, 0], [0, 0]]), "mask"),
     (dict(values=[[1.0, float("nan")], [3.0, 4.0]]), "values"), (dict(values=[1.0, 2.0]), "values"),
+    (dict(mean_eps=-0.5), "mean_eps"), (dict(mean_eps="1e-8"), "mean_eps"),
 ])
 def test_aggregate_bad_input(override, name):
     _raises(name, grpo.aggregate, **{**AGG_GOOD, **override})
@@ -575,6 +708,11 @@ LOSS_GOOD = dict(logp=[[-1.0, -2.0], [-0.5, -0.7]], old_logp=[[-1.1, -1.9], [-0.
     (dict(ref_logp=[[-1.2, float("inf")], [-0.6, -0.6]]), "ref_logp"),
     (dict(logp=[[-1.0, float("nan")], [-0.5, -0.7]]), "logp"),
     (dict(advantages=[float("nan"), 0.5]), "advantages"),
+    (dict(log_ratio_clamp=0.0), "log_ratio_clamp"), (dict(log_ratio_clamp=float("inf")), "log_ratio_clamp"),
+    (dict(log_ratio_clamp=True), "log_ratio_clamp"),
+    (dict(log_ratio_clamp=20.0, ratio_level="sequence"), "log_ratio_clamp"),
+    (dict(kl_aggregation="sum"), "kl_aggregation"), (dict(kl_aggregation=1), "kl_aggregation"),
+    (dict(mean_eps=-1e-8), "mean_eps"), (dict(mean_eps=float("nan")), "mean_eps"), (dict(mean_eps=None), "mean_eps"),
 ])
 def test_loss_bad_input(override, name):
     _raises(name, grpo.loss, **{**LOSS_GOOD, **override})

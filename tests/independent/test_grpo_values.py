@@ -16,6 +16,9 @@ loss        DeepSeekMath §4.1.1 eq. 3–4 negated: ℓ_t = −C_t + β·(π_ref
             loss = 1/G Σ_i 1/|o_i| Σ_t m_it·ℓ_it ('seq-mean-token-mean'), or Σ m·ℓ / Σ m
             ('token-mean', DAPO §3.3). Gradient by hand: w_it·(−dC_t/dlogp + β·(1 − π_ref/π)),
             w_it = m_it/(G·|o_i|) or m_it/Σ m.
+library     the conventions of verl 0.9.1 and OpenRLHF 0.11.2 (none in the papers): log ρ clamped to
+            [−c, c] before exp (a clamped token's ratio is constant), the KL term reduced with its
+            own mode, and each row's token count |o_i| + ε in per-row token means.
 """
 from __future__ import annotations
 
@@ -496,11 +499,156 @@ LOSS_ROWS = [
                         "-0.3232753278841598572399942280771839466833"]]}},
 ]
 
+# ------------------------------------------------------------------------------ loss: library conventions
+
+def library_token_terms(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, kl_ratio_weight,
+                        log_ratio_clamp):
+    """{(i, t): (policy, d policy, KL term, d KL term)} over the unmasked tokens, d = d/dlogp_it.
+    log ρ is clamped to [−c, c] before exp (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2
+    PolicyLoss): a clamped token's ratio is the constant e^±c."""
+    out = {}
+    for i, a in enumerate(advantages):
+        for t in range(len(logp[i])):
+            if mask[i][t] != 1:
+                continue
+            d = logp[i][t] - old_logp[i][t]
+            inside = log_ratio_clamp is None or abs(d) <= log_ratio_clamp
+            lr = d if inside else mpm.sign(d) * log_ratio_clamp
+            c, dc = surrogate(lr, a, eps_low, eps_high, None)
+            dc = dc if inside else mpm.mpf(0)
+            log_r = ref_logp[i][t] - logp[i][t]
+            k3, dk3 = mpm.exp(log_r) - log_r - 1, 1 - mpm.exp(log_r)
+            w = mpm.exp(lr) if kl_ratio_weight else mpm.mpf(1)
+            dw = w if kl_ratio_weight and inside else mpm.mpf(0)
+            out[i, t] = (-c, -dc, beta * w * k3, beta * (dw * k3 + w * dk3))
+    return out
+
+
+def library_weights(mask, mode, mean_eps):
+    """Token mean: 1/Σ m. Sequence mean of token means: 1/(rows with tokens · (|o_i| + ε))."""
+    lengths = [sum(row) for row in mask]
+    rows = sum(1 for n in lengths if n > 0)
+    return {(i, t): (mpm.mpf(1) / sum(lengths) if mode == "token-mean" else 1 / (rows * (lengths[i] + mean_eps)))
+            for i, row in enumerate(mask) for t, m in enumerate(row) if m == 1}
+
+
+def library_loss_values(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, aggregation,
+                        kl_ratio_weight, log_ratio_clamp, kl_aggregation, mean_eps):
+    terms = library_token_terms(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
+                                kl_ratio_weight, log_ratio_clamp)
+    wp = library_weights(mask, aggregation, mean_eps)
+    wk = library_weights(mask, kl_aggregation or aggregation, mean_eps)
+    return {"loss": sum(wp[k] * p + wk[k] * q for k, (p, _, q, _) in terms.items())}
+
+
+def library_loss_gradient(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
+                          aggregation, kl_ratio_weight, log_ratio_clamp, kl_aggregation, mean_eps):
+    terms = library_token_terms(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta,
+                                kl_ratio_weight, log_ratio_clamp)
+    wp = library_weights(mask, aggregation, mean_eps)
+    wk = library_weights(mask, kl_aggregation or aggregation, mean_eps)
+    grad = [[mpm.mpf(0)] * len(row) for row in logp]
+    for (i, t), (_, dp, _, dq) in terms.items():
+        grad[i][t] = cotangent * (wp[i, t] * dp + wk[i, t] * dq)
+    return {"grad:logp": grad}
+
+
+# log ρ = (0.5, −0.75, 0.125 | −0.25, −0.625, 0.0625 | row 3 without tokens): the clamp c = 0.4375 binds at
+# 0.5, −0.75 and −0.625, where the band [0.4, 1.8] (ε = 0.6 / 0.8) keeps the unclipped branch active, so the
+# clamp alone sets their ratio to e^±c and their policy gradient to 0. The empty row stays out of every mean.
+# Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits, i.e. library_loss_values and
+# library_loss_gradient, e.g. the seq-mean-token-mean weight 1/(rows·(|o_i| + mean_eps)).
+LIBRARY_INPUTS = {"logp": [[-1.25, -0.5, -2.0], [-0.75, -3.0, -1.5], [-0.375, -1.0, -2.25]],
+                  "old_logp": [[-1.75, 0.25, -2.125], [-0.5, -2.375, -1.5625], [-0.375, -1.0, -2.25]],
+                  "ref_logp": [[-1.0, -0.625, -2.5], [-1.0, -2.75, -1.25], [-0.5, -1.5, -2.0]],
+                  "advantages": [1.25, -0.75, 0.5],
+                  "mask": [[1, 1, 1], [1, 1, 0], [0, 0, 0]]}
+LIBRARY_LOSS_ROWS = [
+    {"id": "openrlhf-seq-mean",
+     "inputs": LIBRARY_INPUTS,
+     "params": {"eps_low": 0.6, "eps_high": 0.8, "beta": 0.04, "aggregation": "seq-mean-token-mean", "kl_ratio_weight": False, "log_ratio_clamp": 20.0, "kl_aggregation": "token-mean", "mean_eps": 1e-08},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.4298921918080552490278472239910005358318",
+         "grad:logp": [["-0.3457558002510833061214180742899815271643",
+                         "-0.09746967338035583332484706469177991788022",
+                         "-0.2329248388797145713226360641181384850544"],
+                        ["0.1477947398311914434080317056102057080892",
+                         "0.09808931401200115171946419343595527907423",
+                         "0"],
+                        ["0",
+                         "0",
+                         "0"]]}},
+    {"id": "log-ratio-clamp",
+     "inputs": LIBRARY_INPUTS,
+     "params": {"eps_low": 0.6, "eps_high": 0.8, "beta": 0.04, "aggregation": "token-mean", "kl_ratio_weight": False, "log_ratio_clamp": 0.4375, "kl_aggregation": None, "mean_eps": 0.0},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.6165523896773653938669457684622249188213",
+         "grad:logp": [["-0.002272203333501931919887098122322205826760",
+                         "0.0009400247793232367966490594864708299928414",
+                         "-0.2801393585444076465305563950722121496219"],
+                        ["0.1185897111961394913276512474603986843833",
+                         "-0.002272203333501931919887098122322205826760",
+                         "0"],
+                        ["0",
+                         "0",
+                         "0"]]}},
+    {"id": "log-ratio-clamp-ratio-weighted-kl",
+     "inputs": LIBRARY_INPUTS,
+     "params": {"eps_low": 0.6, "eps_high": 0.8, "beta": 0.25, "aggregation": "seq-mean-token-mean", "kl_ratio_weight": True, "log_ratio_clamp": 0.4375, "kl_aggregation": None, "mean_eps": 0.0},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.4159692369338248586145091258628858251220",
+         "grad:logp": [["-0.01832946545617328054662189021047637622041",
+                         "0.003161070904040376149238582926329547103179",
+                         "-0.2124653349500299344054388552147113511060"],
+                        ["0.1581939090613791138623002104799713814822",
+                         "-0.01146128698453176910414311433012811975403",
+                         "0"],
+                        ["0",
+                         "0",
+                         "0"]]}},
+    {"id": "kl-seq-mean-under-token-mean",
+     "inputs": LIBRARY_INPUTS,
+     "params": {"eps_low": 0.6, "eps_high": 0.8, "beta": 0.5, "aggregation": "token-mean", "kl_ratio_weight": False, "log_ratio_clamp": None, "kl_aggregation": "seq-mean-token-mean", "mean_eps": 0.125},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.5972141814509123010575128533319017394733",
+         "grad:logp": [["-0.4349023510100513554380363423985358095803",
+                         "-0.1086913903920213090137030091941410371403",
+                         "-0.2518095660437172530955557697522429044167"],
+                        ["0.1428435547464278045608731556963574327067",
+                         "0.04687445937340836169662036819596149512841",
+                         "0"],
+                        ["0",
+                         "0",
+                         "0"]]}},
+    {"id": "mean-eps",
+     "inputs": LIBRARY_INPUTS,
+     "params": {"eps_low": 0.6, "eps_high": 0.8, "beta": 0.25, "aggregation": "seq-mean-token-mean", "kl_ratio_weight": False, "log_ratio_clamp": None, "kl_aggregation": None, "mean_eps": 0.125},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.4093361458757049227459288258130172911753",
+         "grad:logp": [["-0.3411052708075352887326669802853301726642",
+                         "-0.08977318665158675754220499591781561204292",
+                         "-0.2108909170018706003099534269620059926508"],
+                        ["0.1504471509495770433229612078798024290937",
+                         "0.07775052169818995539979099741198251517437",
+                         "0"],
+                        ["0",
+                         "0",
+                         "0"]]}},
+]
+
+
 TABLES = [
     Table("grpo.advantages", ADVANTAGES_ROWS, advantages_values, grpo.advantages),
     Table("grpo.clip", CLIP_ROWS, clip_values, grpo.clip, clip_gradient, grpo.clip_vjp,
           output="objective"),
     Table("grpo.loss", LOSS_ROWS, loss_values, grpo.loss, loss_gradient, grpo.loss_vjp,
+          output="loss"),
+    Table("grpo.loss", LIBRARY_LOSS_ROWS, library_loss_values, grpo.loss, library_loss_gradient, grpo.loss_vjp,
           output="loss"),
 ]
 ROWS = over_rows(TABLES)

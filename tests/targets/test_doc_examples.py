@@ -224,6 +224,8 @@ VALUE_RULES = (
     (r"^must be 0 or 1, got", "not 0 or 1"),
     (r"^must be None or a token id in", "not a token id in [0, V)"),
     (r"^expected a real number, got None", "missing (None)"),
+    (r"^expected a real number, got '", "a string, not a number"),
+    (r"^must be None with (\S+) ", r"set with \1"),
     (r"^'(\S+)' needs (\S+), got", r"'\1' without \2"),
 )
 

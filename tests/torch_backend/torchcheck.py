@@ -260,7 +260,8 @@ def cases() -> list[Case]:
 
     # grpo.aggregate
     for i, p in enumerate(_grid(mode=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
-                                      "seq-mean-token-sum-norm"], norm_length=[None, 7.0])):
+                                      "seq-mean-token-sum-norm"], norm_length=[None, 7.0]) + _grid(mode=["seq-mean-token-mean", "token-mean"],
+                                                                              mean_eps=[0.25, 1e-8])):
         rng = np.random.default_rng(900 + i)
         m = _mask(rng, 3, 5)
         add(Case("grpo.aggregate", _label(p),
@@ -275,7 +276,10 @@ def cases() -> list[Case]:
             + _grid(ratio_level=["sequence", "sequence-token"], aggregation=["token-mean", "seq-mean-token-mean"],
                     kl_ratio_weight=[False, True], dual_clip=[None, 1.1])
             + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], eps_low=[0.3, 0.2], eps_high=[None, 0.5],
-                    aggregation=["token-mean", "seq-mean-token-mean"]))
+                    aggregation=["token-mean", "seq-mean-token-mean"])
+            + _grid(log_ratio_clamp=[0.3], eps_low=[0.5], kl_ratio_weight=[False, True], dual_clip=[None, 1.2])
+            + _grid(kl_aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"], aggregation=["token-mean", "seq-mean-token-mean"],
+                    mean_eps=[0.0, 0.25]))
     for i, p in enumerate(grid):
         rng = np.random.default_rng(1000 + i)
         m = _mask(rng, 3, 5)

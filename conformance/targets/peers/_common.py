@@ -191,20 +191,15 @@ def decoded(values: dict) -> dict:
 
 def log_ratio_clamp_changes(case) -> bool:
     """Whether clamping log ρ = logp − old_logp to ±20 before exp (verl, OpenRLHF) changes the
-    clipped objective of a selected token: ρ < e^−20 with A > 0 (the unclipped term ρ·A becomes
-    e^−20·A and its gradient 0), or ρ > e^20 with A < 0 and no dual clip (the unclipped term is
-    capped). Elsewhere the clip makes the term constant and the clamp changes nothing. Sequence
-    ratios (verl 'gspo' and 'geo_mean', OpenRLHF 'gspo') are formed without that clamp."""
-    if case.conventions.get("ratio_level", "token") != "token":
-        return False
+    clipped objective of a selected token of a grpo.clip case (grpo.loss declares the clamp:
+    ``log_ratio_clamp``): ρ < e^−20 with A > 0 (the unclipped term ρ·A becomes e^−20·A and its
+    gradient 0), or ρ > e^20 with A < 0 and no dual clip (the unclipped term is capped). Elsewhere
+    the clip makes the term constant and the clamp changes nothing."""
     inputs = decoded(case.test["inputs"])
-    logp, old, adv = inputs["logp"], inputs["old_logp"], inputs["advantages"]
-    adv = adv[:, None] if logp.ndim == 2 else adv
-    selected = inputs["mask"] != 0 if "mask" in inputs else np.ones(logp.shape, bool)
-    log_ratio = logp - old
+    log_ratio, adv = inputs["logp"] - inputs["old_logp"], inputs["advantages"]
     tiny = (log_ratio < -20) & (adv > 0)
     huge = (log_ratio > 20) & (adv < 0) & (case.conventions.get("dual_clip") is None)
-    return bool(((tiny | huge) & selected).any())
+    return bool((tiny | huge).any())
 
 
 def has_empty_row(case) -> bool:

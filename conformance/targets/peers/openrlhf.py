@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
+from conformance.numbers import decode_exact
 from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
@@ -57,7 +60,16 @@ CONVENTIONS = [
     C("grpo.aggregate", "mode", ("token-mean", "seq-mean-token-mean"),
       f"{LOSS} aggregate_loss (token_level_loss=True; False: per-sequence means, each row divided by "
       f"(|o_i| + 1e-8), fully masked rows excluded; --actor.loss_agg_mode in {CLI})"),
+    C("grpo.aggregate", "mean_eps", (1e-8, 0.0), f"{LOSS} aggregate_loss (token_level_loss=False: (loss * "
+      "loss_mask).sum(dim=-1) / (token_counts + 1e-8); the token mode has no per-row count, so any ε holds there)"),
     C("grpo.loss", "dual_clip", (None, 3.0), f"{LOSS} PolicyLoss(dual_clip)"),
+    C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{LOSS} PolicyLoss.forward (policy_loss_type 'ppo': "
+      "raw_policy_log_ratio.clamp(min=-20.0, max=20.0) before exp; 'gspo' forms its sequence ratio without it)"),
+    C("grpo.loss", "kl_aggregation", ("token-mean",), f"{ACTOR} (kl_loss = aggregate_loss(kl, "
+      "experience.action_mask, **loss_batch_info): token mode whatever --actor.loss_agg_mode is; under a token-mean "
+      "policy term ALTERNATIVES also admit None, the same computation)"),
+    C("grpo.loss", "mean_eps", (1e-8, 0.0), f"{LOSS} aggregate_loss (token_level_loss=False: / (token_counts + "
+      "1e-8); 0 is the same where both terms are token means)"),
     C("grpo.loss", "kl_kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (--algo.kl.estimator, default "
       f"'k1' in {CLI})"),
     C("grpo.loss", "kl_clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10), every estimator)"),
@@ -73,8 +85,21 @@ CONVENTIONS = [
       "label_smoothing ε the cDPO form; ipo=True: IPO eq. 17, label_smoothing ignored)"),
 ]
 # group_norm divides by (std + 1e-9) with ddof 1; dr_grpo does neither.
+# The actor loss: PolicyLoss ('ppo': log ρ clamped to ±20; 'gspo': a sequence ratio, per-sequence token
+# means) plus the KL loss, always a token mean. aggregate_loss's + 1e-8 is in the per-row token means only.
+_OPENRLHF_KL = {"dual_clip": [None, 3.0], "kl_kind": ["k1", "k2", "k3"], "kl_clamp": 10.0, "kl_ratio_weight": False,
+                "policy_loss": "ppo-clip"}
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-9, "degenerate": "zero"},
-                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}]}
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}],
+                "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
+                                   {"mode": "token-mean", "mean_eps": [0.0, 1e-8]}],
+                "grpo.loss": [{**_OPENRLHF_KL, "ratio_level": "token", "log_ratio_clamp": 20.0,
+                               "aggregation": "token-mean", "kl_aggregation": [None, "token-mean"],
+                               "mean_eps": [0.0, 1e-8]},
+                              {**_OPENRLHF_KL, "ratio_level": "token", "log_ratio_clamp": 20.0,
+                               "aggregation": "seq-mean-token-mean", "kl_aggregation": "token-mean", "mean_eps": 1e-8},
+                              {**_OPENRLHF_KL, "ratio_level": "sequence", "log_ratio_clamp": None,
+                               "aggregation": "seq-mean-token-mean", "kl_aggregation": "token-mean", "mean_eps": 1e-8}]}
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.01,), f"{CLI} --algo.kl.init_coef 0.01"),
 ]
@@ -93,41 +118,41 @@ ARITHMETIC = [
 ]
 
 
-def _with_kl(case) -> bool:
-    return case.test["params"].get("beta", 0.0) != 0.0
-
-
-def _kl_token_mean_shows(case, dtype: str, tolerance) -> bool:
-    """Whether taking the KL term's token mean where the case asks for a mean of per-sequence
-    means shows in ``dtype``: the loss moves by β·(token mean − sequence mean) of the KL values,
-    the gradient by β·KL′ times the difference of the two aggregations' weights (both evaluated by
-    refimpl/arrays); nothing moves where β = 0 or every sequence with tokens has as many."""
+def _kl_float32_shows(case, dtype: str, tolerance) -> bool:
+    """Whether forming the KL term from float32 log-probabilities (compute_approx_kl's .float())
+    moves a float64 case beyond its bound: the loss moves by β times the KL term's aggregate of the
+    change of the estimates, the gradient by β times its weights times the change of their
+    derivatives (refimpl/arrays in float32 and in float64). Where the policy term dominates the
+    scale (ratios of e^±20 and beyond), float32 KL estimates stay inside the bound."""
     inputs, declared = decoded(case.test["inputs"]), arguments(case)
+    if declared["beta"] == 0:
+        return False
+    mask = inputs["mask"]
+    logp, ref = (np.where(mask != 0, inputs[n], 0.0) for n in ("logp", "ref_logp"))
     cotangent = decoded(case.test["cotangents"])["loss"]
-    logp, ref, mask = inputs["logp"], inputs["ref_logp"], inputs["mask"]
     kind, clamp = declared["kl_kind"], declared["kl_clamp"]
-    kl = exact_kl.estimator(logp, ref, kind, clamp)
+    mode, norm = declared["kl_aggregation"] or declared["aggregation"], declared["norm_length"]
+    weights = exact_grpo.aggregate_vjp(cotangent, logp, mask, mode, norm, declared["mean_eps"])["values"]
 
-    def kl_term(mode):
-        weights = exact_grpo.aggregate_vjp(cotangent, kl, mask, mode)["values"]
-        return (exact_grpo.aggregate(kl, mask, mode),
-                exact_kl.estimator_vjp(weights, logp, ref, kind, clamp)["logp"])
+    def term(lp, rp):
+        kl = np.asarray(exact_kl.estimator(lp, rp, kind, clamp), dtype=np.float64)
+        grad = exact_kl.estimator_vjp(weights.astype(lp.dtype), lp, rp, kind, clamp)["logp"]
+        return exact_grpo.aggregate(kl, mask, mode, norm, declared["mean_eps"]), np.asarray(grad, dtype=np.float64)
 
-    (token_value, token_grad), (seq_value, seq_grad) = kl_term("token-mean"), kl_term("seq-mean-token-mean")
-    loss = exact_grpo.loss(**inputs, **declared)
-    grad = exact_grpo.loss_vjp(cotangent, **inputs, **declared)["logp"]
+    (v64, g64), (v32, g32) = term(logp, ref), term(logp.astype(np.float32), ref.astype(np.float32))
+    loss = np.asarray(decode_exact(case.test["expected"]["loss"]), dtype=np.float64)
+    grad = np.asarray(decode_exact(case.test["grads"]["logp"]), dtype=np.float64)
     beta = declared["beta"]
     return deviation_shows(tolerance, {"loss": loss, "grad:logp": grad},
-                           {"loss": loss + beta * (token_value - seq_value),
-                            "grad:logp": grad + beta * (token_grad - seq_grad)})
+                           {"loss": loss + beta * (v32 - v64), "grad:logp": grad + beta * (g32 - g64)})
 
 
 _LOG_RATIO_CLAMP = Finding(
     "openrlhf-log-ratio-clamp", "deviation",
-    "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), which the catalog does not express: "
-    "results differ where |log ρ| > 20 and the clip does not make the term constant",
-    f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
-    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
+    "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), which grpo.clip does not express "
+    "(grpo.loss declares it: log_ratio_clamp = 20): results differ where |log ρ| > 20 and the clip does not make the "
+    "term constant", f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
+    where(objectives=("grpo.clip",), test=log_ratio_clamp_changes))
 _KL_FLOAT32 = Finding(
     "openrlhf-kl-float32", "precision",
     "compute_approx_kl casts both log-probabilities to float32 (.float()) and returns float32: the KL of float64 "
@@ -138,20 +163,7 @@ _KL_TERM_FLOAT32 = Finding(
     "openrlhf-kl-term-float32", "precision",
     "the KL term of the actor loss comes from compute_approx_kl in float32 (.float()): with β ≠ 0 a float64 loss "
     "has float32 accuracy", f"{UTILS} compute_approx_kl; {ACTOR} (loss = actor_loss + kl_loss * kl_ctl)",
-    where(objectives=("grpo.loss",), dtypes=("float64",), test=_with_kl))
-_KL_TOKEN_MEAN = Finding(
-    "openrlhf-kl-token-mean", "deviation",
-    "with loss_agg_mode 'seq-mean-token-mean' only the policy term is a per-sequence mean: the actor aggregates "
-    "the KL term with aggregate_loss's default token_level_loss=True, which the catalog (one aggregation for both "
-    "terms) does not express", f"{ACTOR}: kl_loss = aggregate_loss(kl, experience.action_mask, **loss_batch_info)",
-    where(objectives=("grpo.loss",), conventions={"aggregation": "seq-mean-token-mean"},
-          shows=_kl_token_mean_shows))
-_ROW_EPS = Finding(
-    "openrlhf-row-length-eps", "deviation",
-    "aggregate_loss(token_level_loss=False) divides each row sum by (|o_i| + 1e-8): a relative error of "
-    "1e-8/|o_i|, visible in float64", f"{LOSS} aggregate_loss: seq_loss = ... / (token_counts + 1e-8)",
-    lambda c, dtype: dtype == "float64" and "seq-mean-token-mean" in (c.conventions.get("mode"),
-                                                                        c.conventions.get("aggregation")))
+    where(objectives=("grpo.loss",), dtypes=("float64",), shows=_kl_float32_shows))
 _EMPTY_ROW_FLOAT16 = Finding(
     "openrlhf-empty-row-float16-nan", "bug",
     "aggregate_loss(token_level_loss=False) divides a fully masked row's sum 0 by (0 + 1e-8), and 1e-8 is 0 in "
@@ -166,7 +178,7 @@ _ZERO_STD = Finding(
     "one ulp: advantages of order 1 instead of 0", f"{MAKER}: (rewards - mean) / (rewards.std(-1) + 1e-9)",
     lambda c, dtype: c.objective == "grpo.advantages" and c.conventions.get("scale") == "group"
     and equal_group_mean_inexact(c, dtype))
-FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD]
+FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _ZERO_STD]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
@@ -217,14 +229,16 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
     return per_element(one, logp, old_logp, advantages)
 
 
-def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None):
+def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0):
     return _mod("models.loss").aggregate_loss(values, mask, token_level_loss=mode == "token-mean",
                                               **_batch_info(mask))
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
+              kl_aggregation=None, mean_eps=0.0):
+    """``log_ratio_clamp``, ``kl_aggregation`` and ``mean_eps`` are OpenRLHF's fixed behaviour (declared)."""
     import torch
     loss_mod, utils = _mod("models.loss"), _mod("models.utils")
     actor_loss_fn = loss_mod.PolicyLoss(clip_eps_low=eps_low, clip_eps_high=eps_low if eps_high is None else eps_high,

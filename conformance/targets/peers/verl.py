@@ -57,7 +57,14 @@ CONVENTIONS = [
                                  "seq-mean-token-sum-norm"),
       f"{CORE} agg_loss (loss_agg_mode, default token-mean in {ACTOR_YAML}); seq-mean-token-mean divides "
       "each row by (|o_i| + 1e-8); fully masked rows are left out of every sequence mean"),
+    C("grpo.aggregate", "mean_eps", (1e-8, 0.0), f"{CORE} agg_loss ('seq-mean-token-mean': torch.sum(loss_mat * "
+      "loss_mask, dim=-1) / (seq_mask + 1e-8); the other modes have no per-row count, so any ε holds there)"),
     C("grpo.loss", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c=3.0)"),
+    C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{CORE} compute_policy_loss_vanilla (torch.clamp("
+      "negative_approx_kl, min=-20.0, max=20.0) before exp); compute_policy_loss_gspo and "
+      "compute_policy_loss_geo_mean form sequence ratios without it"),
+    C("grpo.loss", "mean_eps", (0.0,), "verl/workers/utils/losses.py ppo_loss (response_mask.to(bool): agg_loss's "
+      "int64 token count + 1e-8 is formed in float32, where the ε is lost)"),
     C("grpo.loss", "kl_kind", ("k3",), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML})"),
     C("grpo.loss", "kl_clamp", (10.0,), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10))"),
     C("grpo.loss", "kl_ratio_weight", (False,), "verl/workers/utils/losses.py ppo_loss (kl_loss = agg_loss(kld))"),
@@ -77,12 +84,18 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                                     {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"}],
                 # policy_loss.loss_mode: 'vanilla' (the dual clip always on), 'gspo' (GSPO-token, no dual
                 # clip), 'geo_mean' (GMPO: a plain mean over sequences, whatever loss_agg_mode says)
+                # the ±20 clamp of log ρ is on the token ratios of 'vanilla' only; kl_aggregation stays None
+                # (losses.py ppo_loss: kl_loss = agg_loss(..., loss_agg_mode=config.loss_agg_mode))
                 "grpo.loss": [{"dual_clip": 3.0, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
-                               "policy_loss": "ppo-clip"},
+                               "policy_loss": "ppo-clip", "log_ratio_clamp": 20.0},
                               {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES,
                                "ratio_level": "sequence-token", "policy_loss": "ppo-clip"},
                               {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
                                "ratio_level": "sequence", "policy_loss": "gmpo"}],
+                # agg_loss's + 1e-8 is in the per-row token means only
+                "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
+                                   {"mode": [m for m in _LOSS_MODES if m != "seq-mean-token-mean"],
+                                    "mean_eps": [0.0, 1e-8]}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
                                  {"kind": "k2", "clamp": None}]}
 PARAM_DEFAULTS = [
@@ -106,17 +119,10 @@ ARITHMETIC = [
 
 _LOG_RATIO_CLAMP = Finding(
     "verl-log-ratio-clamp", "deviation",
-    "log ρ = logp − old_logp is clamped to ±20 before exp, which the catalog does not express: results differ "
-    "where |log ρ| > 20 and the clip does not make the term constant",
+    "log ρ = logp − old_logp is clamped to ±20 before exp, which grpo.clip does not express (grpo.loss declares it: "
+    "log_ratio_clamp = 20): results differ where |log ρ| > 20 and the clip does not make the term constant",
     f"{CORE} compute_policy_loss_vanilla: torch.clamp(negative_approx_kl, min=-20.0, max=20.0)",
-    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
-_ROW_EPS = Finding(
-    "verl-row-length-eps", "deviation",
-    "agg_loss 'seq-mean-token-mean' divides each row sum by (|o_i| + 1e-8) instead of |o_i|: a relative error of "
-    "1e-8/|o_i| for a floating-point mask, visible in float64 (the actor's boolean response_mask makes |o_i| an "
-    "integer tensor, to which + 1e-8 is added in float32 and lost)",
-    f"{CORE} agg_loss: seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)",
-    where(objectives=("grpo.aggregate",), dtypes=("float64",), conventions={"mode": "seq-mean-token-mean"}))
+    where(objectives=("grpo.clip",), test=log_ratio_clamp_changes))
 _ZERO_STD = Finding(
     "verl-zero-std-rounding", "numerics",
     "an all-equal group whose floating-point mean is not exactly the common value gets (r − mean)/(std + 1e-6) "
@@ -138,7 +144,7 @@ _EMPTY_ROW_FLOAT16 = Finding(
     f"{CORE} agg_loss: seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)",
     where(objectives=("grpo.aggregate",), dtypes=("float16",), conventions={"mode": "seq-mean-token-mean"},
           test=has_empty_row), results=("valid", "acceptable"))
-FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16]
+FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ZERO_STD, _EMPTY_ROW_FLOAT16]
 
 
 def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
@@ -173,8 +179,9 @@ SPLIT_FINDINGS = [
 ]
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
-              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
-_AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length")
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss",
+              "log_ratio_clamp", "kl_aggregation", "mean_eps")
+_AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length", "mean_eps")
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
 
@@ -222,17 +229,20 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
     return per_element(one, logp, old_logp, advantages)
 
 
-def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, *, batch_info=None):
-    """``batch_info`` (the distributed step): agg_loss's dp_size, batch_num_tokens, global_batch_size."""
+def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0, *, batch_info=None):
+    """``batch_info`` (the distributed step): agg_loss's dp_size, batch_num_tokens, global_batch_size.
+    ``mean_eps``: agg_loss's own + 1e-8 (declared)."""
     return _core().agg_loss(loss_mat=values, loss_mask=mask, loss_agg_mode=mode, loss_scale_factor=norm_length,
                             **(batch_info or {}))
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, ratio_level="token", policy_loss="ppo-clip", *, batch_info=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
+              kl_aggregation=None, mean_eps=0.0, *, batch_info=None):
     """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
-    (verl/workers/utils/losses.py:64-67)."""
+    (verl/workers/utils/losses.py:64-67). ``log_ratio_clamp``, ``kl_aggregation`` and ``mean_eps``
+    are verl's fixed behaviour (declared), not settings."""
     core = _core()
     config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length)
     response_mask = mask.to(bool)
