@@ -176,14 +176,20 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("losses", "kl"), ("policy_logps",),
         "Ethayarajh et al. 2024 (KTO, arXiv 2402.01306) §4.1 eq. 7"),
     Objective(
-        "grpo.advantages", "Group-relative advantages A = (r − mean_group) / (std + eps).",
+        "grpo.advantages", "Group-relative advantages A = (r − baseline) / (std + eps); 'whiten' centres and "
+        "scales r − baseline over the whole batch (REINFORCE++).",
         (Input("rewards", "B,G"),),
-        (Param("scale", "group", ("group", "batch", "none"), "DeepSeekMath §4.1.2", convention=True),
+        (Param("scale", "group", ("group", "batch", "none", "whiten"),
+               "DeepSeekMath §4.1.2; REINFORCE++ arXiv 2501.03262 ('whiten')", convention=True),
          Param("std_ddof", 0, (0, 1), "[reading-math-3]: (0,1,1,0) → std 0.5 (population)", convention=True),
          Param("eps", 0.0, source="DeepSeekMath's A_i has no eps", convention=True),
          Param("degenerate", "zero", ("zero", "drop", "raw"),
-               "[reading-math-3]: 'producing zero advantages'; DAPO §3.2 drops", convention=True)),
-        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2"),
+               "[reading-math-3]: 'producing zero advantages'; DAPO §3.2 drops", convention=True),
+         Param("baseline", "mean", ("mean", "leave-one-out", "none"),
+               "DeepSeekMath §4.1.2 (group mean); RLOO: Kool et al. 2019, Ahmadian et al. arXiv 2402.14740 §3 "
+               "(leave-one-out); REINFORCE++ arXiv 2501.03262 (none)", convention=True, added="1.3.0")),
+        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2; RLOO (Kool et al. 2019; "
+        "arXiv 2402.14740 §3); REINFORCE++ (arXiv 2501.03262)"),
     Objective(
         "grpo.clip", "PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A), "
         "ρ = exp(logp − old_logp); dual clip: C = max(C, c·A) where A < 0.",

@@ -248,14 +248,22 @@ def below_zero(name: str, values) -> None:
 
 # ----------------------------------------------------------------------------- grpo
 
-SCALES = ("group", "batch", "none")
+SCALES = ("group", "batch", "none", "whiten")
+ADVANTAGE_BASELINES = ("mean", "leave-one-out", "none")
 DEGENERATE = ("zero", "drop", "raw")
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 def advantage_scale(value) -> str:
-    """What the advantages are divided by: the group's std, the batch's, or nothing."""
+    """What the advantages are divided by: the group's std, the batch's, nothing, or a whitening
+    over the whole batch (REINFORCE++)."""
     return choice("scale", value, SCALES)
+
+
+def advantage_baseline(value) -> str:
+    """What is subtracted from each reward: the group mean, the mean of the other G − 1 rewards
+    (RLOO), or nothing (REINFORCE++)."""
+    return choice("baseline", value, ADVANTAGE_BASELINES)
 
 
 def std_ddof(value) -> int:

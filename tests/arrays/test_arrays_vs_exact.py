@@ -130,8 +130,12 @@ CONVENTIONS = {
     "preference.cpo": _grid(beta=[0.1, 1.0], label_smoothing=[0.0, 0.25]),
     "preference.orpo": _grid(beta=[0.1, 1.0]),
     "preference.kto": _grid(beta=[0.1, 0.5], desirable_weight=[1.0, 1.33], undesirable_weight=[1.0, 0.75]),
-    "grpo.advantages": _grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
-                             degenerate=["zero", "drop", "raw"]),
+    "grpo.advantages": (_grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
+                              degenerate=["zero", "drop", "raw"])
+                        + _grid(scale=["whiten"], std_ddof=[0, 1], eps=[0.0, 1e-4], degenerate=["zero", "drop", "raw"],
+                                baseline=["mean", "leave-one-out", "none"])
+                        + _grid(scale=["group", "batch", "none"], degenerate=["zero", "drop", "raw"],
+                                baseline=["leave-one-out", "none"])),
     "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),
     "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]),
     "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
@@ -464,6 +468,7 @@ def _bad_inputs():
     bad("grpo.advantages", None, None, eps=1.0)
     bad("grpo.advantages", None, None, scale="global")
     bad("grpo.advantages", None, None, degenerate="skip")
+    bad("grpo.advantages", None, None, baseline="median")
     bad("grpo.clip", "advantages", np.zeros(3))
     bad("grpo.clip", None, None, eps_low=1.0)
     bad("grpo.clip", None, None, eps_high=-0.1)

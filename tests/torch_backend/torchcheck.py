@@ -244,6 +244,14 @@ def cases() -> list[Case]:
             add(Case("grpo.advantages", f"G=1,scale={sc},degenerate={deg}",
                      {"rewards": rng.normal(0, 1, (3, 1))},
                      {"scale": sc, "degenerate": deg, "eps": 1e-3}, 3))
+    # the leave-one-out baseline (RLOO) and the batch whitening (REINFORCE++)
+    for i, p in enumerate(_grid(scale=["whiten", "none", "group"], std_ddof=[0, 1], degenerate=["zero", "raw"],
+                                baseline=["mean", "leave-one-out", "none"])):
+        rng = np.random.default_rng(740 + i)
+        r = rng.integers(0, 3, (4, 4)).astype(np.float64) + rng.normal(0, 0.1, (4, 4))
+        r[2] = 0.3  # a constant group
+        add(Case("grpo.advantages", _label(p), {"rewards": r}, p, 16))
+        add(Case("grpo.advantages", "G=1," + _label(p), {"rewards": rng.normal(0, 1, (3, 1))}, p, 3))
 
     # grpo.clip
     for i, p in enumerate(_grid(eps_low=[0.2, 0.1], eps_high=[None, 0.28], dual_clip=[None, 3.0])):

@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
+
 from conformance.targets.imports import import_bare
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
     arguments,
+    as_array,
     build,
     decoded,
     deviation_shows,
@@ -52,6 +55,9 @@ CONVENTIONS = [
     C("grpo.advantages", "eps", (1e-9, 0.0), f"{MAKER} compute_advantages_and_returns ((std + 1e-9))"),
     C("grpo.advantages", "degenerate", ("zero",), f"{MAKER} (all-equal group: 0/(0 + 1e-9)); {CLI} requires "
       "n_samples_per_prompt > 1"),
+    C("grpo.advantages", "baseline", ("mean", "leave-one-out", "none"), f"{MAKER} compute_advantages_and_returns "
+      "(estimator 'rloo': r − (Σ − r)/(n − 1); 'reinforce_baseline': r − group mean, then whitened over the batch's "
+      "tokens; 'reinforce': whitened only)"),
     C("grpo.clip", "dual_clip", (None, 3.0), f"{LOSS} PolicyLoss(dual_clip=None; --actor.dual_clip in {CLI}); "
       "log ρ clamped to ±20 before exp"),
     C("grpo.aggregate", "mode", ("token-mean", "seq-mean-token-mean"),
@@ -73,8 +79,14 @@ CONVENTIONS = [
       "label_smoothing ε the cDPO form; ipo=True: IPO eq. 17, label_smoothing ignored)"),
 ]
 # group_norm divides by (std + 1e-9) with ddof 1; dr_grpo does neither.
+# rloo subtracts the leave-one-out mean only; reinforce / reinforce_baseline whiten over every action token
+# with the biased variance (equal to the whitening of the B·G outcome rewards, one token each).
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-9, "degenerate": "zero"},
-                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}]}
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero",
+                                     "baseline": "leave-one-out"},
+                                    {"scale": "whiten", "std_ddof": 0, "eps": 0.0, "degenerate": "zero",
+                                     "baseline": ["mean", "none"]}]}
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.01,), f"{CLI} --algo.kl.init_coef 0.01"),
 ]
@@ -166,7 +178,65 @@ _ZERO_STD = Finding(
     "one ulp: advantages of order 1 instead of 0", f"{MAKER}: (rewards - mean) / (rewards.std(-1) + 1e-9)",
     lambda c, dtype: c.objective == "grpo.advantages" and c.conventions.get("scale") == "group"
     and equal_group_mean_inexact(c, dtype))
-FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD]
+_RLOO_SINGLETON = Finding(
+    "openrlhf-rloo-singleton-nan", "bug",
+    "estimator 'rloo' with one sample per prompt divides the leave-one-out sum by n − 1 = 0: the advantages are "
+    "NaN (0/0) where the catalog gives 0 (--rollout.n_samples_per_prompt 1 is not refused for 'rloo')",
+    f"{MAKER} compute_advantages_and_returns: baseline = (rewards.sum(-1, keepdim=True) - rewards) / "
+    "(n_samples_per_prompt - 1)",
+    where(objectives=("grpo.advantages",), conventions={"baseline": "leave-one-out"}, flags=("SingletonGroup",)))
+
+
+def _whitening_as_openrlhf(case, dtype: str):
+    """compute_advantages_and_returns' batch whitening as OpenRLHF rounds it: r − baseline in the rewards'
+    dtype promoted to float32, placed on the last token in the KL tensor's dtype (compute_reward:
+    r.to(kl.dtype); the stand-in's KL is zeros in the rewards' dtype, as zeros_like(action_log_probs) is
+    under --algo.kl.use_loss), whitened with float32 statistics (biased variance, rsqrt(clamp(var, 1e-8)))."""
+    import torch
+    low = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
+           "float16": torch.float16}[dtype]
+    r = torch.tensor(as_array(case.test["inputs"]["rewards"]), dtype=low).to(torch.promote_types(low, torch.float32))
+    g = r.shape[1]
+    baseline = case.conventions.get("baseline")
+    if baseline == "leave-one-out":
+        c = r - (r.sum(-1, keepdim=True) - r) / (g - 1)
+    elif baseline == "none":
+        c = r
+    else:
+        c = r - r.mean(-1, keepdim=True)
+    placed = c.to(low)
+    x = placed.float()
+    mean = x.mean()
+    var = ((x - mean) ** 2).mean()
+    # the 0-dimensional float32 statistics are applied to the advantages in their own dtype
+    return ((placed - mean) * var.clamp(min=1e-8).rsqrt()).double().numpy()
+
+
+def _whitening_rounding_shows(case, dtype, tolerance) -> bool:
+    if as_array(case.test["inputs"]["rewards"]).shape[1] == 1 and case.conventions.get("baseline") != "none":
+        return False
+    want = np.asarray(case.test["expected"]["advantages"], dtype=np.float64)
+    return deviation_shows(tolerance, {"advantages": want}, {"advantages": _whitening_as_openrlhf(case, dtype)})
+
+
+_WHITEN_FLOAT32 = Finding(
+    "openrlhf-whiten-float32", "precision",
+    "the batch whitening casts the advantages to float32 (torch.cat(...).float()) before the mean and variance: "
+    "float64 advantages are only float32-accurate; in bfloat16/float16 compute_reward first rounds r − baseline "
+    "to the KL tensor's dtype (r.to(kl.dtype); the model's dtype when the KL is a loss), and the batch mean of "
+    "those rounded values, 0 before rounding, is subtracted from every advantage",
+    f"{MAKER} compute_advantages_and_returns: all_advantages = torch.cat([...]).float(); {UTILS} compute_reward: "
+    "src=r.unsqueeze(1).to(kl.dtype)",
+    where(objectives=("grpo.advantages",), dtypes=("float64", "bfloat16", "float16"), conventions={"scale": "whiten"},
+          shows=_whitening_rounding_shows))
+_WHITEN_FLOOR = Finding(
+    "openrlhf-whiten-var-floor", "deviation",
+    "the batch whitening scales by rsqrt(clamp(var, min=1e-8)): a batch whose variance is below 1e-8 (rewards "
+    "differing by 2^−40) is scaled by 1e4 instead of 1/std, so its advantages are far below ±1",
+    f"{MAKER} compute_advantages_and_returns: rstd = var.clamp(min=1e-8).rsqrt()",
+    where(objectives=("grpo.advantages",), conventions={"scale": "whiten"}, flags=("TinyStd",)))
+FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD,
+            _RLOO_SINGLETON, _WHITEN_FLOAT32, _WHITEN_FLOOR]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
@@ -183,11 +253,19 @@ def _batch_info(mask):
     return _mod("utils.loss_utils").get_loss_batch_info(SimpleNamespace(), mask)
 
 
-def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+def _estimator(scale, baseline):
+    if baseline == "leave-one-out":
+        return "rloo"
+    if scale == "whiten":
+        return "reinforce" if baseline == "none" else "reinforce_baseline"
+    return "dr_grpo" if scale == "none" else "group_norm"
+
+
+def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", baseline="mean"):
     import torch
     maker = _mod("trainer.ppo_utils.experience_maker")
     b, g = rewards.shape
-    estimator = "dr_grpo" if scale == "none" else "group_norm"
+    estimator = _estimator(scale, baseline)
     args = SimpleNamespace(
         rollout=SimpleNamespace(n_samples_per_prompt=g),
         algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=1.0, no_std_norm=False)),
