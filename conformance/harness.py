@@ -40,7 +40,7 @@ from conformance.vectors.load import VectorCase, VectorSet
 
 # Objectives whose outputs are constants by definition: advantages (PPO eq. 7's Â is data) and
 # the future KL cost (the sg(·) of Proximal KL's coefficient).
-DETACHED = ("grpo.advantages", "proximal_kl.future_cost")
+DETACHED = ("grpo.advantages", "proximal_kl.future_cost", "gae.advantages", "gae.kl_rewards")
 LEAK_PROBE_SEED = 20261201
 
 

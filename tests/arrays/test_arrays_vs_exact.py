@@ -21,6 +21,7 @@ from conformance import catalog
 from refimpl import arrays
 from refimpl.exact import distill as ex_distill
 from refimpl.exact import dpo as ex_dpo
+from refimpl.exact import gae as ex_gae
 from refimpl.exact import grpo as ex_grpo
 from refimpl.exact import kl as ex_kl
 from refimpl.exact import mp
@@ -29,7 +30,7 @@ from refimpl.exact import proximal_kl as ex_proximal_kl
 from refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
-         "proximal_kl": ex_proximal_kl}
+         "gae": ex_gae, "proximal_kl": ex_proximal_kl}
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SEEDS = (0, 1)
 NEG_INF = -math.inf
@@ -99,6 +100,13 @@ def _inputs(oid: str, rng) -> dict:
         return {"logp": lp, "old_logp": lp + rng.normal(0, 0.4, (3, 4)),
                 "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "advantages": rng.normal(0, 1, 3),
                 "mask": _mask(rng, 3, 4)}
+    if oid == "gae.advantages":
+        mask = _mask(rng, 3, 4)
+        mask[0] = [1.0, 0.0, 1.0, 1.0]  # an observation token between valid ones
+        return {"rewards": rng.normal(0, 0.5, (3, 4)), "values": rng.normal(0, 1, (3, 4)), "mask": mask}
+    if oid == "gae.kl_rewards":
+        return {"scores": rng.normal(0, 1, 3), "logp": lp, "ref_logp": lp + rng.normal(0, 2.0, (3, 4)),
+                "mask": _mask(rng, 3, 4, empty_row=False)}  # every row needs a last token
     if oid == "proximal_kl.future_cost":
         return {"logp": lp, "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "mask": _mask(rng, 3, 4)}
     if oid == "proximal_kl.loss":
@@ -137,6 +145,9 @@ CONVENTIONS = {
                         + _grid(scale=["group", "batch", "none"], degenerate=["zero", "drop", "raw"],
                                 baseline=["leave-one-out", "none"])),
     "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),
+    "gae.advantages": _grid(gamma=[1.0, 0.9], lam=[1.0, 0.7, 0.0], whiten=["none", "centred", "keep-mean"],
+                            std_ddof=[0, 1], masked_tokens=["skip", "zero"]),
+    "gae.kl_rewards": _grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0]),
     "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]),
     "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
                         kl_ratio_weight=[False, True])

@@ -301,6 +301,23 @@ def cases() -> list[Case]:
         "advantages": np.array([1.0, -1.0]), "mask": m},
         {"beta": 0.04, "dual_clip": 3.0, "aggregation": "token-mean"}, 8))
 
+    # gae.advantages (observation tokens inside row 0, trailing padding elsewhere) and gae.kl_rewards
+    for i, p in enumerate(_grid(gamma=[1.0, 0.95], lam=[1.0, 0.8], whiten=["none", "centred", "keep-mean"],
+                                std_ddof=[0, 1], masked_tokens=["skip", "zero"])):
+        rng = np.random.default_rng(1200 + i)
+        m = np.ones((3, 6))
+        m[0, 2:4] = 0.0
+        m[1, 4:] = 0.0
+        add(Case("gae.advantages", _label(p), {"rewards": rng.normal(0, 0.5, (3, 6)), "values": rng.normal(0, 1, (3, 6)),
+                                               "mask": m}, p, 6))
+    for i, p in enumerate(_grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0])):
+        rng = np.random.default_rng(1300 + i)
+        lp = _logp(rng, (3, 6))
+        m = np.ones((3, 6))
+        m[2, 3:] = 0.0
+        add(Case("gae.kl_rewards", _label(p), {"scores": rng.normal(0, 1, 3), "logp": lp,
+                                               "ref_logp": lp + rng.normal(0, 1.0, (3, 6)), "mask": m}, p, 6))
+
     # proximal_kl.future_cost
     for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):
         rng = np.random.default_rng(1100 + i)

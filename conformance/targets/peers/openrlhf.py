@@ -73,6 +73,14 @@ CONVENTIONS = [
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean"),
       f"{ACTOR} (PolicyLoss token_level_loss = loss_agg_mode == 'token-mean'; the KL term is always a token "
       "mean: aggregate_loss(kl, ...) without token_level_loss)"),
+    C("gae.advantages", "whiten", ("centred", "none"), f"{MAKER} compute_advantages_and_returns (estimator 'gae': "
+      "whitened over the action tokens; get_advantages_and_returns alone: 'none')"),
+    C("gae.advantages", "std_ddof", (0,), f"{MAKER} compute_advantages_and_returns (var = mean of squares: biased)"),
+    C("gae.advantages", "masked_tokens", ("zero",), f"{MAKER} get_advantages_and_returns (values = action_mask * "
+      "values; rewards = action_mask * rewards)"),
+    C("gae.kl_rewards", "kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (--algo.kl.estimator, default 'k1') "
+      "in compute_reward"),
+    C("gae.kl_rewards", "clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10))"),
     C("kl.estimator", "kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (kl_estimator, default 'k1')"),
     C("kl.estimator", "clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10))"),
     C("dpo.loss", "loss_type", ("sigmoid", "cdpo", "ipo"), f"{LOSS} DPOLoss (ipo=False: sigmoid, with "
@@ -235,8 +243,20 @@ _WHITEN_FLOOR = Finding(
     "differing by 2^−40) is scaled by 1e4 instead of 1/std, so its advantages are far below ±1",
     f"{MAKER} compute_advantages_and_returns: rstd = var.clamp(min=1e-8).rsqrt()",
     where(objectives=("grpo.advantages",), conventions={"scale": "whiten"}, flags=("TinyStd",)))
+_REWARD_KL_FLOAT32 = Finding(
+    "openrlhf-reward-kl-float32", "precision",
+    "compute_approx_kl casts both log-probabilities to float32: the KL penalty in the float64 rewards has float32 "
+    "accuracy", f"{UTILS} compute_approx_kl: log_ratio = log_probs.float() - log_probs_base.float()",
+    where(objectives=("gae.kl_rewards",), dtypes=("float64",)))
+_GAE_WHITEN_FLOAT32 = Finding(
+    "openrlhf-gae-whiten-float32", "precision",
+    "the batch whitening of the GAE advantages takes the mean and variance in float32 (torch.cat(...).float()): "
+    "float64 advantages are only float32-accurate",
+    f"{MAKER} compute_advantages_and_returns: all_advantages = torch.cat([...]).float()",
+    where(objectives=("gae.advantages",), dtypes=("float64",), conventions={"whiten": "centred"},
+          test=lambda c: "SingleToken" not in c.flags))
 FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _KL_TOKEN_MEAN, _ROW_EPS, _ZERO_STD,
-            _RLOO_SINGLETON, _WHITEN_FLOAT32, _WHITEN_FLOOR]
+            _RLOO_SINGLETON, _WHITEN_FLOAT32, _WHITEN_FLOOR, _REWARD_KL_FLOAT32, _GAE_WHITEN_FLOAT32]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
@@ -322,6 +342,44 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     return actor_loss + kl_loss * beta
 
 
+def gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", std_ddof=0, masked_tokens="zero"):
+    """get_advantages_and_returns (whiten 'none'), or compute_advantages_and_returns with estimator 'gae' (its
+    batch whitening), driven with one experience per row: the token rewards enter as compute_reward's
+    −kl_coef·kl with kl_coef = 1, kl = −rewards and a score of 0 on the last token. Outputs are masked."""
+    import torch
+    maker = _mod("trainer.ppo_utils.experience_maker").RemoteExperienceMaker
+    on = mask != 0
+    rewards, values = rewards.detach(), values.detach()
+    if whiten == "none":
+        adv, returns = maker.get_advantages_and_returns(None, values, rewards, on, gamma, lam)
+    else:
+        args = SimpleNamespace(
+            rollout=SimpleNamespace(n_samples_per_prompt=1),
+            algo=SimpleNamespace(advantage=SimpleNamespace(estimator="gae", gamma=gamma, lambd=lam, no_std_norm=False)),
+            reward=SimpleNamespace(clip_range=None))
+        fake = SimpleNamespace(strategy=SimpleNamespace(args=args), kl_ctl=SimpleNamespace(value=1.0),
+                               advantage_estimator="gae")
+        fake.get_advantages_and_returns = lambda *a: maker.get_advantages_and_returns(fake, *a)
+        experiences = [SimpleNamespace(rewards=torch.zeros(1, dtype=rewards.dtype), index=[i], info={},
+                                       kl=-rewards[i:i + 1].clone(), values=values[i:i + 1].clone(),
+                                       action_mask=on[i:i + 1].clone()) for i in range(rewards.shape[0])]
+        maker.compute_advantages_and_returns(fake, experiences)
+        adv = torch.cat([e.advantages for e in experiences])
+        returns = torch.cat([e.returns for e in experiences])
+    return {"advantages": torch.where(on, adv, 0.0), "returns": torch.where(on, returns, 0.0)}
+
+
+def gae_kl_rewards(scores, logp, ref_logp, mask, beta=None, kind="k1", clamp=None):
+    """models/utils.py compute_reward(scores, β, compute_approx_kl(logp, ref_logp, kind), action_mask); the
+    masked tokens (where OpenRLHF leaves −β·k, later zeroed by get_advantages_and_returns) are masked."""
+    import torch
+    utils = _mod("models.utils")
+    on = mask != 0
+    kl = utils.compute_approx_kl(logp.detach(), ref_logp.detach(), kl_estimator=kind)
+    rewards = utils.compute_reward(scores.detach(), beta, kl, action_mask=on)
+    return {"rewards": torch.where(on, rewards, 0.0)}
+
+
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _mod("models.utils").compute_approx_kl(logp, ref_logp, kl_estimator=kind)
 
@@ -350,6 +408,6 @@ def _load():
 def target():
     version = require("openrlhf", "openrlhf", VERSION, INSTALL)
     load_or_explain(_load, "openrlhf", INSTALL)
-    objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
+    objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss}
     return build("openrlhf", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)

@@ -70,6 +70,14 @@ CONVENTIONS = [
                                    "seq-mean-token-sum-norm"),
       f"verl/workers/utils/losses.py ppo_loss (policy and KL terms both use config.loss_agg_mode, default "
       f"token-mean in {ACTOR_YAML})"),
+    C("gae.advantages", "whiten", ("centred",), f"{CORE} compute_gae_advantage_return (masked_whiten, "
+      "shift_mean=True)"),
+    C("gae.advantages", "std_ddof", (1,), "verl/utils/torch_functional.py masked_var (unbiased=True)"),
+    C("gae.advantages", "masked_tokens", ("skip",), f"{CORE} compute_gae_advantage_return (values and TD errors "
+      "skip observation tokens)"),
+    C("gae.kl_rewards", "kind", ("k1", "k2", "k3"), f"{CORE} kl_penalty (algorithm.kl_penalty 'kl' (default), "
+      "'mse', 'low_var_kl') in verl/trainer/ppo/ray_trainer.py apply_kl_penalty"),
+    C("gae.kl_rewards", "clamp", (None, 10.0), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
     C("kl.estimator", "kind", ("k3", "k1", "k2"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
       "'mse'/'k2')"),
     C("kl.estimator", "clamp", (10.0, None), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
@@ -95,6 +103,8 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                                "ratio_level": "sequence-token", "policy_loss": "ppo-clip"},
                               {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
                                "ratio_level": "sequence", "policy_loss": "gmpo"}],
+                "gae.kl_rewards": [{"kind": "k1", "clamp": None}, {"kind": "k2", "clamp": None},
+                                   {"kind": "k3", "clamp": 10.0}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
                                  {"kind": "k2", "clamp": None}]}
 PARAM_DEFAULTS = [
@@ -187,7 +197,33 @@ _WHITEN_ONE = Finding(
     "verl/utils/torch_functional.py masked_var: if mask_sum == 1: raise ValueError",
     where(objectives=("grpo.advantages",), conventions={"scale": "whiten"},
           test=lambda c: as_array(c.test["inputs"]["rewards"]).size == 1))
-FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16, _WHITEN_EPS, _WHITEN_ONE]
+
+
+def _gae_whiten_shows(case, dtype, tolerance) -> bool:
+    """Whether masked_whiten's 1e-8 terms move a whitened GAE advantage beyond ``tolerance``."""
+    mask = as_array(case.test["inputs"]["mask"]) != 0
+    raw = (np.asarray(case.test["expected"]["returns"], dtype=np.float64)
+           - as_array(case.test["inputs"]["values"]))[mask]
+    if raw.size < 2:
+        return False
+    want = np.asarray(case.test["expected"]["advantages"], dtype=np.float64)[mask]
+    return deviation_shows(tolerance, {"advantages": want}, {"advantages": _masked_whiten(raw)})
+
+
+_GAE_WHITEN_EPS = Finding(
+    "verl-gae-masked-whiten-eps", "deviation",
+    "compute_gae_advantage_return whitens with masked_whiten, which divides the masked sums by Σm + 1e-8 and scales "
+    "by rsqrt(var + 1e-8): a relative error of about 1e-8/var, visible in float64",
+    "verl/utils/torch_functional.py masked_mean (mask.sum() + 1e-8) and masked_whiten (torch.rsqrt(var + 1e-8))",
+    where(objectives=("gae.advantages",), conventions={"whiten": "centred"}, shows=_gae_whiten_shows))
+_GAE_WHITEN_ONE = Finding(
+    "verl-gae-masked-var-one-token", "deviation",
+    "masked_var raises 'The sum of the mask is one' for a batch with a single valid token, whose whitened advantage "
+    "the catalog defines as 0",
+    "verl/utils/torch_functional.py masked_var: if mask_sum == 1: raise ValueError",
+    where(objectives=("gae.advantages",), flags=("SingleToken",)))
+FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ROW_EPS, _ZERO_STD, _EMPTY_ROW_FLOAT16, _WHITEN_EPS, _WHITEN_ONE,
+            _GAE_WHITEN_EPS, _GAE_WHITEN_ONE]
 
 
 def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
@@ -342,6 +378,31 @@ def _step(loss_fn, names):
     return step
 
 
+def gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", std_ddof=0, masked_tokens="skip"):
+    """compute_gae_advantage_return (masked_whiten included); the catalog's outputs are 0 at masked
+    tokens, where verl leaves the carried Â and returns = Â + V: they are masked here."""
+    import torch
+    adv, returns = _core().compute_gae_advantage_return(token_level_rewards=rewards, values=values,
+                                                        response_mask=mask, gamma=gamma, lam=lam)
+    on = mask != 0
+    return {"advantages": torch.where(on, adv, 0.0), "returns": torch.where(on, returns, 0.0)}
+
+
+def gae_kl_rewards(scores, logp, ref_logp, mask, beta=None, kind="k1", clamp=None):
+    """trainer/ppo/ray_trainer.py apply_kl_penalty (not importable without torchdata, a dataloader
+    dependency of that module): token_level_scores − β·kl_penalty(old_log_probs, ref_log_prob)·mask,
+    with verl's own kl_penalty; the score sits on the last valid token, as verl's reward managers
+    place it. verl's batch tensors come from no-grad rollout and reference passes: detached here."""
+    import torch
+    scores, logp, ref_logp = scores.detach(), logp.detach(), ref_logp.detach()
+    n = logp.shape[1]
+    last = n - 1 - (mask != 0).flip(1).to(torch.int64).argmax(dim=1)
+    at_last = torch.arange(n)[None, :] == last[:, None]
+    token_level_scores = torch.where(at_last, scores[:, None].expand_as(logp), 0.0).to(logp.dtype)
+    kld = _core().kl_penalty(logp, ref_logp, kl_penalty=_KL_NAMES.get(kind, kind)) * mask
+    return {"rewards": torch.where(mask != 0, token_level_scores - beta * kld, 0.0)}
+
+
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _core().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=_KL_NAMES.get(kind, kind))
 
@@ -349,7 +410,8 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
 def target():
     version = require("verl", "verl", VERSION, INSTALL)
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
-    objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
+    objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
+                  "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
