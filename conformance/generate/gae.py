@@ -27,6 +27,8 @@ NOTES = {
                     "the centred advantage is 0)."},
     "KLClamped": {"category": "convention", "description": "KL estimates beyond the ±10 clamp (OpenRLHF 0.11.2 "
                   "compute_approx_kl, verl 0.9.1 low_var_kl)."},
+    "ScoreOnLastToken": {"category": "edge", "description": "A short row: the score sits on its last valid token, "
+                         "not on the last position of the padded row."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain (NaN/inf, "
                      "shapes that disagree, masks that are not 0/1 or select no token, γ or λ outside [0, 1], β < 0, "
                      "unknown convention values); must be rejected."},
@@ -178,12 +180,13 @@ def cases() -> list[Case]:
             out.append(_adv_random(group, 41000 + 100 * gi + i, "float32" if i % 2 == 0 else None, interior=i % 3 == 2))
         out.extend(_adv_fixed(group))
     for gi, group in enumerate(REWARD_GROUPS):
-        for i in range(10):
+        for i in range(11):
             out.append(_rewards_random(group, 42000 + 100 * gi + i, "float32" if i % 2 == 0 else None,
                                        interior=i % 4 == 3, big=i in (4, 9)))
         out.append(Case(REWARDS, {"scores": [2.0, -1.0], "logp": [[-0.5, -1.0, -2.0], [-0.25, -3.0, -1.0]],
                                   "ref_logp": [[-0.75, -1.0, -1.5], [-0.5, -2.0, -1.0]], "mask": [[1, 1, 1], [1, 1, 0]]},
-                        params={"beta": 0.05}, conventions=REWARD_GROUPS[group], group=group, flags=(),
+                        params={"beta": 0.05}, conventions=REWARD_GROUPS[group], group=group,
+                        flags=("ScoreOnLastToken",),
                         comment="the score on the last valid token, −β·k elsewhere", provenance=generated(0, "fixed")))
     out.extend(_invalid())
     return out

@@ -120,6 +120,9 @@ NOTES = {
     "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
                           "rewards are all equal, e.g. every sample correct): the policy term vanishes there, "
                           "the KL term does not."},
+    "ArticleRewards": {"category": "edge", "description": "The article's group (0, 1, 1, 0) under a leave-one-out "
+                       "baseline or the batch whitening: leave-one-out baselines 2/3 and 1/3, advantages ±4/3 before "
+                       "any scaling."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
@@ -327,8 +330,8 @@ def _baseline_cases() -> list[Case]:
             rewards = _round(_rewards(r, kind, b, g), _dtype_of(i))
             out.append(_adv_case(group, rewards, ("Random",), f"random {kind} rewards B={b}, G={g}"
                                  + (", float32" if _dtype_of(i) else ""), seed, f"{kind} rewards"))
-        out.append(_adv_case(group, [[0.0, 1.0, 1.0, 0.0]], (), "the article's group (0,1,1,0): leave-one-out "
-                             "baselines 2/3 and 1/3", 0, "fixed"))
+        out.append(_adv_case(group, [[0.0, 1.0, 1.0, 0.0]], ("ArticleRewards",), "the article's group (0,1,1,0): "
+                             "leave-one-out baselines 2/3 and 1/3", 0, "fixed"))
         out.append(_adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4],
                              ("ZeroStd",), "all-equal groups (1, 0, 0.5) beside a mixed one", 0, "fixed"))
         out.append(_adv_case(group, [[1.0] * 3, [0.25] * 3], ("ZeroStd",), "every group all-equal", 0, "fixed"))
