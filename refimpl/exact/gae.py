@@ -4,7 +4,9 @@ policy loss as detached data).
 Sources: Schulman et al. 2016, *High-Dimensional Continuous Control Using Generalized Advantage
 Estimation* (arXiv 1506.02438) §3 eqs. 11–16 — δ_t = r_t + γ·V(s_{t+1}) − V(s_t) (eq. 10) and
 Â_t = Σ_l (γλ)^l δ_{t+l} (eq. 16), computed backwards as Â_t = δ_t + γλ·Â_{t+1}; the return
-target V̂_t = Â_t + V(s_t) (the λ-return). KL in the reward: Ziegler et al. 2019 (arXiv
+target V̂_t = Â_t + V(s_t) (the λ-return). (Equation numbers as the libraries and the brief cite
+them; the PDF was not re-read here. The formulas are checked against the explicit sum in
+tests/independent/test_gae_values.py and the λ = 0 / λ = 1 identities in tests/exact/test_gae.py.) KL in the reward: Ziegler et al. 2019 (arXiv
 1909.08593) §2 and Stiennon et al. 2020 (arXiv 2009.01325) §3.4, R = r − β·log(π/π_ref), spread
 per token as in verl 0.9.1 ``apply_kl_penalty`` and OpenRLHF 0.11.2 ``compute_reward``:
 r_t = score·[t = last valid token] − β·k_t. (Section numbers of the two RLHF papers are cited
