@@ -177,14 +177,20 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("losses", "kl"), ("policy_logps",),
         "Ethayarajh et al. 2024 (KTO, arXiv 2402.01306) §4.1 eq. 7"),
     Objective(
-        "grpo.advantages", "Group-relative advantages A = (r − mean_group) / (std + eps).",
+        "grpo.advantages", "Group-relative advantages A = (r − baseline) / (std + eps); 'whiten' centres and "
+        "scales r − baseline over the whole batch (REINFORCE++).",
         (Input("rewards", "B,G"),),
-        (Param("scale", "group", ("group", "batch", "none"), "DeepSeekMath §4.1.2", convention=True),
+        (Param("scale", "group", ("group", "batch", "none", "whiten"),
+               "DeepSeekMath §4.1.2; REINFORCE++ arXiv 2501.03262 ('whiten')", convention=True),
          Param("std_ddof", 0, (0, 1), "[reading-math-3]: (0,1,1,0) → std 0.5 (population)", convention=True),
          Param("eps", 0.0, source="DeepSeekMath's A_i has no eps", convention=True),
          Param("degenerate", "zero", ("zero", "drop", "raw"),
-               "[reading-math-3]: 'producing zero advantages'; DAPO §3.2 drops", convention=True)),
-        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2"),
+               "[reading-math-3]: 'producing zero advantages'; DAPO §3.2 drops", convention=True),
+         Param("baseline", "mean", ("mean", "leave-one-out", "none"),
+               "DeepSeekMath §4.1.2 (group mean); RLOO: Kool et al. 2019, Ahmadian et al. arXiv 2402.14740 §3 "
+               "(leave-one-out); REINFORCE++ arXiv 2501.03262 (none)", convention=True, added="1.3.0")),
+        ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2; RLOO (Kool et al. 2019; "
+        "arXiv 2402.14740 §3); REINFORCE++ (arXiv 2501.03262)"),
     Objective(
         "grpo.clip", "PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A), "
         "ρ = exp(logp − old_logp); dual clip: C = max(C, c·A) where A < 0.",
@@ -233,6 +239,34 @@ OBJECTIVES: tuple[Objective, ...] = (
                "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
         ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO",
         reduction="logp"),
+    Objective(
+        "gae.advantages", "GAE Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γV_{t+1} − V_t, per row of token rewards and "
+        "values; returns Â + V; optional batch whitening over the valid tokens; 0 at masked tokens; detached.",
+        (Input("rewards", "B,T"), Input("values", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("gamma", 1.0, source="verl 0.9.1 algorithm.gamma and OpenRLHF 0.11.2 --algo.advantage.gamma: 1.0 "
+               "(the GAE paper fixes none)"),
+         Param("lam", 1.0, source="verl 0.9.1 algorithm.lam and OpenRLHF 0.11.2 --algo.advantage.lambd: 1.0"),
+         Param("whiten", "none", ("none", "centred", "keep-mean"), "GAE eq. 16 has no whitening; verl masked_whiten "
+               "(shift_mean True: centred, False: keep-mean); OpenRLHF (centred)", convention=True),
+         Param("std_ddof", 0, (0, 1), "population std; verl masked_var is unbiased (1), OpenRLHF biased (0)",
+               convention=True),
+         Param("masked_tokens", "skip", ("skip", "zero"), "a masked token is not a time step (verl 0.9.1 "
+               "compute_gae_advantage_return); OpenRLHF 0.11.2: a step with reward and value 0", convention=True)),
+        ("advantages", "returns"), (), "Schulman et al. 2016 (GAE, arXiv 1506.02438) §3 eqs. 10–16",
+        reduction="rewards", low_precision=False),
+    Objective(
+        "gae.kl_rewards", "Per-token rewards r_t = score·[t = last valid token] − β·k_t, k the KL estimator kind "
+        "of log r = ref_logp − logp (optionally clipped to ±clamp); 0 at masked tokens; detached.",
+        (Input("scores", "B"), Input("logp", "B,T"), Input("ref_logp", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("beta", None, source="required: verl 0.9.1 algorithm.kl_ctrl.kl_coef 0.001, OpenRLHF 0.11.2 "
+               "--algo.kl.init_coef 0.01"),
+         Param("kind", "k1", ("k1", "k2", "k3"), "the classic RLHF penalty β·log(π/π_ref) (Ziegler et al. 2019; "
+               "Stiennon et al. 2020); verl kl_penalty 'kl', OpenRLHF --algo.kl.estimator k1", convention=True),
+         Param("clamp", None, source="no clamp in the papers; OpenRLHF compute_approx_kl clamps to ±10",
+               convention=True)),
+        ("rewards",), (), "Ziegler et al. 2019 (arXiv 1909.08593); Stiennon et al. 2020 (arXiv 2009.01325); verl "
+        "0.9.1 apply_kl_penalty; OpenRLHF 0.11.2 compute_reward",
+        reduction="logp", low_precision=False),
     Objective(
         "proximal_kl.future_cost", "F_t = Σ_{u>t} m_u·k_u, k_u = logp_u − ref_logp_u "
         "(optionally clipped to ±clip, or truncated to the next `window` tokens); detached.",

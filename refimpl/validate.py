@@ -248,14 +248,22 @@ def below_zero(name: str, values) -> None:
 
 # ----------------------------------------------------------------------------- grpo
 
-SCALES = ("group", "batch", "none")
+SCALES = ("group", "batch", "none", "whiten")
+ADVANTAGE_BASELINES = ("mean", "leave-one-out", "none")
 DEGENERATE = ("zero", "drop", "raw")
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
 
 def advantage_scale(value) -> str:
-    """What the advantages are divided by: the group's std, the batch's, or nothing."""
+    """What the advantages are divided by: the group's std, the batch's, nothing, or a whitening
+    over the whole batch (REINFORCE++)."""
     return choice("scale", value, SCALES)
+
+
+def advantage_baseline(value) -> str:
+    """What is subtracted from each reward: the group mean, the mean of the other G − 1 rewards
+    (RLOO), or nothing (REINFORCE++)."""
+    return choice("baseline", value, ADVANTAGE_BASELINES)
 
 
 def std_ddof(value) -> int:
@@ -428,3 +436,32 @@ def update_rule(value, name: str = "rule") -> str:
 def baseline(value) -> str:
     """The advantage's baseline of the tabular expected update: E_μ[r] ('mean') or 0."""
     return choice("baseline", value, BASELINES)
+
+
+# ----------------------------------------------------------------------------- gae
+
+WHITENINGS = ("none", "centred", "keep-mean")
+MASKED_TOKENS = ("skip", "zero")
+
+
+def discount(name: str, value) -> float:
+    """γ or λ of generalized advantage estimation, in [0, 1]."""
+    return in_range(name, value, 0, 1)
+
+
+def whitening(value) -> str:
+    """The batch whitening of GAE advantages: none, centred, or scaled with the mean kept."""
+    return choice("whiten", value, WHITENINGS)
+
+
+def masked_tokens(value) -> str:
+    """How GAE steps over a masked token: 'skip' (not a time step) or 'zero' (a step with reward
+    and value 0)."""
+    return choice("masked_tokens", value, MASKED_TOKENS)
+
+
+def every_row_has_a_token(name: str, rows) -> None:
+    """Each row of a 0/1 mask selects at least one token (the score sits on the last one)."""
+    for i, row in enumerate(rows):
+        if not any(row):
+            fail(name, f"selects no token in row {i} (the score has no last token)")

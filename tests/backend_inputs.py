@@ -76,6 +76,10 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
     if objective_id == "proximal_kl.loss":
         return {"logp": logp(b, t), "behavior_logp": logp(b, t), "ref_logp": logp(b, t),
                 "advantages": rng.normal(size=b), "mask": mask}
+    if objective_id == "gae.advantages":
+        return {"rewards": rng.normal(size=(b, t)), "values": rng.normal(size=(b, t)), "mask": mask}
+    if objective_id == "gae.kl_rewards":
+        return {"scores": rng.normal(size=b), "logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
     if objective_id.startswith("tabular."):
         def policy():
             w = rng.uniform(0.2, 1.0, size=(3, 2))
@@ -91,9 +95,9 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
 
 
 def required_params(objective_id: str) -> dict:
-    """Values for the parameters without a default (tabular's beta; vocab and horizon come
-    with the inputs)."""
-    return {"beta": 0.5} if objective_id in ("tabular.optimum", "tabular.expected_update") else {}
+    """Values for the parameters without a default (tabular's and gae.kl_rewards' beta; vocab and
+    horizon come with the inputs)."""
+    return {"beta": 0.5} if objective_id in ("tabular.optimum", "tabular.expected_update", "gae.kl_rewards") else {}
 
 
 def to_backend(backend: str, value):

@@ -151,9 +151,12 @@ def test_options_match_the_catalog():
                "aggregation": validate.AGGREGATIONS, "kl_aggregation": validate.AGGREGATIONS,
                "rule": validate.UPDATE_RULES,
                "baseline": validate.BASELINES}
+    by_objective = {("grpo.advantages", "baseline"): validate.ADVANTAGE_BASELINES}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:
-            if p.name in options:
+            if (spec.id, p.name) in by_objective:
+                assert set(p.choices) == set(by_objective[spec.id, p.name]), (spec.id, p.name)
+            elif p.name in options:
                 assert set(p.choices) == set(options[p.name]), (spec.id, p.name)
     # the tabular update rules are defined in refimpl/exact/_tree.py, in the order the message lists
     assert tuple(_tree.RULES) == validate.UPDATE_RULES

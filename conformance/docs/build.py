@@ -211,6 +211,9 @@ ARTIFACTS: tuple[Artifact, ...] = (
         "preference.simpo:e88372469ce5bb62", "preference.orpo:55f91f675d174a2d", "preference.kto:2ef42699d1e9b4ac")),
         VECTORS),
     Artifact("docs/grpo.md", "page", _family_page("grpo"), VECTORS),
+    Artifact("docs/gae.md", "page", _family_page("gae", examples=(
+        "gae.advantages:c6977c2113d474d1", "gae.advantages:06fd10302b1283fd", "gae.kl_rewards:c61668eb905d1064")),
+        VECTORS),
     Artifact("docs/index.md", "page", _page({"figures": Block(figures_table)}), "this registry"),
     Artifact("docs/performance.md", "page", _page(_blocks(performance.BLOCKS)), RESULTS, needs=(performance.RESULTS,)),
     Artifact("docs/vectors.md", "page", _page({"tolerances": Block(families.tolerance_table),

@@ -23,7 +23,7 @@ from conformance.vectors import certificates, versions
 from conformance.vectors.format import MANIFEST, SCHEMA_ID, manifest_bytes, serialize
 from refimpl.exact import mp
 
-FAMILY_MODULES = ("distill", "kl", "dpo", "preference", "grpo", "proximal_kl", "tabular")
+FAMILY_MODULES = ("distill", "kl", "dpo", "preference", "grpo", "gae", "proximal_kl", "tabular")
 
 
 def family_module(family: str):

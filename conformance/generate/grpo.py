@@ -17,6 +17,7 @@ from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.grpo_inputs import (
     ADV,
+    ADV_BASELINE_GROUPS,
     ADV_GROUPS,
     AGG,
     AGG_GROUPS,
@@ -125,6 +126,9 @@ NOTES = {
     "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
                           "rewards are all equal, e.g. every sample correct): the policy term vanishes there, "
                           "the KL term does not."},
+    "ArticleRewards": {"category": "edge", "description": "The article's group (0, 1, 1, 0) under a leave-one-out "
+                       "baseline or the batch whitening: leave-one-out baselines 2/3 and 1/3, advantages ±4/3 before "
+                       "any scaling."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
@@ -253,6 +257,31 @@ GROUPS = {
                                "agg_loss 'seq-mean-token-sum-norm' (loss_scale_factor, default T); TRL 1.16.0 "
                                "loss_type='dr_grpo' (L = max_completion_length; divides by B including fully "
                                "masked rows)",
+    "rloo": "grpo.advantages: RLOO (Kool et al. 2019; Ahmadian et al. 2024, arXiv 2402.14740 §3): A = r − mean of "
+            "the other G − 1 rewards of the group, no std scaling; G = 1 (no other reward) → 0 — also verl 0.9.1 "
+            "trainer/ppo/core_algos.py compute_rloo_vectorized_outcome_advantage (a singleton gets 0), TRL 1.16.0 "
+            "trainer/rloo_trainer.py normalize_advantages=False (G = 1 → 0) and OpenRLHF 0.11.2 "
+            "trainer/ppo_utils/experience_maker.py estimator 'rloo' ((Σ − r)/(n − 1); G = 1 divides by 0)",
+    "verl-0.9.1-rloo": "grpo.advantages: verl 0.9.1 trainer/ppo/core_algos.py compute_rloo_outcome_advantage "
+                       "(n/(n − 1)·(s − mean); a singleton group keeps its raw score: 'raw')",
+    "trl-1.16-rloo-normalized": "grpo.advantages: TRL 1.16.0 trainer/rloo_trainer.py with "
+                                "normalize_advantages=True: the leave-one-out advantages centred by their batch "
+                                "mean and divided by their batch std (nanstd, ddof 1) + 1e−4",
+    "reinforce++": "grpo.advantages: REINFORCE++ (Hu et al. 2025, arXiv 2501.03262) for outcome rewards: no "
+                   "baseline, the rewards whitened over the whole batch (population std, eps 0)",
+    "reinforce++-baseline": "grpo.advantages: REINFORCE++ w/ baseline (arXiv 2501.03262): r − group mean, then "
+                            "whitened over the whole batch (population std, eps 0) — also OpenRLHF 0.11.2 "
+                            "trainer/ppo_utils/experience_maker.py estimator 'reinforce_baseline' with γ = 1 and no "
+                            "KL (its whitening over the tokens, biased variance, equals this one when every "
+                            "response has the same length; its rsqrt(clamp(var, 1e−8)) floor is not expressed)",
+    "verl-0.9.1-reinforce++": "grpo.advantages: verl 0.9.1 trainer/ppo/core_algos.py "
+                              "compute_reinforce_plus_plus_outcome_advantage for outcome rewards (γ = 1: the "
+                              "return is the score) then verl.utils.torch_functional.masked_whiten (unbiased "
+                              "variance; its rsqrt(var + 1e−8) and Σm + 1e−8 are not expressed)",
+    "verl-0.9.1-reinforce++-baseline": "grpo.advantages: verl 0.9.1 trainer/ppo/core_algos.py "
+                                       "compute_reinforce_plus_plus_baseline_outcome_advantage (s − group mean, a "
+                                       "singleton group's mean is 0: 'raw'; then masked_whiten, unbiased variance; "
+                                       "rsqrt(var + 1e−8) and Σm + 1e−8 not expressed)",
     "invalid": "inputs outside the domain (all conventions)",
 }
 
@@ -320,6 +349,55 @@ def _adv_cases() -> list[Case]:
     return out
 
 
+def _baseline_cases() -> list[Case]:
+    """grpo.advantages under the leave-one-out baseline and the batch whitening (vector set 1.3.0)."""
+    out = []
+    kinds = ("binary", "normal", "graded", "offset")
+    sizes = [2, 4, 5, 8, 16, 3, 7, 12]
+    for gi, group in enumerate(ADV_BASELINE_GROUPS):
+        for i in range(9):
+            seed = 7600 + 100 * gi + i
+            r = S.rng(seed)
+            b = int(r.integers(1, 17))
+            g = int(sizes[(i + gi) % len(sizes)])
+            if i == 8:
+                b = max(b, 2)
+            kind = kinds[i % len(kinds)]
+            rewards = _round(_rewards(r, kind, b, g), _dtype_of(i))
+            out.append(_adv_case(group, rewards, ("Random",), f"random {kind} rewards B={b}, G={g}"
+                                 + (", float32" if _dtype_of(i) else ""), seed, f"{kind} rewards"))
+        out.append(_adv_case(group, [[0.0, 1.0, 1.0, 0.0]], ("ArticleRewards",), "the article's group (0,1,1,0): "
+                             "leave-one-out baselines 2/3 and 1/3", 0, "fixed"))
+        out.append(_adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4],
+                             ("ZeroStd",), "all-equal groups (1, 0, 0.5) beside a mixed one", 0, "fixed"))
+        out.append(_adv_case(group, [[1.0] * 3, [0.25] * 3], ("ZeroStd",), "every group all-equal", 0, "fixed"))
+        out.append(_adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
+                             ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
+        out.append(_adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
+                             "groups whose rewards differ by 2^−40", 0, "fixed"))
+        out.append(_adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
+                             ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
+        out.append(_adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
+                             "G = 1 for every prompt", 0, "fixed"))
+        out.append(_adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
+        for i in range(3):
+            seed, grid = 23500 + 10 * gi + i, S.low_grid(i)
+            r = S.rng(seed)
+            b, g = int(r.integers(1, 17)), int(r.choice([2, 4, 5, 8, 16]))
+            kind = kinds[i % len(kinds)]
+            rewards = S.in_low(_rewards(r, kind, b, g), grid)
+            out.append(_adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
+                                 f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
+                                 low=True))
+    out.append(Case(ADV, {"rewards": [[0.0, 1.0]]}, conventions={"baseline": "median"}, group="invalid",
+                    result="invalid", flags=("InvalidInput",), comment="unknown baseline",
+                    provenance=generated(0, "fixed")))
+    out.append(Case(ADV, {"rewards": [[0.0, 1.0]]}, conventions={"scale": "whitened"}, group="invalid",
+                    result="invalid", flags=("InvalidInput",), comment="unknown scale (whitened, not whiten)",
+                    provenance=generated(0, "fixed")))
+    return out
+
+
 def _adv_scale(kwargs, outputs, grads):
     """A = (r − mean)/(std + eps): r − mean carries an absolute error of about u·max|r| and the
     std the same, so A inherits u·max|r|/(std + eps)·(1 + |A|) (std over the group, or over the
@@ -336,8 +414,25 @@ def _adv_scale(kwargs, outputs, grads):
 
     scale = worst
     flat = [x for row in r for x in row]
+    if kwargs["scale"] == "whiten":
+        # c = r − b carries an absolute error of about u·max|r| (times G/(G − 1) ≤ 2 for the
+        # leave-one-out baseline); A = (c − mean c)/(std c + eps) inherits it over std c
+        baseline = kwargs.get("baseline", "mean")
+        singletons = kwargs["degenerate"] == "raw" and len(r[0]) == 1
+        if baseline == "none" or singletons:
+            c = flat
+        else:
+            g = len(r[0])
+            factor = mpmath.mpf(g) / (g - 1) if baseline == "leave-one-out" and g > 1 else 1
+            c = [(x - mpmath.fsum(row) / g) * factor for row in r for x in row]
+        if len(c) == 1 or all(x == c[0] for x in c) or not any(a != 0 for a in adv.flat):
+            return {"advantages": scale, "keep": mpmath.mpf(1)}
+        size = 2 * max(abs(x) for x in flat)
+        return {"advantages": max(scale, size / (std(c) + eps) * (1 + worst)), "keep": mpmath.mpf(1)}
     for i, row in enumerate(r):
         size = max(abs(x) for x in row)
+        if kwargs.get("baseline", "mean") == "leave-one-out":
+            size = 2 * size
         if kwargs["scale"] == "none" or (kwargs["degenerate"] == "raw" and len(row) == 1):
             term = size
         else:
@@ -1194,7 +1289,7 @@ def _surrogate(rho, a, lo, hi, dual):
 def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
-            + _library_cases() + _mean_eps_agg_cases())
+            + _library_cases() + _mean_eps_agg_cases() + _baseline_cases())
 
 
 SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale}

@@ -24,6 +24,22 @@ ADV_GROUPS = {
     "openrlhf-0.11.2": {"scale": "group", "std_ddof": 1, "eps": 1e-9, "degenerate": "zero"},
 }
 
+# Baselines other than the group mean and the batch whitening (vector set 1.3.0): their own
+# groups, generated after every older case so that those keep their places.
+ADV_BASELINE_GROUPS = {
+    "rloo": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero", "baseline": "leave-one-out"},
+    "verl-0.9.1-rloo": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw",
+                        "baseline": "leave-one-out"},
+    "trl-1.16-rloo-normalized": {"scale": "whiten", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero",
+                                 "baseline": "leave-one-out"},
+    "reinforce++": {"scale": "whiten", "std_ddof": 0, "eps": 0.0, "degenerate": "zero", "baseline": "none"},
+    "reinforce++-baseline": {"scale": "whiten", "std_ddof": 0, "eps": 0.0, "degenerate": "zero", "baseline": "mean"},
+    "verl-0.9.1-reinforce++": {"scale": "whiten", "std_ddof": 1, "eps": 0.0, "degenerate": "zero",
+                               "baseline": "none"},
+    "verl-0.9.1-reinforce++-baseline": {"scale": "whiten", "std_ddof": 1, "eps": 0.0, "degenerate": "raw",
+                                        "baseline": "mean"},
+}
+
 
 CLIP_GROUPS = {"paper": {"dual_clip": None}, "dual-clip-3": {"dual_clip": 3.0}}
 
@@ -131,7 +147,8 @@ def _rewards(r, kind: str, b: int, g: int) -> list:
 
 
 def _adv_case(group, rewards, flags, comment, seed, recipe, result="valid", low=False):
-    return Case(ADV, {"rewards": rewards}, conventions=ADV_GROUPS[group], group=group, flags=flags,
+    conventions = ADV_GROUPS[group] if group in ADV_GROUPS else ADV_BASELINE_GROUPS[group]
+    return Case(ADV, {"rewards": rewards}, conventions=conventions, group=group, flags=flags,
                 comment=comment, result=result, low_precision=low, provenance=generated(seed, recipe))
 
 

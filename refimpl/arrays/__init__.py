@@ -8,7 +8,7 @@ Same module and function names as ``refimpl.exact`` (``family.name`` is ``name``
 argument checks and InputError messages (``refimpl.validate``). Like every fast backend it
 is a conformance target, checked against the exact reference, never trusted.
 """
-from refimpl.arrays import distill, dpo, grpo, kl, preference, proximal_kl  # noqa: F401
+from refimpl.arrays import distill, dpo, gae, grpo, kl, preference, proximal_kl  # noqa: F401
 from refimpl.arrays._xp import SUPPORTED_DTYPES  # noqa: F401
 
-FAMILIES = ("distill", "kl", "dpo", "preference", "grpo", "proximal_kl")
+FAMILIES = ("distill", "kl", "dpo", "preference", "grpo", "gae", "proximal_kl")

@@ -44,14 +44,19 @@ def _constant(xp, r, axis=None):
 
 
 def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.0,
-               degenerate: str = "zero"):
-    """Group-relative advantages A_ij = (r_ij − mean_j r_ij) / (std + eps); no gradient.
+               degenerate: str = "zero", baseline: str = "mean"):
+    """Group-relative advantages A_ij = (r_ij − b_ij) / (std + eps); no gradient.
 
-    DeepSeekMath §4.1.2 (``scale='group'``); TRL ``scale_rewards='batch'`` (std over all
-    B·G rewards, mean per group); Dr. GRPO §3 (``scale='none'``). Degenerate groups (G == 1
-    or all rewards equal; 'batch': B·G == 1 or all equal; 'none': never): 'zero' → A = 0,
+    Baselines: 'mean' (DeepSeekMath §4.1.2), 'leave-one-out' (RLOO, Kool et al. 2019;
+    Ahmadian et al. 2024 §3: the mean of the other G − 1 rewards, formed as
+    G/(G − 1)·(r − mean)), 'none' (REINFORCE++). Scales: 'group' (DeepSeekMath §4.1.2); TRL
+    ``scale_rewards='batch'`` (std over all B·G rewards); Dr. GRPO §3 ('none'); 'whiten'
+    (REINFORCE++ arXiv 2501.03262: c = r − b centred and scaled over the whole batch).
+    Degenerate groups (G == 1 or all rewards equal; 'batch': B·G == 1 or all equal; 'whiten':
+    B·G == 1 or all c equal; 'none': never; leave-one-out: also G == 1): 'zero' → A = 0,
     keep = 1 ([reading-math-3]); 'drop' → A = 0, keep = 0 (DAPO §3.2); 'raw' → singleton groups
-    get r/(1 + eps) ('none': r), zero-std groups A = 0 (verl).
+    get baseline 0, then r/(1 + eps) ('none': r; 'whiten': the whitening of r), zero-std groups
+    A = 0 (verl).
     Returns {"advantages"[B,G], "keep"[B] (1 or 0)}.
     """
     xp = _xp.namespace(rewards)
@@ -63,26 +68,46 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     ddof = validate.std_ddof(std_ddof)
     e = validate.advantage_eps(eps)
     validate.degenerate(degenerate)
+    validate.advantage_baseline(baseline)
     n_groups, g = _xp.shape(r)
+    raw_singletons = degenerate == "raw" and g == 1
 
-    centred = _centred(xp, r, axis=1)
+    if baseline == "none" or raw_singletons:
+        centred = r
+    elif baseline == "mean":
+        centred = _centred(xp, r, axis=1)
+    else:
+        centred = _centred(xp, r, axis=1) * (g / max(g - 1, 1))
     if scale == "group":
         degen = _constant(xp, r, axis=1) | (g == 1)
-        divisor = _std(xp, centred, 1, g, ddof) + e
-    elif scale == "batch":
-        batch_degen = _xp.size(r) == 1 or bool(_constant(xp, r))
+        divisor = _std(xp, _centred(xp, r, axis=1), 1, g, ddof) + e
+    elif scale in ("batch", "whiten"):
+        if scale == "batch":
+            constant = bool(_constant(xp, r))
+        elif baseline == "none" or raw_singletons:
+            constant = bool(_constant(xp, centred))
+        else:
+            # c = r − b is constant exactly when every group is (then c = 0)
+            constant = bool(xp.all(_constant(xp, r, axis=1)))
+        batch_degen = _xp.size(r) == 1 or constant
+        if scale == "whiten" and (baseline == "none" or raw_singletons):
+            # a group baseline leaves every group summing to 0: the batch mean of c is exactly 0
+            centred = _centred(xp, centred, axis=None)
+        spread = _centred(xp, r, axis=None) if scale == "batch" else centred
         degen = xp.zeros((n_groups,), dtype=xp.bool) | batch_degen
-        divisor = xp.zeros((n_groups,), dtype=dt) + _std(xp, _centred(xp, r, axis=None), None, _xp.size(r), ddof) + e
+        divisor = xp.zeros((n_groups,), dtype=dt) + _std(xp, spread, None, _xp.size(r), ddof) + e
     else:
         degen = xp.zeros((n_groups,), dtype=xp.bool)
         divisor = xp.ones((n_groups,), dtype=dt)
+    if baseline == "leave-one-out" and g == 1 and not raw_singletons:
+        degen = xp.ones((n_groups,), dtype=xp.bool)
 
     safe = xp.where(degen, xp.ones_like(divisor), divisor)
     adv = _xp.masked(xp, ~degen[:, None], centred / safe[:, None])
     keep = xp.ones((n_groups,), dtype=dt)
     if degenerate == "drop":
         keep = _xp.masked(xp, ~degen, keep)
-    if degenerate == "raw" and g == 1:
+    if raw_singletons and scale != "whiten":
         adv = r if scale == "none" else r / (1 + e)
     return {"advantages": adv, "keep": keep}
 

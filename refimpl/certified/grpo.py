@@ -39,7 +39,7 @@ def _constant(xs) -> bool:
     return all(x == xs[0] for x in xs)
 
 
-def _advantages(diff, rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+def _advantages(diff, rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", baseline="mean"):
     r = _ball.balls("rewards", rewards)
     shape = _ball.shape(r)
     validate.rank("rewards", shape, 2)
@@ -48,25 +48,46 @@ def _advantages(diff, rewards, scale="group", std_ddof=0, eps=0.0, degenerate="z
     ddof = validate.std_ddof(std_ddof)
     e = _ball.ball(validate.advantage_eps(eps))
     validate.degenerate(degenerate)
+    validate.advantage_baseline(baseline)
     n_groups, g = shape
+    # verl: a singleton group has mean 0 (and std 1)
+    raw_singletons = degenerate == "raw" and g == 1
+    if baseline == "none" or raw_singletons:
+        c = [list(row) for row in r]
+    elif baseline == "mean":
+        c = [[x - _mean(row) for x in row] for row in r]
+    else:
+        # RLOO: the mean of the other G − 1 rewards; G = 1 is degenerate (below)
+        c = [[x - (_ball.fsum(row) - x) / max(g - 1, 1) for x in row] for row in r]
     everything = [x for row in r for x in row]
     if scale == "group":
         degen = [g == 1 or _constant(row) for row in r]
         divisor = [None if d else _std(row, ddof) + e for row, d in zip(r, degen)]
-    elif scale == "batch":
-        batch = len(everything) == 1 or _constant(everything)
+    elif scale in ("batch", "whiten"):
+        spread = everything if scale == "batch" else [x for row in c for x in row]
+        # 'whiten' decides "all c equal" on balls: c is exact for baselines 'none' and raw
+        # singletons; otherwise c is constant exactly when every group is constant (c = 0)
+        if scale == "whiten" and baseline != "none" and not raw_singletons:
+            constant = all(_constant(row) for row in r)
+        else:
+            constant = _constant(spread)
+        batch = len(everything) == 1 or constant
         degen = [batch] * n_groups
-        divisor = [None if batch else _std(everything, ddof) + e] * n_groups
+        divisor = [None if batch else _std(spread, ddof) + e] * n_groups
+        if scale == "whiten" and not batch and (baseline == "none" or raw_singletons):
+            # a group baseline leaves every group summing to 0: the batch mean of c is exactly 0
+            shift = _mean(spread)
+            c = [[x - shift for x in row] for row in c]
     else:
         degen = [False] * n_groups
         divisor = [_ball.ONE] * n_groups
+    if baseline == "leave-one-out" and g == 1 and not raw_singletons:
+        degen = [True] * n_groups
     adv, keep = [], []
-    for row, d, div in zip(r, degen, divisor):
+    for row, d, div in zip(c, degen, divisor):
         keep.append(_ball.ZERO if d and degenerate == "drop" else _ball.ONE)
-        m = _mean(row)
-        adv.append([_ball.ZERO] * g if d else [(x - m) / div for x in row])
-    if degenerate == "raw" and g == 1:
-        # verl: a singleton group has mean 0 and std 1
+        adv.append([_ball.ZERO] * g if d else [x / div for x in row])
+    if raw_singletons and scale != "whiten":
         adv = [[x if scale == "none" else x / (1 + e) for x in row] for row in r]
     return {"advantages": adv, "keep": keep}
 

@@ -48,21 +48,32 @@ def _constant(rewards) -> bool:
 
 @mp.exact
 def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.0,
-               degenerate: str = "zero"):
-    """Group-relative advantages A_ij = (r_ij − mean_j r_ij) / (std + eps); no gradient.
+               degenerate: str = "zero", baseline: str = "mean"):
+    """Group-relative advantages A_ij = (r_ij − b_ij) / (std + eps); no gradient.
 
-    DeepSeekMath §4.1.2 (``scale='group'``, std over the group's G rewards); TRL
-    ``scale_rewards='batch'`` (std over all B·G rewards, mean still per group); Dr. GRPO §3
-    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of [reading-math-3]
+    Baseline b_ij (``baseline``): 'mean' — the group mean (DeepSeekMath §4.1.2);
+    'leave-one-out' — the mean of the other G − 1 rewards of the group, b_ij = (Σ_k r_ik − r_ij)
+    /(G − 1) (RLOO: Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for
+    free!"; Ahmadian et al. 2024, arXiv 2402.14740 §3); 'none' — b = 0 (REINFORCE++, arXiv
+    2501.03262, whose only normalisation is the batch whitening below; section numbers of this
+    paper not verified here).
+
+    Scale (``scale``): 'group' — ÷ (std of the group's G rewards + eps) (DeepSeekMath §4.1.2);
+    'batch' — ÷ (std of all B·G rewards + eps) (TRL ``scale_rewards='batch'``); 'none' — no
+    division (Dr. GRPO §3); 'whiten' — c = r − b is whitened over the whole batch,
+    A = (c − mean(c)) / (std(c) + eps), mean and std over all B·G values (REINFORCE++'s
+    "global advantage normalization"; with baseline 'mean' this is "REINFORCE++ w/ baseline"). ``std_ddof`` 0 is the population std of [reading-math-3]
     ((0,1,1,0) → mean 0.5, std 0.5 → (−1,1,1,−1)).
 
-    A group is degenerate when G == 1 or its rewards are all equal (for 'batch': B·G == 1
-    or all B·G rewards equal; for 'none': never). ``degenerate``:
+    A group is degenerate when G == 1 or its rewards are all equal (for 'batch': B·G == 1 or
+    all B·G rewards equal; 'whiten': B·G == 1 or all c equal; 'none': never), and, with the
+    leave-one-out baseline, whenever G == 1 (no other reward). ``degenerate``:
     'zero' ([reading-math-3]: "producing zero advantages") → A = 0, keep = 1;
     'drop' (DAPO §3.2 dynamic sampling) → A = 0, keep = 0;
-    'raw' (verl compute_grpo_outcome_advantage: a singleton group gets mean 0 and std 1)
-    → a singleton group gets A = r/(1 + eps) ('group', 'batch') or A = r ('none'), a
-    zero-std group with G > 1 gets A = 0.
+    'raw' (verl 0.9.1 compute_grpo_outcome_advantage, compute_rloo_outcome_advantage and
+    compute_reinforce_plus_plus_baseline_outcome_advantage: a singleton group gets baseline 0
+    and std 1) → singleton groups get A = r/(1 + eps) ('group', 'batch'), A = r ('none') or the
+    whitening of c = r ('whiten'); a zero-std group with G > 1 gets A = 0.
     Returns {"advantages"[B,G], "keep"[B] (1 or 0)}.
     """
     r = mp.array("rewards", rewards)
@@ -72,19 +83,37 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     ddof = validate.std_ddof(std_ddof)
     e = mp.mpf(validate.advantage_eps(eps))
     validate.degenerate(degenerate)
+    validate.advantage_baseline(baseline)
     n_groups, g = r.shape
+    raw_singletons = degenerate == "raw" and g == 1
 
-    centred = r - np.array([mpmath.fsum(row) / g for row in r], dtype=object)[:, None]
+    if baseline == "none" or raw_singletons:
+        base = mp.zeros(r.shape)
+    elif baseline == "mean":
+        base = np.array([[mpmath.fsum(row) / g] * g for row in r], dtype=object)
+    else:
+        # G = 1 leaves no other reward: those groups are degenerate (below), b is never read
+        base = np.array([[(mpmath.fsum(row) - x) / max(g - 1, 1) for x in row] for row in r], dtype=object)
+    centred = r - base
+    if scale == "whiten" and (baseline == "none" or raw_singletons):
+        # a group baseline leaves every group summing to 0: the batch mean of c is exactly 0
+        whole = centred.reshape(-1)
+        centred = centred - mpmath.fsum(whole) / len(whole)
     if scale == "group":
         degen = [g == 1 or _constant(row) for row in r]
         divisor = [None if d else _std(row, ddof) + e for row, d in zip(r, degen)]
-    elif scale == "batch":
-        batch_degen = r.size == 1 or _constant(r)
+    elif scale in ("batch", "whiten"):
+        spread = r if scale == "batch" else r - base
+        # c = r − b is constant exactly when every group is (then c = 0), unless b = 0
+        exact_c = scale == "batch" or baseline == "none" or raw_singletons
+        batch_degen = r.size == 1 or (_constant(spread) if exact_c else all(_constant(row) for row in r))
         degen = [batch_degen] * n_groups
-        divisor = [None if batch_degen else _std(r, ddof) + e] * n_groups
+        divisor = [None if batch_degen else _std(spread, ddof) + e] * n_groups
     else:
         degen = [False] * n_groups
         divisor = [mp.ONE] * n_groups
+    if baseline == "leave-one-out" and g == 1 and not raw_singletons:
+        degen = [True] * n_groups
 
     adv = mp.zeros(r.shape)
     keep = mp.full((n_groups,), 1)
@@ -94,7 +123,7 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
                 keep[i] = mp.ZERO
         else:
             adv[i] = centred[i] / divisor[i]
-    if degenerate == "raw" and g == 1:
+    if raw_singletons and scale != "whiten":
         adv = r.copy() if scale == "none" else r / (1 + e)
     return {"advantages": adv, "keep": keep}
 

@@ -43,5 +43,5 @@ FLOAT32_ACCUMULATION = (
     "distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
     "kl.estimator", "dpo.loss", "preference.simpo", "preference.cpo", "preference.orpo", "preference.kto",
     "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss",
-    "proximal_kl.future_cost", "proximal_kl.loss",
+    "proximal_kl.future_cost", "proximal_kl.loss", "gae.advantages", "gae.kl_rewards",
 )

@@ -35,17 +35,22 @@ def _std(x: torch.Tensor, ddof: int, dim=None) -> torch.Tensor:
 
 @torch.no_grad()
 def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.0,
-               degenerate: str = "zero"):
-    """Group-relative advantages A_ij = (r_ij − mean_j r_ij) / (std + eps); no gradient.
+               degenerate: str = "zero", baseline: str = "mean"):
+    """Group-relative advantages A_ij = (r_ij − b_ij) / (std + eps); no gradient.
 
-    DeepSeekMath §4.1.2 (``scale='group'``: std over the group's G rewards); TRL
-    ``scale_rewards='batch'`` (std over all B·G rewards, mean still per group); Dr. GRPO §3
-    (``scale='none'``: A = r − mean). ``std_ddof`` 0 is the population std of [reading-math-3]
-    ((0,1,1,0) → (−1,1,1,−1)). A group is degenerate when G == 1 or its rewards are all
-    equal (for 'batch': B·G == 1 or all rewards equal; 'none': never), decided on the rewards
+    Baselines b: 'mean' (DeepSeekMath §4.1.2), 'leave-one-out' (RLOO: Kool et al. 2019;
+    Ahmadian et al. 2024 §3; the mean of the other G − 1 rewards, formed as
+    G/(G − 1)·(r − mean)), 'none' (REINFORCE++, arXiv 2501.03262). Scales: 'group'
+    (DeepSeekMath §4.1.2: std over the group's G rewards); TRL ``scale_rewards='batch'`` (std
+    over all B·G rewards); Dr. GRPO §3 ('none'); 'whiten' (REINFORCE++: c = r − b centred
+    and scaled by its std over the whole batch). ``std_ddof`` 0 is the population std of
+    [reading-math-3] ((0,1,1,0) → (−1,1,1,−1)). A group is degenerate when G == 1 or its
+    rewards are all equal (for 'batch': B·G == 1 or all rewards equal; 'whiten': B·G == 1 or
+    all c equal; 'none': never; with leave-one-out also G == 1), decided on the rewards
     themselves, not on a rounded std. ``degenerate``: 'zero' → A = 0, keep = 1; 'drop' (DAPO
-    §3.2) → A = 0, keep = 0; 'raw' (verl) → a singleton group gets r/(1 + eps) (r for 'none'),
-    a zero-std group with G > 1 gets 0. ``rewards`` is [B,G].
+    §3.2) → A = 0, keep = 0; 'raw' (verl) → a singleton group gets baseline 0 and
+    r/(1 + eps) (r for 'none', the whitening of r for 'whiten'), a zero-std group with G > 1
+    gets 0. ``rewards`` is [B,G].
     Returns {"advantages"[B,G], "keep"[B] (1 or 0, in the rewards' dtype)}.
     """
     r = _common.array("rewards", rewards)
@@ -55,25 +60,45 @@ def advantages(rewards, scale: str = "group", std_ddof: int = 0, eps: float = 0.
     ddof = validate.std_ddof(std_ddof)
     e = validate.advantage_eps(eps)
     validate.degenerate(degenerate)
+    validate.advantage_baseline(baseline)
 
     out = r.dtype
     x = r.detach().to(_common.work_dtype(out))
     n_groups, g = x.shape
-    centred = x - x.mean(dim=1, keepdim=True)
+    raw_singletons = degenerate == "raw" and g == 1
+    if baseline == "none" or raw_singletons:
+        centred = x
+    else:
+        centred = x - x.mean(dim=1, keepdim=True)
+        if baseline == "leave-one-out":
+            centred = centred * (g / max(g - 1, 1))
     if scale == "group":
         degen = (x == x[:, :1]).all(dim=1) | (g == 1)
         divisor = (_std(x, ddof, dim=1) + e)[:, None]
     elif scale == "batch":
         degen = ((x == x.flatten()[0]).all() | (x.numel() == 1)).expand(n_groups)
         divisor = _std(x, ddof) + e
+    elif scale == "whiten":
+        if baseline == "none" or raw_singletons:
+            constant = (centred == centred.flatten()[0]).all()
+        else:
+            # c = r − b is constant exactly when every group is (then c = 0)
+            constant = (x == x[:, :1]).all()
+        degen = (constant | (x.numel() == 1)).expand(n_groups)
+        divisor = _std(centred, ddof) + e
+        if baseline == "none" or raw_singletons:
+            # a group baseline leaves every group summing to 0: the batch mean of c is exactly 0
+            centred = centred - centred.mean()
     else:
         degen = torch.zeros(n_groups, dtype=torch.bool, device=x.device)
         divisor = 1.0
+    if baseline == "leave-one-out" and g == 1 and not raw_singletons:
+        degen = torch.ones(n_groups, dtype=torch.bool, device=x.device)
     adv = torch.where(degen[:, None], torch.zeros_like(x), centred / divisor)
     keep = torch.ones(n_groups, dtype=x.dtype, device=x.device)
     if degenerate == "drop":
         keep = torch.where(degen, torch.zeros_like(keep), keep)
-    if degenerate == "raw" and g == 1:
+    if raw_singletons and scale != "whiten":
         adv = x.clone() if scale == "none" else x / (1 + e)
     return {"advantages": adv.to(out), "keep": keep.to(out)}
 

@@ -21,6 +21,7 @@ from conformance import catalog
 from refimpl import arrays
 from refimpl.exact import distill as ex_distill
 from refimpl.exact import dpo as ex_dpo
+from refimpl.exact import gae as ex_gae
 from refimpl.exact import grpo as ex_grpo
 from refimpl.exact import kl as ex_kl
 from refimpl.exact import mp
@@ -29,7 +30,7 @@ from refimpl.exact import proximal_kl as ex_proximal_kl
 from refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
-         "proximal_kl": ex_proximal_kl}
+         "gae": ex_gae, "proximal_kl": ex_proximal_kl}
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SEEDS = (0, 1)
 NEG_INF = -math.inf
@@ -99,6 +100,13 @@ def _inputs(oid: str, rng) -> dict:
         return {"logp": lp, "old_logp": lp + rng.normal(0, 0.4, (3, 4)),
                 "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "advantages": rng.normal(0, 1, 3),
                 "mask": _mask(rng, 3, 4)}
+    if oid == "gae.advantages":
+        mask = _mask(rng, 3, 4)
+        mask[0] = [1.0, 0.0, 1.0, 1.0]  # an observation token between valid ones
+        return {"rewards": rng.normal(0, 0.5, (3, 4)), "values": rng.normal(0, 1, (3, 4)), "mask": mask}
+    if oid == "gae.kl_rewards":
+        return {"scores": rng.normal(0, 1, 3), "logp": lp, "ref_logp": lp + rng.normal(0, 2.0, (3, 4)),
+                "mask": _mask(rng, 3, 4, empty_row=False)}  # every row needs a last token
     if oid == "proximal_kl.future_cost":
         return {"logp": lp, "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "mask": _mask(rng, 3, 4)}
     if oid == "proximal_kl.loss":
@@ -130,11 +138,18 @@ CONVENTIONS = {
     "preference.cpo": _grid(beta=[0.1, 1.0], label_smoothing=[0.0, 0.25]),
     "preference.orpo": _grid(beta=[0.1, 1.0]),
     "preference.kto": _grid(beta=[0.1, 0.5], desirable_weight=[1.0, 1.33], undesirable_weight=[1.0, 0.75]),
-    "grpo.advantages": _grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
-                             degenerate=["zero", "drop", "raw"]),
+    "grpo.advantages": (_grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],
+                              degenerate=["zero", "drop", "raw"])
+                        + _grid(scale=["whiten"], std_ddof=[0, 1], eps=[0.0, 1e-4], degenerate=["zero", "drop", "raw"],
+                                baseline=["mean", "leave-one-out", "none"])
+                        + _grid(scale=["group", "batch", "none"], degenerate=["zero", "drop", "raw"],
+                                baseline=["leave-one-out", "none"])),
     "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),
+    "gae.advantages": _grid(gamma=[1.0, 0.9], lam=[1.0, 0.7, 0.0], whiten=["none", "centred", "keep-mean"],
+                            std_ddof=[0, 1], masked_tokens=["skip", "zero"]),
+    "gae.kl_rewards": _grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0]),
     "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]) + _grid(mode=list(ex_grpo.MODES),
-                                                                                        mean_eps=[0.25]),
+                                                                                       mean_eps=[0.25]),
     "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
                         kl_ratio_weight=[False, True])
                   + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
@@ -468,6 +483,7 @@ def _bad_inputs():
     bad("grpo.advantages", None, None, eps=1.0)
     bad("grpo.advantages", None, None, scale="global")
     bad("grpo.advantages", None, None, degenerate="skip")
+    bad("grpo.advantages", None, None, baseline="median")
     bad("grpo.clip", "advantages", np.zeros(3))
     bad("grpo.clip", None, None, eps_low=1.0)
     bad("grpo.clip", None, None, eps_high=-0.1)

@@ -349,7 +349,13 @@ def test_singleton_groups_never_give_nan(std_ddof, scale):
         out = grpo.advantages(rewards, scale=scale, std_ddof=std_ddof, eps=0.25, degenerate=degenerate)
         adv = out["advantages"]
         assert all(mpmath.isfinite(a) for a in adv.flat)
-        if degenerate == "raw":  # verl: a singleton group has mean 0 and std 1
+        if degenerate == "raw" and scale == "whiten":  # baseline 0, then the batch whitening of r
+            with mpmath.workdps(50):
+                r = [mpmath.mpf(x) for x in (0.5, 2.0, -1.0)]
+                m = sum(r) / 3
+                sd = mpmath.sqrt(sum((x - m) ** 2 for x in r) / (3 - std_ddof)) + mpmath.mpf(0.25)
+                assert all(abs(a - (x - m) / sd) < TINY for a, x in zip(adv.flat, r))
+        elif degenerate == "raw":  # verl: a singleton group has mean 0 and std 1
             want = [0.5, 2.0, -1.0] if scale == "none" else [0.5 / 1.25, 2.0 / 1.25, -1.0 / 1.25]
             assert all(abs(a - w) < 1e-15 for a, w in zip(adv.flat, want))
         else:
@@ -374,6 +380,55 @@ def test_batch_scale_and_eps():
     assert list(drop["keep"]) == [0, 0]
     single = grpo.advantages([[3.0]], scale="batch", std_ddof=1, degenerate="drop")
     assert single["keep"][0] == 0 and single["advantages"][0][0] == 0
+
+
+def test_leave_one_out_is_the_mean_of_the_others():
+    # Kool et al. 2019; Ahmadian et al. 2024 §3: b_i = (Σ_j r_j − r_i)/(G − 1), written here as a
+    # loop over the other rewards (not the reference's formula)
+    rewards = [[0.5, 1.0, 0.0, 0.25, 3.0], [2.0, -1.0, 0.75, 3.5, 3.5]]
+    out = grpo.advantages(rewards, scale="none", baseline="leave-one-out")["advantages"]
+    with mpmath.workdps(50):
+        for row, adv in zip(rewards, out):
+            for i, a in enumerate(adv):
+                others = [mpmath.mpf(x) for j, x in enumerate(row) if j != i]
+                assert abs(a - (row[i] - sum(others) / len(others))) < TINY
+                # verl's form: n/(n − 1)·(r − mean)
+                assert abs(a - mpmath.mpf(5) / 4 * (row[i] - mpmath.fsum(row) / 5)) < TINY
+
+
+@pytest.mark.parametrize("degenerate", grpo.DEGENERATE)
+@pytest.mark.parametrize("scale", grpo.SCALES)
+def test_leave_one_out_singletons(scale, degenerate):
+    # one reward has no other to average: 0 (or dropped), except verl's 'raw' (baseline 0)
+    out = grpo.advantages([[0.5], [2.0]], scale=scale, baseline="leave-one-out", degenerate=degenerate)
+    assert all(mpmath.isfinite(a) for a in out["advantages"].flat)
+    if degenerate != "raw":
+        assert all(a == 0 for a in out["advantages"].flat)
+        assert list(out["keep"]) == ([0, 0] if degenerate == "drop" else [1, 1])
+    elif scale == "none":
+        assert list(out["advantages"].flat) == [0.5, 2.0]
+
+
+@pytest.mark.parametrize("std_ddof", [0, 1])
+@pytest.mark.parametrize("baseline", ["mean", "leave-one-out", "none"])
+def test_whitened_advantages_have_batch_mean_0_and_std_1(baseline, std_ddof):
+    # REINFORCE++ (arXiv 2501.03262): the batch of advantages is standardised as a whole
+    rewards = [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5], [1.0, 1.0, 1.0, 1.0]]
+    adv = list(grpo.advantages(rewards, scale="whiten", std_ddof=std_ddof, baseline=baseline)["advantages"].flat)
+    with mpmath.workdps(50):
+        mean = mpmath.fsum(adv) / len(adv)
+        var = mpmath.fsum((a - mean) ** 2 for a in adv) / (len(adv) - std_ddof)
+        assert abs(mean) < TINY and abs(var - 1) < TINY
+    if baseline != "none":  # the all-equal group is centred to 0 before the whitening
+        assert adv[-4:] == [0, 0, 0, 0]
+
+
+def test_whitening_of_an_all_equal_batch_is_zero():
+    for baseline in ("mean", "leave-one-out"):
+        out = grpo.advantages([[1.0, 1.0], [3.0, 3.0]], scale="whiten", baseline=baseline, degenerate="drop")
+        assert all(a == 0 for a in out["advantages"].flat) and list(out["keep"]) == [0, 0]
+    out = grpo.advantages([[2.0, 2.0], [2.0, 2.0]], scale="whiten", baseline="none")
+    assert all(a == 0 for a in out["advantages"].flat)
 
 
 # --------------------------------------------------------------------------- properties

@@ -34,8 +34,22 @@ def std(xs, ddof):
     return mpm.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - ddof))
 
 
-def advantages_values(rewards, scale, std_ddof, eps, degenerate):
+def advantages_values(rewards, scale, std_ddof, eps, degenerate, baseline="mean"):
     everything = [r for row in rewards for r in row]
+    if scale == "whiten":
+        # REINFORCE++ (arXiv 2501.03262): c = r − b (b: group mean, the mean of the other G − 1
+        # rewards (RLOO), or 0), whitened over all B·G values of c
+        def b(row, i):
+            if baseline == "none":
+                return 0
+            if baseline == "mean":
+                return sum(row) / len(row)
+            return (sum(row) - row[i]) / (len(row) - 1)
+        c = [[r - b(list(row), i) for i, r in enumerate(row)] for row in rewards]
+        flat = [x for row in c for x in row]
+        mean = sum(flat) / len(flat)
+        divisor = std(flat, std_ddof) + eps
+        return {"advantages": [[(x - mean) / divisor for x in row] for row in c], "keep": [1] * len(rewards)}
     advantages, keep = [], []
     for row in rewards:
         row = list(row)
@@ -45,8 +59,12 @@ def advantages_values(rewards, scale, std_ddof, eps, degenerate):
             constant, divisor = len(set(everything)) == 1, std(everything, std_ddof) + eps
         else:
             constant, divisor = False, mpm.mpf(1)
-        mean = sum(row) / len(row)
-        advantages.append([mpm.mpf(0) if constant else (r - mean) / divisor for r in row])
+        g = len(row)
+        if baseline == "leave-one-out":
+            bases = [(sum(row) - r) / (g - 1) for r in row]
+        else:
+            bases = [sum(row) / g if baseline == "mean" else 0] * g
+        advantages.append([mpm.mpf(0) if constant else (r - bb) / divisor for r, bb in zip(row, bases)])
         keep.append(0 if constant and degenerate == "drop" else 1)
     return {"advantages": advantages, "keep": keep}
 
@@ -159,6 +177,72 @@ ADVANTAGES_ROWS = [
                          "1.000000000000000000000000000000000000000",
                          "0"]],
          "keep": ["0", "1"]}},
+    {"id": "rloo",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero", "baseline": "leave-one-out"},
+     "expect": {
+         "advantages": [["0.08333333333333333333333333333333333333333",
+                         "0.7500000000000000000000000000000000000000",
+                         "-0.5833333333333333333333333333333333333333",
+                         "-0.2500000000000000000000000000000000000000"],
+                        ["0.9166666666666666666666666666666666666667",
+                         "-3.083333333333333333333333333333333333333",
+                         "-0.7500000000000000000000000000000000000000",
+                         "2.916666666666666666666666666666666666667"]],
+         "keep": ["1", "1"]}},
+    {"id": "rloo-group-ddof1-eps",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "group", "std_ddof": 1, "eps": 0.0001, "degenerate": "zero", "baseline": "leave-one-out"},
+     "expect": {
+         "advantages": [["0.1951343110085031254780015572090654590868",
+                         "1.756208799076528129302014014881589131781",
+                         "-1.365940177059521878346010900463458213608",
+                         "-0.5854029330255093764340046716271963772604"],
+                        ["0.4803974626849579183260468389809517432124",
+                         "-1.615882374485767543460339367481383136260",
+                         "-0.3930524694695110240849474137116877899011",
+                         "1.528537381270320649219239942212119182949"]],
+         "keep": ["1", "1"]}},
+    {"id": "reinforce++",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0], [2.0, -1.0, 0.75], [3.5, 0.25, -0.5]]},
+     "params": {"scale": "whiten", "std_ddof": 0, "eps": 0.0, "degenerate": "zero", "baseline": "none"},
+     "expect": {
+         "advantages": [["-0.1739952913161422732377430997954834821244",
+                         "0.2174941141451778415471788747443543526555",
+                         "-0.5654846967774623880226650743353213169043"],
+                        ["1.000472925067818071117022823824030022215",
+                         "-1.348463507700102617592509023414996986464",
+                         "0.02174941141451778415471788747443543526555"],
+                        ["2.174941141451778415471788747443543526555",
+                         "-0.3697399940468023306302040870654023995144",
+                         "-0.9569741022387825028075870488751591516843"]],
+         "keep": ["1", "1", "1"]}},
+    {"id": "reinforce++-baseline",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "whiten", "std_ddof": 1, "eps": 0.0, "degenerate": "zero", "baseline": "mean"},
+     "expect": {
+         "advantages": [["0.04882823143721369253658318569429869615832",
+                         "0.4394540829349232328292486712486882654249",
+                         "-0.3417976200604958477560822998600908731083",
+                         "-0.1464846943116410776097495570828960884750"],
+                        ["0.5371105458093506179024150426372856577416",
+                         "-1.806644563176906623853577870689051757858",
+                         "-0.4394540829349232328292486712486882654249",
+                         "1.708988100302479238780411499300454365541"]],
+         "keep": ["1", "1"]}},
+    {"id": "rloo-whiten-ddof1-eps",
+     "inputs": {"rewards": [[0.5, 1.0, 0.0, 0.25], [2.0, -1.0, 0.75, 3.5]]},
+     "params": {"scale": "whiten", "std_ddof": 1, "eps": 0.0001, "degenerate": "zero", "baseline": "leave-one-out"},
+     "expect": {
+         "advantages": [["0.04882537056942068686197760945330132635312",
+                         "0.4394283351247861817577984850797119371781",
+                         "-0.3417775939859448080338432661731092844719",
+                         "-0.1464761117082620605859328283599039790594"],
+                        ["0.5370790762636275554817537039863145898844",
+                         "-1.806538711068565413893171549772149075066",
+                         "-0.4394283351247861817577984850797119371781",
+                         "1.708887969929724040169216330865546422359"]],
+         "keep": ["1", "1"]}},
 ]
 
 

@@ -244,6 +244,14 @@ def cases() -> list[Case]:
             add(Case("grpo.advantages", f"G=1,scale={sc},degenerate={deg}",
                      {"rewards": rng.normal(0, 1, (3, 1))},
                      {"scale": sc, "degenerate": deg, "eps": 1e-3}, 3))
+    # the leave-one-out baseline (RLOO) and the batch whitening (REINFORCE++)
+    for i, p in enumerate(_grid(scale=["whiten", "none", "group"], std_ddof=[0, 1], degenerate=["zero", "raw"],
+                                baseline=["mean", "leave-one-out", "none"])):
+        rng = np.random.default_rng(740 + i)
+        r = rng.integers(0, 3, (4, 4)).astype(np.float64) + rng.normal(0, 0.1, (4, 4))
+        r[2] = 0.3  # a constant group
+        add(Case("grpo.advantages", _label(p), {"rewards": r}, p, 16))
+        add(Case("grpo.advantages", "G=1," + _label(p), {"rewards": rng.normal(0, 1, (3, 1))}, p, 3))
 
     # grpo.clip
     for i, p in enumerate(_grid(eps_low=[0.2, 0.1], eps_high=[None, 0.28], dual_clip=[None, 3.0])):
@@ -296,6 +304,23 @@ def cases() -> list[Case]:
         "ref_logp": np.array([[-11.0, -50.0, -2.5, 1e4], [-9.0, -52.0, 0.0, -1e4]]),
         "advantages": np.array([1.0, -1.0]), "mask": m},
         {"beta": 0.04, "dual_clip": 3.0, "aggregation": "token-mean"}, 8))
+
+    # gae.advantages (observation tokens inside row 0, trailing padding elsewhere) and gae.kl_rewards
+    for i, p in enumerate(_grid(gamma=[1.0, 0.95], lam=[1.0, 0.8], whiten=["none", "centred", "keep-mean"],
+                                std_ddof=[0, 1], masked_tokens=["skip", "zero"])):
+        rng = np.random.default_rng(1200 + i)
+        m = np.ones((3, 6))
+        m[0, 2:4] = 0.0
+        m[1, 4:] = 0.0
+        add(Case("gae.advantages", _label(p), {"rewards": rng.normal(0, 0.5, (3, 6)), "values": rng.normal(0, 1, (3, 6)),
+                                               "mask": m}, p, 6))
+    for i, p in enumerate(_grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0])):
+        rng = np.random.default_rng(1300 + i)
+        lp = _logp(rng, (3, 6))
+        m = np.ones((3, 6))
+        m[2, 3:] = 0.0
+        add(Case("gae.kl_rewards", _label(p), {"scores": rng.normal(0, 1, 3), "logp": lp,
+                                               "ref_logp": lp + rng.normal(0, 1.0, (3, 6)), "mask": m}, p, 6))
 
     # proximal_kl.future_cost
     for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):

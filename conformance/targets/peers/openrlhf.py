@@ -25,6 +25,7 @@ from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
     arguments,
+    as_array,
     build,
     decoded,
     deviation_shows,
@@ -55,6 +56,9 @@ CONVENTIONS = [
     C("grpo.advantages", "eps", (1e-9, 0.0), f"{MAKER} compute_advantages_and_returns ((std + 1e-9))"),
     C("grpo.advantages", "degenerate", ("zero",), f"{MAKER} (all-equal group: 0/(0 + 1e-9)); {CLI} requires "
       "n_samples_per_prompt > 1"),
+    C("grpo.advantages", "baseline", ("mean", "leave-one-out", "none"), f"{MAKER} compute_advantages_and_returns "
+      "(estimator 'rloo': r − (Σ − r)/(n − 1); 'reinforce_baseline': r − group mean, then whitened over the batch's "
+      "tokens; 'reinforce': whitened only)"),
     C("grpo.clip", "dual_clip", (None, 3.0), f"{LOSS} PolicyLoss(dual_clip=None; --actor.dual_clip in {CLI}); "
       "log ρ clamped to ±20 before exp"),
     C("grpo.aggregate", "mode", ("token-mean", "seq-mean-token-mean"),
@@ -79,18 +83,32 @@ CONVENTIONS = [
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean"),
       f"{ACTOR} (PolicyLoss token_level_loss = loss_agg_mode == 'token-mean'; the KL term is always a token "
       "mean: aggregate_loss(kl, ...) without token_level_loss)"),
+    C("gae.advantages", "whiten", ("centred", "none"), f"{MAKER} compute_advantages_and_returns (estimator 'gae': "
+      "whitened over the action tokens; get_advantages_and_returns alone: 'none')"),
+    C("gae.advantages", "std_ddof", (0,), f"{MAKER} compute_advantages_and_returns (var = mean of squares: biased)"),
+    C("gae.advantages", "masked_tokens", ("zero",), f"{MAKER} get_advantages_and_returns (values = action_mask * "
+      "values; rewards = action_mask * rewards)"),
+    C("gae.kl_rewards", "kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (--algo.kl.estimator, default 'k1') "
+      "in compute_reward"),
+    C("gae.kl_rewards", "clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10))"),
     C("kl.estimator", "kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (kl_estimator, default 'k1')"),
     C("kl.estimator", "clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10))"),
     C("dpo.loss", "loss_type", ("sigmoid", "cdpo", "ipo"), f"{LOSS} DPOLoss (ipo=False: sigmoid, with "
       "label_smoothing ε the cDPO form; ipo=True: IPO eq. 17, label_smoothing ignored)"),
 ]
 # group_norm divides by (std + 1e-9) with ddof 1; dr_grpo does neither.
+# rloo subtracts the leave-one-out mean only; reinforce / reinforce_baseline whiten over every action token
+# with the biased variance (equal to the whitening of the B·G outcome rewards, one token each).
 # The actor loss: PolicyLoss ('ppo': log ρ clamped to ±20; 'gspo': a sequence ratio, per-sequence token
 # means) plus the KL loss, always a token mean. aggregate_loss's + 1e-8 is in the per-row token means only.
 _OPENRLHF_KL = {"dual_clip": [None, 3.0], "kl_kind": ["k1", "k2", "k3"], "kl_clamp": 10.0, "kl_ratio_weight": False,
                 "policy_loss": "ppo-clip"}
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-9, "degenerate": "zero"},
-                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}],
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero",
+                                     "baseline": "leave-one-out"},
+                                    {"scale": "whiten", "std_ddof": 0, "eps": 0.0, "degenerate": "zero",
+                                     "baseline": ["mean", "none"]}],
                 "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
                                    {"mode": "token-mean", "mean_eps": [0.0, 1e-8]}],
                 "grpo.loss": [{**_OPENRLHF_KL, "ratio_level": "token", "log_ratio_clamp": 20.0,
@@ -178,7 +196,77 @@ _ZERO_STD = Finding(
     "one ulp: advantages of order 1 instead of 0", f"{MAKER}: (rewards - mean) / (rewards.std(-1) + 1e-9)",
     lambda c, dtype: c.objective == "grpo.advantages" and c.conventions.get("scale") == "group"
     and equal_group_mean_inexact(c, dtype))
-FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _ZERO_STD]
+_RLOO_SINGLETON = Finding(
+    "openrlhf-rloo-singleton-nan", "bug",
+    "estimator 'rloo' with one sample per prompt divides the leave-one-out sum by n − 1 = 0: the advantages are "
+    "NaN (0/0) where the catalog gives 0 (--rollout.n_samples_per_prompt 1 is not refused for 'rloo')",
+    f"{MAKER} compute_advantages_and_returns: baseline = (rewards.sum(-1, keepdim=True) - rewards) / "
+    "(n_samples_per_prompt - 1)",
+    where(objectives=("grpo.advantages",), conventions={"baseline": "leave-one-out"}, flags=("SingletonGroup",)))
+
+
+def _whitening_as_openrlhf(case, dtype: str):
+    """compute_advantages_and_returns' batch whitening as OpenRLHF rounds it: r − baseline in the rewards'
+    dtype promoted to float32, placed on the last token in the KL tensor's dtype (compute_reward:
+    r.to(kl.dtype); the stand-in's KL is zeros in the rewards' dtype, as zeros_like(action_log_probs) is
+    under --algo.kl.use_loss), whitened with float32 statistics (biased variance, rsqrt(clamp(var, 1e-8)))."""
+    import torch
+    low = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16,
+           "float16": torch.float16}[dtype]
+    r = torch.tensor(as_array(case.test["inputs"]["rewards"]), dtype=low).to(torch.promote_types(low, torch.float32))
+    g = r.shape[1]
+    baseline = case.conventions.get("baseline")
+    if baseline == "leave-one-out":
+        c = r - (r.sum(-1, keepdim=True) - r) / (g - 1)
+    elif baseline == "none":
+        c = r
+    else:
+        c = r - r.mean(-1, keepdim=True)
+    placed = c.to(low)
+    x = placed.float()
+    mean = x.mean()
+    var = ((x - mean) ** 2).mean()
+    # the 0-dimensional float32 statistics are applied to the advantages in their own dtype
+    return ((placed - mean) * var.clamp(min=1e-8).rsqrt()).double().numpy()
+
+
+def _whitening_rounding_shows(case, dtype, tolerance) -> bool:
+    if as_array(case.test["inputs"]["rewards"]).shape[1] == 1 and case.conventions.get("baseline") != "none":
+        return False
+    want = np.asarray(case.test["expected"]["advantages"], dtype=np.float64)
+    return deviation_shows(tolerance, {"advantages": want}, {"advantages": _whitening_as_openrlhf(case, dtype)})
+
+
+_WHITEN_FLOAT32 = Finding(
+    "openrlhf-whiten-float32", "precision",
+    "the batch whitening casts the advantages to float32 (torch.cat(...).float()) before the mean and variance: "
+    "float64 advantages are only float32-accurate; in bfloat16/float16 compute_reward first rounds r − baseline "
+    "to the KL tensor's dtype (r.to(kl.dtype); the model's dtype when the KL is a loss), and the batch mean of "
+    "those rounded values, 0 before rounding, is subtracted from every advantage",
+    f"{MAKER} compute_advantages_and_returns: all_advantages = torch.cat([...]).float(); {UTILS} compute_reward: "
+    "src=r.unsqueeze(1).to(kl.dtype)",
+    where(objectives=("grpo.advantages",), dtypes=("float64", "bfloat16", "float16"), conventions={"scale": "whiten"},
+          shows=_whitening_rounding_shows))
+_WHITEN_FLOOR = Finding(
+    "openrlhf-whiten-var-floor", "deviation",
+    "the batch whitening scales by rsqrt(clamp(var, min=1e-8)): a batch whose variance is below 1e-8 (rewards "
+    "differing by 2^−40) is scaled by 1e4 instead of 1/std, so its advantages are far below ±1",
+    f"{MAKER} compute_advantages_and_returns: rstd = var.clamp(min=1e-8).rsqrt()",
+    where(objectives=("grpo.advantages",), conventions={"scale": "whiten"}, flags=("TinyStd",)))
+_REWARD_KL_FLOAT32 = Finding(
+    "openrlhf-reward-kl-float32", "precision",
+    "compute_approx_kl casts both log-probabilities to float32: the KL penalty in the float64 rewards has float32 "
+    "accuracy", f"{UTILS} compute_approx_kl: log_ratio = log_probs.float() - log_probs_base.float()",
+    where(objectives=("gae.kl_rewards",), dtypes=("float64",)))
+_GAE_WHITEN_FLOAT32 = Finding(
+    "openrlhf-gae-whiten-float32", "precision",
+    "the batch whitening of the GAE advantages takes the mean and variance in float32 (torch.cat(...).float()): "
+    "float64 advantages are only float32-accurate",
+    f"{MAKER} compute_advantages_and_returns: all_advantages = torch.cat([...]).float()",
+    where(objectives=("gae.advantages",), dtypes=("float64",), conventions={"whiten": "centred"},
+          test=lambda c: "SingleToken" not in c.flags))
+FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _ZERO_STD,
+            _RLOO_SINGLETON, _WHITEN_FLOAT32, _WHITEN_FLOOR, _REWARD_KL_FLOAT32, _GAE_WHITEN_FLOAT32]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
@@ -195,11 +283,19 @@ def _batch_info(mask):
     return _mod("utils.loss_utils").get_loss_batch_info(SimpleNamespace(), mask)
 
 
-def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+def _estimator(scale, baseline):
+    if baseline == "leave-one-out":
+        return "rloo"
+    if scale == "whiten":
+        return "reinforce" if baseline == "none" else "reinforce_baseline"
+    return "dr_grpo" if scale == "none" else "group_norm"
+
+
+def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", baseline="mean"):
     import torch
     maker = _mod("trainer.ppo_utils.experience_maker")
     b, g = rewards.shape
-    estimator = "dr_grpo" if scale == "none" else "group_norm"
+    estimator = _estimator(scale, baseline)
     args = SimpleNamespace(
         rollout=SimpleNamespace(n_samples_per_prompt=g),
         algo=SimpleNamespace(advantage=SimpleNamespace(estimator=estimator, gamma=1.0, no_std_norm=False)),
@@ -258,6 +354,44 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     return actor_loss + kl_loss * beta
 
 
+def gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", std_ddof=0, masked_tokens="zero"):
+    """get_advantages_and_returns (whiten 'none'), or compute_advantages_and_returns with estimator 'gae' (its
+    batch whitening), driven with one experience per row: the token rewards enter as compute_reward's
+    −kl_coef·kl with kl_coef = 1, kl = −rewards and a score of 0 on the last token. Outputs are masked."""
+    import torch
+    maker = _mod("trainer.ppo_utils.experience_maker").RemoteExperienceMaker
+    on = mask != 0
+    rewards, values = rewards.detach(), values.detach()
+    if whiten == "none":
+        adv, returns = maker.get_advantages_and_returns(None, values, rewards, on, gamma, lam)
+    else:
+        args = SimpleNamespace(
+            rollout=SimpleNamespace(n_samples_per_prompt=1),
+            algo=SimpleNamespace(advantage=SimpleNamespace(estimator="gae", gamma=gamma, lambd=lam, no_std_norm=False)),
+            reward=SimpleNamespace(clip_range=None))
+        fake = SimpleNamespace(strategy=SimpleNamespace(args=args), kl_ctl=SimpleNamespace(value=1.0),
+                               advantage_estimator="gae")
+        fake.get_advantages_and_returns = lambda *a: maker.get_advantages_and_returns(fake, *a)
+        experiences = [SimpleNamespace(rewards=torch.zeros(1, dtype=rewards.dtype), index=[i], info={},
+                                       kl=-rewards[i:i + 1].clone(), values=values[i:i + 1].clone(),
+                                       action_mask=on[i:i + 1].clone()) for i in range(rewards.shape[0])]
+        maker.compute_advantages_and_returns(fake, experiences)
+        adv = torch.cat([e.advantages for e in experiences])
+        returns = torch.cat([e.returns for e in experiences])
+    return {"advantages": torch.where(on, adv, 0.0), "returns": torch.where(on, returns, 0.0)}
+
+
+def gae_kl_rewards(scores, logp, ref_logp, mask, beta=None, kind="k1", clamp=None):
+    """models/utils.py compute_reward(scores, β, compute_approx_kl(logp, ref_logp, kind), action_mask); the
+    masked tokens (where OpenRLHF leaves −β·k, later zeroed by get_advantages_and_returns) are masked."""
+    import torch
+    utils = _mod("models.utils")
+    on = mask != 0
+    kl = utils.compute_approx_kl(logp.detach(), ref_logp.detach(), kl_estimator=kind)
+    rewards = utils.compute_reward(scores.detach(), beta, kl, action_mask=on)
+    return {"rewards": torch.where(on, rewards, 0.0)}
+
+
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _mod("models.utils").compute_approx_kl(logp, ref_logp, kl_estimator=kind)
 
@@ -286,6 +420,6 @@ def _load():
 def target():
     version = require("openrlhf", "openrlhf", VERSION, INSTALL)
     load_or_explain(_load, "openrlhf", INSTALL)
-    objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
+    objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards, "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss}
     return build("openrlhf", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)

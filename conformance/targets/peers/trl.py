@@ -2,8 +2,9 @@
 
 Calls TRL's own code, driven without a model:
 
-- ``grpo.advantages``: ``GRPOTrainer._generate_and_score_completions`` with generation and the
-  reward functions replaced by the vector's rewards (one reward function, weight 1);
+- ``grpo.advantages``: ``GRPOTrainer._generate_and_score_completions`` (the leave-one-out baseline:
+  ``RLOOTrainer._generate_and_score_completions``) with generation and the reward functions replaced by
+  the vector's rewards (one reward function, weight 1);
 - ``grpo.clip`` and ``grpo.loss``: ``GRPOTrainer._compute_loss`` with the policy forward pass
   replaced by the vector's per-token log-probabilities (``grpo.clip``: one token per call, β = 0,
   ``loss_type='bnpo'``);
@@ -65,6 +66,9 @@ CONVENTIONS = [
     C("grpo.advantages", "std_ddof", (1,), "trl/trainer/utils.py nanstd (Bessel's correction)"),
     C("grpo.advantages", "eps", (1e-4,), f"{GRPO} _generate_and_score_completions (std_rewards + 1e-4)"),
     C("grpo.advantages", "degenerate", ("zero",), f"{GRPO} (all-equal group: 0/(0 + 1e-4))"),
+    C("grpo.advantages", "baseline", ("mean", "leave-one-out"), f"{GRPO} (group mean); trl/trainer/rloo_trainer.py "
+      "RLOOTrainer._generate_and_score_completions (leave-one-out; normalize_advantages=True whitens the batch "
+      "with nanstd + 1e-4: scale 'whiten')"),
     C("grpo.clip", "dual_clip", (None,), f"{GRPO} _compute_loss (delta clamps ρ from above on both signs of A "
       "(INTELLECT-2), not the dual clip; default None)"),
     C("grpo.loss", "dual_clip", (None,), f"{GRPO} _compute_loss"),
@@ -90,7 +94,12 @@ CONVENTIONS = [
 # loss_type values combine the aggregation with nothing else; the advantage settings come together.
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
                                     {"scale": "batch", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero"},
-                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}]}
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"},
+                                    # RLOOTrainer: normalize_advantages False (default) / True
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "zero",
+                                     "baseline": "leave-one-out"},
+                                    {"scale": "whiten", "std_ddof": 1, "eps": 1e-4, "degenerate": "zero",
+                                     "baseline": "leave-one-out"}]}
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.0,), f"{GRPO_CFG} beta: 0.0 (no KL term by default)"),
     C("grpo.loss", "eps_high", (None,), f"{GRPO_CFG} epsilon_high: None (= epsilon 0.2)"),
@@ -132,8 +141,15 @@ def _bessel_error_visible(case) -> bool:
     dominates, and all-equal groups, where A = 0, pass)."""
     rewards = as_array(case.test["inputs"]["rewards"])
     centred = rewards - rewards.mean(axis=1, keepdims=True)
-    samples = ([(rewards.ravel(), centred)] if case.conventions.get("scale") == "batch"
-               else list(zip(rewards, centred)))
+    if case.conventions.get("scale") == "whiten":
+        # RLOOTrainer normalize_advantages: nanstd of the leave-one-out advantages over the batch
+        g = rewards.shape[1]
+        loo = centred * (g / (g - 1)) if g > 1 else np.zeros_like(rewards)
+        samples = [(loo.ravel(), loo - loo.mean())]
+    elif case.conventions.get("scale") == "batch":
+        samples = [(rewards.ravel(), centred)]
+    else:
+        samples = list(zip(rewards, centred))
     for r, a in samples:
         n = r.size
         if n < 2 or float(np.float32(n / (n - 1))) == n / (n - 1):
@@ -167,9 +183,10 @@ _NANSTD = Finding(
     "trl-nanstd-float32-bessel", "bug",
     "nanstd computes Bessel's factor count/(count − 1) from integer counts, which torch divides in the default "
     "dtype (float32): where n/(n − 1) is not a float32 number (n = 4: 4/3, n = 8: 8/7) the std of float64 "
-    "rewards is off by up to ~3e-8 relative, so float64 advantages are only float32-accurate",
+    "rewards is off by up to ~3e-8 relative, so float64 advantages are only float32-accurate (GRPOTrainer's "
+    "group and batch std; RLOOTrainer's normalize_advantages, over the batch of B·G)",
     "trl/trainer/utils.py nanstd: correction = count / (count - 1)",
-    where(objectives=("grpo.advantages",), dtypes=("float64",), conventions={"scale": ("group", "batch")},
+    where(objectives=("grpo.advantages",), dtypes=("float64",), conventions={"scale": ("group", "batch", "whiten")},
           test=_bessel_error_visible))
 _KL_DIV_NEG_INF = Finding(
     "trl-jsd-neginf-nan", "bug",
@@ -262,7 +279,9 @@ def _model(training: bool):
 
 # --- GRPO ---------------------------------------------------------------------------------
 
-def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", baseline="mean"):
+    if baseline == "leave-one-out":
+        return _rloo_advantages(rewards, normalize=scale == "whiten")
     import torch
     trainer = _mods().GRPOTrainer
     b, g = rewards.shape
@@ -286,6 +305,33 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
     # float64, and TRL's float32 reward_weights (grpo_trainer.py:576) promote bfloat16/float16 ones to float32.
     fake._calculate_rewards = lambda inputs, prompts, completions, ids: rewards.detach().reshape(n, 1).clone()
     out = trainer._generate_and_score_completions(fake, [{"prompt": "p"} for _ in range(n)])
+    return {"advantages": out["advantages"].reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
+
+
+def _rloo_advantages(rewards, normalize: bool):
+    """``RLOOTrainer._generate_and_score_completions`` (trainer/rloo_trainer.py) with generation, the
+    policy forward pass and the reward functions replaced: one-token completions, the vector's rewards
+    (one reward function, weight 1), β = 0 (no KL in the reward)."""
+    import torch
+    from trl.trainer.rloo_trainer import RLOOTrainer
+    b, g = rewards.shape
+    n = b * g
+    fake = SimpleNamespace(
+        accelerator=_accelerator(), model=_model(True), _tokenizer=SimpleNamespace(pad_token_id=0),
+        pad_to_multiple_of=None, mask_truncated_completions=False, eos_token_ids=[2],
+        args=SimpleNamespace(gradient_checkpointing_kwargs=None, per_device_train_batch_size=n,
+                             per_device_eval_batch_size=n), beta=0.0, ref_model=None,
+        reward_weights=torch.ones(1, dtype=torch.float32), reward_clip_range=None, normalize_advantages=normalize,
+        num_generations=g, num_generations_eval=g, reward_func_names=["vector"],
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
+        _logs={"prompt": [], "completion": [], "rewards": defaultdict(list), "advantages": [],
+               "extra": defaultdict(list), "images": []},
+        _pending_extra_logs={}, _pending_metrics={}, log_multimodal=False)
+    fake._generate = lambda prompts: ([[1]] * n, [[1]] * n, ["c"] * n)
+    fake._get_per_token_logps_and_entropies = lambda model, ids, *a, **k: (torch.zeros(n, 1), None, None)
+    # the stand-in keeps the vector's dtype (see ``advantages``)
+    fake._calculate_rewards = lambda inputs, prompts, completions, ids: rewards.detach().reshape(n, 1).clone()
+    out = RLOOTrainer._generate_and_score_completions(fake, [{"prompt": "p"} for _ in range(n)])
     return {"advantages": out["advantages"].reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
 
 

@@ -14,6 +14,8 @@ deviations show.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from conformance.targets.imports import import_bare
@@ -50,6 +52,9 @@ CONVENTIONS = [
     C("grpo.advantages", "eps", (1e-6,), f"{CORE} compute_grpo_outcome_advantage (epsilon=1e-6)"),
     C("grpo.advantages", "degenerate", ("raw",), f"{CORE} compute_grpo_outcome_advantage (singleton group: "
       "mean 0, std 1; all-equal group: 0/(0+eps))"),
+    C("grpo.advantages", "baseline", ("mean", "leave-one-out", "none"), f"{CORE} algorithm.adv_estimator: grpo / "
+      "reinforce_plus_plus_baseline ('mean'), rloo / rloo_vectorized ('leave-one-out', n/(n − 1)·(s − mean); a "
+      "singleton keeps s in rloo ('raw'), gets 0 in rloo_vectorized ('zero')), reinforce_plus_plus ('none')"),
     # compute_policy_loss_vanilla: dual clip always on, clip_ratio_c (default 3.0, must be > 1).
     C("grpo.clip", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c, default 3.0 in "
       f"{ACTOR_YAML}); log ρ clamped to ±20 before exp"),
@@ -72,6 +77,14 @@ CONVENTIONS = [
                                    "seq-mean-token-sum-norm"),
       f"verl/workers/utils/losses.py ppo_loss (policy and KL terms both use config.loss_agg_mode, default "
       f"token-mean in {ACTOR_YAML})"),
+    C("gae.advantages", "whiten", ("centred",), f"{CORE} compute_gae_advantage_return (masked_whiten, "
+      "shift_mean=True)"),
+    C("gae.advantages", "std_ddof", (1,), "verl/utils/torch_functional.py masked_var (unbiased=True)"),
+    C("gae.advantages", "masked_tokens", ("skip",), f"{CORE} compute_gae_advantage_return (values and TD errors "
+      "skip observation tokens)"),
+    C("gae.kl_rewards", "kind", ("k1", "k2", "k3"), f"{CORE} kl_penalty (algorithm.kl_penalty 'kl' (default), "
+      "'mse', 'low_var_kl') in verl/trainer/ppo/ray_trainer.py apply_kl_penalty"),
+    C("gae.kl_rewards", "clamp", (None, 10.0), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
     C("kl.estimator", "kind", ("k3", "k1", "k2"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
       "'mse'/'k2')"),
     C("kl.estimator", "clamp", (10.0, None), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
@@ -80,8 +93,15 @@ CONVENTIONS = [
 # clamp only on k3.
 _LOSS_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 _VERL_KL = {"kl_kind": "k3", "kl_clamp": 10.0, "kl_ratio_weight": False}
+# The estimators whiten with verl.utils.torch_functional.masked_whiten (unbiased variance, shift_mean=True).
 ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-6, "degenerate": "raw"},
-                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"}],
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": "raw"},
+                                    {"scale": "none", "std_ddof": 0, "eps": 0.0, "degenerate": ["raw", "zero"],
+                                     "baseline": "leave-one-out"},
+                                    {"scale": "whiten", "std_ddof": 1, "eps": 0.0, "degenerate": "raw",
+                                     "baseline": "mean"},
+                                    {"scale": "whiten", "std_ddof": 1, "eps": 0.0, "degenerate": "zero",
+                                     "baseline": "none"}],
                 # policy_loss.loss_mode: 'vanilla' (the dual clip always on), 'gspo' (GSPO-token, no dual
                 # clip), 'geo_mean' (GMPO: a plain mean over sequences, whatever loss_agg_mode says)
                 # the ±20 clamp of log ρ is on the token ratios of 'vanilla' only; kl_aggregation stays None
@@ -96,6 +116,8 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                 "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
                                    {"mode": [m for m in _LOSS_MODES if m != "seq-mean-token-mean"],
                                     "mean_eps": [0.0, 1e-8]}],
+                "gae.kl_rewards": [{"kind": "k1", "clamp": None}, {"kind": "k2", "clamp": None},
+                                   {"kind": "k3", "clamp": 10.0}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
                                  {"kind": "k2", "clamp": None}]}
 PARAM_DEFAULTS = [
@@ -144,7 +166,70 @@ _EMPTY_ROW_FLOAT16 = Finding(
     f"{CORE} agg_loss: seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)",
     where(objectives=("grpo.aggregate",), dtypes=("float16",), conventions={"mode": "seq-mean-token-mean"},
           test=has_empty_row), results=("valid", "acceptable"))
-FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ZERO_STD, _EMPTY_ROW_FLOAT16]
+
+
+def _masked_whiten(c: np.ndarray) -> np.ndarray:
+    """verl.utils.torch_functional.masked_whiten of the B·G values c (one token each), in float64:
+    masked_mean divides by Σm + 1e-8, masked_var multiplies by the Bessel factor N/(N − 1), and the
+    scale is rsqrt(var + 1e-8)."""
+    n = c.size
+    mean = c.sum() / (n + 1e-8)
+    var = ((c - mean) ** 2).sum() / (n + 1e-8) * (n / (n - 1))
+    return (c - mean) / np.sqrt(var + 1e-8)
+
+
+def _masked_whiten_shows(case, dtype, tolerance) -> bool:
+    """Whether masked_whiten's two 1e-8 terms move an advantage of ``case`` beyond ``tolerance``."""
+    r = as_array(case.test["inputs"]["rewards"]).astype(np.float64)
+    if r.size < 2:
+        return False
+    singletons = case.conventions.get("degenerate") == "raw" and r.shape[1] == 1
+    c = r if case.conventions.get("baseline") == "none" or singletons else r - r.mean(axis=1, keepdims=True)
+    want = np.asarray(case.test["expected"]["advantages"], dtype=np.float64)
+    return deviation_shows(tolerance, {"advantages": want}, {"advantages": _masked_whiten(c)})
+
+
+_WHITEN_EPS = Finding(
+    "verl-masked-whiten-eps", "deviation",
+    "masked_whiten (REINFORCE++ and REINFORCE++-baseline) divides the masked sums by Σm + 1e-8 and scales by "
+    "rsqrt(var + 1e-8): a relative error of about 1e-8/var, visible in float64, and, for batches whose variance is "
+    "not far above 1e-8 (rewards differing by 2^−40), advantages far below ±1",
+    "verl/utils/torch_functional.py masked_mean (mask.sum() + 1e-8) and masked_whiten (torch.rsqrt(var + 1e-8))",
+    where(objectives=("grpo.advantages",), conventions={"scale": "whiten"}, shows=_masked_whiten_shows))
+_WHITEN_ONE = Finding(
+    "verl-masked-var-one-token", "deviation",
+    "masked_var raises 'The sum of the mask is one' for a batch of a single response (B = G = 1), whose whitened "
+    "advantage the catalog defines as 0 (a degenerate batch)",
+    "verl/utils/torch_functional.py masked_var: if mask_sum == 1: raise ValueError",
+    where(objectives=("grpo.advantages",), conventions={"scale": "whiten"},
+          test=lambda c: as_array(c.test["inputs"]["rewards"]).size == 1))
+
+
+def _gae_whiten_shows(case, dtype, tolerance) -> bool:
+    """Whether masked_whiten's 1e-8 terms move a whitened GAE advantage beyond ``tolerance``."""
+    mask = as_array(case.test["inputs"]["mask"]) != 0
+    raw = (np.asarray(case.test["expected"]["returns"], dtype=np.float64)
+           - as_array(case.test["inputs"]["values"]))[mask]
+    if raw.size < 2:
+        return False
+    want = np.asarray(case.test["expected"]["advantages"], dtype=np.float64)[mask]
+    return deviation_shows(tolerance, {"advantages": want}, {"advantages": _masked_whiten(raw)})
+
+
+_GAE_WHITEN_EPS = Finding(
+    "verl-gae-masked-whiten-eps", "deviation",
+    "compute_gae_advantage_return whitens with masked_whiten, which divides the masked sums by Σm + 1e-8 and scales "
+    "by rsqrt(var + 1e-8): a relative error of about 1e-8/var, visible in float64",
+    "verl/utils/torch_functional.py masked_mean (mask.sum() + 1e-8) and masked_whiten (torch.rsqrt(var + 1e-8))",
+    where(objectives=("gae.advantages",), conventions={"whiten": "centred"}, shows=_gae_whiten_shows))
+_GAE_WHITEN_ONE = Finding(
+    "verl-gae-masked-var-one-token", "deviation",
+    "masked_var raises 'The sum of the mask is one' for a batch with a single valid token, whose whitened advantage "
+    "the catalog defines as 0",
+    "verl/utils/torch_functional.py masked_var: if mask_sum == 1: raise ValueError",
+    where(objectives=("gae.advantages",), flags=("SingleToken",)))
+FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ZERO_STD, _EMPTY_ROW_FLOAT16,
+            _WHITEN_EPS, _WHITEN_ONE, _GAE_WHITEN_EPS, _GAE_WHITEN_ONE]
 
 
 def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
@@ -202,15 +287,30 @@ def _actor_config(eps_low, eps_high, dual_clip, aggregation="token-mean", beta=0
                        kl_loss_type=_KL_NAMES.get(kl_kind, kl_kind), loss_scale_factor=norm_length)
 
 
-def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero"):
+def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", baseline="mean"):
+    """One token per response (the outcome reward on it), grouped by ``index``; the estimator is
+    chosen by the baseline and scale the case declares (see ALTERNATIVES)."""
     import numpy as np
     import torch
     b, g = rewards.shape
     token_level = rewards.reshape(b * g, 1)
+    mask = torch.ones_like(token_level)
     index = np.repeat(np.arange(b), g)
-    adv, _ = _core().compute_grpo_outcome_advantage(
-        token_level_rewards=token_level, response_mask=torch.ones_like(token_level), index=index,
-        epsilon=eps, norm_adv_by_std_in_grpo=scale != "none")
+    core = _core()
+    if baseline == "leave-one-out":
+        estimator = (core.compute_rloo_outcome_advantage if degenerate == "raw"
+                     else core.compute_rloo_vectorized_outcome_advantage)
+        adv, _ = estimator(token_level_rewards=token_level, response_mask=mask, index=index)
+    elif scale == "whiten" and baseline == "mean":
+        adv, _ = core.compute_reinforce_plus_plus_baseline_outcome_advantage(
+            token_level_rewards=token_level, response_mask=mask, index=index)
+    elif scale == "whiten":
+        adv, _ = core.compute_reinforce_plus_plus_outcome_advantage(
+            token_level_rewards=token_level, response_mask=mask, config=SimpleNamespace(gamma=1.0))
+    else:
+        adv, _ = core.compute_grpo_outcome_advantage(
+            token_level_rewards=token_level, response_mask=mask, index=index,
+            epsilon=eps, norm_adv_by_std_in_grpo=scale != "none")
     # verl keeps every group (no dynamic-sampling drop): keep = 1 everywhere.
     return {"advantages": adv.reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
 
@@ -288,6 +388,31 @@ def _step(loss_fn, names):
     return step
 
 
+def gae_advantages(rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", std_ddof=0, masked_tokens="skip"):
+    """compute_gae_advantage_return (masked_whiten included); the catalog's outputs are 0 at masked
+    tokens, where verl leaves the carried Â and returns = Â + V: they are masked here."""
+    import torch
+    adv, returns = _core().compute_gae_advantage_return(token_level_rewards=rewards, values=values,
+                                                        response_mask=mask, gamma=gamma, lam=lam)
+    on = mask != 0
+    return {"advantages": torch.where(on, adv, 0.0), "returns": torch.where(on, returns, 0.0)}
+
+
+def gae_kl_rewards(scores, logp, ref_logp, mask, beta=None, kind="k1", clamp=None):
+    """trainer/ppo/ray_trainer.py apply_kl_penalty (not importable without torchdata, a dataloader
+    dependency of that module): token_level_scores − β·kl_penalty(old_log_probs, ref_log_prob)·mask,
+    with verl's own kl_penalty; the score sits on the last valid token, as verl's reward managers
+    place it. verl's batch tensors come from no-grad rollout and reference passes: detached here."""
+    import torch
+    scores, logp, ref_logp = scores.detach(), logp.detach(), ref_logp.detach()
+    n = logp.shape[1]
+    last = n - 1 - (mask != 0).flip(1).to(torch.int64).argmax(dim=1)
+    at_last = torch.arange(n)[None, :] == last[:, None]
+    token_level_scores = torch.where(at_last, scores[:, None].expand_as(logp), 0.0).to(logp.dtype)
+    kld = _core().kl_penalty(logp, ref_logp, kl_penalty=_KL_NAMES.get(kind, kind)) * mask
+    return {"rewards": torch.where(mask != 0, token_level_scores - beta * kld, 0.0)}
+
+
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _core().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=_KL_NAMES.get(kind, kind))
 
@@ -295,7 +420,8 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
 def target():
     version = require("verl", "verl", VERSION, INSTALL)
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
-    objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.aggregate": aggregate,
+    objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
+                  "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
