@@ -16,6 +16,7 @@ class Input:
     shape: str                   # symbolic, e.g. "N,V" or "...,V"
     kind: str = "float"          # float | int | mask
     neg_inf: bool = False        # −inf allowed (logits of impossible tokens)
+    optional: bool = False       # may be absent (None); backends take it after the params
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class Objective:
 
 
 _LOGITS_NOTE = "−inf marks an impossible token"
+
+# How a preference loss's NLL term on the chosen response is normalised (per pair i, chosen sequence
+# log-probability c_i over n_i tokens): −c_i/n_i, −c_i, or −c_i·B/Σ_j n_j (the pair's share of the batch
+# token mean, so that the mean over pairs is −Σc/Σn).
+_NLL_AGGREGATIONS = ("seq-mean-token-mean", "seq-mean-token-sum", "token-mean")
 
 # Token trees (family ``tabular``) travel as arrays; this is their canonical order.
 _TREE_ENCODING = (
@@ -127,9 +133,11 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("clamp", None, source="no clamp in the papers", convention=True)),
         ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4"),
     Objective(
-        "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space.",
+        "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space, "
+        "plus rpo_alpha times the chosen response's NLL (RPO).",
         (Input("policy_chosen_logps", "B"), Input("policy_rejected_logps", "B"),
-         Input("reference_chosen_logps", "B"), Input("reference_rejected_logps", "B")),
+         Input("reference_chosen_logps", "B"), Input("reference_rejected_logps", "B"),
+         Input("chosen_lengths", "B", kind="int", optional=True)),
         (Param("beta", 0.1), Param("loss_type", "sigmoid", ("sigmoid", "hinge", "ipo", "cdpo", "robust", "exo_pair",
                                                            "nca_pair", "bco_pair", "sppo_hard", "aot",
                                                            "aot_unpaired", "apo_zero", "apo_down", "discopop"),
@@ -137,7 +145,11 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("label_smoothing", 0.0, source="DPO eq. 7 has none"),
          Param("discopop_tau", 0.05, source="DiscoPOP (Lu et al. 2024) eq. 5: τ = 0.05"),
          Param("reward_shift", 0.0, source="BCO (Jung et al. 2024) §3 shifts by the running reward mean δ; "
-               "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0")),
+               "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0"),
+         Param("rpo_alpha", 0.0, source="DPO eq. 7 has no NLL term; RPO (Pang et al. 2024, arXiv 2404.19733) §2 "
+               "adds the chosen response's NLL", added="1.3.0"),
+         Param("nll_aggregation", "seq-mean-token-mean", _NLL_AGGREGATIONS,
+               "RPO (arXiv 2404.19733) §2: the chosen NLL divided by its length", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"),
         ("policy_chosen_logps", "policy_rejected_logps"),
         "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
@@ -154,10 +166,16 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
         "Meng et al. 2024 (SimPO, arXiv 2405.14734) §2.2 eq. 6"),
     Objective(
-        "preference.cpo", "CPO's preference term per pair: −log σ(β·(c − r)) on policy sequence log-probabilities.",
-        (Input("chosen_logps", "B"), Input("rejected_logps", "B")),
+        "preference.cpo", "CPO per pair: −log σ(β·(c − r)) on policy sequence log-probabilities, plus cpo_alpha "
+        "times the chosen response's NLL.",
+        (Input("chosen_logps", "B"), Input("rejected_logps", "B"),
+         Input("chosen_lengths", "B", kind="int", optional=True)),
         (Param("beta", 0.1, source="TRL 1.16.0 CPOConfig beta 0.1"),
-         Param("label_smoothing", 0.0, source="CPO eq. 3 has none")),
+         Param("label_smoothing", 0.0, source="CPO eq. 3 has none"),
+         Param("cpo_alpha", 0.0, source="0 keeps L_prefer alone (the cases before 1.3.0); CPO §3 adds L_NLL with "
+               "weight 1 (TRL 1.16.0 CPOConfig cpo_alpha 1.0)", added="1.3.0"),
+         Param("nll_aggregation", "seq-mean-token-sum", _NLL_AGGREGATIONS,
+               "CPO §3: L_NLL = −E log π(y_w|x), the sequence log-probability", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
         "Xu et al. 2024 (CPO, arXiv 2401.08417) §3 eq. 3"),
     Objective(

@@ -217,6 +217,27 @@ def reward_shift(value) -> float:
     return real("reward_shift", value)
 
 
+NLL_AGGREGATIONS = ("seq-mean-token-mean", "seq-mean-token-sum", "token-mean")
+
+
+def nll_weight(name: str, value) -> float:
+    """The weight α ≥ 0 of the chosen response's NLL added to a preference loss (rpo_alpha, cpo_alpha)."""
+    return nonnegative(name, value)
+
+
+def nll_aggregation(value) -> str:
+    return choice("nll_aggregation", value, NLL_AGGREGATIONS)
+
+
+def nll_lengths(weight: float, aggregation: str, given: bool) -> bool:
+    """Whether the NLL term divides by chosen_lengths; they must be given when it does."""
+    needed = weight != 0 and aggregation != "seq-mean-token-sum"
+    if needed and not given:
+        fail("chosen_lengths", f"required when the NLL weight is {weight!r} and nll_aggregation is "
+             f"{aggregation!r} (the chosen log-probabilities are divided by token counts)")
+    return needed
+
+
 # ----------------------------------------------------------------------------- preference
 
 
