@@ -73,7 +73,7 @@ _LOGITS_NOTE = "−inf marks an impossible token"
 # How a preference loss's NLL term on the chosen response is normalised (per pair i, chosen sequence
 # log-probability c_i over n_i tokens): −c_i/n_i, −c_i, or −c_i·B/Σ_j n_j (the pair's share of the batch
 # token mean, so that the mean over pairs is −Σc/Σn).
-_NLL_AGGREGATIONS = ("seq-mean-token-mean", "seq-mean-token-sum", "token-mean")
+_NLL_AGGREGATIONS = (None, "seq-mean-token-mean", "seq-mean-token-sum", "token-mean")  # None: no NLL term
 
 # Token trees (family ``tabular``) travel as arrays; this is their canonical order.
 _TREE_ENCODING = (
@@ -147,9 +147,10 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("reward_shift", 0.0, source="BCO (Jung et al. 2024) §3 shifts by the running reward mean δ; "
                "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0"),
          Param("rpo_alpha", 0.0, source="DPO eq. 7 has no NLL term; RPO (Pang et al. 2024, arXiv 2404.19733) §2 "
-               "adds the chosen response's NLL", added="1.3.0"),
-         Param("nll_aggregation", "seq-mean-token-mean", _NLL_AGGREGATIONS,
-               "RPO (arXiv 2404.19733) §2: the chosen NLL divided by its length", convention=True, added="1.3.0")),
+               "adds the chosen response's NLL (its weight; nonzero only with an nll_aggregation)", added="1.3.0"),
+         Param("nll_aggregation", None, _NLL_AGGREGATIONS,
+               "DPO eq. 7 has no NLL term (None); RPO (arXiv 2404.19733) §2 divides the chosen NLL by its length "
+               "('seq-mean-token-mean')", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"),
         ("policy_chosen_logps", "policy_rejected_logps"),
         "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
@@ -174,8 +175,9 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("label_smoothing", 0.0, source="CPO eq. 3 has none"),
          Param("cpo_alpha", 0.0, source="0 keeps L_prefer alone (the cases before 1.3.0); CPO §3 adds L_NLL with "
                "weight 1 (TRL 1.16.0 CPOConfig cpo_alpha 1.0)", added="1.3.0"),
-         Param("nll_aggregation", "seq-mean-token-sum", _NLL_AGGREGATIONS,
-               "CPO §3: L_NLL = −E log π(y_w|x), the sequence log-probability", convention=True, added="1.3.0")),
+         Param("nll_aggregation", None, _NLL_AGGREGATIONS,
+               "None: L_prefer alone (the cases before 1.3.0); CPO §3's L_NLL = −E log π(y_w|x) is "
+               "'seq-mean-token-sum'", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
         "Xu et al. 2024 (CPO, arXiv 2401.08417) §3 eq. 3"),
     Objective(

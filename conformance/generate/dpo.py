@@ -363,8 +363,11 @@ def _nll_cases() -> list[Case]:
     bad = [
         ({"rpo_alpha": -1.0}, {}, {}, "negative rpo_alpha"),
         ({"rpo_alpha": 1.0}, {"nll_aggregation": "token-mean"}, {}, "rpo_alpha > 0 without chosen_lengths"),
-        ({"rpo_alpha": 1.0}, {}, {"chosen_lengths": [12, 0]}, "a chosen length of 0"),
-        ({"rpo_alpha": 1.0}, {}, {"chosen_lengths": [12]}, "chosen_lengths of another shape"),
+        ({"rpo_alpha": 1.0}, {"nll_aggregation": "seq-mean-token-mean"}, {"chosen_lengths": [12, 0]},
+         "a chosen length of 0"),
+        ({"rpo_alpha": 1.0}, {"nll_aggregation": "seq-mean-token-mean"}, {"chosen_lengths": [12]},
+         "chosen_lengths of another shape"),
+        ({"rpo_alpha": 1.0}, {}, {"chosen_lengths": [12, 3]}, "rpo_alpha > 0 without an nll_aggregation"),
         ({"rpo_alpha": 1.0}, {"nll_aggregation": "sum"}, {"chosen_lengths": [12, 3]}, "unknown nll_aggregation"),
     ]
     for params, conv, extra, why in bad:

@@ -338,6 +338,7 @@ def _cpo_nll_cases() -> list[Case]:
         ({**two, "chosen_lengths": [4]}, {"cpo_alpha": 1.0}, {"nll_aggregation": "seq-mean-token-mean"},
          "chosen_lengths of another shape"),
         (two, {"cpo_alpha": 1.0}, {"nll_aggregation": "mean"}, "unknown nll_aggregation"),
+        (two, {"cpo_alpha": 1.0}, {}, "cpo_alpha > 0 without an nll_aggregation"),
     ]
     out.extend(Case("preference.cpo", inputs, params=params, conventions=conv, group="invalid-nll", result="invalid",
                     flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed"))

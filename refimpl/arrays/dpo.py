@@ -149,14 +149,13 @@ def _losses(xp, pc, pr, rc, rr, beta, loss_type, eps, tau, shift):
 def chosen_nll(xp, chosen, chosen_lengths, weight, aggregation, weight_name, chosen_name):
     """(α·NLL_i, its derivative in c_i) for every pair (module docstring); the NLL term of
     dpo.loss (rpo_alpha) and preference.cpo (cpo_alpha)."""
-    a = validate.nll_weight(weight_name, weight)
-    validate.nll_aggregation(aggregation)
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
     if chosen_lengths is not None:
         n = _xp.int_array(xp, "chosen_lengths", chosen_lengths)
         validate.same_shape(**{chosen_name: _xp.shape(chosen), "chosen_lengths": _xp.shape(n)})
         validate.lengths("chosen_lengths", [int(v) for v in n])
     slope = xp.full(_xp.shape(chosen), -a, dtype=chosen.dtype)
-    if validate.nll_lengths(a, aggregation, chosen_lengths is not None):
+    if divides:
         if aggregation == "seq-mean-token-mean":
             slope = slope / xp.astype(n, chosen.dtype)
         else:
@@ -167,7 +166,7 @@ def chosen_nll(xp, chosen, chosen_lengths, weight, aggregation, weight_name, cho
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
          label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
-         rpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-mean", chosen_lengths=None):
+         rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Per-pair preference loss (no mean over the batch); formulas and papers in the module
     docstring. ``label_smoothing`` enters sigmoid, cdpo, robust, exo_pair (ε > 0), aot and
     aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair; ``rpo_alpha``
@@ -187,7 +186,7 @@ def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
 def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
              reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
              label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
-             rpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-mean", chosen_lengths=None):
+             rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Gradient of Σ_out Σ cotangent[out]·out with respect to the two policy log-probabilities
     (DPO §5: ∇ = −β·σ(−βΔ)·(∇g_c − ∇g_r) for the sigmoid loss; AOT through the sorting
     permutation). ``cotangent`` is a dict by output name; a missing output has a zero cotangent."""

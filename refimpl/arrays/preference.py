@@ -83,7 +83,7 @@ def _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha, nll_agg
 
 
 def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0, cpo_alpha: float = 0.0,
-        nll_aggregation: str = "seq-mean-token-sum", chosen_lengths=None):
+        nll_aggregation: str | None = None, chosen_lengths=None):
     """CPO per pair (Xu et al. 2024 §3: eq. 3 plus cpo_alpha·L_NLL of the chosen response).
     Returns {"losses"[B], "chosen_rewards"[B] = β·c, "rejected_rewards"[B] = β·r}."""
     xp, _, c, r, b, eps, (nll, _) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
@@ -95,7 +95,7 @@ def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float 
 
 
 def cpo_vjp(cotangent, chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0,
-            cpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-sum", chosen_lengths=None):
+            cpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """∂ℓ/∂c = β·ℓ'(z) + ∂(α·NLL)/∂c, ∂ℓ/∂r = −β·ℓ'(z) (plus the rewards' β)."""
     xp, dt, c, r, b, eps, (_, nll_slope) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
                                                 nll_aggregation, chosen_lengths)

@@ -102,8 +102,7 @@ def _sorted_losses(pc, pr, rc, rr, beta, loss_type, eps):
 
 def chosen_nll(chosen, chosen_lengths, weight, aggregation, weight_name, chosen_name):
     """α·NLL of every pair's chosen response (balls; the module docstring); ``chosen`` may be Vars."""
-    a = validate.nll_weight(weight_name, weight)
-    validate.nll_aggregation(aggregation)
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
     if chosen_lengths is not None:
         n = list(chosen_lengths.tolist() if hasattr(chosen_lengths, "tolist") else chosen_lengths)
         for v in n:
@@ -111,7 +110,7 @@ def chosen_nll(chosen, chosen_lengths, weight, aggregation, weight_name, chosen_
                 validate.fail("chosen_lengths", f"expected integers, got {v!r}")
         validate.same_shape(**{chosen_name: (len(chosen),), "chosen_lengths": (len(n),)})
         validate.lengths("chosen_lengths", [int(v) for v in n])
-    if not validate.nll_lengths(a, aggregation, chosen_lengths is not None):
+    if not divides:
         return [-_ball.ball(a) * c for c in chosen]
     if aggregation == "seq-mean-token-mean":
         return [-_ball.ball(a) * c / _ball.ball(int(k)) for c, k in zip(chosen, n)]
@@ -121,7 +120,7 @@ def chosen_nll(chosen, chosen_lengths, weight, aggregation, weight_name, chosen_
 
 def _loss(diff, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
           reference_rejected_logps, beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05,
-          reward_shift=0.0, rpo_alpha=0.0, nll_aggregation="seq-mean-token-mean", chosen_lengths=None):
+          reward_shift=0.0, rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     pc, pr, rc, rr = (_ball.balls(n, x) for n, x in zip(_INPUTS, (
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)))
     validate.rank("policy_chosen_logps", _ball.shape(pc), 1)

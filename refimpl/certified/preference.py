@@ -63,7 +63,7 @@ def _simpo(diff, chosen_logps, rejected_logps, chosen_lengths, rejected_lengths,
 
 
 def _cpo(diff, chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0, cpo_alpha=0.0,
-         nll_aggregation="seq-mean-token-sum", chosen_lengths=None):
+         nll_aggregation=None, chosen_lengths=None):
     c, r = _pair(chosen_logps, rejected_logps)
     b, eps = _ball.ball(validate.dpo_beta(beta)), _ball.ball(validate.label_smoothing(label_smoothing))
     c, r = diff("chosen_logps", c), diff("rejected_logps", r)

@@ -79,13 +79,13 @@ def _prepare(arrays, beta, loss_type, label_smoothing, discopop_tau, reward_shif
 def chosen_nll(chosen, chosen_lengths, weight, aggregation, weight_name, chosen_name):
     """α·NLL_i of each pair's chosen response and its derivative in c_i (module docstring); the
     NLL term of dpo.loss (rpo_alpha) and preference.cpo (cpo_alpha)."""
-    a = mp.mpf(validate.nll_weight(weight_name, weight))
-    validate.nll_aggregation(aggregation)
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
+    a = mp.mpf(a)
     if chosen_lengths is not None:
         n = mp.int_array("chosen_lengths", chosen_lengths)
         validate.same_shape(**{chosen_name: chosen.shape, "chosen_lengths": n.shape})
         validate.lengths("chosen_lengths", n.tolist())
-    if not validate.nll_lengths(a, aggregation, chosen_lengths is not None):
+    if not divides:
         return -a * chosen, np.full(chosen.shape, -a, dtype=object)
     n = n.astype(object)
     denom = n if aggregation == "seq-mean-token-mean" else np.full(n.shape, mp.mpf(int(n.sum())) / n.shape[0],
@@ -179,7 +179,7 @@ def _losses(pc, pr, rc, rr, beta, loss_type, eps, tau, shift):
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
          label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
-         rpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-mean", chosen_lengths=None):
+         rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Per-pair preference loss (no mean over the batch); the formulas and their papers are in
     the module docstring.
 
@@ -207,7 +207,7 @@ def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
 def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
              reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
              label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
-             rpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-mean", chosen_lengths=None):
+             rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Gradient of Σ_out Σ cotangent[out]·out with respect to the two policy log-probabilities
     (DPO §5: ∇ = −β·σ(−βΔ)·(∇g_c − ∇g_r) for the sigmoid loss; the other types by the chain
     rule through ℓ(g_c, g_r), AOT through the sorting permutation); the NLL term adds

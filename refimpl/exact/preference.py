@@ -121,7 +121,7 @@ def _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha, nll_agg
 
 @mp.exact
 def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0, cpo_alpha: float = 0.0,
-        nll_aggregation: str = "seq-mean-token-sum", chosen_lengths=None):
+        nll_aggregation: str | None = None, chosen_lengths=None):
     """CPO (Xu et al. 2024, arXiv 2401.08417) §3: L_prefer (eq. 3, DPO without the reference,
     −log σ(β(c − r)) on sequence log-probabilities, smoothed with ε as TRL does) plus
     ``cpo_alpha`` times L_NLL of the chosen response, normalised by ``nll_aggregation``
@@ -135,7 +135,7 @@ def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float 
 
 @mp.exact
 def cpo_vjp(cotangent, chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0,
-            cpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-sum", chosen_lengths=None):
+            cpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Gradient wrt chosen_logps and rejected_logps: ∂ℓ/∂c = β·ℓ'(z) + ∂(α·NLL)/∂c, ∂ℓ/∂r = −β·ℓ'(z)."""
     c, r, b, eps, (_, nll_slope) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
                                         nll_aggregation, chosen_lengths)

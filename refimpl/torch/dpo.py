@@ -99,13 +99,12 @@ def _gain_loss(g_c, g_r, beta: float, loss_type: str, eps: float, tau: float, sh
 def chosen_nll(chosen_w, chosen_lengths, weight, aggregation, weight_name, chosen_name):
     """α·NLL_i of every pair's chosen response from the (work-dtype, differentiable) chosen
     log-probabilities (module docstring); the NLL term of dpo.loss and preference.cpo."""
-    a = validate.nll_weight(weight_name, weight)
-    validate.nll_aggregation(aggregation)
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
     if chosen_lengths is not None:
         n = _common.int_array("chosen_lengths", chosen_lengths)
         validate.same_shape(**{chosen_name: tuple(chosen_w.shape), "chosen_lengths": tuple(n.shape)})
         validate.lengths("chosen_lengths", n.tolist())
-    if not validate.nll_lengths(a, aggregation, chosen_lengths is not None):
+    if not divides:
         return -a * chosen_w
     if aggregation == "seq-mean-token-mean":
         return -a * chosen_w / n.to(device=chosen_w.device, dtype=chosen_w.dtype)
@@ -115,7 +114,7 @@ def chosen_nll(chosen_w, chosen_lengths, weight, aggregation, weight_name, chose
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
          label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
-         rpo_alpha: float = 0.0, nll_aggregation: str = "seq-mean-token-mean", chosen_lengths=None):
+         rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Per-pair preference loss (no mean over the batch); formulas and papers in the module
     docstring. ``label_smoothing`` enters sigmoid, cdpo, robust, exo_pair (ε > 0), aot and
     aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair; ``rpo_alpha``

@@ -56,7 +56,7 @@ def simpo(chosen_logps, rejected_logps, chosen_lengths, rejected_lengths, beta: 
 
 
 def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0, cpo_alpha: float = 0.0,
-        nll_aggregation: str = "seq-mean-token-sum", chosen_lengths=None):
+        nll_aggregation: str | None = None, chosen_lengths=None):
     """CPO per pair (Xu et al. 2024 §3: eq. 3 plus cpo_alpha·L_NLL of the chosen response,
     normalised as refimpl/torch/dpo.py describes). Returns {"losses"[B], "chosen_rewards"[B] = β·c,
     "rejected_rewards"[B] = β·r}."""

@@ -276,10 +276,12 @@ GOOD = dict(policy_chosen_logps=[-1.0, -2.0], policy_rejected_logps=[-1.5, -2.5]
     (dict(reference_chosen_logps=[float("inf"), -2.0]), "reference_chosen_logps"),
     (dict(reference_rejected_logps=[-1.0, float("nan")]), "reference_rejected_logps"),
     (dict(rpo_alpha=-1.0), "rpo_alpha"), (dict(rpo_alpha=float("nan")), "rpo_alpha"),
-    (dict(rpo_alpha=1.0), "chosen_lengths"), (dict(rpo_alpha=1.0, nll_aggregation="token-mean"), "chosen_lengths"),
+    (dict(rpo_alpha=1.0), "nll_aggregation"),
+    (dict(rpo_alpha=1.0, nll_aggregation="seq-mean-token-mean"), "chosen_lengths"),
+    (dict(rpo_alpha=1.0, nll_aggregation="token-mean"), "chosen_lengths"),
     (dict(nll_aggregation="sum"), "nll_aggregation"), (dict(chosen_lengths=[1, 0]), "chosen_lengths"),
-    (dict(rpo_alpha=1.0, chosen_lengths=[2]), "chosen_lengths"),
-    (dict(rpo_alpha=1.0, chosen_lengths=[2, 1.5]), "chosen_lengths"),
+    (dict(rpo_alpha=1.0, nll_aggregation="token-mean", chosen_lengths=[2]), "chosen_lengths"),
+    (dict(rpo_alpha=1.0, nll_aggregation="seq-mean-token-mean", chosen_lengths=[2, 1.5]), "chosen_lengths"),
 ])
 def test_bad_input_is_rejected_naming_the_argument(override, name):
     with pytest.raises(InputError, match=rf"^{name}: "):

@@ -48,7 +48,7 @@ def test_cpo_vjp_with_the_nll_term(aggregation):
 def test_cpo_nll_term_is_the_chosen_sequence_nll():
     # CPO §3: L_prefer + L_NLL with L_NLL = −log π(y_w|x); TRL's cpo_alpha weighs it.
     base = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1)["losses"]
-    got = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1, cpo_alpha=2.0)["losses"]
+    got = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1, cpo_alpha=2.0, nll_aggregation="seq-mean-token-sum")["losses"]
     assert [g - b for g, b in zip(got, base)] == [8, 18]
     got = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1, cpo_alpha=1.0, nll_aggregation="token-mean",
                 chosen_lengths=[1, 3])["losses"]
@@ -139,9 +139,11 @@ def test_extreme_margins_are_finite(sign):
      "chosen_lengths"),
     (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="mean"),
      "nll_aggregation"),
-    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, chosen_lengths=[0]), "chosen_lengths"),
-    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, chosen_lengths=[1, 2]),
-     "chosen_lengths"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0), "nll_aggregation"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="seq-mean-token-mean",
+                 chosen_lengths=[0]), "chosen_lengths"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="token-mean",
+                 chosen_lengths=[1, 2]), "chosen_lengths"),
     (P.orpo, dict(chosen_logps=[0.0], rejected_logps=[-2.0]), "chosen_logps"),
     (P.orpo, dict(chosen_logps=[-1.0], rejected_logps=[float("nan")]), "rejected_logps"),
     (P.kto, dict(policy_logps=[-1.0], reference_logps=[-2.0], desirable=[2], kl_policy_logps=[-1.0],

@@ -144,7 +144,7 @@ def positions(pc, pr, rc, rr, loss_type):
 
 def dpo_values(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                reference_rejected_logps, beta, loss_type, label_smoothing, discopop_tau=0.05,
-               reward_shift=0.0, rpo_alpha=0.0, nll_aggregation="seq-mean-token-mean", chosen_lengths=None):
+               reward_shift=0.0, rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     pc, pr, rc, rr = (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                       reference_rejected_logps)
     nll = nll_divisors(len(pc), nll_aggregation, chosen_lengths)
@@ -170,7 +170,7 @@ def nll_divisors(n_pairs, aggregation, lengths):
 
 def dpo_gradient(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                  reference_rejected_logps, beta, loss_type, label_smoothing, discopop_tau=0.05,
-                 reward_shift=0.0, rpo_alpha=0.0, nll_aggregation="seq-mean-token-mean", chosen_lengths=None):
+                 reward_shift=0.0, rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     pc, pr, rc, rr = (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                       reference_rejected_logps)
     nll = nll_divisors(len(pc), nll_aggregation, chosen_lengths)
