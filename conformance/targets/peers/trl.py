@@ -77,6 +77,8 @@ CONVENTIONS = [
       "over B rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
     C("grpo.loss", "ratio_level", ("token", "sequence"), f"{GRPO} _compute_loss (importance_sampling_level, "
       f"default 'token' in {GRPO_CFG}; 'sequence': log w = Σ_t Δ·m / max(Σ m, 1), GSPO; no GSPO-token)"),
+    C("dpo.loss", "nll_aggregation", (None, "token-mean"), f"{DPO} _compute_loss (loss_type 'sft', weighted by "
+      "loss_weights: −mean of the chosen tokens' log-probabilities over the batch; TRL 1.16 has no rpo_alpha)"),
     C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
                                 "apo_zero", "apo_down", "discopop"),
       f"{DPO} _compute_loss (loss_type, default 'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' "
@@ -376,23 +378,70 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
 
 # --- DPO ----------------------------------------------------------------------------------
 
+def _dpo_fake(loss_types, loss_weights, beta, label_smoothing, discopop_tau):
+    return SimpleNamespace(
+        model=_model(False), accelerator=_accelerator(), aux_loss_enabled=False, ld_alpha=None,
+        precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=loss_types, loss_weights=loss_weights,
+        beta=beta, label_smoothing=label_smoothing, use_weighting=False, _total_train_tokens=0, _tp_size=1,
+        args=SimpleNamespace(discopop_tau=discopop_tau),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+
+
+def _dpo_outputs(log_probs):
+    import torch
+    shape = log_probs.shape
+    return SimpleNamespace(log_probs=log_probs, entropy=torch.zeros(shape), mean_logits=torch.zeros(shape),
+                           is_top1=torch.zeros(shape, dtype=torch.bool), aux_loss=None)
+
+
+def _sft_shares(policy_chosen_logps, chosen_lengths):
+    """TRL's 'sft' loss type (the chosen tokens' batch mean NLL, dpo_trainer.py:1487-1494) split
+    into each pair's share: for pair i, one call on the whole batch — every chosen completion with
+    its n_j tokens, pair i's first token carrying its sequence log-probability and every other
+    token log-probability 0 — gives −c_i/Σn; times B it is the share whose mean over the pairs
+    is TRL's loss (the adapter's only composition)."""
+    import torch
+    trainer = _mods().DPOTrainer
+    b = policy_chosen_logps.shape[0]
+    n = [int(v) for v in chosen_lengths.tolist()]
+    width = max(n)
+    mask = torch.zeros(2 * b, width + 1, dtype=torch.long)
+    for j, k in enumerate(n):
+        mask[j, 1:k + 1] = 1
+    mask[b:, 1] = 1  # one-token rejected completions (the 'sft' loss reads only the chosen half)
+    zeros = torch.zeros(b, dtype=policy_chosen_logps.dtype)
+    shares = []
+    for i in range(b):
+        first = torch.where(torch.arange(b) == i, policy_chosen_logps, zeros)
+        log_probs = torch.zeros(2 * b, width, dtype=policy_chosen_logps.dtype)
+        log_probs = torch.cat([torch.cat([first, zeros]).reshape(2 * b, 1), log_probs[:, 1:]], dim=1)
+        inputs = {"input_ids": torch.ones(2 * b, width + 1, dtype=torch.long),
+                  "attention_mask": torch.ones(2 * b, width + 1, dtype=torch.long), "completion_mask": mask,
+                  "ref_chosen_logps": zeros, "ref_rejected_logps": zeros}
+        fake = _dpo_fake(["sft"], [1.0], 0.1, 0.0, 0.05)
+        outputs = _dpo_outputs(log_probs)
+        shares.append(trainer._compute_loss(fake, lambda outputs=outputs, **kw: outputs, inputs, False).reshape(1) * b)
+    return torch.cat(shares)
+
+
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0):
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0,
+             rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
+    """``rpo_alpha`` with nll_aggregation 'token-mean': DPOConfig(loss_type=[loss_type, 'sft'],
+    loss_weights=[1, rpo_alpha]), the loss type per pair as below plus α times each pair's share of
+    the 'sft' loss (``_sft_shares``)."""
     import torch
     if reward_shift != 0.0:
         raise NotImplementedError("TRL 1.16.0 bco_pair has no reward shift (δ = 0)")
+    if nll_aggregation not in (None, "token-mean"):
+        raise NotImplementedError(f"TRL 1.16.0's NLL term (loss_type 'sft') is the chosen tokens' batch mean, not "
+                                  f"{nll_aggregation!r}")
     trainer = _mods().DPOTrainer
     losses, chosen, rejected = [], [], []
     for i in range(policy_chosen_logps.shape[0]):
         logps = torch.stack([policy_chosen_logps[i], policy_rejected_logps[i]]).reshape(2, 1)
-        outputs = SimpleNamespace(log_probs=logps, entropy=torch.zeros(2, 1), mean_logits=torch.zeros(2, 1),
-                                  is_top1=torch.zeros(2, 1, dtype=torch.bool), aux_loss=None)
-        fake = SimpleNamespace(
-            model=_model(False), accelerator=_accelerator(), aux_loss_enabled=False, ld_alpha=None,
-            precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=[loss_type], loss_weights=[1.0],
-            beta=beta, label_smoothing=label_smoothing, use_weighting=False, _total_train_tokens=0, _tp_size=1,
-            args=SimpleNamespace(discopop_tau=discopop_tau),
-            _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+        outputs = _dpo_outputs(logps)
+        fake = _dpo_fake([loss_type], [1.0], beta, label_smoothing, discopop_tau)
         # [prompt, completion] tokens: a one-token completion (completion length 1, so 'ipo' divides by 1).
         inputs = {"input_ids": torch.ones(2, 2, dtype=torch.long), "attention_mask": torch.ones(2, 2, dtype=torch.long),
                   "completion_mask": torch.tensor([[0, 1], [0, 1]]),
@@ -406,6 +455,10 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
         rejected.append(metrics["rewards/rejected"][-1])
     dtype = policy_chosen_logps.dtype
     cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
+    if rpo_alpha != 0.0 and nll_aggregation is not None:
+        if chosen_lengths is None:
+            raise ValueError("chosen_lengths: required for TRL's 'sft' term")
+        losses = [cat(losses) + rpo_alpha * _sft_shares(policy_chosen_logps, chosen_lengths)]
     return {"losses": cat(losses), "chosen_rewards": torch.tensor(chosen, dtype=dtype),
             "rejected_rewards": torch.tensor(rejected, dtype=dtype)}
 
@@ -419,7 +472,12 @@ def _cpo_losses(chosen, rejected, beta, label_smoothing, loss_type, simpo_gamma=
     return trainer.cpo_loss(fake, chosen, rejected)
 
 
-def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0, cpo_alpha=0.0, nll_aggregation=None,
+        chosen_lengths=None):
+    if nll_aggregation is not None and cpo_alpha != 0.0:
+        # CPOTrainer's NLL is nn.CrossEntropyLoss over the chosen logits inside concatenated_forward
+        # (cpo_trainer.py:826-845), which needs a model's logits, not log-probabilities.
+        raise NotImplementedError("TRL 1.16.0 CPOTrainer computes cpo_alpha's NLL from the model's logits")
     losses, chosen, rejected = _cpo_losses(chosen_logps, rejected_logps, beta, label_smoothing, "sigmoid")
     return {"losses": losses, "chosen_rewards": chosen, "rejected_rewards": rejected}
 
