@@ -14,7 +14,10 @@ Calls TRL's own code, driven without a model:
   'sigmoid' / 'simpo', alpha 0; SimPO given the sums divided by the lengths, as
   ``get_batch_logps(average_log_prob=True)`` forms them); ``preference.orpo``:
   ``ORPOTrainer.odds_ratio_loss`` (experimental/orpo) plus the pair's chosen NLL, −chosen_logps;
-  KTO's loss lives inside ``KTOTrainer.get_batch_loss_metrics`` with the model forward and is not wrapped;
+  ``preference.kto``: ``KTOTrainer._compute_loss`` (trainer/kto_trainer.py) one example per call, the
+  model forward replaced by one-token completions whose log-probabilities are the vector's (the
+  main completion, and the M mismatched completions of the batch KL estimate, whose reference
+  log-probabilities are precomputed): TRL's own z0 = clamp(mean(KL − ref KL), 0), detached;
 - ``distill.token_kl`` and ``distill.generalized_jsd``: ``GKDTrainer.generalized_jsd_loss``
   (experimental/gkd), one row per call;
 - ``distill.softmax``: ``trainer/utils.py selective_log_softmax`` over every index, exponentiated
@@ -113,6 +116,8 @@ ARITHMETIC = [
     A("dpo.loss", "native", f"{DPO}:1350-1383 (chosen_logps − ref_chosen_logps, rejected likewise, and their "
       "difference delta_score, each rounded to the inputs' dtype; 'ipo' squares at 1404, 'robust' subtracts two "
       "rounded log-sigmoids at 1429-1431)"),
+    A("preference.kto", "native", "trl/trainer/kto_trainer.py:1443-1470 (z0 = clamp(mean(KL − ref KL), 0), the "
+      "log-ratios and 1 − σ(β(ρ − z0)) in the log-probabilities' dtype)"),
     A("preference.cpo", "native", "trl/experimental/cpo/cpo_trainer.py:709-728 (chosen − rejected, β·logits and "
       "the log-sigmoids in the log-probabilities' dtype)"),
     A("preference.simpo", "native", "trl/experimental/cpo/cpo_trainer.py:709-722 (the margin of average "
@@ -247,8 +252,9 @@ def _mods():
     from trl.trainer import utils
     from trl.trainer.dpo_trainer import DPOTrainer
     from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.kto_trainer import KTOTrainer
     return SimpleNamespace(GRPOTrainer=GRPOTrainer, DPOTrainer=DPOTrainer, GKDTrainer=GKDTrainer, utils=utils,
-                           CPOTrainer=CPOTrainer, ORPOTrainer=ORPOTrainer)
+                           CPOTrainer=CPOTrainer, ORPOTrainer=ORPOTrainer, KTOTrainer=KTOTrainer)
 
 
 def _accelerator():
@@ -502,6 +508,45 @@ def orpo(chosen_logps, rejected_logps, beta=0.1):
             "rejected_rewards": rejected.to(dtype)}
 
 
+def kto(policy_logps, reference_logps, desirable, kl_policy_logps, kl_reference_logps, beta=0.1,
+        desirable_weight=1.0, undesirable_weight=1.0):
+    """One example per call of KTOTrainer._compute_loss (loss_type 'kto', precomputed reference
+    log-probabilities): its batch is that example plus the M mismatched completions y′ of the KL
+    estimate (TRL's collator forms y′ by rotating the completions of the batch; here they are the
+    vector's). The model stand-in returns one-token log-probabilities: the example's, or [kl_m, 0]
+    for the KL completions (two tokens wide, so the two calls are told apart)."""
+    import torch
+    trainer = _mods().KTOTrainer
+    m, dtype = kl_policy_logps.shape[0], policy_logps.dtype
+    kl_log_probs = torch.cat([kl_policy_logps.reshape(m, 1), torch.zeros(m, 1, dtype=dtype)], dim=1)
+    losses, z0 = [], None
+    for i in range(policy_logps.shape[0]):
+        main = policy_logps[i].reshape(1, 1)
+
+        def model(outputs_for=(main, kl_log_probs), **kw):
+            log_probs = outputs_for[0] if kw["input_ids"].shape[1] == 2 else outputs_for[1]
+            return SimpleNamespace(log_probs=log_probs, entropy=torch.zeros(log_probs.shape),
+                                   mean_logits=torch.zeros(log_probs.shape), aux_loss=None)
+        fake = SimpleNamespace(
+            model=_model(False), accelerator=_accelerator(), calculate_KL=True, precompute_ref_logps=True,
+            aux_loss_enabled=False, loss_type="kto", beta=beta, desirable_weight=desirable_weight,
+            undesirable_weight=undesirable_weight, _total_train_tokens=0, _tp_size=1,
+            _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+        fake._compute_kl_logps = lambda model, batch, fake=fake: trainer._compute_kl_logps(fake, model, batch)
+        inputs = {"input_ids": torch.ones(1, 2, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long),
+                  "completion_mask": torch.tensor([[0, 1]]), "label": desirable[i:i + 1].to(torch.bool),
+                  "ref_logps": reference_logps[i].reshape(1),
+                  "KL_input_ids": torch.ones(m, 3, dtype=torch.long),
+                  "KL_attention_mask": torch.ones(m, 3, dtype=torch.long),
+                  "KL_completion_mask": torch.tensor([[0, 1, 0]] * m), "ref_KL_logps": kl_reference_logps}
+        losses.append(trainer._compute_loss(fake, model, inputs, False).reshape(1))
+        z0 = fake._metrics["eval"]["kl"][-1]  # TRL's logged z0 (kl.item(), detached)
+    if z0 is None:
+        z0 = max(0.0, float((kl_policy_logps - kl_reference_logps).mean()))
+    return {"losses": torch.cat(losses) if losses else policy_logps[:0].clone(),
+            "kl": torch.tensor(z0, dtype=dtype)}
+
+
 # --- distillation ---------------------------------------------------------------------------
 
 def _rows(fn, student_logits, teacher_logits):
@@ -542,7 +587,8 @@ def target():
     load_or_explain(_mods, "trl", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
-                  "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo}
+                  "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo,
+                  "preference.kto": kto}
     steps = {"grpo.loss": grpo_step, "dpo.loss": micro_batch_mean(dpo_loss)}
     return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS)
