@@ -161,8 +161,10 @@ OBJECTIVES: tuple[Objective, ...] = (
         "preference.simpo", "SimPO per pair: −log σ(β·(c/|y_c| − r/|y_r|) − γ), reference-free and length-normalised.",
         (Input("chosen_logps", "B"), Input("rejected_logps", "B"), Input("chosen_lengths", "B", kind="int"),
          Input("rejected_lengths", "B", kind="int")),
-        (Param("beta", 2.0, source="SimPO repository training_configs (mistral-7b-base-simpo): beta 2.0"),
-         Param("gamma", 1.0, source="SimPO repository training_configs: gamma_beta_ratio 0.5, γ = 0.5·β"),
+        (Param("beta", 2.0, source="SimPO repository training_configs/llama-3-8b-base-simpo.yaml (and "
+               "mistral-7b-base-simpo.yaml): beta 2.0"),
+         Param("gamma", 1.0, source="SimPO repository training_configs/llama-3-8b-base-simpo.yaml: gamma_beta_ratio "
+               "0.5, γ = 0.5·β (mistral-7b-base-simpo.yaml has 0.8: γ = 1.6)"),
          Param("label_smoothing", 0.0, source="SimPO eq. 6 has none")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
         "Meng et al. 2024 (SimPO, arXiv 2405.14734) §2.2 eq. 6"),
