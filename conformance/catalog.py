@@ -16,6 +16,7 @@ class Input:
     shape: str                   # symbolic, e.g. "N,V" or "...,V"
     kind: str = "float"          # float | int | mask
     neg_inf: bool = False        # −inf allowed (logits of impossible tokens)
+    optional: bool = False       # may be absent (None); backends take it after the params
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class Objective:
 
 
 _LOGITS_NOTE = "−inf marks an impossible token"
+
+# How a preference loss's NLL term on the chosen response is normalised (per pair i, chosen sequence
+# log-probability c_i over n_i tokens): −c_i/n_i, −c_i, or −c_i·B/Σ_j n_j (the pair's share of the batch
+# token mean, so that the mean over pairs is −Σc/Σn).
+_NLL_AGGREGATIONS = (None, "seq-mean-token-mean", "seq-mean-token-sum", "token-mean")  # None: no NLL term
 
 # Token trees (family ``tabular``) travel as arrays; this is their canonical order.
 _TREE_ENCODING = (
@@ -128,9 +134,11 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("clamp", None, source="no clamp in the papers", convention=True)),
         ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4"),
     Objective(
-        "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space.",
+        "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space, "
+        "plus rpo_alpha times the chosen response's NLL (RPO).",
         (Input("policy_chosen_logps", "B"), Input("policy_rejected_logps", "B"),
-         Input("reference_chosen_logps", "B"), Input("reference_rejected_logps", "B")),
+         Input("reference_chosen_logps", "B"), Input("reference_rejected_logps", "B"),
+         Input("chosen_lengths", "B", kind="int", optional=True)),
         (Param("beta", 0.1), Param("loss_type", "sigmoid", ("sigmoid", "hinge", "ipo", "cdpo", "robust", "exo_pair",
                                                            "nca_pair", "bco_pair", "sppo_hard", "aot",
                                                            "aot_unpaired", "apo_zero", "apo_down", "discopop"),
@@ -138,7 +146,12 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("label_smoothing", 0.0, source="DPO eq. 7 has none"),
          Param("discopop_tau", 0.05, source="DiscoPOP (Lu et al. 2024) eq. 5: τ = 0.05"),
          Param("reward_shift", 0.0, source="BCO (Jung et al. 2024) §3 shifts by the running reward mean δ; "
-               "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0")),
+               "TRL 1.16.0 and Liger 0.8.5 bco_pair use δ = 0"),
+         Param("rpo_alpha", 0.0, source="DPO eq. 7 has no NLL term; RPO (Pang et al. 2024, arXiv 2404.19733) §2 "
+               "adds the chosen response's NLL (its weight; nonzero only with an nll_aggregation)", added="1.3.0"),
+         Param("nll_aggregation", None, _NLL_AGGREGATIONS,
+               "DPO eq. 7 has no NLL term (None); RPO (arXiv 2404.19733) §2 divides the chosen NLL by its length "
+               "('seq-mean-token-mean')", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"),
         ("policy_chosen_logps", "policy_rejected_logps"),
         "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
@@ -149,16 +162,25 @@ OBJECTIVES: tuple[Objective, ...] = (
         "preference.simpo", "SimPO per pair: −log σ(β·(c/|y_c| − r/|y_r|) − γ), reference-free and length-normalised.",
         (Input("chosen_logps", "B"), Input("rejected_logps", "B"), Input("chosen_lengths", "B", kind="int"),
          Input("rejected_lengths", "B", kind="int")),
-        (Param("beta", 2.0, source="SimPO repository training_configs (mistral-7b-base-simpo): beta 2.0"),
-         Param("gamma", 1.0, source="SimPO repository training_configs: gamma_beta_ratio 0.5, γ = 0.5·β"),
+        (Param("beta", 2.0, source="SimPO repository training_configs/llama-3-8b-base-simpo.yaml (and "
+               "mistral-7b-base-simpo.yaml): beta 2.0"),
+         Param("gamma", 1.0, source="SimPO repository training_configs/llama-3-8b-base-simpo.yaml: gamma_beta_ratio "
+               "0.5, γ = 0.5·β (mistral-7b-base-simpo.yaml has 0.8: γ = 1.6)"),
          Param("label_smoothing", 0.0, source="SimPO eq. 6 has none")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
         "Meng et al. 2024 (SimPO, arXiv 2405.14734) §2.2 eq. 6"),
     Objective(
-        "preference.cpo", "CPO's preference term per pair: −log σ(β·(c − r)) on policy sequence log-probabilities.",
-        (Input("chosen_logps", "B"), Input("rejected_logps", "B")),
+        "preference.cpo", "CPO per pair: −log σ(β·(c − r)) on policy sequence log-probabilities, plus cpo_alpha "
+        "times the chosen response's NLL.",
+        (Input("chosen_logps", "B"), Input("rejected_logps", "B"),
+         Input("chosen_lengths", "B", kind="int", optional=True)),
         (Param("beta", 0.1, source="TRL 1.16.0 CPOConfig beta 0.1"),
-         Param("label_smoothing", 0.0, source="CPO eq. 3 has none")),
+         Param("label_smoothing", 0.0, source="CPO eq. 3 has none"),
+         Param("cpo_alpha", 0.0, source="0 keeps L_prefer alone (the cases before 1.3.0); CPO §3 adds L_NLL with "
+               "weight 1 (TRL 1.16.0 CPOConfig cpo_alpha 1.0)", added="1.3.0"),
+         Param("nll_aggregation", None, _NLL_AGGREGATIONS,
+               "None: L_prefer alone (the cases before 1.3.0); CPO §3's L_NLL = −E log π(y_w|x) is "
+               "'seq-mean-token-sum'", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
         "Xu et al. 2024 (CPO, arXiv 2401.08417) §3 eq. 3"),
     Objective(

@@ -217,6 +217,26 @@ def reward_shift(value) -> float:
     return real("reward_shift", value)
 
 
+NLL_AGGREGATIONS = (None, "seq-mean-token-mean", "seq-mean-token-sum", "token-mean")
+
+
+def nll_term(weight_name: str, weight, aggregation, lengths_given: bool) -> tuple[float, bool]:
+    """The chosen-NLL term a preference loss adds (rpo_alpha, cpo_alpha): its weight α ≥ 0 and
+    whether it divides by chosen_lengths (which must then be given). ``aggregation`` None means
+    no NLL term, where only α = 0 is meaningful."""
+    a = nonnegative(weight_name, weight)
+    if aggregation is not None:
+        choice("nll_aggregation", aggregation, NLL_AGGREGATIONS[1:])
+    elif a != 0:
+        fail("nll_aggregation", f"must be one of {', '.join(map(repr, NLL_AGGREGATIONS[1:]))} when {weight_name} "
+             f"is nonzero (None: no NLL term), got None")
+    needed = a != 0 and aggregation in ("seq-mean-token-mean", "token-mean")
+    if needed and not lengths_given:
+        fail("chosen_lengths", f"required when the NLL weight is nonzero and nll_aggregation is "
+             f"{aggregation!r} (the chosen log-probabilities are divided by token counts)")
+    return a, needed
+
+
 # ----------------------------------------------------------------------------- preference
 
 

@@ -51,12 +51,15 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
     if objective_id == "kl.estimator":
         return {"logp": logp(n), "ref_logp": logp(n)}
     if objective_id == "dpo.loss":
-        return {k: logp(b) * 20 for k in ("policy_chosen_logps", "policy_rejected_logps",
-                                          "reference_chosen_logps", "reference_rejected_logps")}
+        return {**{k: logp(b) * 20 for k in ("policy_chosen_logps", "policy_rejected_logps",
+                                             "reference_chosen_logps", "reference_rejected_logps")},
+                "chosen_lengths": rng.integers(1, 30, size=b)}
     if objective_id == "preference.simpo":
         return {"chosen_logps": logp(b) * 20, "rejected_logps": logp(b) * 20,
                 "chosen_lengths": rng.integers(1, 30, size=b), "rejected_lengths": rng.integers(1, 30, size=b)}
-    if objective_id in ("preference.cpo", "preference.orpo"):
+    if objective_id == "preference.cpo":
+        return {"chosen_logps": logp(b), "rejected_logps": logp(b), "chosen_lengths": rng.integers(1, 30, size=b)}
+    if objective_id == "preference.orpo":
         return {"chosen_logps": logp(b), "rejected_logps": logp(b)}
     if objective_id == "preference.kto":
         return {"policy_logps": logp(n) * 20, "reference_logps": logp(n) * 20,

@@ -5,7 +5,7 @@ the backend implements (the exact backend: every family; the others: every famil
 ``tabular``, whose trees only the exact reference enumerates; refimpl.triton: ``distill``); the catalog id ``family.name``
 is the function ``refimpl.<backend>.<family>.<name>``; its parameters are the catalog's inputs
 (required, in order) followed by the catalog's parameters (in order, each defaulting to the
-catalog's default, the same value of the same type); the module's ``__all__`` lists exactly
+catalog's default, the same value of the same type), then its optional inputs (default None); the module's ``__all__`` lists exactly
 those functions and their VJPs ``<name>_vjp(cotangent, <the same parameters>)`` — the one
 documented extra, which the exact and arrays backends give for every objective with
 gradients (the torch backend differentiates by autograd instead).
@@ -44,7 +44,8 @@ def _objectives(family: str):
 def _expected(spec: catalog.Objective, vjp: bool) -> list[tuple[str, object]]:
     """(name, default) of every parameter, in order; EMPTY for a required one."""
     head = [("cotangent", EMPTY)] if vjp else []
-    return head + [(i.name, EMPTY) for i in spec.inputs] + [(p.name, p.default) for p in spec.params]
+    return (head + [(i.name, EMPTY) for i in spec.inputs if not i.optional]
+            + [(p.name, p.default) for p in spec.params] + [(i.name, None) for i in spec.inputs if i.optional])
 
 
 def _actual(fn) -> list[tuple[str, object]]:

@@ -78,6 +78,9 @@ BAD_PARAMS = {
     "log_ratio_clamp": [0.0, -20.0, NAN, INF],
     "kl_aggregation": ["sum", 1],
     "mean_eps": [-1e-8, NAN, INF, None],
+    "rpo_alpha": [-0.5, NAN, INF, "x"],
+    "cpo_alpha": [-1.0, NAN, -INF, "one"],
+    "nll_aggregation": ["sum", "Token-Mean", 1],
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],
@@ -194,7 +197,7 @@ def test_wrong_dtypes(backend, data, objective_id, seed):
     choices = [h for h in WRONG_DTYPES if (h == "fractional-int") == (victim.kind == "int")
                and not (h == "bool" and victim.kind == "mask")]
     if victim.kind == "int":
-        choices += ["bool", "strings", "none"]
+        choices += ["bool", "strings"] + ([] if victim.optional else ["none"])  # None: an optional input absent
     how = data.draw(st.sampled_from(choices), label="how")
     kwargs = {k: to_backend(backend, v) for k, v in inputs.items()}
     kwargs[victim.name] = wrong_dtype(backend, inputs[victim.name], how, victim.kind)

@@ -2,7 +2,10 @@
 the loss types TRL 1.16.0 trainer/dpo_trainer.py ships beyond them: EXO, NCA, BCO, SPPO, AOT,
 APO, DiscoPOP — formulas and papers in refimpl/exact/dpo.py).
 
-The only convention is ``loss_type``: one group per loss type. ``beta``,
+The conventions are ``loss_type`` (one group per loss type) and, since vector set 1.3.0,
+``nll_aggregation`` for the chosen NLL term that ``rpo_alpha`` adds (RPO, arXiv 2404.19733 §2):
+one group per normalisation, with ``chosen_lengths`` as an input (cases before 1.3.0 have
+rpo_alpha = 0 and keep their uids). ``beta``,
 ``label_smoothing``, ``discopop_tau`` (discopop only) and ``reward_shift`` (bco_pair only) are
 arguments and vary inside a group. The implicit rewards are
 metrics that every library detaches, so their cotangents are zero (see note
@@ -67,6 +70,12 @@ NOTES = {
     "RewardShift": {"category": "convention", "description": "bco_pair with a reward shift δ ≠ 0: BCO (Jung "
                     "et al. 2024 §3) subtracts the running mean of the implicit rewards; TRL 1.16.0 and Liger "
                     "0.8.5 use δ = 0 and their adapters must not declare these cases."},
+    "NllTerm": {"category": "convention", "description": "rpo_alpha α > 0: each pair's loss adds α times the NLL "
+                "of its chosen response (RPO, Pang et al. 2024, arXiv 2404.19733 §2), normalised by "
+                "nll_aggregation: −c/n per pair ('seq-mean-token-mean': RPO, OpenRLHF 0.11.2 nll_loss_coef), −c "
+                "('seq-mean-token-sum'), or the pair's share −c·B/Σn of the batch token mean ('token-mean': TRL "
+                "1.16.0 loss_type 'sft', Liger 0.8.5 compute_nll_loss); c = policy_chosen_logps, n = chosen_lengths "
+                "(token counts). The mean of the losses over the pairs is the trainer's loss."},
     "DiscoPopTau": {"category": "convention", "description": "discopop with τ ≠ 0.05 (DiscoPOP eq. 5's value, "
                     "TRL's DPOConfig.discopop_tau and Liger's default)."},
 }
@@ -103,7 +112,16 @@ GROUPS = {
                 "Liger 0.8.5 'apo_down'",
     "discopop": "DiscoPOP (Lu et al. 2024, arXiv 2406.08414) eq. 5 (1 − σ(βΔ/τ))·(−log σ(βΔ)) + σ(βΔ/τ)·e^{−βΔ}; "
                 "TRL 1.16.0 loss_type='discopop' (DPOConfig.discopop_tau 0.05); Liger 0.8.5 'discopop'",
+    "rpo": "RPO (Pang et al. 2024, arXiv 2404.19733) §2: DPO + α·NLL of the chosen response divided by its "
+           "length; OpenRLHF 0.11.2 trainer/dpo_trainer.py nll_loss_coef (−mean of the chosen token-mean "
+           "log-probabilities)",
+    "rpo-token-mean": "DPO + α·NLL as the batch token mean of the chosen tokens: TRL 1.16.0 trainer/dpo_trainer.py "
+                      "loss_type=['sigmoid', 'sft'] with loss_weights=[1, α]; Liger 0.8.5 "
+                      "chunked_loss/fused_linear_preference.py compute_nll_loss with alpha (CE sum / chosen tokens)",
+    "rpo-sequence-nll": "DPO + α·NLL of the chosen sequence (its summed log-probability, no length division)",
     "invalid": "inputs outside the domain (all loss types)",
+    "invalid-nll": "arguments of the NLL term outside their domain (rpo_alpha < 0, missing or bad chosen_lengths, "
+                   "unknown nll_aggregation)",
 }
 
 LOSS_TYPES = {"paper": "sigmoid", "cdpo": "cdpo", "hinge": "hinge", "ipo": "ipo", "robust": "robust"}
@@ -292,6 +310,7 @@ def cases() -> list[Case]:
     out = [c for c in out if _sort_keys_apart(c.inputs, c.conventions["loss_type"],
                                               KEY_GAP["low" if c.low_precision else "float32"])]
     out.extend(_invalid())
+    out.extend(_nll_cases())
     return out
 
 
@@ -300,6 +319,62 @@ def _smoothed(case: Case, smoothing: float) -> Case:
     case.flags = case.flags + ("LabelSmoothing",)
     case.comment += f" → ε = {smoothing:g}"
     return case
+
+
+# ----------------------------------------------------------------------------- the NLL term (1.3.0)
+#
+# Per normalisation: 12 random batches with the sigmoid loss (half in float32), two on the
+# low-precision grids, and one each with ipo, nca_pair, apo_zero and aot (the term is added to
+# any loss type; for AOT pair i's NLL goes to position i); α in {0.25, 0.5, 1, 2}; the chosen
+# responses 1 to 512 tokens long. Then the invalid arguments of the term.
+
+NLL_GROUPS = {"seq-mean-token-mean": "rpo", "token-mean": "rpo-token-mean", "seq-mean-token-sum": "rpo-sequence-nll"}
+NLL_LOSS_TYPES = ("ipo", "nca_pair", "apo_zero", "aot")
+
+
+def _with_nll(case: Case, aggregation: str, seed: int) -> Case:
+    r = S.rng(seed + 1)
+    batch = len(case.inputs[INPUTS[0]])
+    alpha = float(r.choice([0.25, 0.5, 1.0, 1.0, 2.0]))
+    case.group = NLL_GROUPS[aggregation]
+    case.params["rpo_alpha"] = alpha
+    case.conventions["nll_aggregation"] = aggregation
+    if aggregation != "seq-mean-token-sum":
+        case.inputs["chosen_lengths"] = [int(n) for n in r.integers(1, 513, size=batch)]
+    case.flags = case.flags + ("NllTerm",)
+    case.comment += f"; rpo_alpha={alpha:g}, nll_aggregation={aggregation}"
+    case.provenance["recipe"] += "; chosen lengths uniform in [1, 512]"
+    return case
+
+
+def _nll_cases() -> list[Case]:
+    out = []
+    for k, aggregation in enumerate(NLL_GROUPS):
+        base = 26000 + 100 * k
+        for i in range(12):
+            out.append(_with_nll(_random_case("paper", base + i, "float32" if i % 2 == 0 else None),
+                                 aggregation, base + i))
+        for i in range(2):
+            out.append(_with_nll(_random_case("paper", base + 20 + i, None, grid=S.low_grid(i), max_batch=64),
+                                 aggregation, base + 20 + i))
+        for j, loss_type in enumerate(NLL_LOSS_TYPES):
+            out.append(_with_nll(_random_case(loss_type, base + 30 + j, None), aggregation, base + 30 + j))
+    ok = _inputs([-8.0, -3.0], [-11.0, -4.0], [-10.0, -3.5], [-10.0, -3.0])
+    bad = [
+        ({"rpo_alpha": -1.0}, {}, {}, "negative rpo_alpha"),
+        ({"rpo_alpha": 1.0}, {"nll_aggregation": "token-mean"}, {}, "rpo_alpha > 0 without chosen_lengths"),
+        ({"rpo_alpha": 1.0}, {"nll_aggregation": "seq-mean-token-mean"}, {"chosen_lengths": [12, 0]},
+         "a chosen length of 0"),
+        ({"rpo_alpha": 1.0}, {"nll_aggregation": "seq-mean-token-mean"}, {"chosen_lengths": [12]},
+         "chosen_lengths of another shape"),
+        ({"rpo_alpha": 1.0}, {}, {"chosen_lengths": [12, 3]}, "rpo_alpha > 0 without an nll_aggregation"),
+        ({"rpo_alpha": 1.0}, {"nll_aggregation": "sum"}, {"chosen_lengths": [12, 3]}, "unknown nll_aggregation"),
+    ]
+    for params, conv, extra, why in bad:
+        out.append(Case(OBJ, {**ok, **extra}, params={"beta": 0.1, "label_smoothing": 0.0, **params},
+                        conventions=conv, group="invalid-nll", result="invalid", flags=("InvalidInput",),
+                        comment=why, provenance=generated(0, "fixed")))
+    return out
 
 
 # ----------------------------------------------------------------------------- low precision
@@ -450,6 +525,8 @@ def _scale(kwargs, outputs, grads):
     beta = mpmath.mpf(kwargs["beta"])
     eps = mpmath.mpf(kwargs["label_smoothing"])
     loss_type = kwargs["loss_type"]
+    if kwargs.get("rpo_alpha", 0.0):
+        return _scale_nll(kwargs, outputs, beta, eps, loss_type)
     if loss_type in NEW_TYPES:
         return _scale_new(kwargs, outputs, beta, eps, loss_type)
     cols = [[mpmath.mpf(v) for v in kwargs[n]] for n in INPUTS]
@@ -469,6 +546,18 @@ def _scale(kwargs, outputs, grads):
     return {"losses": max(loss_terms, default=mpmath.mpf(0)), "chosen_rewards": max(chosen),
             "rejected_rewards": max(rejected), "grad:policy_chosen_logps": grad,
             "grad:policy_rejected_logps": grad}
+
+
+def _scale_nll(kwargs, outputs, beta, eps, loss_type):
+    """With the NLL term: the scales of the preference loss (by the partial derivatives, as for
+    the loss types of issue 15) and the NLL's constant slope |∂(α·NLL_i)/∂c_i| for a cotangent of
+    at most 2 (its value's rounding is relative to the loss, which the losses scale holds)."""
+    scales = _scale_new(kwargs, outputs, beta, eps, loss_type)
+    _, slopes = exact_dpo.chosen_nll(exact_dpo.mp.array("c", kwargs["policy_chosen_logps"]),
+                                     kwargs.get("chosen_lengths"), kwargs["rpo_alpha"], kwargs["nll_aggregation"],
+                                     "rpo_alpha", "policy_chosen_logps")
+    scales["grad:policy_chosen_logps"] += 2 * max((abs(v) for v in slopes), default=mpmath.mpf(0))
+    return scales
 
 
 SCALES = {OBJ: _scale}

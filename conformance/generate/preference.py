@@ -3,7 +3,10 @@
 (Hong et al. 2024 eqs. 6-7) and ``preference.kto`` (Ethayarajh et al. 2024 eq. 7); formulas in
 refimpl/exact/preference.py.
 
-None of them has a convention: one group per objective, the parameters vary inside it. The
+One group per objective, the parameters vary inside it; since vector set 1.3.0 ``preference.cpo``
+also has the convention ``nll_aggregation`` of the chosen NLL that ``cpo_alpha`` adds (CPO §3's
+L_NLL), one group per normalisation, with ``chosen_lengths`` as an input (the cases before 1.3.0
+have cpo_alpha = 0 and keep their uids). The
 logged rewards (SimPO, CPO, ORPO) and KTO's reference point z0 are detached metrics in every
 library, so their cotangents are zero; the loss cotangents are random multiples of 1/64.
 """
@@ -35,6 +38,11 @@ NOTES = {
                      "desirable/undesirable counts)."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 (or "
                      "both), judged in those dtypes."},
+    "NllTerm": {"category": "convention", "description": "cpo_alpha α > 0: each pair's loss adds α times the NLL "
+                "of its chosen response (CPO §3: L_prefer + L_NLL), normalised by nll_aggregation: −c "
+                "('seq-mean-token-sum', the paper's −log π(y_w|x)), −c/n per pair ('seq-mean-token-mean'), or the "
+                "pair's share −c·B/Σn of the batch token mean ('token-mean': TRL 1.16.0 CPOTrainer's cross-entropy "
+                "on the chosen tokens, Liger 0.8.5 compute_nll_loss); c = chosen_logps (sums), n = chosen_lengths."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain (NaN "
                      "or inf log-probabilities, shapes that disagree, β ≤ 0, lengths < 1, γ < 0, an average "
                      "log-probability of 0 for ORPO, a desirable flag other than 0/1, class weights ≤ 0); must be "
@@ -52,6 +60,15 @@ GROUPS = {
            "trainer/kto_trainer.py estimates it (clamped batch mean, detached); Liger 0.8.5 "
            "chunked_loss/kto_loss.py (the caller passes z0)",
     "invalid": "inputs outside the domain",
+    "cpo-nll": "CPO (Xu et al. 2024, arXiv 2401.08417) §3: L_prefer + α·L_NLL, L_NLL = −log π(y_w|x) (the chosen "
+               "sequence log-probability; α = 1 in the paper)",
+    "cpo-token-mean": "CPO with the NLL as the batch token mean of the chosen tokens: TRL 1.16.0 "
+                      "experimental/cpo/cpo_trainer.py (loss = losses.mean() + cpo_alpha·cross-entropy on the chosen "
+                      "tokens; cpo_alpha 1.0); Liger 0.8.5 chunked_loss/cpo_loss.py (compute_nll_loss True, alpha 1.0: "
+                      "CE sum / chosen tokens)",
+    "cpo-seq-mean": "CPO with the NLL of each chosen response divided by its length (per-sequence token mean)",
+    "invalid-nll": "arguments of the NLL term outside their domain (cpo_alpha < 0, missing or bad chosen_lengths, "
+                   "unknown nll_aggregation)",
 }
 
 PAIR = ("losses", "chosen_rewards", "rejected_rewards")
@@ -284,6 +301,48 @@ def cases() -> list[Case]:
             out.append(random_case(30500 + 1000 * k + i, grid=S.low_grid(i)))
         out.extend(fixed())
     out.extend(_invalid())
+    out.extend(_cpo_nll_cases())
+    return out
+
+
+# ----------------------------------------------------------------------------- CPO's NLL term (1.3.0)
+
+CPO_NLL_GROUPS = {"seq-mean-token-sum": "cpo-nll", "token-mean": "cpo-token-mean", "seq-mean-token-mean": "cpo-seq-mean"}
+
+
+def _cpo_nll_cases() -> list[Case]:
+    """Per normalisation: 12 random batches (half in float32) and 2 on the low-precision grids,
+    cpo_alpha in {0.5, 1, 2}, chosen responses 1 to 512 tokens long; then the invalid arguments."""
+    out = []
+    for k, aggregation in enumerate(CPO_NLL_GROUPS):
+        for i in range(14):
+            seed = 36000 + 100 * k + i
+            case = (_cpo_random(seed, "float32" if i % 2 == 0 else None) if i < 12
+                    else _cpo_random(seed, grid=S.low_grid(i - 12)))
+            r = S.rng(seed + 1)
+            alpha = float(r.choice([0.5, 1.0, 1.0, 2.0]))
+            case.group = CPO_NLL_GROUPS[aggregation]
+            case.params["cpo_alpha"] = alpha
+            case.conventions["nll_aggregation"] = aggregation
+            if aggregation != "seq-mean-token-sum":
+                case.inputs["chosen_lengths"] = [int(n) for n in r.integers(1, 513, size=len(case.inputs["chosen_logps"]))]
+            case.flags = case.flags + ("NllTerm",)
+            case.comment += f"; cpo_alpha={alpha:g}, nll_aggregation={aggregation}"
+            out.append(case)
+    two = {"chosen_logps": [-8.0, -3.0], "rejected_logps": [-11.0, -4.0]}
+    bad = [
+        (two, {"cpo_alpha": -1.0}, {}, "negative cpo_alpha"),
+        (two, {"cpo_alpha": 1.0}, {"nll_aggregation": "token-mean"}, "cpo_alpha > 0 without chosen_lengths"),
+        ({**two, "chosen_lengths": [0, 4]}, {"cpo_alpha": 1.0}, {"nll_aggregation": "token-mean"},
+         "a chosen length of 0"),
+        ({**two, "chosen_lengths": [4]}, {"cpo_alpha": 1.0}, {"nll_aggregation": "seq-mean-token-mean"},
+         "chosen_lengths of another shape"),
+        (two, {"cpo_alpha": 1.0}, {"nll_aggregation": "mean"}, "unknown nll_aggregation"),
+        (two, {"cpo_alpha": 1.0}, {}, "cpo_alpha > 0 without an nll_aggregation"),
+    ]
+    out.extend(Case("preference.cpo", inputs, params=params, conventions=conv, group="invalid-nll", result="invalid",
+                    flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed"))
+               for inputs, params, conv, why in bad)
     return out
 
 
@@ -321,9 +380,16 @@ def _cpo_scale(kwargs, outputs, grads):
     c, r = _mp(kwargs, "chosen_logps", "rejected_logps")
     sizes = [beta * (abs(a) + abs(b)) for a, b in zip(c, r)]
     loss, grad = _logistic_scales(sizes, outputs["losses"], [beta] * len(c))
+    # The NLL term's slope in c is a constant −α/n (−α, −α·B/Σn): a cotangent of at most 2 times it.
+    lengths = kwargs.get("chosen_lengths")
+    alpha, aggregation = mpmath.mpf(kwargs.get("cpo_alpha", 0.0)), kwargs.get("nll_aggregation")
+    if alpha and lengths is not None and aggregation != "seq-mean-token-sum":
+        nll = alpha / (min(lengths) if aggregation == "seq-mean-token-mean" else mpmath.mpf(sum(lengths)) / len(c))
+    else:
+        nll = alpha
     return {"losses": loss, "chosen_rewards": max([beta * abs(a) for a in c], default=0),
             "rejected_rewards": max([beta * abs(b) for b in r], default=0),
-            "grad:chosen_logps": grad, "grad:rejected_logps": grad}
+            "grad:chosen_logps": grad + 2 * nll, "grad:rejected_logps": grad}
 
 
 def _orpo_scale(kwargs, outputs, grads):

@@ -26,6 +26,11 @@ and with ε = label_smoothing, τ = discopop_tau, δ = reward_shift the loss typ
     aot_unpaired    the sigmoid/cdpo loss of Δ_i = sort(g_c)_i − sort(g_r)_i
                                                              AOT (Melnyk et al. 2024, arXiv 2406.05882) §3
 
+With α = rpo_alpha each pair's loss also carries α times its chosen response's NLL (RPO, Pang
+et al. 2024, arXiv 2404.19733 §2): −c_i/n_i ('seq-mean-token-mean'), −c_i ('seq-mean-token-sum')
+or −c_i·B/Σ_j n_j ('token-mean', the pair's share of the batch token mean), with c_i =
+policy_chosen_logps[i] and n_i = chosen_lengths[i]; AOT adds pair i's NLL at position i.
+
 The two AOT losses couple the batch: sort is ascending over the batch dimension and losses[i]
 belongs to the i-th sorted position (as TRL 1.16.0 trainer/dpo_trainer.py returns them). The
 gradient moves through the sorting permutation (ties: the stable order; the vectors avoid
@@ -141,30 +146,54 @@ def _losses(xp, pc, pr, rc, rr, beta, loss_type, eps, tau, shift):
     return value, slope, -slope, ic, ir
 
 
+def chosen_nll(xp, chosen, chosen_lengths, weight, aggregation, weight_name, chosen_name):
+    """(α·NLL_i, its derivative in c_i) for every pair (module docstring); the NLL term of
+    dpo.loss (rpo_alpha) and preference.cpo (cpo_alpha)."""
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
+    if chosen_lengths is not None:
+        n = _xp.int_array(xp, "chosen_lengths", chosen_lengths)
+        validate.same_shape(**{chosen_name: _xp.shape(chosen), "chosen_lengths": _xp.shape(n)})
+        validate.lengths("chosen_lengths", [int(v) for v in n])
+    slope = xp.full(_xp.shape(chosen), -a, dtype=chosen.dtype)
+    if divides:
+        if aggregation == "seq-mean-token-mean":
+            slope = slope / xp.astype(n, chosen.dtype)
+        else:
+            slope = slope * (_xp.shape(chosen)[0] / sum(int(v) for v in n))
+    return slope * chosen, slope
+
+
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
+         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
+         rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Per-pair preference loss (no mean over the batch); formulas and papers in the module
     docstring. ``label_smoothing`` enters sigmoid, cdpo, robust, exo_pair (ε > 0), aot and
-    aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair.
+    aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair; ``rpo_alpha``
+    weighs the chosen NLL (normalised by ``nll_aggregation``, ``chosen_lengths`` its token counts).
     Returns {"losses"[B], "chosen_rewards"[B] = β·g_c, "rejected_rewards"[B] = β·g_r}.
     """
     xp, _, pc, pr, rc, rr, b, eps, tau, shift = _prepare(
         (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps), beta, loss_type, label_smoothing, discopop_tau, reward_shift)
+    nll, _ = chosen_nll(xp, pc, chosen_lengths, rpo_alpha, nll_aggregation, "rpo_alpha", "policy_chosen_logps")
     losses = _losses(xp, pc, pr, rc, rr, b, loss_type, eps, tau, shift)[0]
+    if rpo_alpha != 0:
+        losses = losses + nll
     return {"losses": losses, "chosen_rewards": b * (pc - rc), "rejected_rewards": b * (pr - rr)}
 
 
 def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
              reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-             label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
+             label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
+             rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Gradient of Σ_out Σ cotangent[out]·out with respect to the two policy log-probabilities
     (DPO §5: ∇ = −β·σ(−βΔ)·(∇g_c − ∇g_r) for the sigmoid loss; AOT through the sorting
     permutation). ``cotangent`` is a dict by output name; a missing output has a zero cotangent."""
     xp, dt, pc, pr, rc, rr, b, eps, tau, shift = _prepare(
         (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps), beta, loss_type, label_smoothing, discopop_tau, reward_shift)
+    _, nll_slope = chosen_nll(xp, pc, chosen_lengths, rpo_alpha, nll_aggregation, "rpo_alpha", "policy_chosen_logps")
     ct = _xp.cotangents(xp, cotangent, dt, OUTPUTS, "policy_chosen_logps", _xp.shape(pc))
     _, dc, dr, ic, ir = _losses(xp, pc, pr, rc, rr, b, loss_type, eps, tau, shift)
     from_c, from_r = ct["losses"] * dc, ct["losses"] * dr
@@ -172,5 +201,7 @@ def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_ch
         # Position i belongs to pair ic[i]: pair j receives position argsort(ic)[j] (a gather,
         # since the array API has no scatter).
         from_c, from_r = xp.take(from_c, xp.argsort(ic)), xp.take(from_r, xp.argsort(ir))
+    if rpo_alpha != 0:
+        from_c = from_c + ct["losses"] * nll_slope
     return {"policy_chosen_logps": from_c + b * ct["chosen_rewards"],
             "policy_rejected_logps": from_r + b * ct["rejected_rewards"]}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from refimpl import validate
 from refimpl.arrays import _xp
+from refimpl.arrays.dpo import chosen_nll
 
 __all__ = ["simpo", "simpo_vjp", "cpo", "cpo_vjp", "orpo", "orpo_vjp", "kto", "kto_vjp"]
 
@@ -75,26 +76,35 @@ def simpo_vjp(cotangent, chosen_logps, rejected_logps, chosen_lengths, rejected_
 
 # --------------------------------------------------------------------------- CPO
 
-def _cpo(chosen_logps, rejected_logps, beta, label_smoothing):
+def _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha, nll_aggregation, chosen_lengths):
     xp, dt, c, r = _pair({"chosen_logps": chosen_logps, "rejected_logps": rejected_logps})
-    return xp, dt, c, r, validate.dpo_beta(beta), validate.label_smoothing(label_smoothing)
+    nll = chosen_nll(xp, c, chosen_lengths, cpo_alpha, nll_aggregation, "cpo_alpha", "chosen_logps")
+    return xp, dt, c, r, validate.dpo_beta(beta), validate.label_smoothing(label_smoothing), nll
 
 
-def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0):
-    """CPO's preference term per pair (Xu et al. 2024 eq. 3). Returns {"losses"[B],
-    "chosen_rewards"[B] = β·c, "rejected_rewards"[B] = β·r}."""
-    xp, _, c, r, b, eps = _cpo(chosen_logps, rejected_logps, beta, label_smoothing)
+def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0, cpo_alpha: float = 0.0,
+        nll_aggregation: str | None = None, chosen_lengths=None):
+    """CPO per pair (Xu et al. 2024 §3: eq. 3 plus cpo_alpha·L_NLL of the chosen response).
+    Returns {"losses"[B], "chosen_rewards"[B] = β·c, "rejected_rewards"[B] = β·r}."""
+    xp, _, c, r, b, eps, (nll, _) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
+                                         nll_aggregation, chosen_lengths)
     losses, _ = _smoothed(xp, b * (c - r), eps)
+    if cpo_alpha != 0:
+        losses = losses + nll
     return {"losses": losses, "chosen_rewards": b * c, "rejected_rewards": b * r}
 
 
-def cpo_vjp(cotangent, chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0):
-    """∂ℓ/∂c = β·ℓ'(z) = −∂ℓ/∂r (plus the rewards' β)."""
-    xp, dt, c, r, b, eps = _cpo(chosen_logps, rejected_logps, beta, label_smoothing)
+def cpo_vjp(cotangent, chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0,
+            cpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
+    """∂ℓ/∂c = β·ℓ'(z) + ∂(α·NLL)/∂c, ∂ℓ/∂r = −β·ℓ'(z) (plus the rewards' β)."""
+    xp, dt, c, r, b, eps, (_, nll_slope) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
+                                                nll_aggregation, chosen_lengths)
     ct = _xp.cotangents(xp, cotangent, dt, PAIR_OUTPUTS, "chosen_logps", _xp.shape(c))
     _, slope = _smoothed(xp, b * (c - r), eps)
-    return {"chosen_logps": b * (ct["losses"] * slope + ct["chosen_rewards"]),
-            "rejected_logps": b * (-ct["losses"] * slope + ct["rejected_rewards"])}
+    grad_c = b * (ct["losses"] * slope + ct["chosen_rewards"])
+    if cpo_alpha != 0:
+        grad_c = grad_c + ct["losses"] * nll_slope
+    return {"chosen_logps": grad_c, "rejected_logps": b * (-ct["losses"] * slope + ct["rejected_rewards"])}
 
 
 # --------------------------------------------------------------------------- ORPO

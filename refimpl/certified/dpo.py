@@ -24,6 +24,11 @@ The loss types TRL 1.16.0 ships beyond these (a = β·g_c, b = β·g_r, τ = dis
     aot             the sigmoid loss of sort(π_c − π_r)_i − sort(ref_c − ref_r)_i   AOT §3
     aot_unpaired    the sigmoid loss of sort(g_c)_i − sort(g_r)_i
 
+With α = rpo_alpha the loss of pair i gains α times the NLL of its chosen response (RPO, Pang
+et al. 2024, arXiv 2404.19733 §2), c_i = policy_chosen_logps[i] over n_i = chosen_lengths[i]
+tokens of B pairs: −c_i/n_i ('seq-mean-token-mean'), −c_i ('seq-mean-token-sum') or
+−c_i·B/Σ_j n_j ('token-mean'); AOT adds pair i's NLL at position i.
+
 σ is :func:`_ball.sigmoid` (exact at 0, so APO's two σ′(0) terms cancel exactly). AOT's sorts compare exact differences of binary64 inputs (rigorously,
 :func:`_ball.compare`); ties keep the input order (a stable sort), as the exact reference.
 """
@@ -95,9 +100,27 @@ def _sorted_losses(pc, pr, rc, rr, beta, loss_type, eps):
     return [_per_pair(d, beta, loss_type, eps) for d in deltas]
 
 
+def chosen_nll(chosen, chosen_lengths, weight, aggregation, weight_name, chosen_name):
+    """α·NLL of every pair's chosen response (balls; the module docstring); ``chosen`` may be Vars."""
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
+    if chosen_lengths is not None:
+        n = list(chosen_lengths.tolist() if hasattr(chosen_lengths, "tolist") else chosen_lengths)
+        for v in n:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
+                validate.fail("chosen_lengths", f"expected integers, got {v!r}")
+        validate.same_shape(**{chosen_name: (len(chosen),), "chosen_lengths": (len(n),)})
+        validate.lengths("chosen_lengths", [int(v) for v in n])
+    if not divides:
+        return [-_ball.ball(a) * c for c in chosen]
+    if aggregation == "seq-mean-token-mean":
+        return [-_ball.ball(a) * c / _ball.ball(int(k)) for c, k in zip(chosen, n)]
+    share = _ball.ball(a) * _ball.ball(len(n)) / _ball.ball(sum(int(k) for k in n))
+    return [-share * c for c in chosen]
+
+
 def _loss(diff, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
           reference_rejected_logps, beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05,
-          reward_shift=0.0):
+          reward_shift=0.0, rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     pc, pr, rc, rr = (_ball.balls(n, x) for n, x in zip(_INPUTS, (
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)))
     validate.rank("policy_chosen_logps", _ball.shape(pc), 1)
@@ -108,12 +131,15 @@ def _loss(diff, policy_chosen_logps, policy_rejected_logps, reference_chosen_log
     tau = _ball.ball(validate.discopop_tau(discopop_tau))
     shift = _ball.ball(validate.reward_shift(reward_shift))
     pc, pr = diff("policy_chosen_logps", pc), diff("policy_rejected_logps", pr)
+    nll = chosen_nll(pc, chosen_lengths, rpo_alpha, nll_aggregation, "rpo_alpha", "policy_chosen_logps")
     g_c = [p - r for p, r in zip(pc, rc)]
     g_r = [p - r for p, r in zip(pr, rr)]
     if loss_type in ("aot", "aot_unpaired"):
         losses = _sorted_losses(pc, pr, rc, rr, b, loss_type, eps)
     else:
         losses = [_per_gains(c, r, b, loss_type, eps, tau, shift) for c, r in zip(g_c, g_r)]
+    if rpo_alpha != 0:
+        losses = [x + y for x, y in zip(losses, nll)]
     return {"losses": losses, "chosen_rewards": [b * g for g in g_c], "rejected_rewards": [b * g for g in g_r]}
 
 

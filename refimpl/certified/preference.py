@@ -5,7 +5,8 @@ Written from the papers, as refimpl/exact/preference.py is, sharing only refimpl
 
     simpo  z = β·(c/|y_c| − r/|y_r|) − γ,  ℓ = −(1−ε)·log σ(z) − ε·log σ(−z)
            Meng et al. 2024 (arXiv 2405.14734) §2.2 eq. 6
-    cpo    the same with z = β·(c − r)           Xu et al. 2024 (arXiv 2401.08417) §3 eq. 3
+    cpo    the same with z = β·(c − r)           Xu et al. 2024 (arXiv 2401.08417) §3 eq. 3,
+           plus cpo_alpha times the chosen NLL L_NLL (CPO §3), normalised as refimpl/certified/dpo.py says
     orpo   ℓ = −c̄ − λ·log σ(log odds(c̄) − log odds(r̄)),  log odds(p) = p − log(−expm1(p))
            Hong et al. 2024 (arXiv 2403.07691) §4 eqs. 6-7
     kto    z0 = max(0, mean(kl_policy − kl_reference)) (a constant: detached),
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from refimpl import validate
 from refimpl.certified import _ball
+from refimpl.certified.dpo import chosen_nll
 
 __all__ = ["simpo", "simpo_vjp", "cpo", "cpo_vjp", "orpo", "orpo_vjp", "kto", "kto_vjp"]
 
@@ -60,11 +62,16 @@ def _simpo(diff, chosen_logps, rejected_logps, chosen_lengths, rejected_lengths,
             "chosen_rewards": [b * x for x in cm], "rejected_rewards": [b * y for y in rm]}
 
 
-def _cpo(diff, chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+def _cpo(diff, chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0, cpo_alpha=0.0,
+         nll_aggregation=None, chosen_lengths=None):
     c, r = _pair(chosen_logps, rejected_logps)
     b, eps = _ball.ball(validate.dpo_beta(beta)), _ball.ball(validate.label_smoothing(label_smoothing))
     c, r = diff("chosen_logps", c), diff("rejected_logps", r)
-    return {"losses": [_smoothed(b * (x - y), eps) for x, y in zip(c, r)],
+    nll = chosen_nll(c, chosen_lengths, cpo_alpha, nll_aggregation, "cpo_alpha", "chosen_logps")
+    losses = [_smoothed(b * (x - y), eps) for x, y in zip(c, r)]
+    if cpo_alpha != 0:  # α = 0: the balls of the cases without the term, untouched
+        losses = [x + y for x, y in zip(losses, nll)]
+    return {"losses": losses,
             "chosen_rewards": [b * x for x in c], "rejected_rewards": [b * y for y in r]}
 
 
@@ -112,6 +119,6 @@ cpo, cpo_vjp = _ball.pair(_cpo, PAIR, ("chosen_logps", "rejected_logps"))
 orpo, orpo_vjp = _ball.pair(_orpo, PAIR, ("chosen_logps", "rejected_logps"))
 kto, kto_vjp = _ball.pair(_kto, ("losses", "kl"), ("policy_logps",))
 simpo.__doc__ = "SimPO per pair (Meng et al. 2024 eq. 6) and its logged rewards, as balls."
-cpo.__doc__ = "CPO's preference term per pair (Xu et al. 2024 eq. 3) and its logged rewards, as balls."
+cpo.__doc__ = "CPO per pair (Xu et al. 2024 §3: eq. 3 plus cpo_alpha·L_NLL) and its logged rewards, as balls."
 orpo.__doc__ = "ORPO per pair (Hong et al. 2024 eqs. 6-7) on average log-probabilities, as balls."
 kto.__doc__ = "KTO per example (Ethayarajh et al. 2024 eq. 7) with the detached reference point z0, as balls."

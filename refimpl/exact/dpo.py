@@ -26,6 +26,20 @@ and with ε = label_smoothing, τ = discopop_tau, δ = reward_shift the loss typ
     aot_unpaired    the sigmoid/cdpo loss of Δ_i = sort(g_c)_i − sort(g_r)_i
                                                              AOT (Melnyk et al. 2024, arXiv 2406.05882) §3
 
+With α = rpo_alpha > 0 each pair's loss also carries α times the NLL of its chosen response
+(RPO, Pang et al. 2024, arXiv 2404.19733 §2: DPO + NLL on the winning sequence; TRL's former
+rpo_alpha, OpenRLHF's nll_loss_coef, Liger's compute_nll_loss with alpha). With c_i the chosen
+sequence log-probability (policy_chosen_logps) and n_i its token count (chosen_lengths), the
+pair's NLL by ``nll_aggregation`` is
+
+    seq-mean-token-mean   −c_i / n_i              (RPO §2: divided by the length; OpenRLHF)
+    seq-mean-token-sum    −c_i                    (the sequence NLL; no lengths needed)
+    token-mean            −c_i · B / Σ_j n_j      (the pair's share of the batch token mean
+                                                   −Σc/Σn of TRL's 'sft' loss type and Liger)
+
+so that the mean of the losses over the pairs is the trainer's loss. For AOT the NLL of pair i is
+added to losses[i] (the i-th sorted position's loss): the mean is unchanged.
+
 The two AOT losses couple the batch: sort is ascending over the batch dimension and losses[i]
 belongs to the i-th sorted position (as TRL 1.16.0 trainer/dpo_trainer.py returns them). The
 gradient moves through the sorting permutation (ties: the stable order; the vectors avoid
@@ -60,6 +74,23 @@ def _prepare(arrays, beta, loss_type, label_smoothing, discopop_tau, reward_shif
     tau = mp.mpf(validate.discopop_tau(discopop_tau))
     shift = mp.mpf(validate.reward_shift(reward_shift))
     return pc, pr, rc, rr, b, eps, tau, shift
+
+
+def chosen_nll(chosen, chosen_lengths, weight, aggregation, weight_name, chosen_name):
+    """α·NLL_i of each pair's chosen response and its derivative in c_i (module docstring); the
+    NLL term of dpo.loss (rpo_alpha) and preference.cpo (cpo_alpha)."""
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
+    a = mp.mpf(a)
+    if chosen_lengths is not None:
+        n = mp.int_array("chosen_lengths", chosen_lengths)
+        validate.same_shape(**{chosen_name: chosen.shape, "chosen_lengths": n.shape})
+        validate.lengths("chosen_lengths", n.tolist())
+    if not divides:
+        return -a * chosen, np.full(chosen.shape, -a, dtype=object)
+    n = n.astype(object)
+    denom = n if aggregation == "seq-mean-token-mean" else np.full(n.shape, mp.mpf(int(n.sum())) / n.shape[0],
+                                                                    dtype=object)
+    return -a * chosen / denom, -a / denom
 
 
 def _margin_loss(delta, beta, loss_type, eps, tau):
@@ -147,7 +178,8 @@ def _losses(pc, pr, rc, rr, beta, loss_type, eps, tau, shift):
 @mp.exact
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
+         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
+         rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Per-pair preference loss (no mean over the batch); the formulas and their papers are in
     the module docstring.
 
@@ -158,22 +190,28 @@ def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     SPPO eq. 4.7 (hard); APO eqs. 7–8; DiscoPOP eq. 5; AOT §3 (paired and unpaired).
     ``label_smoothing`` enters sigmoid, cdpo, robust, exo_pair (needs ε > 0), aot and
     aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair.
+    ``rpo_alpha`` adds α times the chosen NLL normalised by ``nll_aggregation`` (RPO,
+    arXiv 2404.19733 §2); ``chosen_lengths`` [B] (token counts) are needed unless α = 0 or the
+    aggregation is 'seq-mean-token-sum'.
     Returns {"losses"[B], "chosen_rewards"[B] = β·g_c, "rejected_rewards"[B] = β·g_r}.
     """
     pc, pr, rc, rr, b, eps, tau, shift = _prepare(
         (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps),
         beta, loss_type, label_smoothing, discopop_tau, reward_shift)
-    losses = _losses(pc, pr, rc, rr, b, loss_type, eps, tau, shift)[0]
+    nll, _ = chosen_nll(pc, chosen_lengths, rpo_alpha, nll_aggregation, "rpo_alpha", "policy_chosen_logps")
+    losses = _losses(pc, pr, rc, rr, b, loss_type, eps, tau, shift)[0] + nll
     return {"losses": losses, "chosen_rewards": b * (pc - rc), "rejected_rewards": b * (pr - rr)}
 
 
 @mp.exact
 def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
              reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-             label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
+             label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
+             rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Gradient of Σ_out Σ cotangent[out]·out with respect to the two policy log-probabilities
     (DPO §5: ∇ = −β·σ(−βΔ)·(∇g_c − ∇g_r) for the sigmoid loss; the other types by the chain
-    rule through ℓ(g_c, g_r), AOT through the sorting permutation).
+    rule through ℓ(g_c, g_r), AOT through the sorting permutation); the NLL term adds
+    −α/n_i (or −α, −α·B/Σn) to ∂losses[i]/∂c_i.
 
     ``cotangent`` is a dict by output name; a missing output has a zero cotangent.
     At the hinge kink the gradient of the active branch 1 − βΔ is used.
@@ -181,6 +219,7 @@ def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_ch
     pc, pr, rc, rr, b, eps, tau, shift = _prepare(
         (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps),
         beta, loss_type, label_smoothing, discopop_tau, reward_shift)
+    _, nll_slope = chosen_nll(pc, chosen_lengths, rpo_alpha, nll_aggregation, "rpo_alpha", "policy_chosen_logps")
     if not isinstance(cotangent, dict):
         validate.fail("cotangent", f"expected a dict by output name ({', '.join(OUTPUTS)})")
     ct = {}
@@ -199,4 +238,5 @@ def loss_vjp(cotangent, policy_chosen_logps, policy_rejected_logps, reference_ch
     grad_c, grad_r = b * ct["chosen_rewards"], b * ct["rejected_rewards"]
     grad_c[ic] = grad_c[ic] + ct["losses"] * dc
     grad_r[ir] = grad_r[ir] + ct["losses"] * dr
+    grad_c = grad_c + ct["losses"] * nll_slope
     return {"policy_chosen_logps": grad_c, "policy_rejected_logps": grad_r}

@@ -7,9 +7,10 @@ and Liger 0.8.5 apply to SimPO and CPO).
 
     simpo  z = β·(c/|y_c| − r/|y_r|) − γ,  ℓ = −(1−ε)·log σ(z) − ε·log σ(−z)
            Meng et al. 2024 (arXiv 2405.14734) §2.2 eq. 6; c, r sequence log-probabilities
-    cpo    z = β·(c − r),  ℓ = −(1−ε)·log σ(z) − ε·log σ(−z)
-           Xu et al. 2024 (arXiv 2401.08417) §3 eq. 3 (L_prefer; the trainer adds the NLL of the
-           chosen tokens, L_NLL, which is not part of this objective)
+    cpo    z = β·(c − r),  ℓ = −(1−ε)·log σ(z) − ε·log σ(−z) + α·NLL(c)
+           Xu et al. 2024 (arXiv 2401.08417) §3 eq. 3 (L_prefer) plus α = cpo_alpha times
+           L_NLL = −log π(y_w|x) (CPO §3; α = 0 by default here, 1 in the paper and TRL), the
+           NLL normalised as refimpl/exact/dpo.py describes (nll_aggregation)
     orpo   ℓ = −c̄ + λ·(−log σ(log odds(c̄) − log odds(r̄))),  log odds(p) = p − log(1 − e^p)
            Hong et al. 2024 (arXiv 2403.07691) §4 eqs. 6-7, with c̄, r̄ the average per-token
            log-probabilities (the paper's length-normalised P_θ(y|x), eq. 4); −c̄ is L_SFT of the
@@ -26,6 +27,7 @@ import numpy as np
 
 from refimpl import validate
 from refimpl.exact import mp
+from refimpl.exact.dpo import chosen_nll
 
 __all__ = ["simpo", "simpo_vjp", "cpo", "cpo_vjp", "orpo", "orpo_vjp", "kto", "kto_vjp"]
 
@@ -111,28 +113,35 @@ def simpo_vjp(cotangent, chosen_logps, rejected_logps, chosen_lengths, rejected_
 
 # --------------------------------------------------------------------------- CPO
 
-def _cpo(chosen_logps, rejected_logps, beta, label_smoothing):
+def _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha, nll_aggregation, chosen_lengths):
     c, r = _pair(chosen_logps, rejected_logps)
-    return c, r, mp.mpf(validate.dpo_beta(beta)), mp.mpf(validate.label_smoothing(label_smoothing))
+    b, eps = mp.mpf(validate.dpo_beta(beta)), mp.mpf(validate.label_smoothing(label_smoothing))
+    return c, r, b, eps, chosen_nll(c, chosen_lengths, cpo_alpha, nll_aggregation, "cpo_alpha", "chosen_logps")
 
 
 @mp.exact
-def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0):
-    """CPO's preference term (Xu et al. 2024, arXiv 2401.08417) §3 eq. 3: DPO without the
-    reference, −log σ(β(c − r)) on sequence log-probabilities (smoothed with ε as TRL does).
+def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0, cpo_alpha: float = 0.0,
+        nll_aggregation: str | None = None, chosen_lengths=None):
+    """CPO (Xu et al. 2024, arXiv 2401.08417) §3: L_prefer (eq. 3, DPO without the reference,
+    −log σ(β(c − r)) on sequence log-probabilities, smoothed with ε as TRL does) plus
+    ``cpo_alpha`` times L_NLL of the chosen response, normalised by ``nll_aggregation``
+    (``chosen_lengths`` [B] are its token counts, needed unless α = 0 or 'seq-mean-token-sum').
     Returns {"losses"[B], "chosen_rewards"[B] = β·c, "rejected_rewards"[B] = β·r}."""
-    c, r, b, eps = _cpo(chosen_logps, rejected_logps, beta, label_smoothing)
+    c, r, b, eps, (nll, _) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
+                                  nll_aggregation, chosen_lengths)
     losses, _ = _smoothed(b * (c - r), eps)
-    return {"losses": losses, "chosen_rewards": b * c, "rejected_rewards": b * r}
+    return {"losses": losses + nll, "chosen_rewards": b * c, "rejected_rewards": b * r}
 
 
 @mp.exact
-def cpo_vjp(cotangent, chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0):
-    """Gradient wrt chosen_logps and rejected_logps: ∂ℓ/∂c = β·ℓ'(z) = −∂ℓ/∂r."""
-    c, r, b, eps = _cpo(chosen_logps, rejected_logps, beta, label_smoothing)
+def cpo_vjp(cotangent, chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0,
+            cpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
+    """Gradient wrt chosen_logps and rejected_logps: ∂ℓ/∂c = β·ℓ'(z) + ∂(α·NLL)/∂c, ∂ℓ/∂r = −β·ℓ'(z)."""
+    c, r, b, eps, (_, nll_slope) = _cpo(chosen_logps, rejected_logps, beta, label_smoothing, cpo_alpha,
+                                        nll_aggregation, chosen_lengths)
     ct = _cotangents(cotangent, PAIR_OUTPUTS, {k: c.shape for k in PAIR_OUTPUTS})
     _, slope = _smoothed(b * (c - r), eps)
-    return {"chosen_logps": b * (ct["losses"] * slope + ct["chosen_rewards"]),
+    return {"chosen_logps": b * (ct["losses"] * slope + ct["chosen_rewards"]) + ct["losses"] * nll_slope,
             "rejected_logps": b * (-ct["losses"] * slope + ct["rejected_rewards"])}
 
 

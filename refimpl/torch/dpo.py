@@ -26,6 +26,11 @@ and with ε = label_smoothing, τ = discopop_tau, δ = reward_shift the loss typ
     aot_unpaired    the sigmoid/cdpo loss of Δ_i = sort(g_c)_i − sort(g_r)_i
                                                              AOT (Melnyk et al. 2024, arXiv 2406.05882) §3
 
+With α = rpo_alpha each pair's loss also carries α times its chosen response's NLL (RPO, Pang
+et al. 2024, arXiv 2404.19733 §2): −c_i/n_i ('seq-mean-token-mean'), −c_i ('seq-mean-token-sum')
+or −c_i·B/Σ_j n_j ('token-mean'), c_i = policy_chosen_logps[i], n_i = chosen_lengths[i]; AOT
+adds pair i's NLL at position i.
+
 The two AOT losses couple the batch: sort is ascending over the batch dimension and losses[i]
 belongs to the i-th sorted position (as TRL 1.16.0 trainer/dpo_trainer.py returns them). torch.sort
 carries the gradient through the permutation (the vectors avoid ties, where it is not unique). BCO's δ is the running mean of the implicit rewards
@@ -91,12 +96,29 @@ def _gain_loss(g_c, g_r, beta: float, loss_type: str, eps: float, tau: float, sh
     return _margin_loss(g_c - g_r, beta, loss_type, eps, tau)
 
 
+def chosen_nll(chosen_w, chosen_lengths, weight, aggregation, weight_name, chosen_name):
+    """α·NLL_i of every pair's chosen response from the (work-dtype, differentiable) chosen
+    log-probabilities (module docstring); the NLL term of dpo.loss and preference.cpo."""
+    a, divides = validate.nll_term(weight_name, weight, aggregation, chosen_lengths is not None)
+    if chosen_lengths is not None:
+        n = _common.int_array("chosen_lengths", chosen_lengths)
+        validate.same_shape(**{chosen_name: tuple(chosen_w.shape), "chosen_lengths": tuple(n.shape)})
+        validate.lengths("chosen_lengths", n.tolist())
+    if not divides:
+        return -a * chosen_w
+    if aggregation == "seq-mean-token-mean":
+        return -a * chosen_w / n.to(device=chosen_w.device, dtype=chosen_w.dtype)
+    return -a * chosen_w * (chosen_w.shape[0] / int(n.sum()))
+
+
 def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
          reference_rejected_logps, beta: float = 0.1, loss_type: str = "sigmoid",
-         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0):
+         label_smoothing: float = 0.0, discopop_tau: float = 0.05, reward_shift: float = 0.0,
+         rpo_alpha: float = 0.0, nll_aggregation: str | None = None, chosen_lengths=None):
     """Per-pair preference loss (no mean over the batch); formulas and papers in the module
     docstring. ``label_smoothing`` enters sigmoid, cdpo, robust, exo_pair (ε > 0), aot and
-    aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair. All four
+    aot_unpaired; ``discopop_tau`` only discopop; ``reward_shift`` only bco_pair; ``rpo_alpha``
+    weighs the chosen NLL (``nll_aggregation``; ``chosen_lengths`` [B] its token counts). All four
     inputs are [B]. Returns {"losses"[B], "chosen_rewards"[B] = β·g_c, "rejected_rewards"[B] =
     β·g_r}, all differentiable wrt the policy log-probabilities (the references are constants).
     """
@@ -116,10 +138,13 @@ def loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     pc_w, pr_w = _common.upcast(pc, work), _common.upcast(pr, work)
     rc_w, rr_w = _common.constant(rc, work), _common.constant(rr, work)
     g_c, g_r = pc_w - rc_w, pr_w - rr_w
+    nll = chosen_nll(pc_w, chosen_lengths, rpo_alpha, nll_aggregation, "rpo_alpha", "policy_chosen_logps")
     if loss_type == "aot":  # the margin regrouped as (π_c − π_r) − (ref_c − ref_r), each side sorted
         delta = torch.sort(pc_w - pr_w, stable=True).values - torch.sort(rc_w - rr_w, stable=True).values
         losses = _margin_loss(delta, b, loss_type, eps, tau)
     else:
         losses = _gain_loss(g_c, g_r, b, loss_type, eps, tau, shift)
+    if rpo_alpha != 0:
+        losses = losses + nll
     return {"losses": losses.to(out), "chosen_rewards": (b * g_c).to(out),
             "rejected_rewards": (b * g_r).to(out)}

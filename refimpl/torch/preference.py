@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from refimpl import validate
 from refimpl.torch import _common
+from refimpl.torch.dpo import chosen_nll
 
 __all__ = ["simpo", "cpo", "orpo", "kto"]
 
@@ -54,13 +55,18 @@ def simpo(chosen_logps, rejected_logps, chosen_lengths, rejected_lengths, beta: 
             "rejected_rewards": (b * rm).to(out)}
 
 
-def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0):
-    """CPO's preference term per pair (Xu et al. 2024 eq. 3). Returns {"losses"[B],
-    "chosen_rewards"[B] = β·c, "rejected_rewards"[B] = β·r}."""
+def cpo(chosen_logps, rejected_logps, beta: float = 0.1, label_smoothing: float = 0.0, cpo_alpha: float = 0.0,
+        nll_aggregation: str | None = None, chosen_lengths=None):
+    """CPO per pair (Xu et al. 2024 §3: eq. 3 plus cpo_alpha·L_NLL of the chosen response,
+    normalised as refimpl/torch/dpo.py describes). Returns {"losses"[B], "chosen_rewards"[B] = β·c,
+    "rejected_rewards"[B] = β·r}."""
     c, r, out, _ = _pair(chosen_logps, rejected_logps)
     b, eps = validate.dpo_beta(beta), validate.label_smoothing(label_smoothing)
-    return {"losses": _smoothed(b * (c - r), eps).to(out), "chosen_rewards": (b * c).to(out),
-            "rejected_rewards": (b * r).to(out)}
+    nll = chosen_nll(c, chosen_lengths, cpo_alpha, nll_aggregation, "cpo_alpha", "chosen_logps")
+    losses = _smoothed(b * (c - r), eps)
+    if cpo_alpha != 0:
+        losses = losses + nll
+    return {"losses": losses.to(out), "chosen_rewards": (b * c).to(out), "rejected_rewards": (b * r).to(out)}
 
 
 def _log_odds(p):

@@ -72,12 +72,13 @@ def _inputs(oid: str, rng) -> dict:
     if oid == "dpo.loss":
         names = ("policy_chosen_logps", "policy_rejected_logps",
                  "reference_chosen_logps", "reference_rejected_logps")
-        return {k: -rng.uniform(0.05, 30.0, 4) for k in names}
+        return {**{k: -rng.uniform(0.05, 30.0, 4) for k in names}, "chosen_lengths": rng.integers(1, 30, 4)}
     if oid == "preference.simpo":
         return {"chosen_logps": -rng.uniform(0.5, 60.0, 4), "rejected_logps": -rng.uniform(0.5, 60.0, 4),
                 "chosen_lengths": rng.integers(1, 30, 4), "rejected_lengths": rng.integers(1, 30, 4)}
     if oid == "preference.cpo":
-        return {"chosen_logps": -rng.uniform(0.05, 30.0, 4), "rejected_logps": -rng.uniform(0.05, 30.0, 4)}
+        return {"chosen_logps": -rng.uniform(0.05, 30.0, 4), "rejected_logps": -rng.uniform(0.05, 30.0, 4),
+                "chosen_lengths": rng.integers(1, 30, 4)}
     if oid == "preference.orpo":  # average log-probabilities, one within 1e-9 of 0
         return {"chosen_logps": np.array([-1e-9, -0.3, -2.0, -5.0]), "rejected_logps": -rng.uniform(1e-3, 4.0, 4)}
     if oid == "preference.kto":
@@ -133,9 +134,13 @@ CONVENTIONS = {
                  + _grid(loss_type=["exo_pair"], label_smoothing=[1e-3, 0.2], beta=[0.1, 1.0])
                  + _grid(loss_type=["nca_pair", "sppo_hard", "apo_zero", "apo_down"], beta=[0.1, 1.0])
                  + _grid(loss_type=["bco_pair"], reward_shift=[0.0, 0.3], beta=[0.1, 1.0])
-                 + _grid(loss_type=["discopop"], discopop_tau=[0.05, 1.0], beta=[0.1, 1.0])),
+                 + _grid(loss_type=["discopop"], discopop_tau=[0.05, 1.0], beta=[0.1, 1.0])
+                 + _grid(loss_type=["sigmoid", "aot"], rpo_alpha=[0.5],
+                         nll_aggregation=["seq-mean-token-mean", "seq-mean-token-sum", "token-mean"])),
     "preference.simpo": _grid(beta=[2.0, 0.5], gamma=[1.0, 0.0], label_smoothing=[0.0, 0.1]),
-    "preference.cpo": _grid(beta=[0.1, 1.0], label_smoothing=[0.0, 0.25]),
+    "preference.cpo": (_grid(beta=[0.1, 1.0], label_smoothing=[0.0, 0.25])
+                       + _grid(cpo_alpha=[1.0], nll_aggregation=["seq-mean-token-mean", "seq-mean-token-sum",
+                                                                 "token-mean"])),
     "preference.orpo": _grid(beta=[0.1, 1.0]),
     "preference.kto": _grid(beta=[0.1, 0.5], desirable_weight=[1.0, 1.33], undesirable_weight=[1.0, 0.75]),
     "grpo.advantages": (_grid(scale=["group", "batch", "none"], std_ddof=[0, 1], eps=[0.0, 1e-4],

@@ -73,6 +73,36 @@ def test_vjp_with_the_extra_parameters(loss_type, params):
     DIGITS.append(assert_vjp_matches(dpo.loss, dpo.loss_vjp, kw, WRT, _cotangents(seed, n=6)))
 
 
+NLL_AGGREGATIONS = ("seq-mean-token-mean", "seq-mean-token-sum", "token-mean")
+
+
+@pytest.mark.parametrize("aggregation", NLL_AGGREGATIONS)
+@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "nca_pair", "aot"])
+def test_vjp_with_the_rpo_nll_term(aggregation, loss_type):
+    seed = sum(map(ord, f"rpo{aggregation}{loss_type}"))
+    kw = {**_pairs(seed, n=5), "beta": 0.3, "loss_type": loss_type, "rpo_alpha": 0.7,
+          "nll_aggregation": aggregation, "chosen_lengths": [3, 1, 12, 7, 40]}
+    DIGITS.append(assert_vjp_matches(dpo.loss, dpo.loss_vjp, kw, WRT, _cotangents(seed, n=5)))
+
+
+def test_rpo_nll_term_by_aggregation():
+    # RPO (arXiv 2404.19733) §2: loss = DPO + α·NLL of the chosen; the three normalisations of the NLL.
+    kw = dict(policy_chosen_logps=[-6.0, -2.0], policy_rejected_logps=[-7.0, -1.0],
+              reference_chosen_logps=[-5.0, -3.0], reference_rejected_logps=[-6.5, -1.5], beta=0.5)
+    base = dpo.loss(**kw)["losses"]
+    want = {"seq-mean-token-mean": [6 / 3, 2 / 1], "seq-mean-token-sum": [6, 2],
+            "token-mean": [6 * 2 / 4, 2 * 2 / 4]}
+    for aggregation, nll in want.items():
+        got = dpo.loss(**kw, rpo_alpha=0.25, nll_aggregation=aggregation, chosen_lengths=[3, 1])["losses"]
+        assert [g - b for g, b in zip(got, base)] == [0.25 * v for v in nll]
+    # The batch mean of the 'token-mean' shares is the batch token mean −Σc/Σn.
+    got = dpo.loss(**kw, rpo_alpha=1.0, nll_aggregation="token-mean", chosen_lengths=[3, 1])["losses"]
+    assert sum(g - b for g, b in zip(got, base)) / 2 == mpmath.mpf(8) / 4
+    # α = 0 leaves the loss as it was, lengths or not; the sum form needs no lengths.
+    assert dpo.loss(**kw, rpo_alpha=0.0, chosen_lengths=[3, 1])["losses"].tolist() == base.tolist()
+    dpo.loss(**kw, rpo_alpha=1.0, nll_aggregation="seq-mean-token-sum")
+
+
 def test_aot_sorts_each_side_over_the_batch():
     # AOT §3: Δ_i = sort(π_c − π_r)_i − sort(ref_c − ref_r)_i; pair 0 has the larger policy
     # log-ratio (2 > −1) and the smaller reference one (−3 < 4), so sorting pairs them crosswise.
@@ -245,6 +275,13 @@ GOOD = dict(policy_chosen_logps=[-1.0, -2.0], policy_rejected_logps=[-1.5, -2.5]
     (dict(policy_rejected_logps=[float("-inf"), -2.0]), "policy_rejected_logps"),
     (dict(reference_chosen_logps=[float("inf"), -2.0]), "reference_chosen_logps"),
     (dict(reference_rejected_logps=[-1.0, float("nan")]), "reference_rejected_logps"),
+    (dict(rpo_alpha=-1.0), "rpo_alpha"), (dict(rpo_alpha=float("nan")), "rpo_alpha"),
+    (dict(rpo_alpha=1.0), "nll_aggregation"),
+    (dict(rpo_alpha=1.0, nll_aggregation="seq-mean-token-mean"), "chosen_lengths"),
+    (dict(rpo_alpha=1.0, nll_aggregation="token-mean"), "chosen_lengths"),
+    (dict(nll_aggregation="sum"), "nll_aggregation"), (dict(chosen_lengths=[1, 0]), "chosen_lengths"),
+    (dict(rpo_alpha=1.0, nll_aggregation="token-mean", chosen_lengths=[2]), "chosen_lengths"),
+    (dict(rpo_alpha=1.0, nll_aggregation="seq-mean-token-mean", chosen_lengths=[2, 1.5]), "chosen_lengths"),
 ])
 def test_bad_input_is_rejected_naming_the_argument(override, name):
     with pytest.raises(InputError, match=rf"^{name}: "):

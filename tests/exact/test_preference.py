@@ -37,6 +37,24 @@ def test_cpo_vjp(beta, eps):
     assert_vjp_matches(P.cpo, P.cpo_vjp, kw, ["chosen_logps", "rejected_logps"], _ct(rng, P.PAIR_OUTPUTS, 4))
 
 
+@pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "seq-mean-token-sum", "token-mean"])
+def test_cpo_vjp_with_the_nll_term(aggregation):
+    rng = random.Random(sum(map(ord, aggregation)))
+    kw = dict(chosen_logps=_logps(rng, 4), rejected_logps=_logps(rng, 4), beta=0.2, label_smoothing=0.1,
+              cpo_alpha=1.0, nll_aggregation=aggregation, chosen_lengths=[5, 1, 30, 8])
+    assert_vjp_matches(P.cpo, P.cpo_vjp, kw, ["chosen_logps", "rejected_logps"], _ct(rng, P.PAIR_OUTPUTS, 4))
+
+
+def test_cpo_nll_term_is_the_chosen_sequence_nll():
+    # CPO §3: L_prefer + L_NLL with L_NLL = −log π(y_w|x); TRL's cpo_alpha weighs it.
+    base = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1)["losses"]
+    got = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1, cpo_alpha=2.0, nll_aggregation="seq-mean-token-sum")["losses"]
+    assert [g - b for g, b in zip(got, base)] == [8, 18]
+    got = P.cpo([-4.0, -9.0], [-5.0, -2.0], beta=0.1, cpo_alpha=1.0, nll_aggregation="token-mean",
+                chosen_lengths=[1, 3])["losses"]
+    assert sum(g - b for g, b in zip(got, base)) / 2 == mpmath.mpf(13) / 4
+
+
 @pytest.mark.parametrize("beta", [0.1, 1.0])
 def test_orpo_vjp(beta):
     rng = random.Random(int(beta * 10))
@@ -116,6 +134,16 @@ def test_extreme_margins_are_finite(sign):
     (P.simpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], chosen_lengths=[1], rejected_lengths=[1], gamma=-1.0),
      "gamma"),
     (P.cpo, dict(chosen_logps=[-1.0, -2.0], rejected_logps=[-2.0]), "rejected_logps"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=-0.5), "cpo_alpha"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="token-mean"),
+     "chosen_lengths"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="mean"),
+     "nll_aggregation"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0), "nll_aggregation"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="seq-mean-token-mean",
+                 chosen_lengths=[0]), "chosen_lengths"),
+    (P.cpo, dict(chosen_logps=[-1.0], rejected_logps=[-2.0], cpo_alpha=1.0, nll_aggregation="token-mean",
+                 chosen_lengths=[1, 2]), "chosen_lengths"),
     (P.orpo, dict(chosen_logps=[0.0], rejected_logps=[-2.0]), "chosen_logps"),
     (P.orpo, dict(chosen_logps=[-1.0], rejected_logps=[float("nan")]), "rejected_logps"),
     (P.kto, dict(policy_logps=[-1.0], reference_logps=[-2.0], desirable=[2], kl_policy_logps=[-1.0],

@@ -46,6 +46,11 @@ and for the losses of the two gains (∂/∂pc = c_ℓ·∂ℓ/∂g_c, ∂/∂pr
     apo_zero   ∂ℓ/∂g_c = −β·σ(a)σ(−a),         ∂ℓ/∂g_r = β·σ(b)σ(−b)
     apo_down   ∂ℓ/∂g_c = β·(σ(a)σ(−a) − σ(z)σ(−z)),  ∂ℓ/∂g_r = β·σ(z)σ(−z)
 
+RPO (Pang et al. 2024, arXiv 2404.19733 §2): with α = rpo_alpha, n_i = chosen_lengths[i] and B
+pairs, losses[i] gains α·NLL_i, NLL_i = −pc_i/n_i ('seq-mean-token-mean'), −pc_i
+('seq-mean-token-sum') or −pc_i·B/Σ_j n_j ('token-mean'); ∂/∂pc_i gains c_ℓ[i]·(−α/n_i, −α,
+−α·B/Σn). For AOT the NLL of pair i is added at position i.
+
 AOT: the loss at sorted position i sends c_ℓ[i]·ℓ'(Δ_i) to the pair that sorts there (and its
 negative to the rejected side), ℓ' the sigmoid slope.
 """
@@ -139,9 +144,10 @@ def positions(pc, pr, rc, rr, loss_type):
 
 def dpo_values(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                reference_rejected_logps, beta, loss_type, label_smoothing, discopop_tau=0.05,
-               reward_shift=0.0):
+               reward_shift=0.0, rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     pc, pr, rc, rr = (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                       reference_rejected_logps)
+    nll = nll_divisors(len(pc), nll_aggregation, chosen_lengths)
     out = {"losses": [], "chosen_rewards": [beta * (c - d) for c, d in zip(pc, rc)],
            "rejected_rewards": [beta * (c - d) for c, d in zip(pr, rr)]}
     for i, (delta, _, _) in enumerate(positions(pc, pr, rc, rr, loss_type)):
@@ -149,15 +155,26 @@ def dpo_values(policy_chosen_logps, policy_rejected_logps, reference_chosen_logp
             out["losses"].append(gain_loss(pc[i] - rc[i], pr[i] - rr[i], beta, loss_type, reward_shift))
         else:
             out["losses"].append(margin_loss(delta, beta, loss_type, label_smoothing, discopop_tau))
+        out["losses"][i] += -rpo_alpha * pc[i] / nll[i]
     return out
+
+
+def nll_divisors(n_pairs, aggregation, lengths):
+    """The divisor of −pc_i in the pair's NLL: n_i, 1, or Σn/B."""
+    if aggregation == "seq-mean-token-sum" or lengths is None:
+        return [1] * n_pairs
+    if aggregation == "seq-mean-token-mean":
+        return list(lengths)
+    return [mpm.mpf(sum(int(n) for n in lengths)) / n_pairs] * n_pairs
 
 
 def dpo_gradient(cotangent, policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                  reference_rejected_logps, beta, loss_type, label_smoothing, discopop_tau=0.05,
-                 reward_shift=0.0):
+                 reward_shift=0.0, rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     pc, pr, rc, rr = (policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
                       reference_rejected_logps)
-    d_chosen = [beta * c for c in cotangent["chosen_rewards"]]
+    nll = nll_divisors(len(pc), nll_aggregation, chosen_lengths)
+    d_chosen = [beta * c - rpo_alpha * ct / d for c, ct, d in zip(cotangent["chosen_rewards"], cotangent["losses"], nll)]
     d_rejected = [beta * c for c in cotangent["rejected_rewards"]]
     for i, (delta, j, k) in enumerate(positions(pc, pr, rc, rr, loss_type)):
         if loss_type in GAIN_TYPES:
@@ -845,6 +862,87 @@ DPO_ROWS = [
          "grad:policy_rejected_logps": ["0.02531249593105316203834494405127975091912",
                                         "0.08890476872041935653487861087789497772364",
                                         "-0.1056190748816774122617266356971231555992"]}},
+    {"id": "rpo-seq-mean-token-mean",
+     "inputs": {"policy_chosen_logps": [-14.25, -3.5, -27.875],
+                "policy_rejected_logps": [-15.75, -2.125, -30.0],
+                "reference_chosen_logps": [-14.75, -3.0, -26.5],
+                "reference_rejected_logps": [-14.5, -2.75, -31.625],
+                "chosen_lengths": [5, 1, 12]},
+     "params": {"beta": 0.1, "loss_type": "sigmoid", "label_smoothing": 0.0,
+                "rpo_alpha": 1.0, "nll_aggregation": "seq-mean-token-mean"},
+     "cotangent": {"losses": [1.0, 0.5, -2.0],
+                   "chosen_rewards": [0.25, -1.0, 0.0],
+                   "rejected_rewards": [0.0, 0.75, -0.5]},
+     "expect": {
+         "losses": ["3.459470430663046817318694282680804406020",
+                    "4.250978378238896819692050294247117165179",
+                    "3.177271911135193795047644729561253907362"],
+         "chosen_rewards": ["0.05000000000000000277555756156289135105908",
+                            "-0.05000000000000000277555756156289135105908",
+                            "-0.1375000000000000076327832942979512154125"],
+         "rejected_rewards": ["-0.1250000000000000069388939039072283776477",
+                              "0.06250000000000000346944695195361418882385",
+                              "0.1625000000000000090205620750793968909420"],
+         "grad:policy_chosen_logps": ["-0.2206361312762921144629947684641310306857",
+                                      "-0.6264047687204193586165467820500634910179",
+                                      "0.2815551700289984712888837431930482523629"],
+         "grad:policy_rejected_logps": ["0.04563613127629211585077354924557670621527",
+                                        "0.1014047687204193572287680012686178154884",
+                                        "-0.1648885033623318073977746380892729367553"]}},
+    {"id": "rpo-seq-mean-token-sum",
+     "inputs": {"policy_chosen_logps": [-14.25, -3.5, -27.875],
+                "policy_rejected_logps": [-15.75, -2.125, -30.0],
+                "reference_chosen_logps": [-14.75, -3.0, -26.5],
+                "reference_rejected_logps": [-14.5, -2.75, -31.625],
+                "chosen_lengths": [5, 1, 12]},
+     "params": {"beta": 0.1, "loss_type": "ipo", "label_smoothing": 0.0,
+                "rpo_alpha": 0.5, "nll_aggregation": "seq-mean-token-sum"},
+     "cotangent": {"losses": [1.0, 0.5, -2.0],
+                   "chosen_rewards": [0.25, -1.0, 0.0],
+                   "rejected_rewards": [0.0, 0.75, -0.5]},
+     "expect": {
+         "losses": ["17.68749999999999819588758498412079899715",
+                    "39.26562499999999659994198708545836073096",
+                    "77.93749999999999555910790149937416186170"],
+         "chosen_rewards": ["0.05000000000000000277555756156289135105908",
+                            "-0.05000000000000000277555756156289135105908",
+                            "-0.1375000000000000076327832942979512154125"],
+         "rejected_rewards": ["-0.1250000000000000069388939039072283776477",
+                              "0.06250000000000000346944695195361418882385",
+                              "0.1625000000000000090205620750793968909420"],
+         "grad:policy_chosen_logps": ["-6.974999999999999443500708906640314927534",
+                                      "-6.474999999999999727995358966836663003650",
+                                      "32.99999999999999888977697537484352120613"],
+         "grad:policy_rejected_logps": ["6.499999999999999444888487687421760603063",
+                                        "6.199999999999999726607580186055217328120",
+                                        "-32.04999999999999889255253293640641255719"]}},
+    {"id": "rpo-token-mean",
+     "inputs": {"policy_chosen_logps": [-14.25, -3.5, -27.875],
+                "policy_rejected_logps": [-15.75, -2.125, -30.0],
+                "reference_chosen_logps": [-14.75, -3.0, -26.5],
+                "reference_rejected_logps": [-14.5, -2.75, -31.625],
+                "chosen_lengths": [5, 1, 12]},
+     "params": {"beta": 0.1, "loss_type": "aot", "label_smoothing": 0.0,
+                "rpo_alpha": 2.0, "nll_aggregation": "token-mean"},
+     "cotangent": {"losses": [1.0, 0.5, -2.0],
+                   "chosen_rewards": [0.25, -1.0, 0.0],
+                   "rejected_rewards": [0.0, 0.75, -0.5]},
+     "expect": {
+         "losses": ["5.500978378238896819692050294247117165179",
+                    "1.776137097329713483985360949347471072687",
+                    "10.14602191113519379504764472956125390736"],
+         "chosen_rewards": ["0.05000000000000000277555756156289135105908",
+                            "-0.05000000000000000277555756156289135105908",
+                            "-0.1375000000000000076327832942979512154125"],
+         "rejected_rewards": ["-0.1250000000000000069388939039072283776477",
+                              "0.06250000000000000346944695195361418882385",
+                              "0.1625000000000000090205620750793968909420"],
+         "grad:policy_chosen_logps": ["-0.3311513989714793898709413271746760109114",
+                                      "-0.3194762041075053783486451076410109465844",
+                                      "0.7815551700289984712888837431930482523629"],
+         "grad:policy_rejected_logps": ["0.02281806563814605792538677462278835310764",
+                                        "0.1278095374408387102941996601928986043882",
+                                        "-0.1648885033623318073977746380892729367553"]}},
 ]
 
 TABLES = [Table("dpo.loss", DPO_ROWS, dpo_values, dpo.loss, dpo_gradient, dpo.loss_vjp)]

@@ -213,6 +213,7 @@ INPUT_RULES = (
     (r"^constant under the sampling policy", "constant rewards under `sigma_normalized` (σ = 0)"),
     (r"^lengths must be >= 1", "a length below 1"),
     (r"^must be < 0 \(the odds", "a log-probability ≥ 0 (infinite odds)"),
+    (r"^required when the NLL weight is nonzero", "missing where the NLL term divides by it"),
 )
 VALUE_RULES = (
     (r"^must be one of ", "not one of its values"),

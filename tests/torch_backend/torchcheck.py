@@ -198,6 +198,12 @@ def cases() -> list[Case]:
     for i, p in enumerate(extra):
         rng = np.random.default_rng(650 + i)
         add(Case("dpo.loss", _label(p), {k: -rng.uniform(0.05, 30.0, 5) for k in names}, p))
+    # The chosen NLL term (rpo_alpha) by its three normalisations.
+    for i, p in enumerate(_grid(loss_type=["sigmoid", "aot"], rpo_alpha=[0.5],
+                                nll_aggregation=["seq-mean-token-mean", "seq-mean-token-sum", "token-mean"])):
+        rng = np.random.default_rng(670 + i)
+        add(Case("dpo.loss", _label(p), {**{k: -rng.uniform(0.05, 30.0, 5) for k in names},
+                                         "chosen_lengths": rng.integers(1, 30, 5)}, p))
 
     # preference
     for i, p in enumerate(_grid(beta=[2.0, 0.5], gamma=[1.0, 0.0], label_smoothing=[0.0, 0.1])):
@@ -210,6 +216,12 @@ def cases() -> list[Case]:
         rng = np.random.default_rng(690 + i)
         add(Case("preference.cpo", _label(p), {"chosen_logps": -rng.uniform(0.05, 30.0, 4),
                                                "rejected_logps": -rng.uniform(0.05, 30.0, 4)}, p))
+    for i, p in enumerate(_grid(cpo_alpha=[1.0], nll_aggregation=["seq-mean-token-mean", "seq-mean-token-sum",
+                                                                  "token-mean"])):
+        rng = np.random.default_rng(692 + i)
+        add(Case("preference.cpo", _label(p), {"chosen_logps": -rng.uniform(0.05, 30.0, 4),
+                                               "rejected_logps": -rng.uniform(0.05, 30.0, 4),
+                                               "chosen_lengths": rng.integers(1, 30, 4)}, p))
     for i, p in enumerate(_grid(beta=[0.1, 1.0])):
         rng = np.random.default_rng(695 + i)
         add(Case("preference.orpo", _label(p), {"chosen_logps": np.array([-1e-4, -0.3, -2.0, -5.0]),

@@ -230,11 +230,18 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _mods()[2].k3_loss_fn(*_as_liger_logps(ref_logp, logp))
 
 
+_NLL_FROM_LOGITS = ("Liger 0.8.5 computes the NLL term (compute_nll_loss, alpha) from the lm-head logits inside "
+                    f"{CL}/fused_linear_preference.py chunk_forward: log-probabilities cannot reach it")
+
+
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0):
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0,
+             rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
     import torch
     if reward_shift != 0.0:
         raise NotImplementedError("Liger 0.8.5 bco_pair has no reward shift (δ = 0)")
+    if nll_aggregation is not None and rpo_alpha != 0.0:
+        raise NotImplementedError(_NLL_FROM_LOGITS)
     fn = _mods()[0].LigerFusedLinearDPOFunction.preference_loss_fn
     policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps = _as_liger_logps(
         policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps)
@@ -265,7 +272,10 @@ def _per_pair(fn, chosen, rejected, **kw):
             cat([o[2].detach().reshape(1) for o in outs]))
 
 
-def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0, cpo_alpha=0.0, nll_aggregation=None,
+        chosen_lengths=None):
+    if nll_aggregation is not None and cpo_alpha != 0.0:
+        raise NotImplementedError(_NLL_FROM_LOGITS)
     from liger_kernel.chunked_loss.cpo_loss import LigerFusedLinearCPOFunction
     c, r = _as_liger_logps(chosen_logps, rejected_logps)
     losses, cr, rr = _per_pair(LigerFusedLinearCPOFunction.preference_loss_fn, c, r, beta=beta,

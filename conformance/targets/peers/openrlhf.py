@@ -93,6 +93,8 @@ CONVENTIONS = [
     C("gae.kl_rewards", "clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10))"),
     C("kl.estimator", "kind", ("k1", "k2", "k3"), f"{UTILS} compute_approx_kl (kl_estimator, default 'k1')"),
     C("kl.estimator", "clamp", (10.0,), f"{UTILS} compute_approx_kl (value.clamp(min=-10, max=10))"),
+    C("dpo.loss", "nll_aggregation", (None, "seq-mean-token-mean"), "openrlhf/trainer/dpo_trainer.py "
+      "(--model.nll_loss_coef, default 0: nll_loss = −mean over pairs of the chosen token-mean log-probabilities)"),
     C("dpo.loss", "loss_type", ("sigmoid", "cdpo", "ipo"), f"{LOSS} DPOLoss (ipo=False: sigmoid, with "
       "label_smoothing ε the cDPO form; ipo=True: IPO eq. 17, label_smoothing ignored)"),
 ]
@@ -396,9 +398,43 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _mod("models.utils").compute_approx_kl(logp, ref_logp, kl_estimator=kind)
 
 
-def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0):
+def _chosen_token_means(policy_chosen_logps, chosen_lengths):
+    """DPOTrainer._get_batch_logps (trainer/dpo_trainer.py:360-382) on completions of n_i tokens
+    after a one-token prompt, pair i's first token carrying its sequence log-probability and the
+    others 0: the mean it returns is c_i/n_i, whose negative the trainer averages over the pairs
+    as nll_loss (concatenated_forward: −all_logps_mean[:B].mean())."""
     import torch
+    n = [int(v) for v in chosen_lengths.tolist()]
+    b, width = len(n), max(n, default=1)
+    mask = torch.zeros(b, width + 1, dtype=torch.long)
+    for i, k in enumerate(n):
+        mask[i, :k + 1] = 1
+    per_token = torch.cat([policy_chosen_logps.reshape(b, 1),
+                           torch.zeros(b, width - 1, dtype=policy_chosen_logps.dtype)], dim=1)
+    trainer = _dpo_trainer_module().DPOTrainer
+    return trainer._get_batch_logps(None, per_token, mask, [1] * b)[1]
+
+
+def _dpo_trainer_module():
+    """trainer/dpo_trainer.py imports DPOLoss from the package ``openrlhf.models``, whose
+    ``__init__`` (skipped here) re-exports it from models/loss.py: the bare package gets that name."""
+    import sys
+    models = sys.modules.get("openrlhf.models")
+    if models is None or not hasattr(models, "DPOLoss"):
+        loss = _mod("models.loss")
+        sys.modules["openrlhf.models"].DPOLoss = loss.DPOLoss
+    return _mod("trainer.dpo_trainer")
+
+
+def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, rpo_alpha=0.0, nll_aggregation=None,
+             chosen_lengths=None):
+    """``rpo_alpha`` is --model.nll_loss_coef: the trainer adds nll_loss·coef to the mean DPO loss
+    (trainer/dpo_trainer.py:172-180), each pair's share being coef times −c_i/n_i."""
+    import torch
+    if nll_aggregation not in (None, "seq-mean-token-mean"):
+        raise NotImplementedError(f"OpenRLHF 0.11.2's NLL is the mean of per-sequence token means, not "
+                                  f"{nll_aggregation!r}")
     loss_fn = _mod("models.loss").DPOLoss(beta, label_smoothing=label_smoothing, ipo=loss_type == "ipo")
     losses, chosen, rejected = [], [], []
     # DPOLoss returns the mean over pairs: one call per pair gives each pair's loss.
@@ -410,7 +446,12 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
         chosen.append(c)
         rejected.append(r)
     cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
-    return {"losses": cat(losses), "chosen_rewards": cat(chosen), "rejected_rewards": cat(rejected)}
+    out = cat(losses)
+    if rpo_alpha != 0.0 and nll_aggregation is not None:
+        if chosen_lengths is None:
+            raise ValueError("chosen_lengths: required for OpenRLHF's NLL (per-sequence token means)")
+        out = out + (-_chosen_token_means(policy_chosen_logps, chosen_lengths)) * rpo_alpha
+    return {"losses": out, "chosen_rewards": cat(chosen), "rejected_rewards": cat(rejected)}
 
 
 def _load():

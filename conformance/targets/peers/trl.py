@@ -15,7 +15,10 @@ Calls TRL's own code, driven without a model:
   'sigmoid' / 'simpo', alpha 0; SimPO given the sums divided by the lengths, as
   ``get_batch_logps(average_log_prob=True)`` forms them); ``preference.orpo``:
   ``ORPOTrainer.odds_ratio_loss`` (experimental/orpo) plus the pair's chosen NLL, −chosen_logps;
-  KTO's loss lives inside ``KTOTrainer.get_batch_loss_metrics`` with the model forward and is not wrapped;
+  ``preference.kto``: ``KTOTrainer._compute_loss`` (trainer/kto_trainer.py) one example per call, the
+  model forward replaced by one-token completions whose log-probabilities are the vector's (the
+  main completion, and the M mismatched completions of the batch KL estimate, whose reference
+  log-probabilities are precomputed): TRL's own z0 = clamp(mean(KL − ref KL), 0), detached;
 - ``distill.token_kl`` and ``distill.generalized_jsd``: ``GKDTrainer.generalized_jsd_loss``
   (experimental/gkd), one row per call;
 - ``distill.softmax``: ``trainer/utils.py selective_log_softmax`` over every index, exponentiated
@@ -81,6 +84,8 @@ CONVENTIONS = [
       "over B rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
     C("grpo.loss", "ratio_level", ("token", "sequence"), f"{GRPO} _compute_loss (importance_sampling_level, "
       f"default 'token' in {GRPO_CFG}; 'sequence': log w = Σ_t Δ·m / max(Σ m, 1), GSPO; no GSPO-token)"),
+    C("dpo.loss", "nll_aggregation", (None, "token-mean"), f"{DPO} _compute_loss (loss_type 'sft', weighted by "
+      "loss_weights: −mean of the chosen tokens' log-probabilities over the batch; TRL 1.16 has no rpo_alpha)"),
     C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
                                 "apo_zero", "apo_down", "discopop"),
       f"{DPO} _compute_loss (loss_type, default 'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' "
@@ -120,6 +125,8 @@ ARITHMETIC = [
     A("dpo.loss", "native", f"{DPO}:1350-1383 (chosen_logps − ref_chosen_logps, rejected likewise, and their "
       "difference delta_score, each rounded to the inputs' dtype; 'ipo' squares at 1404, 'robust' subtracts two "
       "rounded log-sigmoids at 1429-1431)"),
+    A("preference.kto", "native", "trl/trainer/kto_trainer.py:1443-1470 (z0 = clamp(mean(KL − ref KL), 0), the "
+      "log-ratios and 1 − σ(β(ρ − z0)) in the log-probabilities' dtype)"),
     A("preference.cpo", "native", "trl/experimental/cpo/cpo_trainer.py:709-728 (chosen − rejected, β·logits and "
       "the log-sigmoids in the log-probabilities' dtype)"),
     A("preference.simpo", "native", "trl/experimental/cpo/cpo_trainer.py:709-722 (the margin of average "
@@ -262,8 +269,9 @@ def _mods():
     from trl.trainer import utils
     from trl.trainer.dpo_trainer import DPOTrainer
     from trl.trainer.grpo_trainer import GRPOTrainer
+    from trl.trainer.kto_trainer import KTOTrainer
     return SimpleNamespace(GRPOTrainer=GRPOTrainer, DPOTrainer=DPOTrainer, GKDTrainer=GKDTrainer, utils=utils,
-                           CPOTrainer=CPOTrainer, ORPOTrainer=ORPOTrainer)
+                           CPOTrainer=CPOTrainer, ORPOTrainer=ORPOTrainer, KTOTrainer=KTOTrainer)
 
 
 def _accelerator():
@@ -422,23 +430,70 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
 
 # --- DPO ----------------------------------------------------------------------------------
 
+def _dpo_fake(loss_types, loss_weights, beta, label_smoothing, discopop_tau):
+    return SimpleNamespace(
+        model=_model(False), accelerator=_accelerator(), aux_loss_enabled=False, ld_alpha=None,
+        precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=loss_types, loss_weights=loss_weights,
+        beta=beta, label_smoothing=label_smoothing, use_weighting=False, _total_train_tokens=0, _tp_size=1,
+        args=SimpleNamespace(discopop_tau=discopop_tau),
+        _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+
+
+def _dpo_outputs(log_probs):
+    import torch
+    shape = log_probs.shape
+    return SimpleNamespace(log_probs=log_probs, entropy=torch.zeros(shape), mean_logits=torch.zeros(shape),
+                           is_top1=torch.zeros(shape, dtype=torch.bool), aux_loss=None)
+
+
+def _sft_shares(policy_chosen_logps, chosen_lengths):
+    """TRL's 'sft' loss type (the chosen tokens' batch mean NLL, dpo_trainer.py:1487-1494) split
+    into each pair's share: for pair i, one call on the whole batch — every chosen completion with
+    its n_j tokens, pair i's first token carrying its sequence log-probability and every other
+    token log-probability 0 — gives −c_i/Σn; times B it is the share whose mean over the pairs
+    is TRL's loss (the adapter's only composition)."""
+    import torch
+    trainer = _mods().DPOTrainer
+    b = policy_chosen_logps.shape[0]
+    n = [int(v) for v in chosen_lengths.tolist()]
+    width = max(n)
+    mask = torch.zeros(2 * b, width + 1, dtype=torch.long)
+    for j, k in enumerate(n):
+        mask[j, 1:k + 1] = 1
+    mask[b:, 1] = 1  # one-token rejected completions (the 'sft' loss reads only the chosen half)
+    zeros = torch.zeros(b, dtype=policy_chosen_logps.dtype)
+    shares = []
+    for i in range(b):
+        first = torch.where(torch.arange(b) == i, policy_chosen_logps, zeros)
+        log_probs = torch.zeros(2 * b, width, dtype=policy_chosen_logps.dtype)
+        log_probs = torch.cat([torch.cat([first, zeros]).reshape(2 * b, 1), log_probs[:, 1:]], dim=1)
+        inputs = {"input_ids": torch.ones(2 * b, width + 1, dtype=torch.long),
+                  "attention_mask": torch.ones(2 * b, width + 1, dtype=torch.long), "completion_mask": mask,
+                  "ref_chosen_logps": zeros, "ref_rejected_logps": zeros}
+        fake = _dpo_fake(["sft"], [1.0], 0.1, 0.0, 0.05)
+        outputs = _dpo_outputs(log_probs)
+        shares.append(trainer._compute_loss(fake, lambda outputs=outputs, **kw: outputs, inputs, False).reshape(1) * b)
+    return torch.cat(shares)
+
+
 def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
-             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0):
+             beta=0.1, loss_type="sigmoid", label_smoothing=0.0, discopop_tau=0.05, reward_shift=0.0,
+             rpo_alpha=0.0, nll_aggregation=None, chosen_lengths=None):
+    """``rpo_alpha`` with nll_aggregation 'token-mean': DPOConfig(loss_type=[loss_type, 'sft'],
+    loss_weights=[1, rpo_alpha]), the loss type per pair as below plus α times each pair's share of
+    the 'sft' loss (``_sft_shares``)."""
     import torch
     if reward_shift != 0.0:
         raise NotImplementedError("TRL 1.16.0 bco_pair has no reward shift (δ = 0)")
+    if nll_aggregation not in (None, "token-mean"):
+        raise NotImplementedError(f"TRL 1.16.0's NLL term (loss_type 'sft') is the chosen tokens' batch mean, not "
+                                  f"{nll_aggregation!r}")
     trainer = _mods().DPOTrainer
     losses, chosen, rejected = [], [], []
     for i in range(policy_chosen_logps.shape[0]):
         logps = torch.stack([policy_chosen_logps[i], policy_rejected_logps[i]]).reshape(2, 1)
-        outputs = SimpleNamespace(log_probs=logps, entropy=torch.zeros(2, 1), mean_logits=torch.zeros(2, 1),
-                                  is_top1=torch.zeros(2, 1, dtype=torch.bool), aux_loss=None)
-        fake = SimpleNamespace(
-            model=_model(False), accelerator=_accelerator(), aux_loss_enabled=False, ld_alpha=None,
-            precompute_ref_logps=True, f_divergence_type="reverse_kl", loss_types=[loss_type], loss_weights=[1.0],
-            beta=beta, label_smoothing=label_smoothing, use_weighting=False, _total_train_tokens=0, _tp_size=1,
-            args=SimpleNamespace(discopop_tau=discopop_tau),
-            _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+        outputs = _dpo_outputs(logps)
+        fake = _dpo_fake([loss_type], [1.0], beta, label_smoothing, discopop_tau)
         # [prompt, completion] tokens: a one-token completion (completion length 1, so 'ipo' divides by 1).
         inputs = {"input_ids": torch.ones(2, 2, dtype=torch.long), "attention_mask": torch.ones(2, 2, dtype=torch.long),
                   "completion_mask": torch.tensor([[0, 1], [0, 1]]),
@@ -452,6 +507,10 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
         rejected.append(metrics["rewards/rejected"][-1])
     dtype = policy_chosen_logps.dtype
     cat = (lambda xs: torch.cat(xs) if xs else policy_chosen_logps[:0].clone())
+    if rpo_alpha != 0.0 and nll_aggregation is not None:
+        if chosen_lengths is None:
+            raise ValueError("chosen_lengths: required for TRL's 'sft' term")
+        losses = [cat(losses) + rpo_alpha * _sft_shares(policy_chosen_logps, chosen_lengths)]
     return {"losses": cat(losses), "chosen_rewards": torch.tensor(chosen, dtype=dtype),
             "rejected_rewards": torch.tensor(rejected, dtype=dtype)}
 
@@ -465,7 +524,12 @@ def _cpo_losses(chosen, rejected, beta, label_smoothing, loss_type, simpo_gamma=
     return trainer.cpo_loss(fake, chosen, rejected)
 
 
-def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0):
+def cpo(chosen_logps, rejected_logps, beta=0.1, label_smoothing=0.0, cpo_alpha=0.0, nll_aggregation=None,
+        chosen_lengths=None):
+    if nll_aggregation is not None and cpo_alpha != 0.0:
+        # CPOTrainer's NLL is nn.CrossEntropyLoss over the chosen logits inside concatenated_forward
+        # (cpo_trainer.py:826-845), which needs a model's logits, not log-probabilities.
+        raise NotImplementedError("TRL 1.16.0 CPOTrainer computes cpo_alpha's NLL from the model's logits")
     losses, chosen, rejected = _cpo_losses(chosen_logps, rejected_logps, beta, label_smoothing, "sigmoid")
     return {"losses": losses, "chosen_rewards": chosen, "rejected_rewards": rejected}
 
@@ -488,6 +552,45 @@ def orpo(chosen_logps, rejected_logps, beta=0.1):
     dtype = chosen_logps.dtype
     return {"losses": (-chosen_logps.to(ratio_term.dtype) - ratio_term).to(dtype), "chosen_rewards": chosen.to(dtype),
             "rejected_rewards": rejected.to(dtype)}
+
+
+def kto(policy_logps, reference_logps, desirable, kl_policy_logps, kl_reference_logps, beta=0.1,
+        desirable_weight=1.0, undesirable_weight=1.0):
+    """One example per call of KTOTrainer._compute_loss (loss_type 'kto', precomputed reference
+    log-probabilities): its batch is that example plus the M mismatched completions y′ of the KL
+    estimate (TRL's collator forms y′ by rotating the completions of the batch; here they are the
+    vector's). The model stand-in returns one-token log-probabilities: the example's, or [kl_m, 0]
+    for the KL completions (two tokens wide, so the two calls are told apart)."""
+    import torch
+    trainer = _mods().KTOTrainer
+    m, dtype = kl_policy_logps.shape[0], policy_logps.dtype
+    kl_log_probs = torch.cat([kl_policy_logps.reshape(m, 1), torch.zeros(m, 1, dtype=dtype)], dim=1)
+    losses, z0 = [], None
+    for i in range(policy_logps.shape[0]):
+        main = policy_logps[i].reshape(1, 1)
+
+        def model(outputs_for=(main, kl_log_probs), **kw):
+            log_probs = outputs_for[0] if kw["input_ids"].shape[1] == 2 else outputs_for[1]
+            return SimpleNamespace(log_probs=log_probs, entropy=torch.zeros(log_probs.shape),
+                                   mean_logits=torch.zeros(log_probs.shape), aux_loss=None)
+        fake = SimpleNamespace(
+            model=_model(False), accelerator=_accelerator(), calculate_KL=True, precompute_ref_logps=True,
+            aux_loss_enabled=False, loss_type="kto", beta=beta, desirable_weight=desirable_weight,
+            undesirable_weight=undesirable_weight, _total_train_tokens=0, _tp_size=1,
+            _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+        fake._compute_kl_logps = lambda model, batch, fake=fake: trainer._compute_kl_logps(fake, model, batch)
+        inputs = {"input_ids": torch.ones(1, 2, dtype=torch.long), "attention_mask": torch.ones(1, 2, dtype=torch.long),
+                  "completion_mask": torch.tensor([[0, 1]]), "label": desirable[i:i + 1].to(torch.bool),
+                  "ref_logps": reference_logps[i].reshape(1),
+                  "KL_input_ids": torch.ones(m, 3, dtype=torch.long),
+                  "KL_attention_mask": torch.ones(m, 3, dtype=torch.long),
+                  "KL_completion_mask": torch.tensor([[0, 1, 0]] * m), "ref_KL_logps": kl_reference_logps}
+        losses.append(trainer._compute_loss(fake, model, inputs, False).reshape(1))
+        z0 = fake._metrics["eval"]["kl"][-1]  # TRL's logged z0 (kl.item(), detached)
+    if z0 is None:
+        z0 = max(0.0, float((kl_policy_logps - kl_reference_logps).mean()))
+    return {"losses": torch.cat(losses) if losses else policy_logps[:0].clone(),
+            "kl": torch.tensor(z0, dtype=dtype)}
 
 
 # --- distillation ---------------------------------------------------------------------------
@@ -530,7 +633,8 @@ def target():
     load_or_explain(_mods, "trl", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
-                  "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo}
+                  "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo,
+                  "preference.kto": kto}
     steps = {"grpo.loss": grpo_step, "dpo.loss": micro_batch_mean(dpo_loss)}
     return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS)
