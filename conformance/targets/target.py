@@ -46,6 +46,7 @@ class Target:
     sharded: dict = field(default_factory=dict)   # {objective: vocabulary-parallel fn(**shard, ctx=ctx)}
     grad_reduction: str = "mean"                  # how gradients are reduced over ranks: "mean" | "sum"
     known_splits: tuple = ()                      # ((reason, predicate(case, dtype, split[, tolerance]) -> bool), ...)
+    temperature_free: tuple = ()                  # objectives whose function has no temperature (T = 1 only)
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -100,11 +101,24 @@ class Target:
 
     def refused_params(self, objective_id: str, values: dict) -> str | None:
         """Why the target cannot be called with these parameter values (its ``params``
-        declaration lists the only values it takes), or None."""
+        declaration lists the only values it takes, its ``temperature_free`` ones take no
+        temperature), or None."""
+        if objective_id in self.temperature_free:
+            T = values.get("temperature", 1.0)
+            if T != 1.0:
+                return (f"temperature={T!r}: the target declares {objective_id} temperature-free (T = 1 only; "
+                        "its function has no temperature to divide the logits by)")
         for name, allowed in self.params.get(objective_id, {}).items():
             if name in values and values[name] not in allowed:
                 return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
         return None
+
+    def call_params(self, objective_id: str, params: dict) -> dict:
+        """The parameters the target's function is called with: a temperature-free function is
+        not passed ``temperature`` (which ``refused_params`` has held at 1)."""
+        if objective_id in self.temperature_free:
+            return {k: v for k, v in params.items() if k != "temperature"}
+        return params
 
     def tolerance_model_for(self, objective_id: str) -> str | None:
         """The low-precision tolerance model the target declares for an objective ("native":
@@ -193,7 +207,8 @@ def from_mapping(obj, spec: str) -> Target:
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
                   _known_rules(get("known_rules", ()) or (), spec, 2),
                   _tolerance_model(get("tolerance_model", {}) or {}, spec),
-                  steps, sharded, grad_reduction, _known_rules(get("known_splits", ()) or (), spec, 3))
+                  steps, sharded, grad_reduction, _known_rules(get("known_splits", ()) or (), spec, 3),
+                  _temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded, spec))
 
 
 def rule_predicate(predicate, leading: int = 2):
@@ -236,6 +251,22 @@ def _tolerance_model(declared, spec: str) -> dict:
         raise TargetError(f"{spec}: 'tolerance_model' must be \"careful\", \"native\" or "
                           f"{{objective glob: \"careful\" | \"native\"}}")
     return dict(declared)
+
+
+def _temperature_free(declared, objectives: dict, steps: dict, sharded: dict, spec: str) -> tuple:
+    """``temperature_free``: the objective ids (a list) whose functions take no temperature —
+    losses written without one, which a target declares instead of dividing the logits itself.
+    Each must be one the target implements, and have a ``temperature`` in the catalog."""
+    if isinstance(declared, str) or not isinstance(declared, (list, tuple)):
+        raise TargetError(f"{spec}: 'temperature_free' must be a list of objective ids, got {declared!r}")
+    for oid in declared:
+        if oid not in catalog.BY_ID:
+            raise TargetError(f"{spec}: temperature_free names unknown objective {oid!r}")
+        if "temperature" not in {p.name for p in catalog.get(oid).params}:
+            raise TargetError(f"{spec}: temperature_free names {oid}, which has no temperature")
+        if oid not in objectives and oid not in steps and oid not in sharded:
+            raise TargetError(f"{spec}: temperature_free names {oid}, which the target does not implement")
+    return tuple(declared)
 
 
 def _params(params, spec: str) -> dict:
