@@ -196,7 +196,7 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
     except (TypeError, ValueError, OverflowError) as err:
         res.status, res.message = "skip", f"inputs not representable on this backend: {err}"
         return res
-    kwargs = {**inputs, **conventions, **target.call_params(case.objective, test["params"])}
+    kwargs = {**inputs, **target.call_kwargs(case.objective, conventions, test["params"])}
     if test["result"] == "invalid":
         return _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test)
     return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit)

@@ -113,12 +113,18 @@ class Target:
                 return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
         return None
 
-    def call_params(self, objective_id: str, params: dict) -> dict:
-        """The parameters the target's function is called with: a temperature-free function is
-        not passed ``temperature`` (which ``refused_params`` has held at 1)."""
-        if objective_id in self.temperature_free:
-            return {k: v for k, v in params.items() if k != "temperature"}
-        return params
+    def call_kwargs(self, objective_id: str, conventions: dict, params: dict) -> dict:
+        """The conventions and parameters the target's function is called with. Left out: a
+        convention the catalog added later (``Param.added``) while it holds its paper default and
+        the target does not declare it — functions written before it existed need not take it —
+        and, for a temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
+        spec = catalog.get(objective_id)
+        late = {p.name: p.default for p in spec.params if p.convention and p.added}
+        out = {k: v for k, v in conventions.items()
+               if not (k in late and v == late[k] and not self.declares(objective_id, k))}
+        free = objective_id in self.temperature_free
+        out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
+        return out
 
     def tolerance_model_for(self, objective_id: str) -> str | None:
         """The low-precision tolerance model the target declares for an objective ("native":

@@ -1,12 +1,14 @@
 """A target declares that a loss has no temperature (``temperature_free``): its function is
 called without ``temperature``, the vectors at T = 1 are judged as usual, and those at T ≠ 1
-are reported unsupported with the reason, never failed (DESIGN §8; docs/targets.md)."""
+are reported unsupported with the reason, never failed (DESIGN §8; docs/targets.md). And a
+convention the catalog added later (``soft_term``, 1.3.0) is not passed at its default to a
+target that does not declare it: functions written before it existed keep working."""
 from __future__ import annotations
 
 import pytest
 
 from conformance import harness, targets
-from conformance.targets.target import TargetError
+from conformance.targets.target import ANY, Target, TargetError
 from conformance.vectors.load import VectorSet
 from refimpl.arrays import distill
 
@@ -60,3 +62,19 @@ def test_without_the_declaration_the_call_fails(vs):
 def test_bad_declarations_are_refused(declared, message):
     with pytest.raises(TargetError, match=message):
         targets.from_mapping(_spec(temperature_free=declared), "t")
+
+
+def test_a_late_convention_at_its_default_is_passed_only_to_targets_that_declare_it():
+    undeclared = Target("t", "numpy", {"distill.token_kl": kl_without_temperature},
+                        {"distill.token_kl": {"direction": ["reverse", "forward"]}})
+    declared = Target("t", "numpy", {"distill.token_kl": kl_without_temperature},
+                      {"distill.token_kl": {"direction": "forward", "soft_term": ["kl", "cross_entropy"]}})
+    builtin = Target("t", "numpy", {"distill.token_kl": kl_without_temperature}, ANY)
+    conventions, params = {"direction": "forward", "soft_term": "kl"}, {"temperature": 2.0}
+    assert undeclared.call_kwargs("distill.token_kl", conventions, params) == {"direction": "forward",
+                                                                               "temperature": 2.0}
+    for target in (declared, builtin):
+        assert target.call_kwargs("distill.token_kl", conventions, params) == {**conventions, **params}
+    # a value other than the default is always passed (a target only runs it if it declares it)
+    ce = {"direction": "forward", "soft_term": "cross_entropy"}
+    assert undeclared.call_kwargs("distill.token_kl", ce, {}) == ce
