@@ -17,7 +17,8 @@ eq. 2), written in forms whose *exact* zeros stay exact in ball arithmetic:
 * KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i with ℓ_i = log(a_i/b_i) and
   k3(ℓ) = ℓ + e^{−ℓ} − 1 ≥ 0 (equal to Σ a_i ℓ_i since Σ_{a_i>0} a_i e^{−ℓ_i} = Σ_{a_i>0} b_i),
   a term with a_i ≪ b_i as a_i·ℓ_i + b_i − a_i (``_kl``);
-* the cross-entropy soft term −Σ_{p_i>0} p_i log q_i (= KL(p‖q) + H(p)), a sum of terms ≥ 0;
+* the cross-entropy soft term −Σ_{p_i>0} p_i log q_i as KL(p‖q) + H(p), H(p) = −Σ_{p_i>0} p_i log p_i
+  (terms ≥ 0; a constant of the teacher);
 * generalized JSD with m = βp + (1−β)q: log q − log m = −log1p(β·expm1(−r)),
   log p − log m = −log1p((1−β)·expm1(r)); −log(1−β) where p = 0, −log β where q = 0.
 
@@ -92,10 +93,14 @@ def _forward_kl(q: _Dist, p: _Dist, r):
 
 
 def _soft(q: _Dist, p: _Dist, r, soft_term):
-    """KL(p‖q) or the cross-entropy −Σ_{p_i>0} p_i log q_i (supp p ⊆ supp q, checked by the callers)."""
+    """KL(p‖q), or the cross-entropy −Σ_{p_i>0} p_i log q_i written as KL(p‖q) + H(p) (supp p ⊆
+    supp q, checked by the callers): H(p) is a constant of the teacher, so the gradient is the
+    KL's, which keeps its exact zeros (student = teacher) that −Σ p log q differentiated as
+    q − p with q and p from different balls would not."""
+    kl = _forward_kl(q, p, r)
     if soft_term == "cross_entropy":
-        return _ball.fsum(-(pi * li) for pi, li, s in zip(p.p, q.logp, p.support) if s)
-    return _forward_kl(q, p, r)
+        return kl + _ball.fsum(-(pi * li) for pi, li, s in zip(p.p, p.logp, p.support) if s)
+    return kl
 
 
 # --------------------------------------------------------------------------- inputs
