@@ -116,12 +116,14 @@ class Target:
     def call_kwargs(self, objective_id: str, conventions: dict, params: dict) -> dict:
         """The conventions and parameters the target's function is called with. Left out: a
         convention the catalog added later (``Param.added``) while it holds its paper default and
-        the target does not declare it — functions written before it existed need not take it —
-        and, for a temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
+        the target does not name it in its declaration (``"*"`` does not name it) — functions
+        written before it existed need not take it — and, for a temperature-free function,
+        ``temperature`` (``refused_params`` holds it at 1)."""
         spec = catalog.get(objective_id)
         late = {p.name: p.default for p in spec.params if p.convention and p.added}
+        named = self.conventions != ANY and self.declared(objective_id) != ANY
         out = {k: v for k, v in conventions.items()
-               if not (k in late and v == late[k] and not self.declares(objective_id, k))}
+               if not (k in late and v == late[k] and not (named and self.declares(objective_id, k)))}
         free = objective_id in self.temperature_free
         out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
         return out
