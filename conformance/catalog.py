@@ -68,6 +68,11 @@ class Objective:
         return next(p for p in self.params if p.name == name)
 
 
+# Hinton et al. 2015 §2 call the soft term "the cross entropy with the soft targets"; the catalog's
+# default is the KL form of the article ([reading-math-3]), equal up to the teacher's entropy H(p).
+_SOFT_TERM_SOURCE = ("[reading-math-3] §Destilación clásica writes KL(p‖q); Hinton et al. 2015 §2 write the "
+                     "cross-entropy −Σ p log q = KL(p‖q) + H(p) (same gradient)")
+
 _LOGITS_NOTE = "−inf marks an impossible token"
 
 # How a preference loss's NLL term on the chosen response is normalised (per pair i, chosen sequence
@@ -106,7 +111,8 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True),
          Input("labels", "N", kind="int")),
         (Param("temperature", 1.0), Param("alpha", 0.5),
-         Param("t2_scale", True, (True, False), "Hinton et al. 2015 §2 (T² keeps gradient scale)", convention=True)),
+         Param("t2_scale", True, (True, False), "Hinton et al. 2015 §2 (T² keeps gradient scale)", convention=True),
+         Param("soft_term", "kl", ("kl", "cross_entropy"), _SOFT_TERM_SOURCE, convention=True, added="1.3.0")),
         ("loss",), ("student_logits",), "Hinton et al. 2015 §2; [reading-math-3] §Destilación clásica",
         reduction="student_logits"),
     Objective(
@@ -114,8 +120,21 @@ OBJECTIVES: tuple[Objective, ...] = (
         "Full-vocabulary token KL: reverse Σ q log(q/p) (student first) or forward Σ p log(p/q).",
         (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
         (Param("direction", "reverse", ("reverse", "forward"), "MiniLLM §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29", convention=True),
-         Param("temperature", 1.0)),
+         Param("temperature", 1.0),
+         Param("soft_term", "kl", ("kl", "cross_entropy"), _SOFT_TERM_SOURCE + "; 'cross_entropy' only with "
+               "direction='forward'", convention=True, added="1.3.0")),
         ("kl",), ("student_logits",), "MiniLLM §2.1 eq. 1; [reading-math-3] §Destilación on-policy",
+        reduction="student_logits"),
+    Objective(
+        "distill.symmetric_kl",
+        "w·KL(p‖q) + (1−w)·KL(q‖p) per row (p teacher, q student, both at temperature T).",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
+        (Param("forward_weight", 0.5, source="equal weights: half of Jeffreys' symmetrised divergence; DistiLLM "
+               "(Ko et al. 2024) repository distillm/losses.py symmetric_kl weighs the reverse term lam = 0.9"),
+         Param("temperature", 1.0)),
+        ("kl",), ("student_logits",),
+        "Jeffreys 1946 (symmetrised KL); DistiLLM (Ko et al. 2024, arXiv 2402.03898) baseline, "
+        "repository distillm/losses.py symmetric_kl",
         reduction="student_logits"),
     Objective(
         "distill.generalized_jsd",

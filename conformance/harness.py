@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import inspect
 import json
 import signal
 import threading
@@ -180,23 +179,6 @@ def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray,
                         f"{list(m.worst_index)} (got {m.got!r}, want {m.want!r}; {m.max_err_over_tol:.3g}× the bound)")
 
 
-def passed_conventions(fn, spec: catalog.Objective, conventions: dict) -> dict:
-    """The conventions a target function is called with: all of them, except one added to the
-    catalog after the objective (``Param.added``) that holds its default and that the function
-    does not take — a target written before the convention existed computes its default."""
-    late = {p.name: p.default for p in spec.params if p.convention and p.added}
-    if not any(name in late and value == late[name] for name, value in conventions.items()):
-        return conventions
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return conventions
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return conventions
-    return {name: value for name, value in conventions.items()
-            if name in params or name not in late or value != late[name]}
-
-
 def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, device: str,
            tolerances: compare.Tolerances, time_limit: float, fw: _Framework, options: tuple) -> CaseResult:
     spec = catalog.get(case.objective)
@@ -214,7 +196,7 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
     except (TypeError, ValueError, OverflowError) as err:
         res.status, res.message = "skip", f"inputs not representable on this backend: {err}"
         return res
-    kwargs = {**inputs, **passed_conventions(fn, spec, conventions), **test["params"]}
+    kwargs = {**inputs, **target.call_kwargs(case.objective, conventions, test["params"])}
     if test["result"] == "invalid":
         return _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test)
     return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit)

@@ -161,6 +161,25 @@ def direction(value) -> str:
     return choice("direction", value, DIRECTIONS)
 
 
+SOFT_TERMS = ("kl", "cross_entropy")
+
+
+def soft_term(value, direction_value: str = "forward") -> str:
+    """How the teacher-weighted soft term is written: 'kl' Σ p log(p/q) or Hinton's 'cross_entropy'
+    −Σ p log q (= KL + H(p)). A cross-entropy has the teacher's weights, so only a forward
+    (teacher-first) term has one."""
+    value = choice("soft_term", value, SOFT_TERMS)
+    if value == "cross_entropy" and direction_value != "forward":
+        fail("soft_term", f"'cross_entropy' needs direction='forward', got direction={direction_value!r} (the "
+                          "cross-entropy −Σ p log q is weighted by the teacher; the reverse KL has no such form)")
+    return value
+
+
+def forward_weight(value) -> float:
+    """symmetric_kl's weight w of KL(p‖q) in w·KL(p‖q) + (1−w)·KL(q‖p), in [0, 1]."""
+    return in_range("forward_weight", value, 0.0, 1.0)
+
+
 def jsd_beta(value) -> float:
     """The generalized JSD's mixture weight β in [0, 1]."""
     return in_range("beta", value, 0.0, 1.0)

@@ -73,6 +73,8 @@ BAD_PARAMS = {
     "future_clip": [0.0, -1.0, NAN],
     "ratio_clip": [0.0, 1.0, 1.5, NAN],
     "ratio_cap": [0.0, -2.0, NAN],
+    "forward_weight": [-0.1, 1.5, NAN, INF],
+    "soft_term": ["CE", None, 1],
     "ratio_level": ["seq", None, 1],
     "policy_loss": ["gspo", "gmpo", None],   # 'gmpo' is refused with the default token ratios
     "log_ratio_clamp": [0.0, -20.0, NAN, INF],

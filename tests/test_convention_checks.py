@@ -38,6 +38,7 @@ NOT_A_COUNT = NOT_A_NUMBER + [0, -1, 1.5, np.float64(2.5)]
 OUTSIDE = {
     "temperature": [0.0, -1.0, -1e-300],
     "alpha": [-0.1, 1.5],
+    "forward_weight": [-0.1, 1.5],
     "beta": [-0.5, -1e-300],
     "clamp": [0.0, -1.0],
     "kl_clamp": [0.0, -1.0],

@@ -234,7 +234,7 @@ def _judge_step(run: _Run, pool, case, test, conventions, label, part, counts, d
     started = time.perf_counter()
     inputs = {k: decode_input(v) for k, v in case.test["inputs"].items()}
     task = {"kind": "step", "objective": case.objective, "dtype": dtype, "inputs": inputs, "partition": part,
-            "kwargs": {**conventions, **case.test["params"]}}
+            "kwargs": run.target.call_kwargs(case.objective, conventions, case.test["params"])}
     layout = partitions.describe(part, counts)
     ran = _dispatch(run, pool, case, test, task, conventions, label, part, dtype, f"[{layout}]", started)
     if ran is None:
@@ -326,7 +326,7 @@ def _judge_shard(run: _Run, pool, case, inputs, conventions, label, split, dtype
     started = time.perf_counter()
     output = spec.outputs[0]
     task = {"kind": "shard", "objective": case.objective, "dtype": dtype, "inputs": inputs, "shards": split,
-            "vocab": int(np.shape(inputs[spec.grads[0]])[1]), "kwargs": {**conventions, **test["params"]},
+            "vocab": int(np.shape(inputs[spec.grads[0]])[1]), "kwargs": run.target.call_kwargs(case.objective, conventions, test["params"]),
             "cotangent": decode_input(test["cotangents"][output])}
     where = "[shards " + " ".join(f"{a}:{b}" for a, b in split) + "]"
     ran = _dispatch(run, pool, case, test, task, conventions, label, split, dtype, where, started)

@@ -1,8 +1,9 @@
-"""Vectors for ``distill.softmax``, ``distill.hinton``, ``distill.token_kl`` and
-``distill.generalized_jsd`` (Hinton et al. 2015 §2; MiniLLM §2.1 eq. 1; GKD §3).
+"""Vectors for ``distill.softmax``, ``distill.hinton``, ``distill.token_kl``,
+``distill.symmetric_kl`` and ``distill.generalized_jsd`` (Hinton et al. 2015 §2; MiniLLM §2.1
+eq. 1; Jeffreys 1946 / DistiLLM; GKD §3).
 
-Conventions: ``t2_scale`` (hinton), ``direction`` (token_kl) and ``endpoints``
-(generalized_jsd); one group per convention set. ``temperature``, ``alpha`` and ``beta`` are
+Conventions: ``t2_scale`` and ``soft_term`` (hinton), ``direction`` and ``soft_term`` (token_kl)
+and ``endpoints`` (generalized_jsd); one group per convention set. ``temperature``, ``alpha`` and ``beta`` are
 arguments and vary inside a group. Cotangents are nonzero multiples of 1/64 in [−2, 2] (exact in
 every dtype, so a low-precision target receives exactly the cotangent the gradient was computed
 with), drawn from a hash of the case's inputs and parameters so that the scale functions, which
@@ -33,6 +34,7 @@ from conformance.generate.distill_inputs import (
     INF,
     JSD,
     SM,
+    SYM,
     TEMPERATURES,
     TKL,
     VOCABS,
@@ -106,6 +108,12 @@ NOTES = {
     "BetaEndpointKL": {"category": "convention", "description": "β = 0 or β = 1 with endpoints='kl', as TRL 1.16.0 "
                        "and Liger 0.8.5 special-case them: β = 0 gives the forward KL(p‖q), β = 1 the reverse "
                        "KL(q‖p), without T²."},
+    "CrossEntropySoftTerm": {"category": "convention", "description": "soft_term='cross_entropy': the "
+                             "teacher-weighted term written as Hinton et al. 2015 §2 write it, −Σ p log q = KL(p‖q) + "
+                             "H(p); the same gradient as the KL form, a value larger by the teacher's entropy H(p) "
+                             "(times α·s in Hinton's loss)."},
+    "ForwardWeightEndpoint": {"category": "edge", "description": "symmetric_kl with forward_weight w = 0 (the "
+                              "reverse KL(q‖p) only) or w = 1 (the forward KL(p‖q) only)."},
     "ForwardKL": {"category": "convention", "description": "direction='forward': KL(p‖q) weighted by the teacher "
                   "(the soft term of classic distillation, without T²); gradient (q − p)/T."},
     "NoT2Scale": {"category": "convention", "description": "t2_scale=False: the soft term α·KL(p^(T)‖q^(T)) is not "
@@ -142,6 +150,16 @@ GROUPS = {
                "distillation without T²) — TRL 1.16.0 experimental/gkd/gkd_trainer.py generalized_jsd_loss with "
                "beta=0 and trainer/distillation_trainer.py + kernels/chunked_divergence.py with beta=0.0; Liger "
                "0.8.5 chunked_loss/jsd_loss.py and ops/jsd.py with beta=0",
+    "symmetric": "distill.symmetric_kl: w·KL(p‖q) + (1−w)·KL(q‖p), Jeffreys' (1946) symmetrised divergence with "
+                 "weights, no T²; forward_weight w = 0.5 by default (equal weights). DistiLLM (Ko et al. 2024, arXiv "
+                 "2402.03898) uses it as a baseline: its repository (jongwooko/distillm, distillm/losses.py "
+                 "symmetric_kl) weighs the reverse term λ = 0.9, i.e. w = 0.1, and writes the forward term as the "
+                 "cross-entropy −Σ p log q (H(p) more than the KL per row). No pinned library ships it",
+    "cross-entropy": "soft_term='cross_entropy': the soft term −Σ p log q, as Hinton et al. 2015 §2 write it "
+                     "(\"the cross entropy with the soft targets\") — distill.hinton (with T², t2_scale=True) and "
+                     "distill.token_kl with direction='forward'; DistiLLM's repository (jongwooko/distillm, "
+                     "distillm/losses.py forward_kl) computes this form. Values exceed the KL form's by H(p) "
+                     "(times α·s in Hinton's loss); gradients are equal",
     "kl-endpoints": "distill.generalized_jsd with endpoints='kl': β = 0 → KL(p‖q), β = 1 → KL(q‖p), the "
                     "general formula in between — TRL 1.16.0 experimental/gkd/gkd_trainer.py "
                     "GKDTrainer.generalized_jsd_loss (`if beta == 0` / `elif beta == 1` branches) and "
@@ -340,6 +358,67 @@ def _hinton_cases() -> list[Case]:
     return out
 
 
+_CE = {"soft_term": "cross_entropy"}
+_ARTICLE_PAIR = ([[math.log(0.4), math.log(0.6)]], [[math.log(0.8), math.log(0.2)]])
+_ARTICLE_PAIR_TEXT = ("las probabilidades del profesor para cat y dog son 0.8 y 0.2; las del alumno son 0.4 y 0.6. "
+                      "La KL directa pondera los logaritmos de los cocientes profesor-alumno con 0.8 y 0.2. La KL "
+                      "inversa pondera los logaritmos de los cocientes alumno-profesor con 0.4 y 0.6.")
+
+
+def _hin_ce(z, t, y, T, alpha, flags, comment, seed, recipe, low=False):
+    """A Hinton case with the cross-entropy soft term (and T², the paper's scaling)."""
+    return Case(HIN, {"student_logits": z, "teacher_logits": t, "labels": y},
+                params={"temperature": T, "alpha": alpha}, conventions={"t2_scale": True, **_CE},
+                group="cross-entropy", flags=flags + ("CrossEntropySoftTerm",), comment=comment, low_precision=low,
+                provenance=generated(seed, recipe))
+
+
+def _hinton_cross_entropy_cases() -> list[Case]:
+    """Hinton with soft_term='cross_entropy': the article's pair, random rows, and the edges where
+    H(p) is extreme (near one-hot teachers: ≈ 0; uniform ones: log V) or the KL is 0 (equal inputs)."""
+    z, t = _ARTICLE_PAIR
+    out = [Case(HIN, {"student_logits": z, "teacher_logits": t, "labels": [0]},
+                params={"temperature": 1.0, "alpha": 1.0}, conventions={"t2_scale": True, **_CE},
+                group="cross-entropy", flags=("Article", "CrossEntropySoftTerm"),
+                comment="teacher (0.8, 0.2), student (0.4, 0.6), α = 1: −Σ p log q = KL 0.3348 + H(p) 0.5004 "
+                        "= 0.8352", provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
+    for i in range(14):
+        seed = 8500 + i
+        r = S.rng(seed)
+        n, v = _shape_nv(r)
+        spread = float(r.choice([1.0, 3.0, 6.0]))
+        T = float(r.choice(TEMPERATURES))
+        alpha = float(r.choice(ALPHAS))
+        f32 = i % 2 == 0
+        z, t = _pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+        out.append(_hin_ce(z, t, _labels(r, n, v), T, alpha, ("Random",),
+                           f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else ""),
+                           seed, "normal logits; teacher independent or student + N(0,1)"))
+    r = S.rng(8520)
+    z = S.logits(r, (4, 8), 3.0)
+    z[1] = [1.25] * 8
+    out.append(_hin_ce(z, [row[:] for row in z], _labels(r, 4, 8), 2.0, 0.5, ("EqualInputs", "Ties"),
+                       "teacher = student: KL 0, the soft term is H(p) (log 8 on the uniform row)", 8520,
+                       "normal logits"))
+    out.append(_hin_ce(_HUGE_STUDENT, _HUGE_TEACHER, [0, 3, 4], 2.0, 0.5, ("HugeLogits",), "logits ±1e4, T = 2",
+                       8521, "fixed"))
+    out.append(_hin_ce(_NI_STUDENT_C, _NI_TEACHER_C, _NI_LABELS_C, 2.0, 0.5, ("NegInfLogits",),
+                       "teacher −inf where the student is finite (p = 0 terms: 0·log q = 0)", 8522, "fixed"))
+    r = S.rng(8523)
+    z, t = _near_deterministic(r, 3, 12, 1.0, True)
+    out.append(_hin_ce(z, t, _labels(r, 3, 12), 1.0, 0.5, ("NearDeterministic",),
+                       "one-hot-like rows (H(p) ≈ 0)", 8523, "normal logits + 38·T at one token"))
+    for k, dtype in enumerate(("bfloat16", "float16")):
+        seed = 8530 + k
+        r = S.rng(seed)
+        v, T = (16, 64)[k], (2.0, 1.0)[k]
+        z = S.in_dtype(_clip(S.logits(r, (8, v), 4.0), 20.0), dtype)
+        t = S.in_dtype(_clip(S.near(r, z, 1.5), 20.0), dtype)
+        out.append(_hin_ce(z, t, _labels(r, 8, v), T, 0.5, ("LowPrecision",), f"logits exact in {dtype}, V={v}, "
+                           f"T={T:g}", seed, f"normal logits clipped to ±20, rounded to {dtype}", low=True))
+    return out
+
+
 # ----------------------------------------------------------------------------- token_kl and generalized_jsd
 
 def _random_pairs(obj, group, conv, params_of, seed0, count, extra_flags=()) -> list[Case]:
@@ -420,6 +499,85 @@ def _token_kl_cases() -> list[Case]:
     return out
 
 
+def _token_kl_cross_entropy_cases() -> list[Case]:
+    """Forward token KL with soft_term='cross_entropy': the article's pair, random rows, the edges."""
+    z, t = _ARTICLE_PAIR
+    conv, flags = {"direction": "forward", **_CE}, ("ForwardKL", "CrossEntropySoftTerm")
+    out = [Case(TKL, {"student_logits": z, "teacher_logits": t}, params={"temperature": 1.0},
+                conventions=conv, group="cross-entropy", flags=("Article",) + flags,
+                comment="−Σ p log q for teacher (0.8, 0.2), student (0.4, 0.6): KL(p‖q) 0.3348 + H(p) 0.5004 = 0.8352",
+                provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
+    out += _random_pairs(TKL, "cross-entropy", conv, lambda T, r: {"temperature": T}, 9800, 14, flags)
+    out += _pair_edges(TKL, "cross-entropy", conv, lambda T: {"temperature": T}, "forward", 9900, flags)
+    return out
+
+
+def _cross_entropy_invalid_cases() -> list[Case]:
+    """The soft_term's own invalid values (new groups: after every case of 1.2.0, whose ids stay)."""
+    ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
+    fixed = generated(0, "fixed")
+    return [
+        Case(HIN, {"student_logits": ok_z, "teacher_logits": ok_t, "labels": [1, 2]},
+             params={"temperature": 1.0, "alpha": 0.5}, conventions={"soft_term": "ce"}, group="invalid",
+             result="invalid", flags=("InvalidInput",), comment="unknown soft_term", provenance=fixed),
+        Case(TKL, {"student_logits": ok_z, "teacher_logits": ok_t}, params={"temperature": 1.0},
+             conventions={"direction": "forward", "soft_term": "ce"}, group="invalid", result="invalid",
+             flags=("InvalidInput",), comment="unknown soft_term", provenance=fixed),
+        Case(TKL, {"student_logits": ok_z, "teacher_logits": ok_t}, params={"temperature": 1.0},
+             conventions={"direction": "reverse", "soft_term": "cross_entropy"}, group="invalid", result="invalid",
+             flags=("InvalidInput",), comment="soft_term='cross_entropy' with direction='reverse' (no cross-entropy "
+             "form)", provenance=fixed),
+    ]
+
+
+def _symmetric_kl_cases() -> list[Case]:
+    """w·KL(p‖q) + (1−w)·KL(q‖p): the article's pair at the default and DistiLLM's weights, random
+    rows over w ∈ {0, 0.1, 0.5, 0.9, 1}, the shared edges (−inf only at the same tokens: both
+    directions finite), the weights' endpoints, and invalid inputs."""
+    z, t = _ARTICLE_PAIR
+    out = []
+    for w, why in ((0.5, "w = 0.5: (0.3348 + 0.3819)/2 = 0.3584"),
+                   (0.1, "w = 0.1 (DistiLLM's λ = 0.9 on the reverse term): 0.1·0.3348 + 0.9·0.3819 = 0.3772")):
+        out.append(Case(SYM, {"student_logits": z, "teacher_logits": t}, params={"forward_weight": w, "temperature": 1.0},
+                        group="symmetric", flags=("Article",), comment=f"teacher (0.8, 0.2), student (0.4, 0.6), {why}",
+                        provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT)))
+    weights = (0.0, 0.1, 0.5, 0.9, 1.0)
+    out += _random_pairs(SYM, "symmetric", {}, lambda T, r: {"forward_weight": float(r.choice(weights)), "temperature": T},
+                         11000, 28)
+    out += _large_pairs(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, 11100,
+                        sizes=((2048, 1, 1.0),))
+    out += _pair_edges(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, "both", 11200,
+                       low_params_of=lambda T, k: {"forward_weight": (0.1, 0.9, 0.5, 0.25)[k], "temperature": T})
+    for k, w in enumerate((0.0, 1.0)):
+        r = S.rng(11300 + k)
+        zz, tt = _pair_inputs(r, 4, 10, 3.0, True, k == 0)
+        out.append(_pair_case(SYM, zz, tt, {"forward_weight": w, "temperature": 2.0}, {}, "symmetric",
+                              ("ForwardWeightEndpoint",), f"w = {w:g}: " + ("reverse" if w == 0 else "forward")
+                              + " KL only", 11300 + k, "normal logits"))
+    ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
+    bad = [
+        (ok_z, ok_t, {"temperature": 0.0}, "T = 0", "InvalidInput"),
+        (ok_z, ok_t, {"forward_weight": -0.5}, "w < 0", "InvalidInput"),
+        (ok_z, ok_t, {"forward_weight": 1.25}, "w > 1", "InvalidInput"),
+        (ok_z, [[0.5, 2.5], [1.0, -1.0]], {}, "shapes disagree", "InvalidInput"),
+        (ok_z, [[0.5, math.nan, 0.0], [1.0, -1.0, 2.0]], {}, "NaN teacher logit", "InvalidInput"),
+        ([[1.0, 2.0, INF], [0.0, -1.0, 3.0]], ok_t, {}, "+inf student logit", "InvalidInput"),
+        (ok_z, [[0.5, 2.5, 0.0], [-INF, -INF, -INF]], {}, "teacher row −inf everywhere", "InvalidInput"),
+        ([[]], [[]], {}, "empty vocabulary", "InvalidInput"),
+        ([[1.0, -INF, 0.5], [0.0, -1.0, 3.0]], ok_t, {},
+         "student −inf where p > 0: the forward term KL(p‖q) is +inf", "InfiniteDivergence"),
+        (ok_z, [[0.5, -INF, 0.0], [1.0, -1.0, 2.0]], {},
+         "teacher −inf where q > 0: the reverse term KL(q‖p) is +inf", "InfiniteDivergence"),
+        (ok_z, [[0.5, -INF, 0.0], [1.0, -1.0, 2.0]], {"forward_weight": 1.0},
+         "w = 1 and the teacher −inf where q > 0: rejected (0·∞ is never evaluated)", "InfiniteDivergence"),
+    ]
+    for zz, tt, params, why, flag in bad:
+        out.append(Case(SYM, {"student_logits": zz, "teacher_logits": tt},
+                        params={"forward_weight": 0.5, "temperature": 1.0, **params}, group="invalid",
+                        result="invalid", flags=(flag,), comment=why, provenance=generated(0, "fixed")))
+    return out
+
+
 def _jsd_cases() -> list[Case]:
     out = []
     for endpoints, group, seed0 in (("limit", "paper", 10000), ("kl", "kl-endpoints", 10500)):
@@ -493,5 +651,8 @@ def _jsd_cases() -> list[Case]:
 
 
 def cases() -> list[Case]:
+    # The cases added in 1.3.0 come last: the groups they open follow the existing ones, whose
+    # test ids (tcId, by position) stay.
     return _with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
-                            + distill_low.cases())
+                            + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
+                            + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3())

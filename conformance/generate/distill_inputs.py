@@ -14,6 +14,7 @@ from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
 
 SM, HIN, TKL, JSD = "distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd"
+SYM = "distill.symmetric_kl"
 
 INF = math.inf
 TEMPERATURES = (0.5, 1.0, 2.0, 4.0)
@@ -27,9 +28,12 @@ def _cotangent_seed(objective: str, merged: dict) -> int:
     """A seed from the objective, its inputs and every parameter (paper defaults filled in): the
     scale functions, which see only those, can rebuild the cotangent a case was given."""
     spec = catalog.get(objective)
+    # A parameter added later, at its default, stays out: the cases that existed before it keep
+    # their cotangents (and bytes).
     content = {"objective": objective,
                "inputs": {i.name: numbers.encode_input(merged[i.name]) for i in spec.inputs},
-               "params": {p.name: merged[p.name] for p in spec.params}}
+               "params": {p.name: merged[p.name] for p in spec.params
+                          if not (p.added and merged[p.name] == p.default)}}
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
@@ -163,7 +167,8 @@ def _pair_case(obj, z, t, params, conv, group, flags, comment, seed, recipe, low
 
 def _support_sets(kind: str) -> list[tuple]:
     """(student, teacher, comment) −inf sets with a finite divergence for ``kind``:
-    'reverse' needs supp q ⊆ supp p, 'forward' supp p ⊆ supp q, 'any' (0 < β < 1) neither."""
+    'reverse' needs supp q ⊆ supp p, 'forward' supp p ⊆ supp q, 'any' (0 < β < 1) neither,
+    'both' (the symmetric KL) supp q = supp p."""
     sets = [(_NI_STUDENT_A, _NI_TEACHER_A, "−inf at the same tokens on both sides")]
     if kind in ("reverse", "any"):
         sets.append((_NI_STUDENT_B, _NI_TEACHER_B, "student −inf where the teacher is finite; a one-hot student row"))

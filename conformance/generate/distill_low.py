@@ -12,6 +12,7 @@ from conformance.generate.distill_inputs import (
     BETAS,
     INF,
     JSD,
+    SYM,
     TEMPERATURES,
     TKL,
     _clip,
@@ -241,5 +242,18 @@ def _low_jsd_cases() -> list[Case]:
     return _low_pair_cases(JSD, groups, 20600)
 
 
+def _low_symmetric_kl_cases() -> list[Case]:
+    """w drawn from {0, 0.1, 0.5, 0.9, 1}; the edges at w = 0.5 (−inf only where both are)."""
+    groups = [("symmetric", {}, "both",
+               lambda T, r: {"forward_weight": float(r.choice((0.0, 0.1, 0.5, 0.9, 1.0))), "temperature": T},
+               lambda T: {"forward_weight": 0.5, "temperature": T})]
+    return _low_pair_cases(SYM, groups, 20800)
+
+
 def cases() -> list[Case]:
     return _low_softmax_cases() + _low_hinton_cases() + _low_token_kl_cases() + _low_jsd_cases()
+
+
+def cases_1_3() -> list[Case]:
+    """The low-precision cases of the objectives added in 1.3.0 (after the others: their ids stay)."""
+    return _low_symmetric_kl_cases()

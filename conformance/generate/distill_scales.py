@@ -8,6 +8,7 @@ from conformance.generate.distill_inputs import (
     HIN,
     JSD,
     SM,
+    SYM,
     TKL,
     _cotangent,
 )
@@ -155,20 +156,42 @@ def _softmax_scale(kwargs, outputs, grads):
         return {"probs": max(value), "grad:logits": max(grad)}
 
 
-def _kl_rows_scale(objective, kwargs, direction):
-    """Per row s1 + sA/d (``_kl_parts``) and the gradient's magnitude times |c|/T; max over rows."""
+def _entropy_parts(P: _Dist):
+    """H(p) = Σ p_i |log p_i| and its roundings Σ p_i A^p_i (1 + |log p_i|): what the cross-entropy
+    soft term −Σ p log q = KL(p‖q) + H(p) adds to the forward KL's magnitudes. Formed directly,
+    −Σ p log q has terms p_i |log q_i| ≤ p_i (|log p_i| + |ℓ_i|): the same bound covers both forms."""
+    h = mpmath.fsum(pi * abs(li) for pi, li, f in zip(P.p, P.logp, P.fin) if f)
+    ha = mpmath.fsum(pi * Ai * (1 + abs(li)) for pi, Ai, li, f in zip(P.p, P.A, P.logp, P.fin) if f)
+    return h, ha
+
+
+def _kl_rows_scale(objective, kwargs, direction, forward_weight=None):
+    """Per row s1 + sA/d (``_kl_parts``) and the gradient's magnitude times |c|/T; max over rows.
+    ``forward_weight`` w (the symmetric KL): w times the forward row's magnitudes plus (1−w) times
+    the reverse row's. A cross-entropy soft term adds H(p) (``_entropy_parts``)."""
+    ce = kwargs.get("soft_term") == "cross_entropy"
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
         qs, ps = _rows(kwargs["student_logits"], T), _rows(kwargs["teacher_logits"], T)
         value, grad = [], []
         for Q, P, c in zip(qs, ps, _row_cotangents(objective, kwargs, len(qs))):
-            if direction == "reverse":
+            parts = {}
+            if forward_weight is not None or direction == "reverse":
                 K, s1, sA, ell = _kl_parts(Q, P)
-                g = _centred_grad(Q, ell, K, s1, sA, P.A)
-            else:
+                parts["reverse"] = (s1 + sA / Q.d, _centred_grad(Q, ell, K, s1, sA, P.A))
+            if forward_weight is not None or direction == "forward":
                 _, s1, sA, _ = _kl_parts(P, Q)
-                g = _forward_grad(Q, P)
-            value.append(s1 + sA / Q.d)
+                parts["forward"] = (s1 + sA / Q.d, _forward_grad(Q, P))
+            if forward_weight is not None:
+                w = mpmath.mpf(forward_weight)
+                (fv, fg), (rv, rg) = parts["forward"], parts["reverse"]
+                v, g = w * fv + (1 - w) * rv, w * fg + (1 - w) * rg
+            else:
+                v, g = parts[direction]
+            if ce:
+                h, ha = _entropy_parts(P)
+                v += h + ha / Q.d
+            value.append(v)
             grad.append(c * g / T)
         return max(value), max(grad)
 
@@ -180,11 +203,20 @@ def _token_kl_scale(kwargs, outputs, grads):
     return {"kl": value, "grad:student_logits": grad}
 
 
+def _symmetric_kl_scale(kwargs, outputs, grads):
+    """kl: the largest row's w·(forward s1 + sA/d) + (1−w)·(reverse s1 + sA/d); grad: the same
+    weighting of (q_j − p_j)/T and q_j(ℓ_j − K)/T, times |c|."""
+    value, grad = _kl_rows_scale(SYM, kwargs, None, kwargs["forward_weight"])
+    return {"kl": value, "grad:student_logits": grad}
+
+
 def _hinton_scale(kwargs, outputs, grads):
     """loss: mean over rows of (1−α)(|log q^(1)_y| + A^(1)_y/d) + α·s·(s1 + sA/d) of the forward
     KL(p^(T)‖q^(T)). grad: |c|/N · max over rows and tokens of (1−α)(q^(1)_j + [j = y] +
     q^(1)_j A^(1)_j/d) + α·s·(q_j + p_j + (q_j A^q_j + p_j A^p_j)/d)/T. elements (the careful
-    low-precision model's terms): the mean of the per-row losses' magnitudes."""
+    low-precision model's terms): the mean of the per-row losses' magnitudes. The cross-entropy
+    soft term adds α·s·(H(p) + its roundings/d) to the value (``_entropy_parts``)."""
+    ce = kwargs.get("soft_term") == "cross_entropy"
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
         a = mpmath.mpf(kwargs["alpha"])
@@ -195,8 +227,9 @@ def _hinton_scale(kwargs, outputs, grads):
         value, grad, rows = [], [], []
         for Q1, Q, P, y in zip(q1s, qs, ps, kwargs["labels"]):
             kl, s1, sA, _ = _kl_parts(P, Q)
-            rows.append(abs((1 - a) * -Q1.logp[y] + a * s * kl))
-            value.append((1 - a) * (abs(Q1.logp[y]) + Q1.A[y] / Q1.d) + a * s * (s1 + sA / Q.d))
+            h, ha = _entropy_parts(P) if ce else (0, 0)
+            rows.append(abs((1 - a) * -Q1.logp[y] + a * s * (kl + h)))
+            value.append((1 - a) * (abs(Q1.logp[y]) + Q1.A[y] / Q1.d) + a * s * (s1 + sA / Q.d + h + ha / Q.d))
             grad.append(max((1 - a) * (Q1.p[j] + (1 if j == y else 0) + Q1.p[j] * Q1.A[j] / Q1.d)
                             + a * s * (Q.p[j] + P.p[j] + (Q.p[j] * Q.A[j] + P.p[j] * P.A[j]) / Q.d) / T
                             for j in range(len(Q.p))))
@@ -240,4 +273,4 @@ def _jsd_scale(kwargs, outputs, grads):
         return {"jsd": max(value), "grad:student_logits": max(grad)}
 
 
-SCALES = {SM: _softmax_scale, HIN: _hinton_scale, TKL: _token_kl_scale, JSD: _jsd_scale}
+SCALES = {SM: _softmax_scale, HIN: _hinton_scale, TKL: _token_kl_scale, JSD: _jsd_scale, SYM: _symmetric_kl_scale}

@@ -46,6 +46,7 @@ class Target:
     sharded: dict = field(default_factory=dict)   # {objective: vocabulary-parallel fn(**shard, ctx=ctx)}
     grad_reduction: str = "mean"                  # how gradients are reduced over ranks: "mean" | "sum"
     known_splits: tuple = ()                      # ((reason, predicate(case, dtype, split[, tolerance]) -> bool), ...)
+    temperature_free: tuple = ()                  # objectives whose function has no temperature (T = 1 only)
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -100,11 +101,34 @@ class Target:
 
     def refused_params(self, objective_id: str, values: dict) -> str | None:
         """Why the target cannot be called with these parameter values (its ``params``
-        declaration lists the only values it takes), or None."""
+        declaration lists the only values it takes, its ``temperature_free`` ones take no
+        temperature), or None."""
+        if objective_id in self.temperature_free:
+            T = values.get("temperature", 1.0)
+            if T != 1.0:
+                return (f"temperature={T!r}: the target declares {objective_id} temperature-free (T = 1 only; "
+                        "its function has no temperature to divide the logits by)")
         for name, allowed in self.params.get(objective_id, {}).items():
             if name in values and values[name] not in allowed:
                 return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
         return None
+
+    def call_kwargs(self, objective_id: str, conventions: dict, params: dict) -> dict:
+        """The conventions and parameters the target's function is called with. Left out: a
+        convention the catalog added later (``Param.added``) while it holds its paper default, when
+        the target neither names it in its declaration (``"*"`` does not name it) nor has a function
+        that takes it (by name or ``**kwargs``) — functions written before it existed compute that
+        default — and, for a temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
+        spec = catalog.get(objective_id)
+        late = {p.name: p.default for p in spec.params if p.convention and p.added}
+        named = self.conventions != ANY and self.declared(objective_id) != ANY
+        takes = _accepted_keywords(self.objectives.get(objective_id))
+        out = {k: v for k, v in conventions.items()
+               if not (k in late and v == late[k] and not (named and self.declares(objective_id, k))
+                       and not (takes is ANY or k in takes))}
+        free = objective_id in self.temperature_free
+        out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
+        return out
 
     def tolerance_model_for(self, objective_id: str) -> str | None:
         """The low-precision tolerance model the target declares for an objective ("native":
@@ -193,7 +217,8 @@ def from_mapping(obj, spec: str) -> Target:
                   _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
                   _known_rules(get("known_rules", ()) or (), spec, 2),
                   _tolerance_model(get("tolerance_model", {}) or {}, spec),
-                  steps, sharded, grad_reduction, _known_rules(get("known_splits", ()) or (), spec, 3))
+                  steps, sharded, grad_reduction, _known_rules(get("known_splits", ()) or (), spec, 3),
+                  _temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded, spec))
 
 
 def rule_predicate(predicate, leading: int = 2):
@@ -238,6 +263,22 @@ def _tolerance_model(declared, spec: str) -> dict:
     return dict(declared)
 
 
+def _temperature_free(declared, objectives: dict, steps: dict, sharded: dict, spec: str) -> tuple:
+    """``temperature_free``: the objective ids (a list) whose functions take no temperature —
+    losses written without one, which a target declares instead of dividing the logits itself.
+    Each must be one the target implements, and have a ``temperature`` in the catalog."""
+    if isinstance(declared, str) or not isinstance(declared, (list, tuple)):
+        raise TargetError(f"{spec}: 'temperature_free' must be a list of objective ids, got {declared!r}")
+    for oid in declared:
+        if oid not in catalog.BY_ID:
+            raise TargetError(f"{spec}: temperature_free names unknown objective {oid!r}")
+        if "temperature" not in {p.name for p in catalog.get(oid).params}:
+            raise TargetError(f"{spec}: temperature_free names {oid}, which has no temperature")
+        if oid not in objectives and oid not in steps and oid not in sharded:
+            raise TargetError(f"{spec}: temperature_free names {oid}, which the target does not implement")
+    return tuple(declared)
+
+
 def _params(params, spec: str) -> dict:
     if not isinstance(params, dict):
         raise TargetError(f"{spec}: 'params' must be a dict {{objective: {{param: [values]}}}}")
@@ -271,3 +312,15 @@ def _known(known, spec: str) -> dict:
     return dict(known)
 
 
+def _accepted_keywords(fn):
+    """The keyword names ``fn`` takes, ANY if it takes ``**kwargs`` or has no inspectable
+    signature, or an empty set when there is no function."""
+    if fn is None:
+        return frozenset()
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ANY
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return ANY
+    return frozenset(params)

@@ -23,7 +23,7 @@ from refimpl import validate
 from refimpl.arrays import _xp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
-           "generalized_jsd", "generalized_jsd_vjp"]
+           "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -99,6 +99,14 @@ def _centred(xp, q: _Dist, g):
     d = g - g_top
     rest = xp.sum(_xp.masked(xp, q.support & ~q.is_top, q.p * d), axis=-1, keepdims=True)
     return d - rest
+
+
+def _soft(xp, q: _Dist, p: _Dist, r, soft_term: str):
+    """The teacher-weighted soft term per row: KL(p‖q), or the cross-entropy
+    −Σ_{p>0} p log q = KL(p‖q) + H(p) (terms ≥ 0: nothing cancels)."""
+    if soft_term == "cross_entropy":
+        return -xp.sum(_xp.masked(xp, p.support, p.p * q.logp), axis=-1)
+    return _xp.kl_terms(xp, p.p, q.p, p.support, -r)
 
 
 def _q_minus_p(xp, q: _Dist, p: _Dist, r):
@@ -213,8 +221,9 @@ def _labels(xp, labels, n: int, v: int):
     return y
 
 
-def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term):
     xp, dt, shape, T, qT, pT = _pair(student_logits, teacher_logits, temperature, rank=2)
+    validate.soft_term(soft_term)
     n, v = shape
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
@@ -234,29 +243,32 @@ def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, 
 
 
 def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
-           t2_scale: bool = True):
+           t2_scale: bool = True, soft_term: str = "kl"):
     """Hinton distillation loss, mean over the N rows:
 
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
 
     Hinton et al. 2015 §2; [reading-math-3] §"Destilación clásica" (λ = ``alpha``). A −inf student
     logit at the label or where the teacher has p > 0 is rejected whatever α is.
+    ``soft_term='cross_entropy'``: the soft term is −Σ p log q = KL + H(p) (Hinton §2's form).
     """
     xp, _, shape, T, onehot, a, s, q1, qT, pT, r = _hinton_prepare(
-        student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
+        student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term)
     ce = -xp.sum(_xp.masked(xp, onehot, q1.logp), axis=-1)
-    kl = _xp.kl_terms(xp, pT.p, qT.p, pT.support, -r)
+    kl = _soft(xp, qT, pT, r, soft_term)
     return xp.sum((1 - a) * ce + (a * s) * kl) / shape[0]
 
 
 def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: float = 1.0,
-               alpha: float = 0.5, t2_scale: bool = True):
+               alpha: float = 0.5, t2_scale: bool = True, soft_term: str = "kl"):
     """Gradient of c·L with respect to the student logits (Hinton et al. 2015 §2):
 
-        ∂L/∂z_{n,j} = [ (1−α)(q_{n,j}^{(1)} − [j = y_n]) + α·s·(q_{n,j}^{(T)} − p_{n,j}^{(T)}) / T ] / N.
+        ∂L/∂z_{n,j} = [ (1−α)(q_{n,j}^{(1)} − [j = y_n]) + α·s·(q_{n,j}^{(T)} − p_{n,j}^{(T)}) / T ] / N
+
+    for both ``soft_term`` values (they differ by H(p), constant in z).
     """
     xp, dt, shape, T, onehot, a, s, q1, qT, pT, r = _hinton_prepare(
-        student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
+        student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term)
     c = xp.reshape(_cotangent(xp, dt, cotangent, ()), ())
     # q_y − 1 = expm1(log q_y), without cancellation when q_y ≈ 1.
     ce = xp.where(onehot, xp.expm1(q1.logp), q1.p)
@@ -268,41 +280,76 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
 # distill.token_kl
 # ---------------------------------------------------------------------------------------------
 
-def _token_kl_prepare(student_logits, teacher_logits, direction, temperature):
+def _token_kl_prepare(student_logits, teacher_logits, direction, temperature, soft_term="kl"):
     xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
     validate.direction(direction)
+    validate.soft_term(soft_term, direction)
     if direction == "reverse":
         _require_support(xp, "teacher_logits", q, p, shape, "reverse KL(q‖p)")
     else:
         _require_support(xp, "student_logits", p, q, shape, "forward KL(p‖q)")
     r = _log_ratio(xp, q, p, T)
     kl = (_xp.kl_terms(xp, q.p, p.p, q.support, r) if direction == "reverse"
-          else _xp.kl_terms(xp, p.p, q.p, p.support, -r))
+          else _soft(xp, q, p, r, soft_term))
     return xp, dt, shape, T, q, p, r, kl
 
 
-def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0,
+             soft_term: str = "kl"):
     """Full-vocabulary KL between student q and teacher p per row: reverse Σ q log(q/p),
     forward Σ p log(p/q), at temperature T, no T² factor.
 
     MiniLLM (Gu et al. 2024) §2.1 eq. 1; DeepSeek-V4 §5.1.2 eq. 29; [reading-math-3] §"De la KL
-    de secuencia a la KL de token". 0·log 0 = 0; an infinite KL is rejected. Returns kl with
-    shape ``student_logits.shape[:-1]``.
+    de secuencia a la KL de token". 0·log 0 = 0; an infinite KL is rejected. Forward with
+    ``soft_term='cross_entropy'``: −Σ p log q = KL(p‖q) + H(p) (Hinton et al. 2015 §2). Returns kl
+    with shape ``student_logits.shape[:-1]``.
     """
-    return _token_kl_prepare(student_logits, teacher_logits, direction, temperature)[7]
+    return _token_kl_prepare(student_logits, teacher_logits, direction, temperature, soft_term)[7]
 
 
 def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "reverse",
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, soft_term: str = "kl"):
     """Gradient of Σ c·kl with respect to the student logits, per row:
-    reverse q_j (ℓ_j − kl)/T with ℓ = log q − log p (0 where q_j = 0); forward (q_j − p_j)/T."""
+    reverse q_j (ℓ_j − kl)/T with ℓ = log q − log p (0 where q_j = 0); forward (q_j − p_j)/T,
+    also for the cross-entropy form."""
     xp, dt, shape, T, q, p, r, kl = _token_kl_prepare(student_logits, teacher_logits,
-                                                      direction, temperature)
+                                                      direction, temperature, soft_term)
     c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
     if direction == "reverse":
         g = _xp.masked(xp, q.support, q.p * _centred(xp, q, r))
     else:
         g = _q_minus_p(xp, q, p, r)
+    return {"student_logits": c * g / T}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.symmetric_kl
+# ---------------------------------------------------------------------------------------------
+
+def _symmetric_prepare(student_logits, teacher_logits, forward_weight, temperature):
+    xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    w = validate.forward_weight(forward_weight)
+    _require_support(xp, "student_logits", p, q, shape, "forward KL(p‖q)")
+    _require_support(xp, "teacher_logits", q, p, shape, "reverse KL(q‖p)")
+    return xp, dt, shape, T, q, p, _log_ratio(xp, q, p, T), w
+
+
+def symmetric_kl(student_logits, teacher_logits, forward_weight: float = 0.5, temperature: float = 1.0):
+    """w·KL(p‖q) + (1−w)·KL(q‖p) per row (p teacher, q student, both at T; no T² factor).
+
+    Jeffreys 1946, weighted; the DistiLLM (Ko et al. 2024) baseline ``symmetric_kl``. Both terms
+    must be finite whatever w is (support mismatch rejected). Returns kl [...].
+    """
+    xp, _, _, _, q, p, r, w = _symmetric_prepare(student_logits, teacher_logits, forward_weight, temperature)
+    return w * _xp.kl_terms(xp, p.p, q.p, p.support, -r) + (1 - w) * _xp.kl_terms(xp, q.p, p.p, q.support, r)
+
+
+def symmetric_kl_vjp(cotangent, student_logits, teacher_logits, forward_weight: float = 0.5,
+                     temperature: float = 1.0):
+    """Gradient of Σ c·kl: [w·(q_j − p_j) + (1−w)·q_j (ℓ_j − KL(q‖p))] / T, ℓ = log q − log p."""
+    xp, dt, shape, T, q, p, r, w = _symmetric_prepare(student_logits, teacher_logits, forward_weight, temperature)
+    c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
+    g = w * _q_minus_p(xp, q, p, r) + (1 - w) * _xp.masked(xp, q.support, q.p * _centred(xp, q, r))
     return {"student_logits": c * g / T}
 
 

@@ -17,6 +17,8 @@ eq. 2), written in forms whose *exact* zeros stay exact in ball arithmetic:
 * KL(a‖b) = Σ_{a_i>0} a_i·k3(ℓ_i) + Σ_{a_i=0} b_i with ℓ_i = log(a_i/b_i) and
   k3(ℓ) = ℓ + e^{−ℓ} − 1 ≥ 0 (equal to Σ a_i ℓ_i since Σ_{a_i>0} a_i e^{−ℓ_i} = Σ_{a_i>0} b_i),
   a term with a_i ≪ b_i as a_i·ℓ_i + b_i − a_i (``_kl``);
+* the cross-entropy soft term −Σ_{p_i>0} p_i log q_i as KL(p‖q) + H(p), H(p) = −Σ_{p_i>0} p_i log p_i
+  (terms ≥ 0; a constant of the teacher);
 * generalized JSD with m = βp + (1−β)q: log q − log m = −log1p(β·expm1(−r)),
   log p − log m = −log1p((1−β)·expm1(r)); −log(1−β) where p = 0, −log β where q = 0.
 
@@ -29,7 +31,7 @@ from refimpl import validate
 from refimpl.certified import _ball
 
 __all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp",
-           "softmax", "softmax_vjp", "token_kl", "token_kl_vjp"]
+           "softmax", "softmax_vjp", "symmetric_kl", "symmetric_kl_vjp", "token_kl", "token_kl_vjp"]
 
 
 class _Dist:
@@ -88,6 +90,17 @@ def _reverse_kl(q: _Dist, p: _Dist, r):
 
 def _forward_kl(q: _Dist, p: _Dist, r):
     return _kl(p.p, p.support, q.p, [None if ri is None else -ri for ri in r])
+
+
+def _soft(q: _Dist, p: _Dist, r, soft_term):
+    """KL(p‖q), or the cross-entropy −Σ_{p_i>0} p_i log q_i written as KL(p‖q) + H(p) (supp p ⊆
+    supp q, checked by the callers): H(p) is a constant of the teacher, so the gradient is the
+    KL's, which keeps its exact zeros (student = teacher) that −Σ p log q differentiated as
+    q − p with q and p from different balls would not."""
+    kl = _forward_kl(q, p, r)
+    if soft_term == "cross_entropy":
+        return kl + _ball.fsum(-(pi * li) for pi, li, s in zip(p.p, p.logp, p.support) if s)
+    return kl
 
 
 # --------------------------------------------------------------------------- inputs
@@ -170,8 +183,10 @@ def _softmax(diff, logits, temperature=1.0):
     return {"probs": _regroup(rows, shape[:-1])}
 
 
-def _hinton(diff, student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t2_scale=True):
+def _hinton(diff, student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t2_scale=True,
+            soft_term="kl"):
     shape, T, qT, pT = _pair(diff, student_logits, teacher_logits, temperature, rank=2)
+    validate.soft_term(soft_term)
     n, v = shape
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
@@ -197,19 +212,33 @@ def _hinton(diff, student_logits, teacher_logits, labels, temperature=1.0, alpha
     terms = []
     for d1, q, p, yi in zip(q1, qT, pT, y):
         r = _log_ratio(q, p, T)
-        terms.append((1 - a) * (-d1.logp[yi]) + a * s * _forward_kl(q, p, r))
+        terms.append((1 - a) * (-d1.logp[yi]) + a * s * _soft(q, p, r, soft_term))
     return {"loss": _ball.fsum(terms) / n}
 
 
-def _token_kl(diff, student_logits, teacher_logits, direction="reverse", temperature=1.0):
+def _token_kl(diff, student_logits, teacher_logits, direction="reverse", temperature=1.0, soft_term="kl"):
     shape, T, q, p = _pair(diff, student_logits, teacher_logits, temperature)
     validate.direction(direction)
+    validate.soft_term(soft_term, direction)
     if direction == "reverse":
         _require_support("teacher_logits", q, p, "reverse KL(q‖p)")
     else:
         _require_support("student_logits", p, q, "forward KL(p‖q)")
-    kl = _reverse_kl if direction == "reverse" else _forward_kl
-    return {"kl": _regroup([kl(qi, pi, _log_ratio(qi, pi, T)) for qi, pi in zip(q, p)], shape[:-1])}
+    if direction == "reverse":
+        return {"kl": _regroup([_reverse_kl(qi, pi, _log_ratio(qi, pi, T)) for qi, pi in zip(q, p)], shape[:-1])}
+    return {"kl": _regroup([_soft(qi, pi, _log_ratio(qi, pi, T), soft_term) for qi, pi in zip(q, p)], shape[:-1])}
+
+
+def _symmetric_kl(diff, student_logits, teacher_logits, forward_weight=0.5, temperature=1.0):
+    shape, T, q, p = _pair(diff, student_logits, teacher_logits, temperature)
+    w = _ball.ball(validate.forward_weight(forward_weight))
+    _require_support("student_logits", p, q, "forward KL(p‖q)")
+    _require_support("teacher_logits", q, p, "reverse KL(q‖p)")
+    out = []
+    for qi, pi in zip(q, p):
+        r = _log_ratio(qi, pi, T)
+        out.append(w * _forward_kl(qi, pi, r) + (1 - w) * _reverse_kl(qi, pi, r))
+    return {"kl": _regroup(out, shape[:-1])}
 
 
 def _jsd_row(q: _Dist, p: _Dist, r, beta):
@@ -252,6 +281,9 @@ hinton, hinton_vjp = _ball.pair(_hinton, ("loss",), ("student_logits",))
 hinton.__doc__ = ("(1−α)·CE(q^(1), y) + α·s·KL(p^(T)‖q^(T)), s = T² when t2_scale, mean over rows "
                   "(Hinton et al. 2015 §2), as balls.")
 token_kl, token_kl_vjp = _ball.pair(_token_kl, ("kl",), ("student_logits",))
-token_kl.__doc__ = "Full-vocabulary reverse / forward token KL (MiniLLM §2.1 eq. 1), as balls."
+token_kl.__doc__ = ("Full-vocabulary reverse / forward token KL (MiniLLM §2.1 eq. 1); forward also as Hinton's "
+                    "cross-entropy (§2), as balls.")
+symmetric_kl, symmetric_kl_vjp = _ball.pair(_symmetric_kl, ("kl",), ("student_logits",))
+symmetric_kl.__doc__ = "w·KL(p‖q) + (1−w)·KL(q‖p) (Jeffreys 1946, weighted; DistiLLM baseline), as balls."
 generalized_jsd, generalized_jsd_vjp = _ball.pair(_generalized_jsd, ("jsd",), ("student_logits",))
 generalized_jsd.__doc__ = "β·KL(p‖m) + (1−β)·KL(q‖m), m = βp + (1−β)q (GKD §3 eq. 2), as balls."

@@ -1,5 +1,6 @@
 """Knowledge-distillation objectives: tempered softmax, Hinton's combined loss, full-vocabulary
-token KL (forward / reverse) and the generalized Jensen–Shannon divergence of GKD.
+token KL (forward / reverse, the forward one also as a cross-entropy), the symmetric KL and the
+generalized Jensen–Shannon divergence of GKD.
 
 Notation (every function): z = student logits, t = teacher logits, T = temperature,
 q = softmax(z/T) (student), p = softmax(t/T) (teacher), along the last axis (the vocabulary V);
@@ -28,7 +29,7 @@ from refimpl import validate
 from refimpl.exact import mp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
-           "generalized_jsd", "generalized_jsd_vjp"]
+           "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -110,6 +111,17 @@ def _reverse_kl_row(q: _Row, p: _Row, r):
 def _forward_kl_row(q: _Row, p: _Row, r):
     """KL(p‖q), ℓ = log p − log q on supp p."""
     return _kl_terms(p.p, p.support, q.p, [-ri if s else None for ri, s in zip(r, p.support)])
+
+
+def _cross_entropy_row(q: _Row, p: _Row):
+    """−Σ_{p_i>0} p_i log q_i = KL(p‖q) + H(p): every term is ≥ 0 (log q ≤ 0), so the sum
+    loses nothing. Requires supp p ⊆ supp q (checked by the callers)."""
+    return mpmath.fsum(-pi * li for pi, li, s in zip(p.p, q.logp, p.support) if s)
+
+
+def _soft_row(q: _Row, p: _Row, r, soft_term: str):
+    """The teacher-weighted soft term: KL(p‖q) ('kl') or −Σ p log q ('cross_entropy')."""
+    return _cross_entropy_row(q, p) if soft_term == "cross_entropy" else _forward_kl_row(q, p, r)
 
 
 def _minus_mean(q: _Row, x):
@@ -247,8 +259,9 @@ def _labels(labels, n: int, v: int) -> np.ndarray:
     return y
 
 
-def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term):
     shape, T, qT, pT = _pair(student_logits, teacher_logits, temperature, rank=2)
+    validate.soft_term(soft_term)
     n, v = shape
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
@@ -268,10 +281,14 @@ def _hinton_prepare(student_logits, teacher_logits, labels, temperature, alpha, 
 
 @mp.exact
 def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
-           t2_scale: bool = True):
+           t2_scale: bool = True, soft_term: str = "kl"):
     """Hinton distillation loss, mean over the N rows:
 
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
+
+    ``soft_term='cross_entropy'``: the soft term is −Σ_v p_v^{(T)} log q_v^{(T)} = KL + H(p^{(T)}),
+    as Hinton et al. §2 write it ("the cross entropy with the soft targets"); the gradient is the
+    same (H(p) does not depend on z).
 
     Hinton et al. 2015 §2 (soft targets at temperature T, hard-label term at T = 1, the soft
     term multiplied by T² "to keep the relative contributions … roughly unchanged");
@@ -284,17 +301,17 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
     an implementation to evaluate 0·∞.
     """
     shape, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
-                                                   temperature, alpha, t2_scale)
+                                                   temperature, alpha, t2_scale, soft_term)
     total = []
     for q1i, qi, pi, ri, yi in zip(q1, qT, pT, r, y):
-        kl = _forward_kl_row(qi, pi, ri)
+        kl = _soft_row(qi, pi, ri, soft_term)
         total.append((1 - a) * (-q1i.logp[yi]) + a * s * kl)
     return mpmath.fsum(total) / shape[0]
 
 
 @mp.exact
 def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: float = 1.0,
-               alpha: float = 0.5, t2_scale: bool = True):
+               alpha: float = 0.5, t2_scale: bool = True, soft_term: str = "kl"):
     """Gradient of c·L with respect to the student logits (c = the scalar cotangent):
 
         ∂L/∂z_{n,j} = [ (1−α)(q_{n,j}^{(1)} − [j = y_n]) + α·s·(q_{n,j}^{(T)} − p_{n,j}^{(T)}) / T ] / N.
@@ -302,9 +319,10 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
     Cross-entropy: g = −e_y, so ∂/∂z_j = q_j^{(1)} − δ_{jy}. Forward KL(p‖q): g_i = −p_i
     (Σ g = −1), so ∂/∂z_j = (q_j − p_j)/T. With s = T² the soft term is α·T·(q − p), which
     tends to α(z − t − mean)/V as T → ∞ (Hinton §2.1): its scale no longer shrinks with T.
+    Both ``soft_term`` values have this gradient (they differ by H(p), constant in z).
     """
     shape, T, y, a, s, q1, qT, pT, r = _hinton_prepare(student_logits, teacher_logits, labels,
-                                                   temperature, alpha, t2_scale)
+                                                   temperature, alpha, t2_scale, soft_term)
     n = shape[0]
     c = _cotangent(cotangent, ()).item()
     grads = []
@@ -320,22 +338,26 @@ def hinton_vjp(cotangent, student_logits, teacher_logits, labels, temperature: f
 # distill.token_kl
 # ---------------------------------------------------------------------------------------------
 
-def _token_kl_rows(student_logits, teacher_logits, direction, temperature):
+def _token_kl_rows(student_logits, teacher_logits, direction, temperature, soft_term):
     shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
     validate.direction(direction)
+    validate.soft_term(soft_term, direction)
     lead = shape[:-1]
     if direction == "reverse":
         _require_support("teacher_logits", q, p, lead, "reverse KL(q‖p)")
     else:
         _require_support("student_logits", p, q, lead, "forward KL(p‖q)")
     r = [_log_ratio(qi, pi, T) for qi, pi in zip(q, p)]
-    kl_row = _reverse_kl_row if direction == "reverse" else _forward_kl_row
-    kls = [kl_row(qi, pi, ri) for qi, pi, ri in zip(q, p, r)]
+    if direction == "reverse":
+        kls = [_reverse_kl_row(qi, pi, ri) for qi, pi, ri in zip(q, p, r)]
+    else:
+        kls = [_soft_row(qi, pi, ri, soft_term) for qi, pi, ri in zip(q, p, r)]
     return shape, T, q, p, r, kls
 
 
 @mp.exact
-def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0,
+             soft_term: str = "kl"):
     """Full-vocabulary KL between student q and teacher p at the next token, per row:
 
         reverse:  kl = Σ_v q_v log(q_v / p_v)   (student first)
@@ -346,23 +368,26 @@ def token_kl(student_logits, teacher_logits, direction: str = "reverse", tempera
     token" (d_t = Σ_v q_t(v) log(q_t(v)/p_t(v)), ≈ 0.157 in its example). 0·log 0 = 0; a
     token possible under the weighting distribution but impossible under the other makes the
     KL infinite and is rejected (reverse: names ``teacher_logits``; forward: ``student_logits``).
+    ``soft_term='cross_entropy'`` (forward only): kl = −Σ_v p_v log q_v = KL(p‖q) + H(p), the
+    form of Hinton et al. 2015 §2; the reverse direction has none (rejected, naming ``soft_term``).
     Returns kl with shape ``student_logits.shape[:-1]``.
     """
-    shape, _, _, _, _, kls = _token_kl_rows(student_logits, teacher_logits, direction, temperature)
+    shape, _, _, _, _, kls = _token_kl_rows(student_logits, teacher_logits, direction, temperature, soft_term)
     return _per_row(shape[:-1], kls)
 
 
 @mp.exact
 def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "reverse",
-                 temperature: float = 1.0):
+                 temperature: float = 1.0, soft_term: str = "kl"):
     """Gradient of Σ c·kl with respect to the student logits, per row:
 
         reverse:  ∂kl/∂z_j = q_j (ℓ_j − Σ_i q_i ℓ_i) / T,  ℓ = log q − log p   (g_i = q_i(ℓ_i + 1))
         forward:  ∂kl/∂z_j = (q_j − p_j) / T                                   (g_i = −p_i)
 
-    An impossible student token (q_j = 0) gets gradient 0.
+    An impossible student token (q_j = 0) gets gradient 0. The cross-entropy form has the
+    forward gradient (it differs from KL(p‖q) by H(p), constant in z).
     """
-    shape, T, q, p, r, _ = _token_kl_rows(student_logits, teacher_logits, direction, temperature)
+    shape, T, q, p, r, _ = _token_kl_rows(student_logits, teacher_logits, direction, temperature, soft_term)
     ct = _cotangent(cotangent, shape[:-1])
     grads = []
     for idx, qi, pi, ri in zip(np.ndindex(shape[:-1]), q, p, r):
@@ -373,6 +398,63 @@ def token_kl_vjp(cotangent, student_logits, teacher_logits, direction: str = "re
         else:
             g = [c * d / T for d in _q_minus_p(qi, pi, ri)]
         grads.append(g)
+    return {"student_logits": _stack(shape, grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.symmetric_kl
+# ---------------------------------------------------------------------------------------------
+
+def _symmetric_prepare(student_logits, teacher_logits, forward_weight, temperature):
+    shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    w = mp.mpf(validate.forward_weight(forward_weight))
+    lead = shape[:-1]
+    # Both directions must be finite whatever w is (as Hinton's terms): a vector never asks
+    # for 0·∞ at w ∈ {0, 1}.
+    _require_support("student_logits", p, q, lead, "forward KL(p‖q)")
+    _require_support("teacher_logits", q, p, lead, "reverse KL(q‖p)")
+    r = [_log_ratio(qi, pi, T) for qi, pi in zip(q, p)]
+    return shape, T, q, p, r, w
+
+
+@mp.exact
+def symmetric_kl(student_logits, teacher_logits, forward_weight: float = 0.5, temperature: float = 1.0):
+    """Weighted symmetric KL between teacher p and student q, per row (both at T):
+
+        kl = w·KL(p ‖ q) + (1−w)·KL(q ‖ p),   w ∈ [0, 1].
+
+    Jeffreys' symmetrised divergence KL(p‖q) + KL(q‖p) (Jeffreys 1946) with weights; w = 1/2 is
+    half of it. DistiLLM (Ko et al. 2024, arXiv 2402.03898) uses it as a baseline; its repository
+    (jongwooko/distillm, distillm/losses.py, ``symmetric_kl``) computes
+    (1−λ)·forward + λ·reverse with λ = 0.9, i.e. w = 0.1 — and its ``forward_kl`` is the
+    cross-entropy −Σ p log q, not the KL (a difference of H(p) per row: see docs/distill.md).
+    No T² factor. Both KL terms must be finite (supp p = supp q), whatever w is: a mismatch is
+    rejected naming the argument whose −inf makes one of them infinite.
+    Returns kl with shape ``student_logits.shape[:-1]``.
+    """
+    shape, _, q, p, r, w = _symmetric_prepare(student_logits, teacher_logits, forward_weight, temperature)
+    return _per_row(shape[:-1], [w * _forward_kl_row(qi, pi, ri) + (1 - w) * _reverse_kl_row(qi, pi, ri)
+                                 for qi, pi, ri in zip(q, p, r)])
+
+
+@mp.exact
+def symmetric_kl_vjp(cotangent, student_logits, teacher_logits, forward_weight: float = 0.5,
+                     temperature: float = 1.0):
+    """Gradient of Σ c·kl with respect to the student logits, per row:
+
+        ∂kl/∂z_j = [ w·(q_j − p_j) + (1−w)·q_j (ℓ_j − KL(q‖p)) ] / T,   ℓ = log q − log p,
+
+    the forward and reverse gradients of ``token_kl_vjp``, weighted.
+    """
+    shape, T, q, p, r, w = _symmetric_prepare(student_logits, teacher_logits, forward_weight, temperature)
+    ct = _cotangent(cotangent, shape[:-1])
+    grads = []
+    for idx, qi, pi, ri in zip(np.ndindex(shape[:-1]), q, p, r):
+        c = ct[idx]
+        centred = _minus_mean(qi, ri)
+        diff = _q_minus_p(qi, pi, ri)
+        grads.append([c * (w * dj + (1 - w) * (qj * lj if s else mp.ZERO)) / T
+                      for dj, qj, lj, s in zip(diff, qi.p, centred, qi.support)])
     return {"student_logits": _stack(shape, grads)}
 
 

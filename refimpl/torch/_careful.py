@@ -193,6 +193,19 @@ class Hinton:
         return value, (1 - a) * ce + (a * self.s / T) * _q_minus_p(q, p, r, both)
 
 
+def teacher_entropy(ts: torch.Tensor, T: float, work) -> torch.Tensor:
+    """H(p) = −Σ_{p>0} p log p of softmax(t/T) per row of [...,V] teacher logits, in ``work``
+    (terms ≥ 0: nothing cancels), chunk by chunk, no graph. The cross-entropy soft term is
+    KL(p‖q) + H(p) with the KL's gradient: this constant is all that it adds."""
+    v = ts.shape[-1]
+    flat = ts.detach().reshape(-1, v)
+    out = torch.empty(flat.shape[0], dtype=work, device=ts.device)
+    for sl in row_slices(flat.shape[0], v, ts.device):
+        p = _Dist(flat[sl].to(work), T)
+        out[sl] = torch.where(p.support, -p.p * p.logp, torch.zeros_like(p.p)).sum(dim=-1)
+    return out.reshape(ts.shape[:-1])
+
+
 class VocabRows(torch.autograd.Function):
     """Per-row values of ``kernel`` over [N,V] logits, with its analytic gradient wrt the
     student, both computed chunk by chunk in the working dtype. Saves only the inputs."""

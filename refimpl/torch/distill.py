@@ -1,5 +1,6 @@
 """Knowledge-distillation objectives: tempered softmax, Hinton's combined loss, full-vocabulary
-token KL (forward / reverse) and the generalized Jensen–Shannon divergence of GKD (PyTorch).
+token KL (forward / reverse, forward also as a cross-entropy), the symmetric KL and the
+generalized Jensen–Shannon divergence of GKD (PyTorch).
 
 Notation: z = student logits, t = teacher logits, T = temperature, q = softmax(z/T)
 (student), p = softmax(t/T) (teacher), along the last axis (the vocabulary V); leading axes
@@ -13,7 +14,10 @@ the centred form, accurate in saturated rows). ``hinton``, ``token_kl`` and
 over vocabulary tiles gives the values and the gradient; rows it cannot evaluate to its
 accuracy go to the careful kernels), and otherwise the plain path, the careful kernels of
 ``_careful`` under ``_careful.VocabRows``. ``FUSED = False`` makes every call take the plain
-path. Neither path is twice differentiable.
+path. Neither path is twice differentiable. ``symmetric_kl`` is the weighted sum of the forward
+and reverse ``token_kl`` (each by its path). The cross-entropy soft term (``soft_term``) is the
+KL plus the teacher's entropy (``_careful.teacher_entropy``, a constant: same gradient), added
+to the value of whichever path computed the KL.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import torch
 from refimpl import validate
 from refimpl.torch import _careful, _common, _fused
 
-__all__ = ["softmax", "hinton", "token_kl", "generalized_jsd"]
+__all__ = ["softmax", "hinton", "token_kl", "symmetric_kl", "generalized_jsd"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -151,7 +155,7 @@ def _labels(labels, n: int, v: int, device) -> torch.Tensor:
 
 
 def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
-           t2_scale: bool = True):
+           t2_scale: bool = True, soft_term: str = "kl"):
     """Hinton distillation loss, mean over the N rows:
 
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
@@ -162,21 +166,35 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
     ``student_logits`` by the fused path (``_fused.FastHinton``) or the plain one
     (``_careful.Hinton``). A −inf student logit at the label or where p > 0 makes the loss
     infinite and is rejected (naming ``student_logits``) whatever α is.
+    ``soft_term='cross_entropy'``: the soft term is −Σ p log q = KL + H(p) (Hinton §2's form): the
+    value gains α·s·mean H(p), the gradient is unchanged.
     """
     fast = _fast_pair(student_logits, teacher_logits, rank=2)
-    if fast is not None and _params_ok(lambda: _hinton_params(fast[0], labels, temperature, alpha, t2_scale)):
+    if fast is not None and _params_ok(lambda: _hinton_params(fast[0], labels, temperature, alpha, t2_scale,
+                                                              soft_term)):
         zs, ts = fast
-        y, T, a, s = _hinton_params(zs, labels, temperature, alpha, t2_scale)
-        check = lambda: _hinton_inputs(zs, ts, labels, temperature, alpha, t2_scale)  # noqa: E731
+        y, T, a, s = _hinton_params(zs, labels, temperature, alpha, t2_scale, soft_term)
+        check = lambda: _hinton_inputs(zs, ts, labels, temperature, alpha, t2_scale, soft_term)  # noqa: E731
         loss = _fused.rows(_fused.FastHinton, _careful.Hinton(T, a, s), zs, ts, check, y, mean=True, T=T, alpha=a, s=s)
-        return loss.to(_common.result_dtype(zs, ts))
-    zs, ts, y, T, a, s = _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
+        return _plus_entropy(loss, zs, ts, T, soft_term, a * s, mean=True).to(_common.result_dtype(zs, ts))
+    zs, ts, y, T, a, s = _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale,
+                                        soft_term)
     rows = _careful.vocab_rows(_careful.Hinton(T, a, s), zs, ts, y)
-    return rows.mean().to(_common.result_dtype(zs, ts))
+    return _plus_entropy(rows.mean(), zs, ts, T, soft_term, a * s, mean=True).to(_common.result_dtype(zs, ts))
 
 
-def _hinton_params(zs, labels, temperature, alpha, t2_scale):
-    """Hinton's checks that read no logit: labels, α, the T² flag, T (fused path)."""
+def _plus_entropy(value, zs, ts, T, soft_term, weight, mean=False):
+    """``value`` (a KL, in the working dtype) turned into the cross-entropy form by adding
+    weight·H(p) (its mean over rows for a mean), when ``soft_term`` asks for it."""
+    if soft_term != "cross_entropy":
+        return value
+    h = _careful.teacher_entropy(ts, T, _common.work_dtype(_common.result_dtype(zs, ts)))
+    return value + weight * (h.mean() if mean else h)
+
+
+def _hinton_params(zs, labels, temperature, alpha, t2_scale, soft_term):
+    """Hinton's checks that read no logit: labels, α, the T² flag, T, the soft term (fused path)."""
+    validate.soft_term(soft_term)
     n, v = zs.shape
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
@@ -187,9 +205,10 @@ def _hinton_params(zs, labels, temperature, alpha, t2_scale):
     return y, T, a, s
 
 
-def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term):
     """All of Hinton's input checks, in the plain order (the first failing one raises)."""
     zs, ts, T = _pair(student_logits, teacher_logits, temperature, rank=2)
+    validate.soft_term(soft_term)
     n, v = zs.shape
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
@@ -205,7 +224,8 @@ def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t
     return zs, ts, y, T, a, s
 
 
-def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0,
+             soft_term: str = "kl"):
     """Full-vocabulary KL between student q and teacher p at the next token, per row:
 
         reverse:  kl = Σ_v q_v log(q_v / p_v)   (student first)
@@ -217,30 +237,72 @@ def token_kl(student_logits, teacher_logits, direction: str = "reverse", tempera
     ``student_logits``). Logits [...,V]; returns kl [...]; gradient wrt ``student_logits``
     by the fused path (``_fused.FastReverse``, ``_fused.FastForward``) or the plain one
     (``_careful.ReverseKL``: q(ℓ − kl)/T, ``_careful.ForwardKL``: (q − p)/T).
+    Forward with ``soft_term='cross_entropy'``: kl = −Σ p log q = KL(p‖q) + H(p) (Hinton et al.
+    2015 §2), the forward KL of either path plus ``_careful.teacher_entropy``.
     """
     fast = _fast_pair(student_logits, teacher_logits)
     if fast is not None and _params_ok(lambda: (validate.temperature(temperature),
-                                                validate.direction(direction))):
+                                                validate.direction(direction),
+                                                validate.soft_term(soft_term, direction))):
         zs, ts = fast
         T = validate.temperature(temperature)
-        check = lambda: _token_kl_inputs(zs, ts, direction, temperature)  # noqa: E731
+        check = lambda: _token_kl_inputs(zs, ts, direction, temperature, soft_term)  # noqa: E731
         fast_cls, careful = ((_fused.FastReverse, _careful.ReverseKL(T)) if direction == "reverse"
                              else (_fused.FastForward, _careful.ForwardKL(T)))
-        return _fused.rows(fast_cls, careful, zs, ts, check, T=T).to(_common.result_dtype(zs, ts))
-    zs, ts, T = _token_kl_inputs(student_logits, teacher_logits, direction, temperature)
+        kl = _fused.rows(fast_cls, careful, zs, ts, check, T=T)
+        return _plus_entropy(kl, zs, ts, T, soft_term, 1.0).to(_common.result_dtype(zs, ts))
+    zs, ts, T = _token_kl_inputs(student_logits, teacher_logits, direction, temperature, soft_term)
     kernel = _careful.ReverseKL(T) if direction == "reverse" else _careful.ForwardKL(T)
-    return _careful.vocab_rows(kernel, zs, ts).to(_common.result_dtype(zs, ts))
+    kl = _careful.vocab_rows(kernel, zs, ts)
+    return _plus_entropy(kl, zs, ts, T, soft_term, 1.0).to(_common.result_dtype(zs, ts))
 
 
-def _token_kl_inputs(student_logits, teacher_logits, direction, temperature):
+def _token_kl_inputs(student_logits, teacher_logits, direction, temperature, soft_term="kl"):
     """All of token_kl's input checks, in the plain order."""
     zs, ts, T = _pair(student_logits, teacher_logits, temperature)
     validate.direction(direction)
+    validate.soft_term(soft_term, direction)
     if direction == "reverse":
         _require_support("teacher_logits", zs, ts, "reverse KL(q‖p)")
     else:
         _require_support("student_logits", ts, zs, "forward KL(p‖q)")
     return zs, ts, T
+
+
+def symmetric_kl(student_logits, teacher_logits, forward_weight: float = 0.5, temperature: float = 1.0):
+    """Weighted symmetric KL per row (p teacher, q student, both at T; no T² factor):
+
+        kl = w·KL(p ‖ q) + (1−w)·KL(q ‖ p),   w = ``forward_weight`` ∈ [0, 1].
+
+    Jeffreys 1946, weighted; the DistiLLM (Ko et al. 2024, arXiv 2402.03898) baseline
+    ``symmetric_kl`` (repository distillm/losses.py; λ = 0.9 on the reverse term). Both terms must
+    be finite whatever w is (a support mismatch is rejected, naming the argument whose −inf makes
+    one infinite). Logits [...,V]; returns kl [...]; the forward and reverse ``token_kl`` — each
+    by the fused path for tensors, else the plain one — weighted and summed (autograd adds their
+    gradients).
+    """
+    fast = _fast_pair(student_logits, teacher_logits)
+    if fast is not None and _params_ok(lambda: (validate.temperature(temperature),
+                                                validate.forward_weight(forward_weight))):
+        zs, ts = fast
+        w, T = validate.forward_weight(forward_weight), validate.temperature(temperature)
+        check = lambda: _symmetric_inputs(zs, ts, forward_weight, temperature)  # noqa: E731
+        forward = _fused.rows(_fused.FastForward, _careful.ForwardKL(T), zs, ts, check, T=T)
+        reverse = _fused.rows(_fused.FastReverse, _careful.ReverseKL(T), zs, ts, check, T=T)
+    else:
+        zs, ts, T, w = _symmetric_inputs(student_logits, teacher_logits, forward_weight, temperature)
+        forward = _careful.vocab_rows(_careful.ForwardKL(T), zs, ts)
+        reverse = _careful.vocab_rows(_careful.ReverseKL(T), zs, ts)
+    return (w * forward + (1 - w) * reverse).to(_common.result_dtype(zs, ts))
+
+
+def _symmetric_inputs(student_logits, teacher_logits, forward_weight, temperature):
+    """All of symmetric_kl's input checks, in the plain order."""
+    zs, ts, T = _pair(student_logits, teacher_logits, temperature)
+    w = validate.forward_weight(forward_weight)
+    _require_support("student_logits", ts, zs, "forward KL(p‖q)")
+    _require_support("teacher_logits", zs, ts, "reverse KL(q‖p)")
+    return zs, ts, T, w
 
 
 def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperature: float = 1.0,

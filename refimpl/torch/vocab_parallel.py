@@ -60,8 +60,14 @@ def _global_sum(x: torch.Tensor, group) -> torch.Tensor:
     return s
 
 
+def _teacher_entropy(p: torch.Tensor, log_p: torch.Tensor, group) -> torch.Tensor:
+    """H(p) = −Σ_{p>0} p log p per row over the shards (what −Σ p log q adds to KL(p‖q))."""
+    return _global_sum(torch.where(p > 0, -p * log_p, torch.zeros_like(p)), group)
+
+
 class _Divergence(torch.autograd.Function):
-    """Per-row divergence over vocabulary shards; ``kind`` is 'reverse', 'forward' or 'jsd'."""
+    """Per-row divergence over vocabulary shards; ``kind`` is 'reverse', 'forward',
+    'cross_entropy' (forward KL + H(p), the same gradient) or 'jsd'."""
 
     @staticmethod
     def forward(ctx, z, t, kind, T, beta, group):
@@ -72,8 +78,10 @@ class _Divergence(torch.autograd.Function):
         if kind == "reverse":
             value = _global_sum(_xlogy_diff(q, log_q, log_p), group)
             local = log_q - log_p
-        elif kind == "forward":
+        elif kind in ("forward", "cross_entropy"):
             value = _global_sum(_xlogy_diff(p, log_p, log_q), group)
+            if kind == "cross_entropy":
+                value = value + _teacher_entropy(p, log_p, group)
             local = None
         else:
             log_m = torch.logaddexp(log_p + torch.log(torch.tensor(beta, dtype=work)),
@@ -92,7 +100,7 @@ class _Divergence(torch.autograd.Function):
         live = q > 0
         if ctx.kind == "reverse":
             grad = torch.where(live, q * (local - value[:, None]), torch.zeros_like(q))
-        elif ctx.kind == "forward":
+        elif ctx.kind in ("forward", "cross_entropy"):
             grad = q - p
         else:
             grad = (1 - ctx.beta) * torch.where(live, q * (local - ctx.kl_qm[:, None]), torch.zeros_like(q))
@@ -102,7 +110,7 @@ class _Divergence(torch.autograd.Function):
 
 class _Hinton(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, z, t, labels, vocab_start, T, alpha, s, group):
+    def forward(ctx, z, t, labels, vocab_start, T, alpha, s, cross_entropy, group):
         work = _common.work_dtype(z.dtype)
         zw = z.detach().to(work)
         log_q1 = _log_softmax(zw, group)
@@ -115,6 +123,8 @@ class _Hinton(torch.autograd.Function):
                              torch.zeros(z.shape[0], dtype=work))
         dist.all_reduce(picked, op=dist.ReduceOp.SUM, group=group)   # −CE: the label's shard holds it
         kl = _global_sum(_xlogy_diff(p, log_p, log_q), group)
+        if cross_entropy:
+            kl = kl + _teacher_entropy(p, log_p, group)
         rows = (1 - alpha) * (-picked) + alpha * s * kl
         ctx.save_for_backward(torch.exp(log_q1), q, p, local_y, here)
         ctx.T, ctx.alpha, ctx.s, ctx.dtype = T, alpha, s, z.dtype
@@ -128,15 +138,17 @@ class _Hinton(torch.autograd.Function):
         hard[rows, local_y[rows]] -= 1
         grad = (1 - ctx.alpha) * hard + (ctx.alpha * ctx.s / ctx.T) * (q - p)
         grad = grad * (g.to(q.dtype) / q.shape[0])
-        return grad.to(ctx.dtype), None, None, None, None, None, None, None
+        return grad.to(ctx.dtype), None, None, None, None, None, None, None, None
 
 
-def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0, *,
-             group=None):
-    """Per-row KL over vocabulary shards: reverse Σ q log(q/p) or forward Σ p log(p/q) (the
-    catalog's ``distill.token_kl``); returns kl[N], the global value, on every rank."""
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0,
+             soft_term: str = "kl", *, group=None):
+    """Per-row KL over vocabulary shards: reverse Σ q log(q/p) or forward Σ p log(p/q), forward
+    also as the cross-entropy −Σ p log q (the catalog's ``distill.token_kl``); returns kl[N], the
+    global value, on every rank."""
     validate.direction(direction)
-    return _Divergence.apply(student_logits, teacher_logits, direction, validate.temperature(temperature), 0.0, group)
+    kind = "cross_entropy" if validate.soft_term(soft_term, direction) == "cross_entropy" else direction
+    return _Divergence.apply(student_logits, teacher_logits, kind, validate.temperature(temperature), 0.0, group)
 
 
 def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperature: float = 1.0,
@@ -154,10 +166,11 @@ def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperatu
 
 
 def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
-           t2_scale: bool = True, *, vocab_start: int = 0, group=None):
+           t2_scale: bool = True, soft_term: str = "kl", *, vocab_start: int = 0, group=None):
     """Hinton's loss over vocabulary shards (the catalog's ``distill.hinton``); ``labels`` are
     global token ids, ``vocab_start`` the global id of this shard's first token."""
     T, a = validate.temperature(temperature), validate.alpha(alpha)
     s = T * T if validate.t2_scale(t2_scale) else 1.0
+    ce = validate.soft_term(soft_term) == "cross_entropy"
     y = torch.as_tensor(labels, dtype=torch.int64, device=student_logits.device)
-    return _Hinton.apply(student_logits, teacher_logits, y, int(vocab_start), T, a, s, group)
+    return _Hinton.apply(student_logits, teacher_logits, y, int(vocab_start), T, a, s, ce, group)

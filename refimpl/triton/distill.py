@@ -1,5 +1,6 @@
 """Knowledge-distillation objectives as fused Triton kernels (``_kernels``): tempered softmax,
-Hinton's combined loss, full-vocabulary token KL (forward / reverse) and the generalized
+Hinton's combined loss, full-vocabulary token KL (forward / reverse, forward also as a
+cross-entropy), the symmetric KL (the forward and reverse kernels, weighted) and the generalized
 Jensen–Shannon divergence of GKD, with the catalog's signatures (``conformance/catalog.py``)
 and the formulas of ``refimpl.torch.distill``, whose docstrings cite the papers.
 
@@ -22,7 +23,7 @@ import torch
 from refimpl import validate
 from refimpl.triton import _checks, _kernels, _launch
 
-__all__ = ["generalized_jsd", "hinton", "softmax", "token_kl"]
+__all__ = ["generalized_jsd", "hinton", "softmax", "symmetric_kl", "token_kl"]
 
 
 def _tensors(check, rank, *xs):
@@ -132,8 +133,18 @@ def _softmax_inputs(logits, temperature):
     return (z,)
 
 
-def _hinton_params(zs, labels, temperature, alpha, t2_scale):
-    """Hinton's checks that read no logit: rows, labels, α, the T² flag, T."""
+def _teacher_entropy(ts: torch.Tensor, T: float, work) -> torch.Tensor:
+    """H(p) = −Σ_{p>0} p log p of softmax(t/T) per row, in ``work``, no graph: what the
+    cross-entropy soft term −Σ p log q adds to KL(p‖q) (the same gradient). A separate torch
+    pass over the teacher; the kernels compute only the KL."""
+    t = ts.detach().to(work) / T
+    logp = torch.log_softmax(t, dim=-1)
+    return torch.where(t > _checks.NEG_INF, -logp.exp() * logp, torch.zeros_like(t)).sum(dim=-1)
+
+
+def _hinton_params(zs, labels, temperature, alpha, t2_scale, soft_term="kl"):
+    """Hinton's checks that read no logit: rows, labels, α, the T² flag, T, the soft term."""
+    validate.soft_term(soft_term)
     n, v = zs.shape
     if n == 0:
         validate.fail("student_logits", "needs at least one row (the loss is a mean over rows)")
@@ -144,10 +155,10 @@ def _hinton_params(zs, labels, temperature, alpha, t2_scale):
     return y, T, a, s
 
 
-def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term="kl"):
     """All of Hinton's input checks, in every backend's order."""
     zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature, rank=2)
-    y = _hinton_params(zs, labels, temperature, alpha, t2_scale)[0]
+    y = _hinton_params(zs, labels, temperature, alpha, t2_scale, soft_term)[0]
     dead = (zs.detach().gather(1, y[:, None])[:, 0] == _checks.NEG_INF).nonzero()
     if len(dead):
         i = int(dead[0, 0])
@@ -157,13 +168,22 @@ def _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t
     return zs, ts
 
 
-def _token_kl_inputs(student_logits, teacher_logits, direction, temperature):
+def _token_kl_inputs(student_logits, teacher_logits, direction, temperature, soft_term="kl"):
     zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature)
     validate.direction(direction)
+    validate.soft_term(soft_term, direction)
     if direction == "reverse":
         _checks.support("teacher_logits", zs, ts, "reverse KL(q‖p)")
     else:
         _checks.support("student_logits", ts, zs, "forward KL(p‖q)")
+    return zs, ts
+
+
+def _symmetric_inputs(student_logits, teacher_logits, forward_weight, temperature):
+    zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature)
+    validate.forward_weight(forward_weight)
+    _checks.support("student_logits", ts, zs, "forward KL(p‖q)")
+    _checks.support("teacher_logits", zs, ts, "reverse KL(q‖p)")
     return zs, ts
 
 
@@ -192,29 +212,51 @@ def softmax(logits, temperature: float = 1.0):
 
 
 def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alpha: float = 0.5,
-           t2_scale: bool = True):
+           t2_scale: bool = True, soft_term: str = "kl"):
     """Hinton distillation loss, mean over the N rows (``refimpl.torch.distill.hinton``):
 
         L = 1/N Σ_n [ (1−α)(−log q_{y_n}^{(1)}) + α·s·KL(p^{(T)} ‖ q^{(T)}) ],  s = T² if t2_scale else 1.
 
-    ``student_logits``, ``teacher_logits`` [N,V], ``labels`` [N] integers in [0, V)."""
-    check = lambda: _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale)
+    ``student_logits``, ``teacher_logits`` [N,V], ``labels`` [N] integers in [0, V).
+    ``soft_term='cross_entropy'`` adds α·s·mean H(p) (−Σ p log q = KL + H(p), Hinton §2's form)."""
+    check = lambda: _hinton_inputs(student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term)
     zs, ts = _tensors(check, 2, student_logits, teacher_logits)
-    y, T, a, s = _hinton_params(zs, labels, temperature, alpha, t2_scale)
+    y, T, a, s = _hinton_params(zs, labels, temperature, alpha, t2_scale, soft_term)
     rows = _launch.Rows.apply(_Hinton(T, a, s), zs.contiguous(), ts.detach().contiguous(), y.contiguous())
     _launch.require_finite(rows, check)
+    if soft_term == "cross_entropy":
+        rows = rows + (a * s) * _teacher_entropy(ts, T, rows.dtype)
     return rows.mean().to(_checks.result_dtype(zs, ts))
 
 
-def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0):
+def token_kl(student_logits, teacher_logits, direction: str = "reverse", temperature: float = 1.0,
+             soft_term: str = "kl"):
     """Full-vocabulary KL per row at temperature T (no T² factor): reverse Σ q log(q/p)
-    (student first), forward Σ p log(p/q) (``refimpl.torch.distill.token_kl``). Logits [...,V];
-    returns kl [...]."""
-    check = lambda: _token_kl_inputs(student_logits, teacher_logits, direction, temperature)
+    (student first), forward Σ p log(p/q) (``refimpl.torch.distill.token_kl``); forward with
+    ``soft_term='cross_entropy'``: −Σ p log q = KL + H(p). Logits [...,V]; returns kl [...]."""
+    check = lambda: _token_kl_inputs(student_logits, teacher_logits, direction, temperature, soft_term)
     zs, ts = _tensors(check, None, student_logits, teacher_logits)
     T = validate.temperature(temperature)
     validate.direction(direction)
+    validate.soft_term(soft_term, direction)
     kl = _launch.Rows.apply(_TokenKL(T, direction == "forward"), _rows2(zs), _rows2(ts.detach()), None)
+    _launch.require_finite(kl, check)
+    if soft_term == "cross_entropy":
+        kl = kl + _teacher_entropy(_rows2(ts), T, kl.dtype)
+    return kl.reshape(zs.shape[:-1]).to(_checks.result_dtype(zs, ts))
+
+
+def symmetric_kl(student_logits, teacher_logits, forward_weight: float = 0.5, temperature: float = 1.0):
+    """w·KL(p‖q) + (1−w)·KL(q‖p) per row (``refimpl.torch.distill.symmetric_kl``): the forward
+    and reverse token KL kernels, weighted (autograd adds their gradients). Logits [...,V]."""
+    check = lambda: _symmetric_inputs(student_logits, teacher_logits, forward_weight, temperature)
+    zs, ts = _tensors(check, None, student_logits, teacher_logits)
+    T = validate.temperature(temperature)
+    w = validate.forward_weight(forward_weight)
+    z2, t2 = _rows2(zs), _rows2(ts.detach())
+    forward = _launch.Rows.apply(_TokenKL(T, True), z2, t2, None)
+    reverse = _launch.Rows.apply(_TokenKL(T, False), z2, t2, None)
+    kl = w * forward + (1 - w) * reverse
     _launch.require_finite(kl, check)
     return kl.reshape(zs.shape[:-1]).to(_checks.result_dtype(zs, ts))
 

@@ -59,7 +59,7 @@ def _inputs(oid: str, rng) -> dict:
         z = _logits(rng, (2, 3, 5))
         z[0, 1, 2] = NEG_INF
         return {"logits": z}
-    if oid in ("distill.token_kl", "distill.generalized_jsd", "distill.hinton"):
+    if oid in ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "distill.symmetric_kl"):
         z, t = _logits(rng, (3, 5)), _logits(rng, (3, 5), 3.0)
         z[1, 3] = t[1, 3] = NEG_INF  # impossible under both: 0·log 0 terms
         out = {"student_logits": z, "teacher_logits": t}
@@ -124,8 +124,11 @@ def _grid(**axes):
 
 CONVENTIONS = {
     "distill.softmax": _grid(temperature=[1.0, 0.5, 2.0, 1e-3]),
-    "distill.hinton": _grid(temperature=[1.0, 2.0, 0.5], alpha=[0.0, 0.5, 1.0], t2_scale=[True, False]),
-    "distill.token_kl": _grid(direction=["reverse", "forward"], temperature=[1.0, 2.0, 0.5]),
+    "distill.hinton": (_grid(temperature=[1.0, 2.0, 0.5], alpha=[0.0, 0.5, 1.0], t2_scale=[True, False])
+                       + _grid(temperature=[1.0, 2.0], alpha=[0.5, 1.0], soft_term=["cross_entropy"])),
+    "distill.token_kl": (_grid(direction=["reverse", "forward"], temperature=[1.0, 2.0, 0.5])
+                         + _grid(direction=["forward"], temperature=[1.0, 2.0, 0.5], soft_term=["cross_entropy"])),
+    "distill.symmetric_kl": _grid(forward_weight=[0.0, 0.1, 0.5, 1.0], temperature=[1.0, 2.0, 0.5]),
     "distill.generalized_jsd": _grid(beta=[0.0, 0.1, 0.5, 0.9, 1.0], endpoints=["limit", "kl"],
                                      temperature=[1.0, 2.0]),
     "kl.estimator": _grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5]),

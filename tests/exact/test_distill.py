@@ -99,6 +99,41 @@ def test_grad_token_kl_leading_axes(direction):
            ["student_logits"], _rand(rng, (2, 2), 1.0))
 
 
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("alpha", [0.3, 1.0])
+def test_grad_cross_entropy_soft_term(temperature, alpha):
+    """soft_term='cross_entropy' (Hinton and the forward token KL): the analytic gradient against
+    mpmath.diff of the cross-entropy value itself."""
+    rng = np.random.default_rng(23 + int(temperature * 10))
+    z, t = _rand(rng, (2, 3)), _rand(rng, (2, 3))
+    kw = {"student_logits": z, "teacher_logits": t, "labels": [1, 2], "temperature": temperature,
+          "alpha": alpha, "t2_scale": True, "soft_term": "cross_entropy"}
+    _check(f"hinton CE T={temperature} a={alpha}", distill.hinton, distill.hinton_vjp, kw, ["student_logits"], -0.9)
+    kw = {"student_logits": z, "teacher_logits": t, "direction": "forward", "temperature": temperature,
+          "soft_term": "cross_entropy"}
+    _check(f"token_kl CE T={temperature}", distill.token_kl, distill.token_kl_vjp, kw, ["student_logits"],
+           _rand(rng, (2,), 1.0))
+
+
+@pytest.mark.parametrize("temperature", TEMPERATURES)
+@pytest.mark.parametrize("forward_weight", [0.0, 0.1, 0.5, 1.0])
+def test_grad_symmetric_kl(forward_weight, temperature):
+    rng = np.random.default_rng(29 + int(temperature * 10) + int(forward_weight * 10))
+    kw = {"student_logits": _rand(rng, (2, 3)), "teacher_logits": _rand(rng, (2, 3)),
+          "forward_weight": forward_weight, "temperature": temperature}
+    _check(f"symmetric_kl w={forward_weight} T={temperature}", distill.symmetric_kl, distill.symmetric_kl_vjp,
+           kw, ["student_logits"], _rand(rng, (2,), 1.0))
+
+
+def test_grad_symmetric_kl_neg_inf_and_leading_axes():
+    s = [[[0.3, NINF, 1.2], [-0.5, 0.4, 2.0]], [[1.0, 0.0, NINF], [0.2, 0.1, 0.0]]]
+    t = [[[0.1, NINF, 0.9], [-1.3, 0.4, 1.0]], [[0.5, -1.0, NINF], [0.0, 2.0, -1.0]]]
+    fn, vjp, x0 = _finite_only(distill.symmetric_kl, distill.symmetric_kl_vjp, "student_logits", s)
+    _check("symmetric_kl -inf [2,2,3]", fn, vjp, {"student_logits_finite": x0, "teacher_logits": t,
+                                                 "forward_weight": 0.3, "temperature": 0.7},
+           ["student_logits_finite"], [[0.6, -1.1], [0.25, 1.5]])
+
+
 JSD_CASES = [(e, b, 1.0) for e in distill.ENDPOINTS for b in (0.0, 0.3, 0.5, 1.0)] + [
     ("limit", 0.3, 0.5), ("limit", 0.3, 3.0), ("kl", 0.7, 3.0), ("kl", 0.0, 0.5), ("kl", 1.0, 3.0)]
 
@@ -339,6 +374,52 @@ def test_article_forward_vs_reverse_weights():
     assert fwd != rev
 
 
+def test_cross_entropy_is_kl_plus_teacher_entropy():
+    """−Σ p log q = KL(p‖q) + H(p), against an independent 60-digit evaluation of the article's
+    pair; same gradient as the KL form; Hinton's value moves by α·s·mean H(p)."""
+    teacher, student = _log_probs("0.8", "0.2"), _log_probs("0.4", "0.6")
+    ce = distill.token_kl(student, teacher, direction="forward", soft_term="cross_entropy").item()
+    kl = distill.token_kl(student, teacher, direction="forward").item()
+    with mpmath.workdps(60):
+        p, q = [mpmath.mpf("0.8"), mpmath.mpf("0.2")], [mpmath.mpf("0.4"), mpmath.mpf("0.6")]
+        h = -mpmath.fsum(pi * mpmath.log(pi) for pi in p)
+        want = -mpmath.fsum(pi * mpmath.log(qi) for pi, qi in zip(p, q))
+    with mpmath.workdps(60):
+        assert _close(ce, want, 45) and _close(ce - kl, h, 45)
+    assert round(float(kl), 4) == 0.3348 and round(float(h), 4) == 0.5004 and round(float(ce), 4) == 0.8352
+    g_ce = distill.token_kl_vjp(1.0, student, teacher, "forward", soft_term="cross_entropy")["student_logits"]
+    g_kl = distill.token_kl_vjp(1.0, student, teacher, "forward")["student_logits"]
+    assert (g_ce == g_kl).all()
+    rng = np.random.default_rng(31)
+    z, t = _rand(rng, (3, 4)), _rand(rng, (3, 4))
+    hin = {"student_logits": z, "teacher_logits": t, "labels": [0, 3, 1], "temperature": 2.0, "alpha": 0.4}
+    with mpmath.workdps(60):
+        ps = [[mpmath.exp(x / 2) for x in row] for row in t]
+        ps = [[x / mpmath.fsum(row) for x in row] for row in ps]
+        mean_h = mpmath.fsum(-mpmath.fsum(x * mpmath.log(x) for x in row) for row in ps) / 3
+    ce_value, kl_value = distill.hinton(**hin, soft_term="cross_entropy"), distill.hinton(**hin)
+    with mpmath.workdps(60):
+        assert _close(ce_value - kl_value, mpmath.mpf(0.4) * 4 * mean_h, 40)
+
+
+def test_article_symmetric_kl():
+    """w·KL(p‖q) + (1−w)·KL(q‖p) on the article's pair, at w = 0.5 and DistiLLM's w = 0.1, against
+    the two KLs written out; w = 1 and w = 0 are the forward and reverse token KL."""
+    teacher, student = _log_probs("0.8", "0.2"), _log_probs("0.4", "0.6")
+    with mpmath.workdps(60):
+        p, q = [mpmath.mpf("0.8"), mpmath.mpf("0.2")], [mpmath.mpf("0.4"), mpmath.mpf("0.6")]
+        fwd = mpmath.fsum(pi * mpmath.log(pi / qi) for pi, qi in zip(p, q))
+        rev = mpmath.fsum(qi * mpmath.log(qi / pi) for pi, qi in zip(p, q))
+    for w in ("0.5", "0.1"):
+        got = distill.symmetric_kl(student, teacher, forward_weight=float(w)).item()
+        with mpmath.workdps(60):
+            w_ = mpmath.mpf(float(w))   # the binary64 weight the function receives
+            assert _close(got, w_ * fwd + (1 - w_) * rev, 45)
+    assert round(float(distill.symmetric_kl(student, teacher).item()), 4) == 0.3584
+    assert distill.symmetric_kl(student, teacher, 1.0).item() == distill.token_kl(student, teacher, "forward").item()
+    assert distill.symmetric_kl(student, teacher, 0.0).item() == distill.token_kl(student, teacher, "reverse").item()
+
+
 def test_article_token_kl_example():
     # "Con las tres filas, d_t=0.5log(0.5/0.6)+0.2log(0.2/0.3)+0.3log(0.3/0.1)≈0.157."
     d_t = distill.token_kl(_log_probs("0.5", "0.2", "0.3"), _log_probs("0.6", "0.3", "0.1")).item()
@@ -528,6 +609,20 @@ BAD = [  # (objective, kwargs, cotangent for the vjp, argument named)
     ("token_kl", {**P, "student_logits": [[NINF] * 3, [0.0, 1.0, 0.0]]}, [1, 1], "student_logits"),
     ("token_kl", {**P, "teacher_logits": [[0.0, NAN, 2.0], [1.0, 1.0, 1.0]]}, [1, 1], "teacher_logits"),
     ("token_kl", P, [1, 1, 1], "cotangent"),
+    ("token_kl", {**P, "direction": "reverse", "soft_term": "cross_entropy"}, [1, 1], "soft_term"),
+    ("token_kl", {**P, "direction": "forward", "soft_term": "ce"}, [1, 1], "soft_term"),
+    ("hinton", {**H, "soft_term": "CE"}, 1, "soft_term"),
+    ("hinton", {**H, "soft_term": None}, 1, "soft_term"),
+    ("symmetric_kl", {**P, "forward_weight": -0.1}, [1, 1], "forward_weight"),
+    ("symmetric_kl", {**P, "forward_weight": 1.5}, [1, 1], "forward_weight"),
+    ("symmetric_kl", {**P, "forward_weight": NAN}, [1, 1], "forward_weight"),
+    ("symmetric_kl", {**P, "temperature": 0.0}, [1, 1], "temperature"),
+    ("symmetric_kl", {**P, "teacher_logits": [[NINF, 1.0, 2.0], [1.0, 1.0, 1.0]]}, [1, 1], "teacher_logits"),
+    ("symmetric_kl", {**P, "teacher_logits": [[NINF, 1.0, 2.0], [1.0, 1.0, 1.0]], "forward_weight": 1.0},
+     [1, 1], "teacher_logits"),
+    ("symmetric_kl", {**P, "student_logits": [[NINF, 2.0, 3.0], [0.0, 1.0, 0.0]], "forward_weight": 0.0},
+     [1, 1], "student_logits"),
+    ("symmetric_kl", P, [1, 1, 1], "cotangent"),
     ("generalized_jsd", {**P, "beta": -0.1}, [1, 1], "beta"),
     ("generalized_jsd", {**P, "beta": 1.1}, [1, 1], "beta"),
     ("generalized_jsd", {**P, "beta": NAN}, [1, 1], "beta"),

@@ -1,5 +1,5 @@
-"""Independent 40-digit values for distill.softmax, distill.token_kl, distill.hinton and
-distill.generalized_jsd, with their gradients wrt the (student) logits.
+"""Independent 40-digit values for distill.softmax, distill.token_kl, distill.hinton,
+distill.symmetric_kl and distill.generalized_jsd, with their gradients wrt the (student) logits.
 
 Written from the papers, per row of logits z (student) and t (teacher), temperature T,
 q = softmax(z/T), p = softmax(t/T), softmax(x)_i = e^{x_i} / Σ_j e^{x_j}, and 0·log 0 = 0
@@ -13,6 +13,10 @@ token_kl   reverse Σ_v q_v log(q_v/p_v) (MiniLLM, Gu et al. 2024, §2.1 eq. 1),
 hinton     1/N Σ_n [(1−α)·(−log q^{(1)}_{y_n}) + α·s·KL(p ‖ q)], s = T² with t2_scale (Hinton §2:
            soft targets at T, the hard-label term at T = 1, the soft term scaled by T²).
            ∂/∂z_j = [(1−α)(q^{(1)}_j − [j = y]) + α·s·(q_j − p_j)/T] / N.
+soft_term  'cross_entropy' (hinton, forward token_kl): the soft term −Σ_v p_v log q_v, as Hinton §2
+           write it ("the cross entropy with the soft targets"); same gradient as the KL form.
+symmetric  w·KL(p ‖ q) + (1−w)·KL(q ‖ p) (Jeffreys 1946, weighted; the DistiLLM baseline);
+           ∂/∂z_j = [w (q_j − p_j) + (1−w) q_j (log(q_j/p_j) − KL(q‖p))]/T.
 jsd        Agarwal et al. 2024 (GKD) §3 eq. 2: β·KL(p ‖ m) + (1−β)·KL(q ‖ m), m = β·p + (1−β)·q
            (which is 0 at β = 0 and β = 1, endpoints='limit'); endpoints='kl' replaces β = 0 by
            KL(p‖q) and β = 1 by KL(q‖p), as TRL and Liger special-case them.
@@ -38,6 +42,11 @@ def probabilities(logits, T):
 def kl_divergence(a, b):
     """Σ a_i log(a_i / b_i), terms with a_i = 0 left out."""
     return sum((ai * mpm.log(ai / bi) for ai, bi in zip(a, b) if ai > 0), mpm.mpf(0))
+
+
+def cross_entropy(p, q):
+    """−Σ p_i log q_i, terms with p_i = 0 left out."""
+    return -sum((pi * mpm.log(qi) for pi, qi in zip(p, q) if pi > 0), mpm.mpf(0))
 
 
 # ------------------------------------------------------------------------------ softmax
@@ -187,15 +196,18 @@ SOFTMAX_ROWS = [
 
 # ------------------------------------------------------------------------------ token_kl
 
-def token_kl_values(student_logits, teacher_logits, direction, temperature):
+def token_kl_values(student_logits, teacher_logits, direction, temperature, soft_term="kl"):
     kl = []
     for z, t in zip(student_logits, teacher_logits):
         q, p = probabilities(z, temperature), probabilities(t, temperature)
-        kl.append(kl_divergence(q, p) if direction == "reverse" else kl_divergence(p, q))
+        if direction == "reverse":
+            kl.append(kl_divergence(q, p))
+        else:
+            kl.append(cross_entropy(p, q) if soft_term == "cross_entropy" else kl_divergence(p, q))
     return {"kl": kl}
 
 
-def token_kl_gradient(cotangent, student_logits, teacher_logits, direction, temperature):
+def token_kl_gradient(cotangent, student_logits, teacher_logits, direction, temperature, soft_term="kl"):
     grad = []
     for c, z, t in zip(cotangent, student_logits, teacher_logits):
         q, p = probabilities(z, temperature), probabilities(t, temperature)
@@ -339,23 +351,48 @@ TOKEN_KL_ROWS = [
                                   "0.01627540764037325188928194953310651273742",
                                   "-0.006966415955519990450630448868576063955905",
                                   "0.009943256670114247227055855035472398001831"]]}},
+    {"id": "forward-ce-T1",
+     "inputs": {"student_logits": [[2.0, 0.0, -1.5, 0.75], [-0.5, 3.25, 1.0, -2.0]],
+                "teacher_logits": [[1.5, 0.5, -1.0, 0.25], [0.0, 2.5, 1.75, -1.25]]},
+     "params": {"direction": "forward", "temperature": 1.0, "soft_term": "cross_entropy"},
+     "cotangent": [1.0, -0.5],
+     "expect": {"kl": ["1.168367569255214550674930796409653104010",
+                       "1.072753487084132636342313700650767163441"],
+                "grad:student_logits": [["0.1128062580689126770635257352868178111107",
+                                         "-0.1186511434759268098369253141522888520116",
+                                         "-0.02647464864557787415607265281943537440142",
+                                         "0.03231953405259200692947223168490641530238"],
+                                        ["0.01564182187474640792495852035123564741907",
+                                         "-0.1239902151459776036182560593937803103046",
+                                         "0.1032098761129566550461410877760311976647",
+                                         "0.005138517158274540647156451266513465220849"]]}},
+    {"id": "forward-ce-T0.5-neginf",
+     "inputs": {"student_logits": [[2.0, 0.0, -1.5, 0.75]], "teacher_logits": [[1.5, NINF, -1.0, 0.25]]},
+     "params": {"direction": "forward", "temperature": 0.5, "soft_term": "cross_entropy"},
+     "cotangent": [0.75],
+     "expect": {"kl": ["0.3282925348502442556758847674772772179819"],
+                "grad:student_logits": [["-0.01562323764259664247956632052455754561495",
+                                         "0.02494610553062491320860142865445084676571",
+                                         "-0.008040434447634881474429918986285553158882",
+                                         "-0.001282433440393389254605189143607747991876"]]}},
 ]
 
 
 # ------------------------------------------------------------------------------ hinton
 
-def hinton_values(student_logits, teacher_logits, labels, temperature, alpha, t2_scale):
+def hinton_values(student_logits, teacher_logits, labels, temperature, alpha, t2_scale, soft_term="kl"):
     scale = temperature ** 2 if t2_scale else 1
     total = 0
+    divergence = cross_entropy if soft_term == "cross_entropy" else kl_divergence
     for z, t, y in zip(student_logits, teacher_logits, labels):
         hard = -mpm.log(probabilities(z, 1)[y])
-        soft = kl_divergence(probabilities(t, temperature), probabilities(z, temperature))
+        soft = divergence(probabilities(t, temperature), probabilities(z, temperature))
         total += (1 - alpha) * hard + alpha * scale * soft
     return {"loss": total / len(labels)}
 
 
 def hinton_gradient(cotangent, student_logits, teacher_logits, labels, temperature, alpha,
-                    t2_scale):
+                    t2_scale, soft_term="kl"):
     scale = temperature ** 2 if t2_scale else 1
     n = len(labels)
     grad = []
@@ -483,6 +520,21 @@ HINTON_ROWS = [
                                   "0.006793858587436106399144902211583472324035",
                                   "0.04046197035029835984646990312716401149882",
                                   "-0.006272853297593117398844786200035008681919"]]}},
+    {"id": "ce-T2",
+     "inputs": {"student_logits": [[2.0, 0.0, -1.5, 0.75], [-0.5, 3.25, 1.0, -2.0]],
+                "teacher_logits": [[1.5, 0.5, -1.0, 0.25], [0.0, 2.5, 1.75, -1.25]],
+                "labels": [0, 2]},
+     "params": {"temperature": 2.0, "alpha": 0.3, "t2_scale": True, "soft_term": "cross_entropy"},
+     "cotangent": 1.0,
+     "expect": {"loss": "2.503338326587845512348468046323917869706",
+                "grad:student_logits": [["-0.08805774605168713552727804796675440800212",
+                                         "0.01082680596722416526609631863048113839014",
+                                         "-0.003016194022899155319324621298222496590117",
+                                         "0.08024713410736212558050635063449576620210"],
+                                        ["-0.003476315665354446168812208594473103776499",
+                                         "0.3610559340983792665385455995830746088879",
+                                         "-0.3515873021756675064632672683815192249515",
+                                         "-0.005992316257357313906466122607082280159888"]]}},
 ]
 
 
@@ -665,6 +717,72 @@ JSD_ROWS = [
                                   "0.002445713097690468244244557623735787310249"]]}},
 ]
 
+# ------------------------------------------------------------------------------ symmetric_kl
+
+def symmetric_kl_values(student_logits, teacher_logits, forward_weight, temperature):
+    kl = []
+    for z, t in zip(student_logits, teacher_logits):
+        q, p = probabilities(z, temperature), probabilities(t, temperature)
+        kl.append(forward_weight * kl_divergence(p, q) + (1 - forward_weight) * kl_divergence(q, p))
+    return {"kl": kl}
+
+
+def symmetric_kl_gradient(cotangent, student_logits, teacher_logits, forward_weight, temperature):
+    grad = []
+    w = forward_weight
+    for c, z, t in zip(cotangent, student_logits, teacher_logits):
+        q, p = probabilities(z, temperature), probabilities(t, temperature)
+        rev = kl_divergence(q, p)
+        grad.append([c * (w * (qj - pj) + (1 - w) * (qj * (mpm.log(qj / pj) - rev) if qj > 0 else 0)) / temperature
+                     for qj, pj in zip(q, p)])
+    return {"grad:student_logits": grad}
+
+
+# Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits (symmetric_kl_values and
+# symmetric_kl_gradient).
+SYMMETRIC_KL_ROWS = [
+    {"id": "w0.5-T1",
+     "inputs": {"student_logits": [[2.0, 0.0, -1.5, 0.75], [-0.5, 3.25, 1.0, -2.0]],
+                "teacher_logits": [[1.5, 0.5, -1.0, 0.25], [0.0, 2.5, 1.75, -1.25]]},
+     "params": {"forward_weight": 0.5, "temperature": 1.0},
+     "cotangent": [1.0, -0.5],
+     "expect": {"kl": ["0.07256289606075234199649898348586211320652",
+                       "0.1820748672502798034461444590028615536022"],
+                "grad:student_logits": [["0.09565840841217833455673731703183414836192",
+                                         "-0.1006148039611290020053300869166123694420",
+                                         "-0.02245019732114958613819555120665173131669",
+                                         "0.02740659287010025358678832109142995239680"],
+                                        ["0.01340786417116133499200640977175096514634",
+                                         "-0.09996503661965825763011880377642249374717",
+                                         "0.08245212296534573007053152522517094062460",
+                                         "0.004105049483151192567580868779500587976225"]]}},
+    {"id": "w0.1-T2",
+     "inputs": {"student_logits": [[2.0, 0.0, -1.5, 0.75], [-0.5, 3.25, 1.0, -2.0]],
+                "teacher_logits": [[1.5, 0.5, -1.0, 0.25], [0.0, 2.5, 1.75, -1.25]]},
+     "params": {"forward_weight": 0.1, "temperature": 2.0},
+     "cotangent": [0.25, 1.5],
+     "expect": {"kl": ["0.02607469183813532019019642746616281759582",
+                       "0.06253494220607925351875011107143305525102"],
+                "grad:student_logits": [["0.007934184928698409332787060405320200552386",
+                                         "-0.008273108394842745419233928204543382881754",
+                                         "-0.003907939692924617230223036534792766466252",
+                                         "0.004246863159068953316669904334015948795619"],
+                                        ["-0.02745938565934460716185642741117439490031",
+                                         "0.1236542445205476483950764853851969204078",
+                                         "-0.07864646134596955767113938353606540421556",
+                                         "-0.01754839751523348356208067443795712129195"]]}},
+    {"id": "w0.75-T1-neginf",
+     "inputs": {"student_logits": [[2.0, NINF, -1.5, 0.75]],
+                "teacher_logits": [[1.5, NINF, -1.0, 0.25]]},
+     "params": {"forward_weight": 0.75, "temperature": 1.0},
+     "cotangent": [-1.25],
+     "expect": {"kl": ["0.01992452019163927534242469970772896660074"],
+                "grad:student_logits": [["-0.03243750217444309689704719949103421470741",
+                                         "0",
+                                         "0.04173100214558389103686683708109910195353",
+                                         "-0.009293499971140794139819637590064887246123"]]}},
+]
+
 TABLES = [
     Table("distill.softmax", SOFTMAX_ROWS, softmax_values, distill.softmax, softmax_gradient,
           distill.softmax_vjp, output="probs"),
@@ -672,6 +790,8 @@ TABLES = [
           distill.token_kl_vjp, output="kl"),
     Table("distill.hinton", HINTON_ROWS, hinton_values, distill.hinton, hinton_gradient,
           distill.hinton_vjp, output="loss"),
+    Table("distill.symmetric_kl", SYMMETRIC_KL_ROWS, symmetric_kl_values, distill.symmetric_kl,
+          symmetric_kl_gradient, distill.symmetric_kl_vjp, output="kl"),
     Table("distill.generalized_jsd", JSD_ROWS, jsd_values, distill.generalized_jsd, jsd_gradient,
           distill.generalized_jsd_vjp, output="jsd"),
 ]

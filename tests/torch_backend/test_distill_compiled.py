@@ -29,7 +29,7 @@ FNS = {**KERNELS,
        "jsd-0.3-T2-kl": lambda z, t, y: distill.generalized_jsd(z, t, 0.3, 2.0, "kl"),
        "jsd-0.7-kl": lambda z, t, y: distill.generalized_jsd(z, t, 0.7, 1.0, "kl")}
 COMPILED = list(FNS)
-OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton")
+OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "distill.symmetric_kl")
 
 
 @pytest.fixture
@@ -82,10 +82,12 @@ def _zero_by_definition(case, result) -> bool:
 
 
 def test_every_distill_vector_passes_through_the_compiled_path(compiled, spies):
-    """Every token KL, generalized JSD and Hinton vector, one dtype at a time in every dtype the
-    torch backend claims: each passes (or is rejected as its vector says), and each that passes
-    was computed by the compiled kernel, never by the torch tiles — all but the JSD's β = 0, 1
-    under endpoints='limit' (zero by definition: no kernel runs)."""
+    """Every token KL, generalized JSD, Hinton and symmetric KL vector (the cross-entropy soft
+    term too: the compiled kernel computes its KL, the teacher's entropy is added to it), one
+    dtype at a time in every dtype the torch backend claims: each passes (or is rejected as its
+    vector says), and each that passes was computed by the compiled kernel, never by the torch
+    tiles — all but the JSD's β = 0, 1 under endpoints='limit' (zero by definition: no kernel
+    runs)."""
     from conformance import harness
     from conformance.targets import builtin
     from conformance.vectors.load import VectorSet

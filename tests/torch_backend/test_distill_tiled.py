@@ -44,6 +44,10 @@ KERNELS = {
     "hinton": lambda z, t, y: distill.hinton(z, t, y, 1.0, 0.5),
     "hinton-T2": lambda z, t, y: distill.hinton(z, t, y, 2.0, 0.3, False),
     "hinton-a1": lambda z, t, y: distill.hinton(z, t, y, 3.0, 1.0),
+    "forward-ce-T2": lambda z, t, y: distill.token_kl(z, t, "forward", 2.0, "cross_entropy"),
+    "hinton-ce-T2": lambda z, t, y: distill.hinton(z, t, y, 2.0, 0.7, True, "cross_entropy"),
+    "symmetric-0.5": lambda z, t, y: distill.symmetric_kl(z, t, 0.5),
+    "symmetric-0.1-T1.5": lambda z, t, y: distill.symmetric_kl(z, t, 0.1, 1.5),
 }
 
 
@@ -136,6 +140,8 @@ def test_neg_inf_logits(kernel, monkeypatch):
         z[0, 2] = NEG_INF  # student impossible, teacher possible: KL(q‖p) finite
     elif kernel.startswith(("forward", "jsd-kl0", "hinton")):
         t[0, 2] = NEG_INF
+    elif kernel.startswith("symmetric"):
+        z[0, 2] = t[0, 2] = NEG_INF   # both directions finite only with −inf on both sides
     else:
         z[0, 2] = NEG_INF
         t[3, 4] = NEG_INF

@@ -23,7 +23,8 @@ pytest.importorskip("torch", reason="refimpl.triton runs on torch tensors")
 pytest.importorskip("triton", reason="refimpl.triton needs Triton (pip install triton)")
 
 ROOT = Path(__file__).resolve().parents[2]
-OBJECTIVES = ("distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd")
+OBJECTIVES = ("distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
+              "distill.symmetric_kl")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
