@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from refimpl import validate
 from refimpl.certified import _ball
+from refimpl.certified._rollout import rollout_correction
 from refimpl.certified.kl import penalty
 
-__all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp"]
+__all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp",
+           "rollout_correction"]
 
 
 # ----------------------------------------------------------------------------- advantages
