@@ -230,7 +230,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("old_logp", "B,T"), Input("rollout_logp", "B,T"), Input("mask", "B,T", kind="mask")),
         (Param("level", "token", ("token", "sequence"), "Yao et al. 2025 [tis-blog] (token-level TIS)",
                convention=True),
-         Param("mode", "truncate", ("truncate", "mask"), "Yao et al. 2025 [tis-blog]: min(π_old/π_rollout, C)",
+         Param("correction", "truncate", ("truncate", "mask"), "Yao et al. 2025 [tis-blog]: min(π_old/π_rollout, C)",
                convention=True),
          Param("lower", None, source="no lower bound in TIS [tis-blog]; IcePop α (arXiv 2510.18855)"),
          Param("upper", 2.0, source="C = 2: verl 0.9.1 rollout_is_threshold default (the blog's C unverified "

@@ -147,7 +147,9 @@ def test_options_match_the_catalog():
                "loss_type": validate.LOSS_TYPES, "scale": validate.SCALES,
                "degenerate": validate.DEGENERATE, "mode": validate.AGGREGATIONS,
                "aggregation": validate.AGGREGATIONS, "rule": validate.UPDATE_RULES,
-               "baseline": validate.BASELINES}
+               "baseline": validate.BASELINES, "level": validate.CORRECTION_LEVELS,
+               "correction": validate.CORRECTIONS, "seq_log_ratio": validate.SEQ_LOG_RATIOS,
+               "kept_weight": validate.KEPT_WEIGHTS}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:
             if p.name in options:

@@ -27,7 +27,7 @@ ORLHF = "OpenRLHF 0.11.2 models/loss.py PolicyLoss.forward"
 
 
 def _conv(level="token", mode="truncate", seq="sum", kept="ratio", clamp=None):
-    return {"level": level, "mode": mode, "seq_log_ratio": seq, "kept_weight": kept, "log_ratio_clamp": clamp}
+    return {"level": level, "correction": mode, "seq_log_ratio": seq, "kept_weight": kept, "log_ratio_clamp": clamp}
 
 
 # group -> (conventions, default band (lower, upper), alternative bands drawn inside the group)
@@ -94,8 +94,9 @@ NOTES = {
     "RolloutHugeLogRatio": {"category": "numerics", "description": "Log-ratios of ±50 to ±800 per token and sums "
                             "of several hundred per row: exp overflows binary64 beyond 709.8; truncation gives the "
                             "bound, the mask drops the unit, a ±20 clamp gives e^±20."},
-    "RolloutEmptyRows": {"category": "edge", "description": "Rows without valid tokens (and a mask with none at "
-                         "all): their weights and keep are 0; no 0/0 in a sequence mean."},
+    "RolloutEmptyRows": {"category": "edge", "description": "Rows without valid tokens: "
+                         "their weights and keep are 0; no 0/0 in a sequence mean (a mask with no token at all is "
+                         "rejected, as for every masked objective)."},
     "RolloutPadding": {"category": "edge", "description": "Padding positions hold log-ratios of ±1000: they must not "
                        "reach a row's sum or mean, and their weight is 0."},
     "RolloutOnPolicy": {"category": "edge", "description": "rollout_logp = old_logp: every valid weight is 1 "
@@ -104,9 +105,9 @@ NOTES = {
     "RolloutLowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16, "
                             "judged in those dtypes; units keep 2^−5 (relative) from the band's edges."},
     "InvalidCorrection": {"category": "invalid", "description": "Band or convention outside the domain (lower > "
-                          "upper, both bounds None, upper ≤ 0, lower < 0, log_ratio_clamp ≤ 0, unknown level, mode, "
+                          "upper, both bounds None, upper ≤ 0, lower < 0, log_ratio_clamp ≤ 0, unknown level, correction, "
                           "seq_log_ratio or kept_weight), shapes that disagree, rank-1 inputs, masks that are not "
-                          "0/1, NaN or infinite log-probabilities; must be rejected."},
+                          "0/1 or select no token, NaN or infinite log-probabilities; must be rejected."},
 }
 
 LENGTHS = [1, 2, 3, 5, 8, 12, 16, 24, 32, 48]
@@ -148,7 +149,7 @@ def _case(group, inputs, band, flags, comment, seed, recipe, result="valid", low
 def _random(group, gi, i, dtype=None, flags=("RolloutRandom",)):
     conv, default, others = GROUP_SPECS[group]
     band = default if i % 3 != 2 else others[(i // 3) % len(others)]
-    margin = (S.NEAR_LOW if dtype in S.LOW_GRIDS else NEAR) if conv["mode"] == "mask" else 0.0
+    margin = (S.NEAR_LOW if dtype in S.LOW_GRIDS else NEAR) if conv["correction"] == "mask" else 0.0
     for attempt in range(100):
         seed = 31000 + 1000 * gi + 10 * i + attempt * 100000
         r = S.rng(seed)
@@ -189,9 +190,6 @@ def _edge_cases(group, conv, default) -> list[Case]:
     out.append(_case(group, {"old_logp": old, "rollout_logp": roll,
                              "mask": [[1, 1, 0, 0, 0, 0], [0] * 6, [1] * 6, [0] * 6]}, default, ("RolloutEmptyRows",),
                      "rows 1 and 3 without tokens", 31999, "logprobs; rollout = old + N(0, 0.05)"))
-    out.append(_case(group, {"old_logp": old, "rollout_logp": roll, "mask": [[0] * 6] * 4}, default,
-                     ("RolloutEmptyRows",), "no valid token at all: all weights 0", 31999,
-                     "logprobs; rollout = old + N(0, 0.05)"))
     # padding holding huge log-ratios; on-policy; a single token
     out.append(_case(group, {"old_logp": [[-0.25, -0.5, 0.0, 0.0], [-1.0, 0.0, 0.0, 0.0]],
                              "rollout_logp": [[-0.5, -0.25, -1000.0, -1000.0], [-0.9, -1000.0, 1000.0, -1000.0]],
@@ -216,12 +214,13 @@ def _invalid() -> list[Case]:
         ({}, {"upper": True}, {}, "upper given as a truth value"),
         ({}, {}, {"log_ratio_clamp": 0.0}, "log_ratio_clamp = 0"),
         ({}, {}, {"level": "batch"}, "unknown level"),
-        ({}, {}, {"mode": "clip"}, "unknown mode (TRL's 'truncate' is the clip)"),
+        ({}, {}, {"correction": "clip"}, "unknown correction (OpenRLHF's 'clip' is 'truncate')"),
         ({}, {}, {"seq_log_ratio": "max"}, "unknown seq_log_ratio"),
         ({}, {}, {"kept_weight": "zero"}, "unknown kept_weight"),
         ({"rollout_logp": [[-0.75, -1.0, -2.0]]}, {}, {}, "shapes disagree"),
         ({"old_logp": [-0.5, -1.0], "rollout_logp": [-0.75, -1.0], "mask": [1, 1]}, {}, {}, "rank-1 inputs"),
         ({"mask": [[1, 2]]}, {}, {}, "mask not 0/1"),
+        ({"mask": [[0, 0]]}, {}, {}, "mask selects no token"),
         ({"old_logp": [[-0.5, math.nan]]}, {}, {}, "NaN old_logp"),
         ({"rollout_logp": [[-math.inf, -1.0]]}, {}, {}, "-inf rollout_logp (ratio +inf)"),
         ({"old_logp": [[-math.inf, -1.0]]}, {}, {}, "-inf old_logp"),

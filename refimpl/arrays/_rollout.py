@@ -14,7 +14,7 @@ from refimpl.arrays import _xp
 __all__ = ["rollout_correction"]
 
 
-def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode: str = "truncate",
+def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", correction: str = "truncate",
                        lower: float | None = None, upper: float | None = 2.0, seq_log_ratio: str = "sum",
                        kept_weight: str = "ratio", log_ratio_clamp: float | None = None):
     """Per-token correction weights[B,T] and keep[B,T] (0/1) for the rollout/training mismatch."""
@@ -26,8 +26,10 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode:
     roll = _xp.array(xp, "rollout_logp", rollout_logp, dt)
     validate.same_shape(old_logp=_xp.shape(old), rollout_logp=_xp.shape(roll))
     m = _xp.mask(xp, "mask", mask, _xp.shape(old), dt)
-    level, mode, lo, hi, seq, kept, c = validate.rollout_correction(
-        level, mode, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
+    if not bool(xp.any(m == 1)):
+        validate.fail("mask", "selects no token")
+    level, correction, lo, hi, seq, kept, c = validate.rollout_correction(
+        level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
 
     def ratio(ell):
         return xp.exp(ell if c is None else xp.clip(ell, min=-c, max=c))
@@ -41,7 +43,7 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode:
         w = xp.broadcast_to(ratio(ell), d.shape)
     else:
         w = ratio(d)
-    if mode == "truncate":
+    if correction == "truncate":
         weights, keep = xp.clip(w, min=lo, max=hi), valid
     else:
         keep = valid

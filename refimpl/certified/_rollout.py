@@ -16,19 +16,19 @@ from refimpl.certified import _ball
 __all__ = ["rollout_correction"]
 
 
-def _body(diff, old_logp, rollout_logp, mask, level="token", mode="truncate", lower=None, upper=2.0,
+def _body(diff, old_logp, rollout_logp, mask, level="token", correction="truncate", lower=None, upper=2.0,
           seq_log_ratio="sum", kept_weight="ratio", log_ratio_clamp=None):
-    from refimpl.certified.grpo import mask_rows  # grpo re-exports this objective
-
     old = _ball.balls("old_logp", old_logp)
     shape = _ball.shape(old)
     validate.rank("old_logp", shape, 2)
     validate.nonempty("old_logp", shape)
     roll = _ball.balls("rollout_logp", rollout_logp)
     validate.same_shape(old_logp=shape, rollout_logp=_ball.shape(roll))
-    m = mask_rows("mask", mask, shape)
-    level, mode, lo, hi, seq, kept, c = validate.rollout_correction(
-        level, mode, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
+    m = _ball.mask_rows("mask", mask, shape)
+    if not any(v for row in m for v in row):
+        validate.fail("mask", "selects no token")
+    level, correction, lo, hi, seq, kept, c = validate.rollout_correction(
+        level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
     lo = None if lo is None else _ball.ball(lo)
     hi = None if hi is None else _ball.ball(hi)
     c = None if c is None else _ball.ball(c)
@@ -51,7 +51,7 @@ def _body(diff, old_logp, rollout_logp, mask, level="token", mode="truncate", lo
                 krow.append(_ball.ZERO)
                 continue
             w = row_ratio if level == "sequence" else ratio(dt)
-            if mode == "truncate":
+            if correction == "truncate":
                 wrow.append(_ball.clip(w, lo, hi))
                 krow.append(_ball.ONE)
             elif (lo is None or _ball.compare(w, lo) >= 0) and (hi is None or _ball.compare(w, hi) <= 0):

@@ -38,18 +38,21 @@ def _inputs(old_logp, rollout_logp, mask):
     validate.nonempty("old_logp", old.shape)
     roll = mp.array("rollout_logp", rollout_logp)
     validate.same_shape(old_logp=old.shape, rollout_logp=roll.shape)
-    return old, roll, mp.mask("mask", mask, old.shape)
+    m = mp.mask("mask", mask, old.shape)
+    if not any(e == 1 for e in m.flat):
+        validate.fail("mask", "selects no token")
+    return old, roll, m
 
 
 @mp.exact
-def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode: str = "truncate",
+def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", correction: str = "truncate",
                        lower: float | None = None, upper: float | None = 2.0, seq_log_ratio: str = "sum",
                        kept_weight: str = "ratio", log_ratio_clamp: float | None = None):
     """Per-token correction weights[B,T] and keep[B,T] for the rollout/training mismatch (see the
     module docstring; Yao et al. 2025 [tis-blog]; IcePop, arXiv 2510.18855 §2)."""
     old, roll, m = _inputs(old_logp, rollout_logp, mask)
-    level, mode, lo, hi, seq, kept, c = validate.rollout_correction(
-        level, mode, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
+    level, correction, lo, hi, seq, kept, c = validate.rollout_correction(
+        level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
     lo = None if lo is None else mp.mpf(lo)
     hi = None if hi is None else mp.mpf(hi)
 
@@ -68,7 +71,7 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode:
             row = ratio(total if seq == "sum" else total / len(valid))
         for t in valid:
             w = row if level == "sequence" else ratio(d[t])
-            if mode == "truncate":
+            if correction == "truncate":
                 weights[b, t] = w if hi is None else min(w, hi)
                 weights[b, t] = weights[b, t] if lo is None else max(weights[b, t], lo)
                 keep[b, t] = mp.ONE

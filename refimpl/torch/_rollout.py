@@ -18,7 +18,7 @@ __all__ = ["rollout_correction"]
 
 
 @torch.no_grad()
-def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode: str = "truncate",
+def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", correction: str = "truncate",
                        lower: float | None = None, upper: float | None = 2.0, seq_log_ratio: str = "sum",
                        kept_weight: str = "ratio", log_ratio_clamp: float | None = None):
     """Per-token correction weights[B,T] and keep[B,T] (0/1, in the input dtype) for the
@@ -29,8 +29,10 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode:
     roll = _common.array("rollout_logp", rollout_logp)
     validate.same_shape(old_logp=tuple(old.shape), rollout_logp=tuple(roll.shape))
     valid = _common.mask("mask", mask, tuple(old.shape))
-    level, mode, lo, hi, seq, kept, c = validate.rollout_correction(
-        level, mode, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
+    if not valid.any():
+        validate.fail("mask", "selects no token")
+    level, correction, lo, hi, seq, kept, c = validate.rollout_correction(
+        level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
     out = _common.result_dtype(old, roll)
     work = _common.work_dtype(out)
     d = _common.constant(old, work) - _common.constant(roll, work)
@@ -47,7 +49,7 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", mode:
     else:
         w = ratio(d)
     keep = valid
-    if mode == "truncate":
+    if correction == "truncate":
         weights = torch.clamp(w, lo, hi)
     else:
         if lo is not None:

@@ -293,6 +293,19 @@ def cases() -> list[Case]:
         "advantages": np.array([1.0, -1.0]), "mask": m},
         {"beta": 0.04, "dual_clip": 3.0, "aggregation": "token-mean"}, 8))
 
+    # grpo.rollout_correction (no gradient: the harness's leak probe and the values)
+    grid = (_grid(level=["token", "sequence"], correction=["truncate", "mask"], seq_log_ratio=["sum", "mean"],
+                  log_ratio_clamp=[None, 0.5], lower=[None, 0.5])
+            + _grid(level=["token", "sequence"], correction=["mask"], seq_log_ratio=["mean"],
+                    kept_weight=["token-ratio", "one"], lower=[0.7]))
+    for i, p in enumerate(grid):
+        rng = np.random.default_rng(1080 + i)
+        m = _mask(rng, 3, 6)
+        lp = _logp(rng, (3, 6))
+        add(Case("grpo.rollout_correction", _label(p),
+                 {"old_logp": _junk(lp, m, rng), "rollout_logp": _junk(lp + rng.normal(0, 0.3, (3, 6)), m, rng),
+                  "mask": m}, p, 6))
+
     # proximal_kl.future_cost
     for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):
         rng = np.random.default_rng(1100 + i)
