@@ -89,7 +89,6 @@ RELEASED = {
         "grpo.aggregate": "668ecb9a0d626c51f55daa8c99415e023d916d52699255bd2837f3b1c61cf1a2",
         "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
         "grpo.loss": "9ea6a0adf618ca8bfbc4732011744ff4c5e0ef4a59687fb86e9905936e40249e",
-        "grpo.rollout_correction": "1d462222c60c022996a4a588f139bd02aef0a9894a9effc94d6e1a15712755f8",
         "kl.estimator": "f78a227e785fb6052f17b0401a6ecc9b6ebab6918464e89c4cc48c0b2efdae72",
         "preference.cpo": "9b973a2353bc0e2decfe781027c25f7b5c1da32a376e67fda20310fab6c085ba",
         "preference.kto": "d031c91934bb5cb7ec043ebe26a3fac1e73f2d044f5d0bacae00a356ddc05b42",
