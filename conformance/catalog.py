@@ -242,7 +242,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                convention=True),
          Param("log_ratio_clamp", None, source="none in TIS/IcePop; verl 0.9.1 clamps to ±20", convention=True)),
         ("weights", "keep"), (), "Yao et al. 2025, 'Your efficient RL framework secretly brings you off-policy "
-        "RL training' [tis-blog]; IcePop, Ring-1T (arXiv 2510.18855) §2; TRL 1.16 vLLM IS correction; verl 0.9.1 "
+        "RL training' [tis-blog]; IcePop, Ring-1T (arXiv 2510.18855), the IcePop objective; TRL 1.16 vLLM IS correction; verl 0.9.1 "
         "rollout correction; OpenRLHF 0.11.2 is_correction",
         reduction="old_logp"),
     Objective(

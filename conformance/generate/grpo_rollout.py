@@ -1,5 +1,5 @@
 """Vectors for ``grpo.rollout_correction``: weights for the rollout/training mismatch (truncated IS,
-Yao et al. 2025 [tis-blog]; masked IS / IcePop, arXiv 2510.18855 §2) as TRL 1.16.0, verl 0.9.1 and
+Yao et al. 2025 [tis-blog]; masked IS / IcePop, arXiv 2510.18855, the IcePop objective) as TRL 1.16.0, verl 0.9.1 and
 OpenRLHF 0.11.2 compute them.
 
 A group is one library mode (its conventions); the band ``lower``/``upper`` is an argument and
@@ -42,9 +42,9 @@ GROUP_SPECS = {
     "verl-0.9.1-sequence-tis": (_conv(level="sequence", clamp=20.0), (None, 2.0), [(None, 5.0)]),
     "verl-0.9.1-token-icepop": (_conv(mode="mask", clamp=20.0), (0.5, 5.0), [(0.8, 1.25)]),
     "verl-0.9.1-sequence-icepop": (_conv(level="sequence", mode="mask", clamp=20.0), (0.5, 5.0), [(0.8, 1.25)]),
-    "rejection-token": (_conv(mode="mask", kept="one"), (0.5, 2.0), [(0.8, 1.25)]),
-    "rejection-sequence-mean": (_conv(level="sequence", mode="mask", seq="mean", kept="one"), (0.5, 2.0),
-                                [(0.8, 1.25)]),
+    "rejection-token": (_conv(mode="mask", kept="one", clamp=20.0), (0.5, 2.0), [(0.8, 1.25)]),
+    "rejection-sequence-mean": (_conv(level="sequence", mode="mask", seq="mean", kept="one", clamp=20.0),
+                                (0.5, 2.0), [(0.8, 1.25)]),
     "openrlhf-0.11.2-token-mask": (_conv(mode="mask"), (0.5, 5.0), [(0.0, 2.0)]),
     "openrlhf-0.11.2-token-clip": (_conv(), (0.5, 5.0), [(0.0, 2.0)]),
     "openrlhf-0.11.2-seq-mask": (_conv(level="sequence", mode="mask", seq="mean", kept="token-ratio"), (0.5, 5.0),
@@ -54,7 +54,7 @@ GROUP_SPECS = {
 GROUPS = {
     "tis": "Truncated importance sampling, Yao et al. 2025 [tis-blog]: per token min(π_old/π_rollout, C); "
            "C = 2 (verl 0.9.1's default threshold; the blog's own C is not verified in our sources)",
-    "icepop": "IcePop, Ring-1T (arXiv 2510.18855) §2: M(k) = k for k = π_train/π_infer ∈ [α, β], else 0, per "
+    "icepop": "IcePop, Ring-1T (arXiv 2510.18855), the IcePop objective: M(k) = k for k = π_train/π_infer ∈ [α, β], else 0, per "
               "token; [α, β] = [0.5, 5] (OpenRLHF 0.11.2's default band; the paper's values not verified)",
     "trl-1.16-token_truncate": TRL + "'token_truncate'): exp(d_t) clamped to [clip_min, clip_max] (clip_max "
                                "3.0, clip_min None); no log-ratio clamp",
@@ -72,9 +72,9 @@ GROUPS = {
                                   "'lower_upper': exp(clamp(Σ_t d_t, ±20)), 0 outside [lower, upper]",
     "rejection-token": "Rejection mask per token (weight 1 inside [lower, upper], 0 outside): " + VERL +
                        " compute_rollout_rejection_mask 'token_k1' with a symmetric band (lower = 1/upper; its "
-                       "band bounds π_rollout/π_old) and a ±20 clamp that moves no decision here",
+                       "band bounds π_rollout/π_old; its ±20 clamp of the log-ratio)",
     "rejection-sequence-mean": "Rejection mask per sequence on the geometric-mean ratio exp(mean_t d_t): " + VERL +
-                               " compute_rollout_rejection_mask 'seq_mean_k1' (symmetric band, as above)",
+                               " compute_rollout_rejection_mask 'seq_mean_k1' (symmetric band and clamp, as above)",
     "openrlhf-0.11.2-token-mask": ORLHF + " is_correction_level='token', mode 'mask', gating 'ratio' "
                                   "(ICEPOP; default band [0.5, 5.0]; one value v gives [0, v]); no clamp",
     "openrlhf-0.11.2-token-clip": ORLHF + " is_correction_level='token', mode 'clip': clamp(exp(d_t), low, high)",

@@ -1,6 +1,6 @@
 """Rollout/training mismatch correction weights (grpo.rollout_correction) in ball arithmetic.
 
-Yao et al. 2025 [tis-blog] (truncated IS), IcePop (arXiv 2510.18855 §2, masked IS); the catalog's
+Yao et al. 2025 [tis-blog] (truncated IS), IcePop (arXiv 2510.18855, the IcePop objective, masked IS); the catalog's
 definition (conformance/catalog.py): with d_t = old_logp_t − rollout_logp_t on the valid tokens,
 the unit log-ratio ℓ is d_t, Σ_t d_t or Σ_t d_t / n over a row, clamped to [−c, c] when
 log_ratio_clamp = c; w = exp(ℓ); truncate: clamp(w, lower, upper); mask: the closed band
@@ -67,4 +67,4 @@ def _body(diff, old_logp, rollout_logp, mask, level="token", correction="truncat
 
 rollout_correction, _ = _ball.pair(_body, ("weights", "keep"), ())
 rollout_correction.__doc__ = ("Rollout/training mismatch correction weights and keep mask (TIS [tis-blog]; "
-                              "IcePop arXiv 2510.18855 §2), as balls.")
+                              "IcePop arXiv 2510.18855, the IcePop objective), as balls.")

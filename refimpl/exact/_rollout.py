@@ -4,7 +4,7 @@ The inference engine that samples a response (vLLM, SGLang) and the trainer that
 log-probabilities (FSDP, Megatron) disagree on the sampled tokens' probabilities, so "on-policy"
 data is off-policy by the ratio π_old/π_rollout. Yao et al. 2025 [tis-blog] weight each token's
 policy-gradient term by the truncated importance ratio min(π_old(y_t)/π_rollout(y_t), C) (TIS);
-IcePop (Ring-1T, arXiv 2510.18855 §2, the IcePop objective) multiplies it by M(k) = k for
+IcePop (Ring-1T, arXiv 2510.18855, the IcePop objective) multiplies it by M(k) = k for
 k ∈ [α, β] and 0 otherwise (masked IS). The libraries apply either at the token or the sequence
 level (TRL 1.16 vllm_importance_sampling_mode, verl 0.9.1 rollout_corr_helper.py, OpenRLHF 0.11.2
 PolicyLoss is_correction_*). With d_t = old_logp_t − rollout_logp_t on the valid tokens:
@@ -49,7 +49,7 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", corre
                        lower: float | None = None, upper: float | None = 2.0, seq_log_ratio: str = "sum",
                        kept_weight: str = "ratio", log_ratio_clamp: float | None = None):
     """Per-token correction weights[B,T] and keep[B,T] for the rollout/training mismatch (see the
-    module docstring; Yao et al. 2025 [tis-blog]; IcePop, arXiv 2510.18855 §2)."""
+    module docstring; Yao et al. 2025 [tis-blog]; IcePop, arXiv 2510.18855, the IcePop objective)."""
     old, roll, m = _inputs(old_logp, rollout_logp, mask)
     level, correction, lo, hi, seq, kept, c = validate.rollout_correction(
         level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)

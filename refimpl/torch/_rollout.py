@@ -1,6 +1,6 @@
 """Rollout/training mismatch correction weights (grpo.rollout_correction) in PyTorch.
 
-Yao et al. 2025 [tis-blog] (truncated IS), IcePop (arXiv 2510.18855 §2, masked IS); the contract
+Yao et al. 2025 [tis-blog] (truncated IS), IcePop (arXiv 2510.18855, the IcePop objective, masked IS); the contract
 and conventions of ``refimpl.exact._rollout``: d_t = old_logp_t − rollout_logp_t on the valid
 tokens, the unit log-ratio d_t or a row's Σ d_t (or Σ d_t / n), clamped to ±c when asked,
 w = exp(·); truncate clamps w to [lower, upper], mask keeps w / exp(d_t) / 1 inside the closed

@@ -1,5 +1,5 @@
 """Exact reference for grpo.rollout_correction: properties that follow from the definitions (TIS,
-Yao et al. 2025; masked IS / IcePop, arXiv 2510.18855 §2), the certified reference on random
+Yao et al. 2025; masked IS / IcePop, arXiv 2510.18855, the IcePop objective), the certified reference on random
 inputs, and bad input. The objective has no gradient (grads = ()), so there is no VJP to check;
 its 40-digit values are in tests/independent/test_rollout_correction_values.py."""
 from __future__ import annotations

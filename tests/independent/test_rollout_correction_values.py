@@ -5,7 +5,7 @@ refimpl.exact): the token ratio ρ_t = π_old(y_t)/π_rollout(y_t) = exp(old_log
 the sequence ratio Π_t ρ_t over the valid tokens (its geometric mean (Π_t ρ_t)^(1/n) for
 seq_log_ratio="mean", OpenRLHF 0.11.2), verl 0.9.1's ±20 log clamp as a clamp of the ratio to
 [e^−20, e^20]; truncated IS (Yao et al. 2025 [tis-blog]) min(max(ρ, lower), upper); masked IS /
-IcePop (arXiv 2510.18855 §2) M(ρ) = ρ on [lower, upper], 0 outside; kept_weight 'one' keeps 1,
+IcePop (arXiv 2510.18855, the IcePop objective) M(ρ) = ρ on [lower, upper], 0 outside; kept_weight 'one' keeps 1,
 'token-ratio' the token's own ρ_t. Zero outside the mask.
 """
 from __future__ import annotations
