@@ -239,7 +239,7 @@ def cases() -> list[Case]:
     for gi, (group, (conv, default, _)) in enumerate(GROUP_SPECS.items()):
         n = 10 if group in ("tis", "openrlhf-0.11.2-seq-mask", "rejection-token", "rejection-sequence-mean") else 6
         out += [_random(group, gi, i, dtype="float32" if i % 2 else None) for i in range(n)]
-        out += [_random(group, gi, 50 + i, dtype=S.low_grid(i), flags=("RolloutLowPrecision",)) for i in range(2)]
+        out += [_random(group, gi, 50 + i, dtype=S.low_grid(i), flags=("RolloutLowPrecision",)) for i in range(4)]
         for case in _edge_cases(group, conv, default):
             # groups that share conventions (IcePop and OpenRLHF's token mask) share edge cases: keep the first
             key = uid_of(catalog.get(OBJ), case)
