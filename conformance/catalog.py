@@ -309,6 +309,30 @@ OBJECTIVES: tuple[Objective, ...] = (
         "0.9.1 apply_kl_penalty; OpenRLHF 0.11.2 compute_reward",
         reduction="logp", low_precision=False),
     Objective(
+        "grpo.rollout_correction", "Per-token weights for the rollout/training mismatch: unit log-ratio "
+        "ℓ = old_logp − rollout_logp per token, or its sum / mean over a row; w = exp(ℓ) (ℓ clamped to ±c "
+        "first if log_ratio_clamp); truncate: clamp(w, lower, upper) (TIS); mask: w, the token's own ratio "
+        "or 1 inside [lower, upper], 0 outside (masked IS, IcePop); keep = 1 where a valid token is kept; "
+        "0 outside the mask; detached.",
+        (Input("old_logp", "B,T"), Input("rollout_logp", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("level", "token", ("token", "sequence"), "Yao et al. 2025 [tis-blog] (token-level TIS)",
+               convention=True),
+         Param("correction", "truncate", ("truncate", "mask"), "Yao et al. 2025 [tis-blog]: min(π_old/π_rollout, C)",
+               convention=True),
+         Param("lower", None, source="no lower bound in TIS [tis-blog]; IcePop α (arXiv 2510.18855)"),
+         Param("upper", 2.0, source="C = 2: verl 0.9.1 rollout_is_threshold default (the blog's C unverified "
+               "in our sources); TRL 1.16 uses 3.0"),
+         Param("seq_log_ratio", "sum", ("sum", "mean"), "the sequence IS ratio Π_t ρ_t (sum of log-ratios); "
+               "OpenRLHF 0.11.2 gates the geometric mean", convention=True),
+         Param("kept_weight", "ratio", ("ratio", "token-ratio", "one"), "IcePop M(k) = k inside [α, β] "
+               "(arXiv 2510.18855); OpenRLHF keeps the token's own ratio; rejection sampling keeps 1",
+               convention=True),
+         Param("log_ratio_clamp", None, source="none in TIS/IcePop; verl 0.9.1 clamps to ±20", convention=True)),
+        ("weights", "keep"), (), "Yao et al. 2025, 'Your efficient RL framework secretly brings you off-policy "
+        "RL training' [tis-blog]; IcePop, Ring-1T (arXiv 2510.18855), the IcePop objective; TRL 1.16 vLLM IS correction; verl 0.9.1 "
+        "rollout correction; OpenRLHF 0.11.2 is_correction",
+        reduction="old_logp"),
+    Objective(
         "proximal_kl.future_cost", "F_t = Σ_{u>t} m_u·k_u, k_u = logp_u − ref_logp_u "
         "(optionally clipped to ±clip, or truncated to the next `window` tokens); detached.",
         (Input("logp", "B,T"), Input("ref_logp", "B,T"), Input("mask", "B,T", kind="mask")),

@@ -109,6 +109,7 @@ K_BASE = {
     "grpo.loss": 8.0,
     "gae.advantages": 8.0,
     "gae.kl_rewards": 4.0,
+    "grpo.rollout_correction": 4.0,
     "proximal_kl.future_cost": 4.0,
     "proximal_kl.loss": 8.0,
     # token trees: H nested log-sum-exps / products along a path, then sums over the leaves

@@ -38,8 +38,10 @@ from conformance.targets.target import ANY, Target
 from conformance.vectors.load import VectorCase, VectorSet
 
 # Objectives whose outputs are constants by definition: advantages (PPO eq. 7's Â is data) and
-# the future KL cost (the sg(·) of Proximal KL's coefficient).
-DETACHED = ("grpo.advantages", "proximal_kl.future_cost", "gae.advantages", "gae.kl_rewards")
+# the future KL cost (the sg(·) of Proximal KL's coefficient) and the rollout-mismatch correction
+# weights (they change the sampling measure, not the objective: verl and OpenRLHF detach them).
+DETACHED = ("grpo.advantages", "grpo.rollout_correction", "proximal_kl.future_cost", "gae.advantages",
+            "gae.kl_rewards")
 LEAK_PROBE_SEED = 20261201
 
 

@@ -504,3 +504,30 @@ def every_row_has_a_token(name: str, rows) -> None:
     for i, row in enumerate(rows):
         if not any(row):
             fail(name, f"selects no token in row {i} (the score has no last token)")
+
+
+# ----------------------------------------------------------------------------- rollout correction
+
+CORRECTION_LEVELS = ("token", "sequence")
+CORRECTIONS = ("truncate", "mask")
+SEQ_LOG_RATIOS = ("sum", "mean")
+KEPT_WEIGHTS = ("ratio", "token-ratio", "one")
+
+
+def rollout_correction(level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp) -> tuple:
+    """The conventions of grpo.rollout_correction, checked together: the band [lower, upper] on the
+    ratio π_old/π_rollout (either bound may be None, not both; 0 ≤ lower ≤ upper, upper > 0) and
+    the clamp c > 0 of the log-ratio. Returns (level, correction, lower, upper, seq_log_ratio,
+    kept_weight, log_ratio_clamp)."""
+    level = choice("level", level, CORRECTION_LEVELS)
+    correction = choice("correction", correction, CORRECTIONS)
+    seq_log_ratio = choice("seq_log_ratio", seq_log_ratio, SEQ_LOG_RATIOS)
+    kept_weight = choice("kept_weight", kept_weight, KEPT_WEIGHTS)
+    lo = None if lower is None else nonnegative("lower", lower)
+    hi = optional_positive("upper", upper)
+    if lo is None and hi is None:
+        fail("upper", "lower and upper are both None: give at least one bound of the ratio")
+    if lo is not None and hi is not None and lo > hi:
+        fail("lower", f"must be <= upper, got lower={lower!r} > upper={upper!r}")
+    clamp = optional_positive("log_ratio_clamp", log_ratio_clamp)
+    return level, correction, lo, hi, seq_log_ratio, kept_weight, clamp

@@ -74,6 +74,8 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
     if objective_id == "grpo.loss":
         return {"logp": logp(b, t), "old_logp": logp(b, t), "ref_logp": logp(b, t),
                 "advantages": rng.normal(size=b), "mask": mask}
+    if objective_id == "grpo.rollout_correction":
+        return {"old_logp": logp(b, t), "rollout_logp": logp(b, t), "mask": mask}
     if objective_id == "proximal_kl.future_cost":
         return {"logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
     if objective_id == "proximal_kl.loss":

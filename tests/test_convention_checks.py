@@ -151,7 +151,9 @@ def test_options_match_the_catalog():
                "degenerate": validate.DEGENERATE, "mode": validate.AGGREGATIONS,
                "aggregation": validate.AGGREGATIONS, "kl_aggregation": validate.AGGREGATIONS,
                "rule": validate.UPDATE_RULES,
-               "baseline": validate.BASELINES}
+               "baseline": validate.BASELINES, "level": validate.CORRECTION_LEVELS,
+               "correction": validate.CORRECTIONS, "seq_log_ratio": validate.SEQ_LOG_RATIOS,
+               "kept_weight": validate.KEPT_WEIGHTS}
     by_objective = {("grpo.advantages", "baseline"): validate.ADVANTAGE_BASELINES}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:

@@ -12,7 +12,7 @@ import math
 
 import mpmath
 
-from conformance.generate import grpo_low
+from conformance.generate import grpo_low, grpo_rollout
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.grpo_inputs import (
@@ -1289,7 +1289,10 @@ def _surrogate(rho, a, lo, hi, dual):
 def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
-            + _library_cases() + _mean_eps_agg_cases() + _baseline_cases())
+            + _library_cases() + _mean_eps_agg_cases() + _baseline_cases() + grpo_rollout.cases())
 
 
-SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale}
+SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale, **grpo_rollout.SCALES}
+# grpo.rollout_correction keeps its groups and flags in its own module
+GROUPS = {**GROUPS, **grpo_rollout.GROUPS}
+NOTES = {**NOTES, **grpo_rollout.NOTES}

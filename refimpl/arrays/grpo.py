@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from refimpl import validate
 from refimpl.arrays import _xp, kl
+from refimpl.arrays._rollout import rollout_correction
 
-__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp"]
+__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp",
+           "rollout_correction"]
 
 SCALES = validate.SCALES
 DEGENERATE = validate.DEGENERATE

@@ -373,6 +373,18 @@ def balls(name: str, x, *, allow_neg_inf: bool = False):
     return ball(x) if isinstance(x, int) and not isinstance(x, bool) else ball(v)
 
 
+def mask_rows(name, x, expected: tuple):
+    """A 0/1 mask of the ``expected`` shape as rows of booleans (``mp.mask``)."""
+    m = balls(name, x)
+    validate.same_shape(**{"inputs": expected, name: shape(m)})
+    out = []
+    for row in m:
+        if any(not (v.is_zero() or v == 1) for v in row):
+            validate.fail(name, "must contain only 0 and 1")
+        out.append([v == 1 for v in row])
+    return out
+
+
 def shape(x) -> tuple:
     out = []
     while isinstance(x, (list, tuple)):

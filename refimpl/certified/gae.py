@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from refimpl import validate
 from refimpl.certified import _ball
-from refimpl.certified.grpo import mask_rows
+from refimpl.certified._ball import mask_rows
 from refimpl.certified.kl import penalty
 
 __all__ = ["advantages", "kl_rewards"]

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from refimpl import validate
 from refimpl.certified import _ball
+from refimpl.certified._ball import mask_rows
+from refimpl.certified._rollout import rollout_correction
 from refimpl.certified.kl import penalty
 
-__all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp"]
+__all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp",
+           "rollout_correction"]
 
 
 # ----------------------------------------------------------------------------- advantages
@@ -144,17 +147,6 @@ def aggregate_rows(values, mask, mode, norm, eps=_ball.ZERO):
         return _ball.fsum(sums[i] / (lengths[i] + eps) for i in rows) / len(rows)
     seq_sum = _ball.fsum(sums[i] for i in rows) / len(rows)
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
-
-
-def mask_rows(name, x, shape):
-    m = _ball.balls(name, x)
-    validate.same_shape(**{"inputs": shape, name: _ball.shape(m)})
-    out = []
-    for row in m:
-        if any(not (v.is_zero() or v == 1) for v in row):
-            validate.fail(name, "must contain only 0 and 1")
-        out.append([v == 1 for v in row])
-    return out
 
 
 def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0):

@@ -19,8 +19,10 @@ import numpy as np
 
 from refimpl import validate
 from refimpl.exact import kl, mp
+from refimpl.exact._rollout import rollout_correction
 
-__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp"]
+__all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp",
+           "rollout_correction"]
 
 SCALES = validate.SCALES
 DEGENERATE = validate.DEGENERATE

@@ -45,6 +45,6 @@ SUPPORTED_DTYPES = ("float64", "float32", "bfloat16", "float16")
 FLOAT32_ACCUMULATION = (
     "distill.softmax", "distill.hinton", "distill.token_kl", "distill.symmetric_kl", "distill.generalized_jsd",
     "kl.estimator", "dpo.loss", "preference.simpo", "preference.cpo", "preference.orpo", "preference.kto",
-    "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss",
+    "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss", "grpo.rollout_correction",
     "proximal_kl.future_cost", "proximal_kl.loss", "gae.advantages", "gae.kl_rewards",
 )

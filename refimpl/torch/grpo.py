@@ -15,8 +15,9 @@ import torch
 
 from refimpl import validate
 from refimpl.torch import _common, kl
+from refimpl.torch._rollout import rollout_correction
 
-__all__ = ["advantages", "clip", "aggregate", "loss"]
+__all__ = ["advantages", "clip", "aggregate", "loss", "rollout_correction"]
 
 SCALES = validate.SCALES
 DEGENERATE = validate.DEGENERATE

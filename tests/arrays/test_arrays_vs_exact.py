@@ -108,6 +108,8 @@ def _inputs(oid: str, rng) -> dict:
     if oid == "gae.kl_rewards":
         return {"scores": rng.normal(0, 1, 3), "logp": lp, "ref_logp": lp + rng.normal(0, 2.0, (3, 4)),
                 "mask": _mask(rng, 3, 4, empty_row=False)}  # every row needs a last token
+    if oid == "grpo.rollout_correction":
+        return {"old_logp": lp, "rollout_logp": lp + rng.normal(0, 0.6, (3, 4)), "mask": _mask(rng, 3, 4)}
     if oid == "proximal_kl.future_cost":
         return {"logp": lp, "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "mask": _mask(rng, 3, 4)}
     if oid == "proximal_kl.loss":
@@ -169,6 +171,11 @@ CONVENTIONS = {
                   + _grid(log_ratio_clamp=[0.3], eps_low=[0.5], kl_ratio_weight=[False, True], dual_clip=[None, 1.2])
                   + _grid(kl_aggregation=list(ex_grpo.MODES), aggregation=["token-mean", "seq-mean-token-mean"],
                           mean_eps=[0.0, 0.25])),
+    "grpo.rollout_correction": (_grid(level=["token", "sequence"], correction=["truncate", "mask"],
+                                      seq_log_ratio=["sum", "mean"], log_ratio_clamp=[None, 0.5],
+                                      lower=[None, 0.5], upper=[2.0, 1.2])
+                                + _grid(level=["token", "sequence"], correction=["mask"], seq_log_ratio=["mean"],
+                                        kept_weight=["token-ratio", "one"], lower=[0.7])),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
     "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
                                ratio_cap=[None, 1.3])

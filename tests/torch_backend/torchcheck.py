@@ -333,6 +333,18 @@ def cases() -> list[Case]:
         m[2, 3:] = 0.0
         add(Case("gae.kl_rewards", _label(p), {"scores": rng.normal(0, 1, 3), "logp": lp,
                                                "ref_logp": lp + rng.normal(0, 1.0, (3, 6)), "mask": m}, p, 6))
+    # grpo.rollout_correction (no gradient: the harness's leak probe and the values)
+    grid = (_grid(level=["token", "sequence"], correction=["truncate", "mask"], seq_log_ratio=["sum", "mean"],
+                  log_ratio_clamp=[None, 0.5], lower=[None, 0.5])
+            + _grid(level=["token", "sequence"], correction=["mask"], seq_log_ratio=["mean"],
+                    kept_weight=["token-ratio", "one"], lower=[0.7]))
+    for i, p in enumerate(grid):
+        rng = np.random.default_rng(1080 + i)
+        m = _mask(rng, 3, 6)
+        lp = _logp(rng, (3, 6))
+        add(Case("grpo.rollout_correction", _label(p),
+                 {"old_logp": _junk(lp, m, rng), "rollout_logp": _junk(lp + rng.normal(0, 0.3, (3, 6)), m, rng),
+                  "mask": m}, p, 6))
 
     # proximal_kl.future_cost
     for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):

@@ -99,6 +99,9 @@ CONVENTIONS = [
       "label_smoothing ε the cDPO form; ipo=True: IPO eq. 17, label_smoothing ignored)"),
 ]
 # group_norm divides by (std + 1e-9) with ddof 1; dr_grpo does neither.
+# PolicyLoss is_correction_*: at the token level the gate and the weight are the token's own ratio
+# ('ratio' = 'token-ratio'; the sequence statistic is not used); at the sequence level only the mask
+# mode exists, gated on the geometric mean, each kept token weighted by its own ratio.
 # rloo subtracts the leave-one-out mean only; reinforce / reinforce_baseline whiten over every action token
 # with the biased variance (equal to the whitening of the B·G outcome rewards, one token each).
 # The actor loss: PolicyLoss ('ppo': log ρ clamped to ±20; 'gspo': a sequence ratio, per-sequence token
@@ -119,7 +122,24 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                               {**_OPENRLHF_KL, "ratio_level": "token", "log_ratio_clamp": 20.0,
                                "aggregation": "seq-mean-token-mean", "kl_aggregation": "token-mean", "mean_eps": 1e-8},
                               {**_OPENRLHF_KL, "ratio_level": "sequence", "log_ratio_clamp": None,
-                               "aggregation": "seq-mean-token-mean", "kl_aggregation": "token-mean", "mean_eps": 1e-8}]}
+                               "aggregation": "seq-mean-token-mean", "kl_aggregation": "token-mean", "mean_eps": 1e-8}],
+                "grpo.rollout_correction": [
+                    {"level": "token", "correction": ["mask", "truncate"], "seq_log_ratio": ["sum", "mean"],
+                     "kept_weight": ["ratio", "token-ratio"], "log_ratio_clamp": None},
+                    {"level": "sequence", "correction": "mask", "seq_log_ratio": "mean", "kept_weight": "token-ratio",
+                     "log_ratio_clamp": None}]}
+CORRECTION = [
+    C("grpo.rollout_correction", "level", ("token", "sequence"), f"{LOSS} PolicyLoss(is_correction_level: 'token' "
+      f"/ 'seq'; default 'off', --algo.advantage.is_correction_level in {CLI})"),
+    C("grpo.rollout_correction", "correction", ("mask", "truncate"), f"{LOSS} PolicyLoss(is_correction_mode: "
+      "'mask' (default) / 'clip', the latter token level only)"),
+    C("grpo.rollout_correction", "seq_log_ratio", ("mean",), f"{LOSS} PolicyLoss.forward (gating 'ratio': "
+      "exp(masked_mean(log ratio)) per sequence)"),
+    C("grpo.rollout_correction", "kept_weight", ("token-ratio",), f"{LOSS} PolicyLoss.forward (mask mode: "
+      "coef = where(keep, token_is, 0), the token's own exp(old − rollout))"),
+    C("grpo.rollout_correction", "log_ratio_clamp", (None,), f"{LOSS} PolicyLoss.forward (is_log_ratio.exp(), "
+      "no clamp)"),
+]
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.01,), f"{CLI} --algo.kl.init_coef 0.01"),
 ]
@@ -454,6 +474,30 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     return {"losses": out, "chosen_rewards": cat(chosen), "rejected_rewards": cat(rejected)}
 
 
+def rollout_correction(old_logp, rollout_logp, mask, level="token", correction="truncate", lower=None, upper=2.0,
+                       seq_log_ratio="sum", kept_weight="ratio", log_ratio_clamp=None):
+    """PolicyLoss.forward computes the correction coefficient inline and multiplies the per-token PPO
+    loss by it before aggregating; it is read back as a gradient. With log_probs = old_log_probs the
+    ratio is exp(0) = 1 exactly, the advantage −1 makes the per-token loss −min(−1, −1) = 1 with
+    derivative exactly 1 (the tie of the min splits it in halves), and the token-level aggregate with
+    batch_num_tokens = 1 is Σ coef·loss·mask: ∂/∂log_probs_t = coef_t·mask_t (coef is detached)."""
+    import torch
+    if level == "sequence" and correction == "truncate":
+        raise NotImplementedError("OpenRLHF clips the token ratio only (is_correction_mode='clip' needs level token)")
+    loss_fn = _mod("models.loss").PolicyLoss(
+        is_correction_level="token" if level == "token" else "seq",
+        is_correction_mode="clip" if correction == "truncate" else "mask", is_correction_gating="ratio",
+        # one value v means [0, v] (train_ppo_ray.py); no upper bound: +inf
+        is_correction_threshold=(0.0 if lower is None else lower, float("inf") if upper is None else upper))
+    old = old_logp.detach()
+    log_probs = old.clone().requires_grad_(True)
+    advantages = -torch.ones_like(old)
+    loss = loss_fn(log_probs, old, advantages, action_mask=mask, rollout_log_probs=rollout_logp.detach(),
+                   dp_size=1, batch_num_tokens=1.0)[0]
+    (weights,) = torch.autograd.grad(loss, log_probs)
+    return weights
+
+
 def _load():
     return [_mod(m) for m in ("models.loss", "models.utils", "utils.loss_utils", "trainer.ppo_utils.experience_maker")]
 
@@ -461,6 +505,8 @@ def _load():
 def target():
     version = require("openrlhf", "openrlhf", VERSION, INSTALL)
     load_or_explain(_load, "openrlhf", INSTALL)
-    objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards, "grpo.clip": clip, "grpo.aggregate": aggregate,
-                  "grpo.loss": grpo_loss, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss}
-    return build("openrlhf", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES)
+    objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
+                  "grpo.clip": clip, "grpo.aggregate": aggregate, "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
+                  "dpo.loss": dpo_loss, "grpo.rollout_correction": rollout_correction}
+    return build("openrlhf", version, objectives, CONVENTIONS + CORRECTION, FINDINGS, ARITHMETIC,
+                 alternatives=ALTERNATIVES)

@@ -26,6 +26,7 @@ from conformance.targets.peers._common import (
     arguments,
     as_array,
     build,
+    decoded,
     deviation_shows,
     equal_group_mean_inexact,
     global_test,
@@ -41,6 +42,7 @@ VERSION = "0.9.1"
 INSTALL = ("pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson && "
            "pip install omegaconf codetiming")
 CORE = "verl/trainer/ppo/core_algos.py"
+RC = "verl/trainer/ppo/rollout_corr_helper.py"
 ACTOR_YAML = "verl/trainer/config/actor/actor.yaml"
 
 CONVENTIONS = [
@@ -120,6 +122,24 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                                    {"kind": "k3", "clamp": 10.0}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
                                  {"kind": "k2", "clamp": None}]}
+CONVENTIONS += [
+    C("grpo.rollout_correction", "level", ("sequence", "token"), f"{RC} compute_rollout_correction_weights "
+      "(algorithm.rollout_correction.rollout_is: the dataclass default 'sequence', null in the YAML = off) and "
+      "compute_rollout_rejection_mask (rollout_rs 'token_k1' / 'seq_sum_k1' / 'seq_mean_k1')"),
+    C("grpo.rollout_correction", "correction", ("truncate", "mask"), f"{RC} _parse_rollout_is_threshold (a float "
+      "threshold: TIS, clamp(max); 'lower_upper': IcePop, 0 outside the band)"),
+    C("grpo.rollout_correction", "seq_log_ratio", ("sum", "mean"), f"{RC} (IS: masked_sum of the log ratios; "
+      "rejection 'seq_mean_k1': masked_mean)"),
+    C("grpo.rollout_correction", "kept_weight", ("ratio", "one"), f"{RC} (IS weights keep the ratio; the "
+      "rejection mask keeps 1)"),
+    C("grpo.rollout_correction", "log_ratio_clamp", (20.0,), f"{RC} SAFETY_BOUND = 20.0 (token log ratios, the "
+      "sequence sum, and the k1 statistic are clamped to ±20 before exp)"),
+]
+ALTERNATIVES["grpo.rollout_correction"] = [
+    {"level": ["sequence", "token"], "correction": ["truncate", "mask"], "seq_log_ratio": "sum",
+     "kept_weight": "ratio", "log_ratio_clamp": 20.0},
+    {"level": ["token", "sequence"], "correction": "mask", "seq_log_ratio": ["sum", "mean"], "kept_weight": "one",
+     "log_ratio_clamp": 20.0}]
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.001,), f"{ACTOR_YAML} kl_loss_coef: 0.001 (use_kl_loss: false by default)"),
 ]
@@ -228,8 +248,46 @@ _GAE_WHITEN_ONE = Finding(
     "the catalog defines as 0",
     "verl/utils/torch_functional.py masked_var: if mask_sum == 1: raise ValueError",
     where(objectives=("gae.advantages",), flags=("SingleToken",)))
+
+
+_ICEPOP_ALL_REJECTED = Finding(
+    "verl-icepop-all-rejected", "bug",
+    "IcePop ('lower_upper' threshold) that rejects every valid token of the batch raises ZeroDivisionError: the "
+    "effective-sample-size metric divides 1.0 by the mean square of the (all-zero) applied weights; a training step "
+    "whose batch is all outside the band (likely at the sequence level, where the product ratio of long responses "
+    "leaves [0.5, 5] easily) crashes instead of contributing no update",
+    f"{RC} compute_is_metrics: metrics['rollout_is_eff_sample_size'] = 1.0 / "
+    "verl_F.masked_mean(is_weights_normalized.square(), response_mask).item()",
+    # in float16 the metric's 0/(0 + 1e-8) is 0/0 (1e-8 rounds to 0): NaN, and 1.0/NaN raises nothing
+    where(objectives=("grpo.rollout_correction",), dtypes=("float64", "float32", "bfloat16"),
+          conventions={"correction": "mask", "kept_weight": "ratio"},
+          test=lambda c: not any(float(k) for row in c.test["expected"]["keep"] for k in row)))
+
+
+def _token_clamp_moves_rejection(case) -> bool:
+    """Whether clamping each token's log-ratio to ±20 before a row's k1 sum or mean (verl's rejection
+    mask) keeps a different set of rows than clamping the row's statistic (the catalog)."""
+    inputs, args = decoded(case.test["inputs"]), arguments(case)
+    valid = inputs["mask"] != 0
+    d = np.where(valid, np.clip(inputs["old_logp"] - inputs["rollout_logp"], -20.0, 20.0), 0.0)
+    stat = d.sum(axis=1) / (np.maximum(valid.sum(axis=1), 1) if args["seq_log_ratio"] == "mean" else 1)
+    keep = (np.log(args["lower"]) <= stat) & (stat <= np.log(args["upper"]))
+    want = np.array([[float(k) for k in row] for row in case.test["expected"]["keep"]]).any(axis=1)
+    return bool((keep != want)[valid.any(axis=1)].any())
+
+
+_RS_TOKEN_CLAMP = Finding(
+    "verl-rejection-token-clamp", "deviation",
+    "the k1 rejection mask clamps every token's log-ratio to ±20 before the sequence sum or mean (the IS weights "
+    "clamp the sequence sum itself): a row whose huge token log-ratios cancel in the mean is judged on the clamped "
+    "tokens — ±800 and ∓800 become ±20 and ∓20 — which the catalog's log_ratio_clamp (on the unit's log-ratio) "
+    "does not express",
+    f"{RC} compute_rollout_rejection_mask: log_ratio_safe = torch.clamp(log_ratio, min=-SAFETY_BOUND, "
+    "max=SAFETY_BOUND) before _sequence_sum / _sequence_mean",
+    where(objectives=("grpo.rollout_correction",), conventions={"level": "sequence", "kept_weight": "one"},
+          test=_token_clamp_moves_rejection))
 FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ZERO_STD, _EMPTY_ROW_FLOAT16,
-            _WHITEN_EPS, _WHITEN_ONE, _GAE_WHITEN_EPS, _GAE_WHITEN_ONE]
+            _WHITEN_EPS, _WHITEN_ONE, _GAE_WHITEN_EPS, _GAE_WHITEN_ONE, _ICEPOP_ALL_REJECTED, _RS_TOKEN_CLAMP]
 
 
 def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
@@ -413,6 +471,39 @@ def gae_kl_rewards(scores, logp, ref_logp, mask, beta=None, kind="k1", clamp=Non
     return {"rewards": torch.where(mask != 0, token_level_scores - beta * kld, 0.0)}
 
 
+def rollout_correction(old_logp, rollout_logp, mask, level="token", correction="truncate", lower=None, upper=2.0,
+                       seq_log_ratio="sum", kept_weight="ratio", log_ratio_clamp=None):
+    """The IS weights of compute_rollout_correction_weights (kept_weight 'ratio'), or the rejection
+    mask of compute_rollout_rejection_mask with a k1 option (kept_weight 'one'), on
+    log_ratio = old_log_prob − rollout_log_prob (rc:964). verl's ±20 clamp is always on."""
+    import torch
+    helper = import_bare("verl.trainer.ppo.rollout_corr_helper", packages=("verl",), absent=("ray",))
+    log_ratio = old_logp - rollout_logp
+    if kept_weight == "one":
+        if lower is None or upper is None or lower == 0:
+            raise NotImplementedError("verl's k1 rejection band needs two positive bounds")
+        option = "token_k1" if level == "token" else {"sum": "seq_sum_k1", "mean": "seq_mean_k1"}[seq_log_ratio]
+        # the k1 statistic is −log_ratio = log(π_rollout/π_old): the band [lower, upper] on π_old/π_rollout is
+        # [1/upper, 1/lower] on its inverse
+        keep, _ = helper.compute_rollout_rejection_mask(log_ratio, mask, rollout_rs=option,
+                                                        rollout_rs_threshold=f"{1 / upper!r}_{1 / lower!r}")
+        return {"weights": keep, "keep": keep}
+    if kept_weight != "ratio" or seq_log_ratio != "sum" and level == "sequence":
+        raise NotImplementedError("verl's IS weights keep the ratio of the summed log ratios")
+    if correction == "truncate":
+        if lower is not None or upper is None:
+            raise NotImplementedError("verl's TIS has an upper bound only")
+        threshold = upper
+    else:
+        if lower is None or upper is None or lower == 0:
+            raise NotImplementedError("verl's IcePop band needs two positive bounds")
+        threshold = f"{lower!r}_{upper!r}"
+    weights, _ = helper.compute_rollout_correction_weights(log_ratio, mask, rollout_is=level,
+                                                           rollout_is_threshold=threshold)
+    return {"weights": weights, "keep": torch.where(weights != 0, mask, torch.zeros_like(mask))
+            if correction == "mask" else mask}
+
+
 def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _core().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=_KL_NAMES.get(kind, kind))
 
@@ -422,7 +513,8 @@ def target():
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
                   "grpo.clip": clip, "grpo.aggregate": aggregate,
-                  "grpo.loss": grpo_loss, "kl.estimator": kl_estimator}
+                  "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
+                  "grpo.rollout_correction": rollout_correction}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS)
