@@ -23,6 +23,8 @@ Custom backward passes (everything else is plain autograd):
   Tensor inputs take the fused path first (``_fused.FusedRows``: values and gradient in one
   pass over vocabulary tiles, tile-sized buffers only; rows it cannot evaluate to its accuracy
   are redone by the careful kernels of ``_careful``; docs/performance.md).
+- ``distill.skew_kl``, ``distill.tvd``: the same ``_careful.VocabRows`` with their analytic
+  gradients; the fused path declines them (``distill.FUSED_DECLINED``).
 - ``distill.softmax``: ``_careful.Softmax``, same memory as torch's softmax (saves q), its
   backward q·(c − Σqc)/T in the same centred form: torch's loses every digit of a saturated
   row's gradient (logits ±1e4 at T = 1e-3). Not twice differentiable.
@@ -41,6 +43,7 @@ SUPPORTED_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # objective has a reduction or a transcendental). float64 stays float64.
 FLOAT32_ACCUMULATION = (
     "distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
+    "distill.skew_kl", "distill.tvd",
     "kl.estimator", "dpo.loss", "preference.simpo", "preference.cpo", "preference.orpo", "preference.kto",
     "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss",
     "proximal_kl.future_cost", "proximal_kl.loss",
