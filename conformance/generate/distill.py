@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import distill_low
+from conformance.generate import distill_divergences, distill_low
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.distill_inputs import (
@@ -50,7 +50,9 @@ from conformance.generate.distill_inputs import (
     _support_sets,
     _with_cotangents,
 )
-from conformance.generate.distill_scales import SCALES  # noqa: F401  (the family module's contract)
+from conformance.generate.distill_scales import SCALES as _SCALES
+
+SCALES = {**_SCALES, **distill_divergences.SCALES}  # the family module's contract
 
 SEC_CLASSIC = "Destilación clásica: una temperatura en ambas funciones softmax"
 SEC_ONPOLICY = "Destilación on-policy: el alumno ocupa el primer lugar en la KL"
@@ -150,6 +152,8 @@ GROUPS = {
                     "(same special cases)",
     "invalid": "inputs outside the domain (all conventions)",
 }
+NOTES.update(distill_divergences.NOTES)
+GROUPS = {**{k: v for k, v in GROUPS.items() if k != "invalid"}, **distill_divergences.GROUPS, "invalid": GROUPS["invalid"]}
 
 
 # ----------------------------------------------------------------------------- distill.softmax
@@ -494,4 +498,4 @@ def _jsd_cases() -> list[Case]:
 
 def cases() -> list[Case]:
     return _with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
-                            + distill_low.cases())
+                            + distill_low.cases() + distill_divergences.cases())
