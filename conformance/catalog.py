@@ -146,6 +146,26 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("jsd",), ("student_logits",), "Agarwal et al. 2024 (GKD) §3 eq. 2 (generalized JSD)",
         reduction="student_logits"),
     Objective(
+        "distill.skew_kl",
+        "Skew KL: forward KL(p‖αp + (1−α)q) or reverse KL(q‖αq + (1−α)p) (p teacher, q student, both at T), "
+        "per row.",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
+        (Param("alpha", 0.1, source="DistiLLM (Ko et al. 2024) §3; official code distillm/losses.py lam=0.1"),
+         Param("direction", "forward", ("forward", "reverse"),
+               "DistiLLM §3: α-SKL, KL(p‖αp + (1−α)q), the paper's skew KL", convention=True),
+         Param("temperature", 1.0)),
+        ("kl",), ("student_logits",), "DistiLLM (Ko et al. 2024, arXiv 2402.03898) §3 (α-SKL, α-SRKL)",
+        reduction="student_logits"),
+    Objective(
+        "distill.tvd",
+        "Total variation distance ½·Σ_v |q_v − p_v| (p teacher, q student, both at T), per row; at a tie "
+        "q_v = p_v the subgradient takes sign(0) = 0.",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_logits", "N,V", neg_inf=True)),
+        (Param("temperature", 1.0),),
+        ("tvd",), ("student_logits",), "total variation distance (its definition); Liger-Kernel 0.8.5 ops/tvd.py "
+        "(0.5·Σ|p − q|, gradient 0 where p == q); DistiLLM official code distillm/losses.py tv_distance",
+        reduction="student_logits"),
+    Objective(
         "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "
         "k2 = (log r)²/2, k3 = r − log r − 1; optional clamp of the value to [−c, c].",
         (Input("logp", "N"), Input("ref_logp", "N")),

@@ -97,6 +97,8 @@ K_BASE = {
     "distill.token_kl": 8.0,
     "distill.generalized_jsd": 8.0,
     "distill.symmetric_kl": 8.0,
+    "distill.skew_kl": 8.0,
+    "distill.tvd": 8.0,
     "kl.estimator": 4.0,
     "dpo.loss": 8.0,
     "preference.simpo": 8.0,

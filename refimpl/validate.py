@@ -190,6 +190,13 @@ def endpoints(value) -> str:
     return choice("endpoints", value, ENDPOINTS)
 
 
+def skew_alpha(value) -> float:
+    """The skew KL's mixing weight α in (0, 1] (DistiLLM §3): the mixture αp + (1−α)q keeps the
+    divergence finite for every pair of rows only while α > 0; α = 0 is the plain KL
+    (``distill.token_kl``)."""
+    return in_range("alpha", value, 0.0, 1.0, lo_open=True)
+
+
 # ----------------------------------------------------------------------------- kl
 
 KL_KINDS = ("k1", "k2", "k3")

@@ -43,7 +43,8 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
     mask[:, 0] = 1.0
     if objective_id == "distill.softmax":
         return {"logits": rng.normal(size=(n, v))}
-    if objective_id in ("distill.token_kl", "distill.generalized_jsd", "distill.symmetric_kl"):
+    if objective_id in ("distill.token_kl", "distill.generalized_jsd", "distill.symmetric_kl", "distill.skew_kl",
+                        "distill.tvd"):
         return {"student_logits": rng.normal(size=(n, v)), "teacher_logits": rng.normal(size=(n, v))}
     if objective_id == "distill.hinton":
         return {"student_logits": rng.normal(size=(n, v)), "teacher_logits": rng.normal(size=(n, v)),

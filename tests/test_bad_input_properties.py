@@ -93,7 +93,7 @@ BAD_PARAMS = {
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],
-             ("distill.generalized_jsd", "beta"): [1.5]}
+             ("distill.generalized_jsd", "beta"): [1.5], ("distill.skew_kl", "alpha"): [0.0]}
 
 
 # ------------------------------------------------------------------------------- the property

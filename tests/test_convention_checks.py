@@ -59,6 +59,7 @@ OUTSIDE = {
 }
 OUTSIDE_FOR = {
     ("distill.generalized_jsd", "beta"): [1.5, 1 + 1e-12],
+    ("distill.skew_kl", "alpha"): [0.0, -1e-300, 1 + 1e-12],
     ("dpo.loss", "beta"): [0.0],
     ("proximal_kl.loss", "beta"): [0.0],
     ("tabular.optimum", "beta"): [0.0, None],

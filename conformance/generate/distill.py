@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import distill_low
+from conformance.generate import distill_divergences, distill_low
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.distill_inputs import (
@@ -52,7 +52,9 @@ from conformance.generate.distill_inputs import (
     _support_sets,
     _with_cotangents,
 )
-from conformance.generate.distill_scales import SCALES  # noqa: F401  (the family module's contract)
+from conformance.generate.distill_scales import SCALES as _SCALES
+
+SCALES = {**_SCALES, **distill_divergences.SCALES}  # the family module's contract
 
 SEC_CLASSIC = "Destilación clásica: una temperatura en ambas funciones softmax"
 SEC_ONPOLICY = "Destilación on-policy: el alumno ocupa el primer lugar en la KL"
@@ -168,6 +170,8 @@ GROUPS = {
                     "(same special cases)",
     "invalid": "inputs outside the domain (all conventions)",
 }
+NOTES.update(distill_divergences.NOTES)
+GROUPS = {**{k: v for k, v in GROUPS.items() if k != "invalid"}, **distill_divergences.GROUPS, "invalid": GROUPS["invalid"]}
 
 
 # ----------------------------------------------------------------------------- distill.softmax
@@ -655,4 +659,5 @@ def cases() -> list[Case]:
     # test ids (tcId, by position) stay.
     return _with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
                             + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
-                            + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3())
+                            + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3()
+                            + distill_divergences.cases())

@@ -23,7 +23,8 @@ from refimpl import validate
 from refimpl.arrays import _xp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
-           "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp"]
+           "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp", "skew_kl", "skew_kl_vjp",
+           "tvd", "tvd_vjp"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -433,3 +434,81 @@ def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float =
     _, lq_m, _ = _jsd_parts(xp, q, p, r, b)
     g = _xp.masked(xp, q.support, q.p * _centred(xp, q, lq_m))
     return {"student_logits": xp.expand_dims(c, axis=-1) * ((1 - b) / T) * g}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.skew_kl
+# ---------------------------------------------------------------------------------------------
+
+def _skew_prepare(student_logits, teacher_logits, alpha, direction, temperature):
+    xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    a = validate.skew_alpha(alpha)
+    validate.direction(direction)
+    return xp, dt, shape, T, q, p, _log_ratio(xp, q, p, T), a
+
+
+def _skew_parts(xp, q: _Dist, p: _Dist, r, a: float, direction: str):
+    """(kl, log a − log m) for the first distribution a (p forward, q reverse) against
+    m = α·a + (1−α)·b, 0 < α < 1; −log α where b = 0."""
+    first, other, x = (p, q, -r) if direction == "forward" else (q, p, r)
+    both = q.support & p.support
+    zero = xp.zeros_like(r)
+    l_m = xp.where(both, -_log_mix(xp, x, a, 1.0 - a), zero - math.log(a))
+    m = a * first.p + (1.0 - a) * other.p
+    return _xp.kl_terms(xp, first.p, m, first.support, l_m), l_m
+
+
+def skew_kl(student_logits, teacher_logits, alpha: float = 0.1, direction: str = "forward",
+            temperature: float = 1.0):
+    """Skew KL per row (p teacher, q student, both at T): forward KL(p ‖ αp + (1−α)q) (α-SKL) or
+    reverse KL(q ‖ αq + (1−α)p) (α-SRKL), 0 < α ≤ 1 (α = 1 gives 0).
+
+    DistiLLM (Ko et al. 2024, arXiv 2402.03898) §3; α = 0.1 as the official code. Returns kl with
+    shape ``student_logits.shape[:-1]``.
+    """
+    xp, _, shape, _, q, p, r, a = _skew_prepare(student_logits, teacher_logits, alpha, direction, temperature)
+    if a == 1.0:
+        return xp.zeros(shape[:-1], dtype=q.p.dtype)
+    return _skew_parts(xp, q, p, r, a, direction)[0]
+
+
+def skew_kl_vjp(cotangent, student_logits, teacher_logits, alpha: float = 0.1, direction: str = "forward",
+                temperature: float = 1.0):
+    """Gradient of Σ c·kl with respect to the student logits, per row:
+    forward −(1−α)·q_j (x_j − Σ q x)/T with x = p/m; reverse q_j (y_j − Σ q y)/T with
+    y = ℓ − α·e^ℓ, ℓ = log q − log m' (as ``refimpl.exact.distill.skew_kl_vjp``)."""
+    xp, dt, shape, T, q, p, r, a = _skew_prepare(student_logits, teacher_logits, alpha, direction, temperature)
+    c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
+    if a == 1.0:
+        return {"student_logits": xp.zeros(shape, dtype=q.p.dtype)}
+    _, l_m = _skew_parts(xp, q, p, r, a, direction)
+    if direction == "forward":
+        x = xp.where(p.support, xp.exp(l_m), xp.zeros_like(l_m))
+        g = -(1.0 - a) * _xp.masked(xp, q.support, q.p * _centred(xp, q, x))
+    else:
+        g = _xp.masked(xp, q.support, q.p * _centred(xp, q, l_m - a * xp.exp(l_m)))
+    return {"student_logits": c * g / T}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.tvd
+# ---------------------------------------------------------------------------------------------
+
+def _tvd_prepare(student_logits, teacher_logits, temperature):
+    xp, dt, shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    return xp, dt, shape, T, q, _q_minus_p(xp, q, p, _log_ratio(xp, q, p, T))
+
+
+def tvd(student_logits, teacher_logits, temperature: float = 1.0):
+    """Total variation ½·Σ_v |q_v − p_v| per row (p teacher, q student, both at T), with
+    q − p = p·expm1(log q − log p). Returns tvd with shape ``student_logits.shape[:-1]``."""
+    xp, _, _, _, _, d = _tvd_prepare(student_logits, teacher_logits, temperature)
+    return xp.sum(xp.abs(d), axis=-1) / 2
+
+
+def tvd_vjp(cotangent, student_logits, teacher_logits, temperature: float = 1.0):
+    """Subgradient q_j (σ_j − Σ_i q_i σ_i)/(2T), σ = sign(q − p) with sign(0) = 0, times c."""
+    xp, dt, shape, T, q, d = _tvd_prepare(student_logits, teacher_logits, temperature)
+    c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
+    g = _xp.masked(xp, q.support, q.p * _centred(xp, q, xp.sign(d)))
+    return {"student_logits": c * g / (2 * T)}

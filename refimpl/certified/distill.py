@@ -30,8 +30,8 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.certified import _ball
 
-__all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp",
-           "softmax", "softmax_vjp", "symmetric_kl", "symmetric_kl_vjp", "token_kl", "token_kl_vjp"]
+__all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp", "skew_kl", "skew_kl_vjp",
+           "softmax", "softmax_vjp", "symmetric_kl", "symmetric_kl_vjp", "token_kl", "token_kl_vjp", "tvd", "tvd_vjp"]
 
 
 class _Dist:
@@ -287,3 +287,50 @@ symmetric_kl, symmetric_kl_vjp = _ball.pair(_symmetric_kl, ("kl",), ("student_lo
 symmetric_kl.__doc__ = "w·KL(p‖q) + (1−w)·KL(q‖p) (Jeffreys 1946, weighted; DistiLLM baseline), as balls."
 generalized_jsd, generalized_jsd_vjp = _ball.pair(_generalized_jsd, ("jsd",), ("student_logits",))
 generalized_jsd.__doc__ = "β·KL(p‖m) + (1−β)·KL(q‖m), m = βp + (1−β)q (GKD §3 eq. 2), as balls."
+
+
+# --------------------------------------------------------------------------- skew KL and TVD
+
+def _log_first_over_mix(r_first_minus_other, first_support, other_support, a):
+    """log f − log m on supp f for m = α·f + (1−α)·o, with x = log o − log f given where both are
+    possible: −log1p((1−α)·expm1(x)) there, −log α where o = 0."""
+    return [None if not fs else (-_ball.log1p((1 - a) * _ball.expm1(x)) if os_ else -a.log())
+            for x, fs, os_ in zip(r_first_minus_other, first_support, other_support)]
+
+
+def _skew_kl(diff, student_logits, teacher_logits, alpha=0.1, direction="forward", temperature=1.0):
+    shape, T, q, p = _pair(diff, student_logits, teacher_logits, temperature)
+    a = _ball.ball(validate.skew_alpha(alpha))
+    validate.direction(direction)
+    rows = []
+    for qi, pi in zip(q, p):
+        r = _log_ratio(qi, pi, T)
+        if direction == "forward":   # KL(p‖αp + (1−α)q); r = log q − log p
+            m = [a * pj + (1 - a) * qj for pj, qj in zip(pi.p, qi.p)]
+            rows.append(_kl(pi.p, pi.support, m, _log_first_over_mix(r, pi.support, qi.support, a)))
+        else:                        # KL(q‖αq + (1−α)p); log p − log q = −r
+            m = [a * qj + (1 - a) * pj for pj, qj in zip(pi.p, qi.p)]
+            neg = [None if x is None else -x for x in r]
+            rows.append(_kl(qi.p, qi.support, m, _log_first_over_mix(neg, qi.support, pi.support, a)))
+    return {"kl": _regroup(rows, shape[:-1])}
+
+
+def _tvd(diff, student_logits, teacher_logits, temperature=1.0):
+    """½ Σ σ_i (q_i − p_i) with σ_i = sign(q_i − p_i) decided by the ball (0 only for an exact
+    zero, e.g. identical rows, where r = 0 exactly): the same function as ½ Σ |q − p| and, with σ
+    held constant, the subgradient with sign(0) = 0. A ball that straddles 0 raises Straddle."""
+    shape, T, q, p = _pair(diff, student_logits, teacher_logits, temperature)
+    rows = []
+    for qi, pi in zip(q, p):
+        r = _log_ratio(qi, pi, T)
+        d = [pj * _ball.expm1(x) if a and b else (qj if a else -pj)
+             for qj, pj, x, a, b in zip(qi.p, pi.p, r, qi.support, pi.support)]
+        rows.append(_ball.fsum(_ball.sign(di) * di for di in d if _ball.sign(di)) / 2)
+    return {"tvd": _regroup(rows, shape[:-1])}
+
+
+skew_kl, skew_kl_vjp = _ball.pair(_skew_kl, ("kl",), ("student_logits",))
+skew_kl.__doc__ = ("Skew KL: KL(p‖αp + (1−α)q) (forward) or KL(q‖αq + (1−α)p) (reverse) (DistiLLM §3), "
+                   "as balls.")
+tvd, tvd_vjp = _ball.pair(_tvd, ("tvd",), ("student_logits",))
+tvd.__doc__ = "Total variation ½·Σ|q − p| with the sign(0) = 0 subgradient, as balls."

@@ -29,7 +29,8 @@ from refimpl import validate
 from refimpl.exact import mp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
-           "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp"]
+           "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp", "skew_kl", "skew_kl_vjp",
+           "tvd", "tvd_vjp"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -569,4 +570,168 @@ def generalized_jsd_vjp(cotangent, student_logits, teacher_logits, beta: float =
         c = ct[idx]
         grads.append([c * (1 - b) * qj * lj / T if s else mp.ZERO
                       for qj, lj, s in zip(qi.p, centred, qi.support)])
+    return {"student_logits": _stack(shape, grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.skew_kl
+# ---------------------------------------------------------------------------------------------
+
+def _log_p_over_mix(q: _Row, p: _Row, r, w):
+    """log p − log m on supp p for m = w·p + (1−w)·q, 0 < w ≤ 1, r = log q − log p:
+    −log1p((1−w)·expm1(r)) where both are possible (small near q ≈ p, from log1p), −log w
+    where q = 0 (m = w·p)."""
+    return [(-mpmath.log1p((1 - w) * mpmath.expm1(ri)) if qs else -mpmath.log(w)) if ps else None
+            for qs, ps, ri in zip(q.support, p.support, r)]
+
+
+def _skew_prepare(student_logits, teacher_logits, alpha, direction, temperature):
+    shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    a = mp.mpf(validate.skew_alpha(alpha))
+    validate.direction(direction)
+    r = [_log_ratio(qi, pi, T) for qi, pi in zip(q, p)]
+    return shape, T, q, p, r, a
+
+
+def _skew_forward_row(q: _Row, p: _Row, r, a):
+    """KL(p‖m), m = αp + (1−α)q, and x = p/m on supp p (0 where p = 0); m = (1−α)q where p = 0."""
+    lp_m = _log_p_over_mix(q, p, r, a)
+    kl = _kl_terms(p.p, p.support, [(1 - a) * qj for qj in q.p], lp_m)
+    return kl, lp_m
+
+
+def _skew_reverse_row(q: _Row, p: _Row, r, a):
+    """KL(q‖m'), m' = αq + (1−α)p (the forward form with q and p swapped), and ℓ = log q − log m'."""
+    lq_m = _log_p_over_mix(p, q, [None if ri is None else -ri for ri in r], a)
+    kl = _kl_terms(q.p, q.support, [(1 - a) * pj for pj in p.p], lq_m)
+    return kl, lq_m
+
+
+@mp.exact
+def skew_kl(student_logits, teacher_logits, alpha: float = 0.1, direction: str = "forward",
+            temperature: float = 1.0):
+    """Skew KL divergence per row (p teacher, q student, both softmax(·/T)):
+
+        forward (α-SKL):  kl = KL(p ‖ α·p + (1−α)·q) = Σ_v p_v log(p_v / (α p_v + (1−α) q_v))
+        reverse (α-SRKL): kl = KL(q ‖ α·q + (1−α)·p) = Σ_v q_v log(q_v / (α q_v + (1−α) p_v))
+
+    DistiLLM (Ko, Kim, Chen, Yun 2024, arXiv 2402.03898) §3, the skew KL and skew reverse KL
+    (equation numbers not checked against the paper); α = 0.1 is the default of the official
+    code (distillm/losses.py, ``lam=0.1``). 0 < α ≤ 1: the mixture is positive wherever the
+    first argument is, so the divergence is finite for every pair of rows (at most −log α);
+    α = 1 gives 0. No T² factor. Returns kl with shape ``student_logits.shape[:-1]``.
+    """
+    shape, _, q, p, r, a = _skew_prepare(student_logits, teacher_logits, alpha, direction, temperature)
+    row = _skew_forward_row if direction == "forward" else _skew_reverse_row
+    return _per_row(shape[:-1], [row(qi, pi, ri, a)[0] for qi, pi, ri in zip(q, p, r)])
+
+
+def _forward_skew_weights(q: _Row, r, lp_m, a):
+    """x_j = p_j/m_j on supp q (0 where p_j = 0), or x_j − 1/α when the top token has
+    (1−α)e^{r_k} ≤ α (there p dominates m and x ≈ 1/α, so the differences x_j − x_k of such
+    tokens are kept as differences of the small parts): x − 1/α = −((1−α)/α)·e^{r + log p − log m}
+    where both are possible, −1/α where p = 0. Centring ignores the constant."""
+    k = q.k
+    near_top = r[k] is not None and (1 - a) * mpmath.exp(r[k]) <= a
+    out = []
+    for qs, ri, lj in zip(q.support, r, lp_m):
+        if not qs:
+            out.append(None)
+        elif not near_top:
+            out.append(mp.ZERO if lj is None else mpmath.exp(lj))
+        else:
+            out.append(-1 / a if lj is None else -(1 - a) / a * mpmath.exp(ri + lj))
+    return out
+
+
+def _reverse_skew_weights(q: _Row, r, a):
+    """y_j = ℓ_j − α·e^{ℓ_j} + 1 up to the constant −log α, ℓ = log q − log m': with
+    u = log(α q/m') = −log1p(((1−α)/α)·e^{−r}) (0 where p = 0), y + log α = −(e^u − 1 − u) =
+    −k3(−u) (k3(x) = x + e^{−x} − 1), whose small values (q ≫ p, u → 0) keep their digits."""
+    b = (1 - a) / a
+    return [None if not qs else (mp.ZERO if ri is None else -_k3(mpmath.log1p(b * mpmath.exp(-ri))))
+            for qs, ri in zip(q.support, r)]
+
+
+@mp.exact
+def skew_kl_vjp(cotangent, student_logits, teacher_logits, alpha: float = 0.1, direction: str = "forward",
+                temperature: float = 1.0):
+    """Gradient of Σ c·kl with respect to the student logits, per row (s = log q):
+
+        forward:  g_i = ∂kl/∂s_i = −(1−α) q_i p_i/m_i         ⇒ ∂kl/∂z_j = −(1−α) q_j (x_j − Σ_i q_i x_i)/T,  x = p/m
+        reverse:  g_i = q_i (ℓ_i + 1 − α q_i/m'_i)             ⇒ ∂kl/∂z_j = q_j (y_j − Σ_i q_i y_i)/T,  y = ℓ − α e^ℓ
+
+    (m = αp + (1−α)q, m' = αq + (1−α)p, ℓ = log q − log m'; through m', ∂(−q_i log m'_i)/∂s_i
+    contributes −α q_i²/m'_i). An impossible student token gets gradient 0; α = 1 gives 0.
+    """
+    shape, T, q, p, r, a = _skew_prepare(student_logits, teacher_logits, alpha, direction, temperature)
+    ct = _cotangent(cotangent, shape[:-1])
+    grads = []
+    for idx, qi, pi, ri in zip(np.ndindex(shape[:-1]), q, p, r):
+        c = ct[idx]
+        if direction == "forward":
+            _, lp_m = _skew_forward_row(qi, pi, ri, a)
+            centred = _minus_mean(qi, _forward_skew_weights(qi, ri, lp_m, a))
+            g = [-c * (1 - a) * qj * xj / T if s else mp.ZERO for qj, xj, s in zip(qi.p, centred, qi.support)]
+        else:
+            centred = _minus_mean(qi, _reverse_skew_weights(qi, ri, a))
+            g = [c * qj * yj / T if s else mp.ZERO for qj, yj, s in zip(qi.p, centred, qi.support)]
+        grads.append(g)
+    return {"student_logits": _stack(shape, grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.tvd
+# ---------------------------------------------------------------------------------------------
+
+# A token whose |log q − log p| is below this counts as a tie q = p (sign 0). Exact ties of
+# binary64 inputs come out of ``_log_ratio`` as a rounding residue of the working precision
+# (c = log(Z_q/Z_p) is not formed exactly), about 1e-50; an actual difference of two binary64
+# rows' log-probabilities that small is not expected, and no vector has one.
+TIE_RESOLUTION = mpmath.mpf(10) ** -40
+
+
+def _tvd_rows(student_logits, teacher_logits, temperature):
+    shape, T, q, p = _pair(student_logits, teacher_logits, temperature)
+    rs = [_log_ratio(qi, pi, T) for qi, pi in zip(q, p)]
+    diffs = [_q_minus_p(qi, pi, ri) for qi, pi, ri in zip(q, p, rs)]
+    signs = [[mp.ZERO if (ri is not None and abs(ri) < TIE_RESOLUTION) else mp.mpf(mpmath.sign(dj))
+              for ri, dj in zip(r, d)] for r, d in zip(rs, diffs)]
+    return shape, T, q, diffs, signs
+
+
+@mp.exact
+def tvd(student_logits, teacher_logits, temperature: float = 1.0):
+    """Total variation distance per row (p teacher, q student, both softmax(·/T)):
+
+        tvd = ½ Σ_v |q_v − p_v|   (∈ [0, 1]; 0 iff q = p).
+
+    The definition of the total variation distance between two distributions on a finite set;
+    the form Liger-Kernel 0.8.5 ops/tvd.py computes (``0.5 * tl.abs(p - q)``) and DistiLLM's
+    code (distillm/losses.py ``tv_distance``). q − p is p·expm1(log q − log p) (no
+    cancellation). Returns tvd with shape ``student_logits.shape[:-1]``.
+    """
+    shape, _, _, diffs, _ = _tvd_rows(student_logits, teacher_logits, temperature)
+    return _per_row(shape[:-1], [mpmath.fsum(abs(d) for d in row) / 2 for row in diffs])
+
+
+@mp.exact
+def tvd_vjp(cotangent, student_logits, teacher_logits, temperature: float = 1.0):
+    """Subgradient of Σ c·tvd with respect to the student logits, per row:
+
+        ∂tvd/∂z_j = q_j (σ_j − Σ_i q_i σ_i) / (2T),   σ_i = sign(q_i − p_i),   sign(0) = 0
+
+    (∂tvd/∂q_i = σ_i/2 and ∂q_i/∂z_j = q_i(δ_ij − q_j)/T). |x| is not differentiable at 0;
+    sign(0) = 0 is the subgradient torch.abs's backward and Liger-Kernel's kernel
+    (``tl.where(p == q, 0.0, …)``) take. Where q = p on a whole row every constant choice gives
+    the same gradient, 0 (the centring removes it); a tie at a token where both are 0 does not
+    enter (q_j = 0). A tie is |log q_j − log p_j| < ``TIE_RESOLUTION`` (1e-40).
+    """
+    shape, T, q, _, signs = _tvd_rows(student_logits, teacher_logits, temperature)
+    ct = _cotangent(cotangent, shape[:-1])
+    grads = []
+    for idx, qi, sigma in zip(np.ndindex(shape[:-1]), q, signs):
+        centred = _minus_mean(qi, sigma)
+        grads.append([ct[idx] * qj * sj / (2 * T) if s else mp.ZERO
+                      for qj, sj, s in zip(qi.p, centred, qi.support)])
     return {"student_logits": _stack(shape, grads)}

@@ -2,7 +2,7 @@
 ``refimpl.torch.distill``, and the fallback of its fused path for the rows that one cannot
 evaluate to its accuracy.
 
-A kernel (``ReverseKL``, ``ForwardKL``, ``JSD``, ``Hinton``) evaluates a chunk of rows [R,V] in
+A kernel (``ReverseKL``, ``ForwardKL``, ``JSD``, ``Hinton``, ``SkewKL``, ``TVD``) evaluates a chunk of rows [R,V] in
 the working dtype and returns the per-row values and, when asked, the analytic gradient wrt the
 student logits (the closed forms of ``refimpl.exact.distill``'s ``*_vjp``). ``VocabRows`` is the
 ``torch.autograd.Function`` of the plain path: it returns one value per row and, in backward,
@@ -204,6 +204,47 @@ def teacher_entropy(ts: torch.Tensor, T: float, work) -> torch.Tensor:
         p = _Dist(flat[sl].to(work), T)
         out[sl] = torch.where(p.support, -p.p * p.logp, torch.zeros_like(p.p)).sum(dim=-1)
     return out.reshape(ts.shape[:-1])
+
+
+class SkewKL:
+    """Skew KL per row (DistiLLM §3), 0 < α < 1: forward KL(p‖αp + (1−α)q), gradient
+    −(1−α)·q(x − Σqx)/T with x = p/m; reverse KL(q‖αq + (1−α)p), gradient q(y − Σqy)/T with
+    y = ℓ − α·e^ℓ, ℓ = log q − log m' (``refimpl.exact.distill.skew_kl_vjp``)."""
+
+    def __init__(self, T, alpha, direction):
+        self.T, self.alpha, self.forward = T, alpha, direction == "forward"
+
+    def __call__(self, z, t, y, need_grad):
+        a, T = self.alpha, self.T
+        q, p = _Dist(z, T), _Dist(t, T)
+        r, both = _log_ratio(q, p, T)
+        first, other = (p, q) if self.forward else (q, p)
+        # log m − log first = log(α + (1−α)·e^{±r}), −log α where the other model has 0
+        l_m = torch.where(both, -_log_mix(1 - a, a, r if self.forward else -r), torch.full_like(r, -math.log(a)))
+        m = a * first.p + (1 - a) * other.p
+        kl = _kl(first.p, first.support, l_m, m)
+        if not need_grad:
+            return kl, None
+        if self.forward:
+            x = torch.where(p.support, torch.exp(l_m), torch.zeros_like(l_m))
+            return kl, (-(1 - a) / T) * q.p * _centred(x, q.p, q.top, q.support)
+        return kl, q.p * _centred(l_m - a * torch.exp(l_m), q.p, q.top, q.support) / T
+
+
+class TVD:
+    """½·Σ|q − p| per row; subgradient q(σ − Σqσ)/(2T), σ = sign(q − p), sign(0) = 0."""
+
+    def __init__(self, T):
+        self.T = T
+
+    def __call__(self, z, t, y, need_grad):
+        q, p = _Dist(z, self.T), _Dist(t, self.T)
+        r, both = _log_ratio(q, p, self.T)
+        d = _q_minus_p(q, p, r, both)
+        value = d.abs().sum(dim=-1) / 2
+        if not need_grad:
+            return value, None
+        return value, q.p * _centred(torch.sign(d), q.p, q.top, q.support) / (2 * self.T)
 
 
 class VocabRows(torch.autograd.Function):

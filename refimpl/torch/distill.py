@@ -27,7 +27,7 @@ import torch
 from refimpl import validate
 from refimpl.torch import _careful, _common, _fused
 
-__all__ = ["softmax", "hinton", "token_kl", "symmetric_kl", "generalized_jsd"]
+__all__ = ["softmax", "hinton", "token_kl", "symmetric_kl", "generalized_jsd", "skew_kl", "tvd"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -355,3 +355,47 @@ def _jsd_inputs(student_logits, teacher_logits, beta, temperature, endpoints):
     if endpoints == "kl" and b == 1:
         _require_support("teacher_logits", zs, ts, "beta=1 with endpoints='kl' → KL(q‖p)")
     return zs, ts, T, b
+
+
+# The fused path (``_fused``) streams vocabulary tiles with one running log-sum-exp per model,
+# which is all the KL forms and the JSD need. It declines these two, which take the plain path
+# (``_careful.VocabRows``, chunked rows, the same analytic gradients) for tensors too:
+FUSED_DECLINED = {
+    "distill.skew_kl": "no fused kernel: the skew mixture's log m and its gradient weights are "
+                       "written for the careful kernels only; the plain path serves every call",
+    "distill.tvd": "no fused kernel: |q − p| and sign(q − p) need both normalised rows at every "
+                   "token (a second pass over the tiles); the plain path serves every call",
+}
+
+
+def skew_kl(student_logits, teacher_logits, alpha: float = 0.1, direction: str = "forward",
+            temperature: float = 1.0):
+    """Skew KL per row (p teacher, q student, both at T):
+
+        forward (α-SKL):  kl = KL(p ‖ α·p + (1−α)·q)
+        reverse (α-SRKL): kl = KL(q ‖ α·q + (1−α)·p)
+
+    DistiLLM (Ko et al. 2024, arXiv 2402.03898) §3; α = 0.1 as the official code (0 < α ≤ 1;
+    α = 1 gives 0 with gradient 0). Logits [...,V]; returns kl [...]; gradient wrt
+    ``student_logits`` by ``_careful.SkewKL`` on the plain path (``FUSED_DECLINED``).
+    """
+    zs, ts, T = _pair(student_logits, teacher_logits, temperature)
+    a = validate.skew_alpha(alpha)
+    validate.direction(direction)
+    out = _common.result_dtype(zs, ts)
+    if a == 1.0:
+        # A zero that stays in the graph (gradient exactly 0, also at −inf logits).
+        flat = torch.where(torch.zeros_like(zs, dtype=torch.bool), zs, torch.zeros_like(zs))
+        return flat.sum(dim=-1).to(out)
+    return _careful.vocab_rows(_careful.SkewKL(T, a, direction), zs, ts).to(out)
+
+
+def tvd(student_logits, teacher_logits, temperature: float = 1.0):
+    """Total variation distance ½·Σ_v |q_v − p_v| per row (p teacher, q student, both at T).
+
+    Its subgradient takes sign(0) = 0 at a tie q_v = p_v (torch.abs's backward and Liger-Kernel
+    0.8.5 ops/tvd.py do the same). Logits [...,V]; returns tvd [...]; gradient wrt
+    ``student_logits`` by ``_careful.TVD`` on the plain path (``FUSED_DECLINED``).
+    """
+    zs, ts, T = _pair(student_logits, teacher_logits, temperature)
+    return _careful.vocab_rows(_careful.TVD(T), zs, ts).to(_common.result_dtype(zs, ts))

@@ -216,6 +216,155 @@ def jsd_backward(z_ptr, t_ptr, stats_ptr, cot_ptr, grad_ptr, N, V, par_ptr,
 
 
 # ---------------------------------------------------------------------------------------------
+# Skew KL (DistiLLM §3), 0 < α < 1, and total variation: two forward passes as the JSD
+# ---------------------------------------------------------------------------------------------
+# FORWARD: KL(p‖m), m = α·p + (1−α)·q; gradient −(1−α)·q·(x − Σ q·x)/T with x = p/m.
+# reverse: KL(q‖m), m = α·q + (1−α)·p; gradient q·(y − Σ q·y)/T with y = ℓ − α·e^ℓ, ℓ = log q − log m.
+# log m by ``_jsd_logs`` with the weights (log w_p, log w_q) of p and q. TVD: ½·Σ|q − p|, gradient
+# q·(σ − Σ q·σ)/(2T), σ = sign(q − p), sign(0) = 0. Statistics per row: M_z, log S_z, M_t, log S_t
+# and the centring constant (Σ q·x, Σ q·y or Σ q·σ).
+
+@triton.jit
+def _normalisers(z_ptr, t_ptr, rows, live, V, T, ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    mz = tl.full((ROWS,), NEG_INF, ACC)
+    mt = tl.full((ROWS,), NEG_INF, ACC)
+    sz = tl.zeros((ROWS,), ACC)
+    st = tl.zeros((ROWS,), ACC)
+    for lo in range(0, V, BLOCK):
+        z, _, _ = _tile(z_ptr, rows, live, lo, V, BLOCK, ACC)
+        t, _, _ = _tile(t_ptr, rows, live, lo, V, BLOCK, ACC)
+        mz, rz, ez = _online(mz, z, T)
+        mt, rt, et = _online(mt, t, T)
+        sz = sz * rz + tl.sum(ez, 1)
+        st = st * rt + tl.sum(et, 1)
+    return mz, tl.log(sz), mt, tl.log(st)
+
+
+@triton.jit
+def _flag_bad_rows(value, mz, lz, mt, lt):
+    """NaN for a row without a possible token, or whose normaliser is not finite (a NaN or +inf
+    logit: the maximum ignores NaN, and a divergence whose terms read one model only may not)."""
+    bad = (mz == NEG_INF) | (mt == NEG_INF) | (lz != lz) | (lt != lt) | (lz == float("inf")) | (lt == float("inf"))
+    return tl.where(bad, float("nan"), value)
+
+
+@triton.jit
+def _store_stats(stats_ptr, rows, live, mz, lz, mt, lt, c):
+    tl.store(stats_ptr + rows * 5, mz.to(stats_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 5 + 1, lz.to(stats_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 5 + 2, mt.to(stats_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 5 + 3, lt.to(stats_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 5 + 4, c.to(stats_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def _skew_terms(z, t, mz, lz, mt, lt, T, alpha, log_wp, log_wq, FORWARD: tl.constexpr):
+    """(the divergence's terms, the gradient's weights x or y) of a tile; 0 at impossible tokens."""
+    lq, lp, lm = _jsd_logs(z, t, mz, lz, mt, lt, T, log_wp, log_wq)
+    if FORWARD:
+        term = tl.where(t == NEG_INF, 0.0, tl.exp(lp) * (lp - lm))
+        w = tl.where(t == NEG_INF, 0.0, tl.exp(lp - lm))
+    else:
+        ell = lq - lm
+        term = tl.where(z == NEG_INF, 0.0, tl.exp(lq) * ell)
+        w = tl.where(z == NEG_INF, 0.0, ell - alpha * tl.exp(ell))
+    return term, w, lq
+
+
+@triton.jit
+def skew_forward(z_ptr, t_ptr, value_ptr, stats_ptr, N, V, par_ptr, FORWARD: tl.constexpr,
+                 ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    T = tl.load(par_ptr)
+    alpha = tl.load(par_ptr + 1)
+    log_wp = tl.load(par_ptr + 2)
+    log_wq = tl.load(par_ptr + 3)
+    rows, live = _rows(N, ROWS)
+    mz, lz, mt, lt = _normalisers(z_ptr, t_ptr, rows, live, V, T, ROWS, BLOCK, ACC)
+    kl = tl.zeros((ROWS,), ACC)
+    c = tl.zeros((ROWS,), ACC)
+    for lo in range(0, V, BLOCK):
+        z, _, _ = _tile(z_ptr, rows, live, lo, V, BLOCK, ACC)
+        t, _, _ = _tile(t_ptr, rows, live, lo, V, BLOCK, ACC)
+        term, w, lq = _skew_terms(z, t, mz[:, None], lz[:, None], mt[:, None], lt[:, None], T, alpha,
+                                  log_wp, log_wq, FORWARD)
+        kl += tl.sum(term, 1)
+        c += tl.sum(tl.where(z == NEG_INF, 0.0, tl.exp(lq) * w), 1)
+    kl = _flag_bad_rows(kl, mz, lz, mt, lt)
+    tl.store(value_ptr + rows, kl.to(value_ptr.dtype.element_ty), mask=live)
+    _store_stats(stats_ptr, rows, live, mz, lz, mt, lt, c)
+
+
+@triton.jit
+def skew_backward(z_ptr, t_ptr, stats_ptr, cot_ptr, grad_ptr, N, V, par_ptr, FORWARD: tl.constexpr,
+                  ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    T = tl.load(par_ptr)
+    alpha = tl.load(par_ptr + 1)
+    log_wp = tl.load(par_ptr + 2)
+    log_wq = tl.load(par_ptr + 3)
+    rows, live = _rows(N, ROWS)
+    mz = tl.load(stats_ptr + rows * 5, mask=live, other=0).to(ACC)[:, None]
+    lz = tl.load(stats_ptr + rows * 5 + 1, mask=live, other=0).to(ACC)[:, None]
+    mt = tl.load(stats_ptr + rows * 5 + 2, mask=live, other=0).to(ACC)[:, None]
+    lt = tl.load(stats_ptr + rows * 5 + 3, mask=live, other=0).to(ACC)[:, None]
+    c = tl.load(stats_ptr + rows * 5 + 4, mask=live, other=0).to(ACC)[:, None]
+    k = tl.load(cot_ptr + rows, mask=live, other=0).to(ACC) / T
+    if FORWARD:
+        k = -(1 - alpha) * k
+    for lo in range(0, V, BLOCK):
+        z, offs, inside = _tile(z_ptr, rows, live, lo, V, BLOCK, ACC)
+        t, _, _ = _tile(t_ptr, rows, live, lo, V, BLOCK, ACC)
+        _, w, lq = _skew_terms(z, t, mz, lz, mt, lt, T, alpha, log_wp, log_wq, FORWARD)
+        g = tl.where(z == NEG_INF, 0.0, k[:, None] * tl.exp(lq) * (w - c))
+        tl.store(grad_ptr + rows[:, None] * V + offs[None, :], g.to(grad_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _tvd_terms(z, t, mz, lz, mt, lt, T):
+    q = tl.where(z == NEG_INF, 0.0, tl.exp((z - mz) / T - lz))
+    p = tl.where(t == NEG_INF, 0.0, tl.exp((t - mt) / T - lt))
+    sigma = tl.where(q > p, 1.0, tl.where(q < p, -1.0, 0.0))
+    return q, tl.abs(q - p), sigma
+
+
+@triton.jit
+def tvd_forward(z_ptr, t_ptr, value_ptr, stats_ptr, N, V, par_ptr,
+                ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    T = tl.load(par_ptr)
+    rows, live = _rows(N, ROWS)
+    mz, lz, mt, lt = _normalisers(z_ptr, t_ptr, rows, live, V, T, ROWS, BLOCK, ACC)
+    total = tl.zeros((ROWS,), ACC)
+    c = tl.zeros((ROWS,), ACC)
+    for lo in range(0, V, BLOCK):
+        z, _, _ = _tile(z_ptr, rows, live, lo, V, BLOCK, ACC)
+        t, _, _ = _tile(t_ptr, rows, live, lo, V, BLOCK, ACC)
+        q, d, sigma = _tvd_terms(z, t, mz[:, None], lz[:, None], mt[:, None], lt[:, None], T)
+        total += tl.sum(d, 1)
+        c += tl.sum(q * sigma, 1)
+    value = _flag_bad_rows(total / 2, mz, lz, mt, lt)
+    tl.store(value_ptr + rows, value.to(value_ptr.dtype.element_ty), mask=live)
+    _store_stats(stats_ptr, rows, live, mz, lz, mt, lt, c)
+
+
+@triton.jit
+def tvd_backward(z_ptr, t_ptr, stats_ptr, cot_ptr, grad_ptr, N, V, par_ptr,
+                 ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    T = tl.load(par_ptr)
+    rows, live = _rows(N, ROWS)
+    mz = tl.load(stats_ptr + rows * 5, mask=live, other=0).to(ACC)[:, None]
+    lz = tl.load(stats_ptr + rows * 5 + 1, mask=live, other=0).to(ACC)[:, None]
+    mt = tl.load(stats_ptr + rows * 5 + 2, mask=live, other=0).to(ACC)[:, None]
+    lt = tl.load(stats_ptr + rows * 5 + 3, mask=live, other=0).to(ACC)[:, None]
+    c = tl.load(stats_ptr + rows * 5 + 4, mask=live, other=0).to(ACC)[:, None]
+    k = (tl.load(cot_ptr + rows, mask=live, other=0).to(ACC) / (2 * T))[:, None]
+    for lo in range(0, V, BLOCK):
+        z, offs, inside = _tile(z_ptr, rows, live, lo, V, BLOCK, ACC)
+        t, _, _ = _tile(t_ptr, rows, live, lo, V, BLOCK, ACC)
+        q, _, sigma = _tvd_terms(z, t, mz, lz, mt, lt, T)
+        tl.store(grad_ptr + rows[:, None] * V + offs[None, :], (k * q * (sigma - c)).to(grad_ptr.dtype.element_ty),
+                 mask=inside)
+
+
+# ---------------------------------------------------------------------------------------------
 # Hinton: (1−α)·(−log q^{(1)}_y) + α·s·KL(p‖q) per row (the caller takes the mean)
 # ---------------------------------------------------------------------------------------------
 # The hard term at T = 1 shares the student's maximum: −log q^{(1)}_y = (M_z − z_y) + log S1,

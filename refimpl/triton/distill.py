@@ -23,7 +23,7 @@ import torch
 from refimpl import validate
 from refimpl.triton import _checks, _kernels, _launch
 
-__all__ = ["generalized_jsd", "hinton", "softmax", "symmetric_kl", "token_kl"]
+__all__ = ["generalized_jsd", "hinton", "skew_kl", "softmax", "symmetric_kl", "token_kl", "tvd"]
 
 
 def _tensors(check, rank, *xs):
@@ -80,6 +80,27 @@ class _JSD:
         n, v = zs.shape
         grad = torch.empty_like(zs)
         _launch.launch(_kernels.jsd_backward, n, v, stats.dtype, zs, ts, stats, cot, grad, self.params)
+        return grad
+
+
+class _Mixed:
+    """A two-pass kernel pair of ``_kernels`` (``skew_*`` or ``tvd_*``) with its parameters."""
+
+    def __init__(self, forward_kernel, backward_kernel, params, **constexprs):
+        self.kernels, self.params, self.constexprs = (forward_kernel, backward_kernel), params, constexprs
+
+    def forward(self, zs, ts, y):
+        n, v = zs.shape
+        work = _launch.work_dtype(zs, ts)
+        values = torch.empty(n, dtype=work, device=zs.device)
+        stats = torch.empty(n, 5, dtype=work, device=zs.device)
+        _launch.launch(self.kernels[0], n, v, work, zs, ts, values, stats, self.params, **self.constexprs)
+        return values, stats
+
+    def backward(self, zs, ts, y, stats, cot):
+        n, v = zs.shape
+        grad = torch.empty_like(zs)
+        _launch.launch(self.kernels[1], n, v, stats.dtype, zs, ts, stats, cot, grad, self.params, **self.constexprs)
         return grad
 
 
@@ -281,3 +302,45 @@ def generalized_jsd(student_logits, teacher_logits, beta: float = 0.5, temperatu
     jsd = _launch.Rows.apply(spec, _rows2(zs), _rows2(ts.detach()), None)
     _launch.require_finite(jsd, check)
     return jsd.reshape(zs.shape[:-1]).to(out)
+
+
+def _skew_inputs(student_logits, teacher_logits, alpha, direction, temperature):
+    zs, ts, _ = _checks.pair(student_logits, teacher_logits, temperature)
+    validate.skew_alpha(alpha)
+    validate.direction(direction)
+    return zs, ts
+
+
+def skew_kl(student_logits, teacher_logits, alpha: float = 0.1, direction: str = "forward",
+            temperature: float = 1.0):
+    """Skew KL per row (``refimpl.torch.distill.skew_kl``; DistiLLM §3): forward KL(p‖αp + (1−α)q),
+    reverse KL(q‖αq + (1−α)p); α = 1 gives 0. Logits [...,V]; returns kl [...]."""
+    check = lambda: _skew_inputs(student_logits, teacher_logits, alpha, direction, temperature)
+    zs, ts = _tensors(check, None, student_logits, teacher_logits)
+    T = validate.temperature(temperature)
+    a = validate.skew_alpha(alpha)
+    validate.direction(direction)
+    out = _checks.result_dtype(zs, ts)
+    if a == 1:
+        check()  # the rows of −inf are still rejected
+        flat = torch.where(torch.zeros_like(zs, dtype=torch.bool), zs, torch.zeros_like(zs))
+        return flat.sum(dim=-1).to(out)
+    forward = direction == "forward"
+    # the log-weights of p and q in m, from α itself (1 − α would lose α's digits at α = 1e-6)
+    logs = [math.log(a), math.log1p(-a)] if forward else [math.log1p(-a), math.log(a)]
+    spec = _Mixed(_kernels.skew_forward, _kernels.skew_backward, [T, a] + logs, FORWARD=forward)
+    kl = _launch.Rows.apply(spec, _rows2(zs), _rows2(ts.detach()), None)
+    _launch.require_finite(kl, check)
+    return kl.reshape(zs.shape[:-1]).to(out)
+
+
+def tvd(student_logits, teacher_logits, temperature: float = 1.0):
+    """Total variation ½·Σ|q − p| per row, subgradient sign(0) = 0 (``refimpl.torch.distill.tvd``).
+    Logits [...,V]; returns tvd [...]."""
+    check = lambda: _checks.pair(student_logits, teacher_logits, temperature)
+    zs, ts = _tensors(check, None, student_logits, teacher_logits)
+    T = validate.temperature(temperature)
+    spec = _Mixed(_kernels.tvd_forward, _kernels.tvd_backward, [T])
+    value = _launch.Rows.apply(spec, _rows2(zs), _rows2(ts.detach()), None)
+    _launch.require_finite(value, check)
+    return value.reshape(zs.shape[:-1]).to(_checks.result_dtype(zs, ts))

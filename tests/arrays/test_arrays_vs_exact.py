@@ -59,7 +59,8 @@ def _inputs(oid: str, rng) -> dict:
         z = _logits(rng, (2, 3, 5))
         z[0, 1, 2] = NEG_INF
         return {"logits": z}
-    if oid in ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "distill.symmetric_kl"):
+    if oid in ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "distill.symmetric_kl",
+               "distill.skew_kl", "distill.tvd"):
         z, t = _logits(rng, (3, 5)), _logits(rng, (3, 5), 3.0)
         z[1, 3] = t[1, 3] = NEG_INF  # impossible under both: 0·log 0 terms
         out = {"student_logits": z, "teacher_logits": t}
@@ -133,6 +134,8 @@ CONVENTIONS = {
     "distill.symmetric_kl": _grid(forward_weight=[0.0, 0.1, 0.5, 1.0], temperature=[1.0, 2.0, 0.5]),
     "distill.generalized_jsd": _grid(beta=[0.0, 0.1, 0.5, 0.9, 1.0], endpoints=["limit", "kl"],
                                      temperature=[1.0, 2.0]),
+    "distill.skew_kl": _grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"], temperature=[1.0, 2.0]),
+    "distill.tvd": _grid(temperature=[1.0, 0.5, 2.0]),
     "kl.estimator": _grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5]),
     "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
                        label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])

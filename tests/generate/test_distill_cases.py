@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conformance import catalog, numbers
-from conformance.generate import distill, distill_inputs
+from conformance.generate import distill, distill_divergences, distill_inputs
 from conformance.generate.build import build_test, call_kwargs
 
 CATEGORIES = {"article", "random", "edge", "convention", "invalid", "acceptable", "numerics"}
@@ -76,7 +76,8 @@ def test_low_precision_inputs(cases):
     """Low-precision logits are exact in bfloat16 or float16 and inside float16's range; |z| ≤ 30
     (30·T + a few in saturated rows) apart from the ±1e4 rows (HugeLogits)."""
     low = [c for c in cases if c.low_precision]
-    assert {c.objective for c in low} == {distill.SM, distill.HIN, distill.TKL, distill.JSD}
+    assert {c.objective for c in low} == {distill.SM, distill.HIN, distill.TKL, distill.JSD,
+                                          distill_divergences.SKL, distill_divergences.TVD}
     for c in low:
         floats = [v for k, x in c.inputs.items() if k != "labels" for v in numbers.flat_floats(x)]
         assert any(all(numbers.representable(v, d) for v in floats) for d in ("bfloat16", "float16")), c.comment

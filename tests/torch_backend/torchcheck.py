@@ -170,6 +170,18 @@ def cases() -> list[Case]:
                  {"student_logits": np.round(z, 1) * 1e4, "teacher_logits": np.round(t, 1) * 1e4},
                  {"beta": b, "temperature": T}, 6))
 
+    # distill.skew_kl (α = 1: exactly 0); distill.tvd (equal rows: every token a tie, gradient 0)
+    for i, p in enumerate(_grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"],
+                                temperature=[1.0, 0.5])):
+        rng = np.random.default_rng(460 + i)
+        z, t = _distill_pair(rng, both=[(1, 3)], teacher_only=[(0, 2)], student_only=[(2, 4)])
+        add(Case("distill.skew_kl", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
+    for i, p in enumerate(_grid(temperature=[1.0, 2.0, 0.5])):
+        rng = np.random.default_rng(480 + i)
+        z, t = _distill_pair(rng, both=[(1, 3)], teacher_only=[(0, 2)], student_only=[(2, 4)])
+        t[1] = z[1]
+        add(Case("distill.tvd", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
+
     # kl.estimator
     for i, p in enumerate(_grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5])):
         rng = np.random.default_rng(500 + i)
