@@ -121,9 +121,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         reduction="student_logits"),
     Objective(
         "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "
-        "k2 = (log r)²/2, k3 = r − log r − 1; optional clamp of the value to [−c, c].",
+        "k2 = (log r)²/2, k3 = r − log r − 1, abs = |log r|; optional clamp of the value to [−c, c].",
         (Input("logp", "N"), Input("ref_logp", "N")),
-        (Param("kind", "k3", ("k1", "k2", "k3"), "DeepSeekMath §4.1.1 eq. 4", convention=True),
+        (Param("kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath §4.1.1 eq. 4", convention=True),
          Param("clamp", None, source="no clamp in the papers", convention=True)),
         ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4"),
     Objective(
@@ -207,7 +207,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Input("advantages", "B"), Input("mask", "B,T", kind="mask")),
         (Param("eps_low", 0.2), Param("eps_high", None), Param("dual_clip", None, convention=True),
          Param("beta", 0.04, source="DeepSeekMath §4.2 (β = 0.04)"),
-         Param("kl_kind", "k3", ("k1", "k2", "k3"), "DeepSeekMath eq. 4", convention=True),
+         Param("kl_kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath eq. 4", convention=True),
          Param("kl_clamp", None, convention=True),
          Param("kl_ratio_weight", False, (True, False), "off in DeepSeekMath; TRL 1.16 default on", convention=True),
          Param("aggregation", "seq-mean-token-mean",
@@ -217,9 +217,15 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("ratio_level", "token", ("token", "sequence", "sequence-token"),
                "DeepSeekMath eq. 3 (token); GSPO arXiv 2507.18071 §4.1 eq. 5 and §4.3", convention=True,
                added="1.2.0"),
-         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo"),
-               "PPO eq. 7; GMPO arXiv 2507.20673 §3", convention=True, added="1.2.0")),
-        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO",
+         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo", "cispo", "sapo"),
+               "PPO eq. 7; GMPO arXiv 2507.20673 §3; CISPO arXiv 2506.13585 §3.1; SAPO arXiv 2511.20347 §3",
+               convention=True, added="1.2.0"),
+         Param("cispo_clip", "upper", ("upper", "both", "raw-upper"),
+               "MiniMax-M1 arXiv 2506.13585 §3.1 (ε_low^IS set large: no lower bound)", convention=True,
+               added="1.3.0"),
+         Param("sapo_tau_pos", 1.0, source="SAPO arXiv 2511.20347 (τ_pos = 1.0)", added="1.3.0"),
+         Param("sapo_tau_neg", 1.05, source="SAPO arXiv 2511.20347 (τ_neg = 1.05)", added="1.3.0")),
+        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO",
         reduction="logp"),
     Objective(
         "proximal_kl.future_cost", "F_t = Σ_{u>t} m_u·k_u, k_u = logp_u − ref_logp_u "

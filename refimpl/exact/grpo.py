@@ -245,7 +245,8 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
-                 ratio_level="token", policy_loss="ppo-clip"):
+                 ratio_level="token", policy_loss="ppo-clip", cispo_clip="upper", sapo_tau_pos=1.0,
+                 sapo_tau_neg=1.05):
     lp = mp.array("logp", logp)
     validate.rank("logp", lp.shape, 2)
     old = mp.array("old_logp", old_logp)
@@ -261,18 +262,62 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.kl_ratio_weight(kl_ratio_weight)
     validate.policy_loss(policy_loss, validate.ratio_level(ratio_level), dual_clip, kl_ratio_weight)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
-    return lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)), norm
+    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+    return lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)), norm, token_policy
 
 
-def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight):
-    """ℓ_t = −C_t + β·w_t·KL_t and dℓ_t/dlogp_t, from the pieces of ``clip`` and ``kl.estimator``."""
+def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
+    """The per-token policy term's kind and constants: ('ppo-clip', clip params),
+    ('cispo', (lower or None, upper)) or ('sapo', (τ_pos, τ_neg)), all exact mpf."""
+    validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
+    taus = (mp.mpf(validate.sapo_temperature("sapo_tau_pos", tau_pos)),
+            mp.mpf(validate.sapo_temperature("sapo_tau_neg", tau_neg)))
+    if policy_loss == "cispo":
+        lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+        if cispo_clip == "raw-upper":
+            return "cispo", (None, mp.mpf(hi))
+        return "cispo", (1 - mp.mpf(lo) if cispo_clip == "both" else None, 1 + mp.mpf(hi))
+    if policy_loss == "sapo":
+        return "sapo", taus
+    return "ppo-clip", clip_params
+
+
+def _cispo(lp, rho, adv, lower, upper):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): the objective sg(ŵ_t)·A_i·logπ_t with
+    ŵ_t = clip(ρ_t, lower, upper) (lower None: no lower bound), and its derivative ŵ_t·A_i in
+    logπ_t (the weight is detached, so the clip passes no gradient of its own)."""
+    weight = np.minimum(rho, upper) if lower is None else mp.clip(rho, lower, upper)
+    return weight * adv * lp, weight * adv
+
+
+def _sapo(rho, adv, tau_pos, tau_neg):
+    """SAPO (Gao et al. 2025, arXiv 2511.20347, §3): the objective f_t·A_i with the soft gate
+    f_t = σ(τ(ρ_t − 1))·4/τ, τ = τ_pos where A_i > 0, else τ_neg; df/dlogπ_t =
+    4·ρ_t·σ(x)·σ(−x) at x = τ(ρ_t − 1) (= 1 at ρ = 1: the on-policy gradient is the plain
+    policy gradient)."""
+    tau = np.where(_bool(adv > 0), tau_pos, tau_neg)
+    x = tau * (rho - 1)
+    gate = mp.sigmoid(x)
+    return gate * 4 / tau * adv, 4 * rho * gate * mp.sigmoid(-x) * adv
+
+
+def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight,
+                    token_policy=("ppo-clip", None)):
+    """ℓ_t = −C_t + β·w_t·KL_t and dℓ_t/dlogp_t, from the pieces of ``clip`` and ``kl.estimator``;
+    C_t is PPO's clipped surrogate, CISPO's or SAPO's term (``token_policy``)."""
     # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
     # arbitrary difference from being formed. Their aggregate weight is 0 either way.
     on = _bool(m == 1)
     log_ratio = np.where(on, lp - old, mp.ZERO)
     log_r = np.where(on, ref - lp, mp.ZERO)
     rho = mp.exp(log_ratio)
-    objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
+    kind, constants = token_policy
+    if kind == "cispo":
+        objective, dobjective = _cispo(np.where(on, lp, mp.ZERO), rho, adv[:, None], *constants)
+    elif kind == "sapo":
+        objective, dobjective = _sapo(rho, adv[:, None], *constants)
+    else:
+        objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
     penalty = kl.clamped(log_r, kl_kind, kl_clamp)
     dpenalty = kl.clamped_dlogp(log_r, kl_kind, kl_clamp)
     if kl_ratio_weight:
@@ -340,7 +385,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-         ratio_level: str = "token", policy_loss: str = "ppo-clip"):
+         ratio_level: str = "token", policy_loss: str = "ppo-clip", cispo_clip: str = "upper",
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """GRPO loss (to minimise): aggregate over tokens of −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
@@ -348,12 +394,20 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     (``eps_high``) and §3.3 (``aggregation='token-mean'``); Dr. GRPO §3
     (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t when
     ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
+
+    ``policy_loss='cispo'`` (MiniMax-M1 §3.1 eq. 4–5): C_t = sg(ŵ_t)·A_i·logπ_t, ŵ_t the IS
+    weight ρ_t clipped as ``cispo_clip`` says ('upper': ≤ 1 + ε_high; 'both': also ≥ 1 − ε_low;
+    'raw-upper': ≤ ε_high, TRL's and Liger's cap). ``policy_loss='sapo'`` (arXiv 2511.20347 §3):
+    C_t = σ(τ(ρ_t − 1))·4/τ·A_i, τ = ``sapo_tau_pos`` where A_i > 0, else ``sapo_tau_neg``; ε_low
+    and ε_high are not read. Both are token-level (ratio_level='token') without a dual clip.
     """
-    lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+    lp, old, ref, adv, m, clip_params, b, c, norm, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
+        cispo_clip, sapo_tau_pos, sapo_tau_neg)
     if ratio_level == "token":
-        per_token, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        per_token, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
+                                       token_policy)
     else:
         per_token = _sequence_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c,
                                    kl_ratio_weight, policy_loss, _log_band(eps_low, eps_high))[0]
@@ -365,16 +419,19 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
-             ratio_level: str = "token", policy_loss: str = "ppo-clip"):
+             ratio_level: str = "token", policy_loss: str = "ppo-clip", cispo_clip: str = "upper",
+             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): the
     aggregation weights times dℓ_t/dlogp_t; zero at masked positions."""
-    lp, old, ref, adv, m, clip_params, b, c, norm = _loss_inputs(
+    lp, old, ref, adv, m, clip_params, b, c, norm, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
-        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss)
+        kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
+        cispo_clip, sapo_tau_pos, sapo_tau_neg)
     ct = _scalar_cotangent(cotangent)
     weights = _aggregate_weights(m, aggregation, norm)
     if ratio_level == "token":
-        _, dper_token = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight)
+        _, dper_token = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
+                                        token_policy)
         return {"logp": ct * weights * dper_token}
     _, through_ratio, direct, pooled = _sequence_loss(
         lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight, policy_loss,
