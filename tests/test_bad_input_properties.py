@@ -75,6 +75,9 @@ BAD_PARAMS = {
     "ratio_cap": [0.0, -2.0, NAN],
     "ratio_level": ["seq", None, 1],
     "policy_loss": ["gspo", "gmpo", None],   # 'gmpo' is refused with the default token ratios
+    "cispo_clip": ["lower", None, "both"],   # 'both' is refused with the default policy_loss (not CISPO)
+    "sapo_tau_pos": [0.0, -1.0, NAN, INF],
+    "sapo_tau_neg": [0.0, -1.05, NAN, INF],
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],

@@ -147,7 +147,8 @@ def test_options_match_the_catalog():
                "loss_type": validate.LOSS_TYPES, "scale": validate.SCALES,
                "degenerate": validate.DEGENERATE, "mode": validate.AGGREGATIONS,
                "aggregation": validate.AGGREGATIONS, "rule": validate.UPDATE_RULES,
-               "baseline": validate.BASELINES}
+               "baseline": validate.BASELINES, "policy_loss": validate.POLICY_LOSSES,
+               "cispo_clip": validate.CISPO_CLIPS}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:
             if p.name in options:

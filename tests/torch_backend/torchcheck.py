@@ -171,11 +171,11 @@ def cases() -> list[Case]:
                  {"beta": b, "temperature": T}, 6))
 
     # kl.estimator
-    for i, p in enumerate(_grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5])):
+    for i, p in enumerate(_grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5])):
         rng = np.random.default_rng(500 + i)
         lp = _logp(rng, 8)
         add(Case("kl.estimator", _label(p), {"logp": lp, "ref_logp": lp + rng.normal(0, 1, 8)}, p))
-    for kind in ("k1", "k2", "k3"):
+    for kind in ("k1", "k2", "k3", "abs"):
         # log r = ±50 (ratios e^±50), near 0, and exactly on the clamp bound (closed band).
         lp = np.array([-60.0, -1.0, -2.0, -3.0, -1.0, -5.0])
         ref = np.array([-10.0, -51.0, -2.0 + 2.0**-20, -3.0 - 1e-3, -1.5, -5.0])
@@ -275,7 +275,11 @@ def cases() -> list[Case]:
             + _grid(ratio_level=["sequence", "sequence-token"], aggregation=["token-mean", "seq-mean-token-mean"],
                     kl_ratio_weight=[False, True], dual_clip=[None, 1.1])
             + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], eps_low=[0.3, 0.2], eps_high=[None, 0.5],
-                    aggregation=["token-mean", "seq-mean-token-mean"]))
+                    aggregation=["token-mean", "seq-mean-token-mean"])
+            + _grid(policy_loss=["cispo"], cispo_clip=["upper", "both", "raw-upper"], kl_kind=["k3", "abs"],
+                    kl_ratio_weight=[False, True])
+            + _grid(policy_loss=["sapo"], sapo_tau_pos=[1.0, 2.0], kl_kind=["abs"],
+                    aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True]))
     for i, p in enumerate(grid):
         rng = np.random.default_rng(1000 + i)
         m = _mask(rng, 3, 5)
