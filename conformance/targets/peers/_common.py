@@ -194,7 +194,8 @@ def log_ratio_clamp_changes(case) -> bool:
     clipped objective of a selected token: ρ < e^−20 with A > 0 (the unclipped term ρ·A becomes
     e^−20·A and its gradient 0), or ρ > e^20 with A < 0 and no dual clip (the unclipped term is
     capped). Elsewhere the clip makes the term constant and the clamp changes nothing. Sequence
-    ratios (verl 'gspo' and 'geo_mean', OpenRLHF 'gspo') are formed without that clamp."""
+    ratios (verl 'gspo' and 'geo_mean', OpenRLHF 'gspo') are formed without that clamp. CISPO and
+    SAPO (verl 'cispo', 'sapo'): ρ < e^−20 where A ≠ 0, unless CISPO's lower bound holds the weight."""
     if case.conventions.get("ratio_level", "token") != "token":
         return False
     inputs = decoded(case.test["inputs"])
@@ -202,9 +203,33 @@ def log_ratio_clamp_changes(case) -> bool:
     adv = adv[:, None] if logp.ndim == 2 else adv
     selected = inputs["mask"] != 0 if "mask" in inputs else np.ones(logp.shape, bool)
     log_ratio = logp - old
+    policy = case.conventions.get("policy_loss", "ppo-clip")
+    if policy in ("cispo", "sapo"):
+        # CISPO's weight min(ρ, cap) follows ρ below e^−20 unless a lower bound 1 − ε_low holds it;
+        # SAPO's gate σ(τ(ρ − 1)) moves there too. Above e^20 both are flat (cap; σ = 1).
+        floor = policy == "cispo" and case.conventions.get("cispo_clip") == "both"
+        return bool(((log_ratio < -20) & (adv != 0) & (not floor) & selected).any())
     tiny = (log_ratio < -20) & (adv > 0)
     huge = (log_ratio > 20) & (adv < 0) & (case.conventions.get("dual_clip") is None)
     return bool(((tiny | huge) & selected).any())
+
+
+def log_ratio_clamp_shows(case, dtype: str, tolerance) -> bool:
+    """Whether the ±20 clamp of log ρ (``log_ratio_clamp_changes``) moves the loss or its gradient
+    beyond ``tolerance``: refimpl/arrays evaluated with old_logp moved so that logp − old_logp is
+    clamped, against the declared inputs. The value is then verl's; the gradient of a clamped token
+    keeps ρ·A where the library's is 0, an error of at most e^−20·|A| per token, which a float32 or
+    lower bound absorbs where the clamp only moves a ratio below e^−20 (the ±30 cases of the gated
+    groups pass there)."""
+    if not log_ratio_clamp_changes(case):
+        return False
+    declared = arguments(case)
+    inputs = decoded(case.test["inputs"])
+    cotangent = decoded(case.test["cotangents"])["loss"]
+    clamped = {**inputs, "old_logp": inputs["logp"] - np.clip(inputs["logp"] - inputs["old_logp"], -20.0, 20.0)}
+    exact, deviating = ({"loss": grpo.loss(**x, **declared), "grad:logp": grpo.loss_vjp(cotangent, **x, **declared)["logp"]}
+                        for x in (inputs, clamped))
+    return deviation_shows(tolerance, exact, deviating)
 
 
 def has_empty_row(case) -> bool:

@@ -30,6 +30,7 @@ from conformance.targets.peers._common import (
     has_empty_row,
     load_or_explain,
     log_ratio_clamp_changes,
+    log_ratio_clamp_shows,
     per_element,
     require,
     where,
@@ -58,15 +59,23 @@ CONVENTIONS = [
       f"{CORE} agg_loss (loss_agg_mode, default token-mean in {ACTOR_YAML}); seq-mean-token-mean divides "
       "each row by (|o_i| + 1e-8); fully masked rows are left out of every sequence mean"),
     C("grpo.loss", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c=3.0)"),
-    C("grpo.loss", "kl_kind", ("k3",), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML})"),
-    C("grpo.loss", "kl_clamp", (10.0,), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10))"),
+    C("grpo.loss", "kl_kind", ("k3", "abs"), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML}; 'abs': "
+      "(logprob − ref_logprob).abs())"),
+    C("grpo.loss", "kl_clamp", (10.0, None), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10); 'abs' "
+      "is not clamped)"),
+    C("grpo.loss", "policy_loss", ("ppo-clip", "gmpo", "cispo", "sapo"), f"{CORE} policy loss registry "
+      "(policy_loss.loss_mode 'vanilla', 'geo_mean', 'cispo' = compute_policy_loss_cispo, 'sapo' = "
+      "compute_policy_loss_sapo with actor.tau_pos / tau_neg)"),
+    C("grpo.loss", "cispo_clip", ("both", "upper"), f"{CORE} compute_policy_loss_cispo (clamp(ratio, 1 − "
+      "clip_ratio_low, 1 + clip_ratio_high); 'upper' is the same code with clip_ratio_low = 1, as this adapter "
+      "passes it: a lower bound of 0)"),
     C("grpo.loss", "kl_ratio_weight", (False,), "verl/workers/utils/losses.py ppo_loss (kl_loss = agg_loss(kld))"),
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                    "seq-mean-token-sum-norm"),
       f"verl/workers/utils/losses.py ppo_loss (policy and KL terms both use config.loss_agg_mode, default "
       f"token-mean in {ACTOR_YAML})"),
-    C("kl.estimator", "kind", ("k3", "k1", "k2"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
-      "'mse'/'k2')"),
+    C("kl.estimator", "kind", ("k3", "k1", "k2", "abs"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
+      "'mse'/'k2', 'abs')"),
     C("kl.estimator", "clamp", (10.0, None), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
 ]
 # Conventions that do not vary independently: the std settings only with scale 'group', the
@@ -82,9 +91,18 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                               {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES,
                                "ratio_level": "sequence-token", "policy_loss": "ppo-clip"},
                               {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
-                               "ratio_level": "sequence", "policy_loss": "gmpo"}],
+                               "ratio_level": "sequence", "policy_loss": "gmpo"},
+                              # kl_loss_type='abs' (no clamp) under the vanilla loss
+                              {"dual_clip": 3.0, **_VERL_KL, "kl_kind": "abs", "kl_clamp": None,
+                               "aggregation": _LOSS_MODES, "ratio_level": "token", "policy_loss": "ppo-clip"},
+                              # 'cispo' (no dual clip, loss_agg_mode as configured); 'sapo' (always
+                              # seq-mean-token-mean, whatever loss_agg_mode says)
+                              {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
+                               "policy_loss": "cispo", "cispo_clip": ["both", "upper"]},
+                              {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
+                               "ratio_level": "token", "policy_loss": "sapo"}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
-                                 {"kind": "k2", "clamp": None}]}
+                                 {"kind": "k2", "clamp": None}, {"kind": "abs", "clamp": None}]}
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.001,), f"{ACTOR_YAML} kl_loss_coef: 0.001 (use_kl_loss: false by default)"),
 ]
@@ -107,9 +125,12 @@ ARITHMETIC = [
 _LOG_RATIO_CLAMP = Finding(
     "verl-log-ratio-clamp", "deviation",
     "log ρ = logp − old_logp is clamped to ±20 before exp, which the catalog does not express: results differ "
-    "where |log ρ| > 20 and the clip does not make the term constant",
-    f"{CORE} compute_policy_loss_vanilla: torch.clamp(negative_approx_kl, min=-20.0, max=20.0)",
-    where(objectives=("grpo.clip", "grpo.loss"), test=log_ratio_clamp_changes))
+    "where |log ρ| > 20 and the clip does not make the term constant (loss_mode 'vanilla', 'cispo' below e^−20 "
+    "without a lower bound, 'sapo' below e^−20)",
+    f"{CORE} compute_policy_loss_vanilla, compute_policy_loss_cispo, compute_policy_loss_sapo: "
+    "torch.clamp(negative_approx_kl, min=-20.0, max=20.0)",
+    lambda c, dtype, tolerance: (c.objective == "grpo.clip" and log_ratio_clamp_changes(c))
+    or (c.objective == "grpo.loss" and log_ratio_clamp_shows(c, dtype, tolerance)))
 _ROW_EPS = Finding(
     "verl-row-length-eps", "deviation",
     "agg_loss 'seq-mean-token-mean' divides each row sum by (|o_i| + 1e-8) instead of |o_i|: a relative error of "
@@ -173,7 +194,8 @@ SPLIT_FINDINGS = [
 ]
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
-              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss",
+              "cispo_clip", "sapo_tau_pos", "sapo_tau_neg")
 _AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length")
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
@@ -184,9 +206,10 @@ def _core():
 
 
 def _actor_config(eps_low, eps_high, dual_clip, aggregation="token-mean", beta=0.0, kl_kind="k3",
-                  norm_length=None):
+                  norm_length=None, sapo_taus=(1.0, 1.05)):
     from verl.workers.config import ActorConfig
     return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+                       tau_pos=sapo_taus[0], tau_neg=sapo_taus[1],
                        clip_ratio=eps_low, clip_ratio_low=eps_low,
                        clip_ratio_high=eps_low if eps_high is None else eps_high,
                        # verl has no "off" for the dual clip: None keeps its default (see module docstring).
@@ -230,11 +253,16 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, *, bat
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, ratio_level="token", policy_loss="ppo-clip", *, batch_info=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", cispo_clip="upper", sapo_tau_pos=1.0,
+              sapo_tau_neg=1.05, *, batch_info=None):
     """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
-    (verl/workers/utils/losses.py:64-67)."""
+    (verl/workers/utils/losses.py:64-67). CISPO's 'upper' (no lower bound) is verl's two-sided clamp
+    with clip_ratio_low = 1 (a lower bound of 0 < ρ)."""
     core = _core()
-    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length)
+    if policy_loss == "cispo" and cispo_clip == "upper":
+        eps_low, eps_high = 1.0, eps_low if eps_high is None else eps_high
+    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length,
+                           (sapo_tau_pos, sapo_tau_neg))
     response_mask = mask.to(bool)
     # compute_grpo_outcome_advantage broadcasts the outcome advantage over the response tokens.
     token_adv = advantages.unsqueeze(-1) * mask
@@ -242,7 +270,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     config.global_batch_info.update(batch_info)
     # the registry of ppo_loss (verl/workers/utils/losses.py): GSPO-token is 'gspo', GMPO 'geo_mean'
     loss_mode = {("token", "ppo-clip"): "vanilla", ("sequence-token", "ppo-clip"): "gspo",
-                 ("sequence", "gmpo"): "geo_mean"}[(ratio_level, policy_loss)]
+                 ("sequence", "gmpo"): "geo_mean", ("token", "cispo"): "cispo",
+                 ("token", "sapo"): "sapo"}[(ratio_level, policy_loss)]
     pg_loss, _ = core.get_policy_loss_fn(loss_mode)(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
                                                     response_mask=response_mask,
                                                     loss_agg_mode=config.loss_agg_mode, config=config)
