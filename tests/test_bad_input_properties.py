@@ -78,6 +78,9 @@ BAD_PARAMS = {
     "log_ratio_clamp": [0.0, -20.0, NAN, INF],
     "kl_aggregation": ["sum", 1],
     "mean_eps": [-1e-8, NAN, INF, None],
+    "cispo_clip": ["lower", None, "both"],   # 'both' is refused with the default policy_loss (not CISPO)
+    "sapo_tau_pos": [0.0, -1.0, NAN, INF],
+    "sapo_tau_neg": [0.0, -1.05, NAN, INF],
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],

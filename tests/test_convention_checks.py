@@ -150,8 +150,10 @@ def test_options_match_the_catalog():
                "degenerate": validate.DEGENERATE, "mode": validate.AGGREGATIONS,
                "aggregation": validate.AGGREGATIONS, "kl_aggregation": validate.AGGREGATIONS,
                "rule": validate.UPDATE_RULES,
-               "baseline": validate.BASELINES}
-    by_objective = {("grpo.advantages", "baseline"): validate.ADVANTAGE_BASELINES}
+               "baseline": validate.BASELINES, "policy_loss": validate.POLICY_LOSSES,
+               "cispo_clip": validate.CISPO_CLIPS}
+    by_objective = {("grpo.advantages", "baseline"): validate.ADVANTAGE_BASELINES,
+                    ("gae.kl_rewards", "kind"): validate.REWARD_KL_KINDS}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:
             if (spec.id, p.name) in by_objective:

@@ -127,7 +127,7 @@ CONVENTIONS = {
     "distill.token_kl": _grid(direction=["reverse", "forward"], temperature=[1.0, 2.0, 0.5]),
     "distill.generalized_jsd": _grid(beta=[0.0, 0.1, 0.5, 0.9, 1.0], endpoints=["limit", "kl"],
                                      temperature=[1.0, 2.0]),
-    "kl.estimator": _grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5]),
+    "kl.estimator": _grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5]),
     "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
                        label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])
                  + _grid(loss_type=["exo_pair"], label_smoothing=[1e-3, 0.2], beta=[0.1, 1.0])
@@ -160,7 +160,14 @@ CONVENTIONS = {
                           aggregation=["token-mean", "seq-mean-token-mean"])
                   + _grid(log_ratio_clamp=[0.3], eps_low=[0.5], kl_ratio_weight=[False, True], dual_clip=[None, 1.2])
                   + _grid(kl_aggregation=list(ex_grpo.MODES), aggregation=["token-mean", "seq-mean-token-mean"],
-                          mean_eps=[0.0, 0.25])),
+                          mean_eps=[0.0, 0.25])
+                  + _grid(policy_loss=["cispo"], cispo_clip=["upper", "both", "raw-upper"], kl_kind=["k3", "abs"],
+                          kl_ratio_weight=[False, True])
+                  + _grid(policy_loss=["sapo"], sapo_tau_pos=[1.0, 2.0], kl_kind=["abs"],
+                          aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True])
+                  # the log-ratio clamp on CISPO's weight and SAPO's gate (verl 0.9.1 clamps both)
+                  + _grid(policy_loss=["cispo", "sapo"], log_ratio_clamp=[0.3], kl_ratio_weight=[False, True],
+                          kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
     "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
                                ratio_cap=[None, 1.3])
@@ -317,7 +324,7 @@ def _extreme_cases():
         out.append(("distill.hinton", {"student_logits": zz, "teacher_logits": tt, "labels": np.array([1])},
                     {"temperature": 2.0}))
     lp = np.array([-1.0, -3.0, -0.5, -2.0])
-    for kind in ("k1", "k2", "k3"):
+    for kind in ("k1", "k2", "k3", "abs"):
         out.append(("kl.estimator", {"logp": lp, "ref_logp": lp + np.array([50.0, -50.0, 1e-9, -3e-7])},
                     {"kind": kind}))
     pc = np.array([-1.0, -1.0, -5.0, -2.0])
@@ -338,6 +345,8 @@ def _extreme_cases():
         # log r = ±49: with the ratio weight, k3 + dk3 = −log r from two terms ~e^49
         out.append(("grpo.loss", ratio, {"kl_ratio_weight": w, "kl_kind": kind}))
     out.append(("grpo.loss", ratio, {"kl_ratio_weight": True, "kl_clamp": 10.0}))
+    for policy in ("cispo", "sapo"):  # ŵ = 1.2 at ρ = e^50; the soft gate saturates flat
+        out.append(("grpo.loss", ratio, {"policy_loss": policy, "kl_kind": "abs"}))
     prox = dict(ratio)
     prox["behavior_logp"] = prox.pop("old_logp")
     out.append(("proximal_kl.loss", prox, {}))

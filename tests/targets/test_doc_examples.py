@@ -227,6 +227,9 @@ VALUE_RULES = (
     (r"^expected a real number, got '", "a string, not a number"),
     (r"^must be None with (\S+) ", r"set with \1"),
     (r"^'(\S+)' needs (\S+), got", r"'\1' without \2"),
+    (r"^must be None with (\S+)$", r"set with \1"),
+    (r"^only applies to (\S+), got", r"set without \1"),
+    (r"^the raw cap of (\S+) must be > (\S+), got", r"≤ \2 with \1"),
 )
 
 
