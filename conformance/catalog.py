@@ -167,9 +167,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         reduction="student_logits"),
     Objective(
         "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "
-        "k2 = (log r)²/2, k3 = r − log r − 1; optional clamp of the value to [−c, c].",
+        "k2 = (log r)²/2, k3 = r − log r − 1, abs = |log r|; optional clamp of the value to [−c, c].",
         (Input("logp", "N"), Input("ref_logp", "N")),
-        (Param("kind", "k3", ("k1", "k2", "k3"), "DeepSeekMath §4.1.1 eq. 4", convention=True),
+        (Param("kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath §4.1.1 eq. 4", convention=True),
          Param("clamp", None, source="no clamp in the papers", convention=True)),
         ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4"),
     Objective(
@@ -278,7 +278,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Input("advantages", "B"), Input("mask", "B,T", kind="mask")),
         (Param("eps_low", 0.2), Param("eps_high", None), Param("dual_clip", None, convention=True),
          Param("beta", 0.04, source="DeepSeekMath §4.2 (β = 0.04)"),
-         Param("kl_kind", "k3", ("k1", "k2", "k3"), "DeepSeekMath eq. 4", convention=True),
+         Param("kl_kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath eq. 4", convention=True),
          Param("kl_clamp", None, convention=True),
          Param("kl_ratio_weight", False, (True, False), "off in DeepSeekMath; TRL 1.16 default on", convention=True),
          Param("aggregation", "seq-mean-token-mean",
@@ -288,17 +288,24 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("ratio_level", "token", ("token", "sequence", "sequence-token"),
                "DeepSeekMath eq. 3 (token); GSPO arXiv 2507.18071 §4.1 eq. 5 and §4.3", convention=True,
                added="1.2.0"),
-         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo"),
-               "PPO eq. 7; GMPO arXiv 2507.20673 §3", convention=True, added="1.2.0"),
-         Param("log_ratio_clamp", None, source="no clamp in the papers; verl 0.9.1 compute_policy_loss_vanilla and "
-               "OpenRLHF 0.11.2 PolicyLoss clamp log ρ to ±20 before exp", convention=True, added="1.3.0"),
+         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo", "cispo", "sapo"),
+               "PPO eq. 7; GMPO arXiv 2507.20673 §3; CISPO arXiv 2506.13585 §3.1; SAPO arXiv 2511.20347 §3",
+               convention=True, added="1.2.0"),
+         Param("log_ratio_clamp", None, source="no clamp in the papers; verl 0.9.1 compute_policy_loss_vanilla "
+               "(and _cispo, _sapo) and OpenRLHF 0.11.2 PolicyLoss clamp log ρ to ±20 before exp", convention=True,
+               added="1.3.0"),
          Param("kl_aggregation", None, ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                         "seq-mean-token-sum-norm"),
                "None: the policy term's aggregation (DeepSeekMath eq. 3); OpenRLHF 0.11.2 ppo_actor always "
                "token-mean", convention=True, added="1.3.0"),
          Param("mean_eps", 0.0, source="DeepSeekMath eq. 3 divides by |o_i|; verl 0.9.1 agg_loss and OpenRLHF "
-               "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
-        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO",
+               "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0"),
+         Param("cispo_clip", "upper", ("upper", "both", "raw-upper"),
+               "MiniMax-M1 arXiv 2506.13585 §3.1 (ε_low^IS set large: no lower bound)", convention=True,
+               added="1.3.0"),
+         Param("sapo_tau_pos", 1.0, source="SAPO arXiv 2511.20347 (τ_pos = 1.0)", added="1.3.0"),
+         Param("sapo_tau_neg", 1.05, source="SAPO arXiv 2511.20347 (τ_neg = 1.05)", added="1.3.0")),
+        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO",
         reduction="logp"),
     Objective(
         "gae.advantages", "GAE Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γV_{t+1} − V_t, per row of token rewards and "

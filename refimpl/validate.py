@@ -199,12 +199,19 @@ def skew_alpha(value) -> float:
 
 # ----------------------------------------------------------------------------- kl
 
-KL_KINDS = ("k1", "k2", "k3")
+KL_KINDS = ("k1", "k2", "k3", "abs")
+REWARD_KL_KINDS = KL_KINDS[:3]
 
 
 def kl_kind(value, name: str = "kind") -> str:
-    """Schulman's estimator k1, k2 or k3 (``kl_kind`` inside grpo.loss)."""
+    """Schulman's estimator k1, k2 or k3, or verl's 'abs' = |log r| (``kl_kind`` inside grpo.loss)."""
     return choice(name, value, KL_KINDS)
+
+
+def reward_kl_kind(value, name: str = "kind") -> str:
+    """gae.kl_rewards' estimator: Schulman's k1, k2 or k3 (the catalog's choices there; 'abs' is
+    grpo.loss's and kl.estimator's only)."""
+    return choice(name, value, REWARD_KL_KINDS)
 
 
 def kl_clamp(value, name: str = "clamp") -> float | None:
@@ -363,7 +370,8 @@ def kl_ratio_weight(value) -> bool:
 
 
 RATIO_LEVELS = ("token", "sequence", "sequence-token")
-POLICY_LOSSES = ("ppo-clip", "gmpo")
+POLICY_LOSSES = ("ppo-clip", "gmpo", "cispo", "sapo")
+CISPO_CLIPS = ("upper", "both", "raw-upper")
 
 
 def ratio_level(value) -> str:
@@ -384,6 +392,13 @@ def policy_loss(value, level: str, dual_clip, kl_ratio_weight: bool) -> str:
             fail("dual_clip", "must be None with policy_loss='gmpo'")
         if kl_ratio_weight:
             fail("kl_ratio_weight", "must be False with policy_loss='gmpo'")
+    if value in ("cispo", "sapo"):
+        # token-level weights by definition (MiniMax-M1 §3.1, SAPO §3); TRL 1.16 and Liger 0.8.5
+        # refuse sequence-level ratios for both; neither has a min/max for a dual clip to bound
+        if level != "token":
+            fail("policy_loss", f"{value!r} needs ratio_level='token', got {level!r}")
+        if dual_clip is not None:
+            fail("dual_clip", f"must be None with policy_loss={value!r}")
     return value
 
 
@@ -406,6 +421,24 @@ def mean_eps(value) -> float:
     """The ε >= 0 added to each row's token count in a per-sequence token mean, Σ_t m·v / (Σ_t m + ε)
     (verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss: 1e−8); 0 in the papers."""
     return nonnegative("mean_eps", value)
+
+
+def cispo_clip(value, policy_loss: str, eps_low, eps_high) -> str:
+    """Which bounds CISPO's IS weight has: 'upper' min(ρ, 1 + ε_high) (MiniMax-M1 §3.1 with
+    ε_low^IS large), 'both' clip(ρ, 1 − ε_low, 1 + ε_high) (the paper's eq. written in full; verl
+    0.9.1), 'raw-upper' min(ρ, ε_high) with ε_high itself the cap (TRL 1.16, Liger 0.8.5). Only
+    CISPO reads it: any other value with another policy_loss is refused, as is a cap of 0."""
+    choice("cispo_clip", value, CISPO_CLIPS)
+    if value != "upper" and policy_loss != "cispo":
+        fail("cispo_clip", f"only applies to policy_loss='cispo', got {value!r} with {policy_loss!r}")
+    if value == "raw-upper" and clip_band(eps_low, eps_high, None)[1] == 0:
+        fail("eps_high", "the raw cap of cispo_clip='raw-upper' must be > 0, got 0")
+    return value
+
+
+def sapo_temperature(name: str, value) -> float:
+    """A SAPO gate temperature τ > 0 (``sapo_tau_pos``, ``sapo_tau_neg``)."""
+    return positive(name, value)
 
 
 # ----------------------------------------------------------------------------- proximal_kl

@@ -90,6 +90,9 @@ BAD_PARAMS = {
     "rpo_alpha": [-0.5, NAN, INF, "x"],
     "cpo_alpha": [-1.0, NAN, -INF, "one"],
     "nll_aggregation": ["sum", "Token-Mean", 1],
+    "cispo_clip": ["lower", None, "both"],   # 'both' is refused with the default policy_loss (not CISPO)
+    "sapo_tau_pos": [0.0, -1.0, NAN, INF],
+    "sapo_tau_neg": [0.0, -1.05, NAN, INF],
 }
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],

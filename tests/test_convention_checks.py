@@ -154,8 +154,10 @@ def test_options_match_the_catalog():
                "rule": validate.UPDATE_RULES,
                "baseline": validate.BASELINES, "level": validate.CORRECTION_LEVELS,
                "correction": validate.CORRECTIONS, "seq_log_ratio": validate.SEQ_LOG_RATIOS,
-               "kept_weight": validate.KEPT_WEIGHTS}
-    by_objective = {("grpo.advantages", "baseline"): validate.ADVANTAGE_BASELINES}
+               "kept_weight": validate.KEPT_WEIGHTS, "policy_loss": validate.POLICY_LOSSES,
+               "cispo_clip": validate.CISPO_CLIPS}
+    by_objective = {("grpo.advantages", "baseline"): validate.ADVANTAGE_BASELINES,
+                    ("gae.kl_rewards", "kind"): validate.REWARD_KL_KINDS}
     for spec in catalog.OBJECTIVES:
         for p in spec.params:
             if (spec.id, p.name) in by_objective:

@@ -12,7 +12,7 @@ import math
 
 import mpmath
 
-from conformance.generate import grpo_low, grpo_rollout
+from conformance.generate import grpo_gated, grpo_low, grpo_rollout
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.grpo_inputs import (
@@ -129,6 +129,16 @@ NOTES = {
     "ArticleRewards": {"category": "edge", "description": "The article's group (0, 1, 1, 0) under a leave-one-out "
                        "baseline or the batch whitening: leave-one-out baselines 2/3 and 1/3, advantages ±4/3 before "
                        "any scaling."},
+    "WeightBound": {"category": "edge", "description": "CISPO: ratios 5 % and 0.1 % either side of each bound of the "
+                    "IS weight (1 + ε_high, 1 − ε_low, or TRL's raw cap ε_high): the weight ŵ = clip(ρ) is continuous "
+                    "there, and so is the gradient ŵ·A, so the side a rounded ratio falls on barely matters, but the "
+                    "value must follow the bound exactly."},
+    "SoftGateRange": {"category": "edge", "description": "SAPO: ratios e^−4 … e^4 for both signs of A: the gate "
+                      "σ(τ(ρ − 1))·4/τ from its near-zero floor through 2/τ at ρ = 1 to its saturated 4/τ, where its "
+                      "gradient 4ρσ(1 − σ)·A vanishes."},
+    "AbsKink": {"category": "edge", "description": "The abs KL estimator |log r| (verl 0.9.1 kl_penalty 'abs') at "
+                "log r = 0 exactly, where the catalog defines its gradient as 0 (torch.abs's subgradient), and at "
+                "log r = ±2^−30 (gradient ∓1 per unit of β): the sign of ref_logp − logp is exact in every dtype."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
@@ -244,6 +254,33 @@ GROUPS = {
     "seq-mean-token-mean-eps": "grpo.aggregate: per-row token means over |o_i| + 1e−8 (mean_eps) — verl 0.9.1 "
                                "trainer/ppo/core_algos.py agg_loss 'seq-mean-token-mean' (with a floating-point "
                                "mask) and OpenRLHF 0.11.2 models/loss.py aggregate_loss(token_level_loss=False)",
+    "cispo": "grpo.loss: CISPO (MiniMax-M1, arXiv 2506.13585) §3.1 eq. 4–5: −sg(ŵ_t)·A_i·log π_t with the IS "
+             "weight ŵ_t = min(ρ_t, 1 + ε_high) (the paper sets ε_low^IS large: no lower bound; it prints no "
+             "ε_high^IS, so the bands vary), token mean 1/Σ|o_i|; k3 KL without clamp or ratio weight (CISPO has "
+             "no KL term: β varies, 0 among it)",
+    "cispo-both": "grpo.loss: CISPO with both bounds of eq. 5, ŵ_t = clip(ρ_t, 1 − ε_low, 1 + ε_high), token mean",
+    "trl-1.16-cispo": "grpo.loss: TRL 1.16.0 trainer/grpo_trainer.py _compute_loss loss_type='cispo': ŵ = "
+                      "clamp(ρ, max=epsilon_high) with the raw epsilon_high as the cap (unset → epsilon = 0.2; the "
+                      "help text suggests 5.0) and no lower bound; Σ/(tokens) normaliser (token mean); "
+                      "use_bias_correction_kl=True (k3 × ρ)",
+    "liger-0.8.5-cispo": "grpo.loss: Liger 0.8.5 chunked_loss/grpo_loss.py loss_type='cispo' (clamp(ρ, "
+                         "max=epsilon_high), raw cap; token mean as 'dapo'; use_bias_correction_kl=False)",
+    "verl-0.9.1-cispo": "grpo.loss: verl 0.9.1 trainer/ppo/core_algos.py compute_policy_loss_cispo "
+                        "(loss_mode='cispo'): ŵ = clamp(ρ, 1 − clip_ratio_low, 1 + clip_ratio_high), both sides; "
+                        "loss_agg_mode token-mean; KL loss low_var_kl (k3 clamped to ±10); log ρ clamped to ±20 "
+                        "first (log_ratio_clamp = 20)",
+    "sapo": "grpo.loss: SAPO (Gao et al. 2025, arXiv 2511.20347) §3: −σ(τ(ρ_t − 1))·4/τ·A_i, τ = τ_pos (1.0) "
+            "where A_i > 0, else τ_neg (1.05), 1/G Σ_i 1/|y_i| Σ_t aggregation; k3 KL without clamp or ratio "
+            "weight (β varies, 0 among it) — also Liger 0.8.5 chunked_loss/grpo_loss.py loss_type='sapo' (per-sequence "
+            "token means, use_bias_correction_kl=False; it counts fully masked rows)",
+    "trl-1.16-sapo": "grpo.loss: TRL 1.16.0 trainer/grpo_trainer.py loss_type='sapo' (sapo_temperature_pos 1.0, "
+                     "sapo_temperature_neg 1.05; per-sequence token means as 'grpo'); use_bias_correction_kl=True",
+    "verl-0.9.1-sapo": "grpo.loss: verl 0.9.1 trainer/ppo/core_algos.py compute_policy_loss_sapo "
+                       "(loss_mode='sapo', tau_pos 1.0, tau_neg 1.05; always seq-mean-token-mean) with the KL loss "
+                       "low_var_kl (k3 clamped to ±10); log ρ clamped to ±20 first (log_ratio_clamp = 20)",
+    "verl-0.9.1-abs": "grpo.loss: verl 0.9.1 defaults (compute_policy_loss_vanilla: log ρ clamped to ±20, "
+                      "clip_ratio_c = 3; token-mean) with kl_loss_type='abs': |logp − ref_logp| "
+                      "(core_algos.kl_penalty_forward), no clamp on the KL",
     "dual-clip-3": "grpo.clip: dual clip c = 3 (Ye et al. 2020) — verl 0.9.1 trainer/ppo/core_algos.py "
                    "compute_policy_loss_vanilla clip_ratio_c=3.0 (always on; log ρ clamped to ±20 first, not "
                    "expressed); OpenRLHF 0.11.2 models/loss.py PolicyLoss(dual_clip=3)",
@@ -859,6 +896,7 @@ def _loss_scale(kwargs, outputs, grads):
     beta = mpmath.mpf(kwargs["beta"])
     kind, clamp = kwargs["kl_kind"], kwargs["kl_clamp"]
     lo, hi, dual = _band(kwargs)
+    policy = kwargs["policy_loss"]
     value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
     for i, row in enumerate(w):
         a = mpmath.mpf(kwargs["advantages"][i])
@@ -868,17 +906,21 @@ def _loss_scale(kwargs, outputs, grads):
             lp, old, ref = (mpmath.mpf(kwargs[n][i][j]) for n in ("logp", "old_logp", "ref_logp"))
             rho = mpmath.exp(lp - old if clamp_log is None else min(max(lp - old, -clamp_log), clamp_log))
             size_ratio = 1 + abs(lp) + abs(old)
-            active, magnitude = _branch(rho, a, lo, hi, dual)
-            surrogate = magnitude * size_ratio if active else magnitude
+            if policy == "ppo-clip":
+                active, magnitude = _branch(rho, a, lo, hi, dual)
+                surrogate = magnitude * size_ratio if active else magnitude
+                objective, dsurrogate = _surrogate(rho, a, lo, hi, dual), surrogate
+            else:
+                objective, surrogate, dsurrogate = grpo_gated.token_scale(kwargs, rho, lp, a, size_ratio)
             x = ref - lp
             size_ref = 1 + abs(lp) + abs(ref)
-            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
+            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x, "abs": abs(x)}[kind]
             k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
             kl_used = beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used
             if wk is w:
-                elements.append(wt * abs(_surrogate(rho, a, lo, hi, dual) - kl_used))
+                elements.append(wt * abs(objective - kl_used))
             else:   # the two terms reduced with their own weights (kl_aggregation)
-                elements.append(wt * abs(_surrogate(rho, a, lo, hi, dual)) + wk[i][j] * abs(kl_used))
+                elements.append(wt * abs(objective) + wk[i][j] * abs(kl_used))
             if clamp is not None and abs(k) >= clamp:
                 kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
             elif kind == "k3":
@@ -887,16 +929,16 @@ def _loss_scale(kwargs, outputs, grads):
             elif kind == "k2":
                 kl_terms = abs(x) * size_ref + x * x / 2
                 dkl_terms = size_ref
-            else:
+            else:  # k1, abs: the terms of log r itself
                 kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
             weight = rho * size_ratio if kwargs["kl_ratio_weight"] else 1
             penalty = beta * weight * kl_terms
             if wk is w:
                 value_terms.append(wt * (surrogate + penalty))
-                grad_terms.append(wt * (surrogate + penalty + beta * weight * dkl_terms))
+                grad_terms.append(wt * (dsurrogate + penalty + beta * weight * dkl_terms))
             else:
                 value_terms.append(wt * surrogate + wk[i][j] * penalty)
-                grad_terms.append(wt * surrogate + wk[i][j] * (penalty + beta * weight * dkl_terms))
+                grad_terms.append(wt * dsurrogate + wk[i][j] * (penalty + beta * weight * dkl_terms))
     return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
 
 
@@ -1289,7 +1331,8 @@ def _surrogate(rho, a, lo, hi, dual):
 def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
-            + _library_cases() + _mean_eps_agg_cases() + _baseline_cases() + grpo_rollout.cases())
+            + _library_cases() + _mean_eps_agg_cases() + _baseline_cases() + grpo_rollout.cases()
+            + grpo_gated.cases())
 
 
 SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale, **grpo_rollout.SCALES}

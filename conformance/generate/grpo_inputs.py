@@ -110,6 +110,27 @@ LIBRARY_LOSS_GROUPS = {
 }
 
 
+def _gated(conventions, policy, cispo_clip="upper", clamp=None):
+    return {**conventions, "ratio_level": "token", "policy_loss": policy, "cispo_clip": cispo_clip,
+            "log_ratio_clamp": clamp}
+
+
+# CISPO and SAPO (token-level IS weights / soft gates) and PPO with verl's abs KL estimator, kept
+# apart as the sequence-level groups are: the cases that were already there keep their places.
+# verl 0.9.1 clamps log ρ to ±20 before exp in compute_policy_loss_vanilla, _cispo and _sapo alike.
+GATED_LOSS_GROUPS = {
+    "cispo": _gated(_lg(None, "k3", None, False, "token-mean"), "cispo"),
+    "cispo-both": _gated(_lg(None, "k3", None, False, "token-mean"), "cispo", "both"),
+    "trl-1.16-cispo": _gated(_lg(None, "k3", None, True, "token-mean"), "cispo", "raw-upper"),
+    "liger-0.8.5-cispo": _gated(_lg(None, "k3", None, False, "token-mean"), "cispo", "raw-upper"),
+    "verl-0.9.1-cispo": _gated(_lg(None, "k3", 10.0, False, "token-mean"), "cispo", "both", 20.0),
+    "sapo": _gated(_lg(None, "k3", None, False, "seq-mean-token-mean"), "sapo"),
+    "trl-1.16-sapo": _gated(_lg(None, "k3", None, True, "seq-mean-token-mean"), "sapo"),
+    "verl-0.9.1-sapo": _gated(_lg(None, "k3", 10.0, False, "seq-mean-token-mean"), "sapo", clamp=20.0),
+    "verl-0.9.1-abs": _gated(_lg(3.0, "abs", None, False, "token-mean"), "ppo-clip", clamp=20.0),
+}
+
+
 # (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
 CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
 
@@ -195,7 +216,7 @@ def _with_empty_rows(mask, rows):
 
 def loss_conventions(group) -> dict:
     """A grpo.loss group's conventions, whichever table names it."""
-    for table in (LOSS_GROUPS, SEQUENCE_LOSS_GROUPS, LIBRARY_LOSS_GROUPS):
+    for table in (LOSS_GROUPS, SEQUENCE_LOSS_GROUPS, LIBRARY_LOSS_GROUPS, GATED_LOSS_GROUPS):
         if group in table:
             return table[group]
     raise KeyError(group)
@@ -209,12 +230,17 @@ def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="vali
 
 
 def _kl_value(x: float, kind: str) -> float:
-    return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x}[kind]
+    return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x, "abs": abs(x)}[kind]
 
 
 def _loss_away(lp, old, ref, params, conv, dtype):
-    """Nudge tokens off every kink: clip band, dual clip, and the KL clamp."""
-    bounds = _bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])
+    """Nudge tokens off every kink: clip band, dual clip, and the KL clamp. CISPO's weight bounds
+    and SAPO's gate are not kinks (the weight ŵ·A, the gradient, is continuous in ρ); abs's kink
+    at log r = 0 is decided by the sign of ref_logp − logp, which every dtype forms exactly."""
+    if conv.get("policy_loss") in ("cispo", "sapo"):
+        bounds = []
+    else:
+        bounds = _bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])
     lp = [list(row) for row in lp]
     for i, row in enumerate(lp):
         for j in range(len(row)):

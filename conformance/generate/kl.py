@@ -26,6 +26,9 @@ NOTES = {
                      "clamp. A case judged in float16 keeps r = e^{log r} inside float16's range (log r ≤ 11); "
                      "larger ratios are bfloat16 only. See conformance/compare.py for the careful tolerance "
                      "model."},
+    "AbsKink": {"category": "edge", "description": "abs at log r = 0 exactly (gradient 0 by definition, as "
+                "torch.abs) and at log r = ±2^−30, ±2^−60 (gradient ∓1): the sign of ref_logp − logp is exact in "
+                "every dtype, so the kink is never decided by rounding."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the estimator's domain; must be rejected."},
 }
 
@@ -34,6 +37,8 @@ GROUPS = {
     "estimators": "Schulman 2020 k1 and k2 (no clamp)",
     "clamp10": "k1/k2/k3 clamped to ±10: OpenRLHF 0.11.2 models/utils.py compute_approx_kl; "
                "verl 0.9.1 trainer/ppo/core_algos.py kl_penalty (low_var_kl)",
+    "verl-0.9.1-abs": "abs = |log r|: verl 0.9.1 trainer/ppo/core_algos.py kl_penalty_forward kl_penalty='abs' "
+                      "(no clamp; no paper defines it); its gradient at log r = 0 is 0 (torch.abs)",
 }
 
 
@@ -93,6 +98,46 @@ def cases() -> list[Case]:
     for inputs, conv, why in bad:
         out.append(Case(OBJ, inputs, conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",),
                         comment=why, provenance=generated(0, "fixed")))
+    return out + _abs_cases()
+
+
+def _abs_cases() -> list[Case]:
+    """verl's abs estimator, after the cases that were already there (they keep their places)."""
+    conv, g = {"kind": "abs", "clamp": None}, "verl-0.9.1-abs"
+    out = []
+    for i in range(12):
+        seed = 1500 + i
+        r = S.rng(seed)
+        n = int(r.integers(1, 65))
+        lp = S.logprobs(r, n)
+        ref = S.logprobs_near(r, lp, 0.5 if i % 2 else 2.0)
+        if i % 2 == 0:
+            lp, ref = S.in_dtype(lp, "float32"), S.in_dtype(ref, "float32")
+        out.append(Case(OBJ, {"logp": lp, "ref_logp": ref}, conventions=conv, group=g, flags=("Random",),
+                        comment=f"random N={n}", provenance=generated(seed, "logprobs + normal offset")))
+    for dtype in ("bfloat16", "float16"):
+        r = S.rng(2500)
+        lp = S.in_dtype(S.logprobs(r, 16), dtype)
+        ref = S.in_dtype(S.near(r, lp, 1.0), dtype)
+        out.append(Case(OBJ, {"logp": lp, "ref_logp": ref}, conventions=conv, group=g, flags=("LowPrecision",),
+                        low_precision=True, comment=f"inputs exact in {dtype}",
+                        provenance=generated(2500, f"logprobs rounded to {dtype}")))
+    out.append(Case(OBJ, {"logp": [-1.5, -0.25, -7.0, -3.0], "ref_logp": [-1.5, -0.25 - 2.0 ** -9, -7.0, -2.5]},
+                    conventions=conv, group=g, flags=("AbsKink", "LowPrecision"), low_precision=True,
+                    comment="log r = 0, −2^−9, 0, 0.5, exact in bfloat16 and float16", provenance=generated(0, "fixed")))
+    out.append(Case(OBJ, {"logp": [-1.5, -0.25, -7.0, -2.0, -3.0],
+                          "ref_logp": [-1.5, -0.25 + 2.0 ** -30, -7.0 - 2.0 ** -30, -2.0 + 2.0 ** -50, -3.0]},
+                    conventions=conv, group=g, flags=("AbsKink",), comment="log r = 0, ±2^−30, 2^−50, 0",
+                    provenance=generated(0, "fixed")))
+    out.append(Case(OBJ, {"logp": [-2.0, -0.5, -3.0], "ref_logp": [-2.0 + 1e-8, -0.5 - 3e-7, -3.0 + 1e-6]},
+                    conventions=conv, group=g, flags=("Cancellation",), comment="log r ≈ 1e-8 … 1e-6",
+                    provenance=generated(0, "fixed")))
+    out.append(Case(OBJ, {"logp": [-50.0, 0.0, -690.0, -1e-3], "ref_logp": [0.0, -50.0, -689.5, -690.0]},
+                    conventions=conv, group=g, flags=("ExtremeRatio",), comment="ratios e^±50, probabilities ~1e-300",
+                    provenance=generated(0, "fixed")))
+    out.append(Case(OBJ, {"logp": [-1.0], "ref_logp": [-2.0]}, conventions={"kind": "Abs"}, group="invalid",
+                    result="invalid", flags=("InvalidInput",), comment="unknown estimator (names are lower case)",
+                    provenance=generated(0, "fixed")))
     return out
 
 
@@ -183,7 +228,8 @@ def _k_scale(kwargs, outputs, grads):
         size = abs(a) + abs(b)
         # k3: r = e^{log r} inherits the relative error of log r's absolute error u·size, r·u·size
         terms.append({"k1": size, "k2": size * abs(log_r),
-                      "k3": mpmath.exp(log_r) + size + 1 + abs(mpmath.expm1(log_r)) * size}[kwargs["kind"]])
+                      "k3": mpmath.exp(log_r) + size + 1 + abs(mpmath.expm1(log_r)) * size,
+                      "abs": size}[kwargs["kind"]])
     scale = max(terms)
     return {"value": scale, "grad:logp": max(scale, 1)}
 

@@ -91,7 +91,7 @@ def kl_rewards(scores, logp, ref_logp, mask, beta: float | None = None, kind: st
     validate.per_sequence("scores", _xp.shape(s), _xp.shape(lp))
     m = _xp.mask(xp, "mask", mask, _xp.shape(lp), dt)
     b = validate.kl_penalty_beta(beta)
-    validate.kl_kind(kind)
+    validate.reward_kl_kind(kind)
     c = validate.kl_clamp(clamp)
     on = m == 1
     validate.every_row_has_a_token("mask", [[bool(x)] for x in xp.any(on, axis=1)])

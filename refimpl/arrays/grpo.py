@@ -266,7 +266,8 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
-                 ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps):
+                 ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip,
+                 sapo_tau_pos, sapo_tau_neg):
     xp = _xp.namespace(logp, old_logp, ref_logp, advantages, mask)
     dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     lp = _xp.array(xp, "logp", logp, dt)
@@ -288,7 +289,8 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     modes = (aggregation, validate.kl_aggregation(kl_aggregation) or aggregation, norm,
              validate.mean_eps(mean_eps))
-    return xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes
+    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+    return xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy
 
 
 def _aggregate_terms(xp, policy, penalty, m, modes):
@@ -303,10 +305,42 @@ def _term_weights(xp, m, modes):
     return aggregate_weights(xp, m, aggregation, norm, eps), aggregate_weights(xp, m, kl_mode, norm, eps)
 
 
-def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight, clamp):
+def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
+    """('ppo-clip', clip params), ('cispo', (lower or None, upper)) or ('sapo', (τ_pos, τ_neg))."""
+    validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
+    taus = (validate.sapo_temperature("sapo_tau_pos", tau_pos), validate.sapo_temperature("sapo_tau_neg", tau_neg))
+    if policy_loss == "cispo":
+        lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+        if cispo_clip == "raw-upper":
+            return "cispo", (None, hi)
+        return "cispo", (1 - lo if cispo_clip == "both" else None, 1 + hi)
+    if policy_loss == "sapo":
+        return "sapo", taus
+    return "ppo-clip", clip_params
+
+
+def _cispo(xp, lp, rho, adv, lower, upper):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): sg(ŵ)·A·logπ with ŵ = ρ clipped to
+    [lower, upper] (lower None: no lower bound), and its derivative ŵ·A."""
+    weight = xp.clip(rho, lower, upper) if lower is not None else xp.minimum(rho, xp.asarray(upper, dtype=rho.dtype))
+    return weight * adv * lp, weight * adv
+
+
+def _sapo(xp, rho, adv, tau_pos, tau_neg):
+    """SAPO (arXiv 2511.20347 §3): f·A with f = σ(τ(ρ − 1))·4/τ (τ by the sign of A), and its
+    derivative 4·ρ·σ(x)·σ(−x)·A at x = τ(ρ − 1)."""
+    tau = xp.where(adv > 0, xp.asarray(tau_pos, dtype=rho.dtype), xp.asarray(tau_neg, dtype=rho.dtype))
+    x = tau * (rho - 1)
+    gate = _xp.sigmoid(xp, x)
+    return gate * 4 / tau * adv, 4 * rho * gate * _xp.sigmoid(xp, -x) * adv
+
+
+def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight, clamp,
+                    token_policy):
     """The policy term −C_t and the KL term β·w_t·KL_t of ℓ_t and their derivatives in logp_t,
-    from the pieces of ``clip`` and ``kl``. ``clamp`` c: log ρ clamped to [−c, c] before exp
-    (verl 0.9.1, OpenRLHF 0.11.2), ρ constant outside the closed band."""
+    from the pieces of ``clip`` and ``kl``; C_t is PPO's clipped surrogate, CISPO's or SAPO's term
+    (``token_policy``). ``clamp`` c: log ρ clamped to [−c, c] before exp (verl 0.9.1, OpenRLHF
+    0.11.2), ρ constant outside the closed band."""
     # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
     # arbitrary difference from overflowing. Their aggregate weight is 0 either way.
     on = m == 1
@@ -316,10 +350,19 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
         log_ratio = xp.clip(log_ratio, -clamp, clamp)
     log_r = _xp.masked(xp, on, ref - lp)
     rho = xp.exp(log_ratio)
-    objective, active = surrogate(xp, rho, adv[:, None], *clip_params)
-    if inside is not None:
-        active = active & inside
-    dobjective = _xp.masked(xp, active, rho * adv[:, None])
+    kind, constants = token_policy
+    if kind == "cispo":
+        # ŵ_t is detached: the gradient runs through logπ_t alone, never through the clamp
+        objective, dobjective = _cispo(xp, _xp.masked(xp, on, lp), rho, adv[:, None], *constants)
+    elif kind == "sapo":
+        objective, dobjective = _sapo(xp, rho, adv[:, None], *constants)
+        if inside is not None:
+            dobjective = _xp.masked(xp, inside, dobjective)
+    else:
+        objective, active = surrogate(xp, rho, adv[:, None], *clip_params)
+        if inside is not None:
+            active = active & inside
+        dobjective = _xp.masked(xp, active, rho * adv[:, None])
     penalty = kl.clamped(xp, log_r, kl_kind, kl_clamp)
     dpenalty = kl.clamped_dlogp(xp, log_r, kl_kind, kl_clamp)
     if kl_ratio_weight:
@@ -390,7 +433,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
-         kl_aggregation: str | None = None, mean_eps: float = 0.0):
+         kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
@@ -398,17 +442,19 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     w_t = ρ_t when ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1.
     ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) or 'sequence-token' (GSPO-token,
     §4.3) replaces ρ_t by the row's s_i = exp(mean Δ); ``policy_loss='gmpo'`` (arXiv 2507.20673
-    §3) is C_i = A_i·exp(mean of the log-space-clipped Δ). Library conventions:
-    ``log_ratio_clamp`` (log ρ_t clamped before exp), ``kl_aggregation`` (the KL term's own
-    reduction; None: ``aggregation``), ``mean_eps`` (|o_i| + ε in per-row token means).
+    §3) is C_i = A_i·exp(mean of the log-space-clipped Δ); ``policy_loss='cispo'`` (MiniMax-M1
+    §3.1) is sg(ŵ_t)·A_i·logπ_t with ŵ_t bounded as ``cispo_clip`` says; ``policy_loss='sapo'``
+    (arXiv 2511.20347 §3) is σ(τ(ρ_t − 1))·4/τ·A_i, τ = ``sapo_tau_pos`` if A_i > 0 else ``sapo_tau_neg``.
+    Library conventions: ``log_ratio_clamp`` (log ρ_t clamped before exp), ``kl_aggregation`` (the
+    KL term's own reduction; None: ``aggregation``), ``mean_eps`` (|o_i| + ε in per-row token means).
     """
-    xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
+    xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
-                                                kl_ratio_weight, clamp)
+                                                kl_ratio_weight, clamp, token_policy)
     else:
         policy, penalty = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
                                          policy_loss, _log_band(eps_low, eps_high))[:2]
@@ -420,18 +466,19 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
-             kl_aggregation: str | None = None, mean_eps: float = 0.0):
+             kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
+             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
-    xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
+    xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     ct = scalar_cotangent(xp, cotangent, dt)
     w_policy, w_penalty = _term_weights(xp, m, modes)
     if ratio_level == "token":
         _, dpolicy, _, dpenalty = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
-                                                  kl_ratio_weight, clamp)
+                                                  kl_ratio_weight, clamp, token_policy)
         return {"logp": ct * (w_policy * dpolicy + w_penalty * dpenalty)}
     pieces = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight, policy_loss,
                             _log_band(eps_low, eps_high))

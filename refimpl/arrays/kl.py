@@ -3,7 +3,8 @@
 Source: J. Schulman, "Approximating KL Divergence" (2020); DeepSeekMath (Shao et al. 2024)
 §4.1.1 eq. 4 (k3 as GRPO's per-token penalty). With log r = ref_logp − logp:
 
-    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1  (≥ 0).
+    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1  (≥ 0),
+    abs = |log r|  (verl 0.9.1 kl_penalty "abs"; gradient 0 at the kink log r = 0).
 
 Same names and contract as ``refimpl.exact.kl``; computed in the inputs' dtype.
 """
@@ -34,6 +35,8 @@ def unclamped(xp, log_r, kind):
         return -log_r
     if kind == "k2":
         return log_r * log_r / 2
+    if kind == "abs":
+        return xp.abs(log_r)
     # r − 1 − log r ≈ (log r)²/2 near 0: expm1(log r) − log r would cancel there.
     return _xp.expm1mx(xp, log_r)
 
@@ -44,6 +47,8 @@ def unclamped_dlogp(xp, log_r, kind):
         return xp.ones_like(log_r)
     if kind == "k2":
         return -log_r
+    if kind == "abs":
+        return -xp.sign(log_r)  # 0 at the kink, as torch.abs's gradient
     return -xp.expm1(log_r)  # 1 − r
 
 

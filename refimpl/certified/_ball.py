@@ -201,6 +201,13 @@ def sqrt(x):
     return _unary(x, v, 1 / (2 * v))
 
 
+def absolute(x):
+    """|x| with derivative sign(x), 0 at an exact zero (torch.abs's subgradient); a ball that
+    straddles 0 without being 0 raises :class:`Straddle`."""
+    s = sign(x)
+    return _unary(x, value(x) if s >= 0 else -value(x), ball(s))
+
+
 def square(x):
     xv = value(x)
     return _unary(x, xv * xv, 2 * xv)

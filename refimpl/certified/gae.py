@@ -78,7 +78,7 @@ def _kl_rewards(diff, scores, logp, ref_logp, mask, beta=None, kind="k1", clamp=
     validate.per_sequence("scores", _ball.shape(s), shape)
     on = mask_rows("mask", mask, shape)
     b = _ball.ball(validate.kl_penalty_beta(beta))
-    validate.kl_kind(kind)
+    validate.reward_kl_kind(kind)
     c = validate.kl_clamp(clamp)
     c = None if c is None else _ball.ball(c)
     validate.every_row_has_a_token("mask", on)

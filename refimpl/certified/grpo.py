@@ -182,10 +182,37 @@ def _sequence_ratios(lrow, orow, adv, mrow, level, policy_loss, log_band):
     return [_ball.detach(s) * _ball.exp(x - _ball.detach(x)) for x in lrow]
 
 
+def _token_policy(policy_loss, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
+    """CISPO's weight bounds (lower or None, upper) or SAPO's (τ_pos, τ_neg), as exact balls."""
+    validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
+    taus = (_ball.ball(validate.sapo_temperature("sapo_tau_pos", tau_pos)),
+            _ball.ball(validate.sapo_temperature("sapo_tau_neg", tau_neg)))
+    if policy_loss == "cispo":
+        lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+        if cispo_clip == "raw-upper":
+            return None, _ball.ball(hi)
+        return (1 - _ball.ball(lo) if cispo_clip == "both" else None), 1 + _ball.ball(hi)
+    return taus if policy_loss == "sapo" else None
+
+
+def _cispo(x, log_rho, a, lower, upper):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): sg(ŵ)·A·logπ, ŵ = ρ clipped to
+    [lower, upper] (lower None: no lower bound); ``log_rho`` is detached, so the weight is a
+    constant on the tape."""
+    return _ball.clip(_ball.exp(log_rho), lower, upper) * a * x
+
+
+def _sapo(log_rho, a, tau_pos, tau_neg):
+    """SAPO (arXiv 2511.20347 §3): σ(τ(ρ − 1))·4/τ·A, τ = τ_pos where A > 0, else τ_neg; ρ − 1
+    formed as expm1(log ρ)."""
+    tau = tau_pos if _ball.sign(a) > 0 else tau_neg
+    return _ball.sigmoid(tau * _ball.expm1(log_rho)) * 4 / tau * a
+
+
 def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None,
           beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
           norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
-          kl_aggregation=None, mean_eps=0.0):
+          kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05):
     lp = _ball.balls("logp", logp)
     shape = _ball.shape(lp)
     validate.rank("logp", shape, 2)
@@ -211,6 +238,7 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     norm = _ball.ball(shape[1] if norm is None else norm)
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     eps = _ball.ball(validate.mean_eps(mean_eps))
+    token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     lp = diff("logp", lp)
     policy, kl_term = [], []
     for lrow, orow, rrow, a, mrow in zip(lp, old, ref, adv, m):
@@ -224,11 +252,17 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
                 continue
             if ratio_level == "token":
                 # verl 0.9.1 / OpenRLHF 0.11.2: log ρ clamped to [−c, c] before exp (constant outside)
-                rho = _ball.exp(x - o if clamp is None else _ball.clip(x - o, -clamp, clamp))
+                log_rho = x - o if clamp is None else _ball.clip(x - o, -clamp, clamp)
+                rho = _ball.exp(log_rho)
             else:
                 rho = ratios[t]
             kl = penalty(r - x, kl_kind, c)
-            objective = a * rho if policy_loss == "gmpo" else surrogate(rho, a, *band)
+            if policy_loss == "cispo":
+                objective = _cispo(x, _ball.detach(log_rho), a, *token_policy)
+            elif policy_loss == "sapo":
+                objective = _sapo(log_rho, a, *token_policy)
+            else:
+                objective = a * rho if policy_loss == "gmpo" else surrogate(rho, a, *band)
             prow.append(-objective)
             krow.append(b * (rho * kl if weighted else kl))
         policy.append(prow)

@@ -2,7 +2,7 @@
 
 Schulman, "Approximating KL Divergence" (2020): with log r = log π_ref(y) − log π(y) for y ~ π,
 k1 = −log r, k2 = (log r)²/2, k3 = r − 1 − log r; DeepSeekMath (Shao et al. 2024) §4.1.1
-eq. 4 uses k3. ``clamp=c`` clips the value to the closed band [−c, c] (a clipped entry has
+eq. 4 uses k3; verl 0.9.1's abs = |log r| (gradient 0 at log r = 0). ``clamp=c`` clips the value to the closed band [−c, c] (a clipped entry has
 zero gradient; one on a bound passes it).
 """
 from __future__ import annotations
@@ -20,6 +20,8 @@ def penalty(log_r, kind: str, clamp):
         v = -log_r
     elif kind == "k2":
         v = _ball.square(log_r) / 2
+    elif kind == "abs":
+        v = _ball.absolute(log_r)
     else:
         v = _ball.k3(-log_r)
     return v if clamp is None else _ball.clip(v, -clamp, clamp)

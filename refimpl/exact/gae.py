@@ -124,7 +124,7 @@ def kl_rewards(scores, logp, ref_logp, mask, beta: float | None = None, kind: st
     validate.per_sequence("scores", s.shape, lp.shape)
     m = mp.mask("mask", mask, lp.shape)
     b = mp.mpf(validate.kl_penalty_beta(beta))
-    validate.kl_kind(kind)
+    validate.reward_kl_kind(kind)
     c = validate.kl_clamp(clamp)
     on_rows = [[x == 1 for x in row] for row in m]
     validate.every_row_has_a_token("mask", on_rows)

@@ -283,7 +283,8 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
-                 ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps):
+                 ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip,
+                 sapo_tau_pos, sapo_tau_neg):
     lp = mp.array("logp", logp)
     validate.rank("logp", lp.shape, 2)
     old = mp.array("old_logp", old_logp)
@@ -303,8 +304,9 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     modes = (aggregation, kl_mode, norm, _mean_eps(mean_eps))
+    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     return (lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)),
-            None if clamp is None else mp.mpf(clamp), modes)
+            None if clamp is None else mp.mpf(clamp), modes, token_policy)
 
 
 def _term_weights(m, modes):
@@ -319,31 +321,77 @@ def _aggregate_terms(policy, penalty, m, modes):
 
 
 def _clamped_log_ratio(log_ratio, clamp):
-    """log ρ clamped to [−c, c] before the exponential (verl 0.9.1 compute_policy_loss_vanilla and
-    OpenRLHF 0.11.2 PolicyLoss: c = 20) and its derivative in log ρ: 1 inside the closed band, 0
-    where the bound is taken (as torch.clamp)."""
+    """log ρ clamped to [−c, c] before the exponential (verl 0.9.1 compute_policy_loss_vanilla,
+    _cispo and _sapo, OpenRLHF 0.11.2 PolicyLoss: c = 20) and its derivative in log ρ: 1 inside
+    the closed band, 0 where the bound is taken (as torch.clamp)."""
     if clamp is None:
         return log_ratio, np.full(log_ratio.shape, mp.ONE, dtype=object)
     inside = _bool((log_ratio >= -clamp) & (log_ratio <= clamp))
     return mp.clip(log_ratio, -clamp, clamp), np.where(inside, mp.ONE, mp.ZERO)
 
 
-def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight, log_ratio_clamp):
+def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
+    """The per-token policy term's kind and constants: ('ppo-clip', clip params),
+    ('cispo', (lower or None, upper)) or ('sapo', (τ_pos, τ_neg)), all exact mpf."""
+    validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
+    taus = (mp.mpf(validate.sapo_temperature("sapo_tau_pos", tau_pos)),
+            mp.mpf(validate.sapo_temperature("sapo_tau_neg", tau_neg)))
+    if policy_loss == "cispo":
+        lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+        if cispo_clip == "raw-upper":
+            return "cispo", (None, mp.mpf(hi))
+        return "cispo", (1 - mp.mpf(lo) if cispo_clip == "both" else None, 1 + mp.mpf(hi))
+    if policy_loss == "sapo":
+        return "sapo", taus
+    return "ppo-clip", clip_params
+
+
+def _cispo(lp, rho, adv, lower, upper):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): the objective sg(ŵ_t)·A_i·logπ_t with
+    ŵ_t = clip(ρ_t, lower, upper) (lower None: no lower bound), and its derivative ŵ_t·A_i in
+    logπ_t (the weight is detached, so the clip passes no gradient of its own)."""
+    weight = np.minimum(rho, upper) if lower is None else mp.clip(rho, lower, upper)
+    return weight * adv * lp, weight * adv
+
+
+def _sapo(rho, adv, tau_pos, tau_neg):
+    """SAPO (Gao et al. 2025, arXiv 2511.20347, §3): the objective f_t·A_i with the soft gate
+    f_t = σ(τ(ρ_t − 1))·4/τ, τ = τ_pos where A_i > 0, else τ_neg; df/dlog ρ_t =
+    4·ρ_t·σ(x)·σ(−x) at x = τ(ρ_t − 1) (= 1 at ρ = 1: the on-policy gradient is the plain
+    policy gradient)."""
+    tau = np.where(_bool(adv > 0), tau_pos, tau_neg)
+    x = tau * (rho - 1)
+    gate = mp.sigmoid(x)
+    return gate * 4 / tau * adv, 4 * rho * gate * mp.sigmoid(-x) * adv
+
+
+def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, kl_ratio_weight, log_ratio_clamp,
+                    token_policy):
     """The policy term −C_t and the KL term β·w_t·KL_t of ℓ_t, and their derivatives in logp_t,
-    from the pieces of ``clip`` and ``kl.estimator``."""
+    from the pieces of ``clip`` and ``kl.estimator``; C_t is PPO's clipped surrogate, CISPO's or
+    SAPO's term (``token_policy``), each on the (clamped) ratio ρ_t."""
     # Masked-out positions may hold any finite numbers; a neutral 0 there keeps exp() of an
     # arbitrary difference from being formed. Their aggregate weight is 0 either way.
     on = _bool(m == 1)
     log_ratio, dlog_ratio = _clamped_log_ratio(np.where(on, lp - old, mp.ZERO), log_ratio_clamp)
     log_r = np.where(on, ref - lp, mp.ZERO)
     rho = mp.exp(log_ratio)
-    objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
+    kind, constants = token_policy
+    if kind == "cispo":
+        # ŵ_t is detached: the gradient runs through logπ_t alone, never through the clamp
+        objective, dobjective = _cispo(np.where(on, lp, mp.ZERO), rho, adv[:, None], *constants)
+    else:
+        if kind == "sapo":
+            objective, dobjective = _sapo(rho, adv[:, None], *constants)
+        else:
+            objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
+        dobjective = dobjective * dlog_ratio
     penalty = kl.clamped(log_r, kl_kind, kl_clamp)
     dpenalty = kl.clamped_dlogp(log_r, kl_kind, kl_clamp)
     if kl_ratio_weight:
         # w = ρ stays differentiable (TRL use_bias_correction_kl): d(ρ·KL) = dρ·KL + ρ·dKL.
         penalty, dpenalty = rho * penalty, rho * (dlog_ratio * penalty + dpenalty)
-    return -objective, -dobjective * dlog_ratio, beta * penalty, beta * dpenalty
+    return -objective, -dobjective, beta * penalty, beta * dpenalty
 
 
 def _log_band(eps_low, eps_high):
@@ -407,7 +455,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
-         kl_aggregation: str | None = None, mean_eps: float = 0.0):
+         kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
@@ -416,17 +465,24 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     (``seq-mean-token-sum-norm``); dual clip (Ye et al. 2020); w_t = ρ_t when
     ``kl_ratio_weight`` (TRL 1.16 use_bias_correction_kl), else 1. ``beta`` may be 0.
     Library conventions (none in the papers): ``log_ratio_clamp`` c: ρ_t = exp(clamp(log ρ_t, −c, c))
-    (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2 PolicyLoss: c = 20); ``kl_aggregation``:
-    the KL term's own reduction (OpenRLHF 0.11.2 ppo_actor: always 'token-mean'; None: the policy
-    term's); ``mean_eps``: |o_i| + ε in per-row token means (verl agg_loss, OpenRLHF aggregate_loss: 1e−8).
+    (verl 0.9.1 compute_policy_loss_vanilla/_cispo/_sapo, OpenRLHF 0.11.2 PolicyLoss: c = 20);
+    ``kl_aggregation``: the KL term's own reduction (OpenRLHF 0.11.2 ppo_actor: always 'token-mean';
+    None: the policy term's); ``mean_eps``: |o_i| + ε in per-row token means (verl agg_loss,
+    OpenRLHF aggregate_loss: 1e−8).
+
+    ``policy_loss='cispo'`` (MiniMax-M1 §3.1 eq. 4–5): C_t = sg(ŵ_t)·A_i·logπ_t, ŵ_t the IS
+    weight ρ_t clipped as ``cispo_clip`` says ('upper': ≤ 1 + ε_high; 'both': also ≥ 1 − ε_low;
+    'raw-upper': ≤ ε_high, TRL's and Liger's cap). ``policy_loss='sapo'`` (arXiv 2511.20347 §3):
+    C_t = σ(τ(ρ_t − 1))·4/τ·A_i, τ = ``sapo_tau_pos`` where A_i > 0, else ``sapo_tau_neg``; ε_low
+    and ε_high are not read. Both are token-level (ratio_level='token') without a dual clip.
     """
-    lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
+    lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
-                                                clamp)
+                                                clamp, token_policy)
     else:
         policy, penalty = _sequence_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
                                          policy_loss, _log_band(eps_low, eps_high))[:2]
@@ -439,18 +495,19 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
-             kl_aggregation: str | None = None, mean_eps: float = 0.0):
+             kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
+             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
-    lp, old, ref, adv, m, clip_params, b, c, clamp, modes = _loss_inputs(
+    lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     ct = _scalar_cotangent(cotangent)
     w_policy, w_penalty = _term_weights(m, modes)
     if ratio_level == "token":
         _, dpolicy, _, dpenalty = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c,
-                                                  kl_ratio_weight, clamp)
+                                                  kl_ratio_weight, clamp, token_policy)
         return {"logp": ct * (w_policy * dpolicy + w_penalty * dpenalty)}
     _, _, through_policy, through_penalty, direct, pooled = _sequence_loss(
         lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight, policy_loss,

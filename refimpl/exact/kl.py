@@ -1,10 +1,14 @@
-"""Sampled per-token KL estimators k1, k2, k3.
+"""Sampled per-token KL estimators k1, k2, k3 and abs.
 
 Source: J. Schulman, "Approximating KL Divergence" (2020), estimators k1, k2, k3 with
 r = π_ref(y)/π(y) sampled from π; DeepSeekMath (Shao et al. 2024) §4.1.1 eq. 4 uses k3 as
 GRPO's per-token KL penalty. With log r = ref_logp − logp:
 
-    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1  (≥ 0).
+    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1  (≥ 0),
+    abs = |log r|   (verl 0.9.1 core_algos.kl_penalty_forward, kl_penalty="abs"; no paper).
+
+abs has a kink at log r = 0: its gradient there is defined as 0 (the subgradient torch.abs
+and numpy.sign give; verl differentiates torch's abs).
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ def unclamped(log_r, kind):
         return -log_r
     if kind == "k2":
         return log_r * log_r / 2
+    if kind == "abs":
+        return np.abs(log_r)
     return _k3(log_r)
 
 
@@ -48,6 +54,7 @@ def _k3_one(x):
 
 
 _k3 = np.frompyfunc(_k3_one, 1, 1)
+_sign = np.frompyfunc(lambda x: mp.mpf(mpmath.sign(x)), 1, 1)
 
 
 def unclamped_dlogp(log_r, kind):
@@ -57,6 +64,8 @@ def unclamped_dlogp(log_r, kind):
         return mp.full(log_r.shape, 1)
     if kind == "k2":
         return -log_r
+    if kind == "abs":
+        return -_sign(log_r)  # 0 at the kink log r = 0
     return -mp.expm1(log_r)  # 1 − r
 
 
@@ -82,7 +91,8 @@ def clamped_dlogp(log_r, kind, clamp):
 def estimator(logp, ref_logp, kind: str = "k3", clamp: float | None = None):
     """Per-token KL estimate of KL(π‖π_ref) from the sampled token's log-probabilities.
 
-    Schulman (2020) k1/k2/k3; DeepSeekMath §4.1.1 eq. 4 (k3). ``clamp=c`` clips the value
+    Schulman (2020) k1/k2/k3; DeepSeekMath §4.1.1 eq. 4 (k3); verl's abs = |log r| (its
+    gradient at log r = 0 is 0). ``clamp=c`` clips the value
     to [−c, c] (OpenRLHF and verl clamp at 10; the papers do not clamp).
     Returns value[N] (same shape as ``logp``).
     """

@@ -91,7 +91,7 @@ def kl_rewards(scores, logp, ref_logp, mask, beta: float | None = None, kind: st
     validate.per_sequence("scores", tuple(s.shape), tuple(lp.shape))
     on = _common.mask("mask", mask, tuple(lp.shape))
     b = validate.kl_penalty_beta(beta)
-    validate.kl_kind(kind)
+    validate.reward_kl_kind(kind)
     c = validate.kl_clamp(clamp)
     validate.every_row_has_a_token("mask", [[bool(x)] for x in on.any(dim=1)])
     out = _common.result_dtype(s, lp, rp)

@@ -225,6 +225,32 @@ def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: floa
 
 # ----------------------------------------------------------------------------- loss
 
+def _token_policy(policy_loss, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
+    """CISPO's weight bounds (lower or None, upper) or SAPO's (τ_pos, τ_neg); None for PPO."""
+    validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
+    taus = (validate.sapo_temperature("sapo_tau_pos", tau_pos), validate.sapo_temperature("sapo_tau_neg", tau_neg))
+    if policy_loss == "cispo":
+        lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
+        if cispo_clip == "raw-upper":
+            return None, hi
+        return (1 - lo if cispo_clip == "both" else None), 1 + hi
+    return taus if policy_loss == "sapo" else None
+
+
+def _cispo(log_ratio, lp, adv, lower, upper):
+    """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): sg(ŵ)·A·logπ, ŵ = ρ clamped to
+    [lower, upper] (lower None: no lower bound); gradient ŵ·A in logπ."""
+    with torch.no_grad():
+        weight = torch.clamp(torch.exp(log_ratio), min=lower, max=upper)
+    return weight * adv * lp
+
+
+def _sapo(log_ratio, adv, tau_pos, tau_neg):
+    """SAPO (arXiv 2511.20347 §3): σ(τ(ρ − 1))·4/τ·A, τ = τ_pos where A > 0, else τ_neg."""
+    tau = torch.where(adv > 0, torch.full_like(adv, tau_pos), torch.full_like(adv, tau_neg))
+    return torch.sigmoid(tau * torch.expm1(log_ratio)) * 4 / tau * adv
+
+
 def _sequence_log_ratio(log_ratio, lp, adv, m, level, policy_loss, log_band):
     """log s_i as a [B,1] column (GSPO, arXiv 2507.18071 §4.1; GMPO, arXiv 2507.20673 §3:
     the mean of sign-aware log-space-clipped Δ_t), or GSPO-token's [B,T] log of
@@ -246,7 +272,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
-         kl_aggregation: str | None = None, mean_eps: float = 0.0):
+         kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
     """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
@@ -257,7 +284,9 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     ``ratio_level`` 'sequence' (GSPO, arXiv 2507.18071 eq. 5) replaces ρ_t by the row's
     s_i = exp(mean Δ); 'sequence-token' (GSPO-token, §4.3) by sg[s_i]·π_t/sg[π_t] (same value,
     per-token gradient); ``policy_loss='gmpo'`` (arXiv 2507.20673 §3) is C_i = A_i·s_i
-    with s_i the geometric mean of the sign-aware log-space-clipped token ratios.
+    with s_i the geometric mean of the sign-aware log-space-clipped token ratios;
+    ``policy_loss='cispo'`` (MiniMax-M1 §3.1) is sg(ŵ_t)·A_i·logπ_t with ŵ_t bounded as
+    ``cispo_clip`` says; ``policy_loss='sapo'`` (arXiv 2511.20347 §3) is σ(τ(ρ_t − 1))·4/τ·A_i.
     Library conventions (verl 0.9.1, OpenRLHF 0.11.2): ``log_ratio_clamp`` c clamps log ρ_t to
     [−c, c] before exp (ρ constant outside); ``kl_aggregation`` reduces the KL term with its own
     mode (None: ``aggregation``); ``mean_eps`` adds ε to each row's token count in a per-row mean.
@@ -283,6 +312,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     eps = validate.mean_eps(mean_eps)
+    token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     _check_tokens(m)
 
     out = _common.result_dtype(lp, old, ref, adv)
@@ -296,7 +326,12 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     if ratio_level == "token":
         if clamp is not None:  # torch.clamp: constant (zero gradient) outside the closed band
             log_ratio = torch.clamp(log_ratio, -clamp, clamp)
-        per_token = -_surrogate(log_ratio, a[:, None], lower, upper, dual)
+        if policy_loss == "cispo":
+            per_token = -_cispo(log_ratio, torch.where(m, lp_w, zero), a[:, None], *token_policy)
+        elif policy_loss == "sapo":
+            per_token = -_sapo(log_ratio, a[:, None], *token_policy)
+        else:
+            per_token = -_surrogate(log_ratio, a[:, None], lower, upper, dual)
     else:
         log_ratio = _sequence_log_ratio(log_ratio, lp_w, a, m, ratio_level, policy_loss,
                                         validate.clip_band(eps_low, eps_high, None)[:2])

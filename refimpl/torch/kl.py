@@ -1,9 +1,11 @@
-"""Sampled per-token KL estimators k1, k2, k3 (PyTorch, autograd).
+"""Sampled per-token KL estimators k1, k2, k3, abs (PyTorch, autograd).
 
 Source: J. Schulman, "Approximating KL Divergence" (2020); DeepSeekMath (Shao et al. 2024)
 §4.1.1 eq. 4 (k3 as GRPO's per-token penalty). With log r = ref_logp − logp:
 
-    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1 = expm1(log r) − log r.
+    k1 = −log r,        k2 = (log r)²/2,        k3 = r − log r − 1 = expm1(log r) − log r,
+    abs = |log r|  (verl 0.9.1 kl_penalty "abs"; torch.abs's gradient is 0 at log r = 0, as the
+    catalog defines it).
 """
 from __future__ import annotations
 
@@ -60,6 +62,8 @@ def unclamped(log_r: torch.Tensor, kind: str) -> torch.Tensor:
         return -log_r
     if kind == "k2":
         return log_r * log_r / 2
+    if kind == "abs":
+        return log_r.abs()
     return _K3.apply(log_r)
 
 

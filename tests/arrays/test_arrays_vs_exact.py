@@ -136,7 +136,7 @@ CONVENTIONS = {
                                      temperature=[1.0, 2.0]),
     "distill.skew_kl": _grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"], temperature=[1.0, 2.0]),
     "distill.tvd": _grid(temperature=[1.0, 0.5, 2.0]),
-    "kl.estimator": _grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5]),
+    "kl.estimator": _grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5]),
     "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
                        label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])
                  + _grid(loss_type=["exo_pair"], label_smoothing=[1e-3, 0.2], beta=[0.1, 1.0])
@@ -173,7 +173,14 @@ CONVENTIONS = {
                           aggregation=["token-mean", "seq-mean-token-mean"])
                   + _grid(log_ratio_clamp=[0.3], eps_low=[0.5], kl_ratio_weight=[False, True], dual_clip=[None, 1.2])
                   + _grid(kl_aggregation=list(ex_grpo.MODES), aggregation=["token-mean", "seq-mean-token-mean"],
-                          mean_eps=[0.0, 0.25])),
+                          mean_eps=[0.0, 0.25])
+                  + _grid(policy_loss=["cispo"], cispo_clip=["upper", "both", "raw-upper"], kl_kind=["k3", "abs"],
+                          kl_ratio_weight=[False, True])
+                  + _grid(policy_loss=["sapo"], sapo_tau_pos=[1.0, 2.0], kl_kind=["abs"],
+                          aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True])
+                  # the log-ratio clamp on CISPO's weight and SAPO's gate (verl 0.9.1 clamps both)
+                  + _grid(policy_loss=["cispo", "sapo"], log_ratio_clamp=[0.3], kl_ratio_weight=[False, True],
+                          kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])),
     "grpo.rollout_correction": (_grid(level=["token", "sequence"], correction=["truncate", "mask"],
                                       seq_log_ratio=["sum", "mean"], log_ratio_clamp=[None, 0.5],
                                       lower=[None, 0.5], upper=[2.0, 1.2])
@@ -335,7 +342,7 @@ def _extreme_cases():
         out.append(("distill.hinton", {"student_logits": zz, "teacher_logits": tt, "labels": np.array([1])},
                     {"temperature": 2.0}))
     lp = np.array([-1.0, -3.0, -0.5, -2.0])
-    for kind in ("k1", "k2", "k3"):
+    for kind in ("k1", "k2", "k3", "abs"):
         out.append(("kl.estimator", {"logp": lp, "ref_logp": lp + np.array([50.0, -50.0, 1e-9, -3e-7])},
                     {"kind": kind}))
     pc = np.array([-1.0, -1.0, -5.0, -2.0])
@@ -356,6 +363,8 @@ def _extreme_cases():
         # log r = ±49: with the ratio weight, k3 + dk3 = −log r from two terms ~e^49
         out.append(("grpo.loss", ratio, {"kl_ratio_weight": w, "kl_kind": kind}))
     out.append(("grpo.loss", ratio, {"kl_ratio_weight": True, "kl_clamp": 10.0}))
+    for policy in ("cispo", "sapo"):  # ŵ = 1.2 at ρ = e^50; the soft gate saturates flat
+        out.append(("grpo.loss", ratio, {"policy_loss": policy, "kl_kind": "abs"}))
     prox = dict(ratio)
     prox["behavior_logp"] = prox.pop("old_logp")
     out.append(("proximal_kl.loss", prox, {}))

@@ -85,6 +85,19 @@ def test_a_clip_on_its_bound_passes_the_gradient_and_beyond_it_blocks_it():
     assert _value_and_grad(clipped, -0.75)[1].is_zero()
 
 
+def test_absolute_has_gradient_sign_and_zero_at_an_exact_zero():
+    """|x| (kl.estimator kind 'abs'): gradient ±1 off the kink, exactly 0 at an exact 0 (the
+    catalog's subgradient, torch.abs's); a ball straddling 0 is undecided, not guessed."""
+    assert _value_and_grad(_ball.absolute, -0.75) == (arb(0.75), -1)
+    assert _value_and_grad(_ball.absolute, 2.0 ** -60) == (arb(2.0 ** -60), 1)
+    value, grad = _value_and_grad(_ball.absolute, 0.0)
+    assert value.is_zero() and grad.is_zero()
+    with _ball.precision(128):
+        x = _ball.ball(2.0 ** -300) + _ball.ONE - _ball.ONE  # contains 0 without being 0
+        with pytest.raises(_ball.Straddle):
+            _ball.absolute(x)
+
+
 def test_a_vjp_is_the_sum_over_outputs():
     """softmax VJP against its closed form q_j(c_j − Σ c_i q_i) at 100 digits."""
     z, c = [0.5, -1.25, 3.0], [1.0, -2.0, 0.5]

@@ -9,7 +9,7 @@ import random
 import mpmath
 import numpy as np
 import pytest
-from gradcheck import assert_vjp_matches
+from gradcheck import AGREE_DIGITS, agreement_digits, assert_vjp_matches, numerical_vjp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -294,6 +294,90 @@ def test_single_token_rows_make_sequence_ratios_token_ratios():
     for level in ("sequence", "sequence-token"):
         got = grpo.loss_vjp(1.0, **{**case, "mask": one}, **kw, ratio_level=level)["logp"]
         assert all(abs(x - y) < TINY for x, y in zip(token.flat, got.flat))
+
+
+# --------------------------------------------------------------------------- CISPO, SAPO
+
+GATED = [dict(policy_loss="sapo"), dict(policy_loss="sapo", sapo_tau_pos=2.0, sapo_tau_neg=0.5),
+         dict(policy_loss="cispo"), dict(policy_loss="cispo", cispo_clip="both", eps_low=0.3, eps_high=0.5),
+         dict(policy_loss="cispo", cispo_clip="raw-upper", eps_high=2.0)]
+
+
+@pytest.mark.parametrize("conv", GATED)
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean"])
+@pytest.mark.parametrize("kl_kind,kl_ratio_weight", [("k3", False), ("abs", True), ("k2", True)])
+def test_gated_losses_vjp(conv, aggregation, kl_kind, kl_ratio_weight):
+    """SAPO is smooth: its gradient is mpmath.diff of the value. CISPO's IS weight is a
+    stop-gradient, so its gradient is the derivative with ρ held fixed (logp and old_logp moved
+    together) plus, with a ratio-weighted KL, the KL's derivative through ρ, taken from the value
+    with A = 0."""
+    case = _loss_case(29)
+    params = dict(conv, aggregation=aggregation, kl_kind=kl_kind, kl_ratio_weight=kl_ratio_weight, beta=0.3)
+    if conv["policy_loss"] == "sapo":
+        _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], 1.0)
+        return
+    lo, hi = params.get("eps_low", 0.2), params.get("eps_high") or params.get("eps_low", 0.2)
+    kinks = [hi] if conv.get("cispo_clip") == "raw-upper" else [1 - lo, 1 + hi]
+    assert all(_away(math.exp(LOG_RATIO[i][t]), kinks) for i, t in zip(*np.nonzero(np.array(LOSS_MASK))))
+    lp0 = np.array(case["logp"], dtype=object)
+    old0 = np.array(case["old_logp"], dtype=object)
+
+    def fixed_ratio(logp, old_logp, **kw):  # old_logp moves with logp: every ρ_t stays put
+        return grpo.loss(logp=logp, old_logp=old0 + (np.array(logp, dtype=object) - lp0), **kw)
+
+    numeric = numerical_vjp(fixed_ratio, {**case, **params}, "logp", 1.0)
+    if kl_ratio_weight:  # plus ρ's own share in β·ρ·KL (A = 0 leaves that term alone): dρ/dlogp = −dρ/dold
+        through_ratio = numerical_vjp(grpo.loss, {**case, **params, "advantages": [0.0] * 4}, "old_logp", 1.0)
+        with mpmath.workdps(50):  # the difference at the derivatives' own precision
+            numeric = numeric - through_ratio
+    digits = agreement_digits(grpo.loss_vjp(1.0, **case, **params)["logp"], numeric)
+    DIGITS.append(digits)
+    assert digits >= AGREE_DIGITS
+
+
+def test_sapo_gate_at_ratio_one_is_the_policy_gradient():
+    # SAPO §3: f(1) = σ(0)·4/τ = 2/τ and f'(1) = τ·σ(0)σ(0)·4/τ = 1 whatever τ: on policy the
+    # gradient is the plain −A per token.
+    case = dict(logp=[[-1.0, -2.0]], old_logp=[[-1.0, -2.0]], ref_logp=[[-1.0, -2.0]], advantages=[0.75],
+                mask=[[1, 1]])
+    for tau in (0.5, 1.0, 3.0):
+        kw = dict(policy_loss="sapo", sapo_tau_pos=tau, aggregation="token-mean", beta=0.0)
+        assert grpo.loss(**case, **kw) == -mpmath.mpf(0.75) * 2 / mpmath.mpf(tau)
+        assert list(grpo.loss_vjp(1.0, **case, **kw)["logp"].flat) == [-mpmath.mpf(0.375)] * 2
+
+
+def test_cispo_weights_match_their_bounds():
+    # ρ = e^{0.5} ≈ 1.65 and e^{−0.5} ≈ 0.61, A = 1, one token per row, token mean, β = 0:
+    # the gradient per token is −ŵ·A/2.
+    case = dict(logp=[[-1.0], [-2.0]], old_logp=[[-1.5], [-1.5]], ref_logp=[[-1.0], [-2.0]],
+                advantages=[1.0, 1.0], mask=[[1], [1]])
+    kw = dict(policy_loss="cispo", aggregation="token-mean", beta=0.0, eps_low=0.2, eps_high=0.28)
+    for conv in ("upper", "both", "raw-upper"):
+        grad = grpo.loss_vjp(1.0, **case, **kw, cispo_clip=conv)["logp"]
+        value = grpo.loss(**case, **kw, cispo_clip=conv)
+        with mpmath.workdps(50):
+            high, low = 1 + mpmath.mpf(0.28), 1 - mpmath.mpf(0.2)
+            w = {"upper": [high, mpmath.exp(mpmath.mpf(-0.5))], "both": [high, low],
+                 "raw-upper": [mpmath.mpf(0.28), mpmath.mpf(0.28)]}[conv]
+            assert all(abs(g + x / 2) < TINY for g, x in zip(grad.flat, w))
+            assert abs(value + (w[0] * -1 + w[1] * -2) / 2) < TINY
+
+
+@pytest.mark.parametrize("override,name", [
+    (dict(policy_loss="cispo", ratio_level="sequence"), "policy_loss"),
+    (dict(policy_loss="sapo", ratio_level="sequence-token"), "policy_loss"),
+    (dict(policy_loss="cispo", dual_clip=3.0), "dual_clip"),
+    (dict(policy_loss="sapo", dual_clip=3.0), "dual_clip"),
+    (dict(cispo_clip="both"), "cispo_clip"), (dict(policy_loss="sapo", cispo_clip="raw-upper"), "cispo_clip"),
+    (dict(policy_loss="cispo", cispo_clip="lower"), "cispo_clip"),
+    (dict(policy_loss="cispo", cispo_clip="raw-upper", eps_high=0.0), "eps_high"),
+    (dict(policy_loss="sapo", sapo_tau_pos=0.0), "sapo_tau_pos"),
+    (dict(policy_loss="sapo", sapo_tau_neg=-1.0), "sapo_tau_neg"),
+    (dict(policy_loss="sapo", sapo_tau_neg=float("inf")), "sapo_tau_neg"),
+])
+def test_gated_loss_bad_input(override, name):
+    _raises(name, grpo.loss, **{**LOSS_GOOD, **override})
+    _raises(name, grpo.loss_vjp, 1.0, **{**LOSS_GOOD, **override})
 
 
 @pytest.mark.parametrize("override,name", [
@@ -595,6 +679,44 @@ def test_log_ratio_clamp_is_the_clamped_ratio():
     grad = grpo.loss_vjp(1.0, **case, **params, log_ratio_clamp=CLAMP)["logp"]
     outside = (abs(np.array(CLAMP_LOG_RATIO)) > CLAMP) & np.array(LOSS_MASK, dtype=bool)
     assert all(grad[idx] == 0 for idx in zip(*np.nonzero(outside)))
+
+
+@pytest.mark.parametrize("kl_aggregation", [None, "token-mean"])
+@pytest.mark.parametrize("kl_ratio_weight", [False, True])
+@pytest.mark.parametrize("conv", [c for c in GATED if c["policy_loss"] == "sapo"])
+def test_sapo_log_ratio_clamp_vjp_matches_numerical_derivative(conv, kl_ratio_weight, kl_aggregation):
+    # verl 0.9.1 compute_policy_loss_sapo clamps log ρ before the gate as the vanilla loss does;
+    # the gate is smooth, so the gradient is mpmath.diff of the value (kinks of the clamp avoided)
+    case = _loss_case(41)
+    params = dict(conv, log_ratio_clamp=CLAMP, beta=0.3, kl_ratio_weight=kl_ratio_weight,
+                  aggregation="seq-mean-token-mean", kl_aggregation=kl_aggregation)
+    lr = np.array(CLAMP_LOG_RATIO)[np.array(LOSS_MASK, dtype=bool)]
+    assert all(_away(x, [-CLAMP, CLAMP]) for x in lr) and (abs(lr) > CLAMP).any()
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params}, ["logp"], 0.7)
+
+
+@pytest.mark.parametrize("conv", GATED)
+def test_gated_log_ratio_clamp_is_the_clamped_ratio(conv):
+    """CISPO's weight and SAPO's gate read the clamped ratio (verl 0.9.1 compute_policy_loss_cispo
+    and _sapo clamp log ρ to ±20 before exp): the value is that of inputs whose log-ratio is
+    clamped. CISPO's gradient ŵ·A is then that of the clamped inputs too (its weight is detached,
+    so the clamp passes no gradient of its own); SAPO's is 0 where the clamp binds."""
+    case = _loss_case(41)
+    params = dict(conv, beta=0.0, aggregation="token-mean")
+    with mpmath.workdps(50):
+        lp = mp.array("logp", case["logp"])
+        old = mp.array("old_logp", case["old_logp"])
+        clamped = {**case, "old_logp": lp - mp.clip(lp - old, -mpmath.mpf(CLAMP), mpmath.mpf(CLAMP))}
+        got = grpo.loss(**case, **params, log_ratio_clamp=CLAMP)
+        assert abs(got - grpo.loss(**clamped, **params)) < TINY
+        grad = grpo.loss_vjp(1.0, **case, **params, log_ratio_clamp=CLAMP)["logp"]
+        want = grpo.loss_vjp(1.0, **clamped, **params)["logp"]
+    on = np.array(LOSS_MASK, dtype=bool)
+    outside = (abs(np.array(CLAMP_LOG_RATIO)) > CLAMP) & on
+    if conv["policy_loss"] == "sapo":
+        assert abs(got - grpo.loss(**case, **params)) > 1e-3
+        want = np.where(outside, mpmath.mpf(0), want)
+    assert all(abs(g - w) < TINY for g, w in zip(grad.flat, want.flat))
 
 
 def test_log_ratio_clamp_changes_nothing_inside_its_band():

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from refimpl.exact import kl, mp
 
-KINDS = ("k1", "k2", "k3")
+KINDS = ("k1", "k2", "k3", "abs")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -37,6 +37,19 @@ def test_k3_is_nonnegative_and_zero_only_at_equal_inputs(pairs):
     for v, a, b in zip(values, logp, ref):
         assert v >= 0
         assert (v == 0) == (a == b)
+
+
+def test_abs_is_the_absolute_log_ratio_with_gradient_zero_at_its_kink():
+    # verl 0.9.1 kl_penalty "abs": |logp − ref_logp|. At log r = 0 the derivative jumps from −1 to
+    # 1; the catalog defines it as 0 there (torch.abs's and numpy.sign's subgradient).
+    logp, ref = [-1.0, -2.0, -3.0, -0.5], [-1.0, -1.5, -3.5, -0.5 + 2.0 ** -54]
+    assert list(kl.estimator(logp, ref, kind="abs")) == [0, mpmath.mpf(0.5), mpmath.mpf(0.5), mpmath.mpf(2) ** -54]
+    grad = kl.estimator_vjp([2.0, 2.0, 2.0, 2.0], logp, ref, kind="abs")["logp"]
+    assert list(grad) == [0, -2, 2, -2]
+    # on either side of the kink the one-sided derivatives are ∓1, and mpmath.diff's central
+    # difference at the kink itself is the defined 0
+    one = lambda x: kl.estimator([x], [-1.0], kind="abs")[0]  # noqa: E731
+    assert mpmath.diff(one, mpmath.mpf(-1.0)) == 0
 
 
 def test_estimators_agree_on_the_sign_structure():

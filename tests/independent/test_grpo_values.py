@@ -23,7 +23,9 @@ library     the conventions of verl 0.9.1 and OpenRLHF 0.11.2 (none in the paper
 from __future__ import annotations
 
 import mpmath as mpm
-from decimal_tables import Table, over_rows
+import numpy as np
+import pytest
+from decimal_tables import RECOMPUTE_DPS, Table, over_rows
 
 from refimpl.exact import grpo
 
@@ -726,6 +728,148 @@ LIBRARY_LOSS_ROWS = [
 ]
 
 
+# ------------------------------------------------------------------------------ loss: CISPO, SAPO
+#
+# CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): the objective per token is
+# sg(ŵ)·A·log π with ŵ = ρ clipped to [1 − ε_low, 1 + ε_high] ('both'), to at most 1 + ε_high
+# ('upper'), or to at most ε_high ('raw-upper', TRL's and Liger's cap); d/dlogp = ŵ·A (the weight
+# is a stop-gradient, so this is NOT the derivative of the value: the CISPO table's hand gradient
+# is checked against the derivative along logp and old_logp moved together, which keeps ρ fixed).
+# SAPO (arXiv 2511.20347 §3): f·A with f = σ(τ(ρ − 1))·4/τ, τ = τ_pos if A > 0 else τ_neg;
+# d/dlogp = A·4·ρ·σ(x)·(1 − σ(x)) at x = τ(ρ − 1). KL: k3, unweighted, β·k3 added per token.
+
+
+def gated_token(log_ratio, logp, adv, policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg,
+                log_ratio_clamp=None):
+    """C and dC/dlogp for one token of CISPO or SAPO. With ``log_ratio_clamp`` c (verl 0.9.1
+    compute_policy_loss_cispo / _sapo: 20) ρ = exp(log ρ clamped to [−c, c]), a constant outside."""
+    inside = log_ratio_clamp is None or abs(log_ratio) <= log_ratio_clamp
+    rho = mpm.exp(log_ratio if inside else mpm.sign(log_ratio) * log_ratio_clamp)
+    if policy_loss == "cispo":
+        hi = eps_low if eps_high is None else eps_high
+        cap = hi if cispo_clip == "raw-upper" else 1 + hi
+        w = min(rho, cap)
+        if cispo_clip == "both":
+            w = max(w, 1 - eps_low)
+        return w * adv * logp, w * adv
+    tau = sapo_tau_pos if adv > 0 else sapo_tau_neg
+    s = 1 / (1 + mpm.exp(-tau * (rho - 1)))
+    return s * 4 / tau * adv, (4 * rho * s * (1 - s) * adv if inside else mpm.mpf(0))
+
+
+def gated_losses(logp, old_logp, ref_logp, advantages, mask, beta, **conv):
+    out = {}
+    for i, a in enumerate(advantages):
+        for t in range(len(logp[i])):
+            if mask[i][t] == 1:
+                c, dc = gated_token(logp[i][t] - old_logp[i][t], logp[i][t], a, **conv)
+                log_r = ref_logp[i][t] - logp[i][t]
+                out[i, t] = (-c + beta * (mpm.exp(log_r) - log_r - 1), -dc + beta * (1 - mpm.exp(log_r)))
+    return out
+
+
+def gated_values(logp, old_logp, ref_logp, advantages, mask, beta, aggregation, **conv):
+    per_token = gated_losses(logp, old_logp, ref_logp, advantages, mask, beta, **conv)
+    if aggregation == "token-mean":
+        return {"loss": sum(v for v, _ in per_token.values()) / len(per_token)}
+    rows = [[value for (i, _), (value, _) in per_token.items() if i == b] for b in range(len(mask))]
+    return {"loss": sum(sum(r) / len(r) for r in rows) / len(rows)}
+
+
+def gated_gradient(cotangent, logp, old_logp, ref_logp, advantages, mask, beta, aggregation, **conv):
+    per_token = gated_losses(logp, old_logp, ref_logp, advantages, mask, beta, **conv)
+    weights = token_weights(mask, aggregation)
+    grad = [[mpm.mpf(0)] * len(row) for row in logp]
+    for (i, t), (_, d) in per_token.items():
+        grad[i][t] = cotangent * weights[i, t] * d
+    return {"grad:logp": grad}
+
+
+def _gated_row(rid, policy_loss, aggregation, beta, eps_low=0.2, eps_high=None, cispo_clip="upper",
+               sapo_tau_pos=1.0, sapo_tau_neg=1.05, log_ratio_clamp=None):
+    return {"id": rid,
+            "inputs": {"logp": [[-1.25, -0.5, -2.0], [-0.75, -3.0, -1.5]],
+                       "old_logp": [[-1.5, -0.375, -2.625], [-0.5, -2.5, -1.5]],
+                       "ref_logp": [[-1.0, -0.625, -2.5], [-1.0, -2.75, -1.25]],
+                       "advantages": [1.25, -0.75],
+                       "mask": [[1, 1, 1], [1, 1, 0]]},
+            "params": {"eps_low": eps_low, "eps_high": eps_high, "beta": beta, "aggregation": aggregation,
+                       "policy_loss": policy_loss, "cispo_clip": cispo_clip, "sapo_tau_pos": sapo_tau_pos,
+                       "sapo_tau_neg": sapo_tau_neg, "log_ratio_clamp": log_ratio_clamp},
+            "cotangent": 1.0}
+
+
+# log ρ = (0.25, −0.125, 0.625; −0.25, −0.5): with ε = 0.2 the 'upper' weight caps ρ = 1.284 and
+# 1.868 at 1.2; 'both' also floors 0.779 and 0.607 at 0.8 (A < 0 row); the raw cap 1.5 only
+# ρ = 1.868. The SAPO rows have both signs of A (τ_pos for row 0, τ_neg for row 1).
+# Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits, i.e. gated_values and
+# gated_gradient, e.g. SAPO: -(1/(1 + mp.exp(-tau*(rho - 1))))*4/tau*A + beta*k3 per token.
+CISPO_ROWS = [
+    {**_gated_row('cispo-upper', 'cispo', 'token-mean', 0.0),
+     "expect": {"loss": "0.7247582278568563460793821472019359561000",
+                "grad:logp": [["-0.3000000000000000027755575615628913510591",
+                               "-0.2206242256461488507162230358072626840555",
+                               "-0.3000000000000000027755575615628913510591"],
+                              ["0.1168201174607107302367755400467480970945",
+                               "0.09097959895689501354056993024867706801629",
+                               "0"]]}},
+    {**_gated_row('cispo-both-kl', 'cispo', 'token-mean', 0.04, cispo_clip='both'),
+     "expect": {"loss": "0.6369991462530273739616821690984855041039",
+                "grad:logp": [["-0.3022722033335019346954446596852135568858",
+                               "-0.2196842008668256139195739763207918540627",
+                               "-0.2968522452777010700988621496821550325396"],
+                              ["0.1217695937354287594255411704759157766534",
+                               "0.1177277966664980664147783649399429835378",
+                               "0"]]}},
+    {**_gated_row('cispo-raw-upper', 'cispo', 'seq-mean-token-mean', 0.0, cispo_clip='raw-upper', eps_high=1.5),
+     "expect": {"loss": "0.6006160234072220889017652306262535999610",
+                "grad:logp": [["-0.2675052951432794758486292850130075954867",
+                               "-0.1838535213717907089301858631727189033796",
+                               "-0.3125000000000000000000000000000000000000"],
+                              ["0.1460251468258884127959694250584351213681",
+                               "0.1137244986961187669257124128108463350204",
+                               "0"]]}},
+    # log ρ clamped to ±0.4375 (verl's ±20 made visible): binds at 0.625 (ρ 1.868 → 1.549, under the
+    # cap 2) and −0.5; CISPO's hand gradient is still ŵ·A, ŵ from the clamped ratio
+    {**_gated_row('cispo-log-ratio-clamp', 'cispo', 'token-mean', 0.04, eps_high=1.0, log_ratio_clamp=0.4375),
+     "expect": {"loss": "0.9095153132969286569839937892573151866049",
+                "grad:logp": [["-0.3232785575054373029382422401379313204108",
+                               "-0.2196842008668256139195739763207918540627",
+                               "-0.3840598199362343418229425842681367658701"],
+                              ["0.1185897111961394913276512474603986843833",
+                               "0.09457507563068187368236625388683258612738",
+                               "0"]]}},
+]
+
+SAPO_ROWS = [
+    {**_gated_row('sapo', 'sapo', 'seq-mean-token-mean', 0.0),
+     "expect": {"loss": "-0.8543902573372697459246796699751386071587",
+                "grad:logp": [["-0.2621820679160675781344975427679608989297",
+                               "-0.1832203634971920071663341623578142607503",
+                               "-0.3241851621205065866943333671838456853811"],
+                              ["0.1440734109340455835682261389862446566103",
+                               "0.1090064626706229017580845687161391839884",
+                               "0"]]}},
+    {**_gated_row('sapo-kl-taus', 'sapo', 'token-mean', 0.04, sapo_tau_pos=2.0, sapo_tau_neg=3.0),
+     "expect": {"loss": "-0.8483666051589513103086183985873223245049",
+                "grad:logp": [["-0.2987144230079135390384821566485770000303",
+                               "-0.2166658680373656526189937474831613886272",
+                               "-0.2347384213103973416975409264963596068675"],
+                              ["0.1066171479483678503129129781040262360215",
+                               "0.06314714502090134759694029609326256454442",
+                               "0"]]}},
+    # the same clamp: the gate is constant at the two clamped tokens, whose gradient is the KL's alone
+    {**_gated_row('sapo-log-ratio-clamp', 'sapo', 'seq-mean-token-mean', 0.04, log_ratio_clamp=0.4375),
+     "expect": {"loss": "-0.7869524458398176927205577049884893662243",
+                "grad:logp": [["-0.2640755706939858547344034578698960704520",
+                               "-0.1824370095144226431691266127857552357563",
+                               "0.002623128935249110563912843233946932099546"],
+                              ["0.1462854031033315349318207732533078907213",
+                               "-0.002840254166877414899858872652902757283450",
+                               "0"]]}},
+]
+
+
 TABLES = [
     Table("grpo.advantages", ADVANTAGES_ROWS, advantages_values, grpo.advantages),
     Table("grpo.clip", CLIP_ROWS, clip_values, grpo.clip, clip_gradient, grpo.clip_vjp,
@@ -734,8 +878,13 @@ TABLES = [
           output="loss"),
     Table("grpo.loss", LIBRARY_LOSS_ROWS, library_loss_values, grpo.loss, library_loss_gradient, grpo.loss_vjp,
           output="loss"),
+    Table("grpo.loss", SAPO_ROWS, gated_values, grpo.loss, gated_gradient, grpo.loss_vjp, output="loss"),
 ]
-ROWS = over_rows(TABLES)
+# CISPO's gradient is not the derivative of its value (a stop-gradient weight): its rows are
+# checked below along a direction that keeps ρ fixed, not by check_hand_gradient.
+CISPO_TABLE = Table("grpo.loss", CISPO_ROWS, gated_values, grpo.loss, gated_gradient, grpo.loss_vjp,
+                    output="loss")
+ROWS = over_rows(TABLES + [CISPO_TABLE])
 GRADIENT_ROWS = over_rows(TABLES, with_hand_gradient=True)
 
 
@@ -761,3 +910,21 @@ def test_article_example():
                                             "1.000000000000000000000000000000000000000",
                                             "1.000000000000000000000000000000000000000",
                                             "-1.000000000000000000000000000000000000000"]]
+
+
+@pytest.mark.parametrize("row", CISPO_ROWS, ids=[r["id"] for r in CISPO_ROWS])
+def test_cispo_hand_gradient_is_the_derivative_at_a_fixed_ratio(row):
+    """d/dh of the written CISPO value with logp_t and old_logp_t both moved by h (ρ_t fixed,
+    so ŵ_t is too) is the hand gradient of token t: the stop-gradient's definition."""
+    table = CISPO_TABLE
+    with mpm.workdps(RECOMPUTE_DPS):
+        kwargs, ct = table._kwargs(row), table._cotangent(row)
+        hand = table.hand_gradient(ct, **kwargs)["grad:logp"]
+        for i, t in zip(*np.nonzero(np.asarray(row["inputs"]["mask"]))):
+            def moved(h, i=i, t=t):
+                lp, old = kwargs["logp"].copy(), kwargs["old_logp"].copy()
+                lp[i][t] += h
+                old[i][t] += h
+                return ct * table.values(**{**kwargs, "logp": lp, "old_logp": old})["loss"]
+            numeric = mpm.diff(moved, 0)
+            assert abs(numeric - hand[i][t]) <= mpm.mpf(10) ** -35 * (1 + abs(hand[i][t]))

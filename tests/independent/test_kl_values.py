@@ -1,14 +1,16 @@
-"""Independent 40-digit values for kl.estimator (k1, k2, k3, with and without a clamp) and its
+"""Independent 40-digit values for kl.estimator (k1, k2, k3, abs, with and without a clamp) and its
 gradient.
 
 Written from Schulman, "Approximating KL Divergence" (2020), with r = π_ref(y)/π(y) for y
 sampled from π, i.e. log r = ref_logp − logp:
 
     k1 = −log r,   k2 = (log r)²/2,   k3 = (r − 1) − log r        (DeepSeekMath §4.1.1 eq. 4: k3)
+    abs = |log r|                                                 (verl 0.9.1 kl_penalty "abs")
 
 and with ``clamp=c`` the value clipped to [−c, c] (OpenRLHF and verl clamp; no paper does).
-Gradient by hand (d log r/d logp = −1): k1 → 1, k2 → −log r, k3 → 1 − r; 0 where the clamp is
-active (no row has a value on the clamp bound).
+Gradient by hand (d log r/d logp = −1): k1 → 1, k2 → −log r, k3 → 1 − r, abs → −sign(log r); 0
+where the clamp is active (no row has a value on the clamp bound, and no abs row has log r = 0,
+the kink, which tests/exact/test_kl.py covers).
 """
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ def estimate(log_r, kind):
         return -log_r
     if kind == "k2":
         return log_r ** 2 / 2
+    if kind == "abs":
+        return abs(log_r)
     return (mpm.exp(log_r) - 1) - log_r
 
 
@@ -31,6 +35,8 @@ def slope(log_r, kind):
         return mpm.mpf(1)
     if kind == "k2":
         return -log_r
+    if kind == "abs":
+        return mpm.mpf(-1 if log_r > 0 else 1)
     return 1 - mpm.exp(log_r)
 
 
@@ -49,8 +55,9 @@ def kl_gradient(cotangent, logp, ref_logp, kind, clamp):
     return {"grad:logp": grad}
 
 
-# log r = ref_logp − logp = (0.5, −0.75, −0.125, −2.5, 0.625) and, in the last two rows,
-# log r = (0.1, −0.3, 1.7, −0.05, 0.0) in binary64 (not dyadic).
+# log r = ref_logp − logp = (0.5, −0.75, −0.125, −2.5, 0.625) and, in the two nondyadic k rows,
+# log r = (0.1, −0.3, 1.7, −0.05, 0.0) in binary64 (not dyadic); abs-nondyadic moves the last
+# token to log r = 0.05 (off abs's kink).
 # Literals: decimal_tables.literals(Table.expressions(row)) at 60 digits, i.e. kl_values and
 # kl_gradient above, e.g. k3: (mp.exp(ref_logp - logp) - 1) - (ref_logp - logp).
 KL_ROWS = [
@@ -182,6 +189,54 @@ KL_ROWS = [
                        "0",
                        "0.01250000000000001110223024625156540423632",
                        "0"]}},
+    {"id": "abs",
+     "inputs": {"logp": [-2.5, -0.75, -4.125, -1.0, -6.0],
+                "ref_logp": [-2.0, -1.5, -4.25, -3.5, -5.375]},
+     "params": {"kind": "abs", "clamp": None},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5],
+     "expect": {
+         "value": ["0.5000000000000000000000000000000000000000",
+                   "0.7500000000000000000000000000000000000000",
+                   "0.1250000000000000000000000000000000000000",
+                   "2.500000000000000000000000000000000000000",
+                   "0.6250000000000000000000000000000000000000"],
+         "grad:logp": ["-1.000000000000000000000000000000000000000",
+                       "-0.5000000000000000000000000000000000000000",
+                       "2.000000000000000000000000000000000000000",
+                       "0.2500000000000000000000000000000000000000",
+                       "1.500000000000000000000000000000000000000"]}},
+    {"id": "abs-clamp",
+     "inputs": {"logp": [-2.5, -0.75, -4.125, -1.0, -6.0],
+                "ref_logp": [-2.0, -1.5, -4.25, -3.5, -5.375]},
+     "params": {"kind": "abs", "clamp": 0.6},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5],
+     "expect": {
+         "value": ["0.5000000000000000000000000000000000000000",
+                   "0.5999999999999999777955395074968691915274",
+                   "0.1250000000000000000000000000000000000000",
+                   "0.5999999999999999777955395074968691915274",
+                   "0.5999999999999999777955395074968691915274"],
+         "grad:logp": ["-1.000000000000000000000000000000000000000",
+                       "0",
+                       "2.000000000000000000000000000000000000000",
+                       "0",
+                       "0"]}},
+    {"id": "abs-nondyadic",
+     "inputs": {"logp": [-1.2, -0.4, -2.9, -0.85, -3.35],
+                "ref_logp": [-1.1, -0.7, -1.2, -0.9, -3.3]},
+     "params": {"kind": "abs", "clamp": None},
+     "cotangent": [1.0, -0.5, 2.0, 0.25, -1.5],
+     "expect": {
+         "value": ["0.09999999999999986677323704498121514916420",
+                   "0.2999999999999999333866185224906075745821",
+                   "1.699999999999999955591079014993738383055",
+                   "0.05000000000000004440892098500626161694527",
+                   "0.05000000000000026645352591003756970167160"],
+         "grad:logp": ["-1.000000000000000000000000000000000000000",
+                       "-0.5000000000000000000000000000000000000000",
+                       "-2.000000000000000000000000000000000000000",
+                       "0.2500000000000000000000000000000000000000",
+                       "1.500000000000000000000000000000000000000"]}},
 ]
 
 TABLES = [Table("kl.estimator", KL_ROWS, kl_values, kl.estimator, kl_gradient, kl.estimator_vjp,

@@ -231,6 +231,9 @@ VALUE_RULES = (
     (r"^'(\S+)' needs (\S+), got", r"'\1' without \2"),
     (r"^must be <= upper, got", "above `upper`"),
     (r"^lower and upper are both None", "None while `lower` is None too"),
+    (r"^must be None with (\S+)$", r"set with \1"),
+    (r"^only applies to (\S+), got", r"set without \1"),
+    (r"^the raw cap of (\S+) must be > (\S+), got", r"≤ \2 with \1"),
 )
 
 

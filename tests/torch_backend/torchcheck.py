@@ -183,11 +183,11 @@ def cases() -> list[Case]:
         add(Case("distill.tvd", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
 
     # kl.estimator
-    for i, p in enumerate(_grid(kind=["k1", "k2", "k3"], clamp=[None, 0.5])):
+    for i, p in enumerate(_grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5])):
         rng = np.random.default_rng(500 + i)
         lp = _logp(rng, 8)
         add(Case("kl.estimator", _label(p), {"logp": lp, "ref_logp": lp + rng.normal(0, 1, 8)}, p))
-    for kind in ("k1", "k2", "k3"):
+    for kind in ("k1", "k2", "k3", "abs"):
         # log r = ±50 (ratios e^±50), near 0, and exactly on the clamp bound (closed band).
         lp = np.array([-60.0, -1.0, -2.0, -3.0, -1.0, -5.0])
         ref = np.array([-10.0, -51.0, -2.0 + 2.0**-20, -3.0 - 1e-3, -1.5, -5.0])
@@ -311,7 +311,14 @@ def cases() -> list[Case]:
                     aggregation=["token-mean", "seq-mean-token-mean"])
             + _grid(log_ratio_clamp=[0.3], eps_low=[0.5], kl_ratio_weight=[False, True], dual_clip=[None, 1.2])
             + _grid(kl_aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"], aggregation=["token-mean", "seq-mean-token-mean"],
-                    mean_eps=[0.0, 0.25]))
+                    mean_eps=[0.0, 0.25])
+            + _grid(policy_loss=["cispo"], cispo_clip=["upper", "both", "raw-upper"], kl_kind=["k3", "abs"],
+                    kl_ratio_weight=[False, True])
+            + _grid(policy_loss=["sapo"], sapo_tau_pos=[1.0, 2.0], kl_kind=["abs"],
+                    aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True])
+            # the log-ratio clamp on CISPO's weight and SAPO's gate (verl 0.9.1 clamps both)
+            + _grid(policy_loss=["cispo", "sapo"], log_ratio_clamp=[0.3], kl_ratio_weight=[False, True],
+                    kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"]))
     for i, p in enumerate(grid):
         rng = np.random.default_rng(1000 + i)
         m = _mask(rng, 3, 5)

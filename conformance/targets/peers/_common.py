@@ -21,7 +21,7 @@ from conformance import catalog
 from conformance.numbers import decode_input
 from conformance.targets.steps import global_test
 from conformance.targets.target import Target, TargetError, from_mapping, rule_predicate
-from refimpl.arrays import dpo
+from refimpl.arrays import dpo, grpo
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
 INSTALL_ALL = "scripts/install-peers.sh"
@@ -283,6 +283,22 @@ def _row_terms(case, counts) -> np.ndarray:
     fn = getattr(importlib.import_module(f"refimpl.arrays.{family}"), name)
     return np.array([float(fn(**{k: v[i:i + 1] for k, v in inputs.items()}, **args)) if counts[i] else 0.0
                      for i in range(len(counts))])
+
+
+def sapo_float32_tau_shows(case, dtype: str, tolerance) -> bool:
+    """Whether SAPO's temperatures rounded to float32 (1.05 → 1.0499999523; a library that builds
+    them in the default dtype) move the loss or its gradient beyond ``tolerance`` (refimpl/arrays
+    with τ_pos and τ_neg rounded, against the same with the declared τ)."""
+    declared = arguments(case)
+    rounded = {name: float(np.float32(declared[name])) for name in ("sapo_tau_pos", "sapo_tau_neg")}
+    if all(rounded[name] == declared[name] for name in rounded):
+        return False
+    inputs = decoded(case.test["inputs"])
+    cotangent = decoded(case.test["cotangents"])["loss"]
+    kw = {**declared, **rounded}
+    exact = {"loss": grpo.loss(**inputs, **declared), "grad:logp": grpo.loss_vjp(cotangent, **inputs, **declared)["logp"]}
+    deviating = {"loss": grpo.loss(**inputs, **kw), "grad:logp": grpo.loss_vjp(cotangent, **inputs, **kw)["logp"]}
+    return deviation_shows(tolerance, exact, deviating)
 
 
 def where(objectives=(), dtypes=(), flags=(), conventions=None, test=None, shows=None):

@@ -61,6 +61,13 @@ CONVENTIONS = [
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"),
       f"{CL}/grpo_loss.py ppo_loss_fn (loss_type, default 'dapo': token mean; 'grpo': per-sequence means over B "
       "rows, fully masked rows included; 'dr_grpo': Σ/(B·max_completion_length))"),
+    C("grpo.loss", "policy_loss", ("ppo-clip", "cispo", "sapo"), f"{CL}/grpo_loss.py ppo_loss_fn (loss_type 'cispo': "
+      "-clamp(coef_1, max=epsilon_high).detach()·A·logp, normalised as 'dapo'; 'sapo': -sapo_loss_fn(coef_1, τ)·A "
+      "with τ = sapo_temperature_pos where A > 0, else sapo_temperature_neg, normalised as 'grpo'; sequence-level "
+      "importance sampling is refused for both)"),
+    C("grpo.loss", "cispo_clip", ("raw-upper", "upper"), f"{CL}/grpo_loss.py clip_coef_fn (loss_type='cispo': upper "
+      "bound epsilon_high itself, lower bound None; 'upper' is the same code with epsilon_high = 1 + ε_high, as this "
+      "adapter passes it)"),
     C("kl.estimator", "kind", ("k3",), f"{CL}/grpo_loss.py k3_loss_fn"),
     C("kl.estimator", "clamp", (None,), f"{CL}/grpo_loss.py k3_loss_fn (no clamp)"),
     C("dpo.loss", "loss_type", ("sigmoid", "hinge", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
@@ -81,6 +88,7 @@ PARAM_DEFAULTS = [
 ]
 
 _AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+_GATED = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # loss_type → the aggregation it implies
 
 ARITHMETIC = [
     A("distill.token_kl", "native", f"{CL}/jsd_loss.py:30-36 (distillation_loss_fn: F.log_softmax and F.kl_div in "
@@ -110,8 +118,9 @@ _FLOAT32_DISTILL = Finding(
 def _float32_rounding_reaches_loss(case) -> bool:
     """Whether rounding old_logp (and ref_logp, when β ≠ 0) to float32 changes a term of the
     loss: a rounded old log-probability of a selected token whose ratio is not clipped (a
-    clipped token's policy term is the constant (1 ± ε)·A) or whose KL term the ratio weights,
-    or a rounded reference log-probability of a selected token."""
+    clipped token's policy term is the constant (1 ± ε)·A; CISPO's weight at its cap is constant;
+    SAPO's gate is never flat) or whose KL term the ratio weights, or a rounded reference
+    log-probability of a selected token."""
     def values(name):
         return as_array(case.test["inputs"][name])
 
@@ -129,7 +138,14 @@ def _float32_rounding_reaches_loss(case) -> bool:
         ratio = np.exp(logp - old)
     with_kl = bool(params.get("beta"))
     weighted = with_kl and case.conventions.get("kl_ratio_weight", False)
-    unclipped = np.where(adv > 0, ratio <= 1 + eps_high, ratio >= 1 - eps_low)
+    policy = case.conventions.get("policy_loss", "ppo-clip")
+    if policy == "cispo":  # the weight min(ρ, cap) follows ρ below the cap only
+        cap = eps_high if case.conventions.get("cispo_clip") == "raw-upper" else 1 + eps_high
+        unclipped = np.broadcast_to(ratio <= cap, ratio.shape)
+    elif policy == "sapo":  # the soft gate follows ρ everywhere
+        unclipped = np.ones(ratio.shape, bool)
+    else:
+        unclipped = np.where(adv > 0, ratio <= 1 + eps_high, ratio >= 1 - eps_low)
     if (rounded(old) & (unclipped | weighted) & selected).any():
         return True
     return with_kl and bool((rounded(values("ref_logp")) & selected).any())
@@ -195,24 +211,37 @@ def _as_liger_logps(*logps):
 
 
 def _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type, max_len, bias_kl,
-         importance_sampling_level="token"):
+         importance_sampling_level="token", sapo_taus=(1.0, 1.05)):
     _, ppo, grpo, _ = _mods()
     loss, _metrics = ppo.LigerFusedLinearPPOBase._compute_loss_from_logps(
         per_token_logps=_as_liger_logps(logp)[0], attention_mask_chunk=mask, advantages_chunk=advantages,
         ref_per_token_logps_chunk=ref_logp, old_per_token_logps_chunk=old_logp, full_attention_mask=mask,
         epsilon_low=eps_low, epsilon_high=eps_low if eps_high is None else eps_high, beta=beta, loss_type=loss_type,
         max_completion_length=max_len, ppo_loss_fn=grpo.LigerFusedLinearGRPOFunction.ppo_loss_fn,
-        use_bias_correction_kl=bias_kl, importance_sampling_level=importance_sampling_level)
+        use_bias_correction_kl=bias_kl, importance_sampling_level=importance_sampling_level,
+        sapo_temperature_pos=sapo_taus[0], sapo_temperature_neg=sapo_taus[1])
     return loss
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, ratio_level="token", policy_loss="ppo-clip"):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", cispo_clip="upper", sapo_tau_pos=1.0,
+              sapo_tau_neg=1.05):
     # Liger has no dual clip, KL clamp or other estimator: those conventions keep its fixed behaviour.
     # ratio_level is importance_sampling_level, passed through (Liger rejects what it does not know).
-    return _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, _AGG.get(aggregation, "dapo"),
-                logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight, ratio_level)
+    # 'cispo' and 'sapo' are loss types with their own normaliser (token mean; per-sequence means).
+    loss_type = _AGG.get(aggregation, "dapo")
+    if policy_loss in _GATED:
+        if aggregation != _GATED[policy_loss]:
+            raise NotImplementedError(f"Liger 0.8.5 loss_type={policy_loss!r} aggregates as {_GATED[policy_loss]!r}")
+        if cispo_clip == "both":
+            raise NotImplementedError("Liger 0.8.5 loss_type='cispo' has no lower bound on the IS weight")
+        loss_type = policy_loss
+        if cispo_clip == "upper":  # the paper's 1 + ε_high as Liger's raw cap
+            eps_high = 1 + (eps_low if eps_high is None else eps_high)
+    return _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type,
+                logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight, ratio_level,
+                (sapo_tau_pos, sapo_tau_neg))
 
 
 def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):

@@ -355,8 +355,10 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_e
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
               norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
-              kl_aggregation=None, mean_eps=0.0):
-    """``log_ratio_clamp``, ``kl_aggregation`` and ``mean_eps`` are OpenRLHF's fixed behaviour (declared)."""
+              kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05):
+    """``log_ratio_clamp``, ``kl_aggregation`` and ``mean_eps`` are OpenRLHF's fixed behaviour (declared).
+    OpenRLHF has no CISPO or SAPO: policy_loss stays undeclared (the paper's PPO clip), and the
+    arguments only those read are accepted and unused."""
     import torch
     loss_mod, utils = _mod("models.loss"), _mod("models.utils")
     actor_loss_fn = loss_mod.PolicyLoss(clip_eps_low=eps_low, clip_eps_high=eps_low if eps_high is None else eps_high,

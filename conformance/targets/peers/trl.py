@@ -52,6 +52,7 @@ from conformance.targets.peers._common import (
     micro_batch_mean_shows,
     per_element,
     require,
+    sapo_float32_tau_shows,
     where,
 )
 from conformance.targets.steps import micro_batch_mean
@@ -86,6 +87,13 @@ CONVENTIONS = [
       f"default 'token' in {GRPO_CFG}; 'sequence': log w = Σ_t Δ·m / max(Σ m, 1), GSPO; no GSPO-token)"),
     C("dpo.loss", "nll_aggregation", (None, "token-mean"), f"{DPO} _compute_loss (loss_type 'sft', weighted by "
       "loss_weights: −mean of the chosen tokens' log-probabilities over the batch; TRL 1.16 has no rpo_alpha)"),
+    C("grpo.loss", "policy_loss", ("ppo-clip", "cispo", "sapo"), f"{GRPO} _compute_loss (loss_type 'cispo': "
+      "-clamp(coef_1, max=epsilon_high).detach()·A·logp, normalised as 'dapo' (token mean); 'sapo': "
+      "-sigmoid(τ(coef_1 − 1))·4/τ·A, τ = sapo_temperature_pos if A > 0 else sapo_temperature_neg, per-sequence "
+      "means as 'grpo'; every other loss_type: the PPO clip)"),
+    C("grpo.loss", "cispo_clip", ("raw-upper", "upper"), f"{GRPO} _compute_loss (loss_type='cispo' caps the weight "
+      "at the raw epsilon_high, unset → epsilon; no lower bound. 'upper' is the same code with epsilon_high = "
+      "1 + ε_high, as this adapter passes it)"),
     C("dpo.loss", "loss_type", ("sigmoid", "hinge", "ipo", "robust", "exo_pair", "nca_pair", "bco_pair", "sppo_hard",
                                 "apo_zero", "apo_down", "discopop"),
       f"{DPO} _compute_loss (loss_type, default 'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' "
@@ -113,6 +121,7 @@ PARAM_DEFAULTS = [
 ]
 
 _AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+_GATED = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # loss_type → the aggregation it implies
 
 # TRL computes its losses in the dtype of the log-probabilities and logits it is given (the model's:
 # selective_log_softmax returns bfloat16 log-probabilities for bfloat16 logits, trl/trainer/utils.py:591),
@@ -232,7 +241,19 @@ _ORPO_FLOAT32 = Finding(
     "give float32-accurate losses and rewards (relative error ~1e-8)",
     "trl/experimental/orpo/orpo_trainer.py odds_ratio_loss: policy_chosen_logps = policy_chosen_logps.float()",
     where(objectives=("preference.orpo",), dtypes=("float64",)))
-FINDINGS = [_ORPO_FLOAT32, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW]
+_SAPO_FLOAT32_TAU = Finding(
+    "trl-sapo-float32-temperature", "numerics",
+    "loss_type='sapo' builds the temperatures with torch.where(advantages > 0, sapo_temperature_pos, "
+    "sapo_temperature_neg) from two Python floats, i.e. in the default dtype (float32): the default τ_neg = 1.05 "
+    "becomes 1.0499999523, so float64 losses and gradients are off by ~2e-8 relative wherever A ≤ 0 (τ that are "
+    "float32 numbers, e.g. 1.0, 0.5, 2.0, are exact). Repro: torch.where(torch.tensor([False]), 1.0, 1.05).dtype "
+    "→ torch.float32",
+    f"{GRPO} _compute_loss: temperatures = torch.where(advantages > 0, self.args.sapo_temperature_pos, "
+    "self.args.sapo_temperature_neg)",
+    where(objectives=("grpo.loss",), dtypes=("float64",), conventions={"policy_loss": "sapo"},
+          shows=sapo_float32_tau_shows))
+FINDINGS = [_ORPO_FLOAT32, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW,
+            _SAPO_FLOAT32_TAU]
 
 
 def rows_differ(split) -> bool:
@@ -344,7 +365,7 @@ def _rloo_advantages(rewards, normalize: bool):
 
 
 def _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight, max_completion_length,
-               importance_sampling_level="token"):
+               importance_sampling_level="token", sapo_taus=(1.0, 1.05)):
     import torch
     fake = SimpleNamespace(
         accelerator=_accelerator(), model=_model(True), aux_loss_enabled=False, top_entropy_quantile=1.0,
@@ -353,7 +374,8 @@ def _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight, max_co
         epsilon_high=eps_low if eps_high is None else eps_high, loss_type=loss_type, use_vllm=False,
         vllm_importance_sampling_correction=False, current_gradient_accumulation_steps=1,
         max_completion_length=max_completion_length, _entropy_bonus_enabled=False,
-        args=SimpleNamespace(use_bias_correction_kl=kl_ratio_weight, delta=None, steps_per_generation=1),
+        args=SimpleNamespace(use_bias_correction_kl=kl_ratio_weight, delta=None, steps_per_generation=1,
+                             sapo_temperature_pos=sapo_taus[0], sapo_temperature_neg=sapo_taus[1]),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
     # The policy forward pass: the vector's log-probabilities (entropies only feed a logged metric).
     fake._get_per_token_logps_and_entropies = lambda *a, **k: (logp, torch.zeros_like(logp), None)
@@ -372,15 +394,28 @@ def _grpo_inputs(logp, old_logp, ref_logp, advantages, mask):
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
-              norm_length=None, ratio_level="token", policy_loss="ppo-clip", *, trainer_state=None):
+              norm_length=None, ratio_level="token", policy_loss="ppo-clip", cispo_clip="upper", sapo_tau_pos=1.0,
+              sapo_tau_neg=1.05, *, trainer_state=None):
     """``trainer_state`` (the distributed step): {"accumulation_steps", "world_size", "num_items_in_batch"}.
     ``ratio_level`` is importance_sampling_level, passed through unchanged (TRL rejects what it does not
-    know); GRPOTrainer's policy term is always PPO's clip (GMPO lives in an experimental trainer)."""
+    know). ``policy_loss`` 'cispo' and 'sapo' are TRL's loss types of those names, each with its own
+    normaliser (token mean; per-sequence means): another aggregation with them is unsupported. CISPO's
+    cap is TRL's raw epsilon_high ('raw-upper'), or 1 + ε_high for the paper's 'upper'; TRL has no
+    lower bound ('both' is unsupported). GMPO lives in an experimental trainer."""
     trainer = _mods().GRPOTrainer
     # TRL has no dual clip, KL clamp or other estimator: those conventions keep TRL's fixed behaviour.
     loss_type = _AGG.get(aggregation, "dapo")
+    if policy_loss in _GATED:
+        if aggregation != _GATED[policy_loss]:
+            raise NotImplementedError(f"TRL 1.16.0 loss_type={policy_loss!r} aggregates as {_GATED[policy_loss]!r}")
+        if cispo_clip == "both":
+            raise NotImplementedError("TRL 1.16.0 loss_type='cispo' has no lower bound on the IS weight")
+        loss_type = policy_loss
+        if cispo_clip == "upper":  # the paper's 1 + ε_high as TRL's raw cap
+            eps_high = 1 + (eps_low if eps_high is None else eps_high)
     fake = _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight,
-                      logp.shape[1] if norm_length is None else norm_length, ratio_level)
+                      logp.shape[1] if norm_length is None else norm_length, ratio_level,
+                      (sapo_tau_pos, sapo_tau_neg))
     inputs = _grpo_inputs(logp, old_logp, ref_logp, advantages, mask)
     if trainer_state:
         fake.current_gradient_accumulation_steps = trainer_state["accumulation_steps"]
@@ -392,7 +427,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
 
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
-              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss")
+              "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss",
+              "cispo_clip", "sapo_tau_pos", "sapo_tau_neg")
 
 
 def grpo_step(micro_batches, ctx):

@@ -67,13 +67,21 @@ CONVENTIONS = [
     C("grpo.aggregate", "mean_eps", (1e-8, 0.0), f"{CORE} agg_loss ('seq-mean-token-mean': torch.sum(loss_mat * "
       "loss_mask, dim=-1) / (seq_mask + 1e-8); the other modes have no per-row count, so any ε holds there)"),
     C("grpo.loss", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c=3.0)"),
-    C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{CORE} compute_policy_loss_vanilla (torch.clamp("
-      "negative_approx_kl, min=-20.0, max=20.0) before exp); compute_policy_loss_gspo and "
-      "compute_policy_loss_geo_mean form sequence ratios without it"),
+    C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{CORE} compute_policy_loss_vanilla, compute_policy_loss_cispo "
+      "and compute_policy_loss_sapo (torch.clamp(negative_approx_kl, min=-20.0, max=20.0) before exp); "
+      "compute_policy_loss_gspo and compute_policy_loss_geo_mean form sequence ratios without it"),
     C("grpo.loss", "mean_eps", (0.0,), "verl/workers/utils/losses.py ppo_loss (response_mask.to(bool): agg_loss's "
       "int64 token count + 1e-8 is formed in float32, where the ε is lost)"),
-    C("grpo.loss", "kl_kind", ("k3",), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML})"),
-    C("grpo.loss", "kl_clamp", (10.0,), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10))"),
+    C("grpo.loss", "kl_kind", ("k3", "abs"), f"{CORE} kl_penalty (kl_loss_type=low_var_kl in {ACTOR_YAML}; 'abs': "
+      "(logprob − ref_logprob).abs())"),
+    C("grpo.loss", "kl_clamp", (10.0, None), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10); 'abs' "
+      "is not clamped)"),
+    C("grpo.loss", "policy_loss", ("ppo-clip", "gmpo", "cispo", "sapo"), f"{CORE} policy loss registry "
+      "(policy_loss.loss_mode 'vanilla', 'geo_mean', 'cispo' = compute_policy_loss_cispo, 'sapo' = "
+      "compute_policy_loss_sapo with actor.tau_pos / tau_neg)"),
+    C("grpo.loss", "cispo_clip", ("both", "upper"), f"{CORE} compute_policy_loss_cispo (clamp(ratio, 1 − "
+      "clip_ratio_low, 1 + clip_ratio_high); 'upper' is the same code with clip_ratio_low = 1, as this adapter "
+      "passes it: a lower bound of 0)"),
     C("grpo.loss", "kl_ratio_weight", (False,), "verl/workers/utils/losses.py ppo_loss (kl_loss = agg_loss(kld))"),
     C("grpo.loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                    "seq-mean-token-sum-norm"),
@@ -87,8 +95,8 @@ CONVENTIONS = [
     C("gae.kl_rewards", "kind", ("k1", "k2", "k3"), f"{CORE} kl_penalty (algorithm.kl_penalty 'kl' (default), "
       "'mse', 'low_var_kl') in verl/trainer/ppo/ray_trainer.py apply_kl_penalty"),
     C("gae.kl_rewards", "clamp", (None, 10.0), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
-    C("kl.estimator", "kind", ("k3", "k1", "k2"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
-      "'mse'/'k2')"),
+    C("kl.estimator", "kind", ("k3", "k1", "k2", "abs"), f"{CORE} kl_penalty_forward ('low_var_kl'/'k3', 'kl'/'k1', "
+      "'mse'/'k2', 'abs')"),
     C("kl.estimator", "clamp", (10.0, None), f"{CORE} kl_penalty_forward (only 'low_var_kl' is clamped to ±10)"),
 ]
 # Conventions that do not vary independently: the std settings only with scale 'group', the
@@ -113,7 +121,17 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                               {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES,
                                "ratio_level": "sequence-token", "policy_loss": "ppo-clip"},
                               {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
-                               "ratio_level": "sequence", "policy_loss": "gmpo"}],
+                               "ratio_level": "sequence", "policy_loss": "gmpo"},
+                              # kl_loss_type='abs' (no clamp) under the vanilla loss
+                              {"dual_clip": 3.0, **_VERL_KL, "kl_kind": "abs", "kl_clamp": None,
+                               "aggregation": _LOSS_MODES, "ratio_level": "token", "policy_loss": "ppo-clip",
+                               "log_ratio_clamp": 20.0},
+                              # 'cispo' (no dual clip, loss_agg_mode as configured); 'sapo' (always
+                              # seq-mean-token-mean, whatever loss_agg_mode says); both clamp log ρ as 'vanilla'
+                              {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
+                               "policy_loss": "cispo", "cispo_clip": ["both", "upper"], "log_ratio_clamp": 20.0},
+                              {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
+                               "ratio_level": "token", "policy_loss": "sapo", "log_ratio_clamp": 20.0}],
                 # agg_loss's + 1e-8 is in the per-row token means only
                 "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
                                    {"mode": [m for m in _LOSS_MODES if m != "seq-mean-token-mean"],
@@ -121,7 +139,7 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                 "gae.kl_rewards": [{"kind": "k1", "clamp": None}, {"kind": "k2", "clamp": None},
                                    {"kind": "k3", "clamp": 10.0}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
-                                 {"kind": "k2", "clamp": None}]}
+                                 {"kind": "k2", "clamp": None}, {"kind": "abs", "clamp": None}]}
 CONVENTIONS += [
     C("grpo.rollout_correction", "level", ("sequence", "token"), f"{RC} compute_rollout_correction_weights "
       "(algorithm.rollout_correction.rollout_is: the dataclass default 'sequence', null in the YAML = off) and "
@@ -323,7 +341,7 @@ SPLIT_FINDINGS = [
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
               "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss",
-              "log_ratio_clamp", "kl_aggregation", "mean_eps")
+              "log_ratio_clamp", "kl_aggregation", "mean_eps", "cispo_clip", "sapo_tau_pos", "sapo_tau_neg")
 _AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length", "mean_eps")
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
@@ -334,9 +352,10 @@ def _core():
 
 
 def _actor_config(eps_low, eps_high, dual_clip, aggregation="token-mean", beta=0.0, kl_kind="k3",
-                  norm_length=None):
+                  norm_length=None, sapo_taus=(1.0, 1.05)):
     from verl.workers.config import ActorConfig
     return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+                       tau_pos=sapo_taus[0], tau_neg=sapo_taus[1],
                        clip_ratio=eps_low, clip_ratio_low=eps_low,
                        clip_ratio_high=eps_low if eps_high is None else eps_high,
                        # verl has no "off" for the dual clip: None keeps its default (see module docstring).
@@ -397,12 +416,17 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_e
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
               norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
-              kl_aggregation=None, mean_eps=0.0, *, batch_info=None):
+              kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05, *,
+              batch_info=None):
     """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
     (verl/workers/utils/losses.py:64-67). ``log_ratio_clamp``, ``kl_aggregation`` and ``mean_eps``
-    are verl's fixed behaviour (declared), not settings."""
+    are verl's fixed behaviour (declared), not settings. CISPO's 'upper' (no lower bound) is verl's
+    two-sided clamp with clip_ratio_low = 1 (a lower bound of 0 < ρ)."""
     core = _core()
-    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length)
+    if policy_loss == "cispo" and cispo_clip == "upper":
+        eps_low, eps_high = 1.0, eps_low if eps_high is None else eps_high
+    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length,
+                           (sapo_tau_pos, sapo_tau_neg))
     response_mask = mask.to(bool)
     # compute_grpo_outcome_advantage broadcasts the outcome advantage over the response tokens.
     token_adv = advantages.unsqueeze(-1) * mask
@@ -410,7 +434,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     config.global_batch_info.update(batch_info)
     # the registry of ppo_loss (verl/workers/utils/losses.py): GSPO-token is 'gspo', GMPO 'geo_mean'
     loss_mode = {("token", "ppo-clip"): "vanilla", ("sequence-token", "ppo-clip"): "gspo",
-                 ("sequence", "gmpo"): "geo_mean"}[(ratio_level, policy_loss)]
+                 ("sequence", "gmpo"): "geo_mean", ("token", "cispo"): "cispo",
+                 ("token", "sapo"): "sapo"}[(ratio_level, policy_loss)]
     pg_loss, _ = core.get_policy_loss_fn(loss_mode)(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
                                                     response_mask=response_mask,
                                                     loss_agg_mode=config.loss_agg_mode, config=config)

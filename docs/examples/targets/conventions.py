@@ -2,9 +2,9 @@ import torch
 
 
 def kl(logp, ref_logp, kind="k3", clamp=None):
-    """k1, k2 or k3; this implementation clamps only k3."""
-    if kind not in ("k1", "k2", "k3"):
-        raise ValueError(f"kind: must be 'k1', 'k2' or 'k3', got {kind!r}")
+    """k1, k2, k3 or abs; this implementation clamps only k3."""
+    if kind not in ("k1", "k2", "k3", "abs"):
+        raise ValueError(f"kind: must be 'k1', 'k2', 'k3' or 'abs', got {kind!r}")
     if clamp is not None and clamp <= 0:
         raise ValueError(f"clamp: must be > 0, got {clamp!r}")
     if clamp is not None and kind != "k3":
@@ -15,6 +15,8 @@ def kl(logp, ref_logp, kind="k3", clamp=None):
         return -log_ratio
     if kind == "k2":
         return log_ratio * log_ratio / 2
+    if kind == "abs":
+        return log_ratio.abs()
     value = torch.expm1(log_ratio) - log_ratio
     return value if clamp is None else value.clamp(-clamp, clamp)
 

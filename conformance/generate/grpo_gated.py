@@ -1,0 +1,204 @@
+"""``grpo.loss`` vectors for the token-level weights that replace PPO's clip: CISPO's clipped,
+detached IS weight (MiniMax-M1, arXiv 2506.13585, §3.1) and SAPO's soft gate (arXiv 2511.20347
+§3), in the paper's and each library's convention set; and PPO with verl's abs KL estimator
+(verl 0.9.1 kl_penalty "abs"). Groups: ``grpo_inputs.GATED_LOSS_GROUPS``; their notes and group
+texts live with the other GRPO ones in ``grpo``."""
+from __future__ import annotations
+
+import math
+
+import mpmath
+
+from conformance.generate import sampling as S
+from conformance.generate.case import Case, generated
+from conformance.generate.grpo_inputs import (
+    GATED_LOSS_GROUPS,
+    LOSS,
+    _dtype_of,
+    _loss_away,
+    _loss_case,
+    _round,
+    _with_empty_rows,
+)
+
+# (eps_low, eps_high) per policy and cispo_clip. CISPO 'upper': MiniMax-M1 tunes only ε_high^IS (no
+# printed value: DAPO's 0.28 among the bands); 'raw-upper': TRL's/Liger's raw cap, 5.0 as TRL's
+# help text suggests and None (→ ε_low = 0.2: TRL's cap when epsilon_high is unset); 'both': verl.
+CISPO_BANDS = {"upper": [(0.2, None), (0.2, 0.28), (0.2, 1.0)],
+               "both": [(0.2, 0.28), (0.1, 0.3), (0.5, 1.0)],
+               "raw-upper": [(0.2, 5.0), (0.2, None), (0.2, 1.5)]}
+# (τ_pos, τ_neg): the paper's (and TRL's, verl's) 1.0 / 1.05 first.
+SAPO_TAUS = [(1.0, 1.05), (0.5, 2.0), (2.0, 3.0)]
+
+
+def _params(conv, k: int, beta: float) -> dict:
+    """The k-th parameter set of a group (band or temperatures) with β."""
+    if conv["policy_loss"] == "sapo":
+        tau_pos, tau_neg = SAPO_TAUS[k % 3]
+        return {"beta": beta, "sapo_tau_pos": tau_pos, "sapo_tau_neg": tau_neg}
+    bands = CISPO_BANDS[conv["cispo_clip"]] if conv["policy_loss"] == "cispo" else [(0.2, None), (0.2, 0.28)]
+    eps_low, eps_high = bands[k % len(bands)]
+    return {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
+
+
+def _random(group, gi, i, big=False) -> Case:
+    conv = GATED_LOSS_GROUPS[group]
+    seed = 40000 + 100 * gi + i
+    r = S.rng(seed)
+    b = int(r.integers(1, 17)) if not big else 16
+    t = int(r.choice([1, 3, 8, 16, 24, 32, 48, 64])) if not big else 128
+    dtype = _dtype_of(i)
+    params = _params(conv, i + gi, float(r.choice([0.04, 0.001, 0.1, 0.0])))
+    lp = _round(S.logprobs(r, (b, t)), dtype)
+    old = _round(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 0.8]))), dtype)
+    ref = _round(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 1.0]))), dtype)
+    adv = _round(r.normal(0, 1, b).tolist(), dtype)
+    mask = S.mask(r, b, t)
+    lp = _loss_away(lp, old, ref, params, conv, dtype)
+    flags = ("Random",) + (("Large",) if big else ()) + (("BetaZero",) if params["beta"] == 0 else ())
+    comment = (f"random B={b}, T={t}, β={params['beta']:g}, "
+               + ", ".join(f"{k}={v}" for k, v in params.items() if k != "beta") + (", float32" if dtype else ""))
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
+
+
+def _weight_edges(group, gi) -> Case:
+    """CISPO: ratios 5 % and 0.1 % either side of each bound of the weight (the weight, and so the
+    gradient, is continuous there); SAPO: ratios from e^−4 to e^4, where the gate saturates; abs:
+    tokens with log r = 0 exactly (the kink, gradient 0) and ±2^−30 (gradient ∓1). Both signs of A."""
+    conv = GATED_LOSS_GROUPS[group]
+    seed = 41000 + gi
+    r = S.rng(seed)
+    params = _params(conv, 1, 0.04)
+    if conv["policy_loss"] == "cispo":
+        lo = params["eps_low"]
+        hi = lo if params["eps_high"] is None else params["eps_high"]
+        bounds = [hi] if conv["cispo_clip"] == "raw-upper" else [1 + hi, 1 - lo]
+        ratios = [q * f for q in bounds for f in (0.95, 0.999, 1.001, 1.05)]
+        flag, comment = "WeightBound", "ratios 5 % and 0.1 % either side of the IS weight's bounds, A = ±1"
+    elif conv["policy_loss"] == "sapo":
+        ratios = [math.exp(x) for x in (-4.0, -1.0, -0.25, 0.0, 0.25, 1.0, 2.0, 4.0)]
+        flag, comment = "SoftGateRange", "ratios e^−4 … e^4 (the gate saturates), A = ±1"
+    else:
+        ratios = [0.9, 1.1, 1.0, 1.05]
+        flag, comment = "AbsKink", "log r = 0 exactly and ±2^−30 (abs's kink), A = ±1"
+    lp, old, ref, adv = [], [], [], []
+    for a in (1.0, -1.0):
+        base = S.logprobs(r, (len(ratios),))
+        lp.append(base)
+        old.append([x - math.log(q) for x, q in zip(base, ratios)])
+        if flag == "AbsKink":
+            ref.append([base[0], base[1] + 2.0 ** -30, base[2] - 2.0 ** -30, base[3]])
+        else:
+            ref.append(S.logprobs_near(r, base, 0.3))
+        adv.append(a)
+    mask = [[1] * len(ratios) for _ in lp]
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, (flag,), comment, seed, "logprobs; log-ratios placed at fixed ratios")
+
+
+def _fixed_cases(group, gi) -> list[Case]:
+    conv = GATED_LOSS_GROUPS[group]
+    out = []
+    # Low precision, alternating bfloat16 / float16 across groups.
+    dtype = ("bfloat16", "float16")[gi % 2]
+    seed = 41100 + gi
+    r = S.rng(seed)
+    lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
+    old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
+    ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
+    adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
+    params = _params(conv, 0, 0.04)
+    lp = _loss_away(lp, old, ref, params, conv, dtype)
+    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
+                                  "mask": S.mask(r, 4, 8)}, params, ("LowPrecision",), f"inputs exact in {dtype}",
+                          seed, f"logprobs rounded to {dtype}", low=True))
+    # Zero advantages: only the KL term remains.
+    seed = 41200 + gi
+    r = S.rng(seed)
+    lp = S.logprobs(r, (3, 5))
+    old = S.logprobs_near(r, lp, 0.3)
+    ref = S.logprobs_near(r, lp, 0.3)
+    params = _params(conv, 2, 0.1)
+    lp = _loss_away(lp, old, ref, params, conv, None)
+    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
+                                  "mask": S.mask(r, 3, 5)}, params, ("ZeroAdvantage",),
+                          "A = 0 in every row: only the KL term", seed, "logprobs; A = 0"))
+    # Ratios e^±30: CISPO's weight sits on its cap (or is ~1e−13 below the band), SAPO's gate is flat.
+    lp = [[-1.0, -31.0, -2.0, -0.5], [-30.5, -0.25, -3.0, -1.5]]
+    old = [[-31.0, -1.0, -2.125, -0.625], [-0.5, -30.25, -3.125, -1.25]]
+    ref = [[-1.25, -31.125, -2.5, -0.75], [-30.75, -0.5, -3.25, -1.75]]
+    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
+                                  "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, _params(conv, 0, 0.04), ("ExtremeRatio",),
+                          "token log-ratios ±30 and ±0.125", 0, "fixed"))
+    # Rows without tokens.
+    seed = 41300 + gi
+    r = S.rng(seed)
+    lp = S.logprobs(r, (5, 6))
+    old = S.logprobs_near(r, lp, 0.1)
+    ref = S.logprobs_near(r, lp, 0.3)
+    params = _params(conv, 0, 0.04)
+    lp = _loss_away(lp, old, ref, params, conv, None)
+    seq_mean = conv["aggregation"] != "token-mean"
+    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
+                                  "advantages": r.normal(0, 1, 5).tolist(),
+                                  "mask": _with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
+                          ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
+                          "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                          result="acceptable" if seq_mean else "valid"))
+    return out
+
+
+INVALID = [
+    ({"policy_loss": "cispo", "ratio_level": "sequence"}, {}, "CISPO with a sequence ratio (its weight is per token)"),
+    ({"policy_loss": "sapo", "ratio_level": "sequence-token"}, {}, "SAPO with GSPO-token's ratio"),
+    ({"policy_loss": "cispo", "dual_clip": 3.0}, {}, "CISPO with a dual clip (no min to bound)"),
+    ({"policy_loss": "sapo", "dual_clip": 3.0}, {}, "SAPO with a dual clip (no min to bound)"),
+    ({"cispo_clip": "both"}, {}, "cispo_clip with the PPO clip (only CISPO reads it)"),
+    ({"policy_loss": "cispo", "cispo_clip": "lower"}, {}, "unknown cispo_clip"),
+    ({"policy_loss": "cispo", "cispo_clip": "raw-upper"}, {"eps_high": 0.0}, "a raw cap of 0"),
+    ({"policy_loss": "sapo"}, {"sapo_tau_pos": 0.0}, "τ_pos = 0"),
+    ({"policy_loss": "sapo"}, {"sapo_tau_neg": -1.05}, "negative τ_neg"),
+    ({"kl_kind": "ABS"}, {}, "unknown KL estimator (the names are lower case)"),
+]
+
+
+def cases() -> list[Case]:
+    out = []
+    for gi, group in enumerate(GATED_LOSS_GROUPS):
+        for i in range(6):
+            out.append(_random(group, gi, i))
+        if group in ("cispo", "sapo"):
+            out.append(_random(group, gi, 50, big=True))
+        out.append(_weight_edges(group, gi))
+        out += _fixed_cases(group, gi)
+    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
+          "mask": [[1, 1]]}
+    for conv, params, why in INVALID:
+        out.append(Case(LOSS, ok, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None,
+                                          **params},
+                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
+
+
+def token_scale(kwargs, rho, lp, a, size_ratio):
+    """One token's policy term for ``grpo._loss_scale``: (C_t, the size of the terms rounding
+    touches in C_t, the same for dC_t/dlogp). ``size_ratio`` = 1 + |logp| + |old_logp| is what the
+    rounding of log ρ scales ρ's relative error by. CISPO: C = ŵ·A·logp, dC = ŵ·A, with ŵ carrying
+    ρ's error unless it sits on a bound well away from ρ; SAPO: C = σ(x)·4/τ·A at x = τ(ρ − 1),
+    dC = g = 4ρσ(x)σ(−x)·A, moved by ρ's error at most g·size_ratio (C) and g·(1 + τρ)·size_ratio
+    (dC, whose derivative in log ρ is g·(1 + τρ(1 − 2σ)))."""
+    if kwargs["policy_loss"] == "cispo":
+        lo, hi = kwargs["eps_low"], kwargs["eps_low"] if kwargs["eps_high"] is None else kwargs["eps_high"]
+        upper = mpmath.mpf(hi) if kwargs["cispo_clip"] == "raw-upper" else 1 + mpmath.mpf(hi)
+        lower = 1 - mpmath.mpf(lo) if kwargs["cispo_clip"] == "both" else mpmath.mpf(0)
+        w = min(max(rho, lower), upper)
+        carried = size_ratio if lower * (1 - mpmath.mpf(1e-3)) <= rho <= upper * (1 + mpmath.mpf(1e-3)) else 1
+        return w * a * lp, abs(w * a * lp) * (1 + carried), abs(w * a) * carried
+    tau = mpmath.mpf(kwargs["sapo_tau_pos"] if a > 0 else kwargs["sapo_tau_neg"])
+    x = tau * (rho - 1)
+    gate = 1 / (1 + mpmath.exp(-x))
+    g = abs(4 * rho * gate * (1 - gate) * a)
+    objective = gate * 4 / tau * a
+    return objective, abs(objective) + g * size_ratio, g * (1 + tau * rho) * size_ratio + g
