@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import records
-from backend_inputs import BACKENDS, function, to_backend, torch, valid_inputs
+from backend_inputs import BACKENDS, function, required_params, to_backend, torch, valid_inputs
 from conformance import catalog, cli
 from conformance._io import write_tree
 from conformance.vectors.format import MANIFEST, manifest_bytes
@@ -53,6 +53,10 @@ BAD_PARAMS = {
     "discopop_tau": [0.0, -0.05, NAN, INF, "cold"],
     "reward_shift": [NAN, INF, -INF, "mean", None],
     "gamma": [-0.5, NAN, INF, "wide"],
+    "lam": [-0.1, 1.5, NAN, "one"],
+    "whiten": ["batch", None, 1],
+    "masked_tokens": ["drop", None],
+    "baseline": ["median", None, 1],
     "desirable_weight": [0.0, -1.0, NAN, INF],
     "undesirable_weight": [0.0, -1.0, NAN, INF],
     "scale": ["global", None],
@@ -75,7 +79,6 @@ BAD_PARAMS = {
     "upper": [0.0, -1.0, NAN, INF, "high", None],
     "seq_log_ratio": ["max", None],
     "kept_weight": ["zero", None],
-    "log_ratio_clamp": [0.0, -1.0, NAN, "twenty"],
     "future_window": [0, -2, 2.5, False],
     "future_clip": [0.0, -1.0, NAN],
     "ratio_clip": [0.0, 1.0, 1.5, NAN],
@@ -84,7 +87,7 @@ BAD_PARAMS = {
     "soft_term": ["CE", None, 1],
     "ratio_level": ["seq", None, 1],
     "policy_loss": ["gspo", "gmpo", None],   # 'gmpo' is refused with the default token ratios
-    "log_ratio_clamp": [0.0, -20.0, NAN, INF],
+    "log_ratio_clamp": [0.0, -1.0, -20.0, NAN, INF, "twenty"],
     "kl_aggregation": ["sum", 1],
     "mean_eps": [-1e-8, NAN, INF, None],
     "rpo_alpha": [-0.5, NAN, INF, "x"],
@@ -137,7 +140,7 @@ def judge(call, culprits, allow_value: bool, what: str) -> str:
 
 
 def params_of(objective_id: str) -> dict:
-    return dict(catalog.get(objective_id).defaults)
+    return {**catalog.get(objective_id).defaults, **required_params(objective_id)}
 
 
 def cotangent_for(backend, objective_id, inputs, params):

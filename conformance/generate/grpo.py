@@ -1305,6 +1305,12 @@ def _mean_eps_agg_cases() -> list[Case]:
     out.append(case(r.normal(0, 1, (6, 12)).tolist(), _with_empty_rows(S.mask(r, 6, 12), [1, 4]),
                     ("FullyMaskedRowSeqMean",), "rows without tokens among ragged rows", 33200,
                     "normal values, ragged mask, emptied rows", result="acceptable"))
+    # the same in float16, where the libraries' 1e−8 rounds to 0 and an empty row is 0/0
+    r = S.rng(33201)
+    out.append(case(S.in_dtype(r.normal(0, 1, (6, 12)).tolist(), "float16"), _with_empty_rows(S.mask(r, 6, 12), [0, 3]),
+                    ("FullyMaskedRowSeqMean", "LowPrecision"), "rows without tokens among ragged rows, values exact "
+                    "in float16", 33201, "normal values rounded to float16, ragged mask, emptied rows",
+                    result="acceptable", low=True))
     for eps, why in ((-1e-8, "negative mean_eps"), ("1e-8", "mean_eps given as a string")):
         out.append(Case(AGG, {"values": [[1.0, 2.0], [3.0, 4.0]], "mask": [[1, 1], [1, 0]]},
                         params={"norm_length": None}, conventions={"mode": "seq-mean-token-mean", "mean_eps": eps},
