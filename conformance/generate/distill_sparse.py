@@ -152,7 +152,6 @@ def _invalid_cases() -> list[Case]:
         ({"teacher_ids": [[3, 3], [0, 1]]}, {}, "an id repeated in a row"),
         ({"teacher_ids": [[3, 4], [0, 1]]}, {}, "an id ≥ V"),
         ({"teacher_ids": [[3, 2], [-1, 1]]}, {}, "a negative id"),
-        ({"teacher_ids": [[3, 2.5], [0, 1]]}, {}, "a fractional id"),
         ({"teacher_logps": [[-0.1, -0.2], [-1.0, -2.0]]}, {}, "teacher probabilities summing to 1.72 > 1"),
         ({"teacher_logps": [[-0.5, math.nan], [-1.0, -2.0]]}, {}, "NaN teacher log-probability"),
         ({"teacher_logps": [[-0.5, INF], [-1.0, -2.0]]}, {}, "+inf teacher log-probability"),
