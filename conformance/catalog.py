@@ -166,6 +166,23 @@ OBJECTIVES: tuple[Objective, ...] = (
         "(0.5·Σ|p − q|, gradient 0 where p == q); DistiLLM official code distillm/losses.py tv_distance",
         reduction="student_logits"),
     Objective(
+        "distill.sparse_kl",
+        "Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row: p_k = exp(teacher_logps) at "
+        "the distinct ids i_k (−inf: padding, no term), q = softmax(z/T) (the temperature divides the student "
+        "only); renormalize 'none' (p as stored, the student's full log q), 'teacher' (p over its top-k) or "
+        "'both' (p and q over the ids).",
+        (Input("student_logits", "N,V", neg_inf=True), Input("teacher_ids", "N,K", kind="int"),
+         Input("teacher_logps", "N,K", neg_inf=True)),
+        (Param("renormalize", "none", ("none", "teacher", "both"),
+               "the top-k estimate as stored, without renormalisation or tail: verl 0.9.1 forward_kl_topk "
+               "(verl/trainer/distillation/fsdp/losses.py compute_forward_kl_topk); the estimate Anshumann et al. "
+               "2025 (arXiv 2503.16870) call biased", convention=True),
+         Param("temperature", 1.0)),
+        ("kl",), ("student_logits",),
+        "top-k (sparse) knowledge distillation: Anshumann et al. 2025 (arXiv 2503.16870, ACL 2025) on caching a "
+        "teacher's top-k; verl 0.9.1 forward_kl_topk; TRL 1.16.0 IW-OPD _compute_server_forward_kl_loss",
+        reduction="student_logits"),
+    Objective(
         "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "
         "k2 = (log r)²/2, k3 = r − log r − 1, abs = |log r|; optional clamp of the value to [−c, c].",
         (Input("logp", "N"), Input("ref_logp", "N")),

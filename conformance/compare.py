@@ -99,6 +99,7 @@ K_BASE = {
     "distill.symmetric_kl": 8.0,
     "distill.skew_kl": 8.0,
     "distill.tvd": 8.0,
+    "distill.sparse_kl": 8.0,
     "kl.estimator": 4.0,
     "dpo.loss": 8.0,
     "preference.simpo": 8.0,

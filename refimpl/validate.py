@@ -197,6 +197,51 @@ def skew_alpha(value) -> float:
     return in_range("alpha", value, 0.0, 1.0, lo_open=True)
 
 
+RENORMALIZE = ("none", "teacher", "both")
+# A stored top-k teacher's probabilities may sum a little above 1 by the rounding of its
+# log-probabilities: in bfloat16 each log p_k carries a relative error 2^-9, so Σ p_k exceeds its
+# true value by at most 2^-9·Σ p_k|log p_k| ≤ 2^-9·log K (0.007 for K = 32). Beyond this the
+# stored values are not a (sub-)distribution.
+SPARSE_MASS_TOLERANCE = 1e-2
+
+
+def renormalize(value) -> str:
+    """Which top-k distributions ``distill.sparse_kl`` renormalises: 'none' (verl's
+    forward_kl_topk), 'teacher', or 'both' (teacher and student over the teacher's ids)."""
+    return choice("renormalize", value, RENORMALIZE)
+
+
+def sparse_teacher(ids: list, logps: list, student_shape: tuple) -> None:
+    """A top-k teacher for ``distill.sparse_kl``: ``ids`` (rows of ints) and ``logps`` (rows of
+    floats, −inf for a probability 0), both [N,K] with the student's N, 1 ≤ K ≤ V; every id in
+    [0, V) and distinct within its row; NaN and +inf refused; each row has a probability > 0 and
+    Σ_k exp(logps) ≤ 1 + ``SPARSE_MASS_TOLERANCE``."""
+    n, v = student_shape
+    shape = (len(ids), len(ids[0]) if ids else 0)
+    same_shape(teacher_logps=(len(logps), len(logps[0]) if logps else 0), teacher_ids=shape)
+    if shape[0] != n:
+        fail("teacher_ids", f"has {shape[0]} rows, student_logits has {n}")
+    if not 1 <= shape[1] <= v:
+        fail("teacher_ids", f"needs 1 <= K <= V ids per row, got K = {shape[1]} for V = {v}")
+    for i, (row, lrow) in enumerate(zip(ids, logps)):
+        for k in row:
+            if not 0 <= k < v:
+                fail("teacher_ids", f"id {k} at row {i} is outside [0, {v})")
+        if len(set(row)) != len(row):
+            fail("teacher_ids", f"row {i} repeats an id ({sorted(k for k in set(row) if row.count(k) > 1)})")
+        for x in lrow:
+            if math.isnan(x):
+                fail("teacher_logps", f"contains NaN at row {i}")
+            if x == math.inf:
+                fail("teacher_logps", f"contains +inf at row {i}")
+        if all(x == -math.inf for x in lrow):
+            fail("teacher_logps", f"row {i} is -inf everywhere (no probability on the teacher's top-k)")
+        mass = math.fsum(math.exp(x) for x in lrow)
+        if mass > 1 + SPARSE_MASS_TOLERANCE:
+            fail("teacher_logps", f"row {i}: the probabilities sum to {mass:.6g} > 1 "
+                                  f"(+ tolerance {SPARSE_MASS_TOLERANCE:g}): not a top-k of a distribution")
+
+
 # ----------------------------------------------------------------------------- kl
 
 KL_KINDS = ("k1", "k2", "k3", "abs")

@@ -49,6 +49,10 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
     if objective_id == "distill.hinton":
         return {"student_logits": rng.normal(size=(n, v)), "teacher_logits": rng.normal(size=(n, v)),
                 "labels": rng.integers(0, v, size=n)}
+    if objective_id == "distill.sparse_kl":   # a top-2 teacher in a random order, mass below 1
+        return {"student_logits": rng.normal(size=(n, v)),
+                "teacher_ids": np.array([rng.permutation(v)[:2] for _ in range(n)]),
+                "teacher_logps": np.log(rng.dirichlet(np.ones(2), size=n) * 0.9)}
     if objective_id == "kl.estimator":
         return {"logp": logp(n), "ref_logp": logp(n)}
     if objective_id == "dpo.loss":

@@ -6,7 +6,7 @@ the backend implements (the exact backend: every family; the others: every famil
 is the function ``refimpl.<backend>.<family>.<name>``; its parameters are the catalog's inputs
 (required, in order) followed by the catalog's parameters (in order, each defaulting to the
 catalog's default, the same value of the same type), then its optional inputs (default None); the module's ``__all__`` lists exactly
-those functions and their VJPs ``<name>_vjp(cotangent, <the same parameters>)`` — the one
+those functions (a partial backend may decline an objective of its family with a reason, ``DECLINED``) and their VJPs ``<name>_vjp(cotangent, <the same parameters>)`` — the one
 documented extra, which the exact and arrays backends give for every objective with
 gradients (the torch backend differentiates by autograd instead).
 """
@@ -37,8 +37,11 @@ def _module(backend: str, family: str):
     return importlib.import_module(f"refimpl.{backend}.{family}")
 
 
-def _objectives(family: str):
-    return [o for o in catalog.OBJECTIVES if o.family == family]
+def _objectives(family: str, module=None):
+    """The family's catalog objectives, less those a partial backend's module declines
+    (``DECLINED``: catalog id → the reason, see ``test_declined_objectives_say_why``)."""
+    declined = getattr(module, "DECLINED", {})
+    return [o for o in catalog.OBJECTIVES if o.family == family and o.id not in declined]
 
 
 def _expected(spec: catalog.Objective, vjp: bool) -> list[tuple[str, object]]:
@@ -66,7 +69,7 @@ def _same(actual, expected) -> bool:
 def test_all_lists_exactly_the_catalog_functions(backend, family):
     module = _module(backend, family)
     want = set()
-    for spec in _objectives(family):
+    for spec in _objectives(family, module):
         want.add(spec.name)
         if BACKENDS[backend]["vjps"] and spec.grads:
             want.add(f"{spec.name}_vjp")
@@ -80,7 +83,7 @@ def test_all_lists_exactly_the_catalog_functions(backend, family):
 @pytest.mark.parametrize("backend, family", PAIRS, ids=[f"{b}.{f}" for b, f in PAIRS])
 def test_signatures_match_the_catalog(backend, family):
     module = _module(backend, family)
-    for spec in _objectives(family):
+    for spec in _objectives(family, module):
         fn = getattr(module, spec.name)
         assert fn.__name__ == spec.name, f"refimpl.{backend}.{spec.id} is {fn.__qualname__}"
         assert _same(_actual(fn), _expected(spec, False)), (
@@ -91,6 +94,20 @@ def test_signatures_match_the_catalog(backend, family):
         if vjp is not None:
             assert _same(_actual(vjp), _expected(spec, True)), (
                 f"refimpl.{backend}.{spec.id}_vjp: {_actual(vjp)} != catalog {_expected(spec, True)}")
+
+
+@pytest.mark.parametrize("backend, family", PAIRS, ids=[f"{b}.{f}" for b, f in PAIRS])
+def test_declined_objectives_say_why(backend, family):
+    """Only a partial backend may decline an objective of its family, each with a stated reason,
+    and then it must not also define it."""
+    module = _module(backend, family)
+    declined = getattr(module, "DECLINED", {})
+    if declined:
+        assert BACKENDS[backend].get("partial"), f"refimpl.{backend}.{family} declines {sorted(declined)}"
+    for oid, why in declined.items():
+        spec = catalog.get(oid)
+        assert spec.family == family and len(why) > 40, (oid, why)
+        assert not hasattr(module, spec.name), f"refimpl.{backend}.{family} declines and defines {oid}"
 
 
 def test_every_catalog_objective_has_a_reference_backend():

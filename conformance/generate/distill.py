@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import distill_divergences, distill_low
+from conformance.generate import distill_divergences, distill_low, distill_sparse
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.distill_inputs import (
@@ -54,7 +54,7 @@ from conformance.generate.distill_inputs import (
 )
 from conformance.generate.distill_scales import SCALES as _SCALES
 
-SCALES = {**_SCALES, **distill_divergences.SCALES}  # the family module's contract
+SCALES = {**_SCALES, **distill_divergences.SCALES, **distill_sparse.SCALES}  # the family module's contract
 
 SEC_CLASSIC = "Destilación clásica: una temperatura en ambas funciones softmax"
 SEC_ONPOLICY = "Destilación on-policy: el alumno ocupa el primer lugar en la KL"
@@ -142,7 +142,9 @@ GROUPS = {
              "student first — MiniLLM (Gu et al. 2024) §2.1 eq. 1, DeepSeek-V4 §5.1.2 eq. 29; also TRL 1.16.0 "
              "trainer/distillation_trainer.py with kernels/chunked_divergence.py (beta=1.0: reverse KL at T, no "
              "T²). distill.generalized_jsd: GKD (Agarwal et al. 2024) §3 eq. 2, the continuous formula at every β "
-             "(endpoints='limit': 0 at β = 0 and β = 1)",
+             "(endpoints='limit': 0 at β = 0 and β = 1). distill.sparse_kl: renormalize='none', the top-k "
+             "estimate as stored (no renormalisation, no tail) — verl 0.9.1 verl/trainer/distillation/fsdp/losses.py "
+             "compute_forward_kl_topk (loss_mode forward_kl_topk; its log_prob_min_clamp and clamp_min(0) aside)",
     "no-t2": "distill.hinton with t2_scale=False: Liger-Kernel 0.8.5 chunked_loss/fused_linear_distillation.py "
              "(weight_hard_loss·CE of the raw logits + weight_soft_loss·divergence of logits/T, no T² anywhere; "
              "with chunked_loss/jsd_loss.py at beta=0 the divergence is KL(p‖q)); TRL 1.16.0 "
@@ -171,7 +173,9 @@ GROUPS = {
     "invalid": "inputs outside the domain (all conventions)",
 }
 NOTES.update(distill_divergences.NOTES)
-GROUPS = {**{k: v for k, v in GROUPS.items() if k != "invalid"}, **distill_divergences.GROUPS, "invalid": GROUPS["invalid"]}
+NOTES.update(distill_sparse.NOTES)
+GROUPS = {**{k: v for k, v in GROUPS.items() if k != "invalid"}, **distill_divergences.GROUPS,
+          **distill_sparse.GROUPS, "invalid": GROUPS["invalid"]}
 
 
 # ----------------------------------------------------------------------------- distill.softmax
@@ -660,4 +664,4 @@ def cases() -> list[Case]:
     return _with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
                             + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
                             + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3()
-                            + distill_divergences.cases())
+                            + distill_divergences.cases() + distill_sparse.cases())

@@ -24,7 +24,7 @@ from refimpl.arrays import _xp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
            "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp", "skew_kl", "skew_kl_vjp",
-           "tvd", "tvd_vjp"]
+           "tvd", "tvd_vjp", "sparse_kl", "sparse_kl_vjp"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -512,3 +512,80 @@ def tvd_vjp(cotangent, student_logits, teacher_logits, temperature: float = 1.0)
     c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
     g = _xp.masked(xp, q.support, q.p * _centred(xp, q, xp.sign(d)))
     return {"student_logits": c * g / (2 * T)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.sparse_kl
+# ---------------------------------------------------------------------------------------------
+
+def _nested(a, cast) -> list:
+    """A 2-D array as rows of Python numbers (for ``validate.sparse_teacher``)."""
+    n, k = _xp.shape(a)
+    return [[cast(a[i, j]) for j in range(k)] for i in range(n)]
+
+
+def _log_total(xp, lw):
+    """log Σ_k e^{lw_k} per row (keepdims), −inf entries adding nothing."""
+    m = _xp.row_max(xp, lw)
+    return m + xp.log(xp.sum(xp.exp(lw - m), axis=-1, keepdims=True))
+
+
+def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature):
+    """(xp, dt, shape, T, q, onehot [N,K,V], live [N,K], log p and log q at the ids after the
+    convention)."""
+    xp = _xp.namespace(student_logits, teacher_logps)
+    dt = _xp.float_dtype(xp, student_logits=student_logits, teacher_logps=teacher_logps)
+    zs = _logits(xp, dt, "student_logits", student_logits, rank=2)
+    ids = _xp.int_array(xp, "teacher_ids", teacher_ids)
+    lp = _xp.array(xp, "teacher_logps", teacher_logps, dt, allow_neg_inf=True)
+    validate.rank("teacher_ids", _xp.shape(ids), 2)
+    validate.rank("teacher_logps", _xp.shape(lp), 2)
+    shape = _xp.shape(zs)
+    validate.sparse_teacher(_nested(ids, int), _nested(lp, float), shape)
+    validate.renormalize(renormalize)
+    T = validate.temperature(temperature)
+    q = _dist(xp, "student_logits", zs, T)
+    onehot = ids[:, :, None] == xp.arange(shape[1], dtype=ids.dtype)
+    lq = xp.sum(_xp.masked(xp, onehot, q.logp[:, None, :]), axis=-1)
+    live = lp > -xp.inf
+    dead = live & (lq == -xp.inf)
+    if bool(xp.any(dead)):
+        i, k = _unravel(_first(xp, dead), _xp.shape(dead))
+        validate.fail("student_logits", f"-inf at row ({i},), token {int(ids[i, k])}, where the teacher has "
+                                        "probability > 0: the KL is infinite (support mismatch)")
+    if renormalize != "none":
+        lp = lp - _log_total(xp, lp)
+    if renormalize == "both":
+        lq_live = xp.where(live, lq, xp.full_like(lq, -xp.inf))
+        lq = xp.where(live, lq - _log_total(xp, lq_live), lq_live)
+    return xp, dt, shape, T, q, onehot, live, lp, lq
+
+
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
+    """Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row, the sum over the
+    ids with p_k > 0; ``renormalize`` 'none' | 'teacher' | 'both' as ``refimpl.exact.distill.sparse_kl``
+    (which cites the sources). Returns kl with shape [N]."""
+    xp, _, _, _, _, _, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize,
+                                                      temperature)
+    lp, lq = _xp.masked(xp, live, lp), _xp.masked(xp, live, lq)   # padding: 0, not −inf − (−inf)
+    return xp.sum(_xp.masked(xp, live, xp.exp(lp) * (lp - lq)), axis=-1)
+
+
+def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renormalize: str = "none",
+                  temperature: float = 1.0):
+    """c·(S·q_j − P_j)/T ('none'), c·(q_j − P̃_j)/T ('teacher'), c·(q̃_j − P̃_j)/T on the ids ('both'),
+    P the teacher's probabilities scattered to their ids."""
+    xp, dt, shape, T, q, onehot, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps,
+                                                                renormalize, temperature)
+    c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
+    p = _xp.masked(xp, live, xp.exp(lp))
+
+    def scatter(w):
+        return xp.sum(_xp.masked(xp, onehot, w[:, :, None]), axis=1)
+
+    if renormalize == "both":
+        g = scatter(_xp.masked(xp, live, xp.exp(lq)) - p)
+    else:
+        s = xp.sum(p, axis=-1, keepdims=True) if renormalize == "none" else 1.0
+        g = _xp.masked(xp, q.support, s * q.p) - scatter(p)
+    return {"student_logits": c * g / T}

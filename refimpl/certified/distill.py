@@ -31,7 +31,8 @@ from refimpl import validate
 from refimpl.certified import _ball
 
 __all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp", "skew_kl", "skew_kl_vjp",
-           "softmax", "softmax_vjp", "symmetric_kl", "symmetric_kl_vjp", "token_kl", "token_kl_vjp", "tvd", "tvd_vjp"]
+           "softmax", "softmax_vjp", "sparse_kl", "sparse_kl_vjp", "symmetric_kl", "symmetric_kl_vjp", "token_kl",
+           "token_kl_vjp", "tvd", "tvd_vjp"]
 
 
 class _Dist:
@@ -334,3 +335,57 @@ skew_kl.__doc__ = ("Skew KL: KL(p‖αp + (1−α)q) (forward) or KL(q‖αq + (
                    "as balls.")
 tvd, tvd_vjp = _ball.pair(_tvd, ("tvd",), ("student_logits",))
 tvd.__doc__ = "Total variation ½·Σ|q − p| with the sign(0) = 0 subgradient, as balls."
+
+
+# --------------------------------------------------------------------------- sparse (top-k) teacher
+
+def _teacher_ids(x) -> list:
+    """Rows of ints (integral floats accepted, truth values and fractions refused)."""
+    rows = x.tolist() if hasattr(x, "tolist") else x
+    validate.rank("teacher_ids", _ball.shape(rows), 2)
+    for row in rows:
+        for v in row:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer():
+                validate.fail("teacher_ids", f"expected integers, got {v!r}")
+    return [[int(v) for v in row] for row in rows]
+
+
+def _log_total(xs):
+    """log Σ e^{x} over the given balls/Vars (``_ball.logsumexp`` at the largest midpoint)."""
+    return _ball.logsumexp(xs, max(range(len(xs)), key=lambda k: _ball.mid_float(xs[k])))
+
+
+def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="none", temperature=1.0):
+    """Σ_k p_k (log p_k − log q_{i_k}) over the ids with p_k > 0 (``refimpl.exact.distill.sparse_kl``),
+    log q_{i_k} from the row's shifted logits; the renormalisations as log-sum-exps shifted by the
+    largest term (one live id gives 0 exactly)."""
+    zs, shape = _logits("student_logits", student_logits, rank=2)
+    ids = _teacher_ids(teacher_ids)
+    lps = _ball.balls("teacher_logps", teacher_logps, allow_neg_inf=True)
+    validate.rank("teacher_logps", _ball.shape(lps), 2)
+    validate.sparse_teacher(ids, [_floats(row) for row in lps], shape)
+    validate.renormalize(renormalize)
+    T = _ball.ball(validate.temperature(temperature))
+    zs = diff("student_logits", zs)
+    rows = []
+    for n, (q, irow, lrow) in enumerate(zip(_dists("student_logits", zs, T), ids, lps)):
+        live = [k for k, a in enumerate(lrow) if a is not None]
+        for k in live:
+            if not q.support[irow[k]]:
+                validate.fail("student_logits", f"-inf at row ({n},), token {irow[k]}, where the teacher has "
+                                                "probability > 0: the KL is infinite (support mismatch)")
+        lp = [lrow[k] for k in live]
+        lq = [q.logp[irow[k]] for k in live]
+        if renormalize != "none":
+            log_s = _log_total(lp)
+            lp = [a - log_s for a in lp]
+        if renormalize == "both":
+            x = [q.x[irow[k]] for k in live]
+            log_s = _log_total(x)
+            lq = [b - log_s for b in x]
+        rows.append(_ball.fsum(_ball.exp(a) * (a - b) for a, b in zip(lp, lq)))
+    return {"kl": rows}
+
+
+sparse_kl, sparse_kl_vjp = _ball.pair(_sparse_kl, ("kl",), ("student_logits",))
+sparse_kl.__doc__ = "Forward KL over a top-k teacher, renormalize 'none' | 'teacher' | 'both', as balls."

@@ -30,10 +30,11 @@ from refimpl.exact import mp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
            "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp", "skew_kl", "skew_kl_vjp",
-           "tvd", "tvd_vjp"]
+           "tvd", "tvd_vjp", "sparse_kl", "sparse_kl_vjp"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
+RENORMALIZE = validate.RENORMALIZE
 
 
 # ---------------------------------------------------------------------------------------------
@@ -734,4 +735,100 @@ def tvd_vjp(cotangent, student_logits, teacher_logits, temperature: float = 1.0)
         centred = _minus_mean(qi, sigma)
         grads.append([ct[idx] * qj * sj / (2 * T) if s else mp.ZERO
                       for qj, sj, s in zip(qi.p, centred, qi.support)])
+    return {"student_logits": _stack(shape, grads)}
+
+
+# ---------------------------------------------------------------------------------------------
+# distill.sparse_kl
+# ---------------------------------------------------------------------------------------------
+
+def _log_total(xs):
+    """log Σ e^{x} of finite values, shifted by the largest."""
+    top = max(xs)
+    return top + mpmath.log(mpmath.fsum(mpmath.exp(x - top) for x in xs))
+
+
+def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature):
+    """Rows of (student _Row, ids, teacher log-probs after the convention, student log-probs at
+    the ids after the convention) — the log-probabilities of the two top-k distributions."""
+    zs = _logits("student_logits", student_logits, rank=2)
+    ids = mp.int_array("teacher_ids", teacher_ids)
+    lps = mp.array("teacher_logps", teacher_logps, allow_neg_inf=True)
+    validate.rank("teacher_ids", ids.shape, 2)
+    validate.rank("teacher_logps", lps.shape, 2)
+    validate.sparse_teacher(ids.tolist(), [[float(x) for x in row] for row in lps], zs.shape)
+    validate.renormalize(renormalize)
+    T = _temperature(temperature)
+    rows = []
+    for idx, q, irow, lrow in zip(np.ndindex(zs.shape[:-1]), _rows("student_logits", zs, T), ids, lps):
+        irow = [int(i) for i in irow]
+        lp = list(lrow)
+        if renormalize != "none":   # log p̃_k = log p_k − log Σ_j p_j (shifted: one live id gives 0 exactly)
+            log_s = _log_total([x for x in lp if x != mp.NEG_INF])
+            lp = [x - log_s for x in lp]
+        lq = [q.logp[i] for i in irow]
+        for k, (a, b) in enumerate(zip(lp, lq)):
+            if a != mp.NEG_INF and b == mp.NEG_INF:
+                validate.fail("student_logits", f"-inf at row {idx}, token {irow[k]}, where the teacher has "
+                                                "probability > 0: the KL is infinite (support mismatch)")
+        if renormalize == "both":   # log q̃_k = log q_k − log Σ_j q_j over the ids with p_j > 0
+            log_s = _log_total([b for a, b in zip(lp, lq) if a != mp.NEG_INF])
+            lq = [b - log_s if a != mp.NEG_INF else mp.NEG_INF for a, b in zip(lp, lq)]
+        rows.append((q, irow, lp, lq))
+    return zs.shape, T, rows
+
+
+@mp.exact
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
+    """Forward KL over a sparse (top-k) teacher, per row:
+
+        kl = Σ_k p_k (log p_k − log q_{i_k}),   q = softmax(z/T),   p_k = exp(teacher_logps_k)
+
+    at the teacher's ids i_k (distinct, K ≤ V), the sum over the tokens with p_k > 0 (an id
+    whose log-probability is −inf is padding: it does not enter any sum, as in TRL). The way
+    offline distillation stores a teacher (its top-k per position); Anshumann et al. 2025
+    (arXiv 2503.16870, "Sparse Logit Sampling") show that this top-k estimate is biased.
+    ``renormalize`` (the libraries' conventions):
+
+    * 'none': p as stored and the student's full-vocabulary log q gathered at the ids, no tail
+      term — verl 0.9.1 ``compute_forward_kl_topk`` (verl/trainer/distillation/fsdp/losses.py).
+      With Σ p < 1 this is not a divergence: it can be negative;
+    * 'teacher': p̃_k = p_k / Σ_j p_j, the student's full log q;
+    * 'both': p̃ and q̃_k = q_{i_k} / Σ_j q_{i_j}, the KL of two distributions on the ids
+      (≥ 0), Σ_j over the ids with p_j > 0 — TRL 1.16.0 IW-OPD with loss_add_tail=False
+      (trl/experimental/iw_opd/iw_opd_trainer.py ``_compute_server_forward_kl_loss``).
+
+    The temperature divides the student's logits only: the teacher's log-probabilities are
+    stored already at whatever temperature the teacher was sampled with. Returns kl [N].
+    """
+    shape, _, rows = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature)
+    return _per_row(shape[:-1], [mpmath.fsum(mpmath.exp(a) * (a - b) for a, b in zip(lp, lq) if a != mp.NEG_INF)
+                                 for _, _, lp, lq in rows])
+
+
+@mp.exact
+def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renormalize: str = "none",
+                  temperature: float = 1.0):
+    """Gradient of Σ c·kl with respect to the student logits, per row (P_j = p_k at j = i_k, 0
+    off the ids; S = Σ_k p_k; g_i = ∂kl/∂log q_i = −P_i and the module's chain rule):
+
+        'none':    ∂kl/∂z_j = (S·q_j − P_j) / T
+        'teacher': ∂kl/∂z_j = (q_j − P̃_j) / T
+        'both':    ∂kl/∂z_j = (q̃_j − P̃_j) / T on the ids with p > 0, 0 elsewhere (Σ p̃ = Σ q̃ = 1).
+    """
+    shape, T, rows = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature)
+    ct = _cotangent(cotangent, shape[:-1])
+    grads = []
+    for idx, (q, irow, lp, lq) in zip(np.ndindex(shape[:-1]), rows):
+        p = [mpmath.exp(a) for a in lp]
+        if renormalize == "both":
+            g = [mp.ZERO] * shape[-1]
+            for i, pk, b in zip(irow, p, lq):
+                g[i] = mpmath.exp(b) - pk   # both 0 at a padding id (p_k = 0)
+        else:
+            s = mpmath.fsum(p) if renormalize == "none" else mp.ONE
+            g = [s * qj for qj in q.p]
+            for i, pk in zip(irow, p):
+                g[i] -= pk
+        grads.append([ct[idx] * gj / T for gj in g])
     return {"student_logits": _stack(shape, grads)}

@@ -28,6 +28,8 @@ Custom backward passes (everything else is plain autograd):
   the gradient is the KL's) to the value of either path.
 - ``distill.skew_kl``, ``distill.tvd``: the same ``_careful.VocabRows`` with their analytic
   gradients; the fused path declines them (``distill.FUSED_DECLINED``).
+- ``distill.sparse_kl``: autograd through log_softmax, gathered at the teacher's ids (the teacher is
+  K stored log-probabilities); the fused path declines it too.
 - ``distill.softmax``: ``_careful.Softmax``, same memory as torch's softmax (saves q), its
   backward q·(c − Σqc)/T in the same centred form: torch's loses every digit of a saturated
   row's gradient (logits ±1e4 at T = 1e-3). Not twice differentiable.
@@ -46,7 +48,7 @@ SUPPORTED_DTYPES = ("float64", "float32", "bfloat16", "float16")
 # objective has a reduction or a transcendental). float64 stays float64.
 FLOAT32_ACCUMULATION = (
     "distill.softmax", "distill.hinton", "distill.token_kl", "distill.symmetric_kl", "distill.generalized_jsd",
-    "distill.skew_kl", "distill.tvd",
+    "distill.skew_kl", "distill.tvd", "distill.sparse_kl",
     "kl.estimator", "dpo.loss", "preference.simpo", "preference.cpo", "preference.orpo", "preference.kto",
     "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss", "grpo.rollout_correction",
     "proximal_kl.future_cost", "proximal_kl.loss", "gae.advantages", "gae.kl_rewards",

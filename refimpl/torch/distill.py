@@ -27,7 +27,7 @@ import torch
 from refimpl import validate
 from refimpl.torch import _careful, _common, _fused
 
-__all__ = ["softmax", "hinton", "token_kl", "symmetric_kl", "generalized_jsd", "skew_kl", "tvd"]
+__all__ = ["softmax", "hinton", "token_kl", "symmetric_kl", "generalized_jsd", "skew_kl", "tvd", "sparse_kl"]
 
 DIRECTIONS = validate.DIRECTIONS
 ENDPOINTS = validate.ENDPOINTS
@@ -365,6 +365,9 @@ FUSED_DECLINED = {
                        "written for the careful kernels only; the plain path serves every call",
     "distill.tvd": "no fused kernel: |q − p| and sign(q − p) need both normalised rows at every "
                    "token (a second pass over the tiles); the plain path serves every call",
+    "distill.sparse_kl": "no fused kernel: the teacher is K stored log-probabilities, not a logit row, so "
+                         "only the student's log-sum-exp spans the vocabulary; autograd through "
+                         "log_softmax (``sparse_kl``) serves every call",
 }
 
 
@@ -399,3 +402,51 @@ def tvd(student_logits, teacher_logits, temperature: float = 1.0):
     """
     zs, ts, T = _pair(student_logits, teacher_logits, temperature)
     return _careful.vocab_rows(_careful.TVD(T), zs, ts).to(_common.result_dtype(zs, ts))
+
+
+def _nested(t: torch.Tensor, cast) -> list:
+    return [[cast(x) for x in row] for row in t.detach().cpu().tolist()]
+
+
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
+    """Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row (ids with p_k > 0;
+    −inf log-probabilities are padding), q = softmax(z/T) — the temperature divides the student
+    only. ``renormalize``: 'none' (verl 0.9.1 forward_kl_topk: p as stored, the student's full
+    log q), 'teacher' (p over its top-k), 'both' (p and q over the ids; TRL 1.16.0 IW-OPD without
+    its tail bucket). ``student_logits`` [N,V], ``teacher_ids`` [N,K] integers, ``teacher_logps``
+    [N,K]; returns kl [N]. Plain autograd in the working dtype (float32 for bfloat16/float16):
+    log_softmax, gathered; 'both' renormalises the gathered logits themselves, so that the tokens
+    off the ids get a gradient of exactly 0 (``FUSED_DECLINED``). Sources:
+    ``refimpl.exact.distill.sparse_kl``.
+    """
+    zs = _logits("student_logits", student_logits, rank=2)
+    ids = _common.int_array("teacher_ids", teacher_ids)
+    lp = _common.array("teacher_logps", teacher_logps, allow_neg_inf=True)
+    validate.rank("teacher_ids", tuple(ids.shape), 2)
+    validate.rank("teacher_logps", tuple(lp.shape), 2)
+    validate.sparse_teacher(_nested(ids, int), _nested(lp, float), tuple(zs.shape))
+    validate.renormalize(renormalize)
+    T = validate.temperature(temperature)
+    _rows("student_logits", zs)
+    out = _common.result_dtype(zs, lp)
+    work = _common.work_dtype(out)
+    ids = ids.to(zs.device)
+    z = _common.upcast(zs, work)
+    lp = _common.constant(lp, work).to(zs.device)
+    live = lp > float("-inf")
+    z_ids = z.gather(-1, ids)
+    dead = (live & (z_ids.detach() == float("-inf"))).nonzero()
+    if len(dead):
+        i, k = (int(x) for x in dead[0])
+        validate.fail("student_logits", f"-inf at row ({i},), token {int(ids[i, k])}, where the teacher has "
+                                        "probability > 0: the KL is infinite (support mismatch)")
+    neg_inf = torch.full_like(lp, float("-inf"))
+    if renormalize != "none":
+        lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
+    if renormalize == "both":
+        lq = torch.log_softmax(torch.where(live, z_ids / T, neg_inf), dim=-1)
+    else:
+        lq = torch.log_softmax(z / T, dim=-1).gather(-1, ids)
+    zero = torch.zeros_like(lp)
+    lp, lq = torch.where(live, lp, zero), torch.where(live, lq, zero)   # padding: no −inf − (−inf)
+    return torch.where(live, lp.exp() * (lp - lq), zero).sum(dim=-1).to(out)

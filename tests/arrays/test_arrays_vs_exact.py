@@ -67,6 +67,13 @@ def _inputs(oid: str, rng) -> dict:
         if oid == "distill.hinton":
             out["labels"] = np.array([0, 4, 2])
         return out
+    if oid == "distill.sparse_kl":
+        z = _logits(rng, (3, 6))
+        z[2, 1] = NEG_INF   # impossible for the student, off the teacher's ids
+        ids = np.array([rng.permutation([0, 2, 3, 4, 5])[:3] for _ in range(3)])
+        lp = np.log(rng.dirichlet(np.ones(3), size=3) * 0.9)
+        lp[1, 2] = NEG_INF  # a padding id
+        return {"student_logits": z, "teacher_ids": ids, "teacher_logps": lp}
     if oid == "kl.estimator":
         lp = _logp(rng, 6)
         return {"logp": lp, "ref_logp": lp + rng.normal(0, 1.0, 6)}
@@ -136,6 +143,7 @@ CONVENTIONS = {
                                      temperature=[1.0, 2.0]),
     "distill.skew_kl": _grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"], temperature=[1.0, 2.0]),
     "distill.tvd": _grid(temperature=[1.0, 0.5, 2.0]),
+    "distill.sparse_kl": _grid(renormalize=["none", "teacher", "both"], temperature=[1.0, 0.5, 2.0]),
     "kl.estimator": _grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5]),
     "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
                        label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])

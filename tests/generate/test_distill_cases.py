@@ -11,7 +11,12 @@ import numpy as np
 import pytest
 
 from conformance import catalog, numbers
-from conformance.generate import distill, distill_divergences, distill_inputs
+from conformance.generate import (
+    distill,
+    distill_divergences,
+    distill_inputs,
+    distill_sparse,
+)
 from conformance.generate.build import build_test, call_kwargs
 
 CATEGORIES = {"article", "random", "edge", "convention", "invalid", "acceptable", "numerics"}
@@ -76,10 +81,10 @@ def test_low_precision_inputs(cases):
     """Low-precision logits are exact in bfloat16 or float16 and inside float16's range; |z| ≤ 30
     (30·T + a few in saturated rows) apart from the ±1e4 rows (HugeLogits)."""
     low = [c for c in cases if c.low_precision]
-    assert {c.objective for c in low} == {distill.SM, distill.HIN, distill.TKL, distill.JSD,
-                                          distill_divergences.SKL, distill_divergences.TVD}
+    assert {c.objective for c in low} == {distill.SM, distill.HIN, distill.TKL, distill.JSD, distill.SYM,
+                                          distill_divergences.SKL, distill_divergences.TVD, distill_sparse.SPK}
     for c in low:
-        floats = [v for k, x in c.inputs.items() if k != "labels" for v in numbers.flat_floats(x)]
+        floats = [v for k, x in c.inputs.items() if k not in ("labels", "teacher_ids") for v in numbers.flat_floats(x)]
         assert any(all(numbers.representable(v, d) for v in floats) for d in ("bfloat16", "float16")), c.comment
         finite = [abs(v) for v in floats if not math.isinf(v)]
         bound = 10176 if "HugeLogits" in c.flags else 30 * max(1.0, c.params["temperature"]) + 5

@@ -214,6 +214,12 @@ INPUT_RULES = (
     (r"^lengths must be >= 1", "a length below 1"),
     (r"^must be < 0 \(the odds", "a log-probability ≥ 0 (infinite odds)"),
     (r"^required when the NLL weight is nonzero", "missing where the NLL term divides by it"),
+    (r"^row \d+ repeats an id", "an id repeated in a row"),
+    (r"^id -?\d+ at row \d+ is outside", "an id outside [0, V)"),
+    (r"^expected integers, got", "a value that is not an integer"),
+    (r"^needs 1 <= K <= V ids per row", "more ids per row than the vocabulary (K > V)"),
+    (r"^row \d+: the probabilities sum to", "top-k probabilities summing to more than 1 (+ 0.01)"),
+    (r"^-inf at row .* where the teacher has probability > 0", "−inf where the teacher is > 0 (infinite KL)"),
 )
 VALUE_RULES = (
     (r"^must be one of ", "not one of its values"),

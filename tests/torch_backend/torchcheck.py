@@ -182,6 +182,22 @@ def cases() -> list[Case]:
         t[1] = z[1]
         add(Case("distill.tvd", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
 
+    # distill.sparse_kl: shuffled ids, a padding id, a student −inf off the ids; K = V (forward KL)
+    for i, p in enumerate(_grid(renormalize=["none", "teacher", "both"], temperature=[1.0, 0.5, 2.0])):
+        rng = np.random.default_rng(490 + i)
+        z = rng.normal(0, 2.0, (3, 7))
+        z[2, 1] = NEG_INF
+        ids = np.array([rng.permutation([0, 2, 3, 4, 5, 6])[:4] for _ in range(3)])
+        lp = np.log(rng.dirichlet(np.ones(4), size=3) * 0.95)
+        lp[0, 3] = NEG_INF
+        add(Case("distill.sparse_kl", _label(p), {"student_logits": z, "teacher_ids": ids, "teacher_logps": lp},
+                 p, 7))
+    rng = np.random.default_rng(499)
+    z, t = rng.normal(0, 2.0, (2, 5)), rng.normal(0, 2.0, (2, 5))
+    full = t - np.log(np.exp(t).sum(axis=-1, keepdims=True))
+    add(Case("distill.sparse_kl", "full support,both", {"student_logits": z, "teacher_ids": np.array([[4, 0, 1, 2, 3]] * 2),
+             "teacher_logps": full[:, [4, 0, 1, 2, 3]]}, {"renormalize": "both"}, 5))
+
     # kl.estimator
     for i, p in enumerate(_grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5])):
         rng = np.random.default_rng(500 + i)

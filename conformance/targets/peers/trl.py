@@ -63,8 +63,13 @@ GRPO = "trl/trainer/grpo_trainer.py"
 GRPO_CFG = "trl/trainer/grpo_config.py"
 DPO = "trl/trainer/dpo_trainer.py"
 GKD = "trl/experimental/gkd/gkd_trainer.py"
+IWOPD = "trl/experimental/iw_opd/iw_opd_trainer.py"
 
 CONVENTIONS = [
+    C("distill.sparse_kl", "renormalize", ("both",), f"{IWOPD} _compute_server_forward_kl_loss with "
+      "loss_add_tail=False (teacher and student log-probabilities logsumexp-renormalised over the valid teacher ids; "
+      "padding = −inf log-probability)", "IW-OPD's default loss_add_tail=True appends a tail bucket (1 − Σp, 1 − Σq), "
+      "a convention the catalog does not have: not declared"),
     C("grpo.advantages", "scale", ("group", "batch", "none"), f"{GRPO} _generate_and_score_completions "
       f"(scale_rewards, default 'group' in {GRPO_CFG})"),
     C("grpo.advantages", "std_ddof", (1,), "trl/trainer/utils.py nanstd (Bessel's correction)"),
@@ -127,6 +132,8 @@ _GATED = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # loss_type →
 # selective_log_softmax returns bfloat16 log-probabilities for bfloat16 logits, trl/trainer/utils.py:591),
 # its advantages in float32.
 ARITHMETIC = [
+    A("distill.sparse_kl", "native", f"{IWOPD}:1585 (F.log_softmax of the student in the logits' dtype) and "
+      "1516-1558 (gather, logsumexp renormalisation of both sides and p·(log p − log q) in that dtype)"),
     A("distill.token_kl", "native", f"{GKD}:275-281 (F.log_softmax and F.kl_div in the logits' dtype: the "
       "vocabulary sum of p·(log p − log q) over rounded log-probabilities)"),
     A("distill.generalized_jsd", "native", f"{GKD}:275-297 (log-softmax, the mixture's logsumexp and F.kl_div in "
@@ -664,13 +671,35 @@ def softmax(logits, temperature=1.0):
     return torch.exp(utils.selective_log_softmax(logits, index, temperature=temperature))
 
 
+def _iw_opd():
+    import os
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.iw_opd.iw_opd_trainer import IWOPDTrainer
+    return IWOPDTrainer
+
+
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="both", temperature=1.0):
+    """IW-OPD's server forward-KL loss (beta = 0) per row: the student's log_softmax(z / temperature)
+    as IW-OPDTrainer.compute_loss forms it, then ``_compute_server_forward_kl_loss`` on one token
+    (its batchmean over one valid label is that row's KL)."""
+    import torch
+    trainer = _iw_opd()
+    fake = SimpleNamespace(loss_add_tail=False, _reduce_divergence_loss=trainer._reduce_divergence_loss)
+    log_q = torch.log_softmax(student_logits / temperature, dim=-1)
+    rows = [trainer._compute_server_forward_kl_loss(
+        fake, {"topk_logprobs": teacher_logps[i].reshape(1, 1, -1), "topk_token_ids": teacher_ids[i].reshape(1, 1, -1)},
+        log_q[i].reshape(1, 1, -1), torch.zeros(1, 1, dtype=torch.long)).reshape(1)
+        for i in range(student_logits.shape[0])]
+    return torch.cat(rows)
+
+
 def target():
     version = require("trl", "trl", VERSION, INSTALL)
     load_or_explain(_mods, "trl", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
                   "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo,
-                  "preference.kto": kto}
+                  "preference.kto": kto, "distill.sparse_kl": sparse_kl}
     steps = {"grpo.loss": grpo_step, "dpo.loss": micro_batch_mean(dpo_loss)}
     return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS)

@@ -163,7 +163,16 @@ PARAM_DEFAULTS = [
 ]
 
 # verl's core_algos functions compute in the dtype of the tensors they are given.
+DISTILL = "verl/trainer/distillation/fsdp/losses.py"
+CONVENTIONS.append(C("distill.sparse_kl", "renormalize", ("none",), f"{DISTILL} compute_forward_kl_topk "
+                     "(loss_mode=forward_kl_topk: log_softmax of the student gathered at the teacher's ids, the "
+                     "stored teacher log-probabilities, no renormalisation, no tail; log_prob_min_clamp None as "
+                     "in the YAML; the clamp_min(0) of verl/trainer/distillation/losses.py, applied to the model "
+                     "output afterwards, is not exercised)"))
+
 ARITHMETIC = [
+    A("distill.sparse_kl", "native", f"{DISTILL}:122-130 and 66-72 (F.log_softmax of the student in the "
+      "logits' dtype, gathered, then upcast to float32 for p·(log p − log q))"),
     A("grpo.advantages", "native", f"{CORE}:304-326 (compute_grpo_outcome_advantage: the group's torch.mean and "
       "torch.std rounded to the rewards' dtype, then (score − mean)/(std + epsilon) in it)"),
     A("kl.estimator", "native", f"{CORE}:2228-2245 (kl_penalty_forward: k1, k2 and k3 = exp(ref − logp) − "
@@ -304,7 +313,14 @@ _RS_TOKEN_CLAMP = Finding(
     "max=SAFETY_BOUND) before _sequence_sum / _sequence_mean",
     where(objectives=("grpo.rollout_correction",), conventions={"level": "sequence", "kept_weight": "one"},
           test=_token_clamp_moves_rejection))
-FINDINGS = [_LOG_RATIO_CLAMP, _SINGLETON_F32, _ZERO_STD, _EMPTY_ROW_FLOAT16,
+_SPARSE_KL_FLOAT32 = Finding(
+    "verl-topk-kl-float32", "precision",
+    "forward_kl_topk sums p·(log p − log q) in float32 (kl_divergence upcasts with .float()) whatever the logits' "
+    "dtype: float64 inputs get a float32 value (relative error ~1e-7)",
+    f"{DISTILL} kl_divergence: log_p = log_p.float(); log_q = log_q.float()",
+    where(objectives=("distill.sparse_kl",), dtypes=("float64",)))
+
+FINDINGS = [_SPARSE_KL_FLOAT32, _LOG_RATIO_CLAMP, _SINGLETON_F32, _ZERO_STD, _EMPTY_ROW_FLOAT16,
             _WHITEN_EPS, _WHITEN_ONE, _GAE_WHITEN_EPS, _GAE_WHITEN_ONE, _ICEPOP_ALL_REJECTED, _RS_TOKEN_CLAMP]
 
 
@@ -533,13 +549,27 @@ def kl_estimator(logp, ref_logp, kind="k3", clamp=None):
     return _core().kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=_KL_NAMES.get(kind, kind))
 
 
+def _distill():
+    return import_bare("verl.trainer.distillation.fsdp.losses", packages=("verl",), absent=("ray",))
+
+
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="none"):
+    """verl's compute_forward_kl_topk on one packed sequence of the N rows (teacher tensors nested,
+    as the trainer passes them; log_prob_min_clamp None, the chunked path off); its per-token loss."""
+    import torch
+    config = SimpleNamespace(distillation_loss=SimpleNamespace(log_prob_min_clamp=None, use_chunked_topk=False))
+    nested = [torch.nested.nested_tensor([x], layout=torch.jagged) for x in (teacher_logps, teacher_ids)]
+    out = _distill().compute_forward_kl_topk(student_logits.unsqueeze(0), nested[0], nested[1], config, "thd")
+    return out["distillation_losses"][0]
+
+
 def target():
     version = require("verl", "verl", VERSION, INSTALL)
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
                   "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
-                  "grpo.rollout_correction": rollout_correction}
+                  "grpo.rollout_correction": rollout_correction, "distill.sparse_kl": sparse_kl}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
-                 steps=steps, split_findings=SPLIT_FINDINGS)
+                 steps=steps, split_findings=SPLIT_FINDINGS, temperature_free=("distill.sparse_kl",))

@@ -1,0 +1,234 @@
+"""Vectors for ``distill.sparse_kl`` (a top-k teacher, as offline distillation stores it), with its
+tolerance scale, flags and groups; ``conformance.generate.distill`` merges them into the family.
+
+One group per ``renormalize`` value: 'none' ('paper': verl 0.9.1's forward_kl_topk), 'teacher' and
+'both' (TRL 1.16.0 IW-OPD without its tail bucket). Each has random cases (the teacher's top-k of
+a softmax, its ids in a random order, half of them on the float32 grid), edge cases (K = 1, K = V,
+padding ids, impossible student tokens off the teacher's ids, a near-deterministic teacher,
+logits ±1e4), a large vocabulary and low-precision cases on the bfloat16/float16 grids.
+"""
+from __future__ import annotations
+
+import math
+
+import mpmath
+import numpy as np
+
+from conformance.generate import sampling as S
+from conformance.generate.case import Case, generated
+from conformance.generate.distill_inputs import INF, TEMPERATURES, VOCABS
+from conformance.generate.distill_scales import SCALE_DPS, _row_cotangents, _rows
+
+SPK = "distill.sparse_kl"
+# Low-precision cases per convention: two in three on the bfloat16+float16 grid, so that the three
+# conventions together give at least 40 valid vectors per low dtype (tests/generate/test_low_precision.py).
+LOW_PER_CONVENTION = 21
+CONVENTIONS = (("none", "paper"), ("teacher", "sparse-teacher"), ("both", "sparse-both"))
+
+NOTES = {
+    "SparseTopOne": {"category": "edge", "description": "distill.sparse_kl with K = 1: 'none' is −p_1·log q_{i_1} "
+                     "plus p_1 log p_1, 'teacher' is −log q_{i_1}, 'both' is exactly 0 with gradient 0."},
+    "SparsePadding": {"category": "edge", "description": "distill.sparse_kl: some teacher ids carry log-probability "
+                      "−inf (padding, as TRL fills a short top-k): no term, and 'both' leaves them out of the "
+                      "student's renormalisation."},
+    "SparseFullSupport": {"category": "edge", "description": "distill.sparse_kl with K = V and the teacher's whole "
+                          "softmax: every renormalize convention is the forward KL(p‖q)."},
+}
+
+GROUPS = {
+    "sparse-teacher": "distill.sparse_kl with renormalize='teacher': the teacher's top-k probabilities divided by "
+                      "their sum, the student's full-vocabulary log-probabilities gathered at the ids (no pinned "
+                      "library ships this one; it is the KL of the renormalised teacher to the full student)",
+    "sparse-both": "distill.sparse_kl with renormalize='both': teacher and student both renormalised over the "
+                   "teacher's ids (padding ids, log-probability −inf, left out) — TRL 1.16.0 "
+                   "experimental/iw_opd/iw_opd_trainer.py _compute_server_forward_kl_loss with loss_add_tail=False",
+}
+
+
+def _log_softmax(t: np.ndarray) -> np.ndarray:
+    m = t.max(axis=-1, keepdims=True)
+    return t - m - np.log(np.exp(t - m).sum(axis=-1, keepdims=True))
+
+
+def _top_k(r, t: list, k: int, shuffle: bool) -> tuple[list, list]:
+    """The teacher's top-k ids of softmax(t) (in a random order when ``shuffle``) and their log-probabilities."""
+    lp = _log_softmax(np.array(t, dtype=float))
+    ids = np.argsort(-lp, axis=-1, kind="stable")[:, :k]
+    if shuffle:
+        ids = np.array([r.permutation(row) for row in ids])
+    return ids.tolist(), np.take_along_axis(lp, ids, axis=-1).tolist()
+
+
+def _case(z, ids, lps, renormalize, group, T, flags, comment, seed, recipe, low=False) -> Case:
+    return Case(SPK, {"student_logits": z, "teacher_ids": ids, "teacher_logps": lps},
+                params={"temperature": T}, conventions={"renormalize": renormalize}, group=group, flags=flags,
+                comment=comment, low_precision=low, provenance=generated(seed, recipe))
+
+
+def _random_cases(renormalize, group, seed0) -> list[Case]:
+    out = []
+    for i in range(14):
+        r = S.rng(seed0 + i)
+        v = int(r.choice(VOCABS))
+        n = int(r.integers(1, 9))
+        k = int(r.integers(1, min(v, 16) + 1))
+        spread = float(r.choice([1.0, 3.0, 6.0]))
+        T = float(r.choice(TEMPERATURES))
+        z = S.logits(r, (n, v), spread)
+        independent = bool(i % 3 == 0)
+        t = S.logits(r, (n, v), spread) if independent else S.near(r, z, 1.0)
+        ids, lps = _top_k(r, t, k, shuffle=bool(i % 2))
+        f32 = i % 2 == 0
+        if f32:
+            z, lps = S.in_dtype(z, "float32"), S.in_dtype(lps, "float32")
+        out.append(_case(z, ids, lps, renormalize, group, T, ("Random",),
+                         f"random N={n}, V={v}, K={k}, σ={spread:g}, T={T:g}" + (", float32" if f32 else ""),
+                         seed0 + i, "normal logits; teacher independent or student + N(0,1); its top-k of softmax"))
+    return out
+
+
+def _edge_cases(renormalize, group, seed0) -> list[Case]:
+    out = []
+    r = S.rng(seed0)
+    z = S.logits(r, (3, 12), 3.0)
+    t = S.near(r, z, 1.0)
+    ids, lps = _top_k(r, t, 1, shuffle=False)
+    out.append(_case(z, ids, lps, renormalize, group, 1.0, ("SparseTopOne",), "K = 1 (the teacher's top token only)",
+                     seed0, "normal logits; teacher top-1"))
+    ids, lps = _top_k(r, t, 12, shuffle=True)
+    out.append(_case(z, ids, lps, renormalize, group, 1.0, ("SparseFullSupport",),
+                     "K = V: the teacher's whole softmax, ids shuffled (the forward KL)", seed0, "normal logits"))
+    r = S.rng(seed0 + 1)
+    z = S.logits(r, (2, 8), 2.0)
+    ids, lps = _top_k(r, S.near(r, z, 1.0), 4, shuffle=True)
+    lps[0][3], lps[1][1] = -INF, -INF
+    out.append(_case(z, ids, lps, renormalize, group, 2.0, ("SparsePadding",),
+                     "one padding id per row (log-probability −inf)", seed0 + 1, "normal logits; top-4, one padded"))
+    z = [[1.5, -INF, 0.25, -2.0, -INF, 3.0], [-INF, 0.5, -INF, -INF, 2.0, -1.0]]
+    ids, lps = [[5, 0, 2], [4, 1, 5]], [[math.log(0.5), math.log(0.25), math.log(0.125)],
+                                         [math.log(0.6), math.log(0.3), math.log(0.05)]]
+    out.append(_case(z, ids, lps, renormalize, group, 1.0, ("NegInfLogits",),
+                     "student −inf off the teacher's ids (finite)", 0, "fixed"))
+    r = S.rng(seed0 + 2)
+    z = S.logits(r, (2, 16), 1.0)
+    t = [[x + (30.0 if j == 3 else 0.0) for j, x in enumerate(row)] for row in S.logits(r, (2, 16), 1.0)]
+    ids, lps = _top_k(r, t, 5, shuffle=True)
+    out.append(_case(z, ids, lps, renormalize, group, 1.0, ("NearDeterministic",),
+                     "a near-deterministic teacher (p_top ≈ 1 − 1e-12): log-probabilities near 0 and below −30",
+                     seed0 + 2, "normal logits + 30 at one teacher token"))
+    z = [[1e4, -1e4, 1e4 - 1, 9998.5, 0.0], [-1e4, -1e4 + 2.5, -1e4 + 1, 1e4, -1e4]]
+    ids, lps = [[2, 0, 3], [3, 1, 4]], [[math.log(0.5), math.log(0.3), math.log(0.1)],
+                                         [math.log(0.7), math.log(0.2), math.log(0.05)]]
+    for T in (1.0, 1e-3):
+        out.append(_case(z, ids, lps, renormalize, group, T, ("HugeLogits",) + (("TinyTemperature",) if T < 1 else ()),
+                         f"student logits ±1e4 at T = {T:g} (saturated rows; tokens of probability e^-2e4)", 0,
+                         "fixed"))
+    r = S.rng(seed0 + 3)
+    z = S.in_dtype(S.logits(r, (1, 4096), 4.0), "float32")
+    ids, lps = _top_k(r, S.near(r, z, 1.0), 64, shuffle=True)
+    out.append(_case(z, ids, S.in_dtype(lps, "float32"), renormalize, group, 2.0, ("Large",),
+                     "V=4096, N=1, K=64, T=2, float32", seed0 + 3, "normal logits; teacher = student + N(0,1)"))
+    return out
+
+
+def _low_cases(renormalize, group, seed0) -> list[Case]:
+    out = []
+    for i in range(LOW_PER_CONVENTION):
+        grid = S.low_grid(i)
+        r = S.rng(seed0 + i)
+        v = int(r.choice((8, 32, 100, 256)))
+        n, k = int(r.integers(1, 5)), int(r.integers(1, 9))
+        T = float(r.choice(TEMPERATURES))
+        z = S.in_low(S.logits(r, (n, v), 3.0), grid)
+        ids, lps = _top_k(r, S.near(r, z, 1.0), k, shuffle=True)
+        out.append(_case(z, ids, S.in_low(lps, grid), renormalize, group, T, ("Random", "LowPrecision"),
+                         f"{grid} grid, N={n}, V={v}, K={k}, T={T:g}", seed0 + i,
+                         f"normal logits on the {grid} grid; teacher = student + N(0,1), top-k log-probs rounded",
+                         low=True))
+    return out
+
+
+def _invalid_cases() -> list[Case]:
+    z = [[0.0, 1.0, 2.0, 3.0], [1.0, 0.5, -1.0, 0.0]]
+    ids, lps = [[3, 2], [0, 1]], [[-0.5, -1.5], [-1.0, -2.0]]
+    bad = [
+        ({"teacher_ids": [[3, 3], [0, 1]]}, {}, "an id repeated in a row"),
+        ({"teacher_ids": [[3, 4], [0, 1]]}, {}, "an id ≥ V"),
+        ({"teacher_ids": [[3, 2], [-1, 1]]}, {}, "a negative id"),
+        ({"teacher_logps": [[-0.1, -0.2], [-1.0, -2.0]]}, {}, "teacher probabilities summing to 1.72 > 1"),
+        ({"teacher_logps": [[-0.5, math.nan], [-1.0, -2.0]]}, {}, "NaN teacher log-probability"),
+        ({"teacher_logps": [[-0.5, INF], [-1.0, -2.0]]}, {}, "+inf teacher log-probability"),
+        ({"teacher_logps": [[-INF, -INF], [-1.0, -2.0]]}, {}, "a teacher row of padding only"),
+        ({"teacher_ids": [[0, 1, 2, 3, 0], [0, 1, 2, 3, 1]], "teacher_logps": [[-2.0] * 5] * 2}, {}, "K > V"),
+        ({"teacher_ids": [[3], [0]]}, {}, "ids and log-probabilities of different shapes"),
+        ({"student_logits": [[0.0, 1.0, 2.0, -INF], [1.0, 0.5, -1.0, 0.0]]}, {},
+         "student −inf at a teacher id with p > 0: the KL is infinite"),
+        ({"student_logits": [[0.0, math.nan, 2.0, 3.0], [1.0, 0.5, -1.0, 0.0]]}, {}, "NaN student logit"),
+        ({"temperature": 0.0}, {}, "T = 0"),
+        ({}, {"renormalize": "tail"}, "unknown renormalize value"),
+    ]
+    out = []
+    for change, conv, why in bad:
+        flag = "InfiniteDivergence" if "infinite" in why else "InvalidInput"
+        inputs = {"student_logits": z, "teacher_ids": ids, "teacher_logps": lps}
+        inputs.update({key: val for key, val in change.items() if key != "temperature"})
+        out.append(Case(SPK, inputs, params={"temperature": change.get("temperature", 1.0)}, conventions=conv,
+                        group="invalid", result="invalid", flags=(flag,), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
+
+
+def cases() -> list[Case]:
+    out = []
+    for k, (renormalize, group) in enumerate(CONVENTIONS):
+        out += _random_cases(renormalize, group, 40000 + 500 * k)
+        out += _edge_cases(renormalize, group, 40200 + 500 * k)
+        out += _low_cases(renormalize, group, 40300 + 500 * k)
+    return out + _invalid_cases()
+
+
+# ----------------------------------------------------------------------------- tolerance scale
+
+def _sparse_scale(kwargs, outputs, grads):
+    """kl: s1 + sA/d (``distill_scales``): the terms w_k|ℓ_k| (w the teacher's weights after the
+    convention, ℓ_k = log w_k − log q_k, q the student's after it) and, once per term, the
+    roundings of log q_{i_k} (A^q of the student's log-softmax), of log w_k (|log p_k| and the
+    renormaliser |log S|) and of the student's renormaliser |log Q| ('both').
+    grad: max over the tokens of s·q_j(1 + (A^q_j + |log Q|)/d) + w_j(1 + (|log p_j| + |log S|)/d),
+    divided by T, times |c| (s = S for 'none', 1 otherwise; 'both' keeps the q_j term at every
+    token: a library that renormalises after a full log-softmax leaves q_j·Σg ≈ 0 there)."""
+    with mpmath.workdps(SCALE_DPS):
+        T = mpmath.mpf(kwargs["temperature"])
+        mode = kwargs["renormalize"]
+        qs = _rows(kwargs["student_logits"], T)
+        value, grad = [], []
+        for Q, irow, lrow, c in zip(qs, kwargs["teacher_ids"], kwargs["teacher_logps"],
+                                    _row_cotangents(SPK, kwargs, len(qs))):
+            live = [(int(i), mpmath.mpf(a)) for i, a in zip(irow, lrow) if a != -INF]
+            S_ = mpmath.fsum(mpmath.exp(a) for _, a in live)
+            log_s = abs(mpmath.log(S_)) if mode != "none" else mpmath.mpf(0)
+            Qs = mpmath.fsum(Q.p[i] for i, _ in live)
+            log_q = abs(mpmath.log(Qs)) if mode == "both" else mpmath.mpf(0)
+            s1 = sA = mpmath.mpf(0)
+            weights = {}
+            for i, a in live:
+                lw = a - mpmath.log(S_) if mode != "none" else a
+                lq = Q.logp[i] - mpmath.log(Qs) if mode == "both" else Q.logp[i]
+                w = mpmath.exp(lw)
+                weights[i] = (w, abs(a))
+                s1 += w * abs(lw - lq)
+                sA += w * (Q.A[i] + abs(a) + log_s + log_q)
+            value.append(s1 + sA / Q.d)
+            s = S_ if mode == "none" else 1
+            g = []
+            for j, qj in enumerate(Q.p):
+                term = s * qj * (1 + (Q.A[j] + log_q) / Q.d) if Q.fin[j] else mpmath.mpf(0)
+                if j in weights:
+                    w, la = weights[j]
+                    term += w * (1 + (la + log_s) / Q.d)
+                g.append(term)
+            grad.append(c * max(g) / T)
+        return {"kl": max(value), "grad:student_logits": max(grad)}
+
+
+SCALES = {SPK: _sparse_scale}

@@ -1,0 +1,120 @@
+"""Tests of refimpl/exact/distill.py's ``sparse_kl`` (a top-k teacher): the analytic gradient of
+every ``renormalize`` convention against mpmath.diff, the properties that tie it to the full
+forward KL, and bad inputs."""
+from __future__ import annotations
+
+import math
+
+import gradcheck
+import mpmath
+import numpy as np
+import pytest
+
+from refimpl.exact import distill
+from refimpl.validate import InputError
+
+NINF = float("-inf")
+CONVENTIONS = ("none", "teacher", "both")
+
+
+@pytest.fixture(autouse=True)
+def _fifty_digits():
+    with mpmath.workdps(50):
+        yield
+
+
+def _teacher(rng, n, v, k, mass):
+    """Distinct ids per row and log-probabilities of a top-k summing to ``mass``."""
+    ids = [rng.permutation(v)[:k].tolist() for _ in range(n)]
+    w = rng.dirichlet(np.ones(k), size=n) * mass
+    return ids, np.log(w).tolist()
+
+
+@pytest.mark.parametrize("renormalize", CONVENTIONS)
+@pytest.mark.parametrize("temperature", [1.0, 0.5, 2.5])
+def test_grad_sparse_kl(renormalize, temperature):
+    rng = np.random.default_rng(61 + CONVENTIONS.index(renormalize))
+    ids, lps = _teacher(rng, 3, 6, 3, 0.8)
+    kw = {"student_logits": (rng.standard_normal((3, 6)) * 2).tolist(), "teacher_ids": ids,
+          "teacher_logps": lps, "renormalize": renormalize, "temperature": temperature}
+    gradcheck.assert_vjp_matches(distill.sparse_kl, distill.sparse_kl_vjp, kw, ["student_logits"],
+                                 rng.standard_normal(3).tolist(), f"sparse {renormalize} T={temperature}")
+
+
+@pytest.mark.parametrize("renormalize", CONVENTIONS)
+def test_grad_sparse_kl_padding(renormalize):
+    """A teacher id with log-probability −inf is padding (no term; 'both' leaves it out of Σ q)."""
+    kw = {"student_logits": [[0.3, -1.0, 2.0, 0.5], [1.0, 1.0, -2.0, 0.0]], "teacher_ids": [[2, 0, 3], [1, 3, 0]],
+          "teacher_logps": [[math.log(0.6), math.log(0.3), NINF], [math.log(0.5), NINF, math.log(0.25)]],
+          "renormalize": renormalize, "temperature": 1.5}
+    gradcheck.assert_vjp_matches(distill.sparse_kl, distill.sparse_kl_vjp, kw, ["student_logits"], [0.7, -1.3],
+                                 f"sparse padding {renormalize}")
+
+
+def _full_forward_kl(z, t, T):
+    return [float(x) for x in distill.token_kl(z, t, "forward", T)]
+
+
+@pytest.mark.parametrize("renormalize", CONVENTIONS)
+def test_full_support_is_the_forward_kl(renormalize):
+    """K = V with the teacher's whole softmax: every convention is KL(p‖q), also its gradient."""
+    rng = np.random.default_rng(5)
+    z, t = rng.standard_normal((2, 5)).tolist(), rng.standard_normal((2, 5)).tolist()
+    lp = [[float(mpmath.log(x)) for x in row] for row in np.array(distill.softmax(t), dtype=object)]
+    ids = [list(range(5))] * 2
+    got = distill.sparse_kl(z, ids, lp, renormalize, 1.0)
+    want = distill.token_kl(z, t, "forward", 1.0)
+    assert all(abs(a - b) < 1e-15 for a, b in zip(got, want))
+    g = distill.sparse_kl_vjp([1.0, 1.0], z, ids, lp, renormalize, 1.0)["student_logits"]
+    h = distill.token_kl_vjp([1.0, 1.0], z, t, "forward", 1.0)["student_logits"]
+    assert max(abs(a - b) for a, b in zip(g.flat, h.flat)) < 1e-15
+
+
+def test_conventions_relate():
+    """'teacher' = ('none' with p̃) and 'both' ≤ 'teacher' (the student's mass off the ids only adds
+    −log Σ q ≥ 0); 'none' is negative when the student puts more on the ids than the teacher."""
+    z, ids, lp = [[3.0, 2.5, -1.0, -2.0]], [[0, 1]], [[math.log(0.3), math.log(0.2)]]
+    none = distill.sparse_kl(z, ids, lp, "none")[0]
+    teacher = distill.sparse_kl(z, ids, lp, "teacher")[0]
+    both = distill.sparse_kl(z, ids, lp, "both")[0]
+    assert none < 0 < both < teacher
+    s = mpmath.fsum(mpmath.exp(mpmath.mpf(x)) for x in lp[0])   # 0.5 up to the binary64 log-probabilities
+    p = [mpmath.exp(mpmath.mpf(x)) / s for x in lp[0]]
+    q = distill.softmax(z)[0]
+    assert abs(teacher - mpmath.fsum(pk * mpmath.log(pk / q[i]) for pk, i in zip(p, ids[0]))) < 1e-45
+    qs = q[0] + q[1]
+    assert abs(both - mpmath.fsum(pk * mpmath.log(pk * qs / q[i]) for pk, i in zip(p, ids[0]))) < 1e-45
+
+
+def test_temperature_divides_the_student_only():
+    z, ids, lp = [[1.0, 0.0, -1.0]], [[0, 2]], [[math.log(0.7), math.log(0.2)]]
+    q = distill.softmax(z, 2.0)[0]
+    want = mpmath.fsum(mpmath.exp(mpmath.mpf(a)) * (mpmath.mpf(a) - mpmath.log(q[i])) for a, i in zip(lp[0], ids[0]))
+    assert abs(distill.sparse_kl(z, ids, lp, "none", 2.0)[0] - want) < 1e-45
+
+
+BAD = [
+    ({"teacher_ids": [[0, 0]]}, "teacher_ids", "repeats"),
+    ({"teacher_ids": [[0, 4]]}, "teacher_ids", "outside"),
+    ({"teacher_ids": [[0, -1]]}, "teacher_ids", "outside"),
+    ({"teacher_ids": [[0, 1.5]]}, "teacher_ids", "integers"),
+    ({"teacher_logps": [[math.log(0.8), math.log(0.5)]]}, "teacher_logps", "sum to"),
+    ({"teacher_logps": [[math.nan, -1.0]]}, "teacher_logps", "NaN"),
+    ({"teacher_logps": [[math.inf, -1.0]]}, "teacher_logps", "inf"),
+    ({"teacher_logps": [[NINF, NINF]]}, "teacher_logps", "-inf everywhere"),
+    ({"teacher_ids": [[0, 1, 2, 3, 0]], "teacher_logps": [[-2.0] * 5]}, "teacher_ids", "K <= V"),
+    ({"teacher_ids": [[0]], "teacher_logps": [[-1.0, -2.0]]}, "teacher_logps", "shape"),
+    ({"teacher_ids": [[0, 1], [1, 2]], "teacher_logps": [[-1.0, -2.0], [-1.0, -2.0]]}, "teacher_ids", "rows"),
+    ({"student_logits": [[NINF, 0.0, 1.0, 2.0]]}, "student_logits", "support mismatch"),
+    ({"renormalize": "tail"}, "renormalize", "tail"),
+    ({"temperature": 0.0}, "temperature", "0"),
+]
+
+
+@pytest.mark.parametrize("change,name,words", BAD, ids=[f"{b[1]}-{b[2]}" for b in BAD])
+def test_bad_inputs(change, name, words):
+    kw = {"student_logits": [[0.0, 1.0, 2.0, 3.0]], "teacher_ids": [[0, 2]], "teacher_logps": [[-1.0, -2.0]],
+          "renormalize": "none", "temperature": 1.0, **change}
+    with pytest.raises(InputError, match=name) as err:
+        distill.sparse_kl(**kw)
+    assert words in str(err.value)
