@@ -84,6 +84,7 @@ RELEASED = {
         "distill.hinton": "61a3978d659a097c24e9e46dc0af660f9504045107b3e756fd82cc41680a9f20",
         "distill.skew_kl": "b8aeb460261fcf9ae18ca87fbb8eb3d3434e9d55b37116a6082a28dece1680f4",
         "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
+        "distill.sparse_kl": "40b34b9512a99130be63302f99cb83e21853ba856c958331e2a2cf2ccfcda6ed",
         "distill.symmetric_kl": "7e941b908e51c0880b6fea11933e81576359805ab918bcfc3ad42b6bdfeec7ba",
         "distill.token_kl": "b74962eaf725d8c714af982242c3d45862cc94d97f7332af9a9b05ffd99f09c3",
         "distill.tvd": "2b05e13fab26ece4b9caa93f409941fa4492459ec586706d0f4c14cd98670d2e",

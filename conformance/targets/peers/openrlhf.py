@@ -288,7 +288,7 @@ _GAE_WHITEN_FLOAT32 = Finding(
     where(objectives=("gae.advantages",), dtypes=("float64",), conventions={"whiten": "centred"},
           test=lambda c: "SingleToken" not in c.flags))
 FINDINGS = [_LOG_RATIO_CLAMP, _KL_FLOAT32, _KL_TERM_FLOAT32, _EMPTY_ROW_FLOAT16, _ZERO_STD,
-            _RLOO_SINGLETON, _WHITEN_FLOAT32, _WHITEN_FLOOR, _REWARD_KL_FLOAT32, _GAE_WHITEN_FLOAT32]
+            _RLOO_SINGLETON, _WHITEN_FLOOR, _WHITEN_FLOAT32, _REWARD_KL_FLOAT32, _GAE_WHITEN_FLOAT32]
 
 _PACKAGES = ("openrlhf", "openrlhf.models", "openrlhf.utils", "openrlhf.trainer", "openrlhf.trainer.ppo_utils",
              "openrlhf.trainer.ray")
