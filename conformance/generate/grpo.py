@@ -251,6 +251,10 @@ GROUPS = {
     "kl-seq-mean": "grpo.loss: a token-mean policy term (DAPO §3.3) with the KL term a mean of per-sequence token "
                    "means (kl_aggregation 'seq-mean-token-mean'): the KL term reduced differently from the policy "
                    "term, the other way round from OpenRLHF",
+    "kl-seq-sum": "grpo.loss: a token-mean policy term with the KL term a mean over sequences of per-sequence "
+                  "token sums (kl_aggregation 'seq-mean-token-sum'): each kl_aggregation mode has its vectors",
+    "kl-seq-sum-norm": "grpo.loss: a token-mean policy term with the KL term per-sequence token sums divided by "
+                       "the padded length T (kl_aggregation 'seq-mean-token-sum-norm', Dr. GRPO §3's normaliser)",
     "seq-mean-token-mean-eps": "grpo.aggregate: per-row token means over |o_i| + 1e−8 (mean_eps) — verl 0.9.1 "
                                "trainer/ppo/core_algos.py agg_loss 'seq-mean-token-mean' (with a floating-point "
                                "mask) and OpenRLHF 0.11.2 models/loss.py aggregate_loss(token_level_loss=False)",

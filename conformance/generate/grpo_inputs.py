@@ -107,6 +107,9 @@ LIBRARY_LOSS_GROUPS = {
     "openrlhf-0.11.2-gspo-kl-token-mean": _lib(_seq(_lg(None, "k3", 10.0, False, "seq-mean-token-mean")), None,
                                                **_OPENRLHF),
     "kl-seq-mean": _lib(_seq(_lg(None, "k3", None, False, "token-mean"), "token"), None, "seq-mean-token-mean"),
+    "kl-seq-sum": _lib(_seq(_lg(None, "k3", None, False, "token-mean"), "token"), None, "seq-mean-token-sum"),
+    "kl-seq-sum-norm": _lib(_seq(_lg(None, "k3", None, False, "token-mean"), "token"), None,
+                            "seq-mean-token-sum-norm"),
 }
 
 

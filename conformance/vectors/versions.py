@@ -94,7 +94,7 @@ RELEASED = {
         "grpo.advantages": "93b6c69b743eaa84fe80dde5920da5b96833dc62ae20e673c9448388dae3e6c7",
         "grpo.aggregate": "44d33c475b434dd3b0075be23ad3f942ecbcc0eb243451ef1d2ae440efdd2fb3",
         "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
-        "grpo.loss": "bdf3eac9792fe4f435491b7829dd2eb9aa5fd207916745187174c2f615aceffd",
+        "grpo.loss": "a0db7e98530a97c3bf1f59b881383628f2513b1af053531080eb6c0ec192184a",
         "grpo.rollout_correction": "c651245e0e2f230f50c8b0bca628f1f20ab242fafa070eabbfc1797cc9d89266",
         "kl.estimator": "39da85c962b74518c2127b3165dc1da5856a295b51142c0c513ae85b477ed21f",
         "preference.cpo": "d254089c4b6d4553478ed35cc0636165d0599af11d71bb4f9951c931ea2f760a",
