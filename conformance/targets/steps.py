@@ -102,6 +102,10 @@ def batch_coupling(objective: str, conventions: dict) -> str | None:
     reproduce."""
     if objective == "dpo.loss" and conventions.get("loss_type") in ("aot", "aot_unpaired"):
         return f"loss_type {conventions['loss_type']!r} sorts over the whole batch: no row partition preserves it"
+    if objective in ("dpo.loss", "preference.cpo") and conventions.get("nll_aggregation") == "token-mean":
+        # each pair's share −c_i·B/Σn divides by the whole batch's token count
+        return "nll_aggregation 'token-mean' divides by the whole batch's token count: a per-pair mean over " \
+               "micro-batches does not preserve it"
     return None
 
 
