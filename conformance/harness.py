@@ -199,12 +199,16 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
         res.status, res.message = "skip", f"inputs not representable on this backend: {err}"
         return res
     kwargs = {**inputs, **target.call_kwargs(case.objective, conventions, test["params"])}
+    untaken = target.untaken(case.objective, kwargs)
+    if untaken:
+        res.status, res.message = "unsupported", untaken
+        return res
     if test["result"] == "invalid":
-        return _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test)
+        return _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test)
     return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit)
 
 
-def _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
+def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
     """Validation: a bad input must be rejected with an exception. NotImplementedError says the
     target does not take these arguments at all (unsupported), not that it checked them."""
     try:
@@ -217,6 +221,9 @@ def _judge_invalid(res, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
         res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
         return res
     except Exception as err:
+        if untaken := target.untaken(spec.id, kwargs, err):
+            res.status, res.message = "unsupported", untaken
+            return res
         res.status = "rejected"
         res.raised = {"type": type(err).__name__, "message": str(err)[:300]}
         res.message = f"rejected with {type(err).__name__}: {str(err)[:200]}"
@@ -253,7 +260,8 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
         res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
         return res
     except Exception as err:
-        res.status, res.message = "error", f"raised {type(err).__name__}: {str(err)[:300]}"
+        res.status, res.message = (("unsupported", untaken) if (untaken := target.untaken(spec.id, kwargs, err))
+                                   else ("error", f"raised {type(err).__name__}: {str(err)[:300]}"))
         return res
 
     after = fw.snapshot(inputs)

@@ -27,6 +27,10 @@ INPUTS = ("policy_chosen_logps", "policy_rejected_logps", "reference_chosen_logp
 DPO_SECTION = "DPO: una pérdida logística sobre dos logaritmos de cocientes"
 
 NOTES = {
+    "InvalidNllTerm": {"category": "invalid", "description": "Arguments of the NLL term outside their domain "
+                       "under the group's nll_aggregation (chosen_lengths missing, 0 or of another shape, an "
+                       "unknown or missing aggregation while the weight is > 0); run for the targets that declare "
+                       "that nll_aggregation; must be rejected. A negative weight is InvalidInput."},
     "Article": {"category": "article", "description": "A number printed in the source article: two pairs with "
                 "gains (+2, −1) and (−1, −4) have the same margin Δ = 3 and therefore the same loss."},
     "Random": {"category": "random", "description": "Random sequence log-probabilities (sums over tokens, down to "
@@ -120,8 +124,6 @@ GROUPS = {
                       "chunked_loss/fused_linear_preference.py compute_nll_loss with alpha (CE sum / chosen tokens)",
     "rpo-sequence-nll": "DPO + α·NLL of the chosen sequence (its summed log-probability, no length division)",
     "invalid": "inputs outside the domain (all loss types)",
-    "invalid-nll": "arguments of the NLL term outside their domain (rpo_alpha < 0, missing or bad chosen_lengths, "
-                   "unknown nll_aggregation)",
 }
 
 LOSS_TYPES = {"paper": "sigmoid", "cdpo": "cdpo", "hinge": "hinge", "ipo": "ipo", "robust": "robust"}
@@ -330,13 +332,16 @@ def _smoothed(case: Case, smoothing: float) -> Case:
 
 NLL_GROUPS = {"seq-mean-token-mean": "rpo", "token-mean": "rpo-token-mean", "seq-mean-token-sum": "rpo-sequence-nll"}
 NLL_LOSS_TYPES = ("ipo", "nca_pair", "apo_zero", "aot")
+GROUPS.update({f"{group}-{loss_type}": f"{GROUPS[group]}; the term added to loss_type='{loss_type}'"
+               for group in NLL_GROUPS.values() for loss_type in NLL_LOSS_TYPES})
 
 
 def _with_nll(case: Case, aggregation: str, seed: int) -> Case:
     r = S.rng(seed + 1)
     batch = len(case.inputs[INPUTS[0]])
     alpha = float(r.choice([0.25, 0.5, 1.0, 1.0, 2.0]))
-    case.group = NLL_GROUPS[aggregation]
+    loss_type = case.conventions["loss_type"]
+    case.group = NLL_GROUPS[aggregation] + ("" if loss_type == "sigmoid" else f"-{loss_type}")
     case.params["rpo_alpha"] = alpha
     case.conventions["nll_aggregation"] = aggregation
     if aggregation != "seq-mean-token-sum":
@@ -371,8 +376,9 @@ def _nll_cases() -> list[Case]:
         ({"rpo_alpha": 1.0}, {"nll_aggregation": "sum"}, {"chosen_lengths": [12, 3]}, "unknown nll_aggregation"),
     ]
     for params, conv, extra, why in bad:
+        flag = "InvalidInput" if params["rpo_alpha"] < 0 else "InvalidNllTerm"
         out.append(Case(OBJ, {**ok, **extra}, params={"beta": 0.1, "label_smoothing": 0.0, **params},
-                        conventions=conv, group="invalid-nll", result="invalid", flags=("InvalidInput",),
+                        conventions=conv, group="invalid", result="invalid", flags=(flag,),
                         comment=why, provenance=generated(0, "fixed")))
     return out
 

@@ -175,9 +175,11 @@ def cases() -> list[Case]:
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
     for conv, params, why in INVALID:
+        # ε_high = 0 is out of range only as CISPO's raw cap: not a bad input for every target
+        flag = "InvalidForPolicyLoss" if "eps_high" in params else "InvalidInput"
         out.append(Case(LOSS, ok, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None,
                                           **params},
-                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        conventions=conv, group="invalid", result="invalid", flags=(flag,), comment=why,
                         provenance=generated(0, "fixed")))
     return out
 

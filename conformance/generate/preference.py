@@ -20,6 +20,10 @@ from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
 
 NOTES = {
+    "InvalidNllTerm": {"category": "invalid", "description": "Arguments of the NLL term outside their domain "
+                       "under the group's nll_aggregation (chosen_lengths missing, 0 or of another shape, an "
+                       "unknown or missing aggregation while the weight is > 0); run for the targets that declare "
+                       "that nll_aggregation; must be rejected. A negative weight is InvalidInput."},
     "Random": {"category": "random", "description": "Random log-probabilities (sequence sums down to about −300, "
                "or per-token averages for ORPO), batches of up to 16; half the cases rounded to float32."},
     "DetachedMetrics": {"category": "convention", "description": "The logged rewards (SimPO, CPO, ORPO) and KTO's "
@@ -67,8 +71,6 @@ GROUPS = {
                       "tokens; cpo_alpha 1.0); Liger 0.8.5 chunked_loss/cpo_loss.py (compute_nll_loss True, alpha 1.0: "
                       "CE sum / chosen tokens)",
     "cpo-seq-mean": "CPO with the NLL of each chosen response divided by its length (per-sequence token mean)",
-    "invalid-nll": "arguments of the NLL term outside their domain (cpo_alpha < 0, missing or bad chosen_lengths, "
-                   "unknown nll_aggregation)",
 }
 
 PAIR = ("losses", "chosen_rewards", "rejected_rewards")
@@ -340,8 +342,9 @@ def _cpo_nll_cases() -> list[Case]:
         (two, {"cpo_alpha": 1.0}, {"nll_aggregation": "mean"}, "unknown nll_aggregation"),
         (two, {"cpo_alpha": 1.0}, {}, "cpo_alpha > 0 without an nll_aggregation"),
     ]
-    out.extend(Case("preference.cpo", inputs, params=params, conventions=conv, group="invalid-nll", result="invalid",
-                    flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed"))
+    out.extend(Case("preference.cpo", inputs, params=params, conventions=conv, group="invalid", result="invalid",
+                    flags=("InvalidInput" if params["cpo_alpha"] < 0 else "InvalidNllTerm",), comment=why,
+                    provenance=generated(0, "fixed"))
                for inputs, params, conv, why in bad)
     return out
 

@@ -117,18 +117,42 @@ class Target:
         """The conventions and parameters the target's function is called with. Left out: a
         convention the catalog added later (``Param.added``) while it holds its paper default, when
         the target neither names it in its declaration (``"*"`` does not name it) nor has a function
-        that takes it (by name or ``**kwargs``) — functions written before it existed compute that
-        default — and, for a temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
+        that takes it by name — functions written before it existed compute that default, and a
+        ``**kwargs`` function is most often a wrapper that forwards to one — and, for a
+        temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
         spec = catalog.get(objective_id)
         late = {p.name: p.default for p in spec.params if p.convention and p.added}
         named = self.conventions != ANY and self.declared(objective_id) != ANY
         takes = _accepted_keywords(self.objectives.get(objective_id))
         out = {k: v for k, v in conventions.items()
                if not (k in late and v == late[k] and not (named and self.declares(objective_id, k))
-                       and not (takes is ANY or k in takes))}
+                       and not (takes is not ANY and k in takes))}
         free = objective_id in self.temperature_free
         out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
         return out
+
+    def untaken(self, objective_id: str, kwargs: dict, error: Exception | None = None) -> str | None:
+        """Why the target's function cannot compute a case that needs an argument the catalog
+        gained after it was written (a convention or parameter with ``Param.added``, an optional
+        input): the function does not take it by name and the target does not declare it — or,
+        for a ``**kwargs`` wrapper, the call raised ``error``, the TypeError of a function that
+        does not take it. None when neither holds (then any error is the target's own)."""
+        spec = catalog.get(objective_id)
+        later = {p.name: f"added to the catalog in {p.added}" for p in spec.params if p.added}
+        later.update({i.name: "an optional input" for i in spec.inputs if i.optional})
+        named = self.conventions != ANY and self.declared(objective_id) != ANY
+        takes = _accepted_keywords(self.objectives.get(objective_id))
+        if error is not None:
+            if not isinstance(error, TypeError) or takes is not ANY:
+                return None
+            names = [k for k in kwargs if f"unexpected keyword argument '{k}'" in str(error)]
+        else:
+            names = [] if takes is ANY else [k for k in kwargs if k not in takes]
+        for k in names:
+            if k in later and not (named and self.declares(objective_id, k)):
+                return (f"the function does not take {k!r} ({later[k]}), which this case sets; "
+                        "declare it or take it as an argument to have these cases checked")
+        return None
 
     def tolerance_model_for(self, objective_id: str) -> str | None:
         """The low-precision tolerance model the target declares for an objective ("native":

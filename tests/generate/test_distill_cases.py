@@ -132,13 +132,16 @@ def test_article_numbers(cases):
     assert [round(p, 2) for p in probs[2.0]] == [0.73, 0.27]
     kls = {}
     for (obj, direction, _, comment), c in art.items():
-        if obj == distill.TKL:
+        if obj == distill.TKL and c.conventions.get("soft_term", "kl") == "kl":
             kls[(direction, "fox" in comment)] = float(_built(c)["expected"]["kl"][0])
+        elif obj == distill.TKL:   # the cross-entropy form: KL + H(p)
+            kls["cross_entropy"] = float(_built(c)["expected"]["kl"][0])
     # "d_t = 0.5 log(0.5/0.6) + 0.2 log(0.2/0.3) + 0.3 log(0.3/0.1) ≈ 0.157"
     assert round(kls[("reverse", True)], 3) == 0.157
     # teacher (0.8, 0.2), student (0.4, 0.6): weights 0.4, 0.6 (reverse) and 0.8, 0.2 (forward)
     assert math.isclose(kls[("reverse", False)], 0.4 * math.log(0.4 / 0.8) + 0.6 * math.log(0.6 / 0.2), rel_tol=1e-14)
     assert math.isclose(kls[("forward", False)], 0.8 * math.log(0.8 / 0.4) + 0.2 * math.log(0.2 / 0.6), rel_tol=1e-14)
+    assert math.isclose(kls["cross_entropy"], -0.8 * math.log(0.4) - 0.2 * math.log(0.6), rel_tol=1e-14)
 
 
 def test_scales_bound_what_they_judge(cases):

@@ -1,7 +1,9 @@
 """A convention added to the catalog after an objective shipped (``Param.added``) reaches a target
 function at its default only if the target names it or the function takes it; a value other than
-the default is always passed: targets written before the convention keep working on the cases they
-were written for."""
+the default is always passed, and a function that does not take it makes the case unsupported, not
+an error: targets written before the convention keep working on the cases they were written for.
+A ``**kwargs`` function counts as not taking it (most are wrappers that forward to one that does
+not); only the TypeError of the forwarded call shows it."""
 from __future__ import annotations
 
 from conformance import catalog
@@ -33,9 +35,12 @@ def test_a_late_convention_at_its_default_is_left_out_for_an_older_function():
     assert _passed(old, {**GROUP, "baseline": "mean"}) == GROUP
 
 
-def test_a_function_that_takes_it_or_kwargs_gets_it():
-    for fn in (new, anything):
-        assert _passed(fn, {**GROUP, "baseline": "mean"}) == {**GROUP, "baseline": "mean"}
+def test_a_function_that_takes_it_by_name_gets_it():
+    assert _passed(new, {**GROUP, "baseline": "mean"}) == {**GROUP, "baseline": "mean"}
+
+
+def test_a_kwargs_wrapper_does_not_get_it_at_its_default():
+    assert _passed(anything, {**GROUP, "baseline": "mean"}) == GROUP
 
 
 def test_a_target_that_names_it_gets_it():
@@ -44,9 +49,34 @@ def test_a_target_that_names_it_gets_it():
 
 
 def test_a_value_other_than_the_default_is_always_passed():
-    # the older function then fails with a TypeError: it cannot compute what the case asks
     conv = {**GROUP, "baseline": "leave-one-out"}
     assert _passed(old, conv) == conv
+
+
+def test_a_function_that_cannot_take_it_makes_the_case_unsupported():
+    kwargs = {"rewards": None, **GROUP, "baseline": "leave-one-out"}
+    reason = Target("t", "numpy", {SPEC.id: old}, ANY).untaken(SPEC.id, kwargs)
+    assert "'baseline' (added to the catalog in 1.3.0)" in reason
+    assert Target("t", "numpy", {SPEC.id: new}, ANY).untaken(SPEC.id, kwargs) is None
+    wrapper = Target("t", "numpy", {SPEC.id: anything}, ANY)
+    assert wrapper.untaken(SPEC.id, kwargs) is None   # only the call can tell
+    forwarded = TypeError("old() got an unexpected keyword argument 'baseline'")
+    assert "'baseline'" in wrapper.untaken(SPEC.id, kwargs, forwarded)
+    assert wrapper.untaken(SPEC.id, kwargs, TypeError("unsupported operand type(s)")) is None
+    declared = Target("t", "numpy", {SPEC.id: old}, {SPEC.id: {"baseline": ["mean", "leave-one-out"]}})
+    assert declared.untaken(SPEC.id, kwargs) is None   # declared: a TypeError is the target's own error
+
+
+def test_an_optional_input_the_function_does_not_take_makes_the_case_unsupported():
+    spec = catalog.get("dpo.loss")
+
+    def dpo(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps, reference_rejected_logps,
+            beta=0.1, loss_type="sigmoid", label_smoothing=0.0, rpo_alpha=0.0, nll_aggregation=None):
+        return policy_chosen_logps
+
+    kwargs = dict.fromkeys(("policy_chosen_logps", "policy_rejected_logps", "reference_chosen_logps",
+                            "reference_rejected_logps", "chosen_lengths"))
+    assert "'chosen_lengths' (an optional input)" in Target("t", "torch", {spec.id: dpo}, ANY).untaken(spec.id, kwargs)
 
 
 def test_conventions_from_the_start_are_always_passed():

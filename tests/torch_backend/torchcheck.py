@@ -170,6 +170,24 @@ def cases() -> list[Case]:
                  {"student_logits": np.round(z, 1) * 1e4, "teacher_logits": np.round(t, 1) * 1e4},
                  {"beta": b, "temperature": T}, 6))
 
+    # soft_term 'cross_entropy' (KL + H(p)) of hinton and forward token_kl; distill.symmetric_kl
+    # (−inf only where both are: each direction is then finite)
+    for i, p in enumerate(_grid(temperature=[1.0, 2.0], alpha=[0.5, 1.0])):
+        rng = np.random.default_rng(240 + i)
+        z, t = _distill_pair(rng, teacher_only=[(0, 3)], both=[(2, 1)])
+        add(Case("distill.hinton", _label({**p, "soft_term": "cross_entropy"}),
+                 {"student_logits": z, "teacher_logits": t, "labels": np.array([0, 4, 2])},
+                 {**p, "soft_term": "cross_entropy"}, 15))
+    for i, T in enumerate([1.0, 0.5]):
+        rng = np.random.default_rng(330 + i)
+        z, t = _distill_pair(rng, both=[(1, 3)], teacher_only=[(0, 2)])
+        p = {"direction": "forward", "soft_term": "cross_entropy", "temperature": T}
+        add(Case("distill.token_kl", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
+    for i, p in enumerate(_grid(forward_weight=[0.0, 0.3, 0.5, 1.0], temperature=[1.0, 2.0])):
+        rng = np.random.default_rng(450 + i)
+        z, t = _distill_pair(rng, both=[(1, 3)])
+        add(Case("distill.symmetric_kl", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
+
     # distill.skew_kl (α = 1: exactly 0); distill.tvd (equal rows: every token a tie, gradient 0)
     for i, p in enumerate(_grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"],
                                 temperature=[1.0, 0.5])):
