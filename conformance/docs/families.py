@@ -179,6 +179,7 @@ UID = {
     "clip_up": "grpo.clip:c112848979dae3f3",
     "clip_down": "grpo.clip:711dd655ddec928f",
     "simpo_length": "preference.simpo:e88372469ce5bb62",
+    "skew_forward": "distill.skew_kl:122a3ab51e9b20f1",
 }
 PROXIMAL_KL_EXAMPLES = (
     "proximal_kl.loss:607d50d196800a54",          # B = T = 1
@@ -398,6 +399,63 @@ def fig_grpo_advantages(ctx: Context):
     right.set_title("A_i = (r_i − mean) / std")
     _uid_note(right, case.uid, y=-0.12)
     fig.suptitle("GRPO: each answer is judged against its own group")
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
+    return fig
+
+
+SKEW_GRID = [i / 400 for i in range(1, 400)]     # the student's q(cat) from 0.0025 to 0.9975
+
+
+def fig_skew_kl(ctx: Context):
+    """DistiLLM's skew KL (Ko et al. 2024, §3): the mixture m = αp + (1−α)q keeps at least α·p on
+    every token the teacher allows, so KL(p‖m) stays finite where KL(p‖q) blows up (exact reference)."""
+    case = ctx.case(UID["skew_forward"])
+    teacher = case.test["inputs"]["teacher_logits"][0]
+    with mpmath.workdps(50):
+        p = _softmax_row(teacher)
+    alpha, q_bar = 0.1, (0.01, 0.99)
+    m_bar = [alpha * pv + (1 - alpha) * qv for pv, qv in zip(p, q_bar)]
+    students = [[math.log(c), math.log(1 - c)] for c in SKEW_GRID]
+    teachers = [teacher] * len(students)
+    curves = [(distill.token_kl(students, teachers, direction="forward"), "KL(p ‖ q), plain forward", GREY, None)]
+    curves += [(distill.skew_kl(students, teachers, alpha=a), f"KL(p ‖ {a:g}p + {1 - a:g}q), α = {a:g}", colour, a)
+               for a, colour in ((0.1, ORANGE), (0.5, BLUE))]
+    fig = new_figure(9.4, 4.3)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.45]})
+    xs = [0, 1]
+    for shift, values, colour, label in ((-0.27, p, ORANGE, "teacher p"), (0, q_bar, BLUE, "student q"),
+                                         (0.27, m_bar, GREEN, f"m = {alpha:g}p + {1 - alpha:g}q")):
+        left.bar([x + shift for x in xs], [float(v) for v in values], width=0.25, color=colour, label=label)
+        for x, v in zip(xs, values):
+            left.text(x + shift, float(v) + 0.02, _short(v, 2), ha="center", va="bottom", fontsize=8.5)
+    floor = float(alpha * p[0])
+    left.plot([-0.45, 0.45], [floor, floor], color=GREEN, lw=1, ls=":")
+    left.annotate(f"m(cat) ≥ α·p(cat) = {_short(alpha * p[0], 2)}", (0.27, floor + 0.05), xytext=(0.4, 0.5),
+                  ha="center", color=GREEN, fontsize=8.5, arrowprops={"arrowstyle": "->", "color": GREEN})
+    left.set_xticks(xs, ["cat", "dog"])
+    left.set_ylim(0, 1.3)
+    left.set_ylabel("probability")
+    left.set_title(f"student q = ({q_bar[0]:g}, {q_bar[1]:g}): the mixture, α = {alpha:g}")
+    left.legend(frameon=False, loc="upper left", fontsize=8.5)
+    for values, label, colour, a in curves:
+        right.plot(SKEW_GRID, [float(v) for v in values], color=colour, lw=2, label=label)
+        if a is not None:
+            bound = -mpmath.log(a)
+            right.axhline(float(bound), color=colour, lw=0.8, ls=":")
+            right.text(0.5, float(bound) - 0.05, f"bound −log {a:g} = {_short(bound, 3)}", color=colour,
+                       fontsize=8.5, ha="center", va="top")
+    q_case = _softmax_row(case.test["inputs"]["student_logits"])[0]
+    value = case.test["expected"]["kl"][0]
+    right.plot([float(q_case)], [_f(value)], "o", color="black", ms=5,
+               label=f"vector: q = (0.4, 0.6), α = {alpha:g} → {_short(value, 5)}")
+    right.set_xlim(0, 1)
+    right.set_ylim(0, 3.6)
+    right.set_xlabel("student's q(cat)   (q(dog) = 1 − q(cat))")
+    right.set_ylabel("nats")
+    right.set_title("forward KL and skew KL against the student, teacher p = (0.8, 0.2)")
+    right.legend(frameon=False, fontsize=8, loc="upper right")
+    _uid_note(right, case.uid, y=-0.17)
+    fig.suptitle("Skew KL (DistiLLM): mixing α of the teacher into the student keeps the divergence finite")
     fig.tight_layout(rect=(0, 0.02, 1, 1))
     return fig
 
