@@ -169,18 +169,20 @@ OBJECTIVES: tuple[Objective, ...] = (
         "distill.sparse_kl",
         "Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row: p_k = exp(teacher_logps) at "
         "the distinct ids i_k (−inf: padding, no term), q = softmax(z/T) (the temperature divides the student "
-        "only); renormalize 'none' (p as stored, the student's full log q), 'teacher' (p over its top-k) or "
-        "'both' (p and q over the ids).",
+        "only); renormalize 'none' (p as stored, the student's full log q), 'teacher' (p over its top-k), "
+        "'both' (p and q over the ids) or 'tail' (p and q as they are plus a (K+1)-th bucket 1 − Σ p, 1 − Σ q: "
+        "the KL over K+1 buckets; Σ p ≤ 1 exactly).",
         (Input("student_logits", "N,V", neg_inf=True), Input("teacher_ids", "N,K", kind="int"),
          Input("teacher_logps", "N,K", neg_inf=True)),
-        (Param("renormalize", "none", ("none", "teacher", "both"),
+        (Param("renormalize", "none", ("none", "teacher", "both", "tail"),
                "the top-k estimate as stored, without renormalisation or tail: verl 0.9.1 forward_kl_topk "
                "(verl/trainer/distillation/fsdp/losses.py compute_forward_kl_topk); the estimate Anshumann et al. "
                "2025 (arXiv 2503.16870) call biased", convention=True),
          Param("temperature", 1.0)),
         ("kl",), ("student_logits",),
         "top-k (sparse) knowledge distillation: Anshumann et al. 2025 (arXiv 2503.16870, ACL 2025) on caching a "
-        "teacher's top-k; verl 0.9.1 forward_kl_topk; TRL 1.16.0 IW-OPD _compute_server_forward_kl_loss",
+        "teacher's top-k; verl 0.9.1 forward_kl_topk; TRL 1.16.0 IW-OPD _compute_server_forward_kl_loss "
+        "(loss_add_tail False: 'both'; True, its default: 'tail', _add_tail_bucket)",
         reduction="student_logits"),
     Objective(
         "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "

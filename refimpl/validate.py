@@ -197,7 +197,7 @@ def skew_alpha(value) -> float:
     return in_range("alpha", value, 0.0, 1.0, lo_open=True)
 
 
-RENORMALIZE = ("none", "teacher", "both")
+RENORMALIZE = ("none", "teacher", "both", "tail")
 # A stored top-k teacher's probabilities may sum a little above 1 by the rounding of its
 # log-probabilities: in bfloat16 each log p_k carries a relative error 2^-9, so Σ p_k exceeds its
 # true value by at most 2^-9·Σ p_k|log p_k| ≤ 2^-9·log K (0.007 for K = 32). Beyond this the
@@ -207,7 +207,8 @@ SPARSE_MASS_TOLERANCE = 1e-2
 
 def renormalize(value) -> str:
     """Which top-k distributions ``distill.sparse_kl`` renormalises: 'none' (verl's
-    forward_kl_topk), 'teacher', or 'both' (teacher and student over the teacher's ids)."""
+    forward_kl_topk), 'teacher', 'both' (teacher and student over the teacher's ids), or 'tail'
+    (neither: both get a (K+1)-th bucket holding the mass off the teacher's ids)."""
     return choice("renormalize", value, RENORMALIZE)
 
 
@@ -240,6 +241,44 @@ def sparse_teacher(ids: list, logps: list, student_shape: tuple) -> None:
         if mass > 1 + SPARSE_MASS_TOLERANCE:
             fail("teacher_logps", f"row {i}: the probabilities sum to {mass:.6g} > 1 "
                                   f"(+ tolerance {SPARSE_MASS_TOLERANCE:g}): not a top-k of a distribution")
+
+
+# Σ_k e^{x_k} of floats x_k is 1 exactly only for a single x = 0 (Lindemann–Weierstrass), so a row
+# is decided above or below 1 by this many digits unless it lies within ~1e-55 of 1.
+_TAIL_DIGITS = 60
+
+
+def _tail_sign(lrow: list) -> int:
+    """The sign of 1 − Σ_k e^{x_k} over the finite x_k: decided in floats away from 1, in
+    ``_TAIL_DIGITS``-digit decimals (exact conversions of the floats, correctly rounded exp) near it."""
+    live = [x for x in lrow if x != -math.inf]
+    mass = math.fsum(math.exp(x) for x in live)
+    if abs(mass - 1) > 1e-9:
+        return 1 if mass < 1 else -1
+    import decimal
+    with decimal.localcontext() as ctx:
+        ctx.prec = _TAIL_DIGITS
+        gap = 1 - sum((decimal.Decimal(float(x)).exp() for x in live), decimal.Decimal(0))
+    return (gap > 0) - (gap < 0)
+
+
+def sparse_tail(ids: list, logps: list, student_live: list) -> None:
+    """renormalize='tail' of ``distill.sparse_kl``: the tail buckets p_tail = 1 − Σ_k p_k and
+    q_tail = Σ_j q_j over the tokens j off the ids with p_k > 0. Per row, Σ_k p_k ≤ 1 exactly (the
+    tail is a probability: no tolerance, unlike ``sparse_teacher``), and where p_tail > 0 some
+    token off those ids has student probability > 0 (``student_live``: rows of bools, logit
+    > −inf), else the tail term p_tail·log(p_tail / 0) is infinite — the support mismatch the
+    other conventions refuse at a teacher id."""
+    for i, (row, lrow, zrow) in enumerate(zip(ids, logps, student_live)):
+        sign = _tail_sign(lrow)
+        if sign < 0:
+            mass = math.fsum(math.exp(x) for x in lrow)
+            fail("teacher_logps", f"row {i}: renormalize='tail' needs Σ p ≤ 1 (its tail bucket 1 − Σ p is a "
+                                  f"probability), the probabilities sum to {mass:.17g}")
+        held = {k for k, x in zip(row, lrow) if x != -math.inf}
+        if sign > 0 and not any(ok for j, ok in enumerate(zrow) if j not in held):
+            fail("student_logits", f"row ({i},) is -inf at every token off the teacher's ids, where the "
+                                   "teacher's tail 1 − Σ p is > 0: the KL is infinite (support mismatch)")
 
 
 # ----------------------------------------------------------------------------- kl

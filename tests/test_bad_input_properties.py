@@ -57,7 +57,7 @@ BAD_PARAMS = {
     "whiten": ["batch", None, 1],
     "masked_tokens": ["drop", None],
     "baseline": ["median", None, 1],
-    "renormalize": ["tail", None, 1],
+    "renormalize": ["student", None, 1],
     "desirable_weight": [0.0, -1.0, NAN, INF],
     "undesirable_weight": [0.0, -1.0, NAN, INF],
     "scale": ["global", None],

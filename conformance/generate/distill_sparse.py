@@ -1,11 +1,14 @@
 """Vectors for ``distill.sparse_kl`` (a top-k teacher, as offline distillation stores it), with its
 tolerance scale, flags and groups; ``conformance.generate.distill`` merges them into the family.
 
-One group per ``renormalize`` value: 'none' ('paper': verl 0.9.1's forward_kl_topk), 'teacher' and
-'both' (TRL 1.16.0 IW-OPD without its tail bucket). Each has random cases (the teacher's top-k of
+One group per ``renormalize`` value: 'none' ('paper': verl 0.9.1's forward_kl_topk), 'teacher',
+'both' (TRL 1.16.0 IW-OPD without its tail bucket) and 'tail' (added in 1.3.0 after the others, so
+their test ids stay: TRL's default, the tail bucket). Each has random cases (the teacher's top-k of
 a softmax, its ids in a random order, half of them on the float32 grid), edge cases (K = 1, K = V,
 padding ids, impossible student tokens off the teacher's ids, a near-deterministic teacher,
-logits ±1e4), a large vocabulary and low-precision cases on the bfloat16/float16 grids.
+logits ±1e4), a large vocabulary and low-precision cases on the bfloat16/float16 grids. 'tail'
+has K < V in its random cases (K = V leaves the student no mass for the teacher's tail), K = V
+only with a one-hot teacher (tail 0), a tail of 1e-9, and its own invalid cases.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
 from conformance.generate.distill_inputs import INF, TEMPERATURES, VOCABS
 from conformance.generate.distill_scales import SCALE_DPS, _row_cotangents, _rows
+from refimpl import validate
 
 SPK = "distill.sparse_kl"
 # Low-precision cases per convention: two in three on the bfloat16+float16 grid, so that the three
@@ -33,6 +37,12 @@ NOTES = {
                       "student's renormalisation."},
     "SparseFullSupport": {"category": "edge", "description": "distill.sparse_kl with K = V and the teacher's whole "
                           "softmax: every renormalize convention is the forward KL(p‖q)."},
+    "SparseTailZero": {"category": "edge", "description": "distill.sparse_kl with renormalize='tail' and a one-hot "
+                       "teacher (its one live log-probability is 0, K = V with padding ids): p_tail = 0, so the tail "
+                       "term is 0 and the student's tail (its mass at the padding ids) only enters the gradient "
+                       "through q."},
+    "SparseTinyTail": {"category": "edge", "description": "distill.sparse_kl with renormalize='tail' and a teacher "
+                       "whose top-k holds all but ~1e-9 of its mass (below TRL's clamp of log Σ p at −1e-7)."},
 }
 
 GROUPS = {
@@ -42,6 +52,11 @@ GROUPS = {
     "sparse-both": "distill.sparse_kl with renormalize='both': teacher and student both renormalised over the "
                    "teacher's ids (padding ids, log-probability −inf, left out) — TRL 1.16.0 "
                    "experimental/iw_opd/iw_opd_trainer.py _compute_server_forward_kl_loss with loss_add_tail=False",
+    "sparse-tail": "distill.sparse_kl with renormalize='tail': neither side renormalised, a (K+1)-th bucket "
+                   "p_tail = 1 − Σ p, q_tail = 1 − Σ q (over the live ids) on both, the forward KL over the K+1 "
+                   "buckets — TRL 1.16.0's default loss_add_tail=True: _add_tail_bucket in "
+                   "experimental/server_distillation/server_distillation_trainer.py:72 (and "
+                   "experimental/iw_opd/iw_opd_trainer.py:99), sdpo/loss_utils.py add_tail_bucket",
 }
 
 
@@ -165,7 +180,7 @@ def _invalid_cases() -> list[Case]:
          "student −inf at a teacher id with p > 0: the KL is infinite"),
         ({"student_logits": [[0.0, math.nan, 2.0, 3.0], [1.0, 0.5, -1.0, 0.0]]}, {}, "NaN student logit"),
         ({"temperature": 0.0}, {}, "T = 0"),
-        ({}, {"renormalize": "tail"}, "unknown renormalize value"),
+        ({}, {"renormalize": "student"}, "unknown renormalize value"),
     ]
     out = []
     for change, conv, why in bad:
@@ -178,13 +193,127 @@ def _invalid_cases() -> list[Case]:
     return out
 
 
+def _tail_valid(z, ids, lps) -> bool:
+    """Whether a draw is in 'tail''s domain (Σ p ≤ 1 after rounding, a student tail where p_tail > 0)."""
+    try:
+        validate.sparse_tail(ids, lps, [[v != -INF for v in row] for row in z])
+    except validate.InputError:
+        return False
+    return True
+
+
+def _tail_random_cases(seed0) -> list[Case]:
+    """As ``_random_cases``, with K < V (K = V leaves the student no tail: refused)."""
+    out = []
+    for i in range(14):
+        r = S.rng(seed0 + i)
+        v = int(r.choice(VOCABS[1:]))
+        n = int(r.integers(1, 9))
+        k = int(r.integers(1, min(v - 1, 16) + 1))
+        spread = float(r.choice([1.0, 3.0, 6.0]))
+        T = float(r.choice(TEMPERATURES))
+        z = S.logits(r, (n, v), spread)
+        t = S.logits(r, (n, v), spread) if i % 3 == 0 else S.near(r, z, 1.0)
+        ids, lps = _top_k(r, t, k, shuffle=bool(i % 2))
+        f32 = i % 2 == 0
+        if f32:
+            z, lps = S.in_dtype(z, "float32"), S.in_dtype(lps, "float32")
+        assert _tail_valid(z, ids, lps), (seed0 + i, "draw outside 'tail''s domain")
+        out.append(_case(z, ids, lps, "tail", "sparse-tail", T, ("Random",),
+                         f"random N={n}, V={v}, K={k}, σ={spread:g}, T={T:g}" + (", float32" if f32 else ""),
+                         seed0 + i, "normal logits; teacher independent or student + N(0,1); its top-k of softmax"))
+    return out
+
+
+def _tail_edge_cases(seed0) -> list[Case]:
+    """``_edge_cases`` where they are in 'tail''s domain (K = 1, padding, a near-deterministic teacher,
+    logits ±1e4 — whose student tail e^{−2e4} a 1 − Σ q cannot resolve — and V = 4096), K = V with a
+    one-hot teacher, a tail of 1e-9, and a student −inf at all but one token off the ids."""
+    group = "sparse-tail"
+    out = [c for c in _edge_cases("tail", group, seed0)
+           if not {"SparseFullSupport", "NegInfLogits"} & set(c.flags)]
+    r = S.rng(seed0 + 10)
+    z = S.logits(r, (3, 6), 2.0)
+    ids = [r.permutation(6).tolist() for _ in range(3)]
+    lps = [[0.0] + [-INF] * 5 for _ in range(3)]
+    out.append(_case(z, ids, lps, "tail", group, 1.0, ("SparseTailZero", "SparsePadding"),
+                     "K = V, a one-hot teacher (log-probability 0, the rest padding): p_tail = 0", seed0 + 10,
+                     "normal logits; teacher one-hot at a random token"))
+    r = S.rng(seed0 + 11)
+    z = S.logits(r, (2, 7), 2.0)
+    ids = [r.permutation(7)[:3].tolist() for _ in range(2)]
+    lps = [[math.log(0.6), math.log(0.3), math.log(0.1 - 1e-9)], [math.log(0.5), math.log(0.25), math.log(0.25 - 1e-9)]]
+    for T in (1.0, 2.0):
+        out.append(_case(z, ids, lps, "tail", group, T, ("SparseTinyTail",),
+                         f"teacher mass 1 − 1e-9 on K = 3 of V = 7, T = {T:g}", seed0 + 11,
+                         "normal logits; fixed teacher"))
+    z = [[1.5, -INF, 0.25, -2.0, -INF, 3.0], [-INF, 0.5, -INF, 1.0, 2.0, -1.0]]
+    ids, lps = [[5, 0, 2], [4, 1, 5]], [[math.log(0.5), math.log(0.25), math.log(0.125)],
+                                         [math.log(0.6), math.log(0.3), math.log(0.05)]]
+    out.append(_case(z, ids, lps, "tail", group, 1.0, ("NegInfLogits",),
+                     "student −inf off the teacher's ids except at one token, which holds the student's tail", 0,
+                     "fixed"))
+    return out
+
+
+def _tail_low_cases(seed0) -> list[Case]:
+    """As ``_low_cases`` with K < V, drawing again (next seed) where the rounded teacher leaves the domain."""
+    out, seed = [], seed0
+    while len(out) < LOW_PER_CONVENTION:
+        i = len(out)
+        grid = S.low_grid(i)
+        r = S.rng(seed)
+        v = int(r.choice((8, 32, 100, 256)))
+        n, k = int(r.integers(1, 5)), int(r.integers(1, 8))
+        T = float(r.choice(TEMPERATURES))
+        z = S.in_low(S.logits(r, (n, v), 3.0), grid)
+        ids, lps = _top_k(r, S.near(r, z, 1.0), k, shuffle=True)
+        lps = S.in_low(lps, grid)
+        seed += 1
+        if not _tail_valid(z, ids, lps):
+            continue
+        out.append(_case(z, ids, lps, "tail", "sparse-tail", T, ("Random", "LowPrecision"),
+                         f"{grid} grid, N={n}, V={v}, K={k}, T={T:g}", seed - 1,
+                         f"normal logits on the {grid} grid; teacher = student + N(0,1), top-k log-probs rounded",
+                         low=True))
+    return out
+
+
+def _tail_invalid_cases() -> list[Case]:
+    z = [[0.0, 1.0, 2.0, 3.0], [1.0, 0.5, -1.0, 0.0]]
+    ids, lps = [[3, 2], [0, 1]], [[-0.5, -1.5], [-1.0, -2.0]]
+    half = math.log(0.5)   # rounded below −log 2: two of them sum to 1 + 1.1e-16
+    bad = [
+        ({"teacher_logps": [[half, half], [-1.0, -2.0]]}, "teacher probabilities summing to 1 + 1.1e-16 (two "
+         "rounded log 0.5): the tail would be negative", "InvalidInput"),
+        ({"teacher_logps": [[math.log(0.6), math.log(0.405)], [-1.0, -2.0]]}, "teacher probabilities summing to "
+         "1.005: within the other conventions' rounding tolerance, but the tail would be negative", "InvalidInput"),
+        ({"teacher_ids": [[3, 2, 1, 0], [0, 1, 2, 3]], "teacher_logps": [[-0.5, -1.5, -3.0, -4.0],
+                                                                         [-1.0, -2.0, -2.5, -3.0]]},
+         "K = V with Σ p < 1: the student has no tail for the teacher's, the KL is infinite", "InfiniteDivergence"),
+        ({"student_logits": [[-INF, -INF, 2.0, 3.0], [1.0, 0.5, -1.0, 0.0]]},
+         "student −inf at every token off the ids while p_tail > 0: the KL is infinite", "InfiniteDivergence"),
+        ({"student_logits": [[0.0, 1.0, -INF, 3.0], [1.0, 0.5, -1.0, 0.0]]},
+         "student −inf at a teacher id with p > 0: the KL is infinite", "InfiniteDivergence"),
+    ]
+    out = []
+    for change, why, flag in bad:
+        inputs = {"student_logits": z, "teacher_ids": ids, "teacher_logps": lps, **change}
+        out.append(Case(SPK, inputs, params={"temperature": 1.0}, conventions={"renormalize": "tail"},
+                        group="invalid", result="invalid", flags=(flag,), comment=why,
+                        provenance=generated(0, "fixed")))
+    return out
+
+
 def cases() -> list[Case]:
     out = []
     for k, (renormalize, group) in enumerate(CONVENTIONS):
         out += _random_cases(renormalize, group, 40000 + 500 * k)
         out += _edge_cases(renormalize, group, 40200 + 500 * k)
         out += _low_cases(renormalize, group, 40300 + 500 * k)
-    return out + _invalid_cases()
+    # 'tail' (1.3.0) after every earlier case, so that their test ids stay
+    out += _invalid_cases() + _tail_random_cases(41500) + _tail_edge_cases(41700) + _tail_low_cases(41800)
+    return out + _tail_invalid_cases()
 
 
 # ----------------------------------------------------------------------------- tolerance scale
@@ -196,7 +325,11 @@ def _sparse_scale(kwargs, outputs, grads):
     renormaliser |log S|) and of the student's renormaliser |log Q| ('both').
     grad: max over the tokens of s·q_j(1 + (A^q_j + |log Q|)/d) + w_j(1 + (|log p_j| + |log S|)/d),
     divided by T, times |c| (s = S for 'none', 1 otherwise; 'both' keeps the q_j term at every
-    token: a library that renormalises after a full log-softmax leaves q_j·Σg ≈ 0 there)."""
+    token: a library that renormalises after a full log-softmax leaves q_j·Σg ≈ 0 there).
+    'tail' adds its bucket, ℓ_t = log p_t − log q_t: to s1 p_t|ℓ_t| and S(1 + |ℓ_t|) (p_t = 1 − S
+    inherits S's roundings, times ∂(p log(p/q))/∂p = 1 + ℓ_t), to sA p_t·A_t, A_t = Σ_off q_j A_j / q_t
+    (log q_t a log-sum-exp of the log q_j off the ids); to the gradient off the ids q_j·(p_t/q_t)(1 +
+    (A_j + A_t)/d) + S·q_j/q_t (the ratio's p_t rounded; q_j ≤ q_t there, so at most S)."""
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
         mode = kwargs["renormalize"]
@@ -206,18 +339,29 @@ def _sparse_scale(kwargs, outputs, grads):
                                     _row_cotangents(SPK, kwargs, len(qs))):
             live = [(int(i), mpmath.mpf(a)) for i, a in zip(irow, lrow) if a != -INF]
             S_ = mpmath.fsum(mpmath.exp(a) for _, a in live)
-            log_s = abs(mpmath.log(S_)) if mode != "none" else mpmath.mpf(0)
+            log_s = abs(mpmath.log(S_)) if mode in ("teacher", "both") else mpmath.mpf(0)
             Qs = mpmath.fsum(Q.p[i] for i, _ in live)
             log_q = abs(mpmath.log(Qs)) if mode == "both" else mpmath.mpf(0)
             s1 = sA = mpmath.mpf(0)
             weights = {}
             for i, a in live:
-                lw = a - mpmath.log(S_) if mode != "none" else a
+                lw = a - mpmath.log(S_) if mode in ("teacher", "both") else a
                 lq = Q.logp[i] - mpmath.log(Qs) if mode == "both" else Q.logp[i]
                 w = mpmath.exp(lw)
                 weights[i] = (w, abs(a))
                 s1 += w * abs(lw - lq)
                 sA += w * (Q.A[i] + abs(a) + log_s + log_q)
+            tail = None
+            if mode == "tail":
+                p_t = 1 - S_
+                off = [j for j, f in enumerate(Q.fin) if f and j not in weights]
+                q_t = mpmath.fsum(Q.p[j] for j in off)
+                if p_t > 0:
+                    l_t = abs(mpmath.log(p_t) - mpmath.log(q_t))
+                    A_t = mpmath.fsum(Q.p[j] * Q.A[j] for j in off) / q_t
+                    s1 += p_t * l_t + S_ * (1 + l_t)
+                    sA += p_t * A_t
+                    tail = (p_t / q_t, A_t, q_t)
             value.append(s1 + sA / Q.d)
             s = S_ if mode == "none" else 1
             g = []
@@ -226,6 +370,9 @@ def _sparse_scale(kwargs, outputs, grads):
                 if j in weights:
                     w, la = weights[j]
                     term += w * (1 + (la + log_s) / Q.d)
+                elif tail is not None and Q.fin[j]:
+                    ratio, A_t, q_t = tail
+                    term += qj * ratio * (1 + (Q.A[j] + A_t) / Q.d) + S_ * qj / q_t
                 g.append(term)
             grad.append(c * max(g) / T)
         return {"kl": max(value), "grad:student_logits": max(grad)}

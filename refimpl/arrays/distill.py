@@ -543,6 +543,8 @@ def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, tem
     shape = _xp.shape(zs)
     validate.sparse_teacher(_nested(ids, int), _nested(lp, float), shape)
     validate.renormalize(renormalize)
+    if renormalize == "tail":
+        validate.sparse_tail(_nested(ids, int), _nested(lp, float), _nested(zs > -xp.inf, bool))
     T = validate.temperature(temperature)
     q = _dist(xp, "student_logits", zs, T)
     onehot = ids[:, :, None] == xp.arange(shape[1], dtype=ids.dtype)
@@ -553,7 +555,7 @@ def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, tem
         i, k = _unravel(_first(xp, dead), _xp.shape(dead))
         validate.fail("student_logits", f"-inf at row ({i},), token {int(ids[i, k])}, where the teacher has "
                                         "probability > 0: the KL is infinite (support mismatch)")
-    if renormalize != "none":
+    if renormalize in ("teacher", "both"):
         lp = lp - _log_total(xp, lp)
     if renormalize == "both":
         lq_live = xp.where(live, lq, xp.full_like(lq, -xp.inf))
@@ -563,18 +565,41 @@ def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, tem
 
 def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
     """Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row, the sum over the
-    ids with p_k > 0; ``renormalize`` 'none' | 'teacher' | 'both' as ``refimpl.exact.distill.sparse_kl``
-    (which cites the sources). Returns kl with shape [N]."""
-    xp, _, _, _, _, _, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize,
-                                                      temperature)
-    lp, lq = _xp.masked(xp, live, lp), _xp.masked(xp, live, lq)   # padding: 0, not −inf − (−inf)
-    return xp.sum(_xp.masked(xp, live, xp.exp(lp) * (lp - lq)), axis=-1)
+    ids with p_k > 0; ``renormalize`` 'none' | 'teacher' | 'both' | 'tail' (plus p_t log(p_t/q_t) of the
+    (K+1)-th buckets) as ``refimpl.exact.distill.sparse_kl`` (which cites the sources). Returns kl [N]."""
+    xp, _, _, _, q, onehot, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize,
+                                                           temperature)
+    lp0, lq0 = _xp.masked(xp, live, lp), _xp.masked(xp, live, lq)   # padding: 0, not −inf − (−inf)
+    kl = xp.sum(_xp.masked(xp, live, xp.exp(lp0) * (lp0 - lq0)), axis=-1)
+    if renormalize == "tail":
+        p_t, log_p, log_q, _ = _tail(xp, q, onehot, live, lp)
+        kl = kl + xp.where(p_t > 0, p_t * (log_p - log_q), xp.zeros_like(p_t))[:, 0]
+    return kl
+
+
+def _tail(xp, q, onehot, live, lp):
+    """The (K+1)-th buckets of 'tail' per row (keepdims): p_t = −expm1(log Σ p) (0 for a one-hot
+    teacher; rounding can make it ≤ 0 only where ``validate.sparse_tail`` found 0 < p_t < ~1e-16,
+    read as 0), log p_t, log q_t = log Σ_j q_j over the possible tokens j off the live ids (a
+    direct sum, no 1 − Σ q cancellation), and the mask of those live ids [N,V]."""
+    p_t = -xp.expm1(_log_total(xp, lp))
+    pos = p_t > 0
+    log_p = xp.log(xp.where(pos, p_t, xp.ones_like(p_t)))
+    held = xp.any(onehot & live[:, :, None], axis=1)
+    off = q.support & ~held
+    lw = xp.where(off, q.logp, xp.full_like(q.logp, -xp.inf))
+    some = xp.any(off, axis=-1, keepdims=True)
+    m = _xp.row_max(xp, lw)
+    total = xp.sum(xp.exp(lw - m), axis=-1, keepdims=True)
+    log_q = m + xp.log(xp.where(some, total, xp.ones_like(total)))
+    return xp.where(pos, p_t, xp.zeros_like(p_t)), log_p, log_q, held
 
 
 def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renormalize: str = "none",
                   temperature: float = 1.0):
     """c·(S·q_j − P_j)/T ('none'), c·(q_j − P̃_j)/T ('teacher'), c·(q̃_j − P̃_j)/T on the ids ('both'),
-    P the teacher's probabilities scattered to their ids."""
+    c·(q_j − P_j)/T on the live ids and c·q_j(1 − p_t/q_t)/T off them ('tail'), P the teacher's
+    probabilities scattered to their ids."""
     xp, dt, shape, T, q, onehot, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps,
                                                                 renormalize, temperature)
     c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
@@ -585,6 +610,12 @@ def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renorma
 
     if renormalize == "both":
         g = scatter(_xp.masked(xp, live, xp.exp(lq)) - p)
+    elif renormalize == "tail":   # (q_j − P_j) on the live ids, q_j − p_t·(q_j/q_t) off them
+        p_t, log_p, log_q, held = _tail(xp, q, onehot, live, lp)
+        # q_j/q_t ≤ 1 off the ids, formed in logs: p_t/q_t alone overflows when q_t underflows
+        off = q.support & ~held
+        share = xp.exp(xp.where(off, q.logp, xp.broadcast_to(log_q, q.logp.shape)) - log_q)
+        g = xp.where(held, q.p - scatter(p), _xp.masked(xp, off, q.p - p_t * share))
     else:
         s = xp.sum(p, axis=-1, keepdims=True) if renormalize == "none" else 1.0
         g = _xp.masked(xp, q.support, s * q.p) - scatter(p)

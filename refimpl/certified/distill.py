@@ -365,6 +365,8 @@ def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="no
     validate.rank("teacher_logps", _ball.shape(lps), 2)
     validate.sparse_teacher(ids, [_floats(row) for row in lps], shape)
     validate.renormalize(renormalize)
+    if renormalize == "tail":
+        validate.sparse_tail(ids, [_floats(row) for row in lps], [[v is not None for v in row] for row in zs])
     T = _ball.ball(validate.temperature(temperature))
     zs = diff("student_logits", zs)
     rows = []
@@ -376,16 +378,32 @@ def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="no
                                                 "probability > 0: the KL is infinite (support mismatch)")
         lp = [lrow[k] for k in live]
         lq = [q.logp[irow[k]] for k in live]
-        if renormalize != "none":
+        if renormalize in ("teacher", "both"):
             log_s = _log_total(lp)
             lp = [a - log_s for a in lp]
         if renormalize == "both":
             x = [q.x[irow[k]] for k in live]
             log_s = _log_total(x)
             lq = [b - log_s for b in x]
-        rows.append(_ball.fsum(_ball.exp(a) * (a - b) for a, b in zip(lp, lq)))
+        terms = [_ball.exp(a) * (a - b) for a, b in zip(lp, lq)]
+        if renormalize == "tail":
+            terms += _tail_term(q, [irow[k] for k in live], lp)
+        rows.append(_ball.fsum(terms))
     return {"kl": rows}
 
 
+def _tail_term(q, held, lp):
+    """[p_t (log p_t − log q_t)] with p_t = −expm1(log Σ p) and log q_t = log Σ_j e^{x_j} − log Z over
+    the possible tokens j off the held ids (a direct sum: no cancellation in 1 − Σ q); [] when
+    p_t = 0, i.e. the one held log-probability is exactly 0 (``validate.sparse_tail`` decided the rest)."""
+    if len(lp) == 1 and _ball.value(lp[0]).is_zero():
+        return []
+    p_t = -_ball.expm1(_log_total(lp))
+    held = set(held)
+    off = [q.x[j] for j, s in enumerate(q.support) if s and j not in held]
+    log_q = _log_total(off) - q.lse_shifted
+    return [p_t * (_ball.log(p_t) - log_q)]
+
+
 sparse_kl, sparse_kl_vjp = _ball.pair(_sparse_kl, ("kl",), ("student_logits",))
-sparse_kl.__doc__ = "Forward KL over a top-k teacher, renormalize 'none' | 'teacher' | 'both', as balls."
+sparse_kl.__doc__ = "Forward KL over a top-k teacher, renormalize 'none' | 'teacher' | 'both' | 'tail', as balls."

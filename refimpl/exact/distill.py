@@ -759,11 +759,14 @@ def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, tem
     validate.sparse_teacher(ids.tolist(), [[float(x) for x in row] for row in lps], zs.shape)
     validate.renormalize(renormalize)
     T = _temperature(temperature)
+    if renormalize == "tail":
+        validate.sparse_tail(ids.tolist(), [[float(x) for x in row] for row in lps],
+                             [[zi != mp.NEG_INF for zi in row] for row in zs])
     rows = []
     for idx, q, irow, lrow in zip(np.ndindex(zs.shape[:-1]), _rows("student_logits", zs, T), ids, lps):
         irow = [int(i) for i in irow]
         lp = list(lrow)
-        if renormalize != "none":   # log p̃_k = log p_k − log Σ_j p_j (shifted: one live id gives 0 exactly)
+        if renormalize in ("teacher", "both"):   # log p̃_k = log p_k − log Σ_j p_j (shifted: one live id gives 0 exactly)
             log_s = _log_total([x for x in lp if x != mp.NEG_INF])
             lp = [x - log_s for x in lp]
         lq = [q.logp[i] for i in irow]
@@ -774,8 +777,27 @@ def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, tem
         if renormalize == "both":   # log q̃_k = log q_k − log Σ_j q_j over the ids with p_j > 0
             log_s = _log_total([b for a, b in zip(lp, lq) if a != mp.NEG_INF])
             lq = [b - log_s if a != mp.NEG_INF else mp.NEG_INF for a, b in zip(lp, lq)]
+        if renormalize == "tail":   # the (K+1)-th bucket, appended to both
+            lp, lq = lp + [_tail_logp(lp)], lq + [_tail_logq(q, irow, lp)]
+            irow = irow + [None]
         rows.append((q, irow, lp, lq))
     return zs.shape, T, rows
+
+
+def _tail_logp(lp):
+    """log p_tail = log(1 − Σ_k p_k) = log(−expm1(log Σ_k p_k)), −inf when Σ p = 1 (the one live
+    log-probability is 0); ``validate.sparse_tail`` has refused Σ p > 1."""
+    log_s = _log_total([a for a in lp if a != mp.NEG_INF])
+    return mp.NEG_INF if log_s == 0 else mpmath.log(-mpmath.expm1(log_s))
+
+
+def _tail_logq(q, irow, lp):
+    """log q_tail = log Σ_j q_j over the tokens j off the ids with p_k > 0 (padding ids included),
+    summed directly rather than as 1 − Σ_k q_{i_k}, which cancels when the ids hold nearly all of q;
+    −inf when there is no such token of probability > 0 (then p_tail = 0: ``validate.sparse_tail``)."""
+    held = {i for i, a in zip(irow, lp) if a != mp.NEG_INF}
+    off = [x for j, x in enumerate(q.logp) if j not in held and x != mp.NEG_INF]
+    return _log_total(off) if off else mp.NEG_INF
 
 
 @mp.exact
@@ -796,7 +818,22 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
     * 'teacher': p̃_k = p_k / Σ_j p_j, the student's full log q;
     * 'both': p̃ and q̃_k = q_{i_k} / Σ_j q_{i_j}, the KL of two distributions on the ids
       (≥ 0), Σ_j over the ids with p_j > 0 — TRL 1.16.0 IW-OPD with loss_add_tail=False
-      (trl/experimental/iw_opd/iw_opd_trainer.py ``_compute_server_forward_kl_loss``).
+      (trl/experimental/iw_opd/iw_opd_trainer.py ``_compute_server_forward_kl_loss``);
+    * 'tail': neither renormalised; a (K+1)-th bucket holds what lies off the ids with p_k > 0,
+      p_tail = 1 − Σ_k p_k and q_tail = 1 − Σ_k q_{i_k} = Σ_{j off the ids} q_j, and kl is the
+      forward KL over the K+1 buckets, Σ_k p_k (log p_k − log q_{i_k}) + p_tail (log p_tail −
+      log q_tail) (≥ 0; with p_tail = 0 its term is 0). TRL 1.16.0's default (loss_add_tail=True):
+      ``_add_tail_bucket`` in trl/experimental/server_distillation/server_distillation_trainer.py:72
+      (used at 223 and 521; loss_add_tail default True, server_distillation_config.py:69), the same
+      function in trl/experimental/iw_opd/iw_opd_trainer.py:99 (used at 1539), and ``add_tail_bucket``
+      in trl/experimental/sdpo/loss_utils.py:44. No paper defines the bucket that we could find
+      (the docstrings say it keeps the loss from vanishing at K = 1; verl's open RFC #7856,
+      ``forward_kl_topk_tail``, not in 0.9.1, proposes the same coarse-grained KL; Dasgupta et al.
+      2026, arXiv 2602.20816, a tail-aware divergence we could not check beyond its abstract).
+      It is the KL of both distributions coarse-grained onto K+1 cells, so 0 ≤ kl ≤ KL(p‖q) for
+      a true top-k (data-processing inequality). TRL clamps log Σ p and log Σ q at −1e-7,
+      so its tail is never below ≈1e-7 — a property of that code, not of this objective. Σ p must
+      be ≤ 1 exactly and, when p_tail > 0, q_tail > 0 (``validate.sparse_tail``).
 
     The temperature divides the student's logits only: the teacher's log-probabilities are
     stored already at whatever temperature the teacher was sampled with. Returns kl [N].
@@ -814,7 +851,9 @@ def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renorma
 
         'none':    ∂kl/∂z_j = (S·q_j − P_j) / T
         'teacher': ∂kl/∂z_j = (q_j − P̃_j) / T
-        'both':    ∂kl/∂z_j = (q̃_j − P̃_j) / T on the ids with p > 0, 0 elsewhere (Σ p̃ = Σ q̃ = 1).
+        'both':    ∂kl/∂z_j = (q̃_j − P̃_j) / T on the ids with p > 0, 0 elsewhere (Σ p̃ = Σ q̃ = 1);
+        'tail':    ∂kl/∂z_j = (q_j − P_j) / T on the ids with p > 0, q_j (1 − p_tail/q_tail) / T off
+                   them (∂ log q_tail/∂z_j = (q_j·[j off] / q_tail − q_j)/T; p_tail/q_tail = 0 at p_tail = 0).
     """
     shape, T, rows = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature)
     ct = _cotangent(cotangent, shape[:-1])
@@ -825,6 +864,12 @@ def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renorma
             g = [mp.ZERO] * shape[-1]
             for i, pk, b in zip(irow, p, lq):
                 g[i] = mpmath.exp(b) - pk   # both 0 at a padding id (p_k = 0)
+        elif renormalize == "tail":
+            ratio = mp.ZERO if lp[-1] == mp.NEG_INF else mpmath.exp(lp[-1] - lq[-1])   # p_tail / q_tail
+            g = [qj * (1 - ratio) for qj in q.p]
+            for i, pk in zip(irow[:-1], p):
+                if pk:
+                    g[i] = q.p[i] - pk
         else:
             s = mpmath.fsum(p) if renormalize == "none" else mp.ONE
             g = [s * qj for qj in q.p]

@@ -413,7 +413,8 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
     −inf log-probabilities are padding), q = softmax(z/T) — the temperature divides the student
     only. ``renormalize``: 'none' (verl 0.9.1 forward_kl_topk: p as stored, the student's full
     log q), 'teacher' (p over its top-k), 'both' (p and q over the ids; TRL 1.16.0 IW-OPD without
-    its tail bucket). ``student_logits`` [N,V], ``teacher_ids`` [N,K] integers, ``teacher_logps``
+    its tail bucket), 'tail' (a (K+1)-th bucket 1 − Σp, 1 − Σq on both sides; TRL's default).
+    ``student_logits`` [N,V], ``teacher_ids`` [N,K] integers, ``teacher_logps``
     [N,K]; returns kl [N]. Plain autograd in the working dtype (float32 for bfloat16/float16):
     log_softmax, gathered; 'both' renormalises the gathered logits themselves, so that the tokens
     off the ids get a gradient of exactly 0 (``FUSED_DECLINED``). Sources:
@@ -426,6 +427,8 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
     validate.rank("teacher_logps", tuple(lp.shape), 2)
     validate.sparse_teacher(_nested(ids, int), _nested(lp, float), tuple(zs.shape))
     validate.renormalize(renormalize)
+    if renormalize == "tail":
+        validate.sparse_tail(_nested(ids, int), _nested(lp, float), _nested(zs > float("-inf"), bool))
     T = validate.temperature(temperature)
     _rows("student_logits", zs)
     out = _common.result_dtype(zs, lp)
@@ -441,12 +444,32 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
         validate.fail("student_logits", f"-inf at row ({i},), token {int(ids[i, k])}, where the teacher has "
                                         "probability > 0: the KL is infinite (support mismatch)")
     neg_inf = torch.full_like(lp, float("-inf"))
-    if renormalize != "none":
+    if renormalize in ("teacher", "both"):
         lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
     if renormalize == "both":
         lq = torch.log_softmax(torch.where(live, z_ids / T, neg_inf), dim=-1)
     else:
-        lq = torch.log_softmax(z / T, dim=-1).gather(-1, ids)
+        log_q = torch.log_softmax(z / T, dim=-1)
+        lq = log_q.gather(-1, ids)
     zero = torch.zeros_like(lp)
-    lp, lq = torch.where(live, lp, zero), torch.where(live, lq, zero)   # padding: no −inf − (−inf)
-    return torch.where(live, lp.exp() * (lp - lq), zero).sum(dim=-1).to(out)
+    kl = torch.where(live, lp.exp() * (torch.where(live, lp, zero) - torch.where(live, lq, zero)), zero).sum(dim=-1)
+    if renormalize == "tail":
+        kl = kl + _tail_term(log_q, ids, live, lp)
+    return kl.to(out)
+
+
+def _tail_term(log_q, ids, live, lp):
+    """p_t (log p_t − log q_t) per row for 'tail': p_t = −expm1(log Σ p) (a constant; 0 for a one-hot
+    teacher, and rounding's p_t ≤ 0 where ``validate.sparse_tail`` found 0 < p_t < ~1e-16 read as 0),
+    log q_t = logsumexp of log q over the possible tokens off the live ids (a direct sum: no 1 − Σ q
+    cancellation). Selects, not products, keep −inf and its NaN gradients out of rows without a tail."""
+    p_t = -torch.expm1(torch.logsumexp(lp, dim=-1))
+    pos = p_t > 0
+    held = torch.zeros_like(log_q, dtype=torch.bool).scatter_(-1, ids, live)
+    off = ~held & (log_q.detach() > float("-inf"))
+    some = off.any(dim=-1, keepdim=True)
+    lw = torch.where(off, log_q, torch.full_like(log_q, float("-inf")))
+    log_qt = torch.logsumexp(torch.where(some, lw, torch.zeros_like(lw)), dim=-1)
+    one = torch.ones_like(p_t)
+    term = p_t * (torch.log(torch.where(pos, p_t, one)) - torch.where(pos, log_qt, one))
+    return torch.where(pos, term, torch.zeros_like(term))

@@ -143,7 +143,7 @@ CONVENTIONS = {
                                      temperature=[1.0, 2.0]),
     "distill.skew_kl": _grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"], temperature=[1.0, 2.0]),
     "distill.tvd": _grid(temperature=[1.0, 0.5, 2.0]),
-    "distill.sparse_kl": _grid(renormalize=["none", "teacher", "both"], temperature=[1.0, 0.5, 2.0]),
+    "distill.sparse_kl": _grid(renormalize=["none", "teacher", "both", "tail"], temperature=[1.0, 0.5, 2.0]),
     "kl.estimator": _grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5]),
     "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
                        label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])

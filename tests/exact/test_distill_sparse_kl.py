@@ -1,6 +1,6 @@
 """Tests of refimpl/exact/distill.py's ``sparse_kl`` (a top-k teacher): the analytic gradient of
 every ``renormalize`` convention against mpmath.diff, the properties that tie it to the full
-forward KL, and bad inputs."""
+forward KL, the tail bucket's edges, and bad inputs."""
 from __future__ import annotations
 
 import math
@@ -14,7 +14,7 @@ from refimpl.exact import distill
 from refimpl.validate import InputError
 
 NINF = float("-inf")
-CONVENTIONS = ("none", "teacher", "both")
+CONVENTIONS = ("none", "teacher", "both", "tail")
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def _full_forward_kl(z, t, T):
     return [float(x) for x in distill.token_kl(z, t, "forward", T)]
 
 
-@pytest.mark.parametrize("renormalize", CONVENTIONS)
+@pytest.mark.parametrize("renormalize", CONVENTIONS[:3])
 def test_full_support_is_the_forward_kl(renormalize):
     """K = V with the teacher's whole softmax: every convention is KL(p‖q), also its gradient."""
     rng = np.random.default_rng(5)
@@ -93,6 +93,81 @@ def test_temperature_divides_the_student_only():
     assert abs(distill.sparse_kl(z, ids, lp, "none", 2.0)[0] - want) < 1e-45
 
 
+def _buckets(z, ids, lp, T=1.0):
+    """The forward KL over the K+1 buckets written out: p_tail = 1 − Σp, q_tail = 1 − Σq at the ids."""
+    out = []
+    for zr, ir, lr in zip(z, ids, lp):
+        q = distill.softmax([zr], T)[0]
+        p = [mpmath.exp(mpmath.mpf(a)) for a in lr]
+        q_tail = 1 - mpmath.fsum(q[i] for pk, i in zip(p, ir) if pk)
+        pq = [(pk, q[i]) for pk, i in zip(p, ir) if pk] + [(1 - mpmath.fsum(p), q_tail)]
+        out.append(mpmath.fsum(a * mpmath.log(a / b) for a, b in pq if a))
+    return out
+
+
+def test_tail_is_the_kl_over_the_buckets():
+    """'tail' is KL(p‖q) over the K ids plus one bucket each for the rest; with a padding id its
+    student mass belongs to the tail."""
+    z = [[0.3, -1.0, 2.0, 0.5, 1.5], [1.0, 1.0, -2.0, 0.0, NINF]]
+    ids, lp = [[2, 0, 3], [1, 3, 0]], [[math.log(0.6), math.log(0.1), NINF], [math.log(0.5), math.log(0.25), -3.0]]
+    got = distill.sparse_kl(z, ids, lp, "tail", 0.7)
+    assert all(abs(a - b) < 1e-45 for a, b in zip(got, _buckets(z, ids, lp, 0.7)))
+
+
+def test_tail_is_below_the_full_forward_kl():
+    """Lumping tokens into one bucket can only lose information: 0 ≤ 'tail' ≤ KL(p‖q) when the
+    teacher's top-k comes from its whole softmax (K < V); at K = V − 1 the bucket is one token and
+    the two agree (up to the binary64 log-probabilities)."""
+    rng = np.random.default_rng(9)
+    z, t = rng.standard_normal((3, 7)).tolist(), rng.standard_normal((3, 7)).tolist()
+    lp_full = [[float(mpmath.log(x)) for x in row] for row in np.array(distill.softmax(t), dtype=object)]
+    full = distill.token_kl(z, t, "forward")
+    for k in (1, 3, 6):
+        ids = [[int(i) for i in np.argsort(row)[::-1][:k]] for row in t]
+        lp = [[row[i] for i in r] for row, r in zip(lp_full, ids)]
+        got = distill.sparse_kl(z, ids, lp, "tail")
+        if k < 6:
+            assert all(0 < a < b - 1e-3 for a, b in zip(got, full))
+        else:
+            assert all(abs(a - b) < 1e-15 for a, b in zip(got, full))
+
+
+def test_tail_zero_when_the_teacher_is_one_hot():
+    """p_tail = 0 (the single live log-probability is 0): the tail term is 0, kl = −log q_i, and the
+    gradient is q − onehot (the ratio p_tail/q_tail is 0), also with K = V and padding."""
+    z = [[0.5, -0.25, 1.0, 2.0]]
+    ids, lp = [[2, 0, 1, 3]], [[0.0, NINF, NINF, NINF]]
+    q = distill.softmax(z)[0]
+    assert abs(distill.sparse_kl(z, ids, lp, "tail")[0] + mpmath.log(q[2])) < 1e-45
+    g = distill.sparse_kl_vjp([1.0], z, ids, lp, "tail")["student_logits"][0]
+    assert max(abs(g[j] - (q[j] - (j == 2))) for j in range(4)) < 1e-45
+    gradcheck.assert_vjp_matches(distill.sparse_kl, distill.sparse_kl_vjp,
+                                 {"student_logits": z, "teacher_ids": ids, "teacher_logps": lp, "renormalize": "tail",
+                                  "temperature": 1.0}, ["student_logits"], [1.3], "sparse tail one-hot")
+
+
+def test_grad_tail_tiny_tail_and_impossible_tokens():
+    """A tail of 1e-9 in the teacher, a student −inf off the ids (gradient 0 there) and a padding id."""
+    lp = [[math.log(0.6), math.log1p(-0.6 - 1e-9 - 0.1), math.log(0.1)], [math.log(0.5), NINF, -2.0]]
+    kw = {"student_logits": [[0.3, NINF, 2.0, 0.5, 9.0], [1.0, 1.0, -2.0, NINF, 0.0]],
+          "teacher_ids": [[2, 0, 3], [1, 3, 0]], "teacher_logps": lp, "renormalize": "tail", "temperature": 0.8}
+    gradcheck.assert_vjp_matches(distill.sparse_kl, distill.sparse_kl_vjp, kw, ["student_logits"], [0.7, -1.3],
+                                 "sparse tail tiny")
+    assert distill.sparse_kl_vjp([1.0, 1.0], **kw)["student_logits"][0][1] == 0
+
+
+def test_tail_full_support_is_refused():
+    """K = V with the teacher's whole softmax: Σ p of the rounded log-probabilities is 1 ± 1e-16, so
+    either the tail is negative or it is > 0 with no student mass left for it — never a valid row."""
+    rng = np.random.default_rng(5)
+    z, t = rng.standard_normal((4, 5)).tolist(), rng.standard_normal((4, 5)).tolist()
+    lp = [[float(mpmath.log(x)) for x in row] for row in np.array(distill.softmax(t), dtype=object)]
+    for i in range(4):
+        with pytest.raises(InputError, match="teacher_logps|student_logits") as err:
+            distill.sparse_kl([z[i]], [list(range(5))], [lp[i]], "tail")
+        assert "tail" in str(err.value)
+
+
 BAD = [
     ({"teacher_ids": [[0, 0]]}, "teacher_ids", "repeats"),
     ({"teacher_ids": [[0, 4]]}, "teacher_ids", "outside"),
@@ -106,7 +181,9 @@ BAD = [
     ({"teacher_ids": [[0]], "teacher_logps": [[-1.0, -2.0]]}, "teacher_logps", "shape"),
     ({"teacher_ids": [[0, 1], [1, 2]], "teacher_logps": [[-1.0, -2.0], [-1.0, -2.0]]}, "teacher_ids", "rows"),
     ({"student_logits": [[NINF, 0.0, 1.0, 2.0]]}, "student_logits", "support mismatch"),
-    ({"renormalize": "tail"}, "renormalize", "tail"),
+    ({"renormalize": "student"}, "renormalize", "student"),
+    ({"renormalize": "tail", "teacher_logps": [[math.log(0.5), math.log(0.5)]]}, "teacher_logps", "Σ p ≤ 1"),
+    ({"renormalize": "tail", "student_logits": [[0.0, NINF, 1.0, NINF]]}, "student_logits", "tail"),
     ({"temperature": 0.0}, "temperature", "0"),
 ]
 

@@ -220,6 +220,9 @@ INPUT_RULES = (
     (r"^needs 1 <= K <= V ids per row", "more ids per row than the vocabulary (K > V)"),
     (r"^row \d+: the probabilities sum to", "top-k probabilities summing to more than 1 (+ 0.01)"),
     (r"^-inf at row .* where the teacher has probability > 0", "−inf where the teacher is > 0 (infinite KL)"),
+    (r"^row \d+: renormalize='tail' needs", "top-k probabilities summing to more than 1 ('tail': no tolerance)"),
+    (r"^row \S+ is -inf at every token off the teacher's ids",
+     "−inf at every token off the teacher's ids while its tail is > 0 ('tail': infinite KL)"),
 )
 VALUE_RULES = (
     (r"^must be one of ", "not one of its values"),

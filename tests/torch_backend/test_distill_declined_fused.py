@@ -70,7 +70,7 @@ def test_sparse_kl_takes_neither_kernel_path(monkeypatch):
     z = torch.randn(3, 7, dtype=torch.float64, generator=g, requires_grad=True)
     ids = [[6, 0, 3], [1, 2, 5], [4, 3, 0]]
     lp = [[-0.5, -1.5, -3.0], [-1.0, -1.2, -2.0], [-0.2, -2.5, float("-inf")]]
-    for mode in ("none", "teacher", "both"):
+    for mode in ("none", "teacher", "both", "tail"):
         z.grad = None
         value = distill.sparse_kl(z, torch.tensor(ids), torch.tensor(lp, dtype=torch.float64), mode, 0.7)
         value.sum().backward()

@@ -201,7 +201,7 @@ def cases() -> list[Case]:
         add(Case("distill.tvd", _label(p), {"student_logits": z, "teacher_logits": t}, p, 5))
 
     # distill.sparse_kl: shuffled ids, a padding id, a student −inf off the ids; K = V (forward KL)
-    for i, p in enumerate(_grid(renormalize=["none", "teacher", "both"], temperature=[1.0, 0.5, 2.0])):
+    for i, p in enumerate(_grid(renormalize=["none", "teacher", "both", "tail"], temperature=[1.0, 0.5, 2.0])):
         rng = np.random.default_rng(490 + i)
         z = rng.normal(0, 2.0, (3, 7))
         z[2, 1] = NEG_INF
@@ -215,6 +215,13 @@ def cases() -> list[Case]:
     full = t - np.log(np.exp(t).sum(axis=-1, keepdims=True))
     add(Case("distill.sparse_kl", "full support,both", {"student_logits": z, "teacher_ids": np.array([[4, 0, 1, 2, 3]] * 2),
              "teacher_logps": full[:, [4, 0, 1, 2, 3]]}, {"renormalize": "both"}, 5))
+    # 'tail': a one-hot teacher (p_t = 0) with K = V and padding, a tail of 0.01 (it stays > 0 when the
+    # log-probabilities are rounded to bfloat16), a student −inf off the ids
+    add(Case("distill.sparse_kl", "tail edges", {
+        "student_logits": np.array([[0.5, -0.25, 1.0, 2.0, -1.0], [1.0, 0.0, NEG_INF, -2.0, 0.5]]),
+        "teacher_ids": np.array([[2, 0, 1, 3, 4], [3, 1, 0, 2, 4]]),
+        "teacher_logps": np.array([[0.0] + [NEG_INF] * 4, [np.log(0.6), np.log(0.3), np.log(0.09), NEG_INF, NEG_INF]])},
+        {"renormalize": "tail", "temperature": 1.5}, 5))
 
     # kl.estimator
     for i, p in enumerate(_grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5])):

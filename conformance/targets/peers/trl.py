@@ -40,12 +40,16 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from conformance.compare import UNIT_ROUNDOFF
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
+    arguments,
     as_array,
     build,
+    decoded,
+    deviation_shows,
     equal_group_mean_inexact,
     label_smoothing_ignored_shows,
     load_or_explain,
@@ -66,10 +70,12 @@ GKD = "trl/experimental/gkd/gkd_trainer.py"
 IWOPD = "trl/experimental/iw_opd/iw_opd_trainer.py"
 
 CONVENTIONS = [
-    C("distill.sparse_kl", "renormalize", ("both",), f"{IWOPD} _compute_server_forward_kl_loss with "
-      "loss_add_tail=False (teacher and student log-probabilities logsumexp-renormalised over the valid teacher ids; "
-      "padding = −inf log-probability)", "IW-OPD's default loss_add_tail=True appends a tail bucket (1 − Σp, 1 − Σq), "
-      "a convention the catalog does not have: not declared"),
+    C("distill.sparse_kl", "renormalize", ("both", "tail"), f"{IWOPD} _compute_server_forward_kl_loss: "
+      "loss_add_tail=False 'both' (teacher and student log-probabilities logsumexp-renormalised over the valid "
+      "teacher ids; padding = −inf log-probability), loss_add_tail=True (the default, "
+      f"trl/experimental/iw_opd/iw_opd_config.py:296) 'tail' ({IWOPD}:99 _add_tail_bucket appends log(1 − Σ p) and "
+      "log(1 − Σ q) to both, the same function as "
+      "trl/experimental/server_distillation/server_distillation_trainer.py:72)"),
     C("grpo.advantages", "scale", ("group", "batch", "none"), f"{GRPO} _generate_and_score_completions "
       f"(scale_rewards, default 'group' in {GRPO_CFG})"),
     C("grpo.advantages", "std_ddof", (1,), "trl/trainer/utils.py nanstd (Bessel's correction)"),
@@ -259,8 +265,93 @@ _SAPO_FLOAT32_TAU = Finding(
     "self.args.sapo_temperature_neg)",
     where(objectives=("grpo.loss",), dtypes=("float64",), conventions={"policy_loss": "sapo"},
           shows=sapo_float32_tau_shows))
+
+
+# _add_tail_bucket: log_sum = torch.clamp(logsumexp(log_probs), max=-1e-7), tail = log(-expm1(log_sum))
+_TAIL_CLAMP = -1e-7
+
+
+def _tail_buckets(case, tolerance, clamp: bool) -> bool:
+    """Whether TRL's tail buckets move the KL or its gradient beyond ``tolerance``: the exact
+    objective (refimpl/arrays, float64) against the K+1-bucket KL with TRL's tails, in float64:
+    ``clamp``: log Σ p and log Σ q clamped at −1e-7 (no gradient through a clamped student tail);
+    else q_tail = 1 − Σ_k q_{i_k} (log(−expm1(logsumexp)) of the gathered log q) with the relative
+    error 4u·Σq/q_tail of that cancellation in the case's dtype. The gradient is TRL's chain:
+    g_k = −p_k + p_tail·q_{i_k}/q_tail wrt the gathered log q, then through log_softmax."""
+    declared = arguments(case)
+    inputs = decoded(case.test["inputs"])
+    z, ids, lp = inputs["student_logits"], inputs["teacher_ids"].astype(np.int64), inputs["teacher_logps"]
+    T = float(declared["temperature"])
+    zt = z / T
+    m = np.max(zt, axis=-1, keepdims=True)
+    logq = zt - m - np.log(np.sum(np.exp(zt - m), axis=-1, keepdims=True))
+    qv = np.exp(logq)
+    live = lp > -np.inf
+    p = np.where(live, np.exp(np.where(live, lp, 0.0)), 0.0)
+    lq = np.take_along_axis(logq, ids, axis=-1)
+    q_ids = np.where(live, np.exp(lq), 0.0)
+    s, q = p.sum(axis=-1), q_ids.sum(axis=-1)
+    held = np.zeros(z.shape, dtype=bool)
+    np.put_along_axis(held, ids, live, axis=-1)
+    q_off = np.where(held, 0.0, qv).sum(axis=-1)   # the student's tail without cancellation
+    if clamp:
+        if not ((s > np.exp(_TAIL_CLAMP)) | (q > np.exp(_TAIL_CLAMP))).any():
+            return False
+        p_t = -np.expm1(np.minimum(np.log(s), _TAIL_CLAMP))
+        q_t = -np.expm1(np.minimum(np.log(q), _TAIL_CLAMP))
+        through = np.log(q) <= _TAIL_CLAMP
+    else:
+        p_t = np.maximum(1 - s, 0.0)
+        q_t = q_off * (1 + 4 * UNIT_ROUNDOFF[tolerance.dtype] * q / np.maximum(q_off, np.finfo(float).tiny))
+        through = np.ones_like(s, dtype=bool)
+    from refimpl.arrays import distill
+    c = decoded(case.test["cotangents"])["kl"]
+    kw = {"renormalize": "tail", "temperature": T}
+    exact = {"kl": distill.sparse_kl(z, ids, lp, **kw),
+             "grad:student_logits": distill.sparse_kl_vjp(c, z, ids, lp, **kw)["student_logits"]}
+    pos = p_t > 0
+    tail = np.where(pos, p_t * (np.log(np.where(pos, p_t, 1.0)) - np.log(np.where(pos, q_t, 1.0))), 0.0)
+    kl = np.where(live, p * (np.where(live, lp, 0.0) - np.where(live, lq, 0.0)), 0.0).sum(axis=-1) + tail
+    g = -p + np.where(through & pos, p_t / np.where(pos, q_t, 1.0), 0.0)[:, None] * q_ids
+    scattered = np.zeros(z.shape)
+    np.put_along_axis(scattered, ids, np.where(live, g, 0.0), axis=-1)
+    grad = scattered - qv * np.where(live, g, 0.0).sum(axis=-1, keepdims=True)
+    deviating = {"kl": kl, "grad:student_logits": c[:, None] * grad / T}
+    return deviation_shows(tolerance, exact, deviating)
+
+
+def _tail_clamp_shows(case, dtype: str, tolerance) -> bool:
+    return _tail_buckets(case, tolerance, clamp=True)
+
+
+def _tail_cancellation_shows(case, dtype: str, tolerance) -> bool:
+    return _tail_buckets(case, tolerance, clamp=False)
+
+
+_TAIL_FLOOR = Finding(
+    "trl-tail-bucket-clamp", "deviation",
+    "loss_add_tail=True (the default) clamps log Σ p and log Σ q at −1e-7 before log(1 − e^x), so neither tail "
+    "bucket is ever below 1 − e^{−1e-7} ≈ 1e-7: a teacher whose top-k holds more than 1 − 1e-7 of its mass (a "
+    "near-deterministic teacher, a tail of 1e-9, a one-hot teacher whose tail is exactly 0) gets p_tail ≈ 1e-7, and a "
+    "student with less than 1e-7 off the ids gets q_tail ≈ 1e-7 and no gradient through its tail (torch.clamp's "
+    "gradient is 0 above max): the KL is off by about p_tail·log(p_tail/q_tail) of the floor (≈1e-6 for a one-hot "
+    "teacher; ≈ p_tail·|log q_tail| when the student's tail is e^{−2e4}). Repro: from "
+    "trl.experimental.iw_opd.iw_opd_trainer import _add_tail_bucket; _add_tail_bucket(torch.tensor([[0.0, "
+    "float('-inf')]]), torch.tensor([[True, False]]))[0].exp() → tail 1e-7 (exact: 0)",
+    f"{IWOPD}:99-110 _add_tail_bucket (torch.clamp(log_sum, max=-1e-7)); also "
+    "trl/experimental/server_distillation/server_distillation_trainer.py:72-83",
+    where(objectives=("distill.sparse_kl",), conventions={"renormalize": "tail"}, shows=_tail_clamp_shows))
+_TAIL_CANCELLATION = Finding(
+    "trl-tail-bucket-cancellation", "numerics",
+    "_add_tail_bucket forms the student's tail as 1 − Σ_k q_{i_k} (log(−expm1(logsumexp(log q at the ids)))), which "
+    "cancels when the ids hold nearly all of the student's mass: q_tail carries a relative error of about "
+    "u·Σq/q_tail, so with q_tail = 3.3e-6 the float32 KL and its gradient lose about five digits (float64 about "
+    "ten), where Σ_{j off the ids} q_j keeps them. Repro: a student whose top-4 of V = 8 hold 1 − 3.3e-6 of its "
+    "mass at T = 0.5, e.g. lossproof check --target trl --uid distill.sparse_kl:c78707657d021f7e --dtype float32",
+    f"{IWOPD}:99-110 _add_tail_bucket (tail = torch.log(-torch.expm1(log_sum)))",
+    where(objectives=("distill.sparse_kl",), conventions={"renormalize": "tail"}, shows=_tail_cancellation_shows))
 FINDINGS = [_ORPO_FLOAT32, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW,
-            _SAPO_FLOAT32_TAU]
+            _SAPO_FLOAT32_TAU, _TAIL_FLOOR, _TAIL_CANCELLATION]
 
 
 def rows_differ(split) -> bool:
@@ -678,13 +769,13 @@ def _iw_opd():
     return IWOPDTrainer
 
 
-def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="both", temperature=1.0):
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="tail", temperature=1.0):
     """IW-OPD's server forward-KL loss (beta = 0) per row: the student's log_softmax(z / temperature)
     as IW-OPDTrainer.compute_loss forms it, then ``_compute_server_forward_kl_loss`` on one token
-    (its batchmean over one valid label is that row's KL)."""
+    (its batchmean over one valid label is that row's KL), with loss_add_tail = (renormalize == 'tail')."""
     import torch
     trainer = _iw_opd()
-    fake = SimpleNamespace(loss_add_tail=False, _reduce_divergence_loss=trainer._reduce_divergence_loss)
+    fake = SimpleNamespace(loss_add_tail=renormalize == "tail", _reduce_divergence_loss=trainer._reduce_divergence_loss)
     log_q = torch.log_softmax(student_logits / temperature, dim=-1)
     rows = [trainer._compute_server_forward_kl_loss(
         fake, {"topk_logprobs": teacher_logps[i].reshape(1, 1, -1), "topk_token_ids": teacher_ids[i].reshape(1, 1, -1)},
