@@ -21,6 +21,7 @@ from conformance import (
     harness,
     report,
 )
+from conformance._host import usable_cores
 from conformance._io import write_atomically
 from conformance.bench import methods as bench_methods
 from conformance.bench import run as bench
@@ -38,7 +39,6 @@ from conformance.vectors.format import MANIFEST
 from conformance.vectors.lint import lint
 from conformance.vectors.load import VectorSet, default_dir
 from refimpl.validate import InputError
-
 
 DEFAULT_TIME_LIMIT = 30.0
 
@@ -464,7 +464,8 @@ def cmd_docs(args):
         for reason in o.skipped:   # printed even with --quiet: a skip is never silent
             part = "" if o.status == "skipped" else " (in part)"
             print(f"lossproof: {o.path}: skipped{part}: {reason}", file=sys.stderr, flush=True)
-    outcomes = docs_build.run(check=args.check, include_slow=not args.fast, on_start=note, on_done=done)
+    outcomes = docs_build.run(check=args.check, include_slow=not args.fast, on_start=note, on_done=done,
+                              workers=args.workers or usable_cores())
     elapsed = time.perf_counter() - start
     stale = [o.path for o in outcomes if o.status == "stale"]
     for path in stale:
@@ -604,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
     db.add_argument("--check", action="store_true", help="write nothing; exit 1 naming every out-of-date file")
     db.add_argument("--fast", action="store_true", help="leave out the slow artifacts: the 50-digit theorem, the "
                     "console sessions, the kill table and the adapters' runs (a few minutes together)")
+    db.add_argument("--workers", type=_positive(int), default=None,
+                    help="processes building artifacts side by side (default: available cores; 1: one by one)")
     db.add_argument("--quiet", action="store_true")
     db.set_defaults(fn=cmd_docs)
     dl = dsub.add_parser("list", help="every generated artifact: what it is built from and what it needs")

@@ -68,6 +68,19 @@ def test_a_second_build_rewrites_nothing(rebuilt):
     assert {o.status for o in again} == {"unchanged", "left out"}
 
 
+def test_worker_processes_build_what_one_process_builds(rebuilt):
+    root, _ = rebuilt
+    page = root / "docs" / "kl.md"
+    page.write_text(page.read_text(encoding="utf-8").replace("0.18232155679395456449", "0.1823"), encoding="utf-8")
+    outcomes = build.run(root, check=True, include_slow=False, workers=2)
+    assert [o.path for o in outcomes] == [a.path for a in build.ARTIFACTS]      # the registry's order
+    assert {o.path: o.status for o in outcomes if o.status != "unchanged"} == {
+        **{a.path: "left out" for a in build.ARTIFACTS if a.slow}, "docs/kl.md": "stale"}
+    assert build.run(root, include_slow=False, workers=2)[[a.path for a in build.ARTIFACTS].index("docs/kl.md")].status \
+        == "written"
+    assert "0.18232155679395456449" in page.read_text(encoding="utf-8")
+
+
 def test_figures_are_byte_stable_and_carry_only_a_content_digest(rebuilt):
     root, _ = rebuilt
     ctx = Context(ROOT)
