@@ -1,4 +1,5 @@
-"""Mutants of ``distill.skew_kl`` (DistiLLM §3) and ``distill.tvd`` (total variation).
+"""Mutants of ``distill.skew_kl`` (DistiLLM §3), ``distill.tvd`` (total variation) and
+``distill.sparse_kl`` with its tail bucket.
 
 q = softmax(z/T) (student), p = softmax(t/T) (teacher); a logit of −inf is an impossible token."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import torch
 from mutants import Pair, checked, export
 from mutants.distill import kl_rows
 
-SKEW, TVD = "distill.skew_kl", "distill.tvd"
+SKEW, TVD, SPARSE = "distill.skew_kl", "distill.tvd", "distill.sparse_kl"
 
 
 # ----------------------------------------------------------------------------------- skew KL
@@ -106,10 +107,53 @@ def tvd_l1_distance(**kw):
     return _tvd(kw, no_half=True)
 
 
+# ----------------------------------------------------------------------------- sparse, tail
+
+def sparse_tail_kl(z, ids, lp, temperature, *, one_minus_sum=False):
+    """KL over the K teacher buckets plus the tail (1 − Σp, the student's mass off the ids)."""
+    log_q = torch.log_softmax(z / temperature, -1)
+    live = lp > -math.inf
+    zero = torch.zeros_like(lp)
+    lq = log_q.gather(-1, ids)
+    kl = torch.where(live, lp.exp() * (torch.where(live, lp, zero) - torch.where(live, lq, zero)), zero).sum(-1)
+    p_tail = -torch.expm1(torch.logsumexp(lp, -1))
+    if one_minus_sum:
+        log_q_tail = torch.log(1 - torch.where(live, lq.exp(), zero).sum(-1))
+    else:
+        held = torch.zeros_like(log_q, dtype=torch.bool).scatter(-1, ids, live)
+        log_q_tail = torch.logsumexp(torch.where(held, torch.full_like(log_q, -math.inf), log_q), -1)
+    has = p_tail > 0
+    safe_p = torch.where(has, p_tail, torch.ones_like(p_tail))
+    safe_q = torch.where(has, log_q_tail, torch.zeros_like(log_q_tail))
+    return kl + torch.where(has, safe_p * (torch.log(safe_p) - safe_q), torch.zeros_like(kl))
+
+
+def _sparse(kw, **bug):
+    return sparse_tail_kl(kw["student_logits"], kw["teacher_ids"], kw["teacher_logps"], kw.get("temperature", 1.0),
+                          **bug)
+
+
+@checked(SPARSE)
+def sparse_twin(**kw):
+    """The top-k forward KL with TRL's tail bucket, the student's tail summed directly."""
+    return _sparse(kw)
+
+
+@checked(SPARSE)
+def sparse_tail_one_minus_sum(**kw):
+    """The student's tail bucket formed as 1 − Σ q over the ids: cancellation when it is small.
+
+    Seen: TRL 1.16.0 trl/experimental/iw_opd/iw_opd_trainer.py:99 and
+    server_distillation/server_distillation_trainer.py:72 (_add_tail_bucket: log(1 − exp(logsumexp of
+    the top-k))), declared known as trl-tail-bucket-cancellation in its adapter."""
+    return _sparse(kw, one_minus_sum=True)
+
+
 PAIRS = [
     Pair("SKEW_KL_SOFT_CROSS_ENTROPY", SKEW, skew_kl_soft_cross_entropy, skew_kl_twin, SKEW_CONVENTIONS),
     Pair("SKEW_KL_MIXTURE_WEIGHTS_SWAPPED", SKEW, skew_kl_mixture_weights_swapped, skew_kl_twin, SKEW_CONVENTIONS),
     Pair("TVD_TEACHER_NOT_TEMPERED", TVD, tvd_teacher_not_tempered, tvd_twin, {}),
     Pair("TVD_L1_DISTANCE", TVD, tvd_l1_distance, tvd_twin, {}),
+    Pair("SPARSE_TAIL_ONE_MINUS_SUM", SPARSE, sparse_tail_one_minus_sum, sparse_twin, {"renormalize": ["tail"]}),
 ]
 export(globals(), PAIRS)

@@ -358,8 +358,19 @@ LOSS_CONVENTIONS = {"dual_clip": [None, 3.0], "kl_kind": ["k1", "k2", "k3"], "kl
                     "kl_ratio_weight": [True, False], "aggregation": MODES}
 
 
+def cispo(logp, old, adv, kw, *, weight_attached=False):
+    """CISPO's C_t = sg(ŵ)·A·log π (MiniMax-M1 §3.1 eq. 4–5), ŵ = ρ clipped to [1 − ε_low, 1 + ε_high]
+    ('both'), to at most 1 + ε_high ('upper') or ε_high itself ('raw-upper', TRL)."""
+    lo = kw.get("eps_low", 0.2)
+    hi = lo if kw.get("eps_high") is None else kw["eps_high"]
+    band = kw.get("cispo_clip", "upper")
+    w = torch.clamp(torch.exp(logp - old), min=1 - lo if band == "both" else None,
+                    max=hi if band == "raw-upper" else 1 + hi)
+    return (w if weight_attached else w.detach()) * adv * logp
+
+
 def loss(kw, *, ref_attached=False, kl_over_padding=False, weight_detached=False, aggregation=None,
-         clamp_ignored=False):
+         clamp_ignored=False, cispo_weight_attached=False):
     """−aggregate(C_t) + β·aggregate(w_t·KL_t); every keyword after ``*`` switches one bug on."""
     logp, mask = kw["logp"], kw["mask"]
     m = mask != 0
@@ -367,8 +378,11 @@ def loss(kw, *, ref_attached=False, kl_over_padding=False, weight_detached=False
     mode = aggregation or kw.get("aggregation", "seq-mean-token-mean")
     zero = torch.zeros_like(logp)
     old = torch.where(m, kw["old_logp"].detach(), logp.detach())   # masked: a neutral ratio of 1
-    c = clip(logp, old, kw["advantages"].detach()[:, None].expand_as(logp), kw.get("eps_low", 0.2),
-             kw.get("eps_high"), kw.get("dual_clip"))
+    adv = kw["advantages"].detach()[:, None].expand_as(logp)
+    if kw.get("policy_loss", "ppo-clip") == "cispo":
+        c = cispo(logp, old, adv, kw, weight_attached=cispo_weight_attached)
+    else:
+        c = clip(logp, old, adv, kw.get("eps_low", 0.2), kw.get("eps_high"), kw.get("dual_clip"))
     per_token = torch.where(m, -c, zero)
     if beta != 0:   # β = 0 drops the term (no 0·inf from an unused overflowing estimate)
         ref = kw["ref_logp"].detach()
@@ -440,6 +454,17 @@ def loss_declared_kl_clamp_ignored(**kw):
     return loss(kw, clamp_ignored=True)
 
 
+@checked(LOSS)
+def loss_cispo_weight_attached(**kw):
+    """CISPO's clipped IS weight left on the graph: the gradient gains ŵ·A·log π inside the band.
+
+    Seen: verl-project/verl PR #4105 ("Missing gradient detachment on IS weights ... gradients
+    incorrectly flowed through w(θ) = π_θ/π_rollout"); NVIDIA-NeMo/RL PR #2531 (the review checks
+    the ".detach() on the clipped weight" against the paper's sg(·)). The value is unchanged:
+    only the gradient vectors see it."""
+    return loss(kw, cispo_weight_attached=True)
+
+
 PAIRS = [
     Pair("ADV_SAMPLE_STD", ADV, adv_sample_std, adv_twin, ADV_CONVENTIONS),
     Pair("ADV_EPS_INSIDE_SQRT", ADV, adv_eps_inside_sqrt, adv_twin, ADV_CONVENTIONS),
@@ -466,5 +491,7 @@ PAIRS = [
     Pair("LOSS_RATIO_WEIGHT_DETACHED", LOSS, loss_ratio_weight_detached, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_TOKEN_MEAN_NOT_SEQ_MEAN", LOSS, loss_token_mean_not_seq_mean, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_DECLARED_KL_CLAMP_IGNORED", LOSS, loss_declared_kl_clamp_ignored, loss_twin, LOSS_CONVENTIONS),
+    Pair("LOSS_CISPO_WEIGHT_ATTACHED", LOSS, loss_cispo_weight_attached, loss_twin,
+         {**LOSS_CONVENTIONS, "policy_loss": ["cispo"], "cispo_clip": ["upper", "both", "raw-upper"]}),
 ]
 export(globals(), PAIRS)

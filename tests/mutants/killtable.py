@@ -121,7 +121,8 @@ def markdown(pairs: list[Pair], result: dict, have: set[str]) -> str:
         "carry no gradient) and a wrong output dtype; see `conformance/harness.py`.",
         "",
     ]
-    for family in ("kl", "dpo", "grpo", "distill", "proximal_kl"):
+    order = ("kl", "dpo", "grpo", "gae", "distill", "proximal_kl")
+    for family in order + tuple(sorted({p.family for p in pairs} - set(order))):   # a new family is never left out
         rows = [p for p in pairs if p.family == family]
         if not rows:
             continue
