@@ -59,6 +59,29 @@ class Arithmetic:
     source: str              # library file(s) and the lines the model is read from
 
 
+# TRL's GRPO loss types, which Liger's LigerFusedLinearGRPOLoss takes under the same names: the
+# aggregation each implies, and the policy losses that carry their own normaliser.
+_TRL_LOSS_TYPES = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
+_TRL_GATED = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}
+
+
+def trl_loss_type(library: str, aggregation: str, policy_loss: str, cispo_clip: str, eps_low: float,
+                  eps_high: float | None) -> tuple[str, float | None]:
+    """(loss_type, epsilon_high) for TRL's or Liger's GRPO loss. 'cispo' and 'sapo' are loss types
+    with their own normaliser: another aggregation is unsupported. CISPO's cap is the raw
+    epsilon_high, so the paper's 'upper' is passed as 1 + ε_high; neither library has a lower bound
+    on the IS weight ('both' is unsupported)."""
+    if policy_loss not in _TRL_GATED:
+        return _TRL_LOSS_TYPES.get(aggregation, "dapo"), eps_high
+    if aggregation != _TRL_GATED[policy_loss]:
+        raise NotImplementedError(f"{library} loss_type={policy_loss!r} aggregates as {_TRL_GATED[policy_loss]!r}")
+    if cispo_clip == "both":
+        raise NotImplementedError(f"{library} loss_type='cispo' has no lower bound on the IS weight")
+    if cispo_clip == "upper":  # the paper's 1 + ε_high as the library's raw cap
+        eps_high = 1 + (eps_low if eps_high is None else eps_high)
+    return policy_loss, eps_high
+
+
 def tolerance_models(arithmetic: list[Arithmetic]) -> dict:
     """A target's ``tolerance_model`` declaration {objective: "careful" | "native"}."""
     return {a.objective: a.model for a in arithmetic}

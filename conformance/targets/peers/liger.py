@@ -41,6 +41,7 @@ from conformance.targets.peers._common import (
     per_element,
     representable_logits,
     require,
+    trl_loss_type,
     where,
 )
 
@@ -87,8 +88,6 @@ PARAM_DEFAULTS = [
     C("distill.hinton", "alpha", (0.5,), f"{CL}/jsd_loss.py LigerFusedLinearJSDLoss weight_soft_loss=0.5"),
 ]
 
-_AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-_GATED = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # loss_type → the aggregation it implies
 
 ARITHMETIC = [
     A("distill.token_kl", "native", f"{CL}/jsd_loss.py:30-36 (distillation_loss_fn: F.log_softmax and F.kl_div in "
@@ -230,15 +229,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     # Liger has no dual clip, KL clamp or other estimator: those conventions keep its fixed behaviour.
     # ratio_level is importance_sampling_level, passed through (Liger rejects what it does not know).
     # 'cispo' and 'sapo' are loss types with their own normaliser (token mean; per-sequence means).
-    loss_type = _AGG.get(aggregation, "dapo")
-    if policy_loss in _GATED:
-        if aggregation != _GATED[policy_loss]:
-            raise NotImplementedError(f"Liger 0.8.5 loss_type={policy_loss!r} aggregates as {_GATED[policy_loss]!r}")
-        if cispo_clip == "both":
-            raise NotImplementedError("Liger 0.8.5 loss_type='cispo' has no lower bound on the IS weight")
-        loss_type = policy_loss
-        if cispo_clip == "upper":  # the paper's 1 + ε_high as Liger's raw cap
-            eps_high = 1 + (eps_low if eps_high is None else eps_high)
+    loss_type, eps_high = trl_loss_type("Liger 0.8.5", aggregation, policy_loss, cispo_clip, eps_low, eps_high)
     return _ppo(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, beta, loss_type,
                 logp.shape[1] if norm_length is None else norm_length, kl_ratio_weight, ratio_level,
                 (sapo_tau_pos, sapo_tau_neg))

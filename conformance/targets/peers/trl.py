@@ -57,6 +57,7 @@ from conformance.targets.peers._common import (
     per_element,
     require,
     sapo_float32_tau_shows,
+    trl_loss_type,
     where,
 )
 from conformance.targets.steps import micro_batch_mean
@@ -131,8 +132,6 @@ PARAM_DEFAULTS = [
     C("distill.generalized_jsd", "beta", (0.5,), "trl/experimental/gkd/gkd_config.py beta: 0.5"),
 ]
 
-_AGG = {"token-mean": "dapo", "seq-mean-token-mean": "grpo", "seq-mean-token-sum-norm": "dr_grpo"}
-_GATED = {"cispo": "token-mean", "sapo": "seq-mean-token-mean"}  # loss_type → the aggregation it implies
 
 # TRL computes its losses in the dtype of the log-probabilities and logits it is given (the model's:
 # selective_log_softmax returns bfloat16 log-probabilities for bfloat16 logits, trl/trainer/utils.py:591),
@@ -502,15 +501,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=
     lower bound ('both' is unsupported). GMPO lives in an experimental trainer."""
     trainer = _mods().GRPOTrainer
     # TRL has no dual clip, KL clamp or other estimator: those conventions keep TRL's fixed behaviour.
-    loss_type = _AGG.get(aggregation, "dapo")
-    if policy_loss in _GATED:
-        if aggregation != _GATED[policy_loss]:
-            raise NotImplementedError(f"TRL 1.16.0 loss_type={policy_loss!r} aggregates as {_GATED[policy_loss]!r}")
-        if cispo_clip == "both":
-            raise NotImplementedError("TRL 1.16.0 loss_type='cispo' has no lower bound on the IS weight")
-        loss_type = policy_loss
-        if cispo_clip == "upper":  # the paper's 1 + ε_high as TRL's raw cap
-            eps_high = 1 + (eps_low if eps_high is None else eps_high)
+    loss_type, eps_high = trl_loss_type("TRL 1.16.0", aggregation, policy_loss, cispo_clip, eps_low, eps_high)
     fake = _grpo_fake(logp, beta, eps_low, eps_high, loss_type, kl_ratio_weight,
                       logp.shape[1] if norm_length is None else norm_length, ratio_level,
                       (sapo_tau_pos, sapo_tau_neg))
