@@ -83,6 +83,11 @@ class Target:
         combos = declared if isinstance(declared, list) else [declared]
         return any(name in combo for combo in combos)
 
+    def names(self, objective_id: str, name: str) -> bool:
+        """Whether the declaration states ``name`` by name: unlike ``declares``, a ``"*"``
+        declaration names nothing."""
+        return self.conventions != ANY and self.declared(objective_id) != ANY and self.declares(objective_id, name)
+
     def default_conventions(self, objective_id: str) -> dict:
         """The conventions the target runs with by default: the first value of each declared
         convention (the first combination of a list), the paper default for the others. A
@@ -122,10 +127,9 @@ class Target:
         temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
         spec = catalog.get(objective_id)
         late = {p.name: p.default for p in spec.params if p.convention and p.added}
-        named = self.conventions != ANY and self.declared(objective_id) != ANY
         takes = _accepted_keywords(self.objectives.get(objective_id))
         out = {k: v for k, v in conventions.items()
-               if not (k in late and v == late[k] and not (named and self.declares(objective_id, k))
+               if not (k in late and v == late[k] and not self.names(objective_id, k)
                        and not (takes is not ANY and k in takes))}
         free = objective_id in self.temperature_free
         out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
@@ -140,7 +144,6 @@ class Target:
         spec = catalog.get(objective_id)
         later = {p.name: f"added to the catalog in {p.added}" for p in spec.params if p.added}
         later.update({i.name: "an optional input" for i in spec.inputs if i.optional})
-        named = self.conventions != ANY and self.declared(objective_id) != ANY
         takes = _accepted_keywords(self.objectives.get(objective_id))
         if error is not None:
             if not isinstance(error, TypeError) or takes is not ANY:
@@ -149,7 +152,7 @@ class Target:
         else:
             names = [] if takes is ANY else [k for k in kwargs if k not in takes]
         for k in names:
-            if k in later and not (named and self.declares(objective_id, k)):
+            if k in later and not self.names(objective_id, k):
                 return (f"the function does not take {k!r} ({later[k]}), which this case sets; "
                         "declare it or take it as an argument to have these cases checked")
         return None
