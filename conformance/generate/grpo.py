@@ -38,6 +38,7 @@ from conformance.generate.grpo_inputs import (
     _dtype_of,
     _loss_away,
     _loss_case,
+    _low_loss_case,
     _rewards,
     _round,
     _row_log_ratios,
@@ -778,18 +779,7 @@ def _loss_cases() -> list[Case]:
             out.append(_random_loss(group, gi, i))
         if group in large:
             out.append(_random_loss(group, gi, 50, big=True))
-        # Low precision, alternating bfloat16 / float16 across groups.
-        dtype = ("bfloat16", "float16")[gi % 2]
-        seed = 9950 + gi
-        r = S.rng(seed)
-        lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
-        old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
-        ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
-        adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
-        lp = _loss_away(lp, old, ref, {}, conv, dtype)
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
-                                      "mask": S.mask(r, 4, 8)}, {}, ("LowPrecision",), f"inputs exact in {dtype}",
-                              seed, f"logprobs rounded to {dtype}", low=True))
+        out.append(_low_loss_case(group, gi, 9950 + gi))
         # KL ≈ 0: A = 0, ρ = 1, |log r| ≤ 1e−6.
         lp = [[-2.0, -0.5, -3.0, -1.25], [-0.75, -4.0, -1.0, -6.0]]
         offs = [[1e-8, -3e-7, 1e-6, -2e-9], [5e-7, -1e-6, 7e-8, 0.0]]
@@ -1052,20 +1042,8 @@ def _sequence_cases() -> list[Case]:
             out.append(_random_sequence_loss(group, gi, 50, big=True))
         out.append(_band_edge_case(group, gi))
         out.append(_sequence_boundary_case(group))
-        # Low precision, alternating bfloat16 / float16 across groups.
-        dtype = ("bfloat16", "float16")[gi % 2]
-        seed = 31100 + gi
-        r = S.rng(seed)
-        lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
-        old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
-        ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
-        adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
-        mask = S.mask(r, 4, 8)
-        params = {"eps_low": _bands(conv)[1][0], "eps_high": _bands(conv)[1][1]}
-        lp = _sequence_away(lp, old, ref, mask, adv, params, conv, dtype)
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                              params, ("LowPrecision",), f"inputs exact in {dtype}", seed,
-                              f"logprobs rounded to {dtype}", low=True))
+        band = _bands(conv)[1]
+        out.append(_low_loss_case(group, gi, 31100 + gi, {"eps_low": band[0], "eps_high": band[1]}, sequence=True))
         # Zero advantages: only the KL term remains.
         seed = 31200 + gi
         r = S.rng(seed)
@@ -1186,24 +1164,6 @@ def _sequence_loss_scale(kwargs):
 # ============================================================================ library conventions
 
 
-def _low_loss_case(group, gi, seed, sequence=False) -> Case:
-    """Random [4, 8] inputs exact in bfloat16 or float16 (alternating across the groups)."""
-    conv = loss_conventions(group)
-    dtype = ("bfloat16", "float16")[gi % 2]
-    r = S.rng(seed)
-    lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
-    old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
-    ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
-    adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
-    mask = S.mask(r, 4, 8)
-    params = {"eps_low": 0.2, "eps_high": 0.28} if sequence else {}
-    lp = (_sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
-          else _loss_away(lp, old, ref, params, conv, dtype))
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
-                      low=True)
-
-
 def _log_ratio_clamp_case(group) -> Case:
     """log ρ = ±19.5, ±20.5 and ±25 with A = ±1: the ±20 clamp binds on the outer four, where the
     unclipped branch is active (ρ tiny with A > 0, ρ huge with A < 0 and no dual clip)."""
@@ -1235,7 +1195,7 @@ def _library_cases() -> list[Case]:
             out.append(_random_sequence_loss(group, gi, 6, single=True))
             out.append(_random_sequence_loss(group, gi, 7, single=True))
             out.append(_band_edge_case(group, gi))
-            out.append(_low_loss_case(group, gi, 32000 + k, sequence=True))
+            out.append(_low_loss_case(group, gi, 32000 + k, {"eps_low": 0.2, "eps_high": 0.28}, sequence=True))
             continue
         for i in range(7):
             out.append(_random_loss(group, gi, i))

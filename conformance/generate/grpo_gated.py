@@ -17,6 +17,7 @@ from conformance.generate.grpo_inputs import (
     _dtype_of,
     _loss_away,
     _loss_case,
+    _low_loss_case,
     _round,
     _with_empty_rows,
 )
@@ -100,19 +101,7 @@ def _weight_edges(group, gi) -> Case:
 def _fixed_cases(group, gi) -> list[Case]:
     conv = GATED_LOSS_GROUPS[group]
     out = []
-    # Low precision, alternating bfloat16 / float16 across groups.
-    dtype = ("bfloat16", "float16")[gi % 2]
-    seed = 41100 + gi
-    r = S.rng(seed)
-    lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
-    old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
-    ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
-    adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
-    params = _params(conv, 0, 0.04)
-    lp = _loss_away(lp, old, ref, params, conv, dtype)
-    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
-                                  "mask": S.mask(r, 4, 8)}, params, ("LowPrecision",), f"inputs exact in {dtype}",
-                          seed, f"logprobs rounded to {dtype}", low=True))
+    out.append(_low_loss_case(group, gi, 41100 + gi, _params(conv, 0, 0.04)))
     # Zero advantages: only the KL term remains.
     seed = 41200 + gi
     r = S.rng(seed)

@@ -232,6 +232,25 @@ def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="vali
                 result=result, low_precision=low, provenance=generated(seed, recipe))
 
 
+def _low_loss_case(group, gi, seed, params=None, sequence=False) -> Case:
+    """Random [4, 8] inputs exact in bfloat16 or float16 (alternating across the groups), kept off
+    the kinks of the group's clip and KL (``sequence``: of its sequence-level ratio)."""
+    conv = loss_conventions(group)
+    dtype = ("bfloat16", "float16")[gi % 2]
+    r = S.rng(seed)
+    lp = S.in_dtype(S.logprobs(r, (4, 8)), dtype)
+    old = S.in_dtype(S.logprobs_near(r, lp, 0.2), dtype)
+    ref = S.in_dtype(S.logprobs_near(r, lp, 0.3), dtype)
+    adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
+    mask = S.mask(r, 4, 8)
+    params = params or {}
+    lp = (_sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
+          else _loss_away(lp, old, ref, params, conv, dtype))
+    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+                      params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
+                      low=True)
+
+
 def _kl_value(x: float, kind: str) -> float:
     return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x, "abs": abs(x)}[kind]
 
