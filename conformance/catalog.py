@@ -29,6 +29,10 @@ class Param:
     added: str | None = None     # the vector-set version that introduced it, if it came later
 
 
+# The fast built-in backends a catalog entry can claim (refimpl.arrays: NumPy/CuPy; refimpl.torch).
+FAST_BACKENDS = ("arrays", "torch")
+
+
 @dataclass(frozen=True)
 class Objective:
     id: str
@@ -40,10 +44,46 @@ class Objective:
     source: str
     reduction: str = ""          # input whose element count sets the reduction length
     low_precision: bool = True   # vectors exist for bfloat16/float16 inputs
+    # The tolerance model's base multiplier of the unit roundoff (conformance.compare): the number of
+    # roundings a careful implementation makes on its critical path, before the growth with the
+    # reduction length. Every objective states it; there is no default to inherit by accident.
+    k_base: float = 0.0
+    # Outputs that are constants by definition (advantages, PPO eq. 7's Â; the sg(·) future cost of
+    # Proximal KL; rollout-correction weights): a torch target's outputs must carry no gradient.
+    detached: bool = False
+    # The fast built-in backends that implement it (refimpl.<backend>.<family>.<name>), beside the
+    # exact and certified references every objective has. refimpl.torch accumulates bfloat16/float16
+    # inputs in float32 for every objective it implements.
+    backends: tuple[str, ...] = ("arrays", "torch")
+    generator: str = ""          # module of conformance.generate that builds its vectors; "" = its family
+    docs_page: str = ""          # the page that documents it; "" = docs/<family>.md
+    docs_examples: tuple[str, ...] = ()   # uids of the worked examples its page shows (none: chosen by the page)
+
+    def __post_init__(self):
+        if not self.k_base > 0:
+            raise ValueError(f"catalog entry {self.id}: k_base must be a positive number of roundings "
+                             f"(conformance.compare's tolerance base), got {self.k_base!r}")
+        unknown = set(self.backends) - set(FAST_BACKENDS)
+        if unknown:
+            raise ValueError(f"catalog entry {self.id}: unknown backend(s) {sorted(unknown)} "
+                             f"(the fast backends are {', '.join(FAST_BACKENDS)})")
 
     @property
     def family(self) -> str:
         return self.id.split(".")[0]
+
+    @property
+    def generator_module(self) -> str:
+        return f"conformance.generate.{self.generator or self.family}"
+
+    @property
+    def page(self) -> str:
+        return self.docs_page or f"docs/{self.family}.md"
+
+    @property
+    def vector_file(self) -> str:
+        """Its vector file, relative to the vector directory."""
+        return f"{self.family}/{self.name}.json"
 
     @property
     def name(self) -> str:
@@ -104,7 +144,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("logits", "...,V", neg_inf=True),),
         (Param("temperature", 1.0, source="Hinton et al. 2015 §2"),),
         ("probs",), ("logits",), "Hinton et al. 2015 §2; [reading-math-3] §Destilación clásica",
-        reduction="logits"),
+        reduction="logits", k_base=4.0),
     Objective(
         "distill.hinton",
         "(1−λ)·CE(q^(1), y) + λ·s·KL(p^(T)‖q^(T)), s = T² when t2_scale; mean over N.",
@@ -114,7 +154,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("t2_scale", True, (True, False), "Hinton et al. 2015 §2 (T² keeps gradient scale)", convention=True),
          Param("soft_term", "kl", ("kl", "cross_entropy"), _SOFT_TERM_SOURCE, convention=True, added="1.3.0")),
         ("loss",), ("student_logits",), "Hinton et al. 2015 §2; [reading-math-3] §Destilación clásica",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "distill.token_kl",
         "Full-vocabulary token KL: reverse Σ q log(q/p) (student first) or forward Σ p log(p/q).",
@@ -124,7 +164,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("soft_term", "kl", ("kl", "cross_entropy"), _SOFT_TERM_SOURCE + "; 'cross_entropy' only with "
                "direction='forward'", convention=True, added="1.3.0")),
         ("kl",), ("student_logits",), "MiniLLM §2.1 eq. 1; [reading-math-3] §Destilación on-policy",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "distill.symmetric_kl",
         "w·KL(p‖q) + (1−w)·KL(q‖p) per row (p teacher, q student, both at temperature T).",
@@ -135,7 +175,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("kl",), ("student_logits",),
         "Jeffreys 1946 (symmetrised KL); DistiLLM (Ko et al. 2024, arXiv 2402.03898) baseline, "
         "repository distillm/losses.py symmetric_kl",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "distill.generalized_jsd",
         "β·KL(p‖m) + (1−β)·KL(q‖m), m = β·p + (1−β)·q (p teacher, q student), per row.",
@@ -144,7 +184,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("endpoints", "limit", ("limit", "kl"),
                "the continuous formula; TRL/Liger special-case β=0 → KL(p‖q), β=1 → KL(q‖p)", convention=True)),
         ("jsd",), ("student_logits",), "Agarwal et al. 2024 (GKD) §3 eq. 2 (generalized JSD)",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "distill.skew_kl",
         "Skew KL: forward KL(p‖αp + (1−α)q) or reverse KL(q‖αq + (1−α)p) (p teacher, q student, both at T), "
@@ -155,7 +195,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                "DistiLLM §3: α-SKL, KL(p‖αp + (1−α)q), the paper's skew KL", convention=True),
          Param("temperature", 1.0)),
         ("kl",), ("student_logits",), "DistiLLM (Ko et al. 2024, arXiv 2402.03898) §3 (α-SKL, α-SRKL)",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "distill.tvd",
         "Total variation distance ½·Σ_v |q_v − p_v| (p teacher, q student, both at T), per row; at a tie "
@@ -164,7 +204,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Param("temperature", 1.0),),
         ("tvd",), ("student_logits",), "total variation distance (its definition); Liger-Kernel 0.8.5 ops/tvd.py "
         "(0.5·Σ|p − q|, gradient 0 where p == q); DistiLLM official code distillm/losses.py tv_distance",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "distill.sparse_kl",
         "Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row: p_k = exp(teacher_logps) at "
@@ -183,14 +223,14 @@ OBJECTIVES: tuple[Objective, ...] = (
         "top-k (sparse) knowledge distillation: Anshumann et al. 2025 (arXiv 2503.16870, ACL 2025) on caching a "
         "teacher's top-k; verl 0.9.1 forward_kl_topk; TRL 1.16.0 IW-OPD _compute_server_forward_kl_loss "
         "(loss_add_tail False: 'both'; True, its default: 'tail', _add_tail_bucket)",
-        reduction="student_logits"),
+        reduction="student_logits", k_base=8.0),
     Objective(
         "kl.estimator", "Sampled KL estimators with log r = ref_logp − logp: k1 = −log r, "
         "k2 = (log r)²/2, k3 = r − log r − 1, abs = |log r|; optional clamp of the value to [−c, c].",
         (Input("logp", "N"), Input("ref_logp", "N")),
         (Param("kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath §4.1.1 eq. 4", convention=True),
          Param("clamp", None, source="no clamp in the papers", convention=True)),
-        ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4"),
+        ("value",), ("logp",), "Schulman 2020; DeepSeekMath §4.1.1 eq. 4", k_base=4.0),
     Objective(
         "dpo.loss", "Per-pair DPO loss of the margin Δ = (π_c − ref_c) − (π_r − ref_r) in log space, "
         "plus rpo_alpha times the chosen response's NLL (RPO).",
@@ -215,7 +255,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
         "robust DPO (Chowdhury et al. 2024) eq. 8; EXO (arXiv 2402.00856) eq. 16; NCA (arXiv 2402.05369) §4; "
         "BCO (arXiv 2404.04656) §3; SPPO (arXiv 2405.00675) eq. 4.7; AOT (arXiv 2406.05882) §3; "
-        "APO (arXiv 2408.06266) eqs. 7-8; DiscoPOP (arXiv 2406.08414) eq. 5"),
+        "APO (arXiv 2408.06266) eqs. 7-8; DiscoPOP (arXiv 2406.08414) eq. 5", k_base=8.0),
     Objective(
         "preference.simpo", "SimPO per pair: −log σ(β·(c/|y_c| − r/|y_r|) − γ), reference-free and length-normalised.",
         (Input("chosen_logps", "B"), Input("rejected_logps", "B"), Input("chosen_lengths", "B", kind="int"),
@@ -226,7 +266,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                "0.5, γ = 0.5·β (mistral-7b-base-simpo.yaml has 0.8: γ = 1.6)"),
          Param("label_smoothing", 0.0, source="SimPO eq. 6 has none")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
-        "Meng et al. 2024 (SimPO, arXiv 2405.14734) §2.2 eq. 6"),
+        "Meng et al. 2024 (SimPO, arXiv 2405.14734) §2.2 eq. 6", docs_examples=("preference.simpo:e88372469ce5bb62",), k_base=8.0),
     Objective(
         "preference.cpo", "CPO per pair: −log σ(β·(c − r)) on policy sequence log-probabilities, plus cpo_alpha "
         "times the chosen response's NLL.",
@@ -240,13 +280,13 @@ OBJECTIVES: tuple[Objective, ...] = (
                "None: L_prefer alone (the cases before 1.3.0); CPO §3's L_NLL = −E log π(y_w|x) is "
                "'seq-mean-token-sum'", convention=True, added="1.3.0")),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
-        "Xu et al. 2024 (CPO, arXiv 2401.08417) §3 eq. 3"),
+        "Xu et al. 2024 (CPO, arXiv 2401.08417) §3 eq. 3", k_base=8.0),
     Objective(
         "preference.orpo", "ORPO per pair: −c̄ − λ·log σ(log odds(c̄) − log odds(r̄)) on average log-probabilities.",
         (Input("chosen_logps", "B"), Input("rejected_logps", "B")),
         (Param("beta", 0.1, source="ORPO (Hong et al. 2024) trains with λ = 0.1; TRL 1.16.0 ORPOConfig beta 0.1"),),
         ("losses", "chosen_rewards", "rejected_rewards"), ("chosen_logps", "rejected_logps"),
-        "Hong et al. 2024 (ORPO, arXiv 2403.07691) §4 eqs. 6-7"),
+        "Hong et al. 2024 (ORPO, arXiv 2403.07691) §4 eqs. 6-7", docs_examples=("preference.orpo:55f91f675d174a2d",), k_base=8.0),
     Objective(
         "preference.kto", "KTO per example: λ_y·(1 − σ(±β(ρ − z0))) with z0 = max(0, mean KL estimate), detached.",
         (Input("policy_logps", "N"), Input("reference_logps", "N"), Input("desirable", "N", kind="mask"),
@@ -255,7 +295,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("desirable_weight", 1.0, source="KTO eq. 7: λ_D = λ_U = 1 unless the classes are imbalanced"),
          Param("undesirable_weight", 1.0, source="KTO eq. 7: λ_D = λ_U = 1 unless the classes are imbalanced")),
         ("losses", "kl"), ("policy_logps",),
-        "Ethayarajh et al. 2024 (KTO, arXiv 2402.01306) §4.1 eq. 7"),
+        "Ethayarajh et al. 2024 (KTO, arXiv 2402.01306) §4.1 eq. 7", docs_examples=("preference.kto:2ef42699d1e9b4ac",), k_base=8.0),
     Objective(
         "grpo.advantages", "Group-relative advantages A = (r − baseline) / (std + eps); 'whiten' centres and "
         "scales r − baseline over the whole batch (REINFORCE++).",
@@ -270,7 +310,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                "DeepSeekMath §4.1.2 (group mean); RLOO: Kool et al. 2019, Ahmadian et al. arXiv 2402.14740 §3 "
                "(leave-one-out); REINFORCE++ arXiv 2501.03262 (none)", convention=True, added="1.3.0")),
         ("advantages", "keep"), (), "DeepSeekMath §4.1.2; Dr. GRPO §3; DAPO §3.2; RLOO (Kool et al. 2019; "
-        "arXiv 2402.14740 §3); REINFORCE++ (arXiv 2501.03262)"),
+        "arXiv 2402.14740 §3); REINFORCE++ (arXiv 2501.03262)", k_base=8.0, detached=True),
     Objective(
         "grpo.clip", "PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1−ε_low, 1+ε_high)·A), "
         "ρ = exp(logp − old_logp); dual clip: C = max(C, c·A) where A < 0.",
@@ -278,7 +318,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Param("eps_low", 0.2, source="[reading-math-3] example"),
          Param("eps_high", None, source="= eps_low (symmetric); DAPO §3.1 clip-higher"),
          Param("dual_clip", None, source="none in PPO/GRPO; Ye et al. 2020 dual clip", convention=True)),
-        ("objective",), ("logp",), "DeepSeekMath §4.1.1 eq. 3; PPO (Schulman et al. 2017) eq. 7"),
+        ("objective",), ("logp",), "DeepSeekMath §4.1.1 eq. 3; PPO (Schulman et al. 2017) eq. 7", k_base=4.0),
     Objective(
         "grpo.aggregate", "Masked reduction of per-token values to a scalar.",
         (Input("values", "B,T"), Input("mask", "B,T", kind="mask")),
@@ -289,7 +329,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("mean_eps", 0.0, source="DeepSeekMath eq. 3 divides by |o_i|; verl 0.9.1 agg_loss and OpenRLHF "
                "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
         ("value",), ("values",), "DeepSeekMath §4.1.1 eq. 3; DAPO §3.3; Dr. GRPO §3",
-        reduction="values"),
+        reduction="values", k_base=4.0),
     Objective(
         "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL term "
         "reduced by kl_aggregation when given).",
@@ -325,7 +365,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("sapo_tau_pos", 1.0, source="SAPO arXiv 2511.20347 (τ_pos = 1.0)", added="1.3.0"),
          Param("sapo_tau_neg", 1.05, source="SAPO arXiv 2511.20347 (τ_neg = 1.05)", added="1.3.0")),
         ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO",
-        reduction="logp"),
+        reduction="logp", k_base=8.0),
     Objective(
         "gae.advantages", "GAE Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γV_{t+1} − V_t, per row of token rewards and "
         "values; returns Â + V; optional batch whitening over the valid tokens; 0 at masked tokens; detached.",
@@ -340,7 +380,7 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("masked_tokens", "skip", ("skip", "zero"), "a masked token is not a time step (verl 0.9.1 "
                "compute_gae_advantage_return); OpenRLHF 0.11.2: a step with reward and value 0", convention=True)),
         ("advantages", "returns"), (), "Schulman et al. 2016 (GAE, arXiv 1506.02438) §3 eqs. 10–16",
-        reduction="rewards", low_precision=False),
+        reduction="rewards", low_precision=False, docs_examples=("gae.advantages:c6977c2113d474d1", "gae.advantages:06fd10302b1283fd"), k_base=8.0, detached=True),
     Objective(
         "gae.kl_rewards", "Per-token rewards r_t = score·[t = last valid token] − β·k_t, k the KL estimator kind "
         "of log r = ref_logp − logp (optionally clipped to ±clamp); 0 at masked tokens; detached.",
@@ -353,7 +393,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                convention=True)),
         ("rewards",), (), "Ziegler et al. 2019 (arXiv 1909.08593); Stiennon et al. 2020 (arXiv 2009.01325); verl "
         "0.9.1 apply_kl_penalty; OpenRLHF 0.11.2 compute_reward",
-        reduction="logp", low_precision=False),
+        reduction="logp", low_precision=False, docs_examples=("gae.kl_rewards:c61668eb905d1064",), k_base=4.0, detached=True),
     Objective(
         "grpo.rollout_correction", "Per-token weights for the rollout/training mismatch: unit log-ratio "
         "ℓ = old_logp − rollout_logp per token, or its sum / mean over a row; w = exp(ℓ) (ℓ clamped to ±c "
@@ -377,14 +417,17 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("weights", "keep"), (), "Yao et al. 2025, 'Your efficient RL framework secretly brings you off-policy "
         "RL training' [tis-blog]; IcePop, Ring-1T (arXiv 2510.18855), the IcePop objective; TRL 1.16 vLLM IS correction; verl 0.9.1 "
         "rollout correction; OpenRLHF 0.11.2 is_correction",
-        reduction="old_logp"),
+        reduction="old_logp", k_base=4.0, detached=True),
     Objective(
         "proximal_kl.future_cost", "F_t = Σ_{u>t} m_u·k_u, k_u = logp_u − ref_logp_u "
         "(optionally clipped to ±clip, or truncated to the next `window` tokens); detached.",
         (Input("logp", "B,T"), Input("ref_logp", "B,T"), Input("mask", "B,T", kind="mask")),
         (Param("clip", None, convention=True), Param("window", None, convention=True)),
         ("cost",), (), "Proximal KL (Bai, Yao, Zhang) summary [proximal-kl-summary]; FRPO arXiv 2601.10201",
-        reduction="logp"),
+        reduction="logp", docs_examples=(
+            "proximal_kl.future_cost:0c5720f7c2442a78",   # F = 0 for a single token
+            "proximal_kl.future_cost:a9aa228f22e95663"),  # F_t from terms of order 1 that cancel
+        k_base=4.0, detached=True),
     Objective(
         "proximal_kl.loss", "token-mean of −ρ_t·sg(A − β·(k_t + F_t)), ρ_t = π/μ on the sampled token.",
         (Input("logp", "B,T"), Input("behavior_logp", "B,T"), Input("ref_logp", "B,T"),
@@ -395,7 +438,11 @@ OBJECTIVES: tuple[Objective, ...] = (
                ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
                "Proximal KL summary: per-minibatch token averages", convention=True)),
         ("loss",), ("logp",), "Proximal KL (Bai, Yao, Zhang) summary [proximal-kl-summary]; FRPO arXiv 2601.10201",
-        reduction="logp"),
+        reduction="logp", docs_examples=(
+            "proximal_kl.loss:607d50d196800a54",   # B = T = 1
+            "proximal_kl.loss:1dc30c70283439a3",   # future cost cancelling to 0 or 2^−40
+            "proximal_kl.loss:b56c3eba90994ffd"),  # masked padding
+        k_base=8.0),
     Objective(
         "tabular.optimum", "Optimum of E[r] − β·KL(π‖π_ref) on a token tree: π*(a|s) = π_ref(a|s)·"
         "exp((V*(s·a) − V*(s))/β) by the soft Bellman backup V*(s) = β·log Σ_a π_ref(a|s)·exp(V*(s·a)/β), "
@@ -404,7 +451,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         _TREE_PARAMS + (Param("beta", None, source="required (no paper default)"),),
         ("policy", "beta_log_z"), (), "KL-regularised optimum π* ∝ π_ref·exp(r/β) (DPO §4 eq. 4) by soft "
         "Bellman backup; Proximal KL summary [proximal-kl-summary], FRPO arXiv 2601.10201",
-        reduction="rewards", low_precision=False),
+        reduction="rewards", low_precision=False, docs_page="docs/proximal_kl.md", k_base=8.0, backends=()),
     Objective(
         "tabular.sequence_kl", "KL(π‖ρ) between the sequence distributions of two policies on a token tree "
         "and its chain-rule decomposition Σ_s P_π(s)·KL(π(·|s)‖ρ(·|s)): kl (scalar), reach[P] = P_π(s), "
@@ -413,7 +460,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         _TREE_PARAMS,
         ("kl", "reach", "token_kl", "per_step"), (), "chain rule of relative entropy (Cover & Thomas "
         "Thm 2.5.3); Proximal KL summary [proximal-kl-summary]",
-        reduction="pi", low_precision=False),
+        reduction="pi", low_precision=False, docs_page="docs/proximal_kl.md", k_base=8.0, backends=()),
     Objective(
         "tabular.expected_update", "Exact population update of an update rule at every prefix: "
         "Δθ_s = −E_{y~μ}[∇_{θ_s} L(y)] with respect to the softmax logits θ_s of π(·|s) (rows sum to 0), "
@@ -432,7 +479,7 @@ OBJECTIVES: tuple[Objective, ...] = (
                   "(the infinite-group mean)", convention=True)),
         ("update",), (), "Proximal KL (Bai, Yao, Zhang) stationary-policy theorem, summary [proximal-kl-summary] "
         "(reconstructed); FRPO arXiv 2601.10201; GRPO k3 loss, DeepSeekMath §4.1.1 eq. 3–4",
-        reduction="rewards", low_precision=False),
+        reduction="rewards", low_precision=False, docs_page="docs/proximal_kl.md", k_base=8.0, backends=()),
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

@@ -7,13 +7,13 @@ rounded result can do (plus a little, since the value is rounded once more at th
 
 float64 and float32 outputs (both models)::
 
-    tol = k · u(dtype) · scale + ulp_dtype(want)        k = K_BASE[objective] · (1 + log2 n)
+    tol = k · u(dtype) · scale + ulp_dtype(want)        k = k_base · (1 + log2 n)
 
 u is the unit roundoff of the dtype, n the length of the objective's reduction, and
 ``scale`` the magnitude stored with the vector: the size of the terms that rounding errors
 are proportional to, so that near-zero results that come from cancellation are judged
-against their terms, not against themselves. K_BASE counts the roundings on the critical
-path; the log grows with the reduction (a pairwise or blocked sum).
+against their terms, not against themselves. ``k_base``, declared on each catalog entry, counts
+the roundings on the critical path; the log grows with the reduction (a pairwise or blocked sum).
 
 bfloat16 and float16 outputs, model ``careful`` (the default). Every implementation meant
 for training (torch's own reductions, Liger's kernels, refimpl/torch) accumulates a
@@ -89,37 +89,6 @@ MODELS = ("careful", "native")
 # (a per-row sum) and the reduction's weight (see the module docstring).
 K_ELEM = 3.0
 
-# Base multiplier of the unit roundoff per objective: the number of roundings a careful
-# implementation makes on its critical path, before the growth with the reduction length.
-K_BASE = {
-    "distill.softmax": 4.0,
-    "distill.hinton": 8.0,
-    "distill.token_kl": 8.0,
-    "distill.generalized_jsd": 8.0,
-    "distill.symmetric_kl": 8.0,
-    "distill.skew_kl": 8.0,
-    "distill.tvd": 8.0,
-    "distill.sparse_kl": 8.0,
-    "kl.estimator": 4.0,
-    "dpo.loss": 8.0,
-    "preference.simpo": 8.0,
-    "preference.cpo": 8.0,
-    "preference.orpo": 8.0,
-    "preference.kto": 8.0,
-    "grpo.advantages": 8.0,
-    "grpo.clip": 4.0,
-    "grpo.aggregate": 4.0,
-    "grpo.loss": 8.0,
-    "gae.advantages": 8.0,
-    "gae.kl_rewards": 4.0,
-    "grpo.rollout_correction": 4.0,
-    "proximal_kl.future_cost": 4.0,
-    "proximal_kl.loss": 8.0,
-    # token trees: H nested log-sum-exps / products along a path, then sums over the leaves
-    "tabular.optimum": 8.0,
-    "tabular.sequence_kl": 8.0,
-    "tabular.expected_update": 8.0,
-}
 
 
 def ulp(want: np.ndarray, dtype: str) -> np.ndarray:
@@ -196,7 +165,7 @@ class Tolerances:
             return value
         if case_k is not None:
             return float(case_k)
-        return K_BASE[spec.id] * (1.0 + math.log2(max(n, 1)))
+        return spec.k_base * (1.0 + math.log2(max(n, 1)))
 
     def for_case(self, spec: catalog.Objective, test: dict, dtype: str, declared: str | None = None) -> CaseTolerance:
         """The bound for every output and gradient of one vector judged in ``dtype``; ``declared``:

@@ -8,7 +8,7 @@ Two more misbehaviours are failures even on ``acceptable`` vectors, because no n
 convention excuses them:
 - dtype: a floating array output (or gradient) whose dtype is not the case's dtype (float32
   returned for float64 inputs loses half the digits even when the values happen to agree).
-- gradient leak: for torch targets, the outputs of ``DETACHED`` objectives (stop-gradient
+- gradient leak: for torch targets, the outputs of objectives the catalog marks ``detached`` (stop-gradient
   coefficients by definition, DESIGN §4) must carry no gradient. The harness calls the target
   once more with every floating input requiring grad and fails the case if any output has a
   nonzero gradient with respect to any of them; a target that cannot run with such inputs is
@@ -37,11 +37,6 @@ from conformance.results import CaseResult
 from conformance.targets.target import ANY, Target
 from conformance.vectors.load import VectorCase, VectorSet
 
-# Objectives whose outputs are constants by definition: advantages (PPO eq. 7's Â is data) and
-# the future KL cost (the sg(·) of Proximal KL's coefficient) and the rollout-mismatch correction
-# weights (they change the sampling measure, not the objective: verl and OpenRLHF detach them).
-DETACHED = ("grpo.advantages", "grpo.rollout_correction", "proximal_kl.future_cost", "gae.advantages",
-            "gae.kl_rewards")
 LEAK_PROBE_SEED = 20261201
 
 
@@ -321,7 +316,7 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
                 failures.insert(0, f"output(s) {', '.join(detached)} carry no gradient (computed under "
                                    f"torch.no_grad() or detached?)")
 
-    if target.framework == "torch" and case.objective in DETACHED:
+    if target.framework == "torch" and spec.detached:
         hard += _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit)
     if failures:
         res.status = "pass" if test["result"] == "acceptable" else "fail"
@@ -341,7 +336,7 @@ def _selection(spec: catalog.Objective, test: dict) -> dict:
 
 
 def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
-    """Messages for the outputs of a DETACHED objective that carry a gradient to a floating
+    """Messages for the outputs of a detached objective that carry a gradient to a floating
     input. The probe's cotangent is random, not ones: a leak through a mean-centred output
     (group-normalised advantages sum to zero) is invisible to a cotangent of ones."""
     torch = fw.torch

@@ -44,7 +44,7 @@ def test_nan_never_passes_and_matching_infinities_do():
 def test_tolerance_grows_with_the_log_of_the_reduction_length():
     spec = catalog.get("distill.token_kl")
     t = compare.Tolerances({})
-    assert t.k(spec, "float32", 1024, None) == compare.K_BASE[spec.id] * 11
+    assert t.k(spec, "float32", 1024, None) == spec.k_base * 11
     assert t.k(spec, "float32", 1024, 3.0) == 3.0
 
 
@@ -77,7 +77,7 @@ def _test(scale=2.0, elements=None, n=4):
 def test_careful_bound_is_elementwise_roundings_float32_reductions_and_the_final_rounding(dtype):
     spec = catalog.get("grpo.aggregate")
     want = np.array(-0.3)
-    k = compare.K_BASE[spec.id] * (1 + np.log2(4))
+    k = spec.k_base * (1 + np.log2(4))
     ulp = compare.ulp(want, dtype)
     u = compare.UNIT_ROUNDOFF
     # output: the stored elements; gradient: |want| element by element
@@ -98,7 +98,7 @@ def test_careful_bound_is_elementwise_roundings_float32_reductions_and_the_final
 def test_native_model_and_target_overrides_use_the_dtype_unit_roundoff(dtype):
     spec = catalog.get("grpo.aggregate")
     want = np.array(-0.3)
-    k = compare.K_BASE[spec.id] * (1 + np.log2(4))
+    k = spec.k_base * (1 + np.log2(4))
     native = compare.Tolerances({}, model="native").for_case(spec, _test(elements=1.5), dtype)
     assert native.measure("value", want, want).tol == pytest.approx(
         k * compare.UNIT_ROUNDOFF[dtype] * 2.0 + compare.ulp(want, dtype), rel=1e-12)

@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the docs build draws its figures with matplotlib (in the [test] extra)")
 
-from conformance import cli  # noqa: E402
+from conformance import catalog, cli  # noqa: E402
 from conformance.docs import DocsError, blocks, build, families, figures, sessions  # noqa: E402
 from conformance.docs.context import Context  # noqa: E402
 
@@ -108,8 +108,9 @@ def test_every_figure_is_shown_on_its_page_and_every_article_example_is_tabled()
     for case in Context(ROOT).vs.cases():
         if case.test["provenance"]["kind"] == "article":
             assert f"`{case.uid}`" in tabled, f"{case.uid} (article example) is in no page"
-    for uid in families.PROXIMAL_KL_EXAMPLES:
-        assert f"`{uid}`" in pages["proximal_kl.md"]
+    for spec in catalog.OBJECTIVES:
+        for uid in spec.docs_examples:
+            assert f"`{uid}`" in pages[spec.page.removeprefix("docs/")], f"{uid} (an example of {spec.id})"
 
 
 def test_every_console_session_is_generated():

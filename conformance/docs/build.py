@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_compl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance import catalog
 from conformance._host import pool_context
 from conformance._io import write_atomically
 from conformance.docs import (
@@ -169,8 +170,34 @@ def figures_table(_ctx: Context) -> str:
     return "\n".join(lines)
 
 
-def _family_page(family: str, examples=None) -> Callable:
-    return _page(_blocks(families.family_blocks(family, examples)))
+# What a family page shows beyond its three catalog blocks (arguments, libraries, examples): the
+# proximal_kl page also carries the 50-digit stationary-policy table, which makes it slow.
+_PAGE_EXTRAS = {
+    "docs/proximal_kl.md": dict(
+        blocks={"theorem": Block(lambda ctx: theorem_page.render(), slow=True)},
+        inputs="; the 50-digit stationary-policy table and the probe of the torch backend (slow)",
+        needs=("torch",), note="running the 50-digit stationary-policy table and the probe (about 30 s)"),
+}
+
+
+def _family_pages(slow: bool = False) -> tuple[Artifact, ...]:
+    """One page per family page of the catalog (``Objective.page``), its worked examples those its
+    objectives name (``Objective.docs_examples``; none: the source article's, chosen by the page);
+    ``slow`` selects the pages with a slow block (they are built last)."""
+    pages: dict[str, list] = {}
+    for o in catalog.OBJECTIVES:
+        pages.setdefault(o.page, []).append(o)
+    out = []
+    for page, objectives in pages.items():
+        extra = _PAGE_EXTRAS.get(page, {})
+        if any(b.slow for b in extra.get("blocks", {}).values()) != slow:
+            continue
+        family = objectives[0].family
+        examples = tuple(uid for o in objectives for uid in o.docs_examples) or None
+        blocks = {**_blocks(families.family_blocks(family, examples)), **extra.get("blocks", {})}
+        out.append(Artifact(page, "page", _page(blocks), VECTORS + extra.get("inputs", ""),
+                            needs=extra.get("needs", ()), note=extra.get("note", "")))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- the registry
@@ -208,16 +235,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "the step helpers of conformance.targets.steps on refimpl.torch, one gloo process", needs=("torch",),
              what="gradient error of a per-micro-batch token mean vs the global normaliser, against the spread of "
                   "token counts", shown_on="distributed.md"),
-    Artifact("docs/distill.md", "page", _family_page("distill"), VECTORS),
-    Artifact("docs/kl.md", "page", _family_page("kl"), VECTORS),
-    Artifact("docs/dpo.md", "page", _family_page("dpo"), VECTORS),
-    Artifact("docs/preference.md", "page", _family_page("preference", examples=(
-        "preference.simpo:e88372469ce5bb62", "preference.orpo:55f91f675d174a2d", "preference.kto:2ef42699d1e9b4ac")),
-        VECTORS),
-    Artifact("docs/grpo.md", "page", _family_page("grpo"), VECTORS),
-    Artifact("docs/gae.md", "page", _family_page("gae", examples=(
-        "gae.advantages:c6977c2113d474d1", "gae.advantages:06fd10302b1283fd", "gae.kl_rewards:c61668eb905d1064")),
-        VECTORS),
+    *_family_pages(),
     Artifact("docs/index.md", "page", _page({"figures": Block(figures_table)}), "this registry"),
     Artifact("docs/performance.md", "page", _page(_blocks(performance.BLOCKS)), RESULTS, needs=(performance.RESULTS,)),
     Artifact("docs/vectors.md", "page", _page({"tolerances": Block(families.tolerance_table),
@@ -238,11 +256,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
              "the exact fixed-point iteration (refimpl.exact.tabular, 30 digits)", slow=True,
              what="exact fixed-point iteration of several update rules (the stationary-policy theorem)",
              shown_on="proximal_kl.md", note="iterating the exact updates of 8 rules at 30 digits (about 10 s)"),
-    Artifact("docs/proximal_kl.md", "page", _page({
-        **_blocks(families.family_blocks("proximal_kl", families.PROXIMAL_KL_EXAMPLES)),
-        "theorem": Block(lambda ctx: theorem_page.render(), slow=True)}),
-             f"{VECTORS}; the 50-digit stationary-policy table and the probe of the torch backend (slow)",
-             needs=("torch",), note="running the 50-digit stationary-policy table and the probe (about 30 s)"),
+    *_family_pages(slow=True),
     Artifact("docs/distributed.md", "page", _page({"results": Block(distributed.results, slow=True)}),
              "lossproof check --partition 2x2 (torch, trl, verl) and --shard-vocab 2 (torch) over every vector",
              needs=("torch", "trl", "verl"), slow=True,

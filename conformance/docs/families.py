@@ -152,9 +152,9 @@ def cases_table(ctx: Context, uids) -> str:
 
 def tolerance_table(_ctx: Context) -> str:
     """The tolerance policy's constants (conformance.compare), for docs/vectors.md."""
-    lines = ["| objective | `K_BASE` | n = length of | k at n = 1 | k at n = 1024 |", "|---|---:|---|---:|---:|"]
+    lines = ["| objective | `k_base` | n = length of | k at n = 1 | k at n = 1024 |", "|---|---:|---|---:|---:|"]
     for spec in catalog.OBJECTIVES:
-        kb = compare.K_BASE[spec.id]
+        kb = spec.k_base
         n_of = "—" if not spec.reduction else (f"last axis of `{spec.reduction}`" if spec.family == "distill"
                                                else f"`{spec.reduction}` (all elements)")
         big = f"{kb * 11:g}" if spec.reduction else "— (n = 1)"
@@ -181,13 +181,6 @@ UID = {
     "simpo_length": "preference.simpo:e88372469ce5bb62",
     "skew_forward": "distill.skew_kl:122a3ab51e9b20f1",
 }
-PROXIMAL_KL_EXAMPLES = (
-    "proximal_kl.loss:607d50d196800a54",          # B = T = 1
-    "proximal_kl.loss:1dc30c70283439a3",          # future cost cancelling to 0 or 2^−40
-    "proximal_kl.loss:b56c3eba90994ffd",          # masked padding
-    "proximal_kl.future_cost:0c5720f7c2442a78",   # F = 0 for a single token
-    "proximal_kl.future_cost:a9aa228f22e95663",   # F_t from terms of order 1 that cancel
-)
 
 
 def _f(s) -> float:

@@ -23,7 +23,8 @@ from conformance.vectors import certificates, versions
 from conformance.vectors.format import MANIFEST, SCHEMA_ID, manifest_bytes, serialize
 from refimpl.exact import mp
 
-FAMILY_MODULES = ("distill", "kl", "dpo", "preference", "grpo", "gae", "proximal_kl", "tabular")
+# The generator modules, one per family, in catalog order (``catalog.Objective.generator_module``).
+FAMILY_MODULES = tuple(dict.fromkeys(o.generator_module.rpartition(".")[2] for o in catalog.OBJECTIVES))
 
 
 def family_module(family: str):

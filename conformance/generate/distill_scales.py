@@ -15,7 +15,7 @@ from conformance.generate.distill_inputs import (
 
 # ----------------------------------------------------------------------------- tolerance scales
 #
-# The tolerance is k·u·scale + ulp(want) with k = K_BASE·(1 + log2 V) (conformance/compare.py): K_BASE
+# The tolerance is k·u·scale + ulp(want) with k = k_base·(1 + log2 V) (conformance/compare.py; k_base on the catalog entry): k_base
 # roundings on the critical path, growing with the log of the vocabulary reduction. Each scale is
 # the magnitude of what the result inherits rounding errors from, in two parts:
 #
@@ -27,7 +27,7 @@ from conformance.generate.distill_inputs import (
 #       log-sum-exp (≈ max/T) and log q_i, so log q_i carries an absolute error ≈ u·A_i with
 #       A_i = (|z_i| + |max z|)/T + |log q_i|; weighted by the probabilities (and, for the weight
 #       e^{log q_i} itself, by |ℓ_i|). These errors do not grow with V: sA enters divided by
-#       d = 1 + log2 V, i.e. it is granted K_BASE roundings, not K_BASE·(1 + log2 V).
+#       d = 1 + log2 V, i.e. it is granted k_base roundings, not k_base·(1 + log2 V).
 #
 # Measured on these vectors (float64 and float32, every case): the plain evaluation above stays
 # below 0.75·u·sA + 10·u·s1, i.e. under 1/10 of the tolerance; refimpl/torch and refimpl/arrays

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import mpmath
 
-from conformance import compare
+from conformance import catalog, compare
 from conformance.numbers import decode_input, encode_exact
 from refimpl.exact import dpo as exact_dpo
 from refimpl.exact import mp
@@ -134,7 +134,7 @@ def global_test(case, conventions: dict) -> dict:
     if "elements" in t["scale"] or set(t["dtypes"]) & set(compare.LOW_PRECISION):
         scale["elements"] = {"loss": t["scale"]["outputs"]["losses"]}
     # the mean reduces B pairs: the tolerance grows with log2 B as for every reduction (compare.py)
-    k_case = t.get("tolerance", {}).get("k", compare.K_BASE[case.objective] * (1 + math.log2(b)))
+    k_case = t.get("tolerance", {}).get("k", catalog.get(case.objective).k_base * (1 + math.log2(b)))
     return {**t, "expected": {"loss": encode_exact(mean)}, "tolerance": {**t.get("tolerance", {}), "k": k_case},
             "grads": {k: encode_exact(g) for k, g in grads.items()}, "scale": scale}
 

@@ -11,4 +11,3 @@ is a conformance target, checked against the exact reference, never trusted.
 from refimpl.arrays import distill, dpo, gae, grpo, kl, preference, proximal_kl  # noqa: F401
 from refimpl.arrays._xp import SUPPORTED_DTYPES  # noqa: F401
 
-FAMILIES = ("distill", "kl", "dpo", "preference", "grpo", "gae", "proximal_kl")

@@ -44,12 +44,3 @@ positions, clipped ratios and overflowing flat branches get exactly zero gradien
 
 SUPPORTED_DTYPES = ("float64", "float32", "bfloat16", "float16")
 
-# Objectives whose bfloat16/float16 inputs are accumulated in float32 (all of them: every
-# objective has a reduction or a transcendental). float64 stays float64.
-FLOAT32_ACCUMULATION = (
-    "distill.softmax", "distill.hinton", "distill.token_kl", "distill.symmetric_kl", "distill.generalized_jsd",
-    "distill.skew_kl", "distill.tvd", "distill.sparse_kl",
-    "kl.estimator", "dpo.loss", "preference.simpo", "preference.cpo", "preference.orpo", "preference.kto",
-    "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss", "grpo.rollout_correction",
-    "proximal_kl.future_cost", "proximal_kl.loss", "gae.advantages", "gae.kl_rewards",
-)
