@@ -70,16 +70,16 @@ def load(name: str) -> Target:
     if name == "numpy":
         from refimpl import arrays
         objectives, vjps = _functions("refimpl.arrays")
-        return Target("numpy", "numpy", objectives, ANY, vjps, tuple(arrays.SUPPORTED_DTYPES), ("cpu",),
-                      _version("numpy"), "numpy")
+        return Target("numpy", "numpy", objectives, ANY, vjps=vjps, dtypes=tuple(arrays.SUPPORTED_DTYPES),
+                      devices=("cpu",), version=_version("numpy"), spec="numpy")
     if name == "cupy":
         ok, why = cupy_available()
         if not ok:
             raise TargetError(f"--target cupy: {why}")
         from refimpl import arrays
         objectives, vjps = _functions("refimpl.arrays")
-        return Target("cupy", "cupy", objectives, ANY, vjps, tuple(arrays.SUPPORTED_DTYPES), ("cuda",),
-                      _version("cupy"), "cupy")
+        return Target("cupy", "cupy", objectives, ANY, vjps=vjps, dtypes=tuple(arrays.SUPPORTED_DTYPES),
+                      devices=("cuda",), version=_version("cupy"), spec="cupy")
     if name == "triton":
         ok, why = triton_available()
         if not ok:
@@ -87,8 +87,8 @@ def load(name: str) -> Target:
         from refimpl import triton as rtriton
         objectives, _ = _functions("refimpl.triton")
         devices = ("cpu",) if triton_interpreted() else ("cuda",)
-        return Target("triton", "torch", objectives, ANY, {}, tuple(rtriton.SUPPORTED_DTYPES), devices,
-                      _version("triton"), "triton")
+        return Target("triton", "torch", objectives, ANY, dtypes=tuple(rtriton.SUPPORTED_DTYPES), devices=devices,
+                      version=_version("triton"), spec="triton")
     try:
         import torch  # noqa: F401
     except ImportError:
@@ -97,8 +97,8 @@ def load(name: str) -> Target:
     objectives, _ = _functions("refimpl.torch")
     devices = ("cpu", "cuda") if cuda_available() else ("cpu",)
     steps, sharded = builtin_torch()
-    return Target("torch", "torch", objectives, ANY, {}, tuple(rtorch.SUPPORTED_DTYPES), devices,
-                  _version("torch"), "torch", steps=steps, sharded=sharded)
+    return Target("torch", "torch", objectives, ANY, dtypes=tuple(rtorch.SUPPORTED_DTYPES), devices=devices,
+                  version=_version("torch"), spec="torch", steps=steps, sharded=sharded)
 
 
 def _version(module: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import json
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from conformance import catalog
@@ -33,6 +33,7 @@ class Target:
     framework: str
     objectives: dict
     conventions: dict | str = field(default_factory=dict)
+    _: KW_ONLY   # the rest by name: eighteen fields by position were read wrong more than once
     vjps: dict = field(default_factory=dict)
     dtypes: tuple = ("float64", "float32")
     devices: tuple = ("cpu",)
@@ -239,13 +240,15 @@ def from_mapping(obj, spec: str) -> Target:
                           f"got {grad_reduction!r}")
     dtypes = tuple(get("dtypes", None) or (("float64", "float32") if framework != "torch"
                                             else ("float64", "float32", "bfloat16", "float16")))
-    return Target(name, framework, dict(objectives), conventions, dict(get("vjps", {}) or {}), dtypes,
-                  tuple(get("devices", None) or ("cpu",)), str(get("version", "") or ""), spec,
-                  _params(get("params", {}) or {}, spec), _known(get("known", {}) or {}, spec),
-                  _known_rules(get("known_rules", ()) or (), spec, 2),
-                  _tolerance_model(get("tolerance_model", {}) or {}, spec),
-                  steps, sharded, grad_reduction, _known_rules(get("known_splits", ()) or (), spec, 3),
-                  _temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded, spec))
+    return Target(name, framework, dict(objectives), conventions, vjps=dict(get("vjps", {}) or {}), dtypes=dtypes,
+                  devices=tuple(get("devices", None) or ("cpu",)), version=str(get("version", "") or ""), spec=spec,
+                  params=_params(get("params", {}) or {}, spec), known=_known(get("known", {}) or {}, spec),
+                  known_rules=_known_rules(get("known_rules", ()) or (), spec, 2),
+                  tolerance_model=_tolerance_model(get("tolerance_model", {}) or {}, spec),
+                  steps=steps, sharded=sharded, grad_reduction=grad_reduction,
+                  known_splits=_known_rules(get("known_splits", ()) or (), spec, 3),
+                  temperature_free=_temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded,
+                                                     spec))
 
 
 def rule_predicate(predicate, leading: int = 2):
