@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import glob
 import json
 import os
 import sys
@@ -18,19 +20,18 @@ from conformance import (
     compare,
     exchange,
     generate,
-    harness,
     report,
+    run,
 )
 from conformance._host import usable_cores
 from conformance._io import write_atomically
 from conformance.bench import methods as bench_methods
 from conformance.bench import run as bench
-from conformance.distributed import check as distributed
 from conformance.distributed import partitions
 from conformance.docs import build as docs_build
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
-from conformance.results import CHECKED, failed
+from conformance.results import failed
 from conformance.targets import ANY, builtin, known_file, load
 from conformance.theorem import probe
 from conformance.theorem import table as theorem
@@ -73,7 +74,29 @@ def _tolerances(args):
 
 
 def _vector_set(args) -> VectorSet:
-    return VectorSet(args.vectors)
+    """The vector set of a command. ``vectors lint`` and ``vectors certify``: the whole set,
+    every file read and schema-validated at once. The others: only the files of the
+    objectives the command selects (by --objective, --uid, the uid of show/cite) are read,
+    when first needed, each checked against the manifest's sha256; the schema is lint's."""
+    if args.command == "vectors":
+        return VectorSet(args.vectors)
+    objectives = None
+    if args.command == "check":
+        objectives = args.objective or ["*"]
+        if args.uid:   # a uid names its objective: only those of the selected objectives are read
+            objectives = _uid_objectives(args.uid, objectives)
+    elif args.command in ("show", "cite"):
+        objectives = _uid_objectives([args.uid])
+    elif args.command == "export-prompt":
+        objectives = [args.objective]
+    return VectorSet(args.vectors, objectives, validate=False)
+
+
+def _uid_objectives(uids, among=("*",)) -> list[str]:
+    """The objective of each uid (its ``family.name`` prefix) that matches one of the globs
+    ``among``, as a glob matching only itself: the files a uid selection reads."""
+    oids = dict.fromkeys(uid.split(":", 1)[0] for uid in uids)
+    return [glob.escape(o) for o in oids if any(fnmatch.fnmatch(o, g) for g in among)]
 
 
 def _find(vs, uid):
@@ -232,64 +255,19 @@ def _verdict_options(args) -> tuple:
 
 
 def cmd_check(args):
-    specs = (args.backend or []) + (args.target or [])
-    if not specs:
-        specs = builtin.available()
-    unknown = [b for b in (args.backend or []) if b not in builtin.BUILTINS]
-    if unknown:
-        raise UsageError(f"--backend {unknown[0]!r}: built-in backends are {', '.join(builtin.BUILTINS)}")
-    dtypes = [d for arg in (args.dtype or []) for d in arg.split(",")]
-    bad = [d for d in dtypes if d not in compare.UNIT_ROUNDOFF]
-    if bad:
-        raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
-    objectives = args.objective or ["*"]
-    split = _split(args)
-    tolerances = _tolerances(args)
-    known = known_file(args.known) if args.known else {}
-    vs = _vector_set(args)
-    if not any(c for g in objectives for c in vs.cases(g) if not args.uid or c.uid in args.uid):
-        raise UsageError("no vector matched the selection (check --objective / --uid)")
-    targets = [load(spec) for spec in specs]
-    options = _verdict_options(args)
-    results = []
+    plan = run.prepare(run.Selection(
+        backends=list(args.backend or []), targets=list(args.target or []), objectives=args.objective or ["*"],
+        uids=list(args.uid or []), dtypes=run.dtype_list(args.dtype),
+        device=args.device, partition=args.partition, shard_vocab=args.shard_vocab,
+        known=known_file(args.known) if args.known else {}, tolerances=_tolerances(args),
+        time_limit=args.time_limit, as_paper=args.as_paper, options=_verdict_options(args)))
+    vs = _vector_set(args)   # reads MANIFEST.json only: the files of the selection are read when first needed
+    run.cases(plan, vs)
+    targets = plan.targets
     start = time.perf_counter()
-    for target in targets:
-        if args.device and args.device not in target.devices:
-            raise UsageError(f"--device {args.device!r}: target {target.name} runs on {', '.join(target.devices)}")
-        device = args.device or target.devices[0]
-        if device.startswith("cuda") and not builtin.cuda_available():
-            raise UsageError(f"target {target.name} runs on {device}, and this machine has no CUDA device "
-                             f"(torch.cuda.is_available() is False)")
-        missing = [d for d in dtypes if d not in target.dtypes]
-        if dtypes and len(missing) == len(dtypes):
-            raise UsageError(f"--dtype {', '.join(dtypes)}: target {target.name} runs in {', '.join(target.dtypes)} only")
-        target.known = {**target.known, **known}
-        if args.as_paper:
-            _print_deviations(target)
-        common = {"objective": objectives, "dtypes": dtypes or None, "uids": set(args.uid or []),
-                  "tolerances": tolerances, "time_limit": args.time_limit, "as_paper": args.as_paper,
-                  "options": options}
-        if split and target.framework != "torch":
-            raise UsageError(f"{split[0]}: target {target.name} is a {target.framework} target; distributed checks "
-                             f"run torch steps and sharded functions")
-        with bar(f"checking {target.name}" + (f" ({split[0]} {split[1]})" if split else ""), args.quiet) as progress:
-            if split and split[0] == "--partition":
-                ran = distributed.partitioned(target, vs, *split[2], progress=progress, device=device, **common)
-            elif split:
-                ran = distributed.sharded(target, vs, *split[2], progress=progress, device=device, **common)
-            else:
-                ran = harness.run(target, vs, device=args.device, progress=progress, **common)
-        if split and not ran:
-            declared = target.steps if split[0] == "--partition" else target.sharded
-            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
-                "the selection holds none of them" if declared else
-                f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "
-                f"functions (docs/distributed.md)"))
-        for line in harness.uncovered(target, vs, objectives, as_paper=args.as_paper):
-            print(f"note: {line}", file=sys.stderr)
-        if not any(r.status in CHECKED for r in ran):
-            raise UsageError(f"target {target.name}: the selection checks nothing ({harness.why_nothing(ran)})")
-        results += ran
+    results = run.execute(plan, vs, progress=lambda label: bar(label, args.quiet),
+                          announce=_print_deviations if args.as_paper else None,
+                          note=lambda line: print(f"note: {line}", file=sys.stderr))
     elapsed = time.perf_counter() - start
     report.console(results, quiet=args.quiet, strict=args.strict)
     if not args.quiet:
@@ -302,20 +280,6 @@ def cmd_check(args):
     if args.junit:
         write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
     return 1 if failed(results, strict=args.strict) else 0
-
-
-def _split(args):
-    """(option, text, parsed) of --partition or --shard-vocab, or None."""
-    if args.partition and args.shard_vocab:
-        raise UsageError("--partition and --shard-vocab check different objectives: give one of them")
-    try:
-        if args.partition:
-            return "--partition", args.partition, partitions.parse_partition(args.partition)
-        if args.shard_vocab:
-            return "--shard-vocab", args.shard_vocab, partitions.parse_shards(args.shard_vocab)
-    except ValueError as err:
-        raise UsageError(f"--{'partition' if args.partition else 'shard-vocab'}: {err}") from None
-    return None
 
 
 def _print_deviations(target) -> None:

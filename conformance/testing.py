@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conformance import compare, harness, targets
+from conformance import compare, harness, run, targets
 from conformance.results import failed
 from conformance.vectors.load import VectorCase, VectorSet
 
@@ -31,11 +31,12 @@ def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", 
           known: str | None = None) -> list[TargetCase]:
     """One TargetCase per vector of ``objective``; ``known``: a known-failures JSON file whose
     declarations join the target's own."""
-    t = targets.load(target) if isinstance(target, str) else target
-    if known:
-        t.known = {**t.known, **targets.known_file(known)}
-    vs = VectorSet(vectors_dir)
-    return [TargetCase(t, c, tuple(dtypes) if dtypes else None) for c in vs.cases(objective)]
+    # the same validation as ``lossproof check``, before a vector file is read
+    plan = run.prepare(run.Selection(targets=[target], objectives=[objective], dtypes=run.dtype_list(dtypes),
+                                     known=targets.known_file(known) if known else {}))
+    vs = VectorSet(vectors_dir, [objective], validate=False)   # reads the files of ``objective`` only
+    chosen = tuple(plan.selection.dtypes) or None
+    return [TargetCase(plan.targets[0], c, chosen) for c in run.cases(plan, vs)]
 
 
 __all__ = ["TargetCase", "cases", "check", "failed"]

@@ -30,11 +30,13 @@ RANKS = (
     ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
     ("conformance.harness", 4),
     ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
-    ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.testing", 5),
-    ("conformance.docs", 6), ("conformance.docs.*", 6), ("conformance.bench", 6), ("conformance.bench.*", 6),
-    ("conformance.pytest_plugin", 6),
-    ("conformance.cli", 7),
-    ("conformance.__main__", 8),
+    ("conformance.distributed.*", 5), ("conformance.exchange", 5),
+    ("conformance.run", 6),
+    ("conformance.testing", 7), ("conformance.docs", 7), ("conformance.docs.*", 7), ("conformance.bench", 7),
+    ("conformance.bench.*", 7),
+    ("conformance.pytest_plugin", 8),
+    ("conformance.cli", 9),
+    ("conformance.__main__", 10),
 )
 
 

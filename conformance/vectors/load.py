@@ -8,10 +8,10 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
 
 import jsonschema
 
@@ -141,41 +141,133 @@ class VectorCase:
         return self.test["flags"]
 
 
-class VectorSet:
-    """A loaded, validated vector directory."""
+class _Lazy(Mapping):
+    """A read-only mapping over a fixed, sorted set of keys whose values are produced on
+    first access (``VectorSet.files``, ``raw``, ``certificates``)."""
 
-    def __init__(self, directory: Path | str | None = None):
+    def __init__(self, keys, get):
+        self._keys, self._get = tuple(keys), get
+
+    def __getitem__(self, rel):
+        if rel not in self._keys:
+            raise KeyError(rel)
+        return self._get(rel)
+
+    def __contains__(self, rel):
+        return rel in self._keys
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __repr__(self):
+        return f"<lazy mapping of {len(self._keys)} vector files>"
+
+
+def objective_of(rel: str) -> str:
+    """The objective a vector (or certificate) file holds, by its path:
+    ``kl/estimator.json`` and ``kl/estimator.cert.json`` -> ``kl.estimator``."""
+    stem = rel[: -len(certificates.SUFFIX)] if certificates.is_certificate(rel) else rel[: -len(".json")]
+    return stem.replace("/", ".")
+
+
+class VectorSet:
+    """A vector directory: the manifest is read (and every ``*.json`` on disk checked to be
+    listed in it) at construction; a vector file is read, sha256-checked against the manifest
+    and parsed when first needed, and schema-validated (:func:`parse`) when ``validate``.
+
+    ``objectives``: globs (or exact objective ids) restricting the set to the files of those
+    objectives, by their paths; None: every objective. ``eager`` (default: ``validate``)
+    loads every selected file at construction, so that a bad file raises there: the whole-set
+    checks (``vectors lint``, ``vectors certify``, library callers of ``VectorSet()``) keep
+    that behaviour; ``lossproof check``/``show``/``cite``/``list`` pass ``validate=False``
+    and pay only for the files their selection reads."""
+
+    def __init__(self, directory: Path | str | None = None, objectives=None, *, validate: bool = True,
+                 eager: bool | None = None):
         self.directory = Path(directory) if directory else default_dir()
         if not self.directory.is_dir():
             raise VectorError(self.directory, "$", "vector directory not found" + (
                 "" if directory else " (this installation ships no vectors: reinstall lossproof, or pass --vectors DIR)"))
         manifest = read_manifest(self.directory)
         self.manifest_sha256 = sha256((self.directory / MANIFEST).read_bytes())
-        self.files: dict[str, dict] = {}
-        self.raw: dict[str, bytes] = {}
-        self.certificates: dict[str, bytes] = {}   # rel -> bytes, read by conformance.vectors.certificates
-        for rel, digest in sorted(manifest.items()):
+        self.validate = validate
+        self._manifest = dict(sorted(manifest.items()))
+        for rel in self._manifest:
             path = self.directory / rel
             if not path.is_file():
                 raise VectorError(path, "$", "listed in MANIFEST.json but missing")
-            data = path.read_bytes()
-            if sha256(data) != digest:
-                raise VectorError(path, "$", "sha256 does not match MANIFEST.json (file modified or truncated)")
-            if certificates.is_certificate(rel):
-                self.certificates[rel] = data
-                continue
-            self.raw[rel] = data
-            self.files[rel] = parse(path, data)
         listed = set(manifest)
         for path in sorted(self.directory.rglob("*.json")):
             rel = path.relative_to(self.directory).as_posix()
             if rel != MANIFEST and rel not in listed:
                 raise VectorError(path, "$", "not listed in MANIFEST.json")
+        globs = None if objectives is None else [objectives] if isinstance(objectives, str) else list(objectives)
+
+        def selected(rel):
+            return globs is None or any(fnmatch.fnmatch(objective_of(rel), g) for g in globs)
+        vector_rels = [r for r in self._manifest if not certificates.is_certificate(r) and selected(r)]
+        cert_rels = [r for r in self._manifest if certificates.is_certificate(r) and selected(r)]
+        self._objective_rel = {objective_of(rel): rel for rel in vector_rels}
+        self._docs: dict[str, dict] = {}
+        self._bytes: dict[str, bytes] = {}
+        self.files: Mapping[str, dict] = _Lazy(vector_rels, self._doc)
+        self.raw: Mapping[str, bytes] = _Lazy(vector_rels, self._raw)
+        self.certificates: Mapping[str, bytes] = _Lazy(cert_rels, self._raw)   # read by conformance.vectors.certificates
+        if validate if eager is None else eager:
+            for rel in self._manifest:
+                if rel in self.files:
+                    self._doc(rel)
+                elif rel in self.certificates:
+                    self._raw(rel)
+
+    def _raw(self, rel: str) -> bytes:
+        data = self._bytes.get(rel)
+        if data is None:
+            path = self.directory / rel
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                raise VectorError(path, "$", "listed in MANIFEST.json but missing") from None
+            if sha256(data) != self._manifest[rel]:
+                raise VectorError(path, "$", "sha256 does not match MANIFEST.json (file modified or truncated)")
+            self._bytes[rel] = data
+        return data
+
+    def _doc(self, rel: str) -> dict:
+        doc = self._docs.get(rel)
+        if doc is None:
+            path, data = self.directory / rel, self._raw(rel)
+            if self.validate:
+                doc = parse(path, data)
+            else:
+                try:
+                    doc = json.loads(data)
+                except UnicodeDecodeError as err:
+                    raise VectorError(path, "$", f"not UTF-8 text ({err.reason})") from None
+                except json.JSONDecodeError as err:
+                    raise VectorError(path, f"line {err.lineno} column {err.colno}",
+                                      f"not valid JSON: {err.msg}") from None
+                if not isinstance(doc, dict):
+                    raise VectorError(path, "$", "schema: not a vector file (expected a JSON object)")
+            expected = objective_of(rel)
+            if doc.get("objective") != expected:
+                raise VectorError(path, "$.objective", f"{doc.get('objective')!r} is not the objective of this "
+                                  f"file's path ({expected!r})")
+            self._docs[rel] = doc
+        return doc
+
+    def objective_ids(self) -> list[str]:
+        """The objectives of the set, from the file paths (reads no vector file)."""
+        return list(self._objective_rel)
 
     def cases(self, objective_glob: str = "*", flags=None) -> Iterator[VectorCase]:
-        for rel, doc in self.files.items():
-            if not fnmatch.fnmatch(doc["objective"], objective_glob):
+        for oid, rel in self._objective_rel.items():
+            if not fnmatch.fnmatch(oid, objective_glob):
                 continue
+            doc = self._doc(rel)
             for group in doc["testGroups"]:
                 for test in group["tests"]:
                     if flags and not set(flags) & set(test["flags"]):
@@ -183,9 +275,14 @@ class VectorSet:
                     yield VectorCase(doc["objective"], group["group"], group["conventions"], test, rel)
 
     def by_uid(self, uid: str) -> VectorCase:
-        for case in self.cases():
-            if case.uid == uid:
-                return case
+        """The vector of this uid: its ``family.name`` prefix names the one file read."""
+        rel = self._objective_rel.get(uid.split(":", 1)[0])
+        if rel is not None:
+            doc = self._doc(rel)
+            for group in doc["testGroups"]:
+                for test in group["tests"]:
+                    if test["uid"] == uid:
+                        return VectorCase(doc["objective"], group["group"], group["conventions"], test, rel)
         raise KeyError(uid)
 
     def counts(self) -> dict[str, dict[str, int]]:
@@ -196,6 +293,7 @@ class VectorSet:
         return out
 
     def notes(self, objective: str) -> dict:
-        return next(doc["notes"] for doc in self.files.values() if doc["objective"] == objective)
-
-
+        rel = self._objective_rel.get(objective)
+        if rel is None:
+            raise StopIteration(objective)
+        return self._doc(rel)["notes"]

@@ -121,7 +121,7 @@ def _vector_set() -> VectorSet:
 def _shared_vectors():
     """Every command of the page reads the bundled vectors: load and validate them once (a second
     or more each time) instead of once per command, for the CLI and for the pytest plugin."""
-    def shared(directory=None):
+    def shared(directory=None, *_, **__):   # the selection and validate=: the shared set holds every file
         return VectorSet(directory) if directory else _vector_set()
     with mock.patch.object(cli, "VectorSet", shared), mock.patch.object(testing, "VectorSet", shared):
         yield

@@ -1,0 +1,151 @@
+"""One check run, below every front end: ``lossproof check``, the Python API
+(``conformance.testing``) and the pytest plugin refuse the same bad selections with the same
+messages, because all three go through :func:`prepare`.
+
+A run is prepared first — the selection validated and every target loaded and checked against
+it (device, dtypes, distributed split) — before a single vector file is read; then
+:func:`execute` judges the selected vectors on each target, in one process
+(``harness.run``) or on rank processes (``distributed``), and returns the results with the
+notes a reader needs (declared conventions that no vector group holds).
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+from conformance import catalog, compare, harness
+from conformance.distributed import check as distributed
+from conformance.distributed import partitions
+from conformance.errors import UsageError
+from conformance.results import CHECKED, CaseResult
+from conformance.targets import Target, builtin, load
+from conformance.vectors.load import VectorSet
+
+
+@dataclass
+class Selection:
+    """What a check asks for, as the command line or an API caller gives it."""
+    targets: list = field(default_factory=list)   # target specs (str) or loaded Targets; [] = the built-ins
+    backends: list = field(default_factory=list)  # built-in backend names (--backend)
+    objectives: list = field(default_factory=lambda: ["*"])
+    uids: list = field(default_factory=list)
+    dtypes: list = field(default_factory=list)
+    device: str | None = None
+    partition: str | None = None
+    shard_vocab: str | None = None
+    known: dict = field(default_factory=dict)     # known-failure declarations joining every target's own
+    tolerances: compare.Tolerances | None = None
+    time_limit: float = 30.0
+    as_paper: bool = False
+    options: tuple = ()                           # the options that change a verdict, for repro lines
+
+
+@dataclass
+class Plan:
+    """A validated selection with its loaded targets; nothing has read a vector yet."""
+    selection: Selection
+    targets: list[Target]
+    split: tuple | None        # (option, text, parsed) of --partition / --shard-vocab
+
+
+def dtype_list(given) -> list[str]:
+    """Dtypes as the options give them: repeated, or comma-separated ("float64,float32")."""
+    return [d for arg in (given or []) for d in arg.split(",") if d]
+
+
+def _split(sel: Selection):
+    if sel.partition and sel.shard_vocab:
+        raise UsageError("--partition and --shard-vocab check different objectives: give one of them")
+    try:
+        if sel.partition:
+            return "--partition", sel.partition, partitions.parse_partition(sel.partition)
+        if sel.shard_vocab:
+            return "--shard-vocab", sel.shard_vocab, partitions.parse_shards(sel.shard_vocab)
+    except ValueError as err:
+        raise UsageError(f"--{'partition' if sel.partition else 'shard-vocab'}: {err}") from None
+    return None
+
+
+def prepare(sel: Selection) -> Plan:
+    """Validate the selection and load its targets, or raise UsageError / TargetError naming the
+    first problem. Reads no vector file."""
+    unknown = [b for b in sel.backends if b not in builtin.BUILTINS]
+    if unknown:
+        raise UsageError(f"--backend {unknown[0]!r}: built-in backends are {', '.join(builtin.BUILTINS)}")
+    bad = [d for d in sel.dtypes if d not in compare.UNIT_ROUNDOFF]
+    if bad:
+        raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
+    split = _split(sel)
+    specs = list(sel.backends) + list(sel.targets) or builtin.available()
+    targets = [spec if isinstance(spec, Target) else load(spec) for spec in specs]
+    for target in targets:
+        if sel.device and sel.device not in target.devices:
+            raise UsageError(f"--device {sel.device!r}: target {target.name} runs on {', '.join(target.devices)}")
+        device = sel.device or target.devices[0]
+        if device.startswith("cuda") and not builtin.cuda_available():
+            raise UsageError(f"target {target.name} runs on {device}, and this machine has no CUDA device "
+                             f"(torch.cuda.is_available() is False)")
+        missing = [d for d in sel.dtypes if d not in target.dtypes]
+        if sel.dtypes and len(missing) == len(sel.dtypes):
+            raise UsageError(f"--dtype {', '.join(sel.dtypes)}: target {target.name} runs in "
+                             f"{', '.join(target.dtypes)} only")
+        if split and target.framework != "torch":
+            raise UsageError(f"{split[0]}: target {target.name} is a {target.framework} target; distributed checks "
+                             f"run torch steps and sharded functions")
+        target.known = {**target.known, **sel.known}
+    return Plan(sel, targets, split)
+
+
+def cases(plan: Plan, vs: VectorSet) -> list:
+    """The selected vectors (objective globs and uids), or UsageError when none matches."""
+    sel = plan.selection
+    chosen = [c for g in sel.objectives for c in vs.cases(g) if not sel.uids or c.uid in sel.uids]
+    if not chosen:
+        raise UsageError("no vector matched the selection (check --objective / --uid)")
+    return chosen
+
+
+def objectives_of(plan: Plan) -> list[str]:
+    """The catalog ids a plan's objective globs can select, for loading only their vector files."""
+    return [o.id for o in catalog.OBJECTIVES if any(fnmatch.fnmatchcase(o.id, g) for g in plan.selection.objectives)]
+
+
+def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
+            announce: Callable[[Target], None] | None = None,
+            note: Callable[[str], None] | None = None) -> list[CaseResult]:
+    """Judge the selection on every target of the plan. ``progress(label)``: a context manager
+    yielding a progress callback (the CLI's bar); ``announce(target)`` runs before a target is
+    checked; ``note(line)`` receives the declared conventions that no vector group holds."""
+    sel, split = plan.selection, plan.split
+    cases(plan, vs)
+    common = {"objective": sel.objectives, "dtypes": sel.dtypes or None, "uids": set(sel.uids),
+              "tolerances": sel.tolerances, "time_limit": sel.time_limit, "as_paper": sel.as_paper,
+              "options": sel.options}
+    results = []
+    for target in plan.targets:
+        if announce:
+            announce(target)
+        device = sel.device or target.devices[0]
+        label = f"checking {target.name}" + (f" ({split[0]} {split[1]})" if split else "")
+        with (progress(label) if progress else nullcontext(None)) as tick:
+            if split and split[0] == "--partition":
+                ran = distributed.partitioned(target, vs, *split[2], progress=tick, device=device, **common)
+            elif split:
+                ran = distributed.sharded(target, vs, *split[2], progress=tick, device=device, **common)
+            else:
+                ran = harness.run(target, vs, device=sel.device, progress=tick, **common)
+        if split and not ran:
+            declared = target.steps if split[0] == "--partition" else target.sharded
+            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
+                "the selection holds none of them" if declared else
+                f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "
+                f"functions (docs/distributed.md)"))
+        for line in harness.uncovered(target, vs, sel.objectives, as_paper=sel.as_paper):
+            if note:
+                note(line)
+        if not any(r.status in CHECKED for r in ran):
+            raise UsageError(f"target {target.name}: the selection checks nothing ({harness.why_nothing(ran)})")
+        results += ran
+    return results
