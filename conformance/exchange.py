@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance import catalog, compare, harness, numbers
+from conformance import catalog, compare, numbers, verdict
 from conformance._io import write_atomically
 from conformance.results import CaseResult
 from conformance.vectors.load import VectorError, VectorSet
@@ -77,12 +77,11 @@ def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = 
             continue
         if test["result"] == "invalid":
             if "error" in response:
-                res.status, res.raised = "rejected", {"type": "reported", "message": str(response["error"])[:300]}
+                verdict.judge_invalid(res, {"type": "reported", "message": response["error"]}, True, test)
             else:
                 values = [numbers.decode_input(v) for v in response.get("outputs", {}).values()]
                 finite = all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in values)
-                res.status = "accepted" if finite else "non-finite"
-                res.message = f"no error reported for an invalid input; a careful implementation raises: {test['error']}"
+                verdict.judge_invalid(res, None, finite, test)
             continue
         if "error" in response:
             res.status, res.message = "error", f"reported error: {str(response['error'])[:300]}"
@@ -90,23 +89,24 @@ def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = 
         if dtype not in test["dtypes"]:
             res.status, res.message = "skip", f"inputs are not exactly representable in {dtype}"
             continue
-        tolerance = tolerances.for_case(spec, test, dtype)
-        failures: list[str] = []
         outputs, grads = response.get("outputs", {}), response.get("grads")
+        if spec.outputs[0] not in outputs:
+            res.status, res.message = "error", (f"the response has no primary output {spec.outputs[0]!r} "
+                                                f"({spec.id} outputs: {', '.join(spec.outputs)})")
+            continue
+        judged = verdict.Judgement(res, tolerances.for_case(spec, test, dtype))
         for out in spec.outputs:
             if out not in outputs:
-                failures.append(f"{out}: missing")
+                judged.missing(out)
                 continue
             got = np.asarray(numbers.decode_input(outputs[out]), dtype=np.float64)
-            harness.compare_output(res, failures, out, got, test["expected"][out], tolerance)
+            judged.output(out, got, test["expected"][out])
         if grads is not None and test.get("grads"):
             for g in spec.grads:
                 if g not in grads:
-                    failures.append(f"grad:{g}: missing")
+                    judged.missing(f"grad:{g}")
                     continue
                 got = np.asarray(numbers.decode_input(grads[g]), dtype=np.float64)
-                harness.compare_output(res, failures, f"grad:{g}", got, test["grads"][g], tolerance)
-        if failures:
-            res.status = "pass" if test["result"] == "acceptable" else "fail"
-            res.message = ("acceptable difference: " if res.status == "pass" else "") + "; ".join(failures)
+                judged.output(f"grad:{g}", got, test["grads"][g])
+        judged.decide(test["result"])
     return results

@@ -31,7 +31,7 @@ from collections import Counter
 
 import numpy as np
 
-from conformance import catalog, compare
+from conformance import catalog, compare, verdict
 from conformance.numbers import decode_input
 from conformance.results import CaseResult
 from conformance.targets.target import ANY, Target
@@ -114,16 +114,6 @@ class _Framework:
         return None
 
 
-def _expected(values) -> np.ndarray:
-    return np.asarray(decode_input_strings(values), dtype=np.float64)
-
-
-def decode_input_strings(x):
-    if isinstance(x, list):
-        return [decode_input_strings(v) for v in x]
-    return float(x)
-
-
 def outputs_by_name(spec: catalog.Objective, returned) -> dict:
     """The returned outputs by name: a dict by output name, a tuple in catalog order (a prefix
     of the outputs), or a single array, which is the primary output (the others are then not
@@ -150,34 +140,9 @@ def _repro(target: Target, case: VectorCase, dtype: str, device: str, options: t
 
 # --- one case ---------------------------------------------------------------------------
 
-def compare_output(res: CaseResult, failures: list, label: str, got: np.ndarray, want_strings,
-                   tolerance: compare.CaseTolerance, selected: np.ndarray | None = None,
-                   hard: list | None = None) -> None:
-    """Judge one output (or gradient) against the exact values; records metrics in ``res``
-    and appends a message to ``failures`` when it is out of tolerance. ``selected``: the
-    elements that are compared (the others are unspecified, e.g. masked tokens). A NaN or an
-    infinity where the exact value is finite goes to ``hard`` when given: no 'acceptable'
-    latitude covers it."""
-    w = _expected(want_strings)
-    if got.shape != w.shape:
-        failures.append(f"{label}: shape {got.shape}, expected {w.shape}")
-        return
-    if selected is not None and not label.startswith("grad:"):
-        got, w = np.where(selected, got, w), w
-    if np.isnan(got).any() or (np.isinf(got) & ~np.isinf(w)).any():
-        (failures if hard is None else hard).append(f"{label}: non-finite value where the exact value is finite")
-    m = tolerance.measure(label, got, w)
-    res.outputs[label] = m.as_dict()
-    if not m.passed and res.worst is None:
-        res.worst = {"output": label, "index": list(m.worst_index), "got": m.got, "want": m.want,
-                     "tol": m.tol, "ulps": m.max_ulp}
-    if not m.passed:
-        failures.append(f"{label}: error {abs(m.got - m.want):.3g} > tolerance {m.tol:.3g} at "
-                        f"{list(m.worst_index)} (got {m.got!r}, want {m.want!r}; {m.max_err_over_tol:.3g}× the bound)")
-
-
 def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, device: str,
-           tolerances: compare.Tolerances, time_limit: float, fw: _Framework, options: tuple) -> CaseResult:
+           tolerances: compare.Tolerances, time_limit: float, fw: _Framework, options: tuple,
+           observe=None) -> CaseResult:
     spec = catalog.get(case.objective)
     test = case.test
     res = CaseResult(case.uid, case.objective, target.name, dtype, device, "pass", test["flags"],
@@ -200,7 +165,7 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
         return res
     if test["result"] == "invalid":
         return _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test)
-    return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit)
+    return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit, observe)
 
 
 def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
@@ -219,20 +184,14 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
         if untaken := target.untaken(spec.id, kwargs, err):
             res.status, res.message = "unsupported", untaken
             return res
-        res.status = "rejected"
-        res.raised = {"type": type(err).__name__, "message": str(err)[:300]}
-        res.message = f"rejected with {type(err).__name__}: {str(err)[:200]}"
-        return res
+        return verdict.judge_invalid(res, {"type": type(err).__name__, "message": str(err)}, True, test)
     finite = True
     for value in returned.values():
         try:
             finite = finite and bool(np.isfinite(fw.to_numpy(value)).all())
         except TypeError:
             continue
-    res.status = "accepted" if finite else "non-finite"
-    res.message = (f"{'returned finite numbers for' if finite else 'returned NaN or inf for'} an invalid "
-                   f"input ({test['comment']}); a careful implementation raises: {test['error']}")
-    return res
+    return verdict.judge_invalid(res, None, finite, test)
 
 
 def _widens(got: str, want: str) -> bool:
@@ -241,7 +200,8 @@ def _widens(got: str, want: str) -> bool:
                                           ("float64", "float16"), ("float64", "float32")}
 
 
-def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit) -> CaseResult:
+def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit,
+                 observe=None) -> CaseResult:
     test = case.test
     before = fw.snapshot(inputs)
     try:
@@ -267,19 +227,19 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
 
     tolerance = tolerances.for_case(spec, test, dtype, target.tolerance_model_for(case.objective))
     selected = _selection(spec, test)
-    failures = []
-    hard = []   # failures that no 'acceptable' flag excuses (dtype, gradient leak)
+    judged = verdict.Judgement(res, tolerance, observe)
+    failures = judged.failures
 
     def check(label, got, want_strings):
         try:
             g = fw.to_numpy(got)
         except TypeError as err:
-            failures.append(f"{label}: {err}")
+            judged.fail(f"{label}: {err}")
             return
         got_dtype = fw.dtype_of(got)
         if got_dtype is not None and not _widens(got_dtype, dtype):
-            hard.append(f"{label}: dtype {got_dtype}, narrower than the inputs' {dtype}")
-        compare_output(res, failures, label, g, want_strings, tolerance, selected.get(label.rpartition(":")[2]), hard)
+            judged.fail_hard(f"{label}: dtype {got_dtype}, narrower than the inputs' {dtype}")
+        judged.output(label, g, want_strings, selected.get(label.rpartition(":")[2]))
 
     for name in returned:
         check(name, returned[name], test["expected"][name])
@@ -288,10 +248,10 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
         except TypeError:
             continue  # already reported by check()
         if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
-            failures.append(f"{name}: a second call on the same inputs returned different values")
+            judged.fail(f"{name}: a second call on the same inputs returned different values")
 
     if test.get("grads"):
-        unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(_expected(ct))]
+        unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
         try:
             with _time_limit(time_limit):
                 grads = None if unchecked else _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
@@ -317,13 +277,9 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
                                    f"torch.no_grad() or detached?)")
 
     if target.framework == "torch" and spec.detached:
-        hard += _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit)
-    if failures:
-        res.status = "pass" if test["result"] == "acceptable" else "fail"
-        res.message = ("acceptable difference: " if res.status == "pass" else "") + "; ".join(failures)
-    if hard:
-        res.status, res.message = "fail", "; ".join(hard + failures)
-    return res
+        for leak in _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit):
+            judged.fail_hard(leak)
+    return judged.decide(test["result"])
 
 
 def _selection(spec: catalog.Objective, test: dict) -> dict:
@@ -332,7 +288,7 @@ def _selection(spec: catalog.Objective, test: dict) -> dict:
     if "mask" not in test["inputs"]:
         return {}
     mask = np.asarray(decode_input(test["inputs"]["mask"]), dtype=np.float64) != 0
-    return {name: mask for name in spec.outputs if np.shape(_expected(test["expected"][name])) == mask.shape}
+    return {name: mask for name in spec.outputs if np.shape(verdict.expected(test["expected"][name])) == mask.shape}
 
 
 def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
@@ -414,9 +370,11 @@ def conventions_for(target: Target, case: VectorCase, as_paper: bool) -> tuple[d
 
 def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | None = None,
              tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
-             as_paper: bool = False, frameworks: dict | None = None, options: tuple = ()) -> list[CaseResult]:
+             as_paper: bool = False, frameworks: dict | None = None, options: tuple = (),
+             observe=None) -> list[CaseResult]:
     """Judge one vector on a target: one result per dtype (and device) it runs in. ``options``
-    are the command-line options that changed the verdict, for the repro line."""
+    are the command-line options that changed the verdict, for the repro line. ``observe(res,
+    label, got)``, when given, sees every output and gradient compared (float64 numpy)."""
     tolerances = tolerances or compare.Tolerances({})
     devices = [device] if device else list(target.devices[:1])
     base = dict(uid=case.uid, objective=case.objective, target=target.name, flags=case.flags, result=case.result,
@@ -440,7 +398,7 @@ def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | Non
     for dev in devices:
         for dt in run_dtypes:
             started = time.perf_counter()
-            r = _judge(target, case, conventions, dt, dev, tolerances, time_limit, frameworks[dev], options)
+            r = _judge(target, case, conventions, dt, dev, tolerances, time_limit, frameworks[dev], options, observe)
             r.seconds = time.perf_counter() - started
             bound = (None if case.result == "invalid" else tolerances.for_case(
                 catalog.get(case.objective), case.test, dt, target.tolerance_model_for(case.objective)))
@@ -463,8 +421,9 @@ def apply_known(r: CaseResult, reason: str | None) -> None:
 
 def run(target: Target, vs: VectorSet, *, objective="*", dtypes=None, device: str | None = None,
         uids=None, tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
-        as_paper: bool = False, progress=None, options: tuple = ()) -> list[CaseResult]:
-    """Judge every selected vector on the target. ``objective``: a glob or a list of globs."""
+        as_paper: bool = False, progress=None, options: tuple = (), observe=None) -> list[CaseResult]:
+    """Judge every selected vector on the target. ``objective``: a glob or a list of globs.
+    ``observe``: see :func:`run_case`."""
     globs = [objective] if isinstance(objective, str) else list(objective)
     # An objective the target lacks is reported (unsupported) only when it was asked for by
     # name; a glob selects among the objectives the target implements.
@@ -479,7 +438,8 @@ def run(target: Target, vs: VectorSet, *, objective="*", dtypes=None, device: st
             if progress:
                 progress(i, len(cases))
             results += run_case(target, case, dtypes=dtypes, device=device, tolerances=tolerances,
-                                time_limit=time_limit, as_paper=as_paper, frameworks=frameworks, options=options)
+                                time_limit=time_limit, as_paper=as_paper, frameworks=frameworks, options=options,
+                                observe=observe)
     if progress:
         progress(len(cases), len(cases))
     return results

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from conformance import catalog, compare, harness
+from conformance import catalog, compare, harness, verdict
 from conformance.distributed import partitions
 from conformance.distributed.pool import RankFailure, RankPool
 from conformance.numbers import decode_input
@@ -240,19 +240,18 @@ def _judge_step(run: _Run, pool, case, test, conventions, label, part, counts, d
     if ran is None:
         return
     r, outs, tolerance = ran
-    failures, hard = [], []
+    judged = verdict.Judgement(r, tolerance)
     for name in spec.grads:
         full = np.zeros(np.shape(inputs[name]), dtype=np.float64)
         for rank, out in enumerate(outs):
             for m, rows in enumerate(part[rank]):
                 full[list(rows)] = out["grads"][(m, name)] * run.weight
-        harness.compare_output(r, failures, f"grad:{name}", full, test["grads"][name], tolerance, None, hard)
+        judged.output(f"grad:{name}", full, test["grads"][name])
     logged = [o["loss"] for o in outs]
     if all(v is not None for v in logged):
         output = LOSS_OUTPUT[case.objective]
-        harness.compare_output(r, failures, output, np.asarray(sum(logged) * run.weight), test["expected"][output],
-                               tolerance, None, hard)
-    _verdict(r, failures, hard, case, f"[{layout}]")
+        judged.output(output, np.asarray(sum(logged) * run.weight), test["expected"][output])
+    judged.decide(case.result, f"[{layout}]")
     r.seconds = time.perf_counter() - started
     _known(run, r, case, dtype, label, part, tolerance)
 
@@ -272,14 +271,6 @@ def _known(run: _Run, r: CaseResult, case, dtype: str, label: str, split, tolera
         own = run.tolerances.for_case(catalog.get(case.objective), case.test, dtype,
                                       target.tolerance_model_for(case.objective))
         harness.apply_known(r, target.known_failure(case, dtype, own))
-
-
-def _verdict(r: CaseResult, failures, hard, case, where: str) -> None:
-    if failures:
-        r.status = "pass" if case.result == "acceptable" else "fail"
-        r.message = ("acceptable difference: " if r.status == "pass" else "") + "; ".join(failures) + " " + where
-    if hard:
-        r.status, r.message = "fail", "; ".join(hard + failures) + " " + where
 
 
 def sharded(target: Target, vs: VectorSet, shards: int, kind: str | None = None, *, objective="*", dtypes=None,
@@ -333,19 +324,19 @@ def _judge_shard(run: _Run, pool, case, inputs, conventions, label, split, dtype
     if ran is None:
         return
     r, outs, tolerance = ran
-    failures, hard = [], []
+    judged = verdict.Judgement(r, tolerance)
+    failures = judged.failures
     for rank, out in enumerate(outs):
         before = len(failures)
-        harness.compare_output(r, failures, output, out["values"], test["expected"][output], tolerance, None, hard)
+        judged.output(output, out["values"], test["expected"][output])
         if len(failures) > before:
             failures[-1] = f"rank {rank}: {failures[-1]}"
             break
     grad = np.concatenate([o["grad"] for o in outs], axis=1)
-    harness.compare_output(r, failures, f"grad:{spec.grads[0]}", grad, test["grads"][spec.grads[0]], tolerance,
-                           None, hard)
+    judged.output(f"grad:{spec.grads[0]}", grad, test["grads"][spec.grads[0]])
     if any(o["detached"] for o in outs) and any(f.startswith("grad:") for f in failures):
         failures.insert(0, f"{output} carries no gradient on rank(s) "
                            f"{', '.join(str(i) for i, o in enumerate(outs) if o['detached'])}")
-    _verdict(r, failures, hard, case, where)
+    judged.decide(case.result, where)
     r.seconds = time.perf_counter() - started
     _known(run, r, case, dtype, label, split, tolerance)
