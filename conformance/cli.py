@@ -209,7 +209,7 @@ def cmd_show(args):
 def cmd_cite(args):
     vs = _vector_set(args)
     case = _find(vs, args.uid)
-    version = vs.files[case.file]["vectorSetVersion"]
+    version = vs.version(case.file)
     proof = certificates.summary(vs, case)
     if args.bibtex:
         print(cite.bibtex(case, version, proof))
@@ -273,7 +273,7 @@ def cmd_check(args):
     if not args.quiet:
         print(f"{len(targets)} target(s), {elapsed:.1f} s")
     suite = {"version": conformance.__version__,
-             "vectorSetVersion": next(iter(vs.files.values()))["vectorSetVersion"],
+             "vectorSetVersion": vs.version(),
              "manifest_sha256": vs.manifest_sha256}
     if args.report_json:
         report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets)))
@@ -315,7 +315,7 @@ def cmd_validate(args):
     if args.report_json:
         vs = _vector_set(args)
         suite = {"version": conformance.__version__,
-                 "vectorSetVersion": next(iter(vs.files.values()))["vectorSetVersion"],
+                 "vectorSetVersion": vs.version(),
                  "manifest_sha256": vs.manifest_sha256}
         env = {"python": "", "platform": "", "backends": {}, "devices": []}
         report.write_json(args.report_json, report.to_json(results, suite, env))

@@ -168,7 +168,7 @@ def _uid_list(results) -> str:
 
 
 def render(runs: list[dict], vs, torch_version: str) -> str:
-    version = next(iter(vs.files.values()))["vectorSetVersion"]
+    version = vs.version()
     lines = [
         "# Conventions of TRL, verl, OpenRLHF and Liger-Kernel",
         "",

@@ -20,7 +20,8 @@ from conformance._host import pool_context, usable_cores
 from conformance._io import write_tree
 from conformance.generate.build import build_test
 from conformance.vectors import certificates, versions
-from conformance.vectors.format import MANIFEST, SCHEMA_ID, manifest_bytes, serialize
+from conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, SCHEMA_ID, content, large_path_for, manifest_bytes,
+                                        serialize, split_large, stored)
 from refimpl.exact import mp
 
 # The generator modules, one per family, in catalog order (``catalog.Objective.generator_module``).
@@ -64,7 +65,8 @@ def _init_worker(families):
 
 
 def generate(families=None, progress=None, workers: int | None = None) -> dict[str, bytes]:
-    """Return {relative path: file bytes} for every vector file of the given families."""
+    """Return {relative path: content} for every vector file of the given families (a
+    ``.large.json.gz`` part as its decompressed text: :func:`write` compresses it)."""
     families = list(families or available_families())
     _load_cases(families)
     jobs = [(f, i) for f in families for i in range(len(_CASES[f]))]
@@ -90,8 +92,10 @@ def generate(families=None, progress=None, workers: int | None = None) -> dict[s
     for objective_id, items in by_objective.items():
         spec = catalog.get(objective_id)
         module = family_module(spec.family)
-        files[f"{spec.family}/{spec.name}.json"] = serialize(
-            _vector_file(spec, items, module.NOTES, module.GROUPS))
+        main, large = split_large(_vector_file(spec, items, module.NOTES, module.GROUPS))
+        files[spec.vector_file] = serialize(main)
+        if large is not None:
+            files[large_path_for(spec.vector_file)] = serialize(large)
     files[MANIFEST] = manifest_bytes(files)
     return files
 
@@ -105,18 +109,27 @@ def _keeping_certificates(directory: Path, files: dict[str, bytes]) -> dict[str,
 
 
 def write(directory: Path, files: dict[str, bytes]) -> None:
-    write_tree(directory, _keeping_certificates(directory, files), last=MANIFEST)
+    files = _keeping_certificates(directory, files)
+    write_tree(directory, {rel: stored(rel, data) for rel, data in files.items()}, last=MANIFEST)
+
+
+def _content_on_disk(path: Path, rel: str) -> bytes | None:
+    try:
+        return content(rel, path.read_bytes())
+    except (OSError, EOFError):     # missing, or a damaged gzip stream
+        return None
 
 
 def first_difference(directory: Path, files: dict[str, bytes]) -> str | None:
-    """Why the directory does not hold exactly ``files`` (``generate --check``), or None."""
+    """Why the directory does not hold exactly ``files`` (``generate --check``), or None. A
+    compressed file is compared by its content, which is what the manifest lists."""
     files = _keeping_certificates(directory, files)
     for rel, data in sorted(files.items()):
         path = directory / rel
-        if not path.is_file() or path.read_bytes() != data:
+        if _content_on_disk(path, rel) != data:
             return f"{path}: differs from what the generator produces (run 'lossproof vectors generate')"
-    stale = sorted(p for p in directory.rglob("*.json") if p.relative_to(directory).as_posix() not in files
-                   and not certificates.is_certificate(p.name))
+    stale = sorted(p for p in directory.rglob("*.json*") if p.relative_to(directory).as_posix() not in files
+                   and p.name.endswith((".json", LARGE_SUFFIX)) and not certificates.is_certificate(p.name))
     if stale:
         return f"{stale[0]}: not produced by the generator"
     return None

@@ -3,7 +3,9 @@ the one-line summary that ``list``, ``show`` and ``cite`` print. Reading needs n
 ``conformance.vectors.certify`` computes them.
 
 One file per objective, ``<family>/<objective>.cert.json`` beside the vector file, listed in
-MANIFEST.json and bound to the vector file it certifies by that file's sha256. Per vector
+MANIFEST.json and bound to the vector file it certifies by that file's sha256 as the manifest
+lists it (and, for an objective whose ``Large`` tests are stored apart, to that part by
+``largeVectors``/``largeVectorsSha256``: one certificate covers every uid of the objective). Per vector
 (uid) that carries expected numbers, either
 
     {"bits": working precision that proved it,
@@ -23,7 +25,6 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-from conformance.vectors.format import sha256
 
 SCHEMA = "lossproof-certificate/1"
 SUFFIX = ".cert.json"
@@ -44,10 +45,18 @@ def on_disk(directory) -> dict[str, bytes]:
             for p in sorted(directory.rglob("*" + SUFFIX))}
 
 
-def serialize(objective: str, vector_rel: str, vector_bytes: bytes, method: dict, entries: dict) -> bytes:
+def _bound(vs, rel: str) -> dict:
+    """The files a certificate of this vector file is bound to, with their manifest sha256."""
+    out = {"vectors": rel, "vectorsSha256": vs.sha256(rel)}
+    large = vs.large_part(rel)
+    if large:
+        out.update(largeVectors=large, largeVectorsSha256=vs.sha256(large))
+    return out
+
+
+def serialize(vs, objective: str, vector_rel: str, method: dict, entries: dict) -> bytes:
     """Canonical bytes: sorted keys, one vector per line (diff-friendly, byte-stable)."""
-    head = {"schema": SCHEMA, "objective": objective, "vectors": vector_rel,
-            "vectorsSha256": sha256(vector_bytes), "method": method,
+    head = {"schema": SCHEMA, "objective": objective, **_bound(vs, vector_rel), "method": method,
             "numberOfVectors": len(entries),
             "certified": sum(1 for e in entries.values() if "notCertified" not in e)}
     lines = ["{"]
@@ -70,7 +79,8 @@ def load(vs, objective: str) -> dict | None:
     if rel is None or path_for(rel) not in vs.certificates:
         return None
     doc = json.loads(vs.certificates[path_for(rel)])
-    return doc if doc.get("vectorsSha256") == sha256(vs.raw[rel]) else None
+    binding = {k: doc[k] for k in ("vectors", "vectorsSha256", "largeVectors", "largeVectorsSha256") if k in doc}
+    return doc if binding == _bound(vs, rel) else None
 
 
 def entry(vs, case) -> dict | None:

@@ -193,8 +193,7 @@ def certify(vs, objective_glob: str = "*", progress=None, workers: int | None = 
         if not uids:
             continue
         entries = {u: by_uid[u] for u in uids}
-        files[certificates.path_for(rel)] = certificates.serialize(
-            doc["objective"], rel, vs.raw[rel], METHOD, entries)
+        files[certificates.path_for(rel)] = certificates.serialize(vs, doc["objective"], rel, METHOD, entries)
     return files, findings
 
 

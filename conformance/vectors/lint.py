@@ -1,10 +1,11 @@
 """Lint: what a vector directory must satisfy beyond its schema (canonical bytes, uids that
-match their content, tcIds in order, representable low-precision inputs, 30 digits)."""
+match their content, tcIds in order, representable low-precision inputs, 30 digits, ``Large``
+tests in the objective's Large part and nowhere else)."""
 from __future__ import annotations
 
 from conformance import catalog, numbers
 from conformance.vectors import versions
-from conformance.vectors.format import cases_digest, json_path, serialize, uid
+from conformance.vectors.format import cases_digest, json_path, serialize, split_large, uid
 from conformance.vectors.load import VectorSet
 
 
@@ -14,8 +15,12 @@ def lint(vs: VectorSet) -> list[str]:
     seen_uids: dict[str, str] = {}
     for rel, doc in vs.files.items():
         where = vs.directory / rel
-        if serialize(doc) != vs.raw[rel]:
-            problems.append(f"{where}: $: not in canonical formatting (regenerate the file)")
+        canonical = dict(zip((rel, vs.large_part(rel)), split_large(doc)))
+        for part, _ in vs.parts(rel):
+            if canonical.get(part) is None or serialize(canonical[part]) != vs.raw[part]:
+                problems.append(f"{vs.directory / part}: $: not in canonical formatting or split (a Large test "
+                                "belongs in the objective's .large.json.gz, every other test in its .json: "
+                                "regenerate the file)")
         if doc["objective"] not in catalog.BY_ID:
             problems.append(f"{where}: $.objective: unknown objective {doc['objective']!r}")
             continue

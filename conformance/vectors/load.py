@@ -18,7 +18,8 @@ import jsonschema
 from conformance import numbers
 from conformance.errors import LossproofError
 from conformance.vectors import certificates
-from conformance.vectors.format import MANIFEST, MANIFEST_SCHEMA, json_path, sha256
+from conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, MANIFEST_SCHEMA, content, is_large, json_path,
+                                        large_path_for, merge_large, sha256)
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"
 # Installed (wheel): the files are copied into the package at build time (setup.py). Source
@@ -167,16 +168,21 @@ class _Lazy(Mapping):
 
 
 def objective_of(rel: str) -> str:
-    """The objective a vector (or certificate) file holds, by its path:
-    ``kl/estimator.json`` and ``kl/estimator.cert.json`` -> ``kl.estimator``."""
-    stem = rel[: -len(certificates.SUFFIX)] if certificates.is_certificate(rel) else rel[: -len(".json")]
-    return stem.replace("/", ".")
+    """The objective a vector (or certificate) file holds, by its path: ``kl/estimator.json``,
+    ``kl/estimator.cert.json`` and ``distill/hinton.large.json.gz`` -> ``kl.estimator``,
+    ``kl.estimator``, ``distill.hinton``."""
+    suffix = next(s for s in (certificates.SUFFIX, LARGE_SUFFIX, ".json") if rel.endswith(s))
+    return rel[: -len(suffix)].replace("/", ".")
 
 
 class VectorSet:
-    """A vector directory: the manifest is read (and every ``*.json`` on disk checked to be
+    """A vector directory: the manifest is read (and every vector file on disk checked to be
     listed in it) at construction; a vector file is read, sha256-checked against the manifest
     and parsed when first needed, and schema-validated (:func:`parse`) when ``validate``.
+
+    ``files`` maps each objective's vector file (``kl/estimator.json``) to its whole document,
+    its ``Large`` part (``*.large.json.gz``, see ``conformance.vectors.format``) merged in;
+    ``raw`` maps every stored vector file, both parts, to its content (decompressed).
 
     ``objectives``: globs (or exact objective ids) restricting the set to the files of those
     objectives, by their paths; None: every objective. ``eager`` (default: ``validate``)
@@ -200,21 +206,28 @@ class VectorSet:
             if not path.is_file():
                 raise VectorError(path, "$", "listed in MANIFEST.json but missing")
         listed = set(manifest)
-        for path in sorted(self.directory.rglob("*.json")):
+        for path in sorted(self.directory.rglob("*.json*")):
             rel = path.relative_to(self.directory).as_posix()
-            if rel != MANIFEST and rel not in listed:
+            if rel.endswith((".json", LARGE_SUFFIX)) and rel != MANIFEST and rel not in listed:
                 raise VectorError(path, "$", "not listed in MANIFEST.json")
         globs = None if objectives is None else [objectives] if isinstance(objectives, str) else list(objectives)
 
         def selected(rel):
             return globs is None or any(fnmatch.fnmatch(objective_of(rel), g) for g in globs)
-        vector_rels = [r for r in self._manifest if not certificates.is_certificate(r) and selected(r)]
+        vector_rels = [r for r in self._manifest if not certificates.is_certificate(r) and not is_large(r)
+                       and selected(r)]
+        self._large = {r: large_path_for(r) for r in vector_rels if large_path_for(r) in self._manifest}
+        for rel in self._manifest:
+            if is_large(rel) and selected(rel) and rel not in self._large.values():
+                raise VectorError(self.directory / rel, "$", "a Large part without its vector file "
+                                  f"{rel[: -len(LARGE_SUFFIX)]}.json")
         cert_rels = [r for r in self._manifest if certificates.is_certificate(r) and selected(r)]
         self._objective_rel = {objective_of(rel): rel for rel in vector_rels}
         self._docs: dict[str, dict] = {}
+        self._parts: dict[str, dict] = {}
         self._bytes: dict[str, bytes] = {}
         self.files: Mapping[str, dict] = _Lazy(vector_rels, self._doc)
-        self.raw: Mapping[str, bytes] = _Lazy(vector_rels, self._raw)
+        self.raw: Mapping[str, bytes] = _Lazy(sorted(vector_rels + list(self._large.values())), self._raw)
         self.certificates: Mapping[str, bytes] = _Lazy(cert_rels, self._raw)   # read by conformance.vectors.certificates
         if validate if eager is None else eager:
             for rel in self._manifest:
@@ -223,21 +236,32 @@ class VectorSet:
                 elif rel in self.certificates:
                     self._raw(rel)
 
+    def sha256(self, rel: str) -> str:
+        """The sha256 that MANIFEST.json lists for a file (of its content: decompressed)."""
+        return self._manifest[rel]
+
+    def large_part(self, rel: str) -> str | None:
+        """The ``Large`` part of an objective's vector file, if it has one."""
+        return self._large.get(rel)
+
     def _raw(self, rel: str) -> bytes:
         data = self._bytes.get(rel)
         if data is None:
             path = self.directory / rel
             try:
-                data = path.read_bytes()
+                data = content(rel, path.read_bytes())
             except FileNotFoundError:
                 raise VectorError(path, "$", "listed in MANIFEST.json but missing") from None
+            except (OSError, EOFError) as err:
+                raise VectorError(path, "$", f"not a readable gzip file ({err})") from None
             if sha256(data) != self._manifest[rel]:
                 raise VectorError(path, "$", "sha256 does not match MANIFEST.json (file modified or truncated)")
             self._bytes[rel] = data
         return data
 
-    def _doc(self, rel: str) -> dict:
-        doc = self._docs.get(rel)
+    def _part(self, rel: str) -> dict:
+        """One stored vector file, parsed (and validated when ``validate``)."""
+        doc = self._parts.get(rel)
         if doc is None:
             path, data = self.directory / rel, self._raw(rel)
             if self.validate:
@@ -256,8 +280,26 @@ class VectorSet:
             if doc.get("objective") != expected:
                 raise VectorError(path, "$.objective", f"{doc.get('objective')!r} is not the objective of this "
                                   f"file's path ({expected!r})")
-            self._docs[rel] = doc
+            self._parts[rel] = doc
         return doc
+
+    def _doc(self, rel: str) -> dict:
+        doc = self._docs.get(rel)
+        if doc is None:
+            large = self._large.get(rel)
+            doc = self._docs[rel] = merge_large(self._part(rel), large and self._part(large))
+        return doc
+
+    def version(self, rel: str | None = None) -> str:
+        """The ``vectorSetVersion`` of a vector file (default: the first of the set), read from
+        its main part alone."""
+        return self._part(rel or next(iter(self.files)))["vectorSetVersion"]
+
+    def parts(self, rel: str) -> Iterator[tuple[str, dict]]:
+        """The stored files of an objective's vector file, each parsed on its own when reached."""
+        for part in (rel, self._large.get(rel)):
+            if part:
+                yield part, self._part(part)
 
     def objective_ids(self) -> list[str]:
         """The objectives of the set, from the file paths (reads no vector file)."""
@@ -275,10 +317,10 @@ class VectorSet:
                     yield VectorCase(doc["objective"], group["group"], group["conventions"], test, rel)
 
     def by_uid(self, uid: str) -> VectorCase:
-        """The vector of this uid: its ``family.name`` prefix names the one file read."""
+        """The vector of this uid: its ``family.name`` prefix names the file read (its ``Large``
+        part only when the uid is not in the rest)."""
         rel = self._objective_rel.get(uid.split(":", 1)[0])
-        if rel is not None:
-            doc = self._doc(rel)
+        for _, doc in self.parts(rel) if rel is not None else ():
             for group in doc["testGroups"]:
                 for test in group["tests"]:
                     if test["uid"] == uid:
