@@ -192,7 +192,10 @@ def cmd_show(args):
     t = case.test
     print(f"{case.uid}  ({case.objective}, {case.file} tcId {t['tcId']})")
     print(f"  comment:     {t['comment']}")
-    print(f"  result:      {t['result']}   flags: {', '.join(t['flags']) or '-'}   dtypes: {', '.join(t['dtypes'])}")
+    print(f"  result:      {t['result']}   dtypes: {', '.join(t['dtypes'])}")
+    notes = vs.notes(case.objective)
+    print("  flags:       " + ("-" if not t["flags"] else "\n               ".join(
+        f"{flag}: {notes[flag]['description']}" for flag in t["flags"])))
     print(f"  group:       {case.group}   conventions: {json.dumps(case.conventions)}")
     if t["params"]:
         print(f"  params:      {json.dumps(t['params'])}")
@@ -269,7 +272,7 @@ def cmd_check(args):
                           announce=_print_deviations if args.as_paper else None,
                           note=lambda line: print(f"note: {line}", file=sys.stderr))
     elapsed = time.perf_counter() - start
-    report.console(results, quiet=args.quiet, strict=args.strict)
+    report.console(results, quiet=args.quiet, strict=args.strict, notes=_notes(vs, results))
     if not args.quiet:
         print(f"{len(targets)} target(s), {elapsed:.1f} s")
     suite = {"version": conformance.__version__,
@@ -280,6 +283,11 @@ def cmd_check(args):
     if args.junit:
         write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
     return 1 if failed(results, strict=args.strict) else 0
+
+
+def _notes(vs, results) -> dict:
+    """The notes of the vector files of the objectives that ran (what each flag means)."""
+    return {o: vs.notes(o) for o in dict.fromkeys(r.objective for r in results) if o in vs.objective_ids()}
 
 
 def _print_deviations(target) -> None:
@@ -470,6 +478,7 @@ def cmd_bench(args):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"lossproof {conformance.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_vectors(sp):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import signal
 import threading
@@ -33,7 +34,8 @@ import numpy as np
 
 from conformance import catalog, compare, verdict
 from conformance.numbers import decode_input
-from conformance.results import CaseResult
+from conformance.results import NOT_CALLED, CaseResult, not_implemented
+from conformance.targets import signature
 from conformance.targets.target import ANY, Target
 from conformance.vectors.load import VectorCase, VectorSet
 
@@ -163,9 +165,26 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
     if untaken:
         res.status, res.message = "unsupported", untaken
         return res
+    unfit = _unfit(fn, case.objective, frozenset(kwargs))
+    if unfit:
+        res.status, res.message = "error", NOT_CALLED + unfit
+        return res
     if test["result"] == "invalid":
         return _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test)
     return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit, observe)
+
+
+def _unfit(fn, objective_id: str, names: frozenset) -> str | None:
+    """``signature.mismatches``, once per function and set of argument names."""
+    try:
+        return _unfit_cached(fn, objective_id, names)
+    except TypeError:   # an unhashable callable: not cached
+        return signature.mismatches(fn, catalog.get(objective_id), names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unfit_cached(fn, objective_id: str, names: frozenset) -> str | None:
+    return signature.mismatches(fn, catalog.get(objective_id), names)
 
 
 def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
@@ -178,11 +197,15 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
         return res
     except NotImplementedError as err:
-        res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
+        res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
         if untaken := target.untaken(spec.id, kwargs, err):
             res.status, res.message = "unsupported", untaken
+            return res
+        if signature.call_error(err):
+            res.status, res.message = "error", (f"raised TypeError: {str(err)[:200]} (a call whose arguments do not "
+                                                f"fit the function called: not a rejection of the input)")
             return res
         return verdict.judge_invalid(res, {"type": type(err).__name__, "message": str(err)}, True, test)
     finite = True
@@ -212,7 +235,7 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
         return res
     except NotImplementedError as err:
-        res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
+        res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
         res.status, res.message = (("unsupported", untaken) if (untaken := target.untaken(spec.id, kwargs, err))

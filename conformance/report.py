@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
 from conformance._io import write_atomically
-from conformance.results import CHECKED, CaseResult, failed, summary
+from conformance.results import CHECKED, NOT_CALLED, CaseResult, failed, summary
 
 REPORT_SCHEMA = "lossproof-report/2"
 
@@ -91,10 +91,13 @@ def distinctive_flag(r: CaseResult, failures: list[CaseResult], checked: list[Ca
 
 
 def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False,
-            strict: bool = False) -> None:
+            strict: bool = False, notes=None) -> None:
+    """``notes``: {objective: {flag: {"description", ...}}}, the notes of the vector files, to
+    say what each flag a failing vector carries means."""
     out = out or sys.stdout
     s = summary(results)
-    bad = failed(results, strict)
+    _not_called(results, out)
+    bad = [r for r in failed(results, strict) if not r.message.startswith(NOT_CALLED)]
     checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
     if bad:
         groups = defaultdict(list)
@@ -105,7 +108,7 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
               file=out)
         shown = 0
         for flag, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            print(f"  [{flag}]", file=out)
+            print(f"  [{flag}]{_flag_note(notes, rs[0].objective, flag)}", file=out)
             for r in rs[:max(1, max_failures - shown)]:
                 _print_case(r, out)
                 shown += 1
@@ -131,6 +134,35 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
           f"{v['accepted']} accepted silently, {v['error']} errors, {v['unsupported']} unsupported, "
           f"{v['skip']} skipped{'' if strict else ' (informational; --strict fails on anything but rejected)'}",
           file=out)
+
+
+def _flag_note(notes, objective: str, flag: str) -> str:
+    description = ((notes or {}).get(objective) or {}).get(flag, {}).get("description", "")
+    return f" {description}" if description else ""
+
+
+def _not_called(results: list[CaseResult], out) -> None:
+    """Each signature mismatch once, per target and objective, with the cases it kept from
+    being called (they count as errors in the summary)."""
+    by_objective: dict = defaultdict(list)
+    for r in results:
+        if r.message.startswith(NOT_CALLED):
+            by_objective[(r.target, r.objective)].append(r)
+    if not by_objective:
+        return
+    print("not called: the function's signature does not fit the arguments lossproof passes "
+          "(counted as errors):", file=out)
+    for (target, objective), rs in by_objective.items():
+        invalid = sum(r.axis == "validation" for r in rs)
+        label, _, _ = rs[0].message.removeprefix(NOT_CALLED).partition(" ")
+        problems = dict.fromkeys(p for r in rs for p in r.message.removeprefix(NOT_CALLED).partition(" ")[2]
+                                 .split("; "))
+        print(f"  {target} {objective}: {label} ({len(rs)} case(s)"
+              + (f", {invalid} of them invalid inputs" if invalid else "") + "):", file=out)
+        for problem in problems:
+            print(f"    {problem}", file=out)
+        shown = next((r for r in rs if r.axis == "conformance"), rs[0])
+        print(f"    repro: {shown.repro}", file=out)
 
 
 def _print_case(r: CaseResult, out) -> None:
