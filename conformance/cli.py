@@ -214,10 +214,15 @@ def cmd_cite(args):
     case = _find(vs, args.uid)
     version = vs.version(case.file)
     proof = certificates.summary(vs, case)
+    if (args.output or args.element) and not args.latex:
+        raise UsageError("--output and --element select the number of a --latex row")
     if args.bibtex:
         print(cite.bibtex(case, version, proof))
     elif args.latex:
-        print(cite.latex(case, version, proof))
+        try:
+            print(cite.latex(case, version, proof, args.output, args.element))
+        except cite.CiteError as err:
+            raise UsageError(str(err)) from None
     else:
         print(cite.text(case, version, proof))
     return 0
@@ -551,6 +556,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = c.add_mutually_exclusive_group()
     fmt.add_argument("--bibtex", action="store_true")
     fmt.add_argument("--latex", action="store_true")
+    c.add_argument("--output", metavar="NAME", help="--latex: the output (or grad:INPUT) to cite; default the first")
+    c.add_argument("--element", metavar="I[,J...]", help="--latex: its element, one index per axis; default the first")
     c.set_defaults(fn=cmd_cite)
     with_vectors(sub.add_parser("list", help="objectives and vector counts")).set_defaults(fn=cmd_list)
     th = sub.add_parser("theorem", help="the stationary-policy table on the built-in token trees")
