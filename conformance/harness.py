@@ -28,7 +28,6 @@ import json
 import signal
 import threading
 import time
-from collections import Counter
 
 import numpy as np
 
@@ -275,12 +274,15 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
 
     if test.get("grads"):
         unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
+        declined = ""
         try:
             with _time_limit(time_limit):
                 grads = None if unchecked else _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
             msg = ""
         except _Timeout:
             grads, msg = None, f"gradient exceeded the {time_limit:g} s time limit"
+        except NotImplementedError as err:   # the values stand; the gradient is declined, not wrong
+            grads, msg, declined = None, "", f"gradients not checked: the gradient {not_implemented(err)}"
         except Exception as err:
             grads, msg = None, f"gradient raised {type(err).__name__}: {str(err)[:300]}"
         if unchecked:
@@ -288,6 +290,8 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
                            f"{', '.join(unchecked)}, which the target does not return")
         elif grads is None and target.framework != "torch" and case.objective not in target.vjps:
             res.message = f"gradients not checked: the target declares no vjp for {case.objective}"
+        elif grads is None and declined:
+            res.message = declined
         elif grads is None:
             res.status, res.message = "error", msg
             return res
@@ -412,7 +416,8 @@ def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | Non
     if refused:
         return [CaseResult(dtype="-", device="-", status="unsupported", message=refused, conventions=conventions,
                            **base)]
-    run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes and (not dtypes or d in dtypes)]
+    run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes_for(case.objective)
+                  and (not dtypes or d in dtypes)]
     if not run_dtypes:
         return [CaseResult(dtype="-", device="-", status="skip", conventions=conventions,
                            message="no dtype shared by the vector, the target and --dtype", **base)]
@@ -487,14 +492,6 @@ def uncovered(target: Target, vs: VectorSet, objectives, as_paper: bool = False)
                         lines.append(f"{target.name}: {oid} declares {name}={json.dumps(v)}, and no vector group "
                                      f"has it (the groups hold {name} {', '.join(held)}): not checked")
     return list(dict.fromkeys(lines))
-
-
-def why_nothing(results: list[CaseResult]) -> str:
-    """The most common reasons the cases of a run were not checked, for a one-line message."""
-    if not results:
-        return "the target implements none of the selected objectives"
-    reasons = Counter(r.message for r in results)
-    return "; ".join(f"{n} case(s): {msg}" for msg, n in reasons.most_common(3))
 
 
 @contextlib.contextmanager

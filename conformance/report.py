@@ -175,6 +175,14 @@ def _print_case(r: CaseResult, out) -> None:
     print(f"          repro: {r.repro}", file=out)
 
 
+def why_nothing(results: list[CaseResult]) -> str:
+    """The most common reasons the cases of a run were not checked, for a one-line message."""
+    if not results:
+        return "the target implements none of the selected objectives"
+    reasons = Counter(r.message for r in results)
+    return "; ".join(f"{n} case(s): {msg}" for msg, n in reasons.most_common(3))
+
+
 def _table(results: list[CaseResult], out) -> None:
     """Per target, the objectives that were checked (at least one case reached a verdict)."""
     table = worst_table(results)
@@ -184,6 +192,9 @@ def _table(results: list[CaseResult], out) -> None:
     for target in sorted({r.target for r in results}):
         rows = [o for o in sorted({r.objective for r in results if r.target == target})
                 if any(counts[(target, o)][st] for st in CHECKED)]
+        if not rows:   # judged on its own: a target that checked nothing is a line, not the end of the run
+            print(f"\n{target}: checks nothing ({why_nothing([r for r in results if r.target == target])})", file=out)
+            continue
         print(f"\n{target}: {'objective':24} {'pass':>5} {'fail':>5} {'error':>5} {'xfail':>5} {'unsup':>5} "
               f"{'skip':>5} │ {'rej':>4} {'nonf':>4} {'acc':>4}   worst error/tolerance by dtype", file=out)
         for objective in rows:

@@ -30,9 +30,10 @@ from conformance.targets.target import (
     TargetError,
     from_mapping,
     known_file,
+    split_variants,
 )
 
-__all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load"]
+__all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load", "split_variants"]
 
 def _import_object(spec: str):
     module_part, _, attr = spec.rpartition(":")
