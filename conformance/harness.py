@@ -203,8 +203,8 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
             res.status, res.message = "unsupported", untaken
             return res
         if signature.call_error(err):
-            res.status, res.message = "error", (f"raised TypeError: {str(err)[:200]} (a call whose arguments do not "
-                                                f"fit the function called: not a rejection of the input)")
+            why = "a call whose arguments do not fit the function called: not a rejection of the input"
+            res.status, res.message = "error", f"raised TypeError: {str(err)[:200]} ({why})"
             return res
         return verdict.judge_invalid(res, {"type": type(err).__name__, "message": str(err)}, True, test)
     finite = True
