@@ -33,8 +33,9 @@ import numpy as np
 
 from conformance import catalog, compare, verdict
 from conformance.numbers import decode_input
-from conformance.results import NOT_CALLED, CaseResult, not_implemented
+from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult, not_implemented
 from conformance.targets import signature
+from conformance.targets.imports import missing_module
 from conformance.targets.target import ANY, Target
 from conformance.vectors.load import VectorCase, VectorSet
 
@@ -202,6 +203,9 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
         if untaken := target.untaken(spec.id, kwargs, err):
             res.status, res.message = "unsupported", untaken
             return res
+        if missing := missing_module(err):   # the environment's, not a rejection of the input
+            res.status, res.message = "error", MISSING_MODULE + missing
+            return res
         if signature.call_error(err):
             why = "a call whose arguments do not fit the function called: not a rejection of the input"
             res.status, res.message = "error", f"raised TypeError: {str(err)[:200]} ({why})"
@@ -237,7 +241,9 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
         res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
-        res.status, res.message = (("unsupported", untaken) if (untaken := target.untaken(spec.id, kwargs, err))
+        untaken, missing = target.untaken(spec.id, kwargs, err), missing_module(err)
+        res.status, res.message = (("unsupported", untaken) if untaken
+                                   else ("error", MISSING_MODULE + missing) if missing
                                    else ("error", f"raised {type(err).__name__}: {str(err)[:300]}"))
         return res
 

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
 from conformance._io import write_atomically
-from conformance.results import CHECKED, NOT_CALLED, CaseResult, failed, summary
+from conformance.results import CHECKED, MISSING_MODULE, NOT_CALLED, CaseResult, failed, summary
 
 REPORT_SCHEMA = "lossproof-report/2"
 
@@ -97,7 +97,8 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
     out = out or sys.stdout
     s = summary(results)
     _not_called(results, out)
-    bad = [r for r in failed(results, strict) if not r.message.startswith(NOT_CALLED)]
+    _missing_modules(results, out)
+    bad = [r for r in failed(results, strict) if not r.message.startswith((NOT_CALLED, MISSING_MODULE))]
     checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
     if bad:
         groups = defaultdict(list)
@@ -163,6 +164,21 @@ def _not_called(results: list[CaseResult], out) -> None:
             print(f"    {problem}", file=out)
         shown = next((r for r in rs if r.axis == "conformance"), rs[0])
         print(f"    repro: {shown.repro}", file=out)
+
+
+def _missing_modules(results: list[CaseResult], out) -> None:
+    """Each module a target's calls needed and this environment lacks, once per target, with
+    the cases it stopped (they count as errors)."""
+    by_module: dict = defaultdict(list)
+    for r in results:
+        if r.message.startswith(MISSING_MODULE):
+            by_module[(r.target, r.message.removeprefix(MISSING_MODULE))].append(r)
+    if not by_module:
+        return
+    print("missing modules (the cases that need them count as errors):", file=out)
+    for (target, what), rs in by_module.items():
+        objectives = ", ".join(dict.fromkeys(r.objective for r in rs))
+        print(f"  {target}: {what} ({len(rs)} case(s) of {objectives})", file=out)
 
 
 def _print_case(r: CaseResult, out) -> None:

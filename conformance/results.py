@@ -16,6 +16,8 @@ CHECKED = ("pass", "fail", "error", "xfail", "xpass")
 # The message of a case whose function was not called because its signature does not fit the
 # catalog's arguments: the report states each such mismatch once, not once per case.
 NOT_CALLED = "not called: "
+# The message of a case whose call needed a module that is not installed: one line per module.
+MISSING_MODULE = "missing module: "
 
 
 def not_implemented(err: BaseException) -> str:

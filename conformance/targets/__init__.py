@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from conformance.targets import builtin
+from conformance.targets.imports import missing_module
 from conformance.targets.target import (
     ANY,
     Target,
@@ -45,7 +46,7 @@ def _import_object(spec: str):
         try:
             module = importlib.import_module(module_part)
         except Exception as err:
-            raise TargetError(f"--target {spec!r}: cannot import {module_part}: {type(err).__name__}: {err}") from None
+            raise TargetError(f"--target {spec!r}: cannot import {module_part}: {_why(err)}") from None
     if not hasattr(module, attr):
         raise TargetError(f"--target {spec!r}: {module_part} has no attribute {attr!r}")
     return getattr(module, attr)
@@ -58,7 +59,12 @@ def _import_file(path: Path, spec: str):
         raise TargetError(f"--target {spec!r}: file {path} not found")
     folder, stem = str(path.resolve().parent), path.stem
     source = path.read_text(encoding="utf-8", errors="replace")
-    if re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M) and _installed_elsewhere(stem, folder):
+    # however the file imports the library: a statement, or its name in a string that
+    # import_bare / importlib.import_module / __import__ are given (a package named in packages=)
+    imports = re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M)
+    unframed = re.sub(r"""(['"])framework\1\s*:\s*(['"])\w+\2""", "", source)   # "framework": "torch" imports nothing
+    names = re.search(rf"""(['"]){re.escape(stem)}(\.[\w.]+)?\1""", unframed)
+    if (imports or names) and _installed_elsewhere(stem, folder):
         raise TargetError(f"--target {spec!r}: the file is named like the module {stem!r} it imports, so "
                           f"'import {stem}' would import the target file itself: rename it (e.g. {stem}_target.py)")
     mod_name = f"lossproof_target_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
@@ -70,8 +76,14 @@ def _import_file(path: Path, spec: str):
     try:
         loader.loader.exec_module(module)
     except Exception as err:
-        raise TargetError(f"--target {spec!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+        raise TargetError(f"--target {spec!r}: importing {path} failed: {_why(err)}") from None
     return module
+
+
+def _why(err: Exception) -> str:
+    """An import failure in one line: what to install for a missing module (or where a module
+    lossproof removed went), else the exception."""
+    return f"{type(err).__name__}: {err}" + (f" — {hint}" if (hint := missing_module(err)) else "")
 
 
 def _installed_elsewhere(name: str, folder: str) -> bool:
