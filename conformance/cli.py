@@ -32,7 +32,7 @@ from conformance.docs import build as docs_build
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
 from conformance.results import failed
-from conformance.targets import ANY, builtin, known_file, load
+from conformance.targets import ANY, builtin, known_file, load, scaffold
 from conformance.theorem import probe
 from conformance.theorem import table as theorem
 from conformance.vectors import certificates, cite, examples
@@ -313,6 +313,19 @@ def _print_deviations(target) -> None:
         print(f"  {objective}: {items} — {settable}")
 
 
+def cmd_scaffold(args):
+    text = scaffold.skeleton(args.function, args.objective, Path(args.output).name if args.output else "target.py")
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    if Path(args.output).exists():
+        raise UsageError(f"--output {args.output}: the file exists (lossproof scaffold does not overwrite)")
+    write_atomically(Path(args.output), text.encode())
+    print(f"wrote {args.output}: resolve its TODOs, then: lossproof check --target {args.output}:TARGET "
+          f"--objective {args.objective}")
+    return 0
+
+
 def cmd_export_prompt(args):
     counts = exchange.export_prompts(_vector_set(args), Path(args.directory), args.objective)
     if not counts:
@@ -519,6 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--junit", metavar="PATH")
     chk.add_argument("--quiet", action="store_true")
     chk.set_defaults(fn=cmd_check)
+    sc = sub.add_parser("scaffold", help="write a target file for a library's function, from its signature")
+    sc.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mylib.losses:dpo_loss")
+    sc.add_argument("--objective", required=True, metavar="ID", help="the catalog objective it implements")
+    sc.add_argument("--output", metavar="FILE", help="write the target here (default: print it)")
+    sc.set_defaults(fn=cmd_scaffold)
     exp = with_vectors(sub.add_parser("export-prompt", help="write vector inputs for out-of-process targets"))
     exp.add_argument("directory")
     exp.add_argument("--objective", default="*", metavar="GLOB")
