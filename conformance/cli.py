@@ -575,7 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     fmt.add_argument("--bibtex", action="store_true")
     fmt.add_argument("--latex", action="store_true")
     c.add_argument("--output", metavar="NAME", help="--latex: the output (or grad:INPUT) to cite; default the first")
-    c.add_argument("--element", metavar="I[,J...]", help="--latex: its element, one index per axis; default the first")
+    c.add_argument("--element", metavar="I[,J...]",
+                   help="--latex: its element, one index per axis; default the first")
     c.set_defaults(fn=cmd_cite)
     with_vectors(sub.add_parser("list", help="objectives and vector counts")).set_defaults(fn=cmd_list)
     th = sub.add_parser("theorem", help="the stationary-policy table on the built-in token trees")

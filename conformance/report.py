@@ -209,7 +209,8 @@ def _table(results: list[CaseResult], out) -> None:
         rows = [o for o in sorted({r.objective for r in results if r.target == target})
                 if any(counts[(target, o)][st] for st in CHECKED)]
         if not rows:   # judged on its own: a target that checked nothing is a line, not the end of the run
-            print(f"\n{target}: checks nothing ({why_nothing([r for r in results if r.target == target])})", file=out)
+            why = why_nothing([r for r in results if r.target == target])
+            print(f"\n{target}: checks nothing ({why})", file=out)
             continue
         print(f"\n{target}: {'objective':24} {'pass':>5} {'fail':>5} {'error':>5} {'xfail':>5} {'unsup':>5} "
               f"{'skip':>5} │ {'rej':>4} {'nonf':>4} {'acc':>4}   worst error/tolerance by dtype", file=out)

@@ -36,7 +36,8 @@ def test_latex_selects_the_output_and_element(case):
     row = cite.latex(case, "1.3.0", "proof", "chosen_rewards", "3").splitlines()[1]
     assert row == rf"\texttt{{dpo.loss}} & chosen\_rewards[3] & \num{{{exact}}} & \texttt{{724cb4d082c94475}} \\"
     grad = case.test["grads"]["policy_chosen_logps"][-1]
-    assert rf"grad:policy\_chosen\_logps[7] & \num{{{grad}}}" in cite.latex(case, "1.3.0", "p", "grad:policy_chosen_logps", "-1")
+    row = cite.latex(case, "1.3.0", "p", "grad:policy_chosen_logps", "-1")
+    assert rf"grad:policy\_chosen\_logps[7] & \num{{{grad}}}" in row
     assert rf"losses[0] & \num{{{case.test['expected']['losses'][0]}}}" in cite.latex(case, "1.3.0", "p")
 
 

@@ -161,7 +161,7 @@ def import_bare(module: str, packages=(), absent=(), stand_ins=None):
         core_algos = import_bare("verl.trainer.ppo.core_algos",
                                  packages=("verl", "verl.trainer", "verl.trainer.ppo"),
                                  absent=("vllm",),
-                                 stand_ins={"ray": types.SimpleNamespace(remote=lambda f=None, **o: f or (lambda g: g))})
+                                 stand_ins={"ray": types.SimpleNamespace(remote=lambda fn: fn)})
     """
     if module in sys.modules:
         return sys.modules[module]

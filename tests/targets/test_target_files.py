@@ -117,7 +117,8 @@ def test_a_target_file_shadowing_its_library_however_it_imports_it(tmp_path, mon
     monkeypatch.syspath_prepend(str(lib))
     work = tmp_path / "work"
     work.mkdir()
-    (work / "mylibxyz.py").write_text(how + "T = {'name': 'x', 'framework': 'numpy', 'objectives': {'kl.estimator': m.kl}}\n")
+    (work / "mylibxyz.py").write_text(how + "T = {'name': 'x', 'framework': 'numpy', "
+                                            "'objectives': {'kl.estimator': m.kl}}\n")
     assert cli.main(["check", "--target", f"{work / 'mylibxyz.py'}:T"]) == 2
     err = capsys.readouterr().err
     assert "named like the module 'mylibxyz' it imports" in err and "mylibxyz_target.py" in err
@@ -140,7 +141,8 @@ def test_a_package_shadowed_by_a_module_is_named(tmp_path, monkeypatch):
     ("from conformance.targets._peers import import_bare\n",
      "conformance.targets._peers no longer exists: use conformance.targets.imports (import_bare)"),
     ("import conformance.targets.trl\n", "use conformance.targets.peers.trl"),
-    ("import PIL_absent_xyz.Image\n", "needs the package PIL_absent_xyz, which is not installed: pip install PIL_absent_xyz"),
+    ("import PIL_absent_xyz.Image\n",
+     "needs the package PIL_absent_xyz, which is not installed: pip install PIL_absent_xyz"),
 ])
 def test_a_missing_module_at_load_time_says_what_to_do(tmp_path, capsys, source, hint):
     (tmp_path / "old.py").write_text(source)
