@@ -144,3 +144,13 @@ def test_the_api_runs_every_variant(library):
     cases = testing.cases(f"{library}:MEANS", objective="grpo.aggregate")
     assert {tc.target.name for tc in cases} == {"lib[token]", "lib[row]"}
     assert run.prepare(run.Selection(targets=[f"{library}:MEANS"])).targets[0].name == "lib"
+
+
+def test_notimplementederror_is_unsupported_in_the_probe_too(tmp_path, capsys):
+    path = tmp_path / "declines.py"
+    path.write_text("def loss(**arguments):\n    raise NotImplementedError\n"
+                    "T = {'name': 'nie', 'framework': 'torch', 'objectives': {'proximal_kl.loss': loss}}\n")
+    assert cli.main(["probe", "--target", f"{path}:T", "--quiet"]) == 2
+    out = capsys.readouterr()
+    assert "not probed: nie proximal_kl.loss: raised NotImplementedError (the function does not implement" in out.out
+    assert out.err.startswith("lossproof: error: nothing was probed") and "Traceback" not in out.err
