@@ -128,6 +128,7 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
             print(f"  {r.target}/{r.dtype} {r.uid}: {r.known}", file=out)
     if not quiet:
         _table(results, out)
+    _checked_nothing(results, out)
     c, v = s["conformance"], s["validation"]
     print(f"\nconformance: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['xfail']} known failures, "
           f"{c['xpass']} stale known, {c['unsupported']} unsupported, {c['skip']} skipped", file=out)
@@ -199,6 +200,15 @@ def why_nothing(results: list[CaseResult]) -> str:
     return "; ".join(f"{n} case(s): {msg}" for msg, n in reasons.most_common(3))
 
 
+def _checked_nothing(results: list[CaseResult], out) -> None:
+    """A line for each target none of whose cases reached a verdict: each target is judged on its
+    own, so one that checks nothing is reported, not the end of the run."""
+    for target in dict.fromkeys(r.target for r in results):
+        mine = [r for r in results if r.target == target]
+        if not any(r.status in CHECKED for r in mine):
+            print(f"\n{target}: checks nothing ({why_nothing(mine)})", file=out)
+
+
 def _table(results: list[CaseResult], out) -> None:
     """Per target, the objectives that were checked (at least one case reached a verdict)."""
     table = worst_table(results)
@@ -208,9 +218,7 @@ def _table(results: list[CaseResult], out) -> None:
     for target in sorted({r.target for r in results}):
         rows = [o for o in sorted({r.objective for r in results if r.target == target})
                 if any(counts[(target, o)][st] for st in CHECKED)]
-        if not rows:   # judged on its own: a target that checked nothing is a line, not the end of the run
-            why = why_nothing([r for r in results if r.target == target])
-            print(f"\n{target}: checks nothing ({why})", file=out)
+        if not rows:   # a line of its own (_checked_nothing), also with --quiet
             continue
         print(f"\n{target}: {'objective':24} {'pass':>5} {'fail':>5} {'error':>5} {'xfail':>5} {'unsup':>5} "
               f"{'skip':>5} │ {'rej':>4} {'nonf':>4} {'acc':>4}   worst error/tolerance by dtype", file=out)

@@ -73,7 +73,7 @@ def _run(tmp_path, capsys, *argv):
 
 def test_a_target_that_checks_nothing_is_a_line_and_the_others_are_reported(library, tmp_path, capsys):
     code, out, err, doc = _run(tmp_path, capsys, "--target", f"{library}:NOTHING", "--target", f"{library}:FLOAT64",
-                               "--objective", "kl.estimator")
+                               "--objective", "kl.estimator", "--quiet")
     assert code == 0, err
     assert "nothing: checks nothing (" in out and "raised NotImplementedError (the function does not" in out
     assert {c["target"] for c in doc["cases"]} == {"nothing", "only64"}
