@@ -173,9 +173,9 @@ def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
                 f"functions (docs/distributed.md)"))
         elif not any(r.status in CHECKED for r in ran):
             nothing.append(f"target {target.name}: the selection checks nothing ({report.why_nothing(ran)})")
-    # each target is judged on its own: one that checks nothing is a line (the console table's, for
-    # one whose cases were reported; a note for one that ran none), and the run is a usage error
-    # only when no target checks anything
+    # each target is judged on its own: one that checks nothing is a line (of the console report,
+    # for one whose cases were reported; a note for one that ran none), and the run is a usage
+    # error only when no target checks anything
     if not any(r.status in CHECKED for r in results):
         raise UsageError("; ".join(dict.fromkeys(idle + nothing)))
     for line in idle:
