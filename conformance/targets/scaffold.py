@@ -160,12 +160,11 @@ def skeleton(target: str, objective_id: str, filename: str = "target.py") -> str
                    if conventions else []) if left else [])
 
     doc = [f'"""A lossproof target for {module_name}:{function_name} ({objective_id}), written by',
-           f"`lossproof scaffold`. Resolve every TODO, then check it:",
+           "`lossproof scaffold`. Resolve every TODO, then check it:",
            "",
            f"    lossproof check --target {filename}:TARGET --objective {objective_id}",
            '"""']
-    imports = ([f"import {framework}", ""] if framework == "torch" else []) + \
-        [f"from {module_name} import {function_name.split('.')[0]}"]
+    imports = [f"from {module_name} import {function_name.split('.')[0]}"]
     target = ["TARGET = {",
               f"    \"name\": \"{module_name.split('.')[0]}-{function_name.split('.')[-1]}\",",
               f"    \"framework\": \"{framework}\",",
