@@ -59,12 +59,14 @@ def _import_file(path: Path, spec: str):
         raise TargetError(f"--target {spec!r}: file {path} not found")
     folder, stem = str(path.resolve().parent), path.stem
     source = path.read_text(encoding="utf-8", errors="replace")
-    # however the file imports the library: a statement, or its name in a string that
-    # import_bare / importlib.import_module / __import__ are given (a package named in packages=)
-    imports = re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M)
-    unframed = re.sub(r"""(['"])framework\1\s*:\s*(['"])\w+\2""", "", source)   # "framework": "torch" imports nothing
-    names = re.search(rf"""(['"]){re.escape(stem)}(\.[\w.]+)?\1""", unframed)
-    if (imports or names) and _installed_elsewhere(stem, folder):
+    # however the file imports the library: a statement, or its name in the string that
+    # import_bare / importlib.import_module / __import__ / find_spec are given, or among the
+    # packages of import_bare (a string elsewhere, such as the target's "name", imports nothing)
+    name = rf"""(['"]){re.escape(stem)}(\.[\w.]+)?['"]"""
+    imports = (re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M)
+               or re.search(rf"(import_bare|import_module|__import__|find_spec)\(\s*{name}", source)
+               or re.search(rf"packages\s*=\s*[(\[][^)\]]*{name}", source))
+    if imports and _installed_elsewhere(stem, folder):
         raise TargetError(f"--target {spec!r}: the file is named like the module {stem!r} it imports, so "
                           f"'import {stem}' would import the target file itself: rename it (e.g. {stem}_target.py)")
     mod_name = f"lossproof_target_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"

@@ -107,6 +107,9 @@ def test_a_stand_in_object_replaces_a_module_while_the_loss_module_imports(tmp_p
 @pytest.mark.parametrize("how", [
     "from conformance.targets.imports import import_bare\nm = import_bare('mylibxyz.losses', packages=('mylibxyz',))\n",
     "import importlib\nm = importlib.import_module('mylibxyz.losses')\n",
+    "from conformance.targets.imports import import_bare\n"
+    "m = import_bare('other.losses', packages=['mylibxyz', 'other']) if False else __import__('json')\n"
+    "m.kl = len\n",
     "import mylibxyz.losses as m\n",
 ])
 def test_a_target_file_shadowing_its_library_however_it_imports_it(tmp_path, monkeypatch, capsys, how):
@@ -125,9 +128,10 @@ def test_a_target_file_shadowing_its_library_however_it_imports_it(tmp_path, mon
     assert len(err.splitlines()) == 1
 
 
-def test_a_framework_name_is_not_an_import(tmp_path):
-    (tmp_path / "numpy.py").write_text("T = {'name': 'x', 'framework': 'numpy', 'objectives': {'kl.estimator': len}}\n")
-    assert load(f"{tmp_path / 'numpy.py'}:T").name == "x"
+def test_a_string_that_imports_nothing_is_not_an_import(tmp_path):
+    (tmp_path / "numpy.py").write_text("T = {'name': 'numpy', 'framework': 'numpy', "
+                                       "'objectives': {'kl.estimator': len}}\n")
+    assert load(f"{tmp_path / 'numpy.py'}:T").name == "numpy"
 
 
 def test_a_package_shadowed_by_a_module_is_named(tmp_path, monkeypatch):
