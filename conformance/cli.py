@@ -32,7 +32,7 @@ from conformance.docs import build as docs_build
 from conformance.errors import LossproofError, UsageError
 from conformance.progress import bar
 from conformance.results import failed
-from conformance.targets import ANY, builtin, known_file, load
+from conformance.targets import ANY, builtin, known_file, load, scaffold
 from conformance.theorem import probe
 from conformance.theorem import table as theorem
 from conformance.vectors import certificates, cite, examples
@@ -192,7 +192,10 @@ def cmd_show(args):
     t = case.test
     print(f"{case.uid}  ({case.objective}, {case.file} tcId {t['tcId']})")
     print(f"  comment:     {t['comment']}")
-    print(f"  result:      {t['result']}   flags: {', '.join(t['flags']) or '-'}   dtypes: {', '.join(t['dtypes'])}")
+    print(f"  result:      {t['result']}   dtypes: {', '.join(t['dtypes'])}")
+    notes = vs.notes(case.objective)
+    print("  flags:       " + ("-" if not t["flags"] else "\n               ".join(
+        f"{flag}: {notes[flag]['description']}" for flag in t["flags"])))
     print(f"  group:       {case.group}   conventions: {json.dumps(case.conventions)}")
     if t["params"]:
         print(f"  params:      {json.dumps(t['params'])}")
@@ -211,10 +214,15 @@ def cmd_cite(args):
     case = _find(vs, args.uid)
     version = vs.version(case.file)
     proof = certificates.summary(vs, case)
+    if (args.output or args.element) and not args.latex:
+        raise UsageError("--output and --element select the number of a --latex row")
     if args.bibtex:
         print(cite.bibtex(case, version, proof))
     elif args.latex:
-        print(cite.latex(case, version, proof))
+        try:
+            print(cite.latex(case, version, proof, args.output, args.element))
+        except cite.CiteError as err:
+            raise UsageError(str(err)) from None
     else:
         print(cite.text(case, version, proof))
     return 0
@@ -269,7 +277,7 @@ def cmd_check(args):
                           announce=_print_deviations if args.as_paper else None,
                           note=lambda line: print(f"note: {line}", file=sys.stderr))
     elapsed = time.perf_counter() - start
-    report.console(results, quiet=args.quiet, strict=args.strict)
+    report.console(results, quiet=args.quiet, strict=args.strict, notes=_notes(vs, results))
     if not args.quiet:
         print(f"{len(targets)} target(s), {elapsed:.1f} s")
     suite = {"version": conformance.__version__,
@@ -280,6 +288,11 @@ def cmd_check(args):
     if args.junit:
         write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
     return 1 if failed(results, strict=args.strict) else 0
+
+
+def _notes(vs, results) -> dict:
+    """The notes of the vector files of the objectives that ran (what each flag means)."""
+    return {o: vs.notes(o) for o in dict.fromkeys(r.objective for r in results) if o in vs.objective_ids()}
 
 
 def _print_deviations(target) -> None:
@@ -298,6 +311,19 @@ def _print_deviations(target) -> None:
                           for oid, name, value, default in devs if oid == objective)
         settable = "the paper setting is available" if target.accepts(objective, paper) else "no paper setting"
         print(f"  {objective}: {items} — {settable}")
+
+
+def cmd_scaffold(args):
+    text = scaffold.skeleton(args.function, args.objective, Path(args.output).name if args.output else "target.py")
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    if Path(args.output).exists():
+        raise UsageError(f"--output {args.output}: the file exists (lossproof scaffold does not overwrite)")
+    write_atomically(Path(args.output), text.encode())
+    print(f"wrote {args.output}: resolve its TODOs, then: lossproof check --target {args.output}:TARGET "
+          f"--objective {args.objective}")
+    return 0
 
 
 def cmd_export_prompt(args):
@@ -470,6 +496,7 @@ def cmd_bench(args):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"lossproof {conformance.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_vectors(sp):
@@ -505,6 +532,11 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--junit", metavar="PATH")
     chk.add_argument("--quiet", action="store_true")
     chk.set_defaults(fn=cmd_check)
+    sc = sub.add_parser("scaffold", help="write a target file for a library's function, from its signature")
+    sc.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mylib.losses:dpo_loss")
+    sc.add_argument("--objective", required=True, metavar="ID", help="the catalog objective it implements")
+    sc.add_argument("--output", metavar="FILE", help="write the target here (default: print it)")
+    sc.set_defaults(fn=cmd_scaffold)
     exp = with_vectors(sub.add_parser("export-prompt", help="write vector inputs for out-of-process targets"))
     exp.add_argument("directory")
     exp.add_argument("--objective", default="*", metavar="GLOB")
@@ -542,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
     fmt = c.add_mutually_exclusive_group()
     fmt.add_argument("--bibtex", action="store_true")
     fmt.add_argument("--latex", action="store_true")
+    c.add_argument("--output", metavar="NAME", help="--latex: the output (or grad:INPUT) to cite; default the first")
+    c.add_argument("--element", metavar="I[,J...]",
+                   help="--latex: its element, one index per axis; default the first")
     c.set_defaults(fn=cmd_cite)
     with_vectors(sub.add_parser("list", help="objectives and vector counts")).set_defaults(fn=cmd_list)
     th = sub.add_parser("theorem", help="the stationary-policy table on the built-in token trees")

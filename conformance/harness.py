@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import json
 import signal
 import threading
 import time
-from collections import Counter
 
 import numpy as np
 
 from conformance import catalog, compare, verdict
 from conformance.numbers import decode_input
-from conformance.results import CaseResult
+from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult, not_implemented
+from conformance.targets import signature
+from conformance.targets.imports import missing_module
 from conformance.targets.target import ANY, Target
 from conformance.vectors.load import VectorCase, VectorSet
 
@@ -163,9 +165,26 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
     if untaken:
         res.status, res.message = "unsupported", untaken
         return res
+    unfit = _unfit(fn, case.objective, frozenset(kwargs))
+    if unfit:
+        res.status, res.message = "error", NOT_CALLED + unfit
+        return res
     if test["result"] == "invalid":
         return _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test)
     return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit, observe)
+
+
+def _unfit(fn, objective_id: str, names: frozenset) -> str | None:
+    """``signature.mismatches``, once per function and set of argument names."""
+    try:
+        return _unfit_cached(fn, objective_id, names)
+    except TypeError:   # an unhashable callable: not cached
+        return signature.mismatches(fn, catalog.get(objective_id), names)
+
+
+@functools.lru_cache(maxsize=1024)
+def _unfit_cached(fn, objective_id: str, names: frozenset) -> str | None:
+    return signature.mismatches(fn, catalog.get(objective_id), names)
 
 
 def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
@@ -178,11 +197,18 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
         return res
     except NotImplementedError as err:
-        res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
+        res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
         if untaken := target.untaken(spec.id, kwargs, err):
             res.status, res.message = "unsupported", untaken
+            return res
+        if missing := missing_module(err):   # the environment's, not a rejection of the input
+            res.status, res.message = "error", MISSING_MODULE + missing
+            return res
+        if signature.call_error(err):
+            why = "a call whose arguments do not fit the function called: not a rejection of the input"
+            res.status, res.message = "error", f"raised TypeError: {str(err)[:200]} ({why})"
             return res
         return verdict.judge_invalid(res, {"type": type(err).__name__, "message": str(err)}, True, test)
     finite = True
@@ -212,10 +238,12 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
         res.status, res.message = "error", f"exceeded the {time_limit:g} s time limit"
         return res
     except NotImplementedError as err:
-        res.status, res.message = "unsupported", f"raised NotImplementedError: {str(err)[:200]}"
+        res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
-        res.status, res.message = (("unsupported", untaken) if (untaken := target.untaken(spec.id, kwargs, err))
+        untaken, missing = target.untaken(spec.id, kwargs, err), missing_module(err)
+        res.status, res.message = (("unsupported", untaken) if untaken
+                                   else ("error", MISSING_MODULE + missing) if missing
                                    else ("error", f"raised {type(err).__name__}: {str(err)[:300]}"))
         return res
 
@@ -252,12 +280,15 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
 
     if test.get("grads"):
         unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
+        declined = ""
         try:
             with _time_limit(time_limit):
                 grads = None if unchecked else _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
             msg = ""
         except _Timeout:
             grads, msg = None, f"gradient exceeded the {time_limit:g} s time limit"
+        except NotImplementedError as err:   # the values stand; the gradient is declined, not wrong
+            grads, msg, declined = None, "", f"gradients not checked: the gradient {not_implemented(err)}"
         except Exception as err:
             grads, msg = None, f"gradient raised {type(err).__name__}: {str(err)[:300]}"
         if unchecked:
@@ -265,6 +296,8 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
                            f"{', '.join(unchecked)}, which the target does not return")
         elif grads is None and target.framework != "torch" and case.objective not in target.vjps:
             res.message = f"gradients not checked: the target declares no vjp for {case.objective}"
+        elif grads is None and declined:
+            res.message = declined
         elif grads is None:
             res.status, res.message = "error", msg
             return res
@@ -389,7 +422,8 @@ def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | Non
     if refused:
         return [CaseResult(dtype="-", device="-", status="unsupported", message=refused, conventions=conventions,
                            **base)]
-    run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes and (not dtypes or d in dtypes)]
+    run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes_for(case.objective)
+                  and (not dtypes or d in dtypes)]
     if not run_dtypes:
         return [CaseResult(dtype="-", device="-", status="skip", conventions=conventions,
                            message="no dtype shared by the vector, the target and --dtype", **base)]
@@ -464,14 +498,6 @@ def uncovered(target: Target, vs: VectorSet, objectives, as_paper: bool = False)
                         lines.append(f"{target.name}: {oid} declares {name}={json.dumps(v)}, and no vector group "
                                      f"has it (the groups hold {name} {', '.join(held)}): not checked")
     return list(dict.fromkeys(lines))
-
-
-def why_nothing(results: list[CaseResult]) -> str:
-    """The most common reasons the cases of a run were not checked, for a one-line message."""
-    if not results:
-        return "the target implements none of the selected objectives"
-    reasons = Counter(r.message for r in results)
-    return "; ".join(f"{n} case(s): {msg}" for msg, n in reasons.most_common(3))
 
 
 @contextlib.contextmanager

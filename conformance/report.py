@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
 from conformance._io import write_atomically
-from conformance.results import CHECKED, CaseResult, failed, summary
+from conformance.results import CHECKED, MISSING_MODULE, NOT_CALLED, CaseResult, failed, summary
 
 REPORT_SCHEMA = "lossproof-report/2"
 
@@ -91,10 +91,14 @@ def distinctive_flag(r: CaseResult, failures: list[CaseResult], checked: list[Ca
 
 
 def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False,
-            strict: bool = False) -> None:
+            strict: bool = False, notes=None) -> None:
+    """``notes``: {objective: {flag: {"description", ...}}}, the notes of the vector files, to
+    say what each flag a failing vector carries means."""
     out = out or sys.stdout
     s = summary(results)
-    bad = failed(results, strict)
+    _not_called(results, out)
+    _missing_modules(results, out)
+    bad = [r for r in failed(results, strict) if not r.message.startswith((NOT_CALLED, MISSING_MODULE))]
     checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
     if bad:
         groups = defaultdict(list)
@@ -105,7 +109,7 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
               file=out)
         shown = 0
         for flag, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            print(f"  [{flag}]", file=out)
+            print(f"  [{flag}]{_flag_note(notes, rs[0].objective, flag)}", file=out)
             for r in rs[:max(1, max_failures - shown)]:
                 _print_case(r, out)
                 shown += 1
@@ -124,6 +128,7 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
             print(f"  {r.target}/{r.dtype} {r.uid}: {r.known}", file=out)
     if not quiet:
         _table(results, out)
+    _checked_nothing(results, out)
     c, v = s["conformance"], s["validation"]
     print(f"\nconformance: {c['pass']} passed, {c['fail']} failed, {c['error']} errors, {c['xfail']} known failures, "
           f"{c['xpass']} stale known, {c['unsupported']} unsupported, {c['skip']} skipped", file=out)
@@ -131,6 +136,50 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
           f"{v['accepted']} accepted silently, {v['error']} errors, {v['unsupported']} unsupported, "
           f"{v['skip']} skipped{'' if strict else ' (informational; --strict fails on anything but rejected)'}",
           file=out)
+
+
+def _flag_note(notes, objective: str, flag: str) -> str:
+    description = ((notes or {}).get(objective) or {}).get(flag, {}).get("description", "")
+    return f" {description}" if description else ""
+
+
+def _not_called(results: list[CaseResult], out) -> None:
+    """Each signature mismatch once, per target and objective, with the cases it kept from
+    being called (they count as errors in the summary)."""
+    by_objective: dict = defaultdict(list)
+    for r in results:
+        if r.message.startswith(NOT_CALLED):
+            by_objective[(r.target, r.objective)].append(r)
+    if not by_objective:
+        return
+    print("not called: the function's signature does not fit the arguments lossproof passes "
+          "(counted as errors):", file=out)
+    for (target, objective), rs in by_objective.items():
+        invalid = sum(r.axis == "validation" for r in rs)
+        label, _, _ = rs[0].message.removeprefix(NOT_CALLED).partition(" ")
+        problems = dict.fromkeys(p for r in rs for p in r.message.removeprefix(NOT_CALLED).partition(" ")[2]
+                                 .split("; "))
+        print(f"  {target} {objective}: {label} ({len(rs)} case(s)"
+              + (f", {invalid} of them invalid inputs" if invalid else "") + "):", file=out)
+        for problem in problems:
+            print(f"    {problem}", file=out)
+        shown = next((r for r in rs if r.axis == "conformance"), rs[0])
+        print(f"    repro: {shown.repro}", file=out)
+
+
+def _missing_modules(results: list[CaseResult], out) -> None:
+    """Each module a target's calls needed and this environment lacks, once per target, with
+    the cases it stopped (they count as errors)."""
+    by_module: dict = defaultdict(list)
+    for r in results:
+        if r.message.startswith(MISSING_MODULE):
+            by_module[(r.target, r.message.removeprefix(MISSING_MODULE))].append(r)
+    if not by_module:
+        return
+    print("missing modules (the cases that need them count as errors):", file=out)
+    for (target, what), rs in by_module.items():
+        objectives = ", ".join(dict.fromkeys(r.objective for r in rs))
+        print(f"  {target}: {what} ({len(rs)} case(s) of {objectives})", file=out)
 
 
 def _print_case(r: CaseResult, out) -> None:
@@ -143,6 +192,23 @@ def _print_case(r: CaseResult, out) -> None:
     print(f"          repro: {r.repro}", file=out)
 
 
+def why_nothing(results: list[CaseResult]) -> str:
+    """The most common reasons the cases of a run were not checked, for a one-line message."""
+    if not results:
+        return "the target implements none of the selected objectives"
+    reasons = Counter(r.message for r in results)
+    return "; ".join(f"{n} case(s): {msg}" for msg, n in reasons.most_common(3))
+
+
+def _checked_nothing(results: list[CaseResult], out) -> None:
+    """A line for each target none of whose cases reached a verdict: each target is judged on its
+    own, so one that checks nothing is reported, not the end of the run."""
+    for target in dict.fromkeys(r.target for r in results):
+        mine = [r for r in results if r.target == target]
+        if not any(r.status in CHECKED for r in mine):
+            print(f"\n{target}: checks nothing ({why_nothing(mine)})", file=out)
+
+
 def _table(results: list[CaseResult], out) -> None:
     """Per target, the objectives that were checked (at least one case reached a verdict)."""
     table = worst_table(results)
@@ -152,6 +218,8 @@ def _table(results: list[CaseResult], out) -> None:
     for target in sorted({r.target for r in results}):
         rows = [o for o in sorted({r.objective for r in results if r.target == target})
                 if any(counts[(target, o)][st] for st in CHECKED)]
+        if not rows:   # a line of its own (_checked_nothing), also with --quiet
+            continue
         print(f"\n{target}: {'objective':24} {'pass':>5} {'fail':>5} {'error':>5} {'xfail':>5} {'unsup':>5} "
               f"{'skip':>5} │ {'rej':>4} {'nonf':>4} {'acc':>4}   worst error/tolerance by dtype", file=out)
         for objective in rows:

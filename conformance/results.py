@@ -13,6 +13,19 @@ VALIDATION = ("rejected", "non-finite", "accepted", "error", "unsupported", "ski
 # a conformance verdict: a selection in which no case reaches one checked nothing (validation
 # alone says nothing about the values a target computes)
 CHECKED = ("pass", "fail", "error", "xfail", "xpass")
+# The message of a case whose function was not called because its signature does not fit the
+# catalog's arguments: the report states each such mismatch once, not once per case.
+NOT_CALLED = "not called: "
+# The message of a case whose call needed a module that is not installed: one line per module.
+MISSING_MODULE = "missing module: "
+
+
+def not_implemented(err: BaseException) -> str:
+    """The message of a case the target declined with ``NotImplementedError`` (``unsupported``
+    wherever a target runs); a bare ``raise NotImplementedError`` has no text of its own."""
+    text = str(err).strip()[:200]
+    return (f"raised NotImplementedError: {text}" if text
+            else "raised NotImplementedError (the function does not implement this case)")
 
 
 @dataclass

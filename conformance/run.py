@@ -15,12 +15,12 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from conformance import catalog, compare, harness
+from conformance import catalog, compare, harness, report
 from conformance.distributed import check as distributed
 from conformance.distributed import partitions
 from conformance.errors import UsageError
 from conformance.results import CHECKED, CaseResult
-from conformance.targets import Target, builtin, load
+from conformance.targets import Target, builtin, load, split_variants
 from conformance.vectors.load import VectorSet
 
 
@@ -48,6 +48,7 @@ class Plan:
     selection: Selection
     targets: list[Target]
     split: tuple | None        # (option, text, parsed) of --partition / --shard-vocab
+    idle: list[str] = field(default_factory=list)   # why each target left out of the run cannot run
 
 
 def dtype_list(given) -> list[str]:
@@ -79,23 +80,35 @@ def prepare(sel: Selection) -> Plan:
         raise UsageError(f"--dtype {bad[0]!r}: choose from {', '.join(compare.UNIT_ROUNDOFF)}")
     split = _split(sel)
     specs = list(sel.backends) + list(sel.targets) or builtin.available()
-    targets = [spec if isinstance(spec, Target) else load(spec) for spec in specs]
+    targets = [t for spec in specs for t in split_variants(spec if isinstance(spec, Target) else load(spec))]
+    runnable, idle = [], []
     for target in targets:
-        if sel.device and sel.device not in target.devices:
-            raise UsageError(f"--device {sel.device!r}: target {target.name} runs on {', '.join(target.devices)}")
-        device = sel.device or target.devices[0]
-        if device.startswith("cuda") and not builtin.cuda_available():
-            raise UsageError(f"target {target.name} runs on {device}, and this machine has no CUDA device "
-                             f"(torch.cuda.is_available() is False)")
-        missing = [d for d in sel.dtypes if d not in target.dtypes]
-        if sel.dtypes and len(missing) == len(sel.dtypes):
-            raise UsageError(f"--dtype {', '.join(sel.dtypes)}: target {target.name} runs in "
-                             f"{', '.join(target.dtypes)} only")
-        if split and target.framework != "torch":
-            raise UsageError(f"{split[0]}: target {target.name} is a {target.framework} target; distributed checks "
-                             f"run torch steps and sharded functions")
+        why = _cannot_run(target, sel, split)
+        if why:
+            idle.append(why)
+            continue
         target.known = {**target.known, **sel.known}
-    return Plan(sel, targets, split)
+        runnable.append(target)
+    if not runnable:   # each target on its own: the run ends only when none of them can run
+        raise UsageError("; ".join(idle))
+    return Plan(sel, runnable, split, idle)
+
+
+def _cannot_run(target: Target, sel: Selection, split) -> str | None:
+    """Why ``target`` cannot run the selection at all (device, dtypes, a distributed split), or None."""
+    if sel.device and sel.device not in target.devices:
+        return f"--device {sel.device!r}: target {target.name} runs on {', '.join(target.devices)}"
+    device = sel.device or target.devices[0]
+    if device.startswith("cuda") and not builtin.cuda_available():
+        return (f"target {target.name} runs on {device}, and this machine has no CUDA device "
+                f"(torch.cuda.is_available() is False)")
+    runs_in = target.all_dtypes()
+    if sel.dtypes and not any(d in runs_in for d in sel.dtypes):
+        return f"--dtype {', '.join(sel.dtypes)}: target {target.name} runs in {', '.join(runs_in)} only"
+    if split and target.framework != "torch":
+        return (f"{split[0]}: target {target.name} is a {target.framework} target; distributed checks "
+                f"run torch steps and sharded functions")
+    return None
 
 
 def cases(plan: Plan, vs: VectorSet) -> list:
@@ -112,18 +125,29 @@ def objectives_of(plan: Plan) -> list[str]:
     return [o.id for o in catalog.OBJECTIVES if any(fnmatch.fnmatchcase(o.id, g) for g in plan.selection.objectives)]
 
 
+def _asked_of(target: Target, plan: Plan) -> list[str]:
+    """The objective globs to run ``target`` with. An objective named outright that the target
+    lacks is reported unsupported, except where a variant of the same declaration implements it
+    (the variants of one target file are one implementation, split for the report)."""
+    siblings = [t for t in plan.targets if t is not target and t.spec and t.spec == target.spec]
+    return [g for g in plan.selection.objectives
+            if g in target.objectives or not any(g in s.objectives for s in siblings)]
+
+
 def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
             announce: Callable[[Target], None] | None = None,
             note: Callable[[str], None] | None = None) -> list[CaseResult]:
     """Judge the selection on every target of the plan. ``progress(label)``: a context manager
     yielding a progress callback (the CLI's bar); ``announce(target)`` runs before a target is
-    checked; ``note(line)`` receives the declared conventions that no vector group holds."""
+    checked; ``note(line)`` receives the declared conventions that no vector group holds, and why
+    each target that ran no case could not run (when another target checked something; when none
+    did, the run is a UsageError naming every reason)."""
     sel, split = plan.selection, plan.split
     cases(plan, vs)
     common = {"objective": sel.objectives, "dtypes": sel.dtypes or None, "uids": set(sel.uids),
               "tolerances": sel.tolerances, "time_limit": sel.time_limit, "as_paper": sel.as_paper,
               "options": sel.options}
-    results = []
+    results, idle, nothing = [], list(plan.idle), []
     for target in plan.targets:
         if announce:
             announce(target)
@@ -135,17 +159,26 @@ def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
             elif split:
                 ran = distributed.sharded(target, vs, *split[2], progress=tick, device=device, **common)
             else:
-                ran = harness.run(target, vs, device=sel.device, progress=tick, **common)
-        if split and not ran:
-            declared = target.steps if split[0] == "--partition" else target.sharded
-            raise UsageError(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
-                "the selection holds none of them" if declared else
-                f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "
-                f"functions (docs/distributed.md)"))
+                ran = harness.run(target, vs, device=sel.device, progress=tick,
+                                  **{**common, "objective": _asked_of(target, plan)})
         for line in harness.uncovered(target, vs, sel.objectives, as_paper=sel.as_paper):
             if note:
                 note(line)
-        if not any(r.status in CHECKED for r in ran):
-            raise UsageError(f"target {target.name}: the selection checks nothing ({harness.why_nothing(ran)})")
         results += ran
+        if split and not ran:
+            declared = target.steps if split[0] == "--partition" else target.sharded
+            idle.append(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
+                "the selection holds none of them" if declared else
+                f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "
+                f"functions (docs/distributed.md)"))
+        elif not any(r.status in CHECKED for r in ran):
+            nothing.append(f"target {target.name}: the selection checks nothing ({report.why_nothing(ran)})")
+    # each target is judged on its own: one that checks nothing is a line (of the console report,
+    # for one whose cases were reported; a note for one that ran none), and the run is a usage
+    # error only when no target checks anything
+    if not any(r.status in CHECKED for r in results):
+        raise UsageError("; ".join(dict.fromkeys(idle + nothing)))
+    for line in idle:
+        if note:
+            note(line)
     return results

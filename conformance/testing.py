@@ -36,7 +36,9 @@ def cases(target: str | targets.Target, vectors_dir=None, objective: str = "*", 
                                      known=targets.known_file(known) if known else {}))
     vs = VectorSet(vectors_dir, [objective], validate=False)   # reads the files of ``objective`` only
     chosen = tuple(plan.selection.dtypes) or None
-    return [TargetCase(plan.targets[0], c, chosen) for c in run.cases(plan, vs)]
+    # a target declaring variants stands for several: each variant gets the cases of its objectives
+    return [TargetCase(t, c, chosen) for t in plan.targets for c in run.cases(plan, vs)
+            if len(plan.targets) == 1 or c.objective in t.objectives]
 
 
 __all__ = ["TargetCase", "cases", "check", "failed"]

@@ -169,7 +169,7 @@ class _Run:
 
 
 def _dtypes(target, case, dtypes):
-    return [d for d in case.test["dtypes"] if d in target.dtypes and (not dtypes or d in dtypes)]
+    return [d for d in case.test["dtypes"] if d in target.dtypes_for(case.objective) and (not dtypes or d in dtypes)]
 
 
 def partitioned(target: Target, vs: VectorSet, ranks: int, micro: int, kind: str | None = None, *,

@@ -18,6 +18,7 @@ import traceback
 from datetime import timedelta
 
 from conformance._host import pool_context
+from conformance.results import not_implemented
 
 READY_TIMEOUT = 120.0   # starting R processes on a loaded 2-core machine
 
@@ -60,7 +61,7 @@ def _worker(rank: int, world: int, init_file: str, device: str, timeout: float, 
         try:
             out = run_task(task, rank, world, dist.group.WORLD, dev)
         except NotImplementedError as err:
-            out = {"status": "unsupported", "message": f"raised NotImplementedError: {str(err)[:200]}"}
+            out = {"status": "unsupported", "message": not_implemented(err)}
         except Exception as err:
             frame = traceback.extract_tb(err.__traceback__)[-1]
             out = {"status": "error", "message": f"raised {type(err).__name__}: {str(err)[:300]} "

@@ -24,15 +24,17 @@ import sys
 from pathlib import Path
 
 from conformance.targets import builtin
+from conformance.targets.imports import missing_module
 from conformance.targets.target import (
     ANY,
     Target,
     TargetError,
     from_mapping,
     known_file,
+    split_variants,
 )
 
-__all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load"]
+__all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load", "split_variants"]
 
 def _import_object(spec: str):
     module_part, _, attr = spec.rpartition(":")
@@ -44,7 +46,7 @@ def _import_object(spec: str):
         try:
             module = importlib.import_module(module_part)
         except Exception as err:
-            raise TargetError(f"--target {spec!r}: cannot import {module_part}: {type(err).__name__}: {err}") from None
+            raise TargetError(f"--target {spec!r}: cannot import {module_part}: {_why(err)}") from None
     if not hasattr(module, attr):
         raise TargetError(f"--target {spec!r}: {module_part} has no attribute {attr!r}")
     return getattr(module, attr)
@@ -57,7 +59,14 @@ def _import_file(path: Path, spec: str):
         raise TargetError(f"--target {spec!r}: file {path} not found")
     folder, stem = str(path.resolve().parent), path.stem
     source = path.read_text(encoding="utf-8", errors="replace")
-    if re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M) and _installed_elsewhere(stem, folder):
+    # however the file imports the library: a statement, or its name in the string that
+    # import_bare / importlib.import_module / __import__ / find_spec are given, or among the
+    # packages of import_bare (a string elsewhere, such as the target's "name", imports nothing)
+    name = rf"""(['"]){re.escape(stem)}(\.[\w.]+)?['"]"""
+    imports = (re.search(rf"^\s*(import|from)\s+{re.escape(stem)}\b", source, re.M)
+               or re.search(rf"(import_bare|import_module|__import__|find_spec)\(\s*{name}", source)
+               or re.search(rf"packages\s*=\s*[(\[][^)\]]*{name}", source))
+    if imports and _installed_elsewhere(stem, folder):
         raise TargetError(f"--target {spec!r}: the file is named like the module {stem!r} it imports, so "
                           f"'import {stem}' would import the target file itself: rename it (e.g. {stem}_target.py)")
     mod_name = f"lossproof_target_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
@@ -69,8 +78,14 @@ def _import_file(path: Path, spec: str):
     try:
         loader.loader.exec_module(module)
     except Exception as err:
-        raise TargetError(f"--target {spec!r}: importing {path} failed: {type(err).__name__}: {err}") from None
+        raise TargetError(f"--target {spec!r}: importing {path} failed: {_why(err)}") from None
     return module
+
+
+def _why(err: Exception) -> str:
+    """An import failure in one line: what to install for a missing module (or where a module
+    lossproof removed went), else the exception."""
+    return f"{type(err).__name__}: {err}" + (f" — {hint}" if (hint := missing_module(err)) else "")
 
 
 def _installed_elsewhere(name: str, folder: str) -> bool:

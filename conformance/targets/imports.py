@@ -19,14 +19,17 @@ from contextlib import contextmanager
 
 from conformance.targets.target import TargetError
 
-__all__ = ["import_bare"]
+__all__ = ["MOVED", "import_bare", "missing_module"]
 
 
 class _Absent:
-    """Stands for an attribute of a package that is not installed (GPU-only, cluster-only).
-    Importing it works, and so does applying it as a decorator at import time (``@ray.remote``,
-    ``@ray.remote(num_gpus=1)``): the decorated function is returned unchanged. Any other use
-    raises."""
+    """Stands for an attribute of a package that is not installed (GPU-only, cluster-only), so
+    that module-level code of a loss module runs without it: importing it works, so do the
+    decorators (``@ray.remote``, ``@ray.remote(num_gpus=1)``: the decorated function is returned
+    unchanged), annotations (``ray.ObjectRef | None``, ``ray.ObjectRef[int]``), calls (they
+    return placeholders: ``ray.get_runtime_context()``), truth tests (falsy:
+    ``if ray.is_initialized():``) and iteration (empty). Computing with one (arithmetic, a
+    comparison of order, a conversion to a number) raises RuntimeError naming it."""
 
     def __init__(self, name: str):
         self._name = name
@@ -39,13 +42,35 @@ class _Absent:
     def __call__(self, *args, **kwargs):
         if len(args) == 1 and callable(args[0]) and not kwargs:
             return args[0]                              # @absent.decorator
-        if not args and kwargs:
-            return _Absent(f"{self._name}(...)")        # @absent.decorator(options)
-        raise RuntimeError(f"{self._name} is not available: its package is not installed (GPU-only); "
-                           "lossproof loads only the library's loss code")
+        return _Absent(f"{self._name}(...)")            # @absent.decorator(options), absent.call()
+
+    def __getitem__(self, item):
+        return _Absent(f"{self._name}[...]")
+
+    def __or__(self, other):
+        return self
+
+    __ror__ = __or__
+
+    def __bool__(self):
+        return False
+
+    def __iter__(self):
+        return iter(())
+
+    def __repr__(self):
+        return f"<placeholder for {self._name}: its package is not installed>"
 
     def __mro_entries__(self, bases):
         return (object,)
+
+    def _unavailable(self, *args):
+        raise RuntimeError(f"{self._name} is not available: its package is not installed (GPU-only); "
+                           "lossproof loads only the library's loss code")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unavailable
+    __floordiv__ = __mod__ = __pow__ = __matmul__ = __neg__ = __abs__ = _unavailable
+    __lt__ = __le__ = __gt__ = __ge__ = __float__ = __int__ = __index__ = _unavailable
 
 
 class _AbsentModule(types.ModuleType):
@@ -79,18 +104,24 @@ def _package_dir(name: str) -> list[str]:
     parent, _, leaf = name.rpartition(".")
     if not parent:
         spec = importlib.util.find_spec(name)
-        if spec is None or spec.submodule_search_locations is None:
+        if spec is None:
             raise TargetError(f"{name} is not installed")
+        if spec.submodule_search_locations is None:
+            raise TargetError(f"{name!r} resolves to {spec.origin}, a module and not the package {name}: a file named "
+                              f"like the library shadows it (rename {os.path.basename(spec.origin or name)})")
         return list(spec.submodule_search_locations)
     return [os.path.join(d, leaf) for d in sys.modules[parent].__path__]
 
 
 @contextmanager
-def _bare_packages(packages, absent):
-    """Stand-in package objects (real ``__path__``, ``__init__`` not run) for ``packages``, and
-    placeholder modules for the ``absent`` names, while the body imports."""
+def _bare_packages(packages, absent, stand_ins):
+    """Stand-in package objects (real ``__path__``, ``__init__`` not run) for ``packages``,
+    placeholder modules for the ``absent`` names and the given objects for the ``stand_ins``,
+    while the body imports."""
     finder = _AbsentFinder(absent)
     sys.meta_path.insert(0, finder)
+    saved = {name: sys.modules.get(name, finder) for name in stand_ins}   # finder: none was there
+    sys.modules.update(stand_ins)
     try:
         for name in packages:
             if name in sys.modules:
@@ -110,11 +141,18 @@ def _bare_packages(packages, absent):
         sys.meta_path.remove(finder)
         for name in finder.created:
             sys.modules.pop(name, None)
+        for name, before in saved.items():
+            if before is finder:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = before
 
 
-def import_bare(module: str, packages=(), absent=()):
-    """Import ``module`` with the ``__init__`` of ``packages`` skipped and ``absent`` packages
-    replaced by placeholders (removed from ``sys.modules`` again afterwards).
+def import_bare(module: str, packages=(), absent=(), stand_ins=None):
+    """Import ``module`` with the ``__init__`` of ``packages`` skipped, ``absent`` packages
+    replaced by placeholders, and each ``stand_ins`` name bound to the object given (a module, or
+    any object with the attributes the library uses) — all of them removed from ``sys.modules``
+    again afterwards; the loss module keeps what it imported.
 
     For a library whose package ``__init__`` imports what this machine lacks (a GPU runtime,
     a cluster framework) while its loss module needs none of it::
@@ -122,9 +160,45 @@ def import_bare(module: str, packages=(), absent=()):
         from conformance.targets.imports import import_bare
         core_algos = import_bare("verl.trainer.ppo.core_algos",
                                  packages=("verl", "verl.trainer", "verl.trainer.ppo"),
-                                 absent=("ray", "vllm"))
+                                 absent=("vllm",),
+                                 stand_ins={"ray": types.SimpleNamespace(remote=lambda fn: fn)})
     """
     if module in sys.modules:
         return sys.modules[module]
-    with _bare_packages(packages, absent):
+    with _bare_packages(packages, absent, dict(stand_ins or {})):
         return importlib.import_module(module)
+
+
+# Modules lossproof used to have, and where their contents went: a target file written against an
+# older release is told where to look instead of getting a bare ModuleNotFoundError.
+MOVED = {
+    "conformance.targets._peers": "conformance.targets.imports (import_bare) and conformance.targets.peers._common "
+                                  "(the adapters' helpers)",
+    "conformance.targets.trl": "conformance.targets.peers.trl",
+    "conformance.targets.verl": "conformance.targets.peers.verl",
+    "conformance.targets.openrlhf": "conformance.targets.peers.openrlhf",
+    "conformance.targets.liger": "conformance.targets.peers.liger",
+    "conformance.probe": "conformance.theorem.probe",
+    "conformance.cite": "conformance.vectors.cite",
+    "conformance.examples": "conformance.vectors.examples",
+}
+
+# Import names whose distribution (what pip installs) is called otherwise.
+DISTRIBUTIONS = {"PIL": "Pillow", "cv2": "opencv-python", "sklearn": "scikit-learn", "yaml": "PyYAML",
+                 "attr": "attrs", "bs4": "beautifulsoup4", "google.protobuf": "protobuf", "skimage": "scikit-image",
+                 "Crypto": "pycryptodome", "dateutil": "python-dateutil", "flash_attn": "flash-attn"}
+
+
+def missing_module(err: BaseException) -> str | None:
+    """For a ModuleNotFoundError, one line naming what to install (or, for a module lossproof
+    removed, where its contents went); None for any other error."""
+    if not isinstance(err, ModuleNotFoundError) or not err.name:
+        return None
+    name = err.name
+    for old, new in MOVED.items():
+        if name == old or name.startswith(old + "."):
+            return f"{old} no longer exists: use {new}"
+    root = name.split(".")[0]
+    package = DISTRIBUTIONS.get(name) or DISTRIBUTIONS.get(root) or root
+    hint = f" (module {root})" if package != root else ""
+    return f"needs the package {package}{hint}, which is not installed: pip install {package}"

@@ -2,9 +2,11 @@
 checks of a declaration (DESIGN §8)."""
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import inspect
 import json
+import re
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
@@ -21,6 +23,10 @@ GRAD_REDUCTIONS = ("mean", "sum")
 # divergences.
 STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss")
 SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton")
+# A variant of an objective: ``"grpo.aggregate[per-row]"`` names a second function for the same
+# objective, with its own declaration under the same key; each variant is checked and reported as
+# a target of its own, named ``<target name>[<variant>]`` (``split_variants``).
+VARIANT = re.compile(r"^(?P<objective>[^\[\]]+)\[(?P<variant>[^\[\]]+)\]$")
 
 
 class TargetError(LossproofError):
@@ -48,6 +54,16 @@ class Target:
     grad_reduction: str = "mean"                  # how gradients are reduced over ranks: "mean" | "sum"
     known_splits: tuple = ()                      # ((reason, predicate(case, dtype, split[, tolerance]) -> bool), ...)
     temperature_free: tuple = ()                  # objectives whose function has no temperature (T = 1 only)
+    objective_dtypes: dict = field(default_factory=dict)   # {objective: dtypes} where not ``dtypes``
+
+    def dtypes_for(self, objective_id: str) -> tuple:
+        """The dtypes the target checks an objective in: its own declaration, else ``dtypes``."""
+        return tuple(self.objective_dtypes.get(objective_id, self.dtypes))
+
+    def all_dtypes(self) -> tuple:
+        """Every dtype some objective (or step, or sharded function) of the target runs in."""
+        oids = [*self.objectives, *self.steps, *self.sharded]
+        return tuple(dict.fromkeys(d for oid in oids for d in self.dtypes_for(oid))) or tuple(self.dtypes)
 
     def declared(self, objective_id: str) -> dict:
         if self.conventions == ANY:
@@ -216,18 +232,20 @@ def from_mapping(obj, spec: str) -> Target:
         objectives = {}   # a target of distributed functions only
     elif not isinstance(objectives, dict) or not objectives:
         raise TargetError(f"{spec}: 'objectives' must be a non-empty dict of objective id -> callable")
-    for oid, fn in objectives.items():
-        if oid not in catalog.BY_ID:
-            raise TargetError(f"{spec}: unknown objective {oid!r} (see 'lossproof list')")
+    for key, fn in objectives.items():
+        if objective_of(key) not in catalog.BY_ID:
+            raise TargetError(f"{spec}: unknown objective {key!r} (see 'lossproof list'; a variant is "
+                              f"'objective[name]')")
         if not callable(fn):
-            raise TargetError(f"{spec}: objectives[{oid!r}] is not callable")
+            raise TargetError(f"{spec}: objectives[{key!r}] is not callable")
     conventions = get("conventions", {}) or {}
     if conventions != ANY:
         if not isinstance(conventions, dict):
             raise TargetError(f"{spec}: 'conventions' must be a dict")
-        for oid, conv in conventions.items():
+        for key, conv in conventions.items():
+            oid = objective_of(key)
             if oid not in catalog.BY_ID:
-                raise TargetError(f"{spec}: conventions for unknown objective {oid!r}")
+                raise TargetError(f"{spec}: conventions for unknown objective {key!r}")
             known = set(p.name for p in catalog.get(oid).params)
             for key in (k for c in (conv if isinstance(conv, list) else [conv]) for k in c):
                 if key not in known:
@@ -238,9 +256,9 @@ def from_mapping(obj, spec: str) -> Target:
     if grad_reduction not in GRAD_REDUCTIONS:
         raise TargetError(f"{spec}: 'grad_reduction' must be one of {', '.join(GRAD_REDUCTIONS)}, "
                           f"got {grad_reduction!r}")
-    dtypes = tuple(get("dtypes", None) or (("float64", "float32") if framework != "torch"
-                                            else ("float64", "float32", "bfloat16", "float16")))
+    dtypes, objective_dtypes = _dtypes(get("dtypes", None), framework, objectives, spec)
     return Target(name, framework, dict(objectives), conventions, vjps=dict(get("vjps", {}) or {}), dtypes=dtypes,
+                  objective_dtypes=objective_dtypes,
                   devices=tuple(get("devices", None) or ("cpu",)), version=str(get("version", "") or ""), spec=spec,
                   params=_params(get("params", {}) or {}, spec), known=_known(get("known", {}) or {}, spec),
                   known_rules=_known_rules(get("known_rules", ()) or (), spec, 2),
@@ -249,6 +267,75 @@ def from_mapping(obj, spec: str) -> Target:
                   known_splits=_known_rules(get("known_splits", ()) or (), spec, 3),
                   temperature_free=_temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded,
                                                      spec))
+
+
+def objective_of(key: str) -> str:
+    """The objective id of a declaration key: ``key`` itself, or ``X`` of a variant ``X[name]``."""
+    m = VARIANT.match(key) if isinstance(key, str) else None
+    return m["objective"] if m else key
+
+
+def _variant_of(key: str) -> str | None:
+    m = VARIANT.match(key) if isinstance(key, str) else None
+    return m["variant"] if m else None
+
+
+def _dtypes(declared, framework: str, objectives: dict, spec: str) -> tuple[tuple, dict]:
+    """``dtypes``: a list for every objective, or {objective (or variant, or "*"): list}; the
+    objectives it does not name run in the framework's dtypes. (default, {objective: dtypes})."""
+    default = ("float64", "float32") if framework != "torch" else ("float64", "float32", "bfloat16", "float16")
+    if not declared:
+        return default, {}
+    if not isinstance(declared, dict):
+        if isinstance(declared, str) or not isinstance(declared, (list, tuple)):
+            raise TargetError(f"{spec}: 'dtypes' must be a list of dtypes or {{objective: [dtypes]}}, got {declared!r}")
+        return tuple(declared), {}
+    out = {}
+    for key, values in declared.items():
+        if key != ANY and key not in {*objectives, *map(objective_of, objectives)}:
+            raise TargetError(f"{spec}: dtypes for {key!r}, which the target does not implement")
+        if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values:
+            raise TargetError(f"{spec}: dtypes[{key!r}] must be a non-empty list of dtypes")
+        out[key] = tuple(values)
+    return out.pop(ANY, default), out
+
+
+def split_variants(target: Target) -> list[Target]:
+    """The targets a declaration with variants stands for: the plain objectives (and the steps
+    and sharded functions) under the target's name, then one target per variant name, named
+    ``name[variant]``, holding the objectives declared ``objective[variant]``. A variant's
+    declaration (conventions, params, dtypes, vjps, temperature_free) is the one under its own
+    key, else the one under the plain objective id; ``tolerance_model`` globs are matched
+    against the objective id, a variant's own key first."""
+    names = list(dict.fromkeys(v for v in map(_variant_of, target.objectives) if v is not None))
+    if not names:
+        return [target]
+    base = [] if not ({k for k in target.objectives if _variant_of(k) is None} or target.steps or target.sharded) \
+        else [_restricted(target, None)]
+    return base + [_restricted(target, v) for v in names]
+
+
+def _restricted(target: Target, variant: str | None) -> Target:
+    def pick(mapping):
+        if mapping == ANY:
+            return ANY
+        plain = {k: v for k, v in mapping.items() if _variant_of(k) is None}
+        if variant is None:
+            return plain
+        own = {objective_of(k): v for k, v in mapping.items() if _variant_of(k) == variant}
+        return {k: v for k, v in {**plain, **own}.items() if k in objectives or k == ANY}
+
+    objectives = {objective_of(k): f for k, f in target.objectives.items() if _variant_of(k) == variant}
+    own_models = {objective_of(k): m for k, m in target.tolerance_model.items() if _variant_of(k) == variant} \
+        if variant is not None else {}
+    free = [objective_of(k) for k in target.temperature_free if _variant_of(k) in (None, variant)]
+    return dataclasses.replace(
+        target, name=target.name if variant is None else f"{target.name}[{variant}]", objectives=objectives,
+        conventions=pick(target.conventions), vjps=pick(target.vjps), params=pick(target.params),
+        objective_dtypes=pick(target.objective_dtypes),
+        tolerance_model={**own_models, **{k: m for k, m in target.tolerance_model.items() if _variant_of(k) is None}},
+        temperature_free=tuple(dict.fromkeys(o for o in free if o in objectives or variant is None)),
+        steps=target.steps if variant is None else {}, sharded=target.sharded if variant is None else {})
 
 
 def rule_predicate(predicate, leading: int = 2):
@@ -299,12 +386,14 @@ def _temperature_free(declared, objectives: dict, steps: dict, sharded: dict, sp
     Each must be one the target implements, and have a ``temperature`` in the catalog."""
     if isinstance(declared, str) or not isinstance(declared, (list, tuple)):
         raise TargetError(f"{spec}: 'temperature_free' must be a list of objective ids, got {declared!r}")
-    for oid in declared:
+    for key in declared:
+        oid = objective_of(key)
         if oid not in catalog.BY_ID:
-            raise TargetError(f"{spec}: temperature_free names unknown objective {oid!r}")
+            raise TargetError(f"{spec}: temperature_free names unknown objective {key!r}")
         if "temperature" not in {p.name for p in catalog.get(oid).params}:
-            raise TargetError(f"{spec}: temperature_free names {oid}, which has no temperature")
-        if oid not in objectives and oid not in steps and oid not in sharded:
+            raise TargetError(f"{spec}: temperature_free names {key}, which has no temperature")
+        implemented = {*objectives, *map(objective_of, objectives), *steps, *sharded}
+        if key not in implemented:
             raise TargetError(f"{spec}: temperature_free names {oid}, which the target does not implement")
     return tuple(declared)
 
@@ -312,17 +401,18 @@ def _temperature_free(declared, objectives: dict, steps: dict, sharded: dict, sp
 def _params(params, spec: str) -> dict:
     if not isinstance(params, dict):
         raise TargetError(f"{spec}: 'params' must be a dict {{objective: {{param: [values]}}}}")
-    for oid, per_param in params.items():
+    for key, per_param in params.items():
+        oid = objective_of(key)
         if oid not in catalog.BY_ID:
-            raise TargetError(f"{spec}: params for unknown objective {oid!r}")
+            raise TargetError(f"{spec}: params for unknown objective {key!r}")
         if not isinstance(per_param, dict):
-            raise TargetError(f"{spec}: params[{oid!r}] must be a dict {{param: [values]}}")
+            raise TargetError(f"{spec}: params[{key!r}] must be a dict {{param: [values]}}")
         names = {p.name for p in catalog.get(oid).params}
         for name, values in per_param.items():
             if name not in names:
                 raise TargetError(f"{spec}: {oid} has no parameter {name!r} (known: {', '.join(sorted(names))})")
             if not isinstance(values, (list, tuple)):
-                raise TargetError(f"{spec}: params[{oid!r}][{name!r}] must be a list of the values it takes")
+                raise TargetError(f"{spec}: params[{key!r}][{name!r}] must be a list of the values it takes")
     return {oid: {name: list(values) for name, values in per_param.items()} for oid, per_param in params.items()}
 
 

@@ -42,6 +42,7 @@ import mpmath
 import numpy as np
 
 from conformance import catalog
+from conformance.results import not_implemented
 from conformance.targets import ANY, Target, TargetError, load
 from refimpl import validate
 from refimpl.exact import _fixed_point, _tree, mp
@@ -360,8 +361,12 @@ def probe_all(target, trees: Iterable | None = None, behavior=None, dtype: str =
             out.append({"target": tgt.name, "objective": oid, "tree": tree, "params": params,
                         "refused": params["refused"]})
             continue
-        out.append(probe(tgt, tree=tree, behavior=behavior, objective=oid, params=params,
-                         dtype=dtype, device=device))
+        try:
+            out.append(probe(tgt, tree=tree, behavior=behavior, objective=oid, params=params,
+                             dtype=dtype, device=device))
+        except NotImplementedError as err:   # unsupported here as in every runner: a line, not a traceback
+            out.append({"target": tgt.name, "objective": oid, "tree": tree, "params": params,
+                        "refused": not_implemented(err)})
     if progress:
         progress(len(jobs), len(jobs))
     return out

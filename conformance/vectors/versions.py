@@ -109,3 +109,7 @@ RELEASED = {
     },
 }
 CURRENT = next(reversed(RELEASED))
+
+# The year each vector set was released (from the project's history), for the ``year`` of a
+# citation: ``lossproof cite --bibtex`` names the set a uid was cited from.
+YEARS = {"1.0.0": 2026, "1.1.0": 2026, "1.2.0": 2026, "1.3.0": 2026}

@@ -8,6 +8,8 @@ band and 0 outside. No gradient.
 """
 from __future__ import annotations
 
+import math
+
 from refimpl import validate
 from refimpl.arrays import _xp
 
@@ -31,8 +33,14 @@ def rollout_correction(old_logp, rollout_logp, mask, level: str = "token", corre
     level, correction, lo, hi, seq, kept, c = validate.rollout_correction(
         level, correction, lower, upper, seq_log_ratio, kept_weight, log_ratio_clamp)
 
+    # e^ℓ beyond the largest finite value is +inf, which the bounds then truncate or reject; it is
+    # selected, not computed, so that NumPy does not warn of an overflow that is the right answer
+    overflow = math.log(float(xp.finfo(dt).max))
+
     def ratio(ell):
-        return xp.exp(ell if c is None else xp.clip(ell, min=-c, max=c))
+        ell = ell if c is None else xp.clip(ell, min=-c, max=c)
+        big = ell > overflow
+        return xp.where(big, xp.full_like(ell, xp.inf), xp.exp(xp.where(big, xp.zeros_like(ell), ell)))
 
     valid = m == 1
     d = _xp.masked(xp, valid, old - roll)     # padding may hold anything: select, never multiply

@@ -106,7 +106,7 @@ def _soft(xp, q: _Dist, p: _Dist, r, soft_term: str):
     """The teacher-weighted soft term per row: KL(p‖q), or the cross-entropy
     −Σ_{p>0} p log q = KL(p‖q) + H(p) (terms ≥ 0: nothing cancels)."""
     if soft_term == "cross_entropy":
-        return -xp.sum(_xp.masked(xp, p.support, p.p * q.logp), axis=-1)
+        return -xp.sum(p.p * _xp.masked(xp, p.support, q.logp), axis=-1)   # 0·(−inf) never formed
     return _xp.kl_terms(xp, p.p, q.p, p.support, -r)
 
 

@@ -361,7 +361,8 @@ def test_the_report_excerpt_and_fields_are_the_schema(page):
 
 
 def test_every_target_key_is_documented(page):
-    keys = {f.name for f in dataclasses.fields(Target)} - {"spec"}    # spec: set by the loader
+    # set by the loader: spec, and objective_dtypes (from a dtypes mapping)
+    keys = {f.name for f in dataclasses.fields(Target)} - {"spec", "objective_dtypes"}
     assert set(re.findall(r"^\| `([a-z_]+)` \|", _section(page, "## The keys"), re.M)) == keys
 
 
@@ -370,7 +371,8 @@ def test_the_detached_objectives_and_quoted_messages_are_the_harness(page):
     assert sentence, "the page no longer names the detached objectives"
     assert set(re.findall(r"`([a-z_.]+)`", sentence.group(1))) == {o.id for o in catalog.OBJECTIVES if o.detached}
     sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (harness, verdict, sys.modules[Target.__module__],
-                                                                            sys.modules["conformance.report"]))
+                                                                            sys.modules["conformance.report"],
+                                                                            sys.modules["conformance.results"]))
     for quoted in (" ".join(q.split()) for q in re.findall(r"«([^»]+)»", page)):
         assert quoted in sources, f"the page quotes «{quoted}», which the code no longer says"
 
