@@ -1,4 +1,4 @@
-"""The ``Large`` tests of an objective live in ``<name>.large.json.gz`` (conformance/vectors/format.py):
+"""The bulky tests of an objective (flagged ``Large``, or a long line) live in ``<name>.large.json.gz`` (conformance/vectors/format.py):
 the split is lossless, canonical and checked; a selection reads the compressed part only when it
 needs one of its tests; certificates cover both parts; and the set keeps DESIGN §5's size budget."""
 import gzip
@@ -10,7 +10,7 @@ import pytest
 from conformance import catalog, cli
 from conformance.generate import first_difference
 from conformance.vectors import certificates
-from conformance.vectors.format import (LARGE_FLAG, MANIFEST, content, is_large, large_path_for, manifest_bytes,
+from conformance.vectors.format import (LARGE_FLAG, MANIFEST, is_bulky, content, is_large, large_path_for, manifest_bytes,
                                         merge_large, serialize, split_large, stored)
 from conformance.vectors.lint import lint
 from conformance.vectors.load import VectorError, VectorSet, default_dir
@@ -52,9 +52,9 @@ def test_every_large_test_is_in_a_large_part_and_the_split_is_lossless():
     for rel in vs.files:
         parts = dict(vs.parts(rel))
         main, large = parts[rel], parts.get(vs.large_part(rel))
-        assert not any(LARGE_FLAG in t["flags"] for g in main["testGroups"] for t in g["tests"]), rel
+        assert not any(is_bulky(t) or LARGE_FLAG in t["flags"] for g in main["testGroups"] for t in g["tests"]), rel
         if large is not None:
-            assert all(LARGE_FLAG in t["flags"] for g in large["testGroups"] for t in g["tests"]), rel
+            assert all(is_bulky(t) for g in large["testGroups"] for t in g["tests"]), rel
             # merging restores the one file the generator builds: the same tcIds, groups and bytes
             assert split_large(merge_large(main, large)) == (main, large)
             assert serialize(merge_large(main, large)) == serialize(vs.files[rel])

@@ -2,11 +2,13 @@
 the manifest, and the split of an objective's ``Large`` tests into a compressed file of their
 own. Pure functions of the data; nothing here reads or writes files.
 
-An objective whose tests include ``Large`` ones (realistic vocabularies: 1.6% of the tests and
-nearly a third of the bytes) is stored as two files of the same format: ``<name>.json`` with
+An objective with bulky tests is stored as two files of the same format: ``<name>.json`` with
 every other test, and ``<name>.large.json.gz``, gzip of the canonical text of a vector file
-holding only the ``Large`` tests, each in a group with its own group's header. tcIds and uids
-are those of the whole file, which :func:`merge_large` restores byte for byte
+holding only the bulky ones, each in a group with its own group's header. A test is bulky when it
+is flagged ``Large`` (realistic vocabularies) or its canonical line is longer than
+``BULKY_BYTES`` (hundreds of elements of 32-digit values and gradients): together 6% of the
+tests and half of the bytes, which compress about 2.4 to 1. tcIds and uids are those of the whole
+file, which :func:`merge_large` restores byte for byte
 (``serialize(merge_large(*split_large(doc))) == serialize(doc)``), so a cited uid, a released
 digest and a certificate mean what they meant before the split. The manifest lists a
 compressed file by the sha256 of its decompressed content: the digest then depends on the
@@ -24,6 +26,7 @@ SCHEMA_ID = "lossproof-vectors/1"
 MANIFEST = "MANIFEST.json"
 MANIFEST_SCHEMA = "lossproof-manifest/1"
 LARGE_FLAG = "Large"
+BULKY_BYTES = 32_000    # a test line longer than this is stored in the compressed part
 LARGE_SUFFIX = ".large.json.gz"
 TEST_KEYS = ("tcId", "uid", "comment", "flags", "result", "dtypes", "inputs", "params", "expected",
              "cotangents", "grads", "scale", "tolerance", "error", "provenance")
@@ -52,8 +55,7 @@ def serialize(doc: dict) -> bytes:
         lines.append("  {" + _compact(head)[1:-1] + ', "tests": [')
         tests = group["tests"]
         for ti, test in enumerate(tests):
-            ordered = {k: test[k] for k in TEST_KEYS if k in test}
-            lines.append("   " + _compact(ordered) + ("," if ti < len(tests) - 1 else ""))
+            lines.append("   " + _test_line(test) + ("," if ti < len(tests) - 1 else ""))
         lines.append("  ]}" + ("," if gi < len(groups) - 1 else ""))
     lines.append(" ]")
     lines.append("}")
@@ -122,6 +124,15 @@ def content(rel: str, data: bytes) -> bytes:
     return gzip.decompress(data) if rel.endswith(".gz") else data
 
 
+def _test_line(test: dict) -> str:
+    return _compact({k: test[k] for k in TEST_KEYS if k in test})
+
+
+def is_bulky(test: dict) -> bool:
+    """Whether a test is stored in the compressed part: flagged ``Large``, or a long line."""
+    return LARGE_FLAG in test["flags"] or len(_test_line(test)) > BULKY_BYTES
+
+
 def _with_tests(doc: dict, keep) -> dict:
     groups = [{**g, "tests": [t for t in g["tests"] if keep(t)]} for g in doc["testGroups"]]
     groups = [g for g in groups if g["tests"]]
@@ -132,11 +143,10 @@ def _with_tests(doc: dict, keep) -> dict:
 
 
 def split_large(doc: dict) -> tuple[dict, dict | None]:
-    """(the file without its ``Large`` tests, the file of only those; None when there are none)."""
-    if not any(LARGE_FLAG in t["flags"] for g in doc["testGroups"] for t in g["tests"]):
+    """(the file without its bulky tests, the file of only those; None when there are none)."""
+    if not any(is_bulky(t) for g in doc["testGroups"] for t in g["tests"]):
         return doc, None
-    return (_with_tests(doc, lambda t: LARGE_FLAG not in t["flags"]),
-            _with_tests(doc, lambda t: LARGE_FLAG in t["flags"]))
+    return (_with_tests(doc, lambda t: not is_bulky(t)), _with_tests(doc, is_bulky))
 
 
 def merge_large(doc: dict, large: dict | None) -> dict:

@@ -1,6 +1,6 @@
 """Lint: what a vector directory must satisfy beyond its schema (canonical bytes, uids that
-match their content, tcIds in order, representable low-precision inputs, 30 digits, ``Large``
-tests in the objective's Large part and nowhere else)."""
+match their content, tcIds in order, representable low-precision inputs, 30 digits, bulky
+tests in the objective's compressed part and nowhere else)."""
 from __future__ import annotations
 
 from conformance import catalog, numbers
@@ -18,8 +18,9 @@ def lint(vs: VectorSet) -> list[str]:
         canonical = dict(zip((rel, vs.large_part(rel)), split_large(doc)))
         for part, _ in vs.parts(rel):
             if canonical.get(part) is None or serialize(canonical[part]) != vs.raw[part]:
-                problems.append(f"{vs.directory / part}: $: not in canonical formatting or split (a Large test "
-                                "belongs in the objective's .large.json.gz, every other test in its .json: "
+                problems.append(f"{vs.directory / part}: $: not in canonical formatting or split (a bulky test, "
+                                "flagged Large or longer than format.BULKY_BYTES, belongs in the objective's "
+                                ".large.json.gz, every other test in its .json: "
                                 "regenerate the file)")
         if doc["objective"] not in catalog.BY_ID:
             problems.append(f"{where}: $.objective: unknown objective {doc['objective']!r}")
