@@ -1,4 +1,4 @@
-"""Reports of a check run: console, JSON (``lossproof-report/1``, DESIGN §9) and JUnit XML."""
+"""Reports of a check run: console, JSON (``lossproof-report/3``, DESIGN §9) and JUnit XML."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 from conformance._io import write_atomically
 from conformance.results import CHECKED, CaseResult, failed, summary
 
-REPORT_SCHEMA = "lossproof-report/2"
+REPORT_SCHEMA = "lossproof-report/3"
 
 
 def worst_table(results: list[CaseResult]) -> dict:
@@ -26,12 +26,14 @@ def worst_table(results: list[CaseResult]) -> dict:
     return table
 
 
-def to_json(results: list[CaseResult], suite: dict, environment: dict) -> dict:
+def to_json(results: list[CaseResult], suite: dict, environment: dict, diagnoses=()) -> dict:
+    """``diagnoses``: the conformance.diagnose.Diagnosis records of the run."""
     return {
         "schema": REPORT_SCHEMA,
         "suite": suite,
         "environment": environment,
         "summary": summary(results),
+        "diagnoses": [d.as_dict() for d in diagnoses],
         "cases": [{
             "uid": r.uid, "objective": r.objective, "group": r.group, "conventions": r.conventions,
             "target": r.target, "dtype": r.dtype, "device": r.device, "axis": r.axis, "status": r.status,
@@ -91,12 +93,17 @@ def distinctive_flag(r: CaseResult, failures: list[CaseResult], checked: list[Ca
 
 
 def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False,
-            strict: bool = False) -> None:
+            strict: bool = False, diagnoses=None, cases: bool = True) -> None:
+    """``diagnoses``: printed first when given; ``cases``: whether the per-case lines follow."""
     out = out or sys.stdout
     s = summary(results)
     bad = failed(results, strict)
     checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
-    if bad:
+    if diagnoses:
+        print_diagnoses(diagnoses, out)
+        if bad and not cases:
+            print(f"  ({len(bad)} failing case-run(s): --cases prints them one by one)", file=out)
+    if bad and cases:
         groups = defaultdict(list)
         for r in bad:
             groups[distinctive_flag(r, bad, checked)].append(r)
@@ -131,6 +138,21 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
           f"{v['accepted']} accepted silently, {v['error']} errors, {v['unsupported']} unsupported, "
           f"{v['skip']} skipped{'' if strict else ' (informational; --strict fails on anything but rejected)'}",
           file=out)
+
+
+def print_diagnoses(diagnoses, out) -> None:
+    """The defects, one block each, grouped by target and objective."""
+    by_pair = defaultdict(list)
+    for d in diagnoses:
+        by_pair[(d.target, d.objective)].append(d)
+    print(f"diagnoses: {len(diagnoses)} defect(s) in {len(by_pair)} failing target/objective pair(s)", file=out)
+    for (target, objective), ds in by_pair.items():
+        print(f"  {target} {objective}: {sum(d.count for d in ds)} failing case-run(s)", file=out)
+        for d in ds:
+            print(f"    [{d.kind}] {d.defect} ({d.count} case-run(s))", file=out)
+            print(f"        evidence: {d.evidence}", file=out)
+            print(f"        fix:      {d.fix}", file=out)
+            print(f"        repro:    {d.repro}", file=out)
 
 
 def _print_case(r: CaseResult, out) -> None:

@@ -42,12 +42,13 @@ def twin_name(pair: Pair, pairs: list[Pair]) -> str:
 
 
 def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
-    """{"cases": {target name: [report cases]}, "exit": {objective: exit status}}."""
+    """{"cases": {target name: [report cases]}, "diagnoses": {target name: [report diagnoses]},
+    "exit": {objective: exit status}}."""
     vs = vector_set or VectorSet()
     by_objective = defaultdict(list)
     for p in pairs:
         by_objective[p.objective].append(p)
-    cases, exits = defaultdict(list), {}
+    cases, diagnoses, exits = defaultdict(list), defaultdict(list), {}
     original = cli._vector_set
     cli._vector_set = lambda args: vs   # load the vectors once, not once per objective
     try:
@@ -66,11 +67,14 @@ def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
                     argv += ["--target", spec]
                 with contextlib.redirect_stdout(None):
                     exits[objective] = cli.main(argv)
-                for case in json.loads(report.read_text())["cases"]:
+                doc = json.loads(report.read_text())
+                for case in doc["cases"]:
                     cases[case["target"]].append(case)
+                for diagnosis in doc["diagnoses"]:
+                    diagnoses[diagnosis["target"]].append(diagnosis)
     finally:
         cli._vector_set = original
-    return {"cases": dict(cases), "exit": exits}
+    return {"cases": dict(cases), "diagnoses": dict(diagnoses), "exit": exits}
 
 
 def verdict(pair: Pair, result: dict, pairs: list[Pair]) -> dict:
