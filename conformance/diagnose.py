@@ -94,7 +94,8 @@ def diagnose(results: list[CaseResult], vs, targets, tolerances: compare.Toleran
     by_name = {t.name: t for t in targets}
     groups = defaultdict(list)
     for r in results:
-        if r.axis == "conformance" and r.dtype != "-":
+        # in-process runs only: a distributed case's values come from ranks the tests cannot rerun
+        if r.axis == "conformance" and r.dtype != "-" and not r.partition:
             groups[(r.target, r.objective)].append(r)
     out = []
     for (name, objective), runs in groups.items():
@@ -172,7 +173,7 @@ class _Objective:
         """The exact outputs and gradients of ``r``'s vector with ``override`` applied to its
         conventions and parameters (None when the reference refuses them)."""
         case = self.case(r)
-        key = (r.uid, tuple(sorted(override.items(), key=lambda kv: kv[0])), tuple(r.conventions.items()))
+        key = json.dumps([r.uid, override, r.conventions], sort_keys=True, default=str)
         if key not in self._exact:
             self._exact[key] = _evaluate(self.spec, case, {**r.conventions, **override})
         return self._exact[key]
@@ -480,7 +481,6 @@ class _Objective:
         """The constant c with got = c·exact within the case's bound on every array, if any."""
         if not r.got:
             return None
-        tol = self.tolerance(r)
         q = None
         for label, got in r.got.items():
             want = self.want(r, label)
@@ -495,16 +495,20 @@ class _Objective:
         return q if self.fits(r, scaled) and not math.isclose(q, 1.0, rel_tol=1e-9) else None
 
     def cancellation(self, left):
+        """The remaining failures that carry a flag marking cancellation, when they are most of
+        the objective's failures (a few flagged cases among many are the other defect's)."""
         flags = [f for f, note in self.notes.items() if note.get("category") == "numerics"
                  and ("Cancellation" in f or f in CANCELLATION)]
-        every = [r for r in self.runs if r.status in ("fail", "error")]
-        common = [f for f in flags if all(f in r.flags for r in every)]
-        if common:
-            f = common[0]
-            yield self.make("cancellation", left, f"digits lost to cancellation ({f} cases only)",
-                            f"all {len(left)} failing case-run(s) carry {f}: "
-                            f"{_sentence(self.notes[f].get('description', ''))}",
-                            f"use the cancellation-free form: {self.notes[f].get('description', '')}"), left
+        every = sum(r.status in ("fail", "error") for r in self.runs)
+        for f in flags:
+            rs = [r for r in left if f in r.flags]
+            if rs and 2 * len(rs) >= every:
+                yield self.make("cancellation", rs, f"digits lost to cancellation on the {f} cases",
+                                f"{len(rs)} of the {every} failing case-run(s) carry {f}, the vectors' mark of a "
+                                "value formed from terms that cancel",
+                                f"use the cancellation-free form the vectors describe: "
+                                f"{self.notes[f].get('description', '')}"), rs
+                return
 
 
 class _Search:
@@ -617,8 +621,8 @@ def _evaluate(spec, case, conventions: dict) -> dict | None:
     module = importlib.import_module(f"refimpl.exact.{spec.family}")
     fn, vjp = getattr(module, spec.name), getattr(module, f"{spec.name}_vjp", None)
     test = case.test
-    kwargs = {**spec.defaults, **conventions, **test["params"]}
-    kwargs.update({k: v for k, v in conventions.items()})
+    # ``conventions`` carries the override, which may name a parameter the case sets
+    kwargs = {**spec.defaults, **test["params"], **conventions}
     kwargs.update({name: decode_input(value) for name, value in test["inputs"].items()})
     try:
         with mp.precision(DPS), mpmath.workdps(DPS):

@@ -37,3 +37,17 @@ def kl_float32_inside(logp, ref_logp, kind="k3", clamp=None):
 
 KL_FLOAT32 = {"name": "kl-float32", "framework": "torch", "objectives": {"kl.estimator": kl_float32_inside},
               "dtypes": ["float64", "float32"]}
+
+
+def orpo_log1p_exp(chosen_logps, rejected_logps, beta=0.1):
+    """ORPO with log(1 − e^p) formed as log1p(−exp(p)): as p → 0, exp(p) rounds to 1 and every
+    digit of 1 − e^p is lost (the stable form is log(−expm1(p)))."""
+    def log_odds(p):
+        return p - torch.log1p(-torch.exp(p))
+    c, r = chosen_logps, rejected_logps
+    losses = -c - beta * F.logsigmoid(log_odds(c) - log_odds(r))
+    return {"losses": losses, "chosen_rewards": beta * c, "rejected_rewards": beta * r}
+
+
+ORPO_LOG1P_EXP = {"name": "orpo-log1p-exp", "framework": "torch", "objectives": {"preference.orpo": orpo_log1p_exp},
+                  "dtypes": ["float64", "float32"]}

@@ -106,3 +106,12 @@ def test_the_console_shows_the_diagnoses_first_and_the_cases_on_request(tmp_path
     assert [d["kind"] for d in doc["diagnoses"]] == ["float32-inside"]
     assert cli.main(argv + ["--cases"]) == 1
     assert "failures by their most distinctive flag" in capsys.readouterr().out
+
+
+def test_digits_lost_where_the_vectors_flag_cancellation_name_the_stable_form():
+    results, found = _diagnoses(targets.ORPO_LOG1P_EXP, "preference.orpo", dtypes=("float64", "float32"))
+    cancellation = [d for d in found if d.kind == "cancellation"]
+    assert len(cancellation) == 1 and "NearCertain" in cancellation[0].defect
+    assert "log(−expm1(p))" in cancellation[0].fix
+    flagged = [r for r in results if r.status == "fail" and "NearCertain" in r.flags]
+    assert cancellation[0].count == len(flagged)
