@@ -99,14 +99,18 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
     s = summary(results)
     bad = failed(results, strict)
     checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
+    # the diagnoses explain the conformance failures; without --cases only the invalid inputs
+    # not rejected (--strict) are listed case by case
+    listed = bad if cases or not diagnoses else [r for r in bad if r.axis == "validation"]
     if diagnoses:
         print_diagnoses(diagnoses, out)
-        if bad and not cases:
-            print(f"  ({len(bad)} failing case-run(s): --cases prints them one by one)", file=out)
-    if bad and cases:
+        hidden = sum(r.axis == "conformance" and r.status in ("fail", "error") for r in bad) if not cases else 0
+        if hidden:
+            print(f"  ({hidden} failing case-run(s): --cases prints them one by one)", file=out)
+    if listed:
         groups = defaultdict(list)
-        for r in bad:
-            groups[distinctive_flag(r, bad, checked)].append(r)
+        for r in listed:
+            groups[distinctive_flag(r, listed, checked)].append(r)
         print("failures by their most distinctive flag: "
               + ", ".join(f"{flag} {len(rs)}" for flag, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))),
               file=out)
@@ -116,8 +120,8 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
             for r in rs[:max(1, max_failures - shown)]:
                 _print_case(r, out)
                 shown += 1
-        if len(bad) > shown:
-            print(f"  … and {len(bad) - shown} more (use --report-json for all)", file=out)
+        if len(listed) > shown:
+            print(f"  … and {len(listed) - shown} more (use --report-json for all)", file=out)
     xfails = [r for r in results if r.status == "xfail"]
     if xfails:
         reasons = Counter((r.target, r.known) for r in xfails)
@@ -151,8 +155,8 @@ def print_diagnoses(diagnoses, out) -> None:
         for d in ds:
             print(f"    [{d.kind}] {d.defect} ({d.count} case-run(s))", file=out)
             print(f"        evidence: {d.evidence}", file=out)
-            print(f"        fix:      {d.fix}", file=out)
-            print(f"        repro:    {d.repro}", file=out)
+            print(f"        fix: {d.fix}", file=out)
+            print(f"        repro: {d.repro}", file=out)
 
 
 def _print_case(r: CaseResult, out) -> None:

@@ -99,7 +99,7 @@ def test_the_console_shows_the_diagnoses_first_and_the_cases_on_request(tmp_path
     out = capsys.readouterr().out
     assert out.startswith("diagnoses: 1 defect(s)")
     assert "[float32-inside] computed in float32 although the inputs are float64" in out
-    assert "repro:    lossproof check --target diagnose.targets:KL_FLOAT32 --uid kl.estimator:" in out
+    assert "repro: lossproof check --target diagnose.targets:KL_FLOAT32 --uid kl.estimator:" in out
     assert "failures by their most distinctive flag" not in out
     doc = json.loads(report.read_text())
     assert doc["schema"] == "lossproof-report/3"
