@@ -5,31 +5,34 @@ from. For every failing (target, objective), the failing case-runs are explained
 list of :class:`Diagnosis` records, each with its count, the evidence, the fix or the
 declaration to make, and the repro line of its smallest failing vector.
 
-Every diagnosis is decided by a test on the numbers, never by reading messages, and claims
-only the case-runs that test holds on; the rules run in order, each on what the earlier ones
-left, and what none explains is reported ``unexplained``. The tests:
+Every diagnosis is decided by a test on the numbers the harness recorded (``CaseResult.got``,
+``CaseResult.probes``), never by reading messages, and claims only the case-runs that test holds
+on; the rules run in this order, each on what the earlier ones left, and what none explains is
+reported ``unexplained``:
 
-- ``leak``: the harness's probe found a gradient on an output declared constant;
-- ``narrow-dtype``: an output returned in a narrower dtype than the inputs (the harness's probe);
-- ``non-finite``: NaN or ±inf where the exact value is finite, on cases that carry an edge or
-  numerics flag (−inf logits, empty rows, singleton or all-equal groups), and finite elsewhere;
-- ``no-gradient``: the values pass and every gradient is exactly zero where the exact one is not;
-- ``float32-inside``: float64 cases whose every output is within the *float32* bound and is a
-  float32 number: computed in float32 although the inputs are float64;
-- ``native``: bfloat16/float16 cases that fail the careful model and pass ``native``, while the
-  float64/float32 cases pass: the target computes in the low dtype itself;
-- ``degenerate-group``: advantages far from 0 exactly in the groups whose rewards are all
-  equal (a rounding residue of the mean divided by a tiny std);
-- ``convention``: the exact reference, re-evaluated on the failing inputs under another value of
-  a catalog convention or parameter (or of two of them), matches every failing case, and the
-  passing cases it was tried on agree;
-- ``factor``: got = c·exact on every element of every failing case, with c constant (2, ½, −1)
-  or the case's T² or 1/T²;
-- ``gradient-only``: the values pass and the gradients do not (a stop-gradient placed
-  differently from the formula);
-- ``cancellation``: the failures all carry a flag that marks cancellation, whose description
-  names the stable form;
-- ``raises``: the function raised (grouped by exception type).
+- ``raises``: the function raised (grouped by exception type);
+- ``leak``, ``narrow-dtype``: the harness's gradient-leak probe; an output dtype narrower than
+  the inputs';
+- ``float32-inside``: a float64 case within the float32 bound returns, bit for bit, what the
+  function returns on the same vector in float32, where the exact values are not float32
+  numbers (once proven, the other float64 failures that are float32 numbers within that bound
+  join);
+- ``native``: bfloat16/float16 cases fail the careful model and pass ``native``, and every
+  float64/float32 case passes: the target computes in the low dtype itself;
+- ``degenerate-group``: ``grpo.advantages`` off only in all-equal groups whose mean is inexact
+  in the dtype, where the exact advantage is 0;
+- ``non-finite``: NaN or ±inf where the exact value is finite, only in rows the inputs mark
+  (−inf logits, an empty mask row, an all-equal or single group) or on cases covered by at
+  most three edge/numerics flags;
+- ``convention``: per combination of conventions the target was called with, the exact
+  reference re-evaluated under another value of one catalog convention or parameter (then of
+  two) matches every failing case without an edge flag, and the passing cases tried agree;
+- ``factor``: got = c·exact on every array of at least half the remaining cases, c one of a
+  few named constants (2, ½, −1, ...), or the case's T² or 1/T² on all of them;
+- ``no-gradient``, ``gradient-only``: every remaining case passes its values and fails a
+  gradient (a stop-gradient placed differently from the formula);
+- ``cancellation``: at least half the failures carry a flag that marks cancellation, whose
+  description names the stable form.
 """
 from __future__ import annotations
 
@@ -379,7 +382,8 @@ class _Objective:
         for r in left:
             rewards = np.asarray(decode_input(self.case(r).test["inputs"]["rewards"]), dtype=np.float64)
             got, want = r.got.get("advantages"), self.want(r, "advantages")
-            if got is None or rewards.shape[1] < 2 or r.dtype not in ("float64", "float32") or not np.isfinite(got).all():
+            if (got is None or rewards.shape[1] < 2 or r.dtype not in ("float64", "float32")
+                    or not np.isfinite(got).all()):
                 continue
             typed = rewards.astype(r.dtype)
             equal = typed.max(axis=1) == typed.min(axis=1)
@@ -529,7 +533,8 @@ class _Search:
         self.values = {}
         for p in spec.params:
             if p.convention:
-                self.values[p.name] = list(dict.fromkeys([*map(_key, p.choices), _key(p.default), *sorted(seen[p.name], key=str)]))
+                self.values[p.name] = list(dict.fromkeys([*map(_key, p.choices), _key(p.default),
+                                                          *sorted(seen[p.name], key=str)]))
             elif not isinstance(p.default, str):
                 self.values[p.name] = list(dict.fromkeys([*map(_key, p.choices), _key(p.default)]))
 
@@ -660,7 +665,8 @@ def _rows_empty(inputs):
 
 
 # Classes of rows the inputs themselves mark, for the non-finite test.
-_ROW_CLASSES = (("groups whose rewards are all equal (or single)", _rows_equal_rewards), ("−inf logits", _rows_neg_inf),
+_ROW_CLASSES = (("groups whose rewards are all equal (or single)", _rows_equal_rewards),
+                ("−inf logits", _rows_neg_inf),
                 ("an empty mask row", _rows_empty))
 
 
