@@ -210,7 +210,7 @@ class _Objective:
     def raises(self, left):
         errors = defaultdict(list)
         for r in left:
-            if r.status == "error" and not r.got:
+            if r.status == "error":
                 errors[r.message.split(":", 1)[0]].append(r)
         for head, rs in errors.items():
             yield self.make("raises", rs, f"{head} on {len(rs)} case-run(s)", rs[0].message[:200],
