@@ -115,3 +115,18 @@ def test_digits_lost_where_the_vectors_flag_cancellation_name_the_stable_form():
     assert "log(−expm1(p))" in cancellation[0].fix
     flagged = [r for r in results if r.status == "fail" and "NearCertain" in r.flags]
     assert cancellation[0].count == len(flagged)
+
+
+def _kl_returns_float32(logp, ref_logp, kind="k3", clamp=None):
+    """k3 computed in float32 and returned so: half the digits of float64 inputs, in the dtype too."""
+    x = ref_logp.float() - logp.float()
+    return torch.expm1(x) - x
+
+
+def test_an_output_narrower_than_the_inputs_is_named_with_both_dtypes():
+    spec = {"name": "k3-narrow", "framework": "torch", "dtypes": ["float64"],
+            "objectives": {"kl.estimator": _kl_returns_float32}}
+    results, found = _diagnoses(spec, "kl.estimator")
+    failing = [r for r in results if r.status == "fail"]
+    assert failing and [d.kind for d in found] == ["narrow-dtype"]
+    assert found[0].defect == "returns float32 for float64 inputs" and found[0].count == len(failing)
