@@ -203,7 +203,7 @@ class _Objective:
                 out.append(diagnosis)
                 left = [r for r in left if id(r) not in {id(c) for c in claimed}]
         if left:
-            out.append(self.make("unexplained", left, f"{len(left)} failing case-run(s) that no test explains",
+            out.append(self.make("unexplained", left, "failing case-runs that no test explains",
                                  _first_message(left), "read the per-case lines (--cases) of the repro"))
         return out
 
@@ -217,20 +217,29 @@ class _Objective:
                             "make the function compute these cases (the message says why it did not)"), rs
 
     def leak(self, left):
+        """The probe's finding is a defect of its own, beside what the values show: it claims
+        only the case-runs whose values and gradients pass."""
         rs = [r for r in left if r.probes.get("leak")]
         if rs:
             outputs = sorted({o for r in rs for o in r.probes["leak"]})
             yield self.make("leak", rs, f"output(s) {', '.join(outputs)} carry a gradient",
                             f"{self.spec.id} declares its outputs constant; on {len(rs)} case-run(s) the probe "
-                            f"found a nonzero gradient through them", "detach the outputs (stop-gradient)"), rs
+                            f"found a nonzero gradient through them", "detach the outputs (stop-gradient)"), \
+                [r for r in rs if self._arrays_pass(r)]
 
     def narrow(self, left):
+        """Claims the case-runs whose errors the narrower dtype accounts for (within its bound)."""
         rs = [r for r in left if r.probes.get("narrowed")]
         if rs:
             pairs = sorted({f"{d} for {r.dtype} inputs" for r in rs for d in r.probes["narrowed"].values()})
             yield self.make("narrow-dtype", rs, f"returns {', '.join(pairs)}",
                             f"{len(rs)} case-run(s) return a narrower floating dtype than their inputs",
-                            "return the inputs' dtype (and compute in it)"), rs
+                            "return the inputs' dtype (and compute in it)"), \
+                [r for r in rs if self.fits(r, {label: self.want(r, label) for label in r.got},
+                                            dtype=min(r.probes["narrowed"].values(), key=_precision))]
+
+    def _arrays_pass(self, r) -> bool:
+        return bool(r.got) and self.fits(r, {label: self.want(r, label) for label in r.got})
 
     def non_finite(self, left):
         """NaN or ±inf where the exact value is finite, confined to one class of inputs: rows
@@ -239,11 +248,11 @@ class _Objective:
         rs = [r for r in left if any(_non_finite(got, self.want(r, label)) for label, got in r.got.items())]
         if not rs:
             return
-        for name, rows in _ROW_CLASSES:
+        for name, where, rows in _ROW_CLASSES:
             if all(self._confined(r, rows) for r in rs):
                 yield self.make("non-finite", rs, f"NaN or inf on {name} only",
                                 f"on {len(rs)} case-run(s) every non-finite value (where the exact one is finite) lies "
-                                f"in a row with {name}; the other rows are finite",
+                                f"in {where}; the other rows are finite",
                                 f"handle {name} as the catalog defines it (docs of {self.spec.id})"), rs
                 return
         classes = {f for f, note in self.notes.items() if note.get("category") in EDGE_CATEGORIES
@@ -648,6 +657,10 @@ def _floats(x) -> np.ndarray:
     return np.vectorize(float, otypes=[np.float64])(arr) if arr.size else arr.astype(np.float64)
 
 
+def _precision(dtype: str) -> float:
+    return -compare.UNIT_ROUNDOFF[dtype]
+
+
 def _rows_equal_rewards(inputs):
     r = inputs.get("rewards")
     return None if r is None or r.ndim != 2 else r.max(axis=1) == r.min(axis=1)
@@ -665,9 +678,10 @@ def _rows_empty(inputs):
 
 
 # Classes of rows the inputs themselves mark, for the non-finite test.
-_ROW_CLASSES = (("groups whose rewards are all equal (or single)", _rows_equal_rewards),
-                ("−inf logits", _rows_neg_inf),
-                ("an empty mask row", _rows_empty))
+_ROW_CLASSES = (("groups whose rewards are all equal (or single)", "a group whose rewards are all equal (or a single "
+                 "reward)", _rows_equal_rewards),
+                ("−inf logits", "a row with a −inf logit", _rows_neg_inf),
+                ("empty mask rows", "a row whose mask selects no token", _rows_empty))
 
 
 def _non_finite(got, want) -> bool:

@@ -151,7 +151,7 @@ def print_diagnoses(diagnoses, out) -> None:
         by_pair[(d.target, d.objective)].append(d)
     print(f"diagnoses: {len(diagnoses)} defect(s) in {len(by_pair)} failing target/objective pair(s)", file=out)
     for (target, objective), ds in by_pair.items():
-        print(f"  {target} {objective}: {sum(d.count for d in ds)} failing case-run(s)", file=out)
+        print(f"  {target} {objective}:", file=out)
         for d in ds:
             print(f"    [{d.kind}] {d.defect} ({d.count} case-run(s))", file=out)
             print(f"        evidence: {d.evidence}", file=out)
