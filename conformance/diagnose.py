@@ -63,7 +63,7 @@ MAX_ELEMENTS = 20000
 # Passing cases a convention candidate is also tried on: one that contradicts it refutes it.
 PASSING_SAMPLE = 8
 # Time for the search over pairs of conventions, per (target, objective).
-SEARCH_SECONDS = 60.0
+SEARCH_SECONDS = 30.0
 # The constant factors a formula gains or loses: a missing ½ or an extra 2, a sign.
 FACTORS = {2.0: "2", 0.5: "1/2", -1.0: "−1 (the sign)", -2.0: "−2", -0.5: "−1/2", 4.0: "4", 0.25: "1/4"}
 EDGE_CATEGORIES = ("edge", "numerics")
