@@ -18,8 +18,10 @@ import conformance
 from conformance import (
     catalog,
     compare,
+    diagnose,
     exchange,
     generate,
+    infer,
     report,
     run,
 )
@@ -276,15 +278,17 @@ def cmd_check(args):
     results = run.execute(plan, vs, progress=lambda label: bar(label, args.quiet),
                           announce=_print_deviations if args.as_paper else None,
                           note=lambda line: print(f"note: {line}", file=sys.stderr))
+    diagnoses = diagnose.diagnose(results, vs, targets, plan.selection.tolerances)
     elapsed = time.perf_counter() - start
-    report.console(results, quiet=args.quiet, strict=args.strict, notes=_notes(vs, results))
+    report.console(results, quiet=args.quiet, strict=args.strict, notes=_notes(vs, results), diagnoses=diagnoses,
+                   cases=args.cases)
     if not args.quiet:
         print(f"{len(targets)} target(s), {elapsed:.1f} s")
     suite = {"version": conformance.__version__,
              "vectorSetVersion": vs.version(),
              "manifest_sha256": vs.manifest_sha256}
     if args.report_json:
-        report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets)))
+        report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets), diagnoses))
     if args.junit:
         write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
     return 1 if failed(results, strict=args.strict) else 0
@@ -293,6 +297,24 @@ def cmd_check(args):
 def _notes(vs, results) -> dict:
     """The notes of the vector files of the objectives that ran (what each flag means)."""
     return {o: vs.notes(o) for o in dict.fromkeys(r.objective for r in results) if o in vs.objective_ids()}
+
+def cmd_infer(args):
+    target = load(args.target)
+    globs = args.objective or ["*"]
+    chosen = [o for o in target.objectives if any(fnmatch.fnmatchcase(o, g) for g in globs)]
+    if not chosen:
+        raise UsageError(f"target {target.name} implements none of {', '.join(globs)} "
+                         f"(it implements {', '.join(target.objectives)})")
+    dtypes = run.dtype_list(args.dtype) or ["float64"]
+    vs = VectorSet(args.vectors, [glob.escape(o) for o in chosen], validate=False)
+    with bar(f"inferring {target.name}", args.quiet) as progress:
+        found = infer.infer(target, vs, chosen, dtypes, progress=progress)
+    if not infer.checked_anything(found):
+        raise UsageError(f"target {target.name}: no case of {', '.join(chosen)} was judged (every one unsupported "
+                         f"or skipped in {', '.join(dtypes)})")
+    for inference in found:
+        print(inference.text())
+    return 0 if all(i.declaration is not None for i in found) else 1
 
 
 def _print_deviations(target) -> None:
@@ -530,6 +552,7 @@ def build_parser() -> argparse.ArgumentParser:
                      f"{', '.join(partitions.VOCAB_KINDS)} (default: all)")
     chk.add_argument("--report-json", metavar="PATH")
     chk.add_argument("--junit", metavar="PATH")
+    chk.add_argument("--cases", action="store_true", help="after the diagnoses, print every failing case")
     chk.add_argument("--quiet", action="store_true")
     chk.set_defaults(fn=cmd_check)
     sc = sub.add_parser("scaffold", help="write a target file for a library's function, from its signature")
@@ -537,6 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--objective", required=True, metavar="ID", help="the catalog objective it implements")
     sc.add_argument("--output", metavar="FILE", help="write the target here (default: print it)")
     sc.set_defaults(fn=cmd_scaffold)
+
+    inf = with_vectors(sub.add_parser("infer", help="the conventions declaration that fits a target's functions"))
+    inf.add_argument("--target", required=True, metavar="SPEC", help="package.module:NAME or path/file.py:NAME")
+    inf.add_argument("--objective", action="append", metavar="GLOB", help="e.g. 'grpo.*' (repeatable; default all)")
+    inf.add_argument("--dtype", action="append", metavar="DTYPE", help="dtypes to judge in (default float64)")
+    inf.add_argument("--quiet", action="store_true")
+    inf.set_defaults(fn=cmd_infer)
     exp = with_vectors(sub.add_parser("export-prompt", help="write vector inputs for out-of-process targets"))
     exp.add_argument("directory")
     exp.add_argument("--objective", default="*", metavar="GLOB")

@@ -266,6 +266,7 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
             return
         got_dtype = fw.dtype_of(got)
         if got_dtype is not None and not _widens(got_dtype, dtype):
+            res.probes.setdefault("narrowed", {})[label] = got_dtype
             judged.fail_hard(f"{label}: dtype {got_dtype}, narrower than the inputs' {dtype}")
         judged.output(label, g, want_strings, selected.get(label.rpartition(":")[2]))
 
@@ -310,7 +311,8 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
                                    f"torch.no_grad() or detached?)")
 
     if target.framework == "torch" and spec.detached:
-        for leak in _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit):
+        for output, leak in _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit):
+            res.probes.setdefault("leak", []).append(output)
             judged.fail_hard(leak)
     return judged.decide(test["result"])
 
@@ -325,7 +327,7 @@ def _selection(spec: catalog.Objective, test: dict) -> dict:
 
 
 def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
-    """Messages for the outputs of a detached objective that carry a gradient to a floating
+    """(output name, message) for the outputs of a detached objective that carry a gradient to a floating
     input. The probe's cotangent is random, not ones: a leak through a mean-centred output
     (group-normalised advantages sum to zero) is invisible to a cotangent of ones."""
     torch = fw.torch
@@ -344,8 +346,8 @@ def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
                 grads = torch.autograd.grad(o, list(leaves.values()), cotangent.to(o.dtype), allow_unused=True)
                 for iname, g in zip(leaves, grads):
                     if g is not None and bool((g != 0).any()):
-                        out.append(f"{oname}: leaks gradient to input {iname!r} "
-                                   f"({spec.id} declares its outputs constant: detach them)")
+                        out.append((oname, f"{oname}: leaks gradient to input {iname!r} "
+                                   f"({spec.id} declares its outputs constant: detach them)"))
             return out
     except Exception:
         return []   # a target that cannot run on inputs requiring grad: the probe cannot judge it

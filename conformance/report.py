@@ -1,4 +1,4 @@
-"""Reports of a check run: console, JSON (``lossproof-report/1``, DESIGN §9) and JUnit XML."""
+"""Reports of a check run: console, JSON (``lossproof-report/3``, DESIGN §9) and JUnit XML."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ from xml.etree import ElementTree as ET
 from conformance._io import write_atomically
 from conformance.results import CHECKED, MISSING_MODULE, NOT_CALLED, CaseResult, failed, summary
 
-REPORT_SCHEMA = "lossproof-report/2"
+REPORT_SCHEMA = "lossproof-report/3"
 
 
 def worst_table(results: list[CaseResult]) -> dict:
@@ -26,12 +26,14 @@ def worst_table(results: list[CaseResult]) -> dict:
     return table
 
 
-def to_json(results: list[CaseResult], suite: dict, environment: dict) -> dict:
+def to_json(results: list[CaseResult], suite: dict, environment: dict, diagnoses=()) -> dict:
+    """``diagnoses``: the conformance.diagnose.Diagnosis records of the run."""
     return {
         "schema": REPORT_SCHEMA,
         "suite": suite,
         "environment": environment,
         "summary": summary(results),
+        "diagnoses": [d.as_dict() for d in diagnoses],
         "cases": [{
             "uid": r.uid, "objective": r.objective, "group": r.group, "conventions": r.conventions,
             "target": r.target, "dtype": r.dtype, "device": r.device, "axis": r.axis, "status": r.status,
@@ -91,19 +93,28 @@ def distinctive_flag(r: CaseResult, failures: list[CaseResult], checked: list[Ca
 
 
 def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: bool = False,
-            strict: bool = False, notes=None) -> None:
+            strict: bool = False, notes=None, diagnoses=None, cases: bool = True) -> None:
     """``notes``: {objective: {flag: {"description", ...}}}, the notes of the vector files, to
-    say what each flag a failing vector carries means."""
+    say what each flag a failing vector carries means; ``diagnoses``: printed first when given;
+    ``cases``: whether the per-case lines follow."""
     out = out or sys.stdout
     s = summary(results)
     _not_called(results, out)
     _missing_modules(results, out)
     bad = [r for r in failed(results, strict) if not r.message.startswith((NOT_CALLED, MISSING_MODULE))]
     checked = [r for r in results if r.status in CHECKED or r.axis == "validation"]
-    if bad:
+    # the diagnoses explain the conformance failures; without --cases only the invalid inputs
+    # not rejected (--strict) are listed case by case
+    listed = bad if cases or not diagnoses else [r for r in bad if r.axis == "validation"]
+    if diagnoses:
+        print_diagnoses(diagnoses, out)
+        hidden = sum(r.axis == "conformance" and r.status in ("fail", "error") for r in bad) if not cases else 0
+        if hidden:
+            print(f"  ({hidden} failing case-run(s): --cases prints them one by one)", file=out)
+    if listed:
         groups = defaultdict(list)
-        for r in bad:
-            groups[distinctive_flag(r, bad, checked)].append(r)
+        for r in listed:
+            groups[distinctive_flag(r, listed, checked)].append(r)
         print("failures by their most distinctive flag: "
               + ", ".join(f"{flag} {len(rs)}" for flag, rs in sorted(groups.items(), key=lambda kv: -len(kv[1]))),
               file=out)
@@ -113,8 +124,8 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
             for r in rs[:max(1, max_failures - shown)]:
                 _print_case(r, out)
                 shown += 1
-        if len(bad) > shown:
-            print(f"  … and {len(bad) - shown} more (use --report-json for all)", file=out)
+        if len(listed) > shown:
+            print(f"  … and {len(listed) - shown} more (use --report-json for all)", file=out)
     xfails = [r for r in results if r.status == "xfail"]
     if xfails:
         reasons = Counter((r.target, r.known) for r in xfails)
@@ -180,6 +191,20 @@ def _missing_modules(results: list[CaseResult], out) -> None:
     for (target, what), rs in by_module.items():
         objectives = ", ".join(dict.fromkeys(r.objective for r in rs))
         print(f"  {target}: {what} ({len(rs)} case(s) of {objectives})", file=out)
+
+def print_diagnoses(diagnoses, out) -> None:
+    """The defects, one block each, grouped by target and objective."""
+    by_pair = defaultdict(list)
+    for d in diagnoses:
+        by_pair[(d.target, d.objective)].append(d)
+    print(f"diagnoses: {len(diagnoses)} defect(s) in {len(by_pair)} failing target/objective pair(s)", file=out)
+    for (target, objective), ds in by_pair.items():
+        print(f"  {target} {objective}:", file=out)
+        for d in ds:
+            print(f"    [{d.kind}] {d.defect} ({d.count} case-run(s))", file=out)
+            print(f"        evidence: {d.evidence}", file=out)
+            print(f"        fix: {d.fix}", file=out)
+            print(f"        repro: {d.repro}", file=out)
 
 
 def _print_case(r: CaseResult, out) -> None:

@@ -48,6 +48,11 @@ class CaseResult:
     known: str = ""                              # the declared reason of an expected failure
     raised: dict | None = None                   # validation: {"type", "message"} of the rejection
     partition: str = ""                          # distributed checks: "2x2:uneven", "vocab2:neg-inf"
+    # What the diagnoses read (conformance.diagnose), not reported: every array compared, as
+    # float64 numpy, by label (name or "grad:NAME"); and what the harness's probes found
+    # ({"leak": [output names]}, {"narrowed": dtype returned}).
+    got: dict = field(default_factory=dict, repr=False)
+    probes: dict = field(default_factory=dict, repr=False)
 
     @property
     def axis(self) -> str:

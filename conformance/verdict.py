@@ -68,6 +68,7 @@ class Judgement:
         everywhere). Whether it passed."""
         if self.observe is not None:
             self.observe(self.res, label, got)
+        self.res.got[label] = got
         w = expected(want_strings)
         if got.shape != w.shape:
             self.failures.append(f"{label}: shape {got.shape}, expected {w.shape}")

@@ -19,7 +19,7 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None)
 TARGET = {"name": "buggy", "framework": "torch", "objectives": {"grpo.clip": clip}}
 '''
 
-SCHEMA = json.loads((Path(cli.__file__).parent / "schema" / "report-2.json").read_text())
+SCHEMA = json.loads((Path(cli.__file__).parent / "schema" / "report-3.json").read_text())
 
 
 def test_check_passes_and_writes_valid_reports(tmp_path, capsys):

@@ -123,7 +123,7 @@ def test_wrong_formulas_fail(tmp_path, capsys):
                                   "(t.exp() * (t - s))")                                 # forward, not reverse
                     .replace("-F.logsigmoid(beta * (chosen - rejected))", "-F.logsigmoid(chosen - rejected)"))
     for objective in ("distill.token_kl", "dpo.loss"):
-        code, out, _ = _check(capsys, "--target", f"{path}:TARGET", "--objective", objective, "--quiet")
+        code, out, _ = _check(capsys, "--target", f"{path}:TARGET", "--objective", objective, "--quiet", "--cases")
         assert code == 1, objective
         assert "FAIL" in out
 
@@ -135,9 +135,10 @@ def test_an_output_computed_under_no_grad_is_named_as_such(tmp_path, capsys):
                     .replace("    return -F.logsigmoid(beta * (chosen - rejected))",
                              "    out = -F.logsigmoid(beta * (chosen - rejected))\n"
                              "    torch.set_grad_enabled(True)\n    return out"))
-    code, out, _ = _check(capsys, "--target", f"{path}:TARGET", "--objective", "dpo.loss", "--quiet")
+    code, out, _ = _check(capsys, "--target", f"{path}:TARGET", "--objective", "dpo.loss", "--quiet", "--cases")
     assert code == 1
     assert "carry no gradient (computed under torch.no_grad() or detached?)" in out
+    assert "[no-gradient] no gradient: the gradient is zero where the exact one is not" in out
 
 
 def test_a_gradient_leak_is_caught_on_every_case(tmp_path, capsys):

@@ -45,7 +45,7 @@ def test_the_reports_carry_the_partition(tmp_path, capsys):
     assert cli.main(["check", "--backend", "torch", "--partition", "2x2", "--uid", "grpo.loss:a8892cbb841111e8",
                      "--dtype", "float64", "--report-json", str(report), "--junit", str(junit)]) == 0
     doc = json.loads(report.read_text())
-    jsonschema.validate(doc, json.loads((Path(cli.__file__).parent / "schema" / "report-2.json").read_text()))
+    jsonschema.validate(doc, json.loads((Path(cli.__file__).parent / "schema" / "report-3.json").read_text()))
     assert [c["partition"] for c in doc["cases"]] == ["2x2:even", "2x2:uneven", "2x2:short-rank"]
     assert all(c["repro"].endswith(f"--partition {c['partition']}") for c in doc["cases"])
     assert "float64-cpu-2x2:uneven" in junit.read_text()

@@ -42,12 +42,13 @@ def twin_name(pair: Pair, pairs: list[Pair]) -> str:
 
 
 def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
-    """{"cases": {target name: [report cases]}, "exit": {objective: exit status}}."""
+    """{"cases": {target name: [report cases]}, "diagnoses": {target name: [report diagnoses]},
+    "exit": {objective: exit status}}."""
     vs = vector_set or VectorSet()
     by_objective = defaultdict(list)
     for p in pairs:
         by_objective[p.objective].append(p)
-    cases, exits = defaultdict(list), {}
+    cases, diagnoses, exits = defaultdict(list), defaultdict(list), {}
     original = cli._vector_set
     cli._vector_set = lambda args: vs   # load the vectors once, not once per objective
     try:
@@ -66,11 +67,14 @@ def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
                     argv += ["--target", spec]
                 with contextlib.redirect_stdout(None):
                     exits[objective] = cli.main(argv)
-                for case in json.loads(report.read_text())["cases"]:
+                doc = json.loads(report.read_text())
+                for case in doc["cases"]:
                     cases[case["target"]].append(case)
+                for diagnosis in doc["diagnoses"]:
+                    diagnoses[diagnosis["target"]].append(diagnosis)
     finally:
         cli._vector_set = original
-    return {"cases": dict(cases), "exit": exits}
+    return {"cases": dict(cases), "diagnoses": dict(diagnoses), "exit": exits}
 
 
 def verdict(pair: Pair, result: dict, pairs: list[Pair]) -> dict:
@@ -116,9 +120,11 @@ def markdown(pairs: list[Pair], result: dict, have: set[str]) -> str:
         "    PYTHONPATH=tests lossproof check --strict --target mutants.grpo:ADV_SAMPLE_STD__TWIN --objective grpo.advantages",
         "",
         "Columns: *flagged* = cases failed or errored / cases judged (float64); *flags* = the vector",
-        "flags of the flagged cases, most frequent first. Two classes are seen only by the harness's",
-        "own probes: a gradient leak (outputs of `grpo.advantages` / `proximal_kl.future_cost` must",
-        "carry no gradient) and a wrong output dtype; see `conformance/harness.py`.",
+        "flags of the flagged cases, most frequent first; *diagnosis* = the kinds of defect the check",
+        "names (`conformance/diagnose.py`), with the case-runs each explains (`tests/mutants/diagnoses.py`",
+        "says which each mutant must get). Two classes are seen only by the harness's own probes: a",
+        "gradient leak (outputs of `grpo.advantages` / `proximal_kl.future_cost` must carry no",
+        "gradient) and a wrong output dtype; see `conformance/harness.py`.",
         "",
     ]
     order = ("kl", "dpo", "grpo", "gae", "distill", "proximal_kl")
@@ -126,18 +132,19 @@ def markdown(pairs: list[Pair], result: dict, have: set[str]) -> str:
         rows = [p for p in pairs if p.family == family]
         if not rows:
             continue
-        lines += [f"## {family}", "", "| mutant | class | where seen | flagged | flags that catch it |",
-                  "|---|---|---|---|---|"]
+        lines += [f"## {family}", "", "| mutant | class | where seen | flagged | flags that catch it | diagnosis |",
+                  "|---|---|---|---|---|---|"]
         for p in sorted(rows, key=lambda p: (p.objective, p.slug)):
             name = f"`{p.slug}`<br>{p.objective}" + (" (numpy)" if p.framework == "numpy" else "")
             if p.objective not in have:
                 caught = f"no {p.family} vectors yet (xfail, strict)"
-                flagged = "—"
+                flagged = named = "—"
             else:
                 v = verdict(p, result, pairs)
                 flagged = f"{v['killed']}/{v['judged']}"
                 caught = _flags(v["flags"]) or "**survives**"
-            lines.append(f"| {name} | {_cell(p.bug)} | {_cell(p.seen)} | {flagged} | {caught} |")
+                named = ", ".join(f"{d['kind']} ({d['count']})" for d in result["diagnoses"].get(p.slug, [])) or "—"
+            lines.append(f"| {name} | {_cell(p.bug)} | {_cell(p.seen)} | {flagged} | {caught} | {named} |")
         lines.append("")
     return "\n".join(lines)
 

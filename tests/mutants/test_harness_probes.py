@@ -96,5 +96,5 @@ def test_future_cost_leak_probe_directly():
     kwargs = {**inputs, "clip": None, "window": None}
     assert harness._leaks(fw, pkl.future_twin, kwargs, inputs, kinds, spec, 5.0) == []
     leaks = harness._leaks(fw, pkl.future_leaks_gradient, kwargs, inputs, kinds, spec, 5.0)
-    assert leaks and "leaks gradient to input 'logp'" in leaks[0]
+    assert leaks and leaks[0][0] == "cost" and "leaks gradient to input 'logp'" in leaks[0][1]
     assert catalog.get("grpo.advantages").detached and catalog.get("proximal_kl.future_cost").detached

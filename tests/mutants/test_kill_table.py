@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="most mutants are torch functions")
 
 from conformance import catalog, cli
 from conformance.vectors.load import VectorSet
-from mutants import all_pairs, killtable
+from mutants import all_pairs, diagnoses, killtable
 
 PAIRS = all_pairs()
 HAVE = killtable.objectives_with_vectors()
@@ -42,6 +42,25 @@ def test_mutant_is_flagged_and_twin_passes(result, pair):
     assert not v["twin_bad"], (f"twin {killtable.twin_name(pair, PAIRS)} is not clean: "
                                f"{v['twin_bad'][0]['uid']}: {v['twin_bad'][0]['message'][:300]}")
     assert v["killed"] > 0, f"survivor: {pair.slug} ({pair.bug}) passed all {v['judged']} vectors"
+
+
+@pytest.mark.parametrize("pair", [_param(p) for p in PAIRS])
+def test_mutant_gets_its_diagnosis_and_twin_none(result, pair):
+    assert pair.objective in HAVE, f"no vectors for {pair.objective}"
+    got = [(d["kind"], d["defect"]) for d in result["diagnoses"].get(pair.slug, [])]
+    expected = diagnoses.EXPECTED[pair.slug]
+    unmatched = list(got)
+    for kind, fragment in expected:
+        hit = next((g for g in unmatched if g[0] == kind and fragment in g[1]), None)
+        assert hit, f"{pair.slug}: no [{kind}] diagnosis with {fragment!r}; got {got}"
+        unmatched.remove(hit)
+    assert not unmatched, f"{pair.slug}: diagnoses beyond the expected ones: {unmatched}"
+    twin = killtable.twin_name(pair, PAIRS)
+    assert result["diagnoses"].get(twin, []) == [], f"twin {twin} got a diagnosis"
+
+
+def test_every_mutant_has_an_expected_diagnosis():
+    assert set(diagnoses.EXPECTED) == {p.slug for p in PAIRS}
 
 
 def test_exit_status_is_1_for_a_mutant_and_0_for_its_twin(vector_set, monkeypatch, capsys):

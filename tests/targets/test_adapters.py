@@ -213,7 +213,7 @@ def test_a_new_failure_fails_the_run(name, objective, wrap, monkeypatch, tmp_pat
         return out * (1 + 1e-3)
 
     monkeypatch.setattr(module, wrap, perturbed)
-    status, after, out = _check(["--target", name, "--objective", objective], tmp_path, capsys)
+    status, after, out = _check(["--target", name, "--objective", objective, "--cases"], tmp_path, capsys)
     assert status == 1
     failed = [c for c in after["cases"] if c["status"] == "fail"]
     assert failed and all(not c["known"] for c in failed)

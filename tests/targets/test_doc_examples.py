@@ -39,7 +39,7 @@ from conformance.vectors.load import VectorSet  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "targets.md"
 EXAMPLES = ROOT / "docs" / "examples" / "targets"
-SCHEMA = ROOT / "conformance" / "schema" / "report-2.json"
+SCHEMA = ROOT / "conformance" / "schema" / "report-3.json"
 
 # A target file named like the module it imports (described in the page's prose, written here).
 SHADOWING = ("torch.py", ("import torch\n\nTARGET = {'name': 'shadow', 'framework': 'torch', "

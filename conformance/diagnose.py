@@ -1,0 +1,712 @@
+"""Diagnoses: the defects behind the failures of a check, named once each (issue 25).
+
+A check judges case by case; a reader wants to know which few defects those failures come
+from. For every failing (target, objective), the failing case-runs are explained by a short
+list of :class:`Diagnosis` records, each with its count, the evidence, the fix or the
+declaration to make, and the repro line of its smallest failing vector.
+
+Every diagnosis is decided by a test on the numbers the harness recorded (``CaseResult.got``,
+``CaseResult.probes``), never by reading messages, and claims only the case-runs that test holds
+on; the rules run in this order, each on what the earlier ones left, and what none explains is
+reported ``unexplained``:
+
+- ``raises``: the function raised (grouped by exception type);
+- ``leak``, ``narrow-dtype``: the harness's gradient-leak probe; an output dtype narrower than
+  the inputs';
+- ``float32-inside``: a float64 case within the float32 bound returns, bit for bit, what the
+  function returns on the same vector in float32, where the exact values are not float32
+  numbers (once proven, the other float64 failures that are float32 numbers within that bound
+  join);
+- ``native``: bfloat16/float16 cases fail the careful model and pass ``native``, and every
+  float64/float32 case passes: the target computes in the low dtype itself;
+- ``degenerate-group``: ``grpo.advantages`` off only in all-equal groups whose mean is inexact
+  in the dtype, where the exact advantage is 0;
+- ``non-finite``: NaN or ±inf where the exact value is finite, only in rows the inputs mark
+  (−inf logits, an empty mask row, an all-equal or single group) or on cases covered by at
+  most three edge/numerics flags;
+- ``convention``: per combination of conventions the target was called with, the exact
+  reference re-evaluated under another value of one catalog convention or parameter (then of
+  two) matches every failing case without an edge flag, and the passing cases tried agree;
+- ``factor``: got = c·exact on every array of at least half the remaining cases, c one of a
+  few named constants (2, ½, −1, ...), or the case's T² or 1/T² on all of them;
+- ``no-gradient``, ``gradient-only``: every remaining case passes its values and fails a
+  gradient (a stop-gradient placed differently from the formula);
+- ``cancellation``: at least half the failures carry a flag that marks cancellation, whose
+  description names the stable form.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import itertools
+import json
+import math
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import mpmath
+import numpy as np
+
+from conformance import catalog, compare, harness, verdict
+from conformance.numbers import decode_input
+from conformance.results import CaseResult
+from refimpl.exact import mp
+from refimpl.validate import InputError
+
+# The exact reference re-evaluated at modest precision: a candidate convention is accepted or
+# refused by differences many orders above 1e-20.
+DPS = 20
+# Cases larger than this (input elements) are not re-evaluated under candidate conventions; the
+# count of those left out is reported with the match.
+MAX_ELEMENTS = 20000
+# Passing cases a convention candidate is also tried on: one that contradicts it refutes it.
+PASSING_SAMPLE = 8
+# Time for the search over pairs of conventions, per (target, objective).
+SEARCH_SECONDS = 30.0
+# The constant factors a formula gains or loses: a missing ½ or an extra 2, a sign.
+FACTORS = {2.0: "2", 0.5: "1/2", -1.0: "−1 (the sign)", -2.0: "−2", -0.5: "−1/2", 4.0: "4", 0.25: "1/4"}
+EDGE_CATEGORIES = ("edge", "numerics")
+NOT_A_CLASS = ("LowPrecision", "Random", "Large")
+CANCELLATION = ("TinyStd", "TinyKL", "NearCertain")
+
+
+@dataclass
+class Diagnosis:
+    kind: str
+    target: str
+    objective: str
+    count: int                    # the failing case-runs it explains
+    defect: str                   # one line: what is wrong
+    evidence: str
+    fix: str
+    repro: str                    # the command that reruns its smallest failing vector
+    declare: dict | None = None   # the conventions to declare, when that is the fix
+    uids: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "target": self.target, "objective": self.objective, "count": self.count,
+                "defect": self.defect, "evidence": self.evidence, "fix": self.fix, "repro": self.repro,
+                "declare": self.declare, "uids": self.uids}
+
+
+def diagnose(results: list[CaseResult], vs, targets, tolerances: compare.Tolerances | None = None) -> list[Diagnosis]:
+    """The diagnoses of every failing (target, objective) of a run. ``targets``: the Targets
+    that ran (by name); ``vs``: the VectorSet the results come from."""
+    tolerances = tolerances or compare.Tolerances({})
+    by_name = {t.name: t for t in targets}
+    groups = defaultdict(list)
+    for r in results:
+        # in-process runs only: a distributed case's values come from ranks the tests cannot rerun
+        if r.axis == "conformance" and r.dtype != "-" and not r.partition:
+            groups[(r.target, r.objective)].append(r)
+    out = []
+    for (name, objective), runs in groups.items():
+        bad = [r for r in runs if r.status in ("fail", "error")]
+        if bad and name in by_name:
+            cases = {c.uid: c for c in vs.cases(objective)}
+            out += _Objective(by_name[name], objective, runs, cases, tolerances, vs).explain(bad)
+    return out
+
+
+class _Objective:
+    """The runs of one target on one objective, and the tests that explain its failures."""
+
+    def __init__(self, target, objective, runs, cases, tolerances, vs):
+        self.target, self.spec, self.runs, self.cases = target, catalog.get(objective), runs, cases
+        self.tolerances, self.vs = tolerances, vs
+        self._exact: dict = {}
+        try:
+            self.notes = vs.notes(objective)
+        except StopIteration:
+            self.notes = {}
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def case(self, r):
+        return self.cases[r.uid]
+
+    def size(self, r) -> int:
+        return sum(int(np.size(decode_input(v))) for v in self.case(r).test["inputs"].values())
+
+    def want(self, r, label: str) -> np.ndarray:
+        test = self.case(r).test
+        kind, _, name = label.rpartition(":")
+        return verdict.expected(test["grads"][name] if kind == "grad" else test["expected"][name])
+
+    def tolerance(self, r, dtype=None, model=None):
+        tol = compare.Tolerances(self.tolerances.overrides, model or self.tolerances.model)
+        return tol.for_case(self.spec, self.case(r).test, dtype or r.dtype,
+                            self.target.tolerance_model_for(self.spec.id))
+
+    def fits(self, r, values: dict, dtype=None, model=None, rescale: bool = False) -> bool:
+        """Whether every array ``r`` returned is within its bound of ``values`` (by label).
+        ``rescale``: the values are another formula's, whose terms may be larger than the
+        vector's stored scale (a JSD of 0 whose alternative is a KL of 1): the scale of each
+        array is at least the largest of those values and of the inputs (the terms' size)."""
+        if not r.got or any(label not in values for label in r.got):
+            return False
+        tol = self.tolerance(r, dtype, model)
+        if rescale:
+            test = dict(tol.test)
+            inputs = [np.abs(np.asarray(decode_input(v), dtype=np.float64)) for v in test["inputs"].values()]
+            terms = max((float(x[np.isfinite(x)].max()) for x in inputs if np.isfinite(x).any()), default=0.0)
+            scale = {kind: dict(test["scale"][kind]) for kind in ("outputs", "grads") if kind in test["scale"]}
+            for label, want in values.items():
+                kind, _, name = label.rpartition(":")
+                group = scale.get("grads" if kind == "grad" else "outputs")
+                finite = np.abs(want[np.isfinite(want)])
+                if group is not None and name in group:
+                    group[name] = max(float(group[name]), float(finite.max(initial=0.0)), terms)
+            test["scale"] = {**test["scale"], **scale}
+            tol = dataclasses.replace(tol, test=test)
+        selected = harness._selection(self.spec, self.case(r).test)
+        for label, got in r.got.items():
+            want = values[label]
+            if np.shape(got) != np.shape(want):
+                return False
+            if not label.startswith("grad:") and label.rpartition(":")[2] in selected:
+                got = np.where(selected[label.rpartition(":")[2]], got, want)
+            if (np.isnan(got).any() or (np.isinf(got) & ~np.isinf(want)).any()
+                    or not tol.measure(label, got, want).passed):
+                return False
+        return True
+
+    def exact(self, r, override: dict) -> dict | None:
+        """The exact outputs and gradients of ``r``'s vector with ``override`` applied to its
+        conventions and parameters (None when the reference refuses them)."""
+        case = self.case(r)
+        key = json.dumps([r.uid, override, r.conventions], sort_keys=True, default=str)
+        if key not in self._exact:
+            self._exact[key] = _evaluate(self.spec, case, {**r.conventions, **override})
+        return self._exact[key]
+
+    def repro(self, rs) -> str:
+        return min(rs, key=lambda r: (self.size(r), r.uid, r.dtype)).repro
+
+    def make(self, kind, rs, defect, evidence, fix, declare=None) -> Diagnosis:
+        return Diagnosis(kind, self.target.name, self.spec.id, len(rs), defect, evidence, fix, self.repro(rs),
+                         declare, sorted({r.uid for r in rs}))
+
+    def passing(self) -> list:
+        return [r for r in self.runs if r.status == "pass" and r.got]
+
+    # --- the rules, in order -----------------------------------------------------------------
+
+    def explain(self, bad: list) -> list[Diagnosis]:
+        out, left = [], list(bad)
+        for rule in (self.raises, self.leak, self.narrow, self.float32_inside, self.native, self.degenerate_group,
+                     self.non_finite, self.convention, self.factor, self.gradient, self.cancellation):
+            if not left:
+                break
+            for diagnosis, claimed in rule(left):
+                out.append(diagnosis)
+                left = [r for r in left if id(r) not in {id(c) for c in claimed}]
+        if left:
+            out.append(self.make("unexplained", left, "failing case-runs that no test explains",
+                                 _first_message(left), "read the per-case lines (--cases) of the repro"))
+        return out
+
+    def raises(self, left):
+        errors = defaultdict(list)
+        for r in left:
+            if r.status == "error":
+                errors[r.message.split(":", 1)[0]].append(r)
+        for head, rs in errors.items():
+            yield self.make("raises", rs, f"{head} on {len(rs)} case-run(s)", rs[0].message[:200],
+                            "make the function compute these cases (the message says why it did not)"), rs
+
+    def leak(self, left):
+        """The probe's finding is a defect of its own, beside what the values show: it claims
+        only the case-runs whose values and gradients pass."""
+        rs = [r for r in left if r.probes.get("leak")]
+        if rs:
+            outputs = sorted({o for r in rs for o in r.probes["leak"]})
+            yield self.make("leak", rs, f"output(s) {', '.join(outputs)} carry a gradient",
+                            f"{self.spec.id} declares its outputs constant; on {len(rs)} case-run(s) the probe "
+                            f"found a nonzero gradient through them", "detach the outputs (stop-gradient)"), \
+                [r for r in rs if self._arrays_pass(r)]
+
+    def narrow(self, left):
+        """Claims the case-runs whose errors the narrower dtype accounts for (within its bound)."""
+        rs = [r for r in left if r.probes.get("narrowed")]
+        if rs:
+            pairs = sorted({f"{d} for {r.dtype} inputs" for r in rs for d in r.probes["narrowed"].values()})
+            yield self.make("narrow-dtype", rs, f"returns {', '.join(pairs)}",
+                            f"{len(rs)} case-run(s) return a narrower floating dtype than their inputs",
+                            "return the inputs' dtype (and compute in it)"), \
+                [r for r in rs if self.fits(r, {label: self.want(r, label) for label in r.got},
+                                            dtype=min(r.probes["narrowed"].values(), key=_precision))]
+
+    def _arrays_pass(self, r) -> bool:
+        return bool(r.got) and self.fits(r, {label: self.want(r, label) for label in r.got})
+
+    def non_finite(self, left):
+        """NaN or ±inf where the exact value is finite, confined to one class of inputs: rows
+        the data marks (−inf logits, an empty mask row, an all-equal group of rewards), or else
+        up to three edge/numerics flags; no passing case is judged non-finite."""
+        rs = [r for r in left if any(_non_finite(got, self.want(r, label)) for label, got in r.got.items())]
+        if not rs:
+            return
+        for name, where, rows in _ROW_CLASSES:
+            if all(self._confined(r, rows) for r in rs):
+                yield self.make("non-finite", rs, f"NaN or inf on {name} only",
+                                f"on {len(rs)} case-run(s) every non-finite value (where the exact one is finite) lies "
+                                f"in {where}; the other rows are finite",
+                                f"handle {name} as the catalog defines it (docs of {self.spec.id})"), rs
+                return
+        classes = {f for f, note in self.notes.items() if note.get("category") in EDGE_CATEGORIES
+                   and f not in NOT_A_CLASS}
+        cover, rest = [], list(rs)
+        while rest:
+            counts = Counter(f for r in rest for f in r.flags if f in classes)
+            if not counts or len(cover) == 3:
+                return   # not confined to a few edge classes: left to the later tests
+            flag = min(counts, key=lambda f: (-counts[f], f))
+            cover.append(flag)
+            rest = [r for r in rest if flag not in r.flags]
+        described = "; ".join(f"{f}: {_sentence(self.notes[f].get('description', ''))}" for f in cover)
+        yield self.make("non-finite", rs, f"NaN or inf on {' / '.join(cover)} cases only",
+                        f"{len(rs)} case-run(s) return a non-finite value where the exact one is finite, every one "
+                        f"flagged {' or '.join(cover)} ({described})",
+                        f"handle the {' / '.join(cover)} class as the catalog defines it"), rs
+
+    def _confined(self, r, rows) -> bool:
+        """Whether every non-finite element of ``r`` (where the exact value is finite) lies in a
+        row that ``rows(inputs)`` marks; False when the outputs have no rows to tell."""
+        inputs = {k: np.asarray(decode_input(v), dtype=np.float64) for k, v in self.case(r).test["inputs"].items()}
+        marked = rows(inputs)
+        if marked is None or not marked.any():
+            return False
+        for label, got in r.got.items():
+            want = self.want(r, label)
+            bad = np.isnan(got) | (np.isinf(got) & ~np.isinf(want))
+            if not bad.any():
+                continue
+            if bad.ndim == 0 or bad.shape[0] != marked.shape[0]:
+                return False
+            if bad.reshape(bad.shape[0], -1).any(axis=1)[~marked].any():
+                return False
+        return True
+
+    def gradient(self, left):
+        """Every failing case passes its values and fails a gradient: a stop-gradient placed
+        differently from the formula; 'no-gradient' when every such gradient is exactly 0.
+        Only for the whole remainder: a wrong formula also fails some gradients alone, where
+        it happens not to move the value."""
+        grads = {id(r): [label for label in r.got if label.startswith("grad:")] for r in left}
+        if not all(grads[id(r)] and self._values_pass(r, {label: self.want(r, label) for label in r.got})
+                   for r in left):
+            return
+        if all(not np.any(r.got[g]) and np.any(self.want(r, g)) for r in left for g in grads[id(r)]):
+            yield self.make("no-gradient", left, "no gradient: the gradient is zero where the exact one is not",
+                            f"on all {len(left)} failing case-run(s) the values pass and every gradient is exactly 0",
+                            "compute the output on the autograd graph (no torch.no_grad(), no .detach(), no "
+                            "gradient-cancelling term such as a live copy of the inputs)"), left
+            return
+        yield self.make("gradient-only", left, "the values are right and the gradients are not",
+                        f"on all {len(left)} failing case-run(s) every output passes and a gradient fails",
+                        "check which factors are detached: the value is the formula's, its derivative is not "
+                        "(a stop-gradient missing or extra, or a score-function gradient in place of the "
+                        "pathwise one)"), left
+
+    def _values_pass(self, r, values) -> bool:
+        tol = self.tolerance(r)
+        selected = harness._selection(self.spec, self.case(r).test)
+        for label, got in r.got.items():
+            if label.startswith("grad:"):
+                continue
+            want = values[label]
+            name = label.rpartition(":")[2]
+            if name in selected:
+                got = np.where(selected[name], got, want)
+            if np.shape(got) != np.shape(want) or _non_finite(got, want) or not tol.measure(label, got, want).passed:
+                return False
+        return True
+
+    def float32_inside(self, left):
+        wide = [r for r in left if r.dtype == "float64" and r.got
+                and self.fits(r, {label: self.want(r, label) for label in r.got}, dtype="float32")]
+        rs = [r for r in wide if self._rounding_shows(r) and self._same_in_float32(r)]
+        if rs:
+            # Proven on these; the other float64 failures join when they bear the same marks
+            # (within the float32 bound, float32 numbers only) but cannot prove it themselves: no
+            # float32 form of the vector, or exact values that float32 holds.
+            proven = {id(r) for r in rs}
+            rs += [r for r in wide if id(r) not in proven and all(_float32_numbers(got) for got in r.got.values())]
+            worst = max(m["err_over_tol"] for r in rs for m in r.outputs.values())
+            yield self.make("float32-inside", rs, "computed in float32 although the inputs are float64",
+                            f"on {len(rs)} float64 case-run(s) it returns, bit for bit, what it returns for the same "
+                            f"inputs in float32: within the float32 bound, up to {worst:.3g}× the float64 one",
+                            "compute in the inputs' dtype (a .float() or dtype=torch.float32 inside)"), rs
+
+    def _rounding_shows(self, r) -> bool:
+        """Whether some element out of the float64 bound has an exact value that float32 cannot
+        hold: where the exact values are float32 numbers (0, 10, ½), a float64 and a float32
+        computation of a wrong formula can agree bit for bit."""
+        tol = self.tolerance(r)
+        for label, got in r.got.items():
+            want = self.want(r, label)
+            kind, _, name = label.rpartition(":")
+            scale = float(tol.test["scale"]["grads" if kind == "grad" else "outputs"][name])
+            with np.errstate(invalid="ignore", over="ignore"):
+                off = np.abs(got - want) > compare.bound(want, "float64", tol.k, scale)
+                inexact = want.astype(np.float32).astype(np.float64) != want
+            if (off & inexact & np.isfinite(want)).any():
+                return True
+        return False
+
+    def _same_in_float32(self, r) -> bool:
+        """Whether the target, called on the same vector in float32, returns exactly the values
+        it returned in float64 (a float64 computation differs in the last float32 bits)."""
+        case = self.case(r)
+        if "float32" not in case.test["dtypes"]:
+            return False
+        probe = dataclasses.replace(self.target, dtypes=("float64", "float32"), known={}, known_rules=())
+        again = harness.run_case(probe, case, dtypes=["float32"], device=r.device, tolerances=self.tolerances)
+        if len(again) != 1 or again[0].conventions != r.conventions or set(again[0].got) != set(r.got):
+            return False
+        return all(np.array_equal(again[0].got[label], got, equal_nan=True) for label, got in r.got.items())
+
+    def native(self, left):
+        low = [r for r in left if r.dtype in compare.LOW_PRECISION and r.got]
+        if not low or self.tolerances.model == "native" or self.target.tolerance_model_for(self.spec.id) == "native":
+            return
+        wide_bad = [r for r in self.runs if r.dtype not in compare.LOW_PRECISION and r.status in ("fail", "error")]
+        if wide_bad:
+            return   # the formula itself is off: the low dtype is not the explanation
+        rs = [r for r in low if self.fits(r, {label: self.want(r, label) for label in r.got}, model="native")]
+        if rs:
+            yield self.make("native", rs, "computes in the low dtype itself",
+                            f"{len(rs)} {'/'.join(sorted({r.dtype for r in rs}))} case-run(s) fail the careful "
+                            "model (float32 inside) and pass the native one, and every float64/float32 case passes",
+                            f"declare tolerance_model: native for {self.spec.id} (or accumulate in float32)"), rs
+
+    def degenerate_group(self, left):
+        """grpo.advantages: finite advantages off only in groups whose rewards are all equal and
+        whose mean is not exact in the case's dtype, where the exact advantage is 0."""
+        if self.spec.id != "grpo.advantages":
+            return
+        rs, largest = [], 0.0
+        for r in left:
+            rewards = np.asarray(decode_input(self.case(r).test["inputs"]["rewards"]), dtype=np.float64)
+            got, want = r.got.get("advantages"), self.want(r, "advantages")
+            if (got is None or rewards.shape[1] < 2 or r.dtype not in ("float64", "float32")
+                    or not np.isfinite(got).all()):
+                continue
+            typed = rewards.astype(r.dtype)
+            equal = typed.max(axis=1) == typed.min(axis=1)
+            inexact = equal & (typed.mean(axis=1, dtype=r.dtype) != typed[:, 0])
+            off = self._off(r, "advantages", got, want)
+            if off.any() and not off[~inexact].any() and not np.any(want[inexact]):
+                rs.append(r)
+                largest = max(largest, float(np.abs(got[inexact]).max()))
+        if rs:
+            yield self.make("degenerate-group", rs, "a degenerate group (all rewards equal) is not detected",
+                            f"on {len(rs)} case-run(s) the groups whose rewards are all equal, and whose mean is not "
+                            f"exact in the dtype, get advantages up to {largest:.3g} where the exact ones are 0; "
+                            "every other group passes",
+                            "decide the degenerate case on the rewards (max == min), not on a rounded std: "
+                            "(r − mean)/(std + ε) divides the mean's rounding residue by a tiny std"), rs
+
+    def _off(self, r, label, got, want) -> np.ndarray:
+        """Per row: whether some element is outside the case's bound."""
+        tol = self.tolerance(r)
+        kind, _, name = label.rpartition(":")
+        scale = float(tol.test["scale"]["grads" if kind == "grad" else "outputs"][name])
+        bound = compare.bound(want, r.dtype, tol.k, scale)
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.abs(got - want) <= bound)
+        return bad.reshape(bad.shape[0], -1).any(axis=1)
+
+    def convention(self, left):
+        """Per combination of conventions the target was called with, the values of one or two
+        conventions or parameters under which the exact reference matches every failing case
+        of that combination; the combinations explained by the same names make one diagnosis."""
+        search = _Search(self, left)
+        found = defaultdict(list)   # names -> [(called, computed, runs, skipped)]
+        for runs in _partition(left, lambda r: json.dumps(r.conventions, sort_keys=True, default=str)):
+            hit = search.run(runs)
+            if hit:
+                names, called, computed, explained, skipped = hit
+                found[names].append((called, computed, explained, skipped))
+        for names, parts in found.items():
+            rs = [r for *_, runs, _ in parts for r in runs]
+            skipped = sum(p[3] for p in parts)
+            checked = len(rs) - skipped
+            evidence = (f"the exact reference re-evaluated under it matches {checked}/{checked} failing case-runs"
+                        + (f" ({skipped} larger ones not re-evaluated)" if skipped else "")
+                        + " and the passing cases of the same conventions it was tried on")
+            changes = {}
+            for called, computed, runs, _ in parts:
+                alt = {n: v for n, v in computed.items() if v != called[n]}
+                key = json.dumps([called, alt], sort_keys=True, default=str)
+                entry = changes.setdefault(key, [called, alt, 0, set()])
+                entry[2] += len(runs)
+                entry[3].update(r.group for r in runs)
+            every = sum(r.status in ("fail", "error") for r in self.runs)
+            varies = [n for n in names if len({_key(search.called(r, n)) for r in self.runs}) > 1]
+            if len(changes) == 1 and not varies:
+                called, alt, _, groups = next(iter(changes.values()))
+                declarable = {n: v for n, v in alt.items() if n in self.spec.conventions}
+                ignored = [n for n in alt if n not in self.spec.conventions]
+                fix = (f"declare it: {_assign(declarable)}" if not ignored else
+                       f"the function ignores {', '.join(ignored)}: honour it, or declare the only value it takes: "
+                       f"params: {{{self.spec.id!r}: {{{', '.join(f'{n!r}: [{_value(alt[n])}]' for n in ignored)}}}}}")
+                where = "" if len(rs) == every else f" of group {', '.join(sorted(groups))}"
+                yield self.make("convention", rs, f"matches {' + '.join(f'{n}={_value(v)}' for n, v in alt.items())} "
+                                f"on {checked}/{checked} failing cases{where} (declared {_assign(called)})", evidence,
+                                fix, declarable or None), rs
+                continue
+            lines = "; ".join(f"called with {_assign(c)}, it computes {_assign(a)} ({n} case-runs, group "
+                              f"{', '.join(sorted(g))})" for c, a, n, g in changes.values())
+            yield self.make("convention", rs, f"computes another {' and '.join(names)} than it is called with: "
+                            f"{lines}", evidence, f"make the function honour {' and '.join(names)} as called"), rs
+
+    def factor(self, left):
+        """got = c·exact on every array of a case, with one named c (2, ½, −1, ...) on at least
+        half the failing cases left, or c = the case's T² or 1/T² on all of them."""
+        ratios = {id(r): q for r in left if (q := self._ratio(r)) is not None}
+        temps = {id(r): self.case(r).test["params"].get("temperature", 1.0) for r in left}
+        for power, name in ((2, "T²"), (-2, "1/T²")):
+            rs = [r for r in left if id(r) in ratios and temps[id(r)] != 1.0
+                  and math.isclose(ratios[id(r)], temps[id(r)] ** power, rel_tol=1e-6)]
+            if len(rs) == len(left):
+                yield self.make("factor", rs, f"off by a factor {name}",
+                                f"got = {name} × exact on every element of all {len(rs)} failing case-run(s)",
+                                f"apply (or drop) the {name} scaling as the declared conventions say"), rs
+                return
+        counts = Counter(c for q in ratios.values() for c in FACTORS if math.isclose(q, c, rel_tol=1e-9))
+        if not counts:
+            return
+        c, n = counts.most_common(1)[0]
+        if 2 * n < len(left):
+            return   # a factor on a few cases is a coincidence of their values, not the defect
+        rs = [r for r in left if id(r) in ratios and math.isclose(ratios[id(r)], c, rel_tol=1e-9)]
+        what = FACTORS[c]
+        groups = sorted({r.group for r in rs})
+        yield self.make("factor", rs, f"off by a constant factor {what}",
+                        f"got = {c:.6g} × exact on every element of {len(rs)} failing case-run(s) "
+                        f"(group{'s' if len(groups) > 1 else ''} {', '.join(groups)})",
+                        "find the factor in the formula (a missing or extra ½, 2, sign or normaliser)"), rs
+
+    def _ratio(self, r) -> float | None:
+        """The constant c with got = c·exact within the case's bound on every array, if any."""
+        if not r.got:
+            return None
+        q = None
+        for label, got in r.got.items():
+            want = self.want(r, label)
+            if np.shape(got) != np.shape(want) or not np.isfinite(got).all():
+                return None
+            big = np.abs(want) > 0
+            if q is None and big.any():
+                q = float(np.median(got[big] / want[big]))
+        if q is None or q == 1.0 or q == 0.0:
+            return None
+        scaled = {label: q * self.want(r, label) for label in r.got}
+        return q if self.fits(r, scaled) and not math.isclose(q, 1.0, rel_tol=1e-9) else None
+
+    def cancellation(self, left):
+        """The remaining failures that carry a flag marking cancellation, when they are most of
+        the objective's failures (a few flagged cases among many are the other defect's)."""
+        flags = [f for f, note in self.notes.items() if note.get("category") == "numerics"
+                 and ("Cancellation" in f or f in CANCELLATION)]
+        every = sum(r.status in ("fail", "error") for r in self.runs)
+        for f in flags:
+            rs = [r for r in left if f in r.flags]
+            if rs and 2 * len(rs) >= every:
+                yield self.make("cancellation", rs, f"digits lost to cancellation on the {f} cases",
+                                f"{len(rs)} of the {every} failing case-run(s) carry {f}, the vectors' mark of a "
+                                "value formed from terms that cancel",
+                                f"use the cancellation-free form the vectors describe: "
+                                f"{self.notes[f].get('description', '')}"), rs
+                return
+
+
+class _Search:
+    """The values of one or two conventions or parameters under which the exact reference
+    matches every failing case of a group of runs (all called with the same conventions).
+    Cases are tried smallest first, so most candidates die on the first one; a candidate that
+    survives is also tried on passing cases called the same way, any of which refutes it."""
+
+    def __init__(self, obj: _Objective, left):
+        self.obj = obj
+        self.deadline = time.monotonic() + SEARCH_SECONDS
+        spec = obj.spec
+        seen = defaultdict(set)
+        for c in obj.cases.values():
+            if c.result != "invalid":
+                for n in spec.conventions:
+                    seen[n].add(_key(c.conventions.get(n)))
+        self.values = {}
+        for p in spec.params:
+            if p.convention:
+                self.values[p.name] = list(dict.fromkeys([*map(_key, p.choices), _key(p.default),
+                                                          *sorted(seen[p.name], key=str)]))
+            elif not isinstance(p.default, str):
+                self.values[p.name] = list(dict.fromkeys([*map(_key, p.choices), _key(p.default)]))
+
+    def called(self, r, name):
+        return r.conventions.get(name, self.obj.case(r).test["params"].get(name, self.obj.spec.defaults.get(name)))
+
+    def run(self, runs):
+        """(names, {name: called value}, {name: computed value}, the runs explained, how many
+        of them were not re-evaluated), or None."""
+        runs = sorted(runs, key=lambda r: (self.obj.size(r), r.uid))
+        small = [r for r in runs if self.obj.size(r) <= MAX_ELEMENTS]
+        if not small or not all(r.got for r in runs):
+            return None
+        large = [r for r in runs if self.obj.size(r) > MAX_ELEMENTS]
+        partial = set()
+        for name in self.values:
+            found = self.explains((name,), small, partial)
+            if found:
+                return (name,), found[0], found[1], found[2] + large, len(large)
+        # pairs of conventions before those with a parameter, those with a name that matched
+        # some case alone first; the search stops at its time budget
+        conventions = set(self.obj.spec.conventions)
+        pairs = sorted(itertools.combinations(self.values, 2),
+                       key=lambda p: (-(p[0] in conventions) - (p[1] in conventions),
+                                      -(p[0] in partial) - (p[1] in partial)))
+        for names in pairs:
+            if time.monotonic() > self.deadline:
+                return None
+            found = self.explains(names, small, set())
+            if found:
+                return names, found[0], found[1], found[2] + large, len(large)
+        return None
+
+    def explains(self, names, small, partial: set):
+        """({name: called value, or the list of them}, {name: computed value}, the runs it
+        explains) when one assignment of ``names`` matches every run of ``small`` that carries
+        no edge or numerics flag (every run, when all carry one); the flagged runs it does not
+        match are left to the later tests. Adds to ``partial`` the single names that matched
+        some run."""
+        def called(r):
+            return tuple(_key(self.called(r, n)) for n in names)
+
+        classes = {f for f, note in self.obj.notes.items() if note.get("category") in EDGE_CATEGORIES
+                   and f not in NOT_A_CLASS}
+        core = [r for r in small if not classes & set(r.flags)] or small
+        # a pair must change both names: one that keeps a value is a single, tried before
+        options = [a for a in itertools.product(*[self.values[n] for n in names])]
+        for r in core:
+            c = called(r)
+            options = [a for a in options if all(x != y for x, y in zip(a, c)) and self._fits(r, names, a)]
+            if options and len(names) == 1:
+                partial.add(names[0])
+            if not options:
+                return None
+        calls = {called(r) for r in core}
+        same = [r for r in self.obj.passing() if r.conventions == small[0].conventions and called(r) in calls]
+        for r in sorted(same, key=self.obj.size)[:PASSING_SAMPLE]:
+            options = [a for a in options if self._fits(r, names, a)]
+        if not options:
+            return None
+        chosen = options[0]
+        explained = core + [r for r in small if r not in core and called(r) in calls and self._fits(r, names, chosen)]
+        was = {n: [_unkey(v) for v in sorted({c[i] for c in calls}, key=str)] for i, n in enumerate(names)}
+        return ({n: v[0] if len(v) == 1 else v for n, v in was.items()},
+                {n: _unkey(v) for n, v in zip(names, chosen)}, explained)
+
+    def _fits(self, r, names, alt) -> bool:
+        ex = self.obj.exact(r, {n: _unkey(v) for n, v in zip(names, alt)})
+        return ex is not None and self.obj.fits(r, ex, rescale=True)
+
+
+def _partition(runs, key) -> list[list]:
+    out = defaultdict(list)
+    for r in runs:
+        out[key(r)].append(r)
+    return list(out.values())
+
+
+def _key(value):
+    """A hashable stand-in for a convention value (lists become tuples)."""
+    return ("__list__", tuple(value)) if isinstance(value, list) else value
+
+
+def _unkey(value):
+    return list(value[1]) if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__" else value
+
+
+def _evaluate(spec, case, conventions: dict) -> dict | None:
+    module = importlib.import_module(f"refimpl.exact.{spec.family}")
+    fn, vjp = getattr(module, spec.name), getattr(module, f"{spec.name}_vjp", None)
+    test = case.test
+    # ``conventions`` carries the override, which may name a parameter the case sets
+    kwargs = {**spec.defaults, **test["params"], **conventions}
+    kwargs.update({name: decode_input(value) for name, value in test["inputs"].items()})
+    try:
+        with mp.precision(DPS), mpmath.workdps(DPS):
+            out = fn(**kwargs)
+            out = out if isinstance(out, dict) else {spec.outputs[0]: out}
+            values = {name: _floats(out[name]) for name in spec.outputs if name in out}
+            if vjp is not None and spec.grads and test.get("cotangents"):
+                ct = {k: decode_input(v) for k, v in test["cotangents"].items()}
+                grads = vjp(ct if len(spec.outputs) > 1 else ct[spec.outputs[0]], **kwargs)
+                values.update({f"grad:{name}": _floats(grads[name]) for name in spec.grads})
+    except (InputError, ValueError, TypeError, ZeroDivisionError, OverflowError):
+        return None
+    return values
+
+
+def _floats(x) -> np.ndarray:
+    arr = np.array(x, dtype=object)
+    return np.vectorize(float, otypes=[np.float64])(arr) if arr.size else arr.astype(np.float64)
+
+
+def _precision(dtype: str) -> float:
+    return -compare.UNIT_ROUNDOFF[dtype]
+
+
+def _rows_equal_rewards(inputs):
+    r = inputs.get("rewards")
+    return None if r is None or r.ndim != 2 else r.max(axis=1) == r.min(axis=1)
+
+
+def _rows_neg_inf(inputs):
+    rows = [np.isneginf(v).reshape(v.shape[0], -1).any(axis=1) for v in inputs.values() if v.ndim >= 1 and v.size]
+    rows = [m for m in rows if m.shape == rows[0].shape] if rows else []
+    return np.any(rows, axis=0) if rows else None
+
+
+def _rows_empty(inputs):
+    m = inputs.get("mask")
+    return None if m is None or m.ndim != 2 else m.sum(axis=1) == 0
+
+
+# Classes of rows the inputs themselves mark, for the non-finite test.
+_ROW_CLASSES = (("groups whose rewards are all equal (or single)", "a group whose rewards are all equal (or a single "
+                 "reward)", _rows_equal_rewards),
+                ("−inf logits", "a row with a −inf logit", _rows_neg_inf),
+                ("empty mask rows", "a row whose mask selects no token", _rows_empty))
+
+
+def _non_finite(got, want) -> bool:
+    got, want = np.asarray(got), np.asarray(want)
+    return got.shape == want.shape and bool((np.isnan(got) | (np.isinf(got) & ~np.isinf(want))).any())
+
+
+def _float32_numbers(got) -> bool:
+    g = np.asarray(got, dtype=np.float64)
+    finite = g[np.isfinite(g)]
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(finite.astype(np.float32).astype(np.float64), finite))
+
+
+def _value(v) -> str:
+    return repr(v) if not isinstance(v, bool) else str(v)
+
+
+def _assign(values: dict) -> str:
+    return ", ".join(f"{n}={_value(v)}" for n, v in values.items())
+
+
+def _sentence(text: str) -> str:
+    return text.split(": ")[0].split(". ")[0][:160]
+
+
+def _first_message(rs) -> str:
+    return next((r.message[:200] for r in rs if r.message), "")

@@ -1,0 +1,97 @@
+"""The diagnosis every mutant should get (conformance/diagnose.py), and none for its twin.
+
+``EXPECTED[slug]`` lists every diagnosis the mutant's float64 check gets, as (kind, a fragment
+of its defect line). ``unexplained`` is an explicit expectation: the bug is a formula that no
+catalog convention, parameter, factor or probe expresses (a ratio inverted, a mask ignored),
+so naming a cause would be a guess. Where a mutant gets two, the second is what its bug also
+does on a class of inputs (NaN at −inf logits) or on cases no single test explains.
+"""
+from __future__ import annotations
+
+UNEXPLAINED = ("unexplained", "no test explains")
+
+EXPECTED = {
+    # kl
+    "KL_K3_ARGS_SWAPPED": [("factor", "−1 (the sign)"), UNEXPLAINED],   # k1 is odd: −k1 exactly; k3 is not
+    "KL_UNDECLARED_CLAMP": [("convention", "called with clamp=None, it computes clamp=10.0")],
+    "KL_UNDECLARED_LOG_RATIO_CLAMP": [UNEXPLAINED],   # the catalog's kl.estimator has no log-ratio clamp
+    "KL_K3_SCORE_FUNCTION_GRAD": [("gradient-only", "the values are right")],
+    "KL_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
+    "KL_K2_WITHOUT_HALF": [("factor", "factor 2"), UNEXPLAINED],         # the clamped k2 cases are not 2×
+    "NP_KL_SCORE_FUNCTION_VJP": [("gradient-only", "the values are right")],
+    # dpo
+    "DPO_LOG_OF_SIGMOID": [("non-finite", "HugeMargin")],
+    "NP_DPO_LOG_OF_SIGMOID": [("non-finite", "HugeMargin")],
+    "DPO_ROBUST_AS_CDPO": [("convention", "called with loss_type='robust', it computes loss_type='sigmoid'")],
+    "DPO_IPO_LENGTH_NORMALISED": [UNEXPLAINED],
+    "DPO_LABEL_SMOOTHING_IGNORED": [("convention", "it computes label_smoothing=0.0")],
+    "DPO_REFERENCE_DROPPED": [UNEXPLAINED],
+    "DPO_LOSS_TYPE_IGNORED": [("convention", "called with loss_type='hinge', it computes loss_type='sigmoid'")],
+    # grpo.advantages
+    "ADV_SAMPLE_STD": [("convention", "called with std_ddof=0, it computes std_ddof=1")],
+    "ADV_EPS_INSIDE_SQRT": [UNEXPLAINED],
+    "ADV_NAN_ON_ZERO_STD": [("degenerate-group", "not detected"), ("non-finite", "rewards are all equal")],
+    "ADV_NAN_ON_SINGLETON": [("non-finite", "rewards are all equal (or single)")],
+    # under scale='batch' the batch mean and std are the batch whitening of the raw rewards
+    "ADV_BATCH_MEAN": [("convention", "it computes scale='whiten', baseline='none'"), UNEXPLAINED],
+    "ADV_DEGENERATE_BY_ROUNDED_STD": [("degenerate-group", "not detected")],
+    "ADV_DROP_KEEPS_GROUP": [("convention", "called with degenerate='drop', it computes degenerate='zero'")],
+    "ADV_NONE_STILL_SCALED": [("convention", "called with scale='none', it computes scale='group'")],
+    "ADV_BATCH_SCALE_GROUP_STD": [("convention", "called with scale='batch', it computes scale='group'")],
+    "ADV_LEAKS_GRADIENT": [("leak", "advantages carry a gradient")],
+    # grpo.clip
+    "CLIP_MAX_INSTEAD_OF_MIN": [UNEXPLAINED],
+    "CLIP_GRADIENT_THROUGH_OLD": [("no-gradient", "the gradient is zero")],
+    "CLIP_SYMMETRIC_NOT_HIGHER": [("convention", "it computes eps_high=None")],
+    "CLIP_DUAL_ON_POSITIVE_ADV": [UNEXPLAINED],
+    "CLIP_RATIO_INVERTED": [UNEXPLAINED],
+    "CLIP_UNDECLARED_LOG_RATIO_CLAMP": [UNEXPLAINED],   # grpo.clip has no log_ratio_clamp yet (issue 25 item 3)
+    # grpo.aggregate: dividing by B·T is seq-mean-token-sum-norm with the padded length
+    "AGG_PADDED_DENOMINATOR": [("convention", "it computes mode='seq-mean-token-sum-norm'"), UNEXPLAINED],
+    "AGG_IGNORES_MASK": [UNEXPLAINED],
+    "NP_AGG_IGNORES_MASK": [UNEXPLAINED],
+    "AGG_LOCAL_TOKEN_DENOMINATOR": [UNEXPLAINED],
+    "AGG_MAX_LENGTH_NORM": [UNEXPLAINED],
+    # grpo.loss
+    "LOSS_GRADIENT_THROUGH_REFERENCE": [("gradient-only", "the values are right")],
+    "LOSS_KL_OVER_PADDING": [UNEXPLAINED],
+    "LOSS_RATIO_WEIGHT_DETACHED": [("gradient-only", "the values are right")],
+    "LOSS_TOKEN_MEAN_NOT_SEQ_MEAN": [("convention", "it computes aggregation='token-mean'"), UNEXPLAINED],
+    "LOSS_DECLARED_KL_CLAMP_IGNORED": [("convention", "called with kl_clamp=10.0, it computes kl_clamp=None"),
+                                       UNEXPLAINED],
+    "LOSS_CISPO_WEIGHT_ATTACHED": [("gradient-only", "the values are right")],
+    # gae
+    "GAE_WHITEN_MEAN_RESTORED": [("convention", "called with whiten='centred', it computes whiten='keep-mean'")],
+    # distill
+    "SOFTMAX_WITHOUT_MAX_SHIFT": [("non-finite", "HugeLogits")],
+    "SOFTMAX_TEMPERATURE_MULTIPLIED": [UNEXPLAINED],
+    "HINTON_MISSING_T2": [("convention", "called with t2_scale=True, it computes t2_scale=False")],
+    "HINTON_CE_AT_TEMPERATURE": [UNEXPLAINED],
+    "HINTON_ALPHA_SWAPPED": [UNEXPLAINED],
+    "TOKEN_KL_DIRECTION_SWAPPED": [("non-finite", "−inf logits"),
+                                   ("convention", "called with direction='reverse', it computes direction='forward'")],
+    # forward: the soft cross-entropy is a catalog convention; reverse: −Σ q·log p is none
+    "TOKEN_KL_SOFT_CROSS_ENTROPY": [("convention", "matches soft_term='cross_entropy'"), UNEXPLAINED],
+    "TOKEN_KL_NAN_AT_IMPOSSIBLE": [("non-finite", "−inf logits")],
+    "TOKEN_KL_TEACHER_NOT_TEMPERED": [UNEXPLAINED],
+    "TOKEN_KL_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
+    "JSD_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), UNEXPLAINED],
+    "JSD_MIXTURE_OF_LOG_PROBS": [("non-finite", "−inf logits"), UNEXPLAINED],
+    "JSD_PROBABILITY_SPACE_UNDERFLOW": [("non-finite", "NegInfLogits"), UNEXPLAINED],
+    "JSD_ENDPOINTS_SPECIAL_CASED": [("convention", "called with endpoints='limit', it computes endpoints='kl'")],
+    "SKEW_KL_SOFT_CROSS_ENTROPY": [UNEXPLAINED],
+    "SKEW_KL_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), UNEXPLAINED],
+    "TVD_TEACHER_NOT_TEMPERED": [UNEXPLAINED],
+    "TVD_L1_DISTANCE": [("factor", "factor 2"), UNEXPLAINED],   # a tie case moves by a kink, not by 2
+    # the tail bucket's cancellation is not flagged by the sparse_kl vectors: only its −inf shows
+    "SPARSE_TAIL_ONE_MINUS_SUM": [("non-finite", "HugeLogits"), UNEXPLAINED],
+    # proximal_kl
+    "FUTURE_INCLUDES_CURRENT": [UNEXPLAINED],
+    "FUTURE_IGNORES_MASK": [UNEXPLAINED],
+    "FUTURE_LEAKS_GRADIENT": [("leak", "cost carry a gradient")],
+    "PKL_BEHAVIOUR_RATIO_INVERTED": [UNEXPLAINED],
+    "PKL_BEHAVIOUR_RATIO_DROPPED": [UNEXPLAINED],
+    "PKL_OWN_TOKEN_KL_ONLY": [UNEXPLAINED],
+    "PKL_COEFFICIENT_NOT_DETACHED": [("gradient-only", "the values are right")],
+    "PKL_FUTURE_INCLUDES_CURRENT": [UNEXPLAINED],
+}

@@ -1,0 +1,68 @@
+"""`lossproof infer`: the declaration of each peer's GRPO advantage function, found from scratch
+(the adapter's conventions stripped), accepts every group the adapter declares, and pasted back
+into the adapter passes the check; a function that fits no group is told which cases rule each
+group out."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="the peers' functions are torch functions")
+
+from conformance import cli, harness, infer
+from conformance.targets import TargetError, load
+from conformance.vectors.load import VectorSet
+
+OBJECTIVE = "grpo.advantages"
+# The peers whose adapter implements grpo.advantages (Liger-Kernel ships no advantage function).
+PEERS = ("trl", "verl", "openrlhf")
+
+
+@pytest.fixture(scope="module")
+def vector_set():
+    return VectorSet(None, [OBJECTIVE], validate=False)
+
+
+def _key(conventions: dict) -> str:
+    return json.dumps(conventions, sort_keys=True)
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_infer_finds_the_declaration_of_a_peers_advantages_from_scratch(peer, vector_set):
+    try:
+        adapter = load(peer)
+    except TargetError as err:
+        pytest.skip(f"{peer} is not installed: {err}")
+    (found,) = infer.infer(adapter, vector_set, [OBJECTIVE])
+    assert found.declaration is not None, found.text()
+    judged = [g for g in found.groups if g.fits or g.ruled_out]
+    fitting = {_key(g.conventions) for g in judged if g.fits}
+    declared = {_key(g.conventions) for g in judged if adapter.accepts(OBJECTIVE, g.conventions)}
+    assert declared, f"{peer} declares no group the vectors hold"
+    assert declared <= fitting, f"{peer}: declared but inferred not to fit: {sorted(declared - fitting)}"
+    assert fitting - declared <= {_key(g.conventions) for g in judged}   # extras are groups it computes right
+
+    pasted = dataclasses.replace(adapter, conventions={OBJECTIVE: found.declaration})
+    accepted = {_key(g.conventions) for g in judged if pasted.accepts(OBJECTIVE, g.conventions)}
+    assert accepted == fitting, "the declaration printed must accept exactly the groups that fit"
+    results = harness.run(pasted, vector_set, objective=OBJECTIVE, dtypes=["float64"])
+    bad = [r for r in results if r.status in ("fail", "error")]
+    assert not bad, f"{peer} with the inferred declaration: {bad[0].uid}: {bad[0].message[:200]}"
+    assert sum(r.status == "pass" for r in results) > 50
+
+
+def test_a_function_that_fits_no_group_is_told_what_rules_each_out(capsys):
+    code = cli.main(["infer", "--target", "diagnose.targets:KD_CE_NO_T2", "--objective", "distill.hinton",
+                     "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("distill.hinton: no convention group of the vectors fits")
+    for group in ("paper", "no-t2", "cross-entropy"):
+        assert f"  {group} (" in out and "ruled out by distill.hinton:" in out
+
+
+def test_infer_of_an_objective_the_target_lacks_is_a_usage_error(capsys):
+    assert cli.main(["infer", "--target", "diagnose.targets:KD_CE_NO_T2", "--objective", "grpo.*"]) == 2
+    assert "implements none of grpo.*" in capsys.readouterr().err
