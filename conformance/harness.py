@@ -481,25 +481,6 @@ def run(target: Target, vs: VectorSet, *, objective="*", dtypes=None, device: st
     return results
 
 
-def uncovered(target: Target, vs: VectorSet, objectives, as_paper: bool = False) -> list[str]:
-    """A line for every convention value the target declares that no vector group holds: the
-    cases of that setting are not checked at all (a run can pass while checking nothing of it)."""
-    if target.conventions == ANY or as_paper:
-        return []
-    lines = []
-    for oid, declared in target.conventions.items():
-        if oid not in target.objectives or not any(fnmatch.fnmatchcase(oid, g) for g in objectives):
-            continue
-        groups = [c for c in {json.dumps(case.conventions, sort_keys=True): case.conventions
-                              for case in vs.cases(oid) if case.result != "invalid"}.values()]
-        for combo in declared if isinstance(declared, list) else [declared]:
-            for name, value in combo.items():
-                for v in (value if isinstance(value, (list, tuple)) else [value]):
-                    if v != ANY and groups and not any(g.get(name) == v for g in groups):
-                        held = sorted({json.dumps(g.get(name)) for g in groups})
-                        lines.append(f"{target.name}: {oid} declares {name}={json.dumps(v)}, and no vector group "
-                                     f"has it (the groups hold {name} {', '.join(held)}): not checked")
-    return list(dict.fromkeys(lines))
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from conformance import catalog, compare, harness, report
+from conformance import catalog, compare, derive, harness, report
 from conformance.distributed import check as distributed
 from conformance.distributed import partitions
 from conformance.errors import UsageError
@@ -134,6 +134,38 @@ def _asked_of(target: Target, plan: Plan) -> list[str]:
             if g in target.objectives or not any(g in s.objectives for s in siblings)]
 
 
+def _derived(target: Target, vs: VectorSet, sel: Selection) -> tuple[list[CaseResult], list[str]]:
+    """Judge the target on exact cases derived for each convention combination it declares that
+    no committed vector group holds (``conformance.derive``), with a note for each: an objective
+    never drops out of a run silently because its declared setting has no golden vectors."""
+    if sel.as_paper:
+        return [], []
+    results, lines = [], []
+    for oid in [o for o in target.objectives if any(fnmatch.fnmatchcase(o, g) for g in sel.objectives)]:
+        spec = catalog.get(oid)
+        for n, assignment in enumerate(derive.uncovered(target, vs, oid)):
+            what = f"{target.name}: {oid} declares {derive.describe(assignment, spec)}, which no committed vector group holds"
+            bad = derive.not_a_choice(spec, assignment)
+            if bad:
+                lines.append(f"{what}; {bad}: not checked")
+            elif sel.uids:
+                lines.append(f"{what}: not checked (cases are derived for it only when no --uid is given)")
+            elif n >= derive.MAX_COMBINATIONS:
+                lines.append(f"{what}: not checked (cases are derived for the first {derive.MAX_COMBINATIONS} "
+                             "such combinations of an objective)")
+            else:
+                cases, dropped = derive.derive(vs, oid, assignment)
+                with harness.single_threaded(target.framework):
+                    for case in cases:
+                        results += harness.run_case(target, case, dtypes=sel.dtypes or None, device=sel.device,
+                                                    tolerances=sel.tolerances, time_limit=sel.time_limit,
+                                                    options=sel.options)
+                lines.append(f"{what}: {len(cases)} exact case(s) derived at run time and checked "
+                             f"(group '{derive.GROUP}', flag {derive.FLAG}: not in the golden set)"
+                             + (f"; {len(dropped)} not derivable, e.g. {dropped[0]}" if dropped else ""))
+    return results, lines
+
+
 def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
             announce: Callable[[Target], None] | None = None,
             note: Callable[[str], None] | None = None) -> list[CaseResult]:
@@ -161,9 +193,12 @@ def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
             else:
                 ran = harness.run(target, vs, device=sel.device, progress=tick,
                                   **{**common, "objective": _asked_of(target, plan)})
-        for line in harness.uncovered(target, vs, sel.objectives, as_paper=sel.as_paper):
-            if note:
-                note(line)
+        if not split:
+            derived, lines = _derived(target, vs, sel)
+            ran += derived
+            for line in lines:
+                if note:
+                    note(line)
         results += ran
         if split and not ran:
             declared = target.steps if split[0] == "--partition" else target.sharded

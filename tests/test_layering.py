@@ -29,7 +29,7 @@ RANKS = (
     ("conformance.vectors.certify", 3), ("conformance.vectors.*", 2),
     ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
     ("conformance.verdict", 3),
-    ("conformance.harness", 4),
+    ("conformance.harness", 4), ("conformance.derive", 4),
     ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
     ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.diagnose", 5),
     ("conformance.infer", 5),

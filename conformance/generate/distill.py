@@ -17,44 +17,42 @@ from conformance.generate import distill_divergences, distill_low, distill_spars
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.distill_inputs import (
-    _HUGE_STUDENT,
-    _HUGE_TEACHER,
-    _HUGE_TINY_STUDENT,
-    _HUGE_TINY_TEACHER,
-    _NI_LABELS_A,
-    _NI_LABELS_C,
-    _NI_STUDENT_A,
-    _NI_STUDENT_B,
-    _NI_STUDENT_C,
-    _NI_TEACHER_A,
-    _NI_TEACHER_C,
     ALPHAS,
     BETAS,
     HIN,
+    HUGE_STUDENT,
+    HUGE_TEACHER,
+    HUGE_TINY_STUDENT,
+    HUGE_TINY_TEACHER,
     INF,
     JSD,
+    NI_LABELS_A,
+    NI_LABELS_C,
+    NI_STUDENT_A,
+    NI_STUDENT_B,
+    NI_STUDENT_C,
+    NI_TEACHER_A,
+    NI_TEACHER_C,
     SM,
     SYM,
     TEMPERATURES,
     TKL,
     VOCABS,
-    _cancellation,
-    _clip,
-    _hin,
-    _labels,
-    _maybe_f32,
-    _near_deterministic,
-    _pair_case,
-    _pair_edges,
-    _pair_inputs,
-    _shape_nv,
-    _sm,
-    _support_sets,
-    _with_cotangents,
+    cancellation_inputs,
+    clip_logits,
+    hinton_case,
+    maybe_f32,
+    near_deterministic,
+    pair_case,
+    pair_edges,
+    pair_inputs,
+    random_labels,
+    shape_nv,
+    softmax_case,
+    support_sets,
+    with_cotangents,
 )
-from conformance.generate.distill_scales import SCALES as _SCALES
-
-SCALES = {**_SCALES, **distill_divergences.SCALES, **distill_sparse.SCALES}  # the family module's contract
+from conformance.generate.distill_scales import SCALES  # the family module's contract
 
 SEC_CLASSIC = "Destilación clásica: una temperatura en ambas funciones softmax"
 SEC_ONPOLICY = "Destilación on-policy: el alumno ocupa el primer lugar en la KL"
@@ -196,47 +194,47 @@ def _softmax_cases() -> list[Case]:
         spread = float(r.choice([1.0, 3.0, 6.0]))
         T = float(r.choice(TEMPERATURES))
         z = S.logits(r, lead + (v,), spread)
-        z = _maybe_f32(z, i % 2 == 0)
-        out.append(_sm(z, T, ("Random",), f"random shape {lead + (v,)}, σ={spread:g}, T={T:g}"
+        z = maybe_f32(z, i % 2 == 0)
+        out.append(softmax_case(z, T, ("Random",), f"random shape {lead + (v,)}, σ={spread:g}, T={T:g}"
                        + (", float32" if i % 2 == 0 else ""), seed, "normal logits"))
     for k, (v, n, T) in enumerate(((1024, 2, 1.0), (4096, 1, 2.0))):
         seed = 7100 + k
         r = S.rng(seed)
         z = S.in_dtype(S.logits(r, (n, v), 4.0), "float32")
-        out.append(_sm(z, T, ("Large",), f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits"))
-    out.append(_sm([[0.5] * 7], 1.0, ("Ties",),
+        out.append(softmax_case(z, T, ("Large",), f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits"))
+    out.append(softmax_case([[0.5] * 7], 1.0, ("Ties",),
                    "a uniform row (V = 7)", 7200, "fixed"))
-    out.append(_sm([[3.0, 3.0, -1.0, 2.0], [-2.0, 5.0, 5.0, 5.0]], 0.5, ("Ties",),
+    out.append(softmax_case([[3.0, 3.0, -1.0, 2.0], [-2.0, 5.0, 5.0, 5.0]], 0.5, ("Ties",),
                    "tied maxima", 7201, "fixed"))
-    out.append(_sm(_HUGE_STUDENT, 1.0, ("HugeLogits",), "logits ±1e4, T = 1", 7210, "fixed"))
-    out.append(_sm(_HUGE_TEACHER, 2.0, ("HugeLogits",), "logits ±1e4, T = 2", 7211, "fixed"))
-    out.append(_sm(_HUGE_TINY_STUDENT, 1e-3, ("HugeLogits", "TinyTemperature"),
+    out.append(softmax_case(HUGE_STUDENT, 1.0, ("HugeLogits",), "logits ±1e4, T = 1", 7210, "fixed"))
+    out.append(softmax_case(HUGE_TEACHER, 2.0, ("HugeLogits",), "logits ±1e4, T = 2", 7211, "fixed"))
+    out.append(softmax_case(HUGE_TINY_STUDENT, 1e-3, ("HugeLogits", "TinyTemperature"),
                    "logits ±1e4 differing by 2^-10, T = 1e-3", 7212, "fixed"))
     tiny = [[0.5, 0.501, 0.4995, -3.0, 0.5005], [1.0, 1.002, 0.999, 1.0, 0.0]]
-    out.append(_sm(tiny, 1e-3, ("TinyTemperature",), "logits 1e-3 apart, T = 1e-3", 7220, "fixed"))
-    out.append(_sm(S.in_dtype(tiny, "float32"), 1e-3, ("TinyTemperature",), "logits 1e-3 apart, T = 1e-3, float32",
+    out.append(softmax_case(tiny, 1e-3, ("TinyTemperature",), "logits 1e-3 apart, T = 1e-3", 7220, "fixed"))
+    out.append(softmax_case(S.in_dtype(tiny, "float32"), 1e-3, ("TinyTemperature",), "logits 1e-3 apart, T = 1e-3, float32",
                    7221, "fixed"))
     r = S.rng(7222)
-    out.append(_sm(S.in_dtype(S.logits(r, (4, 16), 3.0), "float32"), 1e-3, ("TinyTemperature", "NearDeterministic"),
+    out.append(softmax_case(S.in_dtype(S.logits(r, (4, 16), 3.0), "float32"), 1e-3, ("TinyTemperature", "NearDeterministic"),
                    "normal logits at T = 1e-3: one-hot rows", 7222, "normal logits"))
-    out.append(_sm(_NI_STUDENT_B, 1.0, ("NegInfLogits",), "−inf logits, one row with a single possible token",
+    out.append(softmax_case(NI_STUDENT_B, 1.0, ("NegInfLogits",), "−inf logits, one row with a single possible token",
                    7230, "fixed"))
-    out.append(_sm([[-INF, 2.0, -INF], [0.0, -INF, 0.0]], 0.5, ("NegInfLogits", "Ties"), "−inf logits with ties",
+    out.append(softmax_case([[-INF, 2.0, -INF], [0.0, -INF, 0.0]], 0.5, ("NegInfLogits", "Ties"), "−inf logits with ties",
                    7231, "fixed"))
     for k, T in enumerate((0.5, 2.0)):
         r = S.rng(7240 + k)
-        z, _ = _near_deterministic(r, 3, 9, T, True)
-        out.append(_sm(_maybe_f32(z, k == 1), T, ("NearDeterministic",), f"top logit 38·T above the rest, T = {T:g}",
+        z, _ = near_deterministic(r, 3, 9, T, True)
+        out.append(softmax_case(maybe_f32(z, k == 1), T, ("NearDeterministic",), f"top logit 38·T above the rest, T = {T:g}",
                        7240 + k, "normal logits"))
-    out.append(_sm([[0.25, -1.5, 3.0, 3.0 + 2 ** -40, 1.0]], 1.0, ("Ties",),
+    out.append(softmax_case([[0.25, -1.5, 3.0, 3.0 + 2 ** -40, 1.0]], 1.0, ("Ties",),
                    "two maxima 2^-40 apart (binary64)", 7202, "fixed"))
     for k, dtype in enumerate(("bfloat16", "float16", "bfloat16", "float16")):
         seed = 7250 + k
         r = S.rng(seed)
         v = (8, 32, 64, 5)[k]
         T = (1.0, 0.5, 2.0, 1.0)[k]
-        z = S.in_dtype(_clip(S.logits(r, (4, v), 5.0), 20.0), dtype)
-        out.append(_sm(z, T, ("LowPrecision",), f"logits exact in {dtype}, V={v}, T={T:g}", seed,
+        z = S.in_dtype(clip_logits(S.logits(r, (4, v), 5.0), 20.0), dtype)
+        out.append(softmax_case(z, T, ("LowPrecision",), f"logits exact in {dtype}, V={v}, T={T:g}", seed,
                        f"normal logits clipped to ±20, rounded to {dtype}", low=True))
     bad = [
         ([1.0, 2.0], {"temperature": 0.0}, "T = 0"),
@@ -270,21 +268,21 @@ def _hinton_cases() -> list[Case]:
         for i in range(count):
             seed = base[group] + i
             r = S.rng(seed)
-            n, v = _shape_nv(r)
+            n, v = shape_nv(r)
             spread = float(r.choice([1.0, 3.0, 6.0]))
             T = float(r.choice(TEMPERATURES))
             alpha = float(r.choice(ALPHAS))
             f32 = i % 2 == 0
-            z, t = _pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-            y = _labels(r, n, v)
-            out.append(_hin(z, t, y, T, alpha, group, ("Random",),
+            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+            y = random_labels(r, n, v)
+            out.append(hinton_case(z, t, y, T, alpha, group, ("Random",),
                             f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else ""),
                             seed, "normal logits; teacher independent or student + N(0,1)"))
     for k, (v, n, T) in enumerate(((1024, 2, 2.0), (4096, 1, 1.0))):
         seed = 8200 + k
         r = S.rng(seed)
-        z, t = _pair_inputs(r, n, v, 4.0, False, True)
-        out.append(_hin(z, t, _labels(r, n, v), T, 0.5, "paper", ("Large",), f"V={v}, N={n}, T={T:g}, float32",
+        z, t = pair_inputs(r, n, v, 4.0, False, True)
+        out.append(hinton_case(z, t, random_labels(r, n, v), T, 0.5, "paper", ("Large",), f"V={v}, N={n}, T={T:g}, float32",
                         seed, "normal logits; teacher = student + N(0,1)"))
     for group in ("paper", "no-t2"):
         g = 0 if group == "paper" else 50
@@ -292,51 +290,51 @@ def _hinton_cases() -> list[Case]:
         z = S.logits(r, (4, 8), 3.0)
         z[1] = [1.25] * 8
         z[2][3] = z[2][5] = max(z[2]) + 1.0
-        out.append(_hin(z, [row[:] for row in z], _labels(r, 4, 8), 2.0, 0.5, group, ("EqualInputs", "Ties"),
+        out.append(hinton_case(z, [row[:] for row in z], random_labels(r, 4, 8), 2.0, 0.5, group, ("EqualInputs", "Ties"),
                         "teacher = student (KL 0): loss = (1 − α)·CE; a uniform row and a tied maximum", 8300 + g,
                         "normal logits"))
-        out.append(_hin(_HUGE_STUDENT, _HUGE_TEACHER, [0, 3, 4], 1.0, 0.5, group, ("HugeLogits",),
+        out.append(hinton_case(HUGE_STUDENT, HUGE_TEACHER, [0, 3, 4], 1.0, 0.5, group, ("HugeLogits",),
                         "logits ±1e4, T = 1", 8301 + g, "fixed"))
-        out.append(_hin(_HUGE_STUDENT, _HUGE_TEACHER, [3, 2, 1], 2.0, 0.9, group, ("HugeLogits",),
+        out.append(hinton_case(HUGE_STUDENT, HUGE_TEACHER, [3, 2, 1], 2.0, 0.9, group, ("HugeLogits",),
                         "logits ±1e4, T = 2, α = 0.9 (row 1: label probability e^-2e4, cross-entropy ≈ 2e4)",
                         8302 + g, "fixed"))
-        out.append(_hin(_HUGE_TINY_STUDENT, _HUGE_TINY_TEACHER, [0, 1, 2], 1e-3, 0.5, group,
+        out.append(hinton_case(HUGE_TINY_STUDENT, HUGE_TINY_TEACHER, [0, 1, 2], 1e-3, 0.5, group,
                         ("HugeLogits", "TinyTemperature"), "logits ±1e4 differing by 2^-10, T = 1e-3", 8303 + g,
                         "fixed"))
         r = S.rng(8304 + g)
-        z, t = _pair_inputs(r, 5, 10, 3.0, True, True)
-        out.append(_hin(z, t, _labels(r, 5, 10), 1e-3, 0.5, group, ("TinyTemperature",),
+        z, t = pair_inputs(r, 5, 10, 3.0, True, True)
+        out.append(hinton_case(z, t, random_labels(r, 5, 10), 1e-3, 0.5, group, ("TinyTemperature",),
                         "normal logits at T = 1e-3 (near one-hot rows), float32", 8304 + g, "normal logits"))
-        out.append(_hin(_NI_STUDENT_A, _NI_TEACHER_A, _NI_LABELS_A, 1.0, 0.5, group, ("NegInfLogits",),
+        out.append(hinton_case(NI_STUDENT_A, NI_TEACHER_A, NI_LABELS_A, 1.0, 0.5, group, ("NegInfLogits",),
                         "−inf at the same tokens on both sides", 8305 + g, "fixed"))
-        out.append(_hin(_NI_STUDENT_C, _NI_TEACHER_C, _NI_LABELS_C, 2.0, 0.5, group, ("NegInfLogits",),
+        out.append(hinton_case(NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.5, group, ("NegInfLogits",),
                         "teacher −inf where the student is finite (p = 0 terms)", 8306 + g, "fixed"))
         for f32 in (False, True):
             r = S.rng(8307 + g + f32)
-            z, t = _cancellation(r, 4, 16, f32)
-            out.append(_hin(z, t, _labels(r, 4, 16), 1.0, 1.0, group, ("Cancellation",),
+            z, t = cancellation_inputs(r, 4, 16, f32)
+            out.append(hinton_case(z, t, random_labels(r, 4, 16), 1.0, 1.0, group, ("Cancellation",),
                             "teacher = student + " + ("one float32 spacing" if f32 else "1e-7 noise") + ", α = 1",
                             8307 + g + f32, "normal logits + tiny noise"))
         for k, same in enumerate((True, False)):
             r = S.rng(8312 + g + k)
-            z, t = _near_deterministic(r, 3, 12, 1.0, same)
-            out.append(_hin(z, t, _labels(r, 3, 12), 1.0, 0.5, group, ("NearDeterministic",),
+            z, t = near_deterministic(r, 3, 12, 1.0, same)
+            out.append(hinton_case(z, t, random_labels(r, 3, 12), 1.0, 0.5, group, ("NearDeterministic",),
                             "one-hot-like rows, " + ("the same" if same else "different") + " top tokens",
                             8312 + g + k, "normal logits + 38·T at one token"))
         r = S.rng(8310 + g)
-        z, t = _pair_inputs(r, 6, 8, 3.0, True, False)
-        out.append(_hin(z, t, _labels(r, 6, 8), 2.0, 0.0, group, ("AlphaEndpoint",), "α = 0: cross-entropy only",
+        z, t = pair_inputs(r, 6, 8, 3.0, True, False)
+        out.append(hinton_case(z, t, random_labels(r, 6, 8), 2.0, 0.0, group, ("AlphaEndpoint",), "α = 0: cross-entropy only",
                         8310 + g, "normal logits"))
-        out.append(_hin(z, t, _labels(r, 6, 8), 2.0, 1.0, group, ("AlphaEndpoint",), "α = 1: distillation only",
+        out.append(hinton_case(z, t, random_labels(r, 6, 8), 2.0, 1.0, group, ("AlphaEndpoint",), "α = 1: distillation only",
                         8311 + g, "normal logits"))
         for k, dtype in enumerate(("bfloat16", "float16")):
             seed = 8320 + g + k
             r = S.rng(seed)
             v = (16, 64)[k]
             T = (2.0, 1.0)[k]
-            z = S.in_dtype(_clip(S.logits(r, (8, v), 4.0), 20.0), dtype)
-            t = S.in_dtype(_clip(S.near(r, z, 1.5), 20.0), dtype)
-            out.append(_hin(z, t, _labels(r, 8, v), T, 0.5, group, ("LowPrecision",),
+            z = S.in_dtype(clip_logits(S.logits(r, (8, v), 4.0), 20.0), dtype)
+            t = S.in_dtype(clip_logits(S.near(r, z, 1.5), 20.0), dtype)
+            out.append(hinton_case(z, t, random_labels(r, 8, v), T, 0.5, group, ("LowPrecision",),
                             f"logits exact in {dtype}, V={v}, T={T:g}", seed,
                             f"normal logits clipped to ±20, rounded to {dtype}", low=True))
     ok_z, ok_t, ok_y = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]], [1, 2]
@@ -393,36 +391,36 @@ def _hinton_cross_entropy_cases() -> list[Case]:
     for i in range(14):
         seed = 8500 + i
         r = S.rng(seed)
-        n, v = _shape_nv(r)
+        n, v = shape_nv(r)
         spread = float(r.choice([1.0, 3.0, 6.0]))
         T = float(r.choice(TEMPERATURES))
         alpha = float(r.choice(ALPHAS))
         f32 = i % 2 == 0
-        z, t = _pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-        out.append(_hin_ce(z, t, _labels(r, n, v), T, alpha, ("Random",),
+        z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+        out.append(_hin_ce(z, t, random_labels(r, n, v), T, alpha, ("Random",),
                            f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else ""),
                            seed, "normal logits; teacher independent or student + N(0,1)"))
     r = S.rng(8520)
     z = S.logits(r, (4, 8), 3.0)
     z[1] = [1.25] * 8
-    out.append(_hin_ce(z, [row[:] for row in z], _labels(r, 4, 8), 2.0, 0.5, ("EqualInputs", "Ties"),
+    out.append(_hin_ce(z, [row[:] for row in z], random_labels(r, 4, 8), 2.0, 0.5, ("EqualInputs", "Ties"),
                        "teacher = student: KL 0, the soft term is H(p) (log 8 on the uniform row)", 8520,
                        "normal logits"))
-    out.append(_hin_ce(_HUGE_STUDENT, _HUGE_TEACHER, [0, 3, 4], 2.0, 0.5, ("HugeLogits",), "logits ±1e4, T = 2",
+    out.append(_hin_ce(HUGE_STUDENT, HUGE_TEACHER, [0, 3, 4], 2.0, 0.5, ("HugeLogits",), "logits ±1e4, T = 2",
                        8521, "fixed"))
-    out.append(_hin_ce(_NI_STUDENT_C, _NI_TEACHER_C, _NI_LABELS_C, 2.0, 0.5, ("NegInfLogits",),
+    out.append(_hin_ce(NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.5, ("NegInfLogits",),
                        "teacher −inf where the student is finite (p = 0 terms: 0·log q = 0)", 8522, "fixed"))
     r = S.rng(8523)
-    z, t = _near_deterministic(r, 3, 12, 1.0, True)
-    out.append(_hin_ce(z, t, _labels(r, 3, 12), 1.0, 0.5, ("NearDeterministic",),
+    z, t = near_deterministic(r, 3, 12, 1.0, True)
+    out.append(_hin_ce(z, t, random_labels(r, 3, 12), 1.0, 0.5, ("NearDeterministic",),
                        "one-hot-like rows (H(p) ≈ 0)", 8523, "normal logits + 38·T at one token"))
     for k, dtype in enumerate(("bfloat16", "float16")):
         seed = 8530 + k
         r = S.rng(seed)
         v, T = (16, 64)[k], (2.0, 1.0)[k]
-        z = S.in_dtype(_clip(S.logits(r, (8, v), 4.0), 20.0), dtype)
-        t = S.in_dtype(_clip(S.near(r, z, 1.5), 20.0), dtype)
-        out.append(_hin_ce(z, t, _labels(r, 8, v), T, 0.5, ("LowPrecision",), f"logits exact in {dtype}, V={v}, "
+        z = S.in_dtype(clip_logits(S.logits(r, (8, v), 4.0), 20.0), dtype)
+        t = S.in_dtype(clip_logits(S.near(r, z, 1.5), 20.0), dtype)
+        out.append(_hin_ce(z, t, random_labels(r, 8, v), T, 0.5, ("LowPrecision",), f"logits exact in {dtype}, V={v}, "
                            f"T={T:g}", seed, f"normal logits clipped to ±20, rounded to {dtype}", low=True))
     return out
 
@@ -434,14 +432,14 @@ def _random_pairs(obj, group, conv, params_of, seed0, count, extra_flags=()) -> 
     for i in range(count):
         seed = seed0 + i
         r = S.rng(seed)
-        n, v = _shape_nv(r)
+        n, v = shape_nv(r)
         spread = float(r.choice([1.0, 3.0, 6.0]))
         T = float(r.choice(TEMPERATURES))
         params = params_of(T, r)
         f32 = i % 2 == 0
-        z, t = _pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+        z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
         desc = ", ".join(f"{'β' if k == 'beta' else k}={val:g}" for k, val in params.items() if k != "temperature")
-        out.append(_pair_case(obj, z, t, params, conv, group, ("Random",) + extra_flags,
+        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra_flags,
                               f"random N={n}, V={v}, σ={spread:g}, T={T:g}" + (f", {desc}" if desc else "")
                               + (", float32" if f32 else ""), seed,
                               "normal logits; teacher independent or student + N(0,1)"))
@@ -454,8 +452,8 @@ def _large_pairs(obj, group, conv, params_of, seed0, extra_flags=(), sizes=None)
     for k, (v, n, T) in enumerate(sizes):
         seed = seed0 + k
         r = S.rng(seed)
-        z, t = _pair_inputs(r, n, v, 4.0, False, True)
-        out.append(_pair_case(obj, z, t, params_of(T), conv, group, ("Large",) + extra_flags,
+        z, t = pair_inputs(r, n, v, 4.0, False, True)
+        out.append(pair_case(obj, z, t, params_of(T), conv, group, ("Large",) + extra_flags,
                               f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits; teacher = student + N(0,1)"))
     return out
 
@@ -483,7 +481,7 @@ def _token_kl_cases() -> list[Case]:
         out += _random_pairs(TKL, group, conv, lambda T, r: {"temperature": T}, seed0, 28, extra)
         out += _large_pairs(TKL, group, conv, lambda T: {"temperature": T}, seed0 + 100, extra,
                             sizes=None if group == "paper" else ((2048, 1, 1.0),))
-        out += _pair_edges(TKL, group, conv, lambda T: {"temperature": T}, direction, seed0 + 200, extra)
+        out += pair_edges(TKL, group, conv, lambda T: {"temperature": T}, direction, seed0 + 200, extra)
     ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
     bad = [
         (ok_z, ok_t, {"temperature": 0.0}, {}, "T = 0", "InvalidInput"),
@@ -516,7 +514,7 @@ def _token_kl_cross_entropy_cases() -> list[Case]:
                 comment="−Σ p log q for teacher (0.8, 0.2), student (0.4, 0.6): KL(p‖q) 0.3348 + H(p) 0.5004 = 0.8352",
                 provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
     out += _random_pairs(TKL, "cross-entropy", conv, lambda T, r: {"temperature": T}, 9800, 14, flags)
-    out += _pair_edges(TKL, "cross-entropy", conv, lambda T: {"temperature": T}, "forward", 9900, flags)
+    out += pair_edges(TKL, "cross-entropy", conv, lambda T: {"temperature": T}, "forward", 9900, flags)
     return out
 
 
@@ -554,12 +552,12 @@ def _symmetric_kl_cases() -> list[Case]:
                          11000, 28)
     out += _large_pairs(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, 11100,
                         sizes=((2048, 1, 1.0),))
-    out += _pair_edges(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, "both", 11200,
+    out += pair_edges(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, "both", 11200,
                        low_params_of=lambda T, k: {"forward_weight": (0.1, 0.9, 0.5, 0.25)[k], "temperature": T})
     for k, w in enumerate((0.0, 1.0)):
         r = S.rng(11300 + k)
-        zz, tt = _pair_inputs(r, 4, 10, 3.0, True, k == 0)
-        out.append(_pair_case(SYM, zz, tt, {"forward_weight": w, "temperature": 2.0}, {}, "symmetric",
+        zz, tt = pair_inputs(r, 4, 10, 3.0, True, k == 0)
+        out.append(pair_case(SYM, zz, tt, {"forward_weight": w, "temperature": 2.0}, {}, "symmetric",
                               ("ForwardWeightEndpoint",), f"w = {w:g}: " + ("reverse" if w == 0 else "forward")
                               + " KL only", 11300 + k, "normal logits"))
     ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
@@ -597,7 +595,7 @@ def _jsd_cases() -> list[Case]:
         # Seed 10706 (the default for 'kl') draws rows whose student top token and another token both
         # have p ≪ q, so ℓ = log q − log m ≈ log 2 at both: the exact reference's gradient (their
         # difference times e^-465) is then not stable to 32 digits at 50 digits; 10751 is.
-        out += _pair_edges(JSD, group, conv, lambda T: {"beta": 0.5, "temperature": T}, "any", seed0 + 200,
+        out += pair_edges(JSD, group, conv, lambda T: {"beta": 0.5, "temperature": T}, "any", seed0 + 200,
                            onehot_seed=None if group == "paper" else 10751,
                            low_params_of=lambda T, k: {"beta": (0.1, 0.9, 0.25, 0.5)[k], "temperature": T})
         # β at and near the endpoints.
@@ -609,30 +607,30 @@ def _jsd_cases() -> list[Case]:
                 r = S.rng(seed)
                 n, v = int(r.integers(1, 9)), int(r.choice(VOCABS))
                 T = float(r.choice(TEMPERATURES))
-                z, t = _pair_inputs(r, n, v, 3.0, bool(i % 2), i % 2 == 0)
-                out.append(_pair_case(JSD, z, t, {"beta": beta, "temperature": T}, conv, group, (end_flag,),
+                z, t = pair_inputs(r, n, v, 3.0, bool(i % 2), i % 2 == 0)
+                out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": T}, conv, group, (end_flag,),
                                       f"β = {beta:g}, N={n}, V={v}, T={T:g}" + (", float32" if i % 2 == 0 else ""),
                                       seed, "normal logits"))
-            for k, (z, t, why) in enumerate(_support_sets(kind)):
+            for k, (z, t, why) in enumerate(support_sets(kind)):
                 seed = seed0 + 320 + 10 * j + k
-                out.append(_pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
+                out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
                                       (end_flag, "NegInfLogits"), f"β = {beta:g}: {why}", seed, "fixed"))
             r = S.rng(seed0 + 340 + j)
-            z, t = _cancellation(r, 3, 10, False)
-            out.append(_pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
+            z, t = cancellation_inputs(r, 3, 10, False)
+            out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
                                   (end_flag, "Cancellation"), f"β = {beta:g}: teacher = student + 1e-7 noise",
                                   seed0 + 340 + j, "normal logits + tiny noise"))
             r = S.rng(seed0 + 350 + j)
-            z = S.in_dtype(_clip(S.logits(r, (6, 16), 4.0), 20.0), "bfloat16")
-            t = S.in_dtype(_clip(S.near(r, z, 1.5), 20.0), "bfloat16")
-            out.append(_pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
+            z = S.in_dtype(clip_logits(S.logits(r, (6, 16), 4.0), 20.0), "bfloat16")
+            t = S.in_dtype(clip_logits(S.near(r, z, 1.5), 20.0), "bfloat16")
+            out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
                                   (end_flag, "LowPrecision"), f"β = {beta:g}: logits exact in bfloat16",
                                   seed0 + 350 + j, "normal logits clipped to ±20, rounded to bfloat16", low=True))
         for k, beta in enumerate((1e-6, 1 - 1e-6)):
             seed = seed0 + 360 + k
             r = S.rng(seed)
-            z, t = _pair_inputs(r, 4, 10, 3.0, True, k == 0)
-            out.append(_pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group, ("BetaNearEndpoint",),
+            z, t = pair_inputs(r, 4, 10, 3.0, True, k == 0)
+            out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group, ("BetaNearEndpoint",),
                                   f"β = {beta!r}", seed, "normal logits"))
     ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
     bad = [
@@ -661,7 +659,7 @@ def _jsd_cases() -> list[Case]:
 def cases() -> list[Case]:
     # The cases added in 1.3.0 come last: the groups they open follow the existing ones, whose
     # test ids (tcId, by position) stay.
-    return _with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
+    return with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
                             + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
                             + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3()
                             + distill_divergences.cases() + distill_sparse.cases())

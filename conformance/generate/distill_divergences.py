@@ -1,9 +1,10 @@
 """Vectors for ``distill.skew_kl`` (DistiLLM §3) and ``distill.tvd`` (total variation), with their
-tolerance scales, flags and groups; ``conformance.generate.distill`` merges them into the family.
+flags and groups (their tolerance scales are in ``distill_scales``); ``conformance.generate.distill``
+merges them into the family.
 
 skew_kl: one group per ``direction`` — 'forward' (α-SKL, the paper's skew KL) and 'reverse'
 (α-SRKL) — with α an argument drawn from ALPHAS_SKEW; the random, large and edge cases of the
-other pair objectives (``_pair_edges``, ``distill_low._low_pair_cases``).
+other pair objectives (``pair_edges``, ``distill_low.low_pair_cases``).
 
 tvd: |q − p| has a kink at every tie q_v = p_v, where the reference takes sign(0) = 0. A tie
 that rounding can move (|log q_v − log p_v| small) would make a target's gradient depend on
@@ -24,29 +25,23 @@ from conformance.generate import distill_low
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.distill_inputs import (
-    _HUGE_STUDENT,
-    _HUGE_TEACHER,
+    HUGE_STUDENT,
+    HUGE_TEACHER,
     INF,
+    SKL,
     TEMPERATURES,
-    _cancellation,
-    _clip,
-    _near_deterministic,
-    _pair_case,
-    _pair_edges,
-    _pair_inputs,
-    _shape_nv,
-    _support_sets,
+    TVD,
+    cancellation_inputs,
+    clip_logits,
+    near_deterministic,
+    pair_case,
+    pair_edges,
+    pair_inputs,
+    shape_nv,
+    support_sets,
 )
-from conformance.generate.distill_scales import (
-    SCALE_DPS,
-    _centred_grad,
-    _kl_parts,
-    _Mixture,
-    _row_cotangents,
-    _rows,
-)
+from conformance.generate.distill_scales import SCALE_DPS, softmax_rows
 
-SKL, TVD = "distill.skew_kl", "distill.tvd"
 ALPHAS_SKEW = (0.1, 0.01, 0.25, 0.5, 0.9, 1.0)
 
 SEC_ONPOLICY = "Destilación on-policy: el alumno ocupa el primer lugar en la KL"
@@ -98,24 +93,24 @@ def _skew_cases() -> list[Case]:
                        lambda T, r: {"alpha": float(r.choice(ALPHAS_SKEW)), "temperature": T})
         for k, (v, n, T) in enumerate(((1024, 2, 1.0), (4096, 1, 2.0))):
             r = S.rng(seed0 + 100 + k)
-            z, t = _pair_inputs(r, n, v, 4.0, False, True)
-            out.append(_pair_case(SKL, z, t, {"alpha": 0.1, "temperature": T}, conv, group, ("Large",) + extra,
+            z, t = pair_inputs(r, n, v, 4.0, False, True)
+            out.append(pair_case(SKL, z, t, {"alpha": 0.1, "temperature": T}, conv, group, ("Large",) + extra,
                                   f"V={v}, N={n}, T={T:g}, α = 0.1, float32", seed0 + 100 + k,
                                   "normal logits; teacher = student + N(0,1)"))
-        out += _pair_edges(SKL, group, conv, lambda T: {"alpha": 0.1, "temperature": T}, "any", seed0 + 200, extra,
+        out += pair_edges(SKL, group, conv, lambda T: {"alpha": 0.1, "temperature": T}, "any", seed0 + 200, extra,
                            low_params_of=lambda T, k: {"alpha": (0.1, 0.5, 0.25, 0.9)[k], "temperature": T})
         for k, (alpha, flag) in enumerate(((1.0, "SkewAlphaOne"), (1e-6, "SkewAlphaSmall"), (0.01, "SkewAlphaSmall"))):
             r = S.rng(seed0 + 300 + k)
-            z, t = _pair_inputs(r, 4, 10, 3.0, True, k != 1)
-            out.append(_pair_case(SKL, z, t, {"alpha": alpha, "temperature": 1.0}, conv, group, (flag,) + extra,
+            z, t = pair_inputs(r, 4, 10, 3.0, True, k != 1)
+            out.append(pair_case(SKL, z, t, {"alpha": alpha, "temperature": 1.0}, conv, group, (flag,) + extra,
                                   f"α = {alpha!r}", seed0 + 300 + k, "normal logits"))
-            zs, ts, why = _support_sets("any")[2]
-            out.append(_pair_case(SKL, zs, ts, {"alpha": alpha, "temperature": 1.0}, conv, group,
+            zs, ts, why = support_sets("any")[2]
+            out.append(pair_case(SKL, zs, ts, {"alpha": alpha, "temperature": 1.0}, conv, group,
                                   (flag, "NegInfLogits") + extra, f"α = {alpha!r}: {why}", seed0 + 310 + k, "fixed"))
     groups = [(group, {"direction": d}, "any", lambda T, r: {"alpha": float(r.choice(ALPHAS_SKEW)), "temperature": T},
                lambda T: {"alpha": 0.25, "temperature": T})
               for group, d in (("paper", "forward"), ("reverse", "reverse"))]
-    out += distill_low._low_pair_cases(SKL, groups, 31000)
+    out += distill_low.low_pair_cases(SKL, groups, 31000)
     ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
     bad = [
         ({"alpha": 0.0}, {}, "α = 0 (the plain KL: distill.token_kl)"),
@@ -147,17 +142,17 @@ def _random(obj, group, conv, seed0, count, extra, params_of, accept=None) -> li
         seed = seed0 + i
         while True:
             r = S.rng(seed)
-            n, v = _shape_nv(r)
+            n, v = shape_nv(r)
             spread = float(r.choice([1.0, 3.0, 6.0]))
             T = float(r.choice(TEMPERATURES))
             params = params_of(T, r)
             f32 = i % 2 == 0
-            z, t = _pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
             if accept is None or accept(z, t, params, f32):
                 break
             seed, spare = spare, spare + 1
         desc = "".join(f", α={val:g}" for k, val in params.items() if k == "alpha")
-        out.append(_pair_case(obj, z, t, params, conv, group, ("Random",) + extra,
+        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra,
                               f"random N={n}, V={v}, σ={spread:g}, T={T:g}{desc}" + (", float32" if f32 else ""),
                               seed, "normal logits; teacher independent or student + N(0,1)"))
     return out
@@ -176,7 +171,7 @@ def _ties_ok(z, t, T, kind: str) -> bool:
     margin, weight = mpmath.mpf(_TIE_MARGIN[kind]), mpmath.mpf(_TIE_WEIGHT[kind])
     raw_z, raw_t = (np.array(x, dtype=float).reshape(-1, np.shape(x)[-1]).tolist() for x in (z, t))
     with mpmath.workdps(SCALE_DPS + 10):
-        for zr, tr, rz, rt in zip(_rows(z, mpmath.mpf(T)), _rows(t, mpmath.mpf(T)), raw_z, raw_t):
+        for zr, tr, rz, rt in zip(softmax_rows(z, mpmath.mpf(T)), softmax_rows(t, mpmath.mpf(T)), raw_z, raw_t):
             if rz == rt:
                 continue   # identical rows: exact ties in every implementation
             for lq, lp, q, fq, fp in zip(zr.logp, tr.logp, zr.p, zr.fin, tr.fin):
@@ -188,7 +183,7 @@ def _ties_ok(z, t, T, kind: str) -> bool:
 def _tvd_case(z, t, T, group, flags, comment, seed, recipe, low=False, kind=None):
     kind = kind or ("low" if low else "float32" if all(_f32(x) for x in (z, t)) else "float64")
     assert _ties_ok(z, t, T, kind), f"tvd case {comment!r}: a token is near a tie"
-    return _pair_case(TVD, z, t, {"temperature": T}, {}, group, flags + ("TieMargin",), comment, seed, recipe, low)
+    return pair_case(TVD, z, t, {"temperature": T}, {}, group, flags + ("TieMargin",), comment, seed, recipe, low)
 
 
 def _f32(x) -> bool:
@@ -211,7 +206,7 @@ def _tvd_cases() -> list[Case]:
         seed = 32100 + k
         while True:
             r = S.rng(seed)
-            z, t = _pair_inputs(r, n, v, 4.0, True, True)
+            z, t = pair_inputs(r, n, v, 4.0, True, True)
             if _ties_ok(z, t, T, "float32"):
                 break
             seed += 10
@@ -230,25 +225,25 @@ def _tvd_cases() -> list[Case]:
     t[2] = S.logits(r, (1, 8), 3.0)[0]
     out.append(_tvd_case(z, t, 1.0, "paper", ("EqualInputs", "Ties"), "rows 1 and 3 equal (all ties), rows 0 and 2 "
                          "independent", 32201, "normal logits"))
-    for k, (zs, ts, why) in enumerate(_support_sets("any")):
+    for k, (zs, ts, why) in enumerate(support_sets("any")):
         out.append(_tvd_case(zs, ts, (1.0, 2.0, 0.5)[k], "paper", ("NegInfLogits",),
                              why + " (finite: the TVD is at most 1)", 32210 + k, "fixed"))
-    out.append(_tvd_case(_HUGE_STUDENT, _HUGE_TEACHER, 1.0, "paper", ("HugeLogits",), "logits ±1e4, T = 1", 32220,
+    out.append(_tvd_case(HUGE_STUDENT, HUGE_TEACHER, 1.0, "paper", ("HugeLogits",), "logits ±1e4, T = 1", 32220,
                          "fixed"))
-    out.append(_tvd_case(_HUGE_STUDENT, _HUGE_TEACHER, 2.0, "paper", ("HugeLogits",), "logits ±1e4, T = 2", 32221,
+    out.append(_tvd_case(HUGE_STUDENT, HUGE_TEACHER, 2.0, "paper", ("HugeLogits",), "logits ±1e4, T = 2", 32221,
                          "fixed"))
     for k, same in enumerate((True, False)):
         r = S.rng(32230 + k)
-        z, t = _near_deterministic(r, 3, 12, 1.0, same)
+        z, t = near_deterministic(r, 3, 12, 1.0, same)
         out.append(_tvd_case(z, t, 1.0, "paper", ("NearDeterministic",), "one-hot-like rows, "
                              + ("the same" if same else "different") + " top tokens", 32230 + k,
                              "normal logits + 38·T at one token"))
     r = S.rng(32240)
-    z, t = _pair_inputs(r, 3, 12, 3.0, True, True)
+    z, t = pair_inputs(r, 3, 12, 3.0, True, True)
     out.append(_tvd_case(z, t, 1e-3, "paper", ("TinyTemperature", "NearDeterministic"),
                          "normal logits at T = 1e-3 (one-hot rows), float32", 32240, "normal logits"))
     r = S.rng(32250)
-    z, t = _cancellation(r, 3, 10, False)
+    z, t = cancellation_inputs(r, 3, 10, False)
     out.append(_tvd_case(z, t, 1.0, "paper", ("Cancellation",), "teacher = student + 1e-7 noise (binary64): "
                          "|q − p| ~ 1e-7 at every token", 32250, "normal logits + tiny noise", kind="float64"))
     out += _tvd_low_cases()
@@ -283,8 +278,8 @@ def _tvd_low_cases() -> list[Case]:
             n = max(1, min(int(r.integers(1, 9)), 384 // v))
             T = float(r.choice(TEMPERATURES))
             spread = float(r.choice([1.0, 3.0, 6.0]))
-            z = S.in_low(_clip(S.logits(r, (n, v), spread), 30.0), grid)
-            t = S.in_low(_clip(S.logits(r, (n, v), spread), 30.0), grid)
+            z = S.in_low(clip_logits(S.logits(r, (n, v), spread), 30.0), grid)
+            t = S.in_low(clip_logits(S.logits(r, (n, v), spread), 30.0), grid)
             if _ties_ok(z, t, T, "low"):
                 break
             seed, spare = spare, spare + 1
@@ -296,70 +291,13 @@ def _tvd_low_cases() -> list[Case]:
     out.append(_tvd_case(z, [row[:] for row in z], 1.0, "paper", ("EqualInputs", "Ties", "LowPrecision"),
                          "teacher = student, tied logits and a −inf token: tvd 0, gradient 0", 33400, "fixed rows",
                          low=True))
-    for k, (zs, ts, why) in enumerate(_support_sets("any")):
+    for k, (zs, ts, why) in enumerate(support_sets("any")):
         out.append(_tvd_case(zs, ts, (0.75, 1.5, 3.0)[k], "paper", ("NegInfLogits", "LowPrecision"), why,
                              33410 + k, "fixed", low=True))
-    z, t = distill_low._low_saturated(S.rng(33420), 3, 12, 1.0, False)
+    z, t = distill_low.low_saturated(S.rng(33420), 3, 12, 1.0, False)
     out.append(_tvd_case(z, t, 1.0, "paper", ("NearDeterministic", "LowPrecision"),
                          "saturated rows, different top tokens", 33420, "normal logits + 30·T at one token", low=True))
     return out
-
-
-# ----------------------------------------------------------------------------- tolerance scales
-
-def _skew_scale(kwargs, outputs, grads):
-    """The skew KL is one of the generalized JSD's two terms (``distill_scales._jsd_scale``) with the
-    mixture weight α on the first distribution: s1 + sA/d of KL(first‖m) (``_kl_parts`` against
-    the mixture, whose log m carries x_i = A^q_i + A^p_i + |log m_i| + |log α| + |log(1−α)|).
-    grad: reverse q_j(y_j − Σqy)/T with y = ℓ − α·e^ℓ (|α·e^ℓ| ≤ 1, the +1 of ``_centred_grad``);
-    forward (1−α)·q_j(x_j + Σ q x)/T with x = p/m ≤ 1/α, each x_i carrying u·(A^p_i + x_i') relative
-    error; times |c|. α = 1: exactly 0 (scale 0)."""
-    a = mpmath.mpf(kwargs["alpha"])
-    if a == 1:
-        return {"kl": mpmath.mpf(0), "grad:student_logits": mpmath.mpf(0)}
-    with mpmath.workdps(SCALE_DPS):
-        T = mpmath.mpf(kwargs["temperature"])
-        qs, ps = _rows(kwargs["student_logits"], T), _rows(kwargs["teacher_logits"], T)
-        la, l1a = abs(mpmath.log(a)), abs(mpmath.log1p(-a))
-        value, grad = [], []
-        for Q, P, c in zip(qs, ps, _row_cotangents(SKL, kwargs, len(qs))):
-            first, other = (P, Q) if kwargs["direction"] == "forward" else (Q, P)
-            m = [a * fj + (1 - a) * oj for fj, oj in zip(first.p, other.p)]
-            fin = [qf or pf for qf, pf in zip(Q.fin, P.fin)]
-            logm = [mpmath.log(mj) if f and mj > 0 else mpmath.mpf("-inf") for mj, f in zip(m, fin)]
-            x = [Q.A[i] + P.A[i] + abs(logm[i]) + la + l1a if fin[i] and m[i] > 0 else 0 for i in range(len(m))]
-            M = _Mixture(logm, m, [f and mj > 0 for f, mj in zip(fin, m)])
-            k, s1, sA, ell = _kl_parts(first, M, x)
-            value.append(s1 + sA / Q.d)
-            if kwargs["direction"] == "reverse":
-                grad.append(c * _centred_grad(Q, ell, k, s1 + 1, sA, x) / T)
-            else:
-                w = [P.p[i] / m[i] if P.fin[i] else mpmath.mpf(0) for i in range(len(m))]
-                err = [w[i] * (1 + (P.A[i] + x[i]) / Q.d) for i in range(len(m))]
-                mean = mpmath.fsum(qi * ei for qi, ei, f in zip(Q.p, err, Q.fin) if f)
-                grad.append(c * (1 - a) * max((Q.p[j] * (err[j] + mean) * (1 + Q.A[j] / Q.d)
-                                               for j in range(len(m)) if Q.fin[j]), default=mpmath.mpf(0)) / T)
-        return {"kl": max(value), "grad:student_logits": max(grad)}
-
-
-def _tvd_scale(kwargs, outputs, grads):
-    """tvd: ½·Σ (q_i + p_i)(1 + (A^q_i + A^p_i)/d) — each |q_i − p_i| is formed from two probabilities
-    of those sizes, each rounded in the log domain (the magnitude of what is rounded, as for a KL's
-    terms). grad q_j(σ_j − Σ q σ)/(2T): terms q_j·2·(1 + A^q_j/d) plus the roundings of Σ q σ,
-    Σ_i q_i A^q_i/d; times |c|/(2T). A sign is never in doubt (``_ties_ok``)."""
-    with mpmath.workdps(SCALE_DPS):
-        T = mpmath.mpf(kwargs["temperature"])
-        qs, ps = _rows(kwargs["student_logits"], T), _rows(kwargs["teacher_logits"], T)
-        value, grad = [], []
-        for Q, P, c in zip(qs, ps, _row_cotangents(TVD, kwargs, len(qs))):
-            value.append(mpmath.fsum((Q.p[i] * (1 + Q.A[i] / Q.d) + P.p[i] * (1 + P.A[i] / Q.d))
-                                     for i in range(len(Q.p))) / 2)
-            spread = mpmath.fsum(Q.p[i] * Q.A[i] for i in range(len(Q.p))) / Q.d
-            grad.append(c * max(Q.p[j] * (2 + Q.A[j] / Q.d) + Q.p[j] * spread for j in range(len(Q.p))) / (2 * T))
-        return {"tvd": max(value), "grad:student_logits": max(grad)}
-
-
-SCALES = {SKL: _skew_scale, TVD: _tvd_scale}
 
 
 def cases() -> list[Case]:

@@ -4,24 +4,24 @@ from __future__ import annotations
 from conformance.generate import sampling as S
 from conformance.generate.case import Case
 from conformance.generate.distill_inputs import (
-    _NI_LABELS_C,
-    _NI_STUDENT_B,
-    _NI_STUDENT_C,
-    _NI_TEACHER_C,
     ALPHAS,
     BETAS,
     INF,
     JSD,
+    NI_LABELS_C,
+    NI_STUDENT_B,
+    NI_STUDENT_C,
+    NI_TEACHER_C,
     SYM,
     TEMPERATURES,
     TKL,
-    _clip,
-    _hin,
-    _labels,
-    _near_deterministic,
-    _pair_case,
-    _sm,
-    _support_sets,
+    clip_logits,
+    hinton_case,
+    near_deterministic,
+    pair_case,
+    random_labels,
+    softmax_case,
+    support_sets,
 )
 
 # ----------------------------------------------------------------------------- low precision
@@ -59,7 +59,7 @@ def _low_pair(r, n: int, v: int, grid: str) -> tuple[list, list, str]:
     kind = str(r.choice(["independent", "near", "close"]))
     z = S.logits(r, (n, v), spread)
     t = S.logits(r, (n, v), spread) if kind == "independent" else S.near(r, z, 1.0 if kind == "near" else 0.1)
-    z, t = (S.in_low(_clip(x, LOW_CLIP), grid) for x in (z, t))
+    z, t = (S.in_low(clip_logits(x, LOW_CLIP), grid) for x in (z, t))
     return z, t, f"σ={spread:g}, teacher {kind}"
 
 
@@ -72,10 +72,10 @@ def _low_ties(r, grid: str) -> tuple[list, list]:
     return S.in_low(z, grid), S.in_low(t, grid)
 
 
-def _low_saturated(r, n: int, v: int, T: float, same_top: bool) -> tuple[list, list]:
+def low_saturated(r, n: int, v: int, T: float, same_top: bool) -> tuple[list, list]:
     """Rows whose top logit is 30·T above N(0, 1) others: probabilities e^−30 beside 1 (0 in
     float16, a subnormal-free bfloat16 value), q_top rounds to 1."""
-    z, t = _near_deterministic(r, n, v, T, same_top)
+    z, t = near_deterministic(r, n, v, T, same_top)
     for rows in (z, t):
         for row in rows:
             k = max(range(v), key=lambda j: row[j])
@@ -112,30 +112,30 @@ def _low_softmax_cases() -> list[Case]:
         T = float(r.choice(TEMPERATURES))
         spread = float(r.choice([1.0, 3.0, 6.0]))
         lead = (n,) if i % 4 else ((int(r.integers(1, 4)), max(1, n // 3)) if n > 1 else ())
-        z = S.in_low(_clip(S.logits(r, lead + (v,), spread), LOW_CLIP), grid)
+        z = S.in_low(clip_logits(S.logits(r, lead + (v,), spread), LOW_CLIP), grid)
         flags = ("Random",) + (("Large",) if v >= 1000 else ()) + LOW_FLAGS
-        out.append(_sm(z, T, flags, _low_desc(grid, n, v, T, f"shape {lead + (v,)}, σ={spread:g}"), seed,
+        out.append(softmax_case(z, T, flags, _low_desc(grid, n, v, T, f"shape {lead + (v,)}, σ={spread:g}"), seed,
                        f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
     r = S.rng(seed0 + 100)
     z, _ = _low_ties(r, S.BOTH)
-    out.append(_sm(z, 1.0, ("Ties",) + LOW_FLAGS, "uniform rows and tied maxima, exact in bfloat16 and float16",
+    out.append(softmax_case(z, 1.0, ("Ties",) + LOW_FLAGS, "uniform rows and tied maxima, exact in bfloat16 and float16",
                    seed0 + 100, "fixed rows", low=True))
-    out.append(_sm(_NI_STUDENT_B, 0.5, ("NegInfLogits",) + LOW_FLAGS, "−inf logits, one row with a single "
+    out.append(softmax_case(NI_STUDENT_B, 0.5, ("NegInfLogits",) + LOW_FLAGS, "−inf logits, one row with a single "
                    "possible token, T = 0.5", seed0 + 101, "fixed", low=True))
-    out.append(_sm([[-INF, 2.0, -INF, 2.0], [0.0, -INF, 0.0, -0.5]], 2.0, ("NegInfLogits", "Ties") + LOW_FLAGS,
+    out.append(softmax_case([[-INF, 2.0, -INF, 2.0], [0.0, -INF, 0.0, -0.5]], 2.0, ("NegInfLogits", "Ties") + LOW_FLAGS,
                    "−inf logits with ties, T = 2", seed0 + 106, "fixed", low=True))
     for T, seed in ((1.0, seed0 + 102), (4.0, seed0 + 103), (0.5, seed0 + 107)):
         r = S.rng(seed)
-        z, _ = _low_saturated(r, 4, 24, T, True)
-        out.append(_sm(z, T, ("NearDeterministic",) + LOW_FLAGS, f"saturated rows: top logit 30·T above, T={T:g}",
+        z, _ = low_saturated(r, 4, 24, T, True)
+        out.append(softmax_case(z, T, ("NearDeterministic",) + LOW_FLAGS, f"saturated rows: top logit 30·T above, T={T:g}",
                        seed, "normal logits + 30·T at one token", low=True))
     r = S.rng(seed0 + 104)
     z, _ = _low_huge(r, 3, 16)
-    out.append(_sm(z, 64.0, ("HugeLogits",) + LOW_FLAGS, "logits ±9984 + 64·k, T = 64", seed0 + 104,
+    out.append(softmax_case(z, 64.0, ("HugeLogits",) + LOW_FLAGS, "logits ±9984 + 64·k, T = 64", seed0 + 104,
                    "fixed grid values", low=True))
     r = S.rng(seed0 + 105)
     z, _ = _low_tiny_t(r, 3, 12)
-    out.append(_sm(z, 0.05, ("TinyTemperature",) + LOW_FLAGS, "logits 0.5 + k/64 at T = 0.05", seed0 + 105,
+    out.append(softmax_case(z, 0.05, ("TinyTemperature",) + LOW_FLAGS, "logits 0.5 + k/64 at T = 0.05", seed0 + 105,
                    "0.5 + k/64", low=True))
     return out
 
@@ -152,38 +152,38 @@ def _low_hinton_cases() -> list[Case]:
         alpha = float(r.choice(ALPHAS))
         z, t, how = _low_pair(r, n, v, grid)
         flags = ("Random",) + (("Large",) if v >= 1000 else ()) + LOW_FLAGS
-        out.append(_hin(z, t, _labels(r, n, v), T, alpha, group, flags, _low_desc(grid, n, v, T, f"α={alpha:g}, {how}"),
+        out.append(hinton_case(z, t, random_labels(r, n, v), T, alpha, group, flags, _low_desc(grid, n, v, T, f"α={alpha:g}, {how}"),
                         seed, f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
     for g, group in enumerate(("paper", "no-t2")):
         s = seed0 + 100 + 20 * g
         r = S.rng(s)
         z, t = _low_ties(r, S.BOTH)
-        out.append(_hin(z, t, [1, 0, 2, 3], 2.0, 0.5, group, ("Ties",) + LOW_FLAGS, "uniform rows and tied maxima",
+        out.append(hinton_case(z, t, [1, 0, 2, 3], 2.0, 0.5, group, ("Ties",) + LOW_FLAGS, "uniform rows and tied maxima",
                         s, "fixed rows", low=True))
-        out.append(_hin(z, [row[:] for row in z], [1, 0, 2, 3], 2.0, 0.9, group, ("EqualInputs", "Ties") + LOW_FLAGS,
+        out.append(hinton_case(z, [row[:] for row in z], [1, 0, 2, 3], 2.0, 0.9, group, ("EqualInputs", "Ties") + LOW_FLAGS,
                         "teacher = student: loss = (1 − α)·CE", s + 1, "fixed rows", low=True))
-        out.append(_hin(_NI_STUDENT_C, _NI_TEACHER_C, _NI_LABELS_C, 2.0, 0.75, group, ("NegInfLogits",) + LOW_FLAGS,
+        out.append(hinton_case(NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.75, group, ("NegInfLogits",) + LOW_FLAGS,
                         "teacher −inf where the student is finite (p = 0 terms)", s + 2, "fixed", low=True))
         for k, same in enumerate((True, False)):
             r = S.rng(s + 3 + k)
-            z, t = _low_saturated(r, 3, 12, 1.0, same)
-            out.append(_hin(z, t, _labels(r, 3, 12), 1.0, 0.5, group, ("NearDeterministic",) + LOW_FLAGS,
+            z, t = low_saturated(r, 3, 12, 1.0, same)
+            out.append(hinton_case(z, t, random_labels(r, 3, 12), 1.0, 0.5, group, ("NearDeterministic",) + LOW_FLAGS,
                             "saturated rows, " + ("the same" if same else "different") + " top tokens", s + 3 + k,
                             "normal logits + 30·T at one token", low=True))
         r = S.rng(s + 5)
         z, t = _low_huge(r, 3, 8)
-        out.append(_hin(z, t, _labels(r, 3, 8), 64.0, 0.25, group, ("HugeLogits",) + LOW_FLAGS,
+        out.append(hinton_case(z, t, random_labels(r, 3, 8), 64.0, 0.25, group, ("HugeLogits",) + LOW_FLAGS,
                         "logits ±9984 + 64·k, T = 64, α = 0.25 (cross-entropy at T = 1 of logits 64 apart)", s + 5,
                         "fixed grid values", low=True))
         r = S.rng(s + 6)
         z, t, _ = _low_pair(r, 6, 16, S.BOTH)
         for k, alpha in enumerate((0.0, 1.0)):
-            out.append(_hin(z, t, _labels(r, 6, 16), 2.0, alpha, group, ("AlphaEndpoint",) + LOW_FLAGS,
+            out.append(hinton_case(z, t, random_labels(r, 6, 16), 2.0, alpha, group, ("AlphaEndpoint",) + LOW_FLAGS,
                             f"α = {alpha:g}", s + 6 + k, "normal logits", low=True))
     return out
 
 
-def _low_pair_cases(obj, groups, seed0, count=LOW_RANDOM) -> list[Case]:
+def low_pair_cases(obj, groups, seed0, count=LOW_RANDOM) -> list[Case]:
     """``count`` random and the edge low-precision cases of a pair objective. ``groups``: (group,
     conventions, kind for the −inf supports, params(T, r) of a random case, params(T) of an edge)."""
     out = []
@@ -197,7 +197,7 @@ def _low_pair_cases(obj, groups, seed0, count=LOW_RANDOM) -> list[Case]:
         z, t, how = _low_pair(r, n, v, grid)
         extra = "".join(f", β={val:g}" for key, val in params.items() if key == "beta")
         flags = ("Random",) + (("Large",) if v >= 1000 else ()) + LOW_FLAGS
-        out.append(_pair_case(obj, z, t, params, conv, group, flags, _low_desc(grid, n, v, T, how + extra), seed,
+        out.append(pair_case(obj, z, t, params, conv, group, flags, _low_desc(grid, n, v, T, how + extra), seed,
                               f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
     for g, (group, conv, kind, _, edge_params) in enumerate(groups):
         out += _low_pair_edges(obj, group, conv, kind, edge_params, seed0 + 100 + 20 * g)
@@ -209,15 +209,15 @@ def _low_pair_edges(obj, group, conv, kind, edge_params, s) -> list[Case]:
     r = S.rng(s)
 
     def add(z, t, T, flags, comment, k, recipe="fixed"):
-        out.append(_pair_case(obj, z, t, edge_params(T), conv, group, flags + LOW_FLAGS, comment, s + k, recipe,
+        out.append(pair_case(obj, z, t, edge_params(T), conv, group, flags + LOW_FLAGS, comment, s + k, recipe,
                               low=True))
     z, t = _low_ties(r, S.BOTH)
     add(z, t, 1.0, ("Ties",), "uniform rows and tied maxima", 0, "fixed rows")
     add(z, [row[:] for row in z], 2.0, ("EqualInputs", "Ties"), "teacher = student: divergence 0", 1, "fixed rows")
-    for k, (zs, ts, why) in enumerate(_support_sets(kind)):   # temperatures unlike _pair_edges' (new uids)
+    for k, (zs, ts, why) in enumerate(support_sets(kind)):   # temperatures unlike pair_edges' (new uids)
         add(zs, ts, (0.75, 1.5, 3.0)[k], ("NegInfLogits",), why, 2 + k)
     for k, same in enumerate((True, False)):
-        z, t = _low_saturated(S.rng(s + 5 + k), 3, 12, 1.0, same)
+        z, t = low_saturated(S.rng(s + 5 + k), 3, 12, 1.0, same)
         add(z, t, 1.0, ("NearDeterministic",), "saturated rows, " + ("the same" if same else "different")
             + " top tokens", 5 + k, "normal logits + 30·T at one token")
     z, t = _low_huge(S.rng(s + 7), 3, 8)
@@ -230,7 +230,7 @@ def _low_pair_edges(obj, group, conv, kind, edge_params, s) -> list[Case]:
 def _low_token_kl_cases() -> list[Case]:
     groups = [(group, {"direction": d}, d, lambda T, r: {"temperature": T}, lambda T: {"temperature": T})
               for group, d in (("paper", "reverse"), ("forward", "forward"))]
-    return _low_pair_cases(TKL, groups, 20400)
+    return low_pair_cases(TKL, groups, 20400)
 
 
 def _low_jsd_cases() -> list[Case]:
@@ -240,7 +240,7 @@ def _low_jsd_cases() -> list[Case]:
                lambda T, r: {"beta": float(r.choice(BETAS + (0.0, 1.0, 0.25))), "temperature": T},
                lambda T: {"beta": 0.25, "temperature": T})
               for group, e in (("paper", "limit"), ("kl-endpoints", "kl"))]
-    return _low_pair_cases(JSD, groups, 20600)
+    return low_pair_cases(JSD, groups, 20600)
 
 
 def _low_symmetric_kl_cases() -> list[Case]:
@@ -250,7 +250,7 @@ def _low_symmetric_kl_cases() -> list[Case]:
     groups = [("symmetric", {}, "both",
                lambda T, r: {"forward_weight": float(r.choice((0.0, 0.1, 0.5, 0.9, 1.0))), "temperature": T},
                lambda T: {"forward_weight": 0.5, "temperature": T})]
-    return _low_pair_cases(SYM, groups, 20800, LOW_RANDOM + 6)
+    return low_pair_cases(SYM, groups, 20800, LOW_RANDOM + 6)
 
 
 def cases() -> list[Case]:

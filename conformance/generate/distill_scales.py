@@ -6,11 +6,15 @@ import numpy as np
 
 from conformance.generate.distill_inputs import (
     HIN,
+    INF,
     JSD,
+    SKL,
     SM,
+    SPK,
     SYM,
     TKL,
-    _cotangent,
+    TVD,
+    case_cotangent,
 )
 
 # ----------------------------------------------------------------------------- tolerance scales
@@ -83,13 +87,13 @@ class _Mixture:
         self.A = [mpmath.mpf(0)] * len(m)
 
 
-def _rows(x, T) -> list[_Dist]:
+def softmax_rows(x, T) -> list[_Dist]:
     arr = np.array(x, dtype=object)
     return [_Dist(row, T) for row in arr.reshape(-1, arr.shape[-1])]
 
 
 def _row_cotangents(objective, kwargs, n_rows: int) -> list:
-    c = np.array(_cotangent(objective, kwargs), dtype=object)
+    c = np.array(case_cotangent(objective, kwargs), dtype=object)
     return [abs(mpmath.mpf(v)) for v in c.reshape(n_rows)]
 
 
@@ -142,8 +146,8 @@ def _softmax_scale(kwargs, outputs, grads):
     domain, and q_j·rel_j·|c_j − Σ q c|/d for the exponents' roundings; over T."""
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
-        rows = _rows(kwargs["logits"], T)
-        cts = np.array(_cotangent(SM, kwargs), dtype=object).reshape(len(rows), -1)
+        rows = softmax_rows(kwargs["logits"], T)
+        cts = np.array(case_cotangent(SM, kwargs), dtype=object).reshape(len(rows), -1)
         value, grad = [], []
         for D, c in zip(rows, cts):
             c = [mpmath.mpf(v) for v in c]
@@ -172,7 +176,7 @@ def _kl_rows_scale(objective, kwargs, direction, forward_weight=None):
     ce = kwargs.get("soft_term") == "cross_entropy"
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
-        qs, ps = _rows(kwargs["student_logits"], T), _rows(kwargs["teacher_logits"], T)
+        qs, ps = softmax_rows(kwargs["student_logits"], T), softmax_rows(kwargs["teacher_logits"], T)
         value, grad = [], []
         for Q, P, c in zip(qs, ps, _row_cotangents(objective, kwargs, len(qs))):
             parts = {}
@@ -221,9 +225,9 @@ def _hinton_scale(kwargs, outputs, grads):
         T = mpmath.mpf(kwargs["temperature"])
         a = mpmath.mpf(kwargs["alpha"])
         s = T * T if kwargs["t2_scale"] else mpmath.mpf(1)
-        q1s = _rows(kwargs["student_logits"], mpmath.mpf(1))
-        qs, ps = _rows(kwargs["student_logits"], T), _rows(kwargs["teacher_logits"], T)
-        c = abs(mpmath.mpf(_cotangent(HIN, kwargs)))
+        q1s = softmax_rows(kwargs["student_logits"], mpmath.mpf(1))
+        qs, ps = softmax_rows(kwargs["student_logits"], T), softmax_rows(kwargs["teacher_logits"], T)
+        c = abs(mpmath.mpf(case_cotangent(HIN, kwargs)))
         value, grad, rows = [], [], []
         for Q1, Q, P, y in zip(q1s, qs, ps, kwargs["labels"]):
             kl, s1, sA, _ = _kl_parts(P, Q)
@@ -257,7 +261,7 @@ def _jsd_scale(kwargs, outputs, grads):
         return {"jsd": value, "grad:student_logits": grad}
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
-        qs, ps = _rows(kwargs["student_logits"], T), _rows(kwargs["teacher_logits"], T)
+        qs, ps = softmax_rows(kwargs["student_logits"], T), softmax_rows(kwargs["teacher_logits"], T)
         lb, l1b = abs(mpmath.log(beta)), abs(mpmath.log1p(-beta))
         value, grad = [], []
         for Q, P, c in zip(qs, ps, _row_cotangents(JSD, kwargs, len(qs))):
@@ -273,4 +277,117 @@ def _jsd_scale(kwargs, outputs, grads):
         return {"jsd": max(value), "grad:student_logits": max(grad)}
 
 
-SCALES = {SM: _softmax_scale, HIN: _hinton_scale, TKL: _token_kl_scale, JSD: _jsd_scale, SYM: _symmetric_kl_scale}
+def _skew_scale(kwargs, outputs, grads):
+    """The skew KL is one of the generalized JSD's two terms (``_jsd_scale``) with the
+    mixture weight α on the first distribution: s1 + sA/d of KL(first‖m) (``_kl_parts`` against
+    the mixture, whose log m carries x_i = A^q_i + A^p_i + |log m_i| + |log α| + |log(1−α)|).
+    grad: reverse q_j(y_j − Σqy)/T with y = ℓ − α·e^ℓ (|α·e^ℓ| ≤ 1, the +1 of ``_centred_grad``);
+    forward (1−α)·q_j(x_j + Σ q x)/T with x = p/m ≤ 1/α, each x_i carrying u·(A^p_i + x_i') relative
+    error; times |c|. α = 1: exactly 0 (scale 0)."""
+    a = mpmath.mpf(kwargs["alpha"])
+    if a == 1:
+        return {"kl": mpmath.mpf(0), "grad:student_logits": mpmath.mpf(0)}
+    with mpmath.workdps(SCALE_DPS):
+        T = mpmath.mpf(kwargs["temperature"])
+        qs, ps = softmax_rows(kwargs["student_logits"], T), softmax_rows(kwargs["teacher_logits"], T)
+        la, l1a = abs(mpmath.log(a)), abs(mpmath.log1p(-a))
+        value, grad = [], []
+        for Q, P, c in zip(qs, ps, _row_cotangents(SKL, kwargs, len(qs))):
+            first, other = (P, Q) if kwargs["direction"] == "forward" else (Q, P)
+            m = [a * fj + (1 - a) * oj for fj, oj in zip(first.p, other.p)]
+            fin = [qf or pf for qf, pf in zip(Q.fin, P.fin)]
+            logm = [mpmath.log(mj) if f and mj > 0 else mpmath.mpf("-inf") for mj, f in zip(m, fin)]
+            x = [Q.A[i] + P.A[i] + abs(logm[i]) + la + l1a if fin[i] and m[i] > 0 else 0 for i in range(len(m))]
+            M = _Mixture(logm, m, [f and mj > 0 for f, mj in zip(fin, m)])
+            k, s1, sA, ell = _kl_parts(first, M, x)
+            value.append(s1 + sA / Q.d)
+            if kwargs["direction"] == "reverse":
+                grad.append(c * _centred_grad(Q, ell, k, s1 + 1, sA, x) / T)
+            else:
+                w = [P.p[i] / m[i] if P.fin[i] else mpmath.mpf(0) for i in range(len(m))]
+                err = [w[i] * (1 + (P.A[i] + x[i]) / Q.d) for i in range(len(m))]
+                mean = mpmath.fsum(qi * ei for qi, ei, f in zip(Q.p, err, Q.fin) if f)
+                grad.append(c * (1 - a) * max((Q.p[j] * (err[j] + mean) * (1 + Q.A[j] / Q.d)
+                                               for j in range(len(m)) if Q.fin[j]), default=mpmath.mpf(0)) / T)
+        return {"kl": max(value), "grad:student_logits": max(grad)}
+
+
+def _tvd_scale(kwargs, outputs, grads):
+    """tvd: ½·Σ (q_i + p_i)(1 + (A^q_i + A^p_i)/d) — each |q_i − p_i| is formed from two probabilities
+    of those sizes, each rounded in the log domain (the magnitude of what is rounded, as for a KL's
+    terms). grad q_j(σ_j − Σ q σ)/(2T): terms q_j·2·(1 + A^q_j/d) plus the roundings of Σ q σ,
+    Σ_i q_i A^q_i/d; times |c|/(2T). A sign is never in doubt (``_ties_ok``)."""
+    with mpmath.workdps(SCALE_DPS):
+        T = mpmath.mpf(kwargs["temperature"])
+        qs, ps = softmax_rows(kwargs["student_logits"], T), softmax_rows(kwargs["teacher_logits"], T)
+        value, grad = [], []
+        for Q, P, c in zip(qs, ps, _row_cotangents(TVD, kwargs, len(qs))):
+            value.append(mpmath.fsum((Q.p[i] * (1 + Q.A[i] / Q.d) + P.p[i] * (1 + P.A[i] / Q.d))
+                                     for i in range(len(Q.p))) / 2)
+            spread = mpmath.fsum(Q.p[i] * Q.A[i] for i in range(len(Q.p))) / Q.d
+            grad.append(c * max(Q.p[j] * (2 + Q.A[j] / Q.d) + Q.p[j] * spread for j in range(len(Q.p))) / (2 * T))
+        return {"tvd": max(value), "grad:student_logits": max(grad)}
+
+
+def _sparse_scale(kwargs, outputs, grads):
+    """kl: s1 + sA/d (the model at the top of this module): the terms w_k|ℓ_k| (w the teacher's weights after the
+    convention, ℓ_k = log w_k − log q_k, q the student's after it) and, once per term, the
+    roundings of log q_{i_k} (A^q of the student's log-softmax), of log w_k (|log p_k| and the
+    renormaliser |log S|) and of the student's renormaliser |log Q| ('both').
+    grad: max over the tokens of s·q_j(1 + (A^q_j + |log Q|)/d) + w_j(1 + (|log p_j| + |log S|)/d),
+    divided by T, times |c| (s = S for 'none', 1 otherwise; 'both' keeps the q_j term at every
+    token: a library that renormalises after a full log-softmax leaves q_j·Σg ≈ 0 there).
+    'tail' adds its bucket, ℓ_t = log p_t − log q_t: to s1 p_t|ℓ_t| and S(1 + |ℓ_t|) (p_t = 1 − S
+    inherits S's roundings, times ∂(p log(p/q))/∂p = 1 + ℓ_t), to sA p_t·A_t, A_t = Σ_off q_j A_j / q_t
+    (log q_t a log-sum-exp of the log q_j off the ids); to the gradient off the ids q_j·(p_t/q_t)(1 +
+    (A_j + A_t)/d) + S·q_j/q_t (the ratio's p_t rounded; q_j ≤ q_t there, so at most S)."""
+    with mpmath.workdps(SCALE_DPS):
+        T = mpmath.mpf(kwargs["temperature"])
+        mode = kwargs["renormalize"]
+        qs = softmax_rows(kwargs["student_logits"], T)
+        value, grad = [], []
+        for Q, irow, lrow, c in zip(qs, kwargs["teacher_ids"], kwargs["teacher_logps"],
+                                    _row_cotangents(SPK, kwargs, len(qs))):
+            live = [(int(i), mpmath.mpf(a)) for i, a in zip(irow, lrow) if a != -INF]
+            S_ = mpmath.fsum(mpmath.exp(a) for _, a in live)
+            log_s = abs(mpmath.log(S_)) if mode in ("teacher", "both") else mpmath.mpf(0)
+            Qs = mpmath.fsum(Q.p[i] for i, _ in live)
+            log_q = abs(mpmath.log(Qs)) if mode == "both" else mpmath.mpf(0)
+            s1 = sA = mpmath.mpf(0)
+            weights = {}
+            for i, a in live:
+                lw = a - mpmath.log(S_) if mode in ("teacher", "both") else a
+                lq = Q.logp[i] - mpmath.log(Qs) if mode == "both" else Q.logp[i]
+                w = mpmath.exp(lw)
+                weights[i] = (w, abs(a))
+                s1 += w * abs(lw - lq)
+                sA += w * (Q.A[i] + abs(a) + log_s + log_q)
+            tail = None
+            if mode == "tail":
+                p_t = 1 - S_
+                off = [j for j, f in enumerate(Q.fin) if f and j not in weights]
+                q_t = mpmath.fsum(Q.p[j] for j in off)
+                if p_t > 0:
+                    l_t = abs(mpmath.log(p_t) - mpmath.log(q_t))
+                    A_t = mpmath.fsum(Q.p[j] * Q.A[j] for j in off) / q_t
+                    s1 += p_t * l_t + S_ * (1 + l_t)
+                    sA += p_t * A_t
+                    tail = (p_t / q_t, A_t, q_t)
+            value.append(s1 + sA / Q.d)
+            s = S_ if mode == "none" else 1
+            g = []
+            for j, qj in enumerate(Q.p):
+                term = s * qj * (1 + (Q.A[j] + log_q) / Q.d) if Q.fin[j] else mpmath.mpf(0)
+                if j in weights:
+                    w, la = weights[j]
+                    term += w * (1 + (la + log_s) / Q.d)
+                elif tail is not None and Q.fin[j]:
+                    ratio, A_t, q_t = tail
+                    term += qj * ratio * (1 + (Q.A[j] + A_t) / Q.d) + S_ * qj / q_t
+                g.append(term)
+            grad.append(c * max(g) / T)
+        return {"kl": max(value), "grad:student_logits": max(grad)}
+
+
+SCALES = {SM: _softmax_scale, HIN: _hinton_scale, TKL: _token_kl_scale, JSD: _jsd_scale, SYM: _symmetric_kl_scale,
+          SKL: _skew_scale, TVD: _tvd_scale, SPK: _sparse_scale}

@@ -1,5 +1,6 @@
 """Vectors for ``distill.sparse_kl`` (a top-k teacher, as offline distillation stores it), with its
-tolerance scale, flags and groups; ``conformance.generate.distill`` merges them into the family.
+flags and groups (its tolerance scale is in ``distill_scales``); ``conformance.generate.distill``
+merges them into the family.
 
 One group per ``renormalize`` value: 'none' ('paper': verl 0.9.1's forward_kl_topk), 'teacher',
 'both' (TRL 1.16.0 IW-OPD without its tail bucket) and 'tail' (added in 1.3.0 after the others, so
@@ -14,16 +15,13 @@ from __future__ import annotations
 
 import math
 
-import mpmath
 import numpy as np
 
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
-from conformance.generate.distill_inputs import INF, TEMPERATURES, VOCABS
-from conformance.generate.distill_scales import SCALE_DPS, _row_cotangents, _rows
+from conformance.generate.distill_inputs import INF, SPK, TEMPERATURES, VOCABS
 from refimpl import validate
 
-SPK = "distill.sparse_kl"
 # Low-precision cases per convention: two in three on the bfloat16+float16 grid, so that the three
 # conventions together give at least 40 valid vectors per low dtype (tests/generate/test_low_precision.py).
 LOW_PER_CONVENTION = 21
@@ -314,68 +312,3 @@ def cases() -> list[Case]:
     # 'tail' (1.3.0) after every earlier case, so that their test ids stay
     out += _invalid_cases() + _tail_random_cases(41500) + _tail_edge_cases(41700) + _tail_low_cases(41800)
     return out + _tail_invalid_cases()
-
-
-# ----------------------------------------------------------------------------- tolerance scale
-
-def _sparse_scale(kwargs, outputs, grads):
-    """kl: s1 + sA/d (``distill_scales``): the terms w_k|ℓ_k| (w the teacher's weights after the
-    convention, ℓ_k = log w_k − log q_k, q the student's after it) and, once per term, the
-    roundings of log q_{i_k} (A^q of the student's log-softmax), of log w_k (|log p_k| and the
-    renormaliser |log S|) and of the student's renormaliser |log Q| ('both').
-    grad: max over the tokens of s·q_j(1 + (A^q_j + |log Q|)/d) + w_j(1 + (|log p_j| + |log S|)/d),
-    divided by T, times |c| (s = S for 'none', 1 otherwise; 'both' keeps the q_j term at every
-    token: a library that renormalises after a full log-softmax leaves q_j·Σg ≈ 0 there).
-    'tail' adds its bucket, ℓ_t = log p_t − log q_t: to s1 p_t|ℓ_t| and S(1 + |ℓ_t|) (p_t = 1 − S
-    inherits S's roundings, times ∂(p log(p/q))/∂p = 1 + ℓ_t), to sA p_t·A_t, A_t = Σ_off q_j A_j / q_t
-    (log q_t a log-sum-exp of the log q_j off the ids); to the gradient off the ids q_j·(p_t/q_t)(1 +
-    (A_j + A_t)/d) + S·q_j/q_t (the ratio's p_t rounded; q_j ≤ q_t there, so at most S)."""
-    with mpmath.workdps(SCALE_DPS):
-        T = mpmath.mpf(kwargs["temperature"])
-        mode = kwargs["renormalize"]
-        qs = _rows(kwargs["student_logits"], T)
-        value, grad = [], []
-        for Q, irow, lrow, c in zip(qs, kwargs["teacher_ids"], kwargs["teacher_logps"],
-                                    _row_cotangents(SPK, kwargs, len(qs))):
-            live = [(int(i), mpmath.mpf(a)) for i, a in zip(irow, lrow) if a != -INF]
-            S_ = mpmath.fsum(mpmath.exp(a) for _, a in live)
-            log_s = abs(mpmath.log(S_)) if mode in ("teacher", "both") else mpmath.mpf(0)
-            Qs = mpmath.fsum(Q.p[i] for i, _ in live)
-            log_q = abs(mpmath.log(Qs)) if mode == "both" else mpmath.mpf(0)
-            s1 = sA = mpmath.mpf(0)
-            weights = {}
-            for i, a in live:
-                lw = a - mpmath.log(S_) if mode in ("teacher", "both") else a
-                lq = Q.logp[i] - mpmath.log(Qs) if mode == "both" else Q.logp[i]
-                w = mpmath.exp(lw)
-                weights[i] = (w, abs(a))
-                s1 += w * abs(lw - lq)
-                sA += w * (Q.A[i] + abs(a) + log_s + log_q)
-            tail = None
-            if mode == "tail":
-                p_t = 1 - S_
-                off = [j for j, f in enumerate(Q.fin) if f and j not in weights]
-                q_t = mpmath.fsum(Q.p[j] for j in off)
-                if p_t > 0:
-                    l_t = abs(mpmath.log(p_t) - mpmath.log(q_t))
-                    A_t = mpmath.fsum(Q.p[j] * Q.A[j] for j in off) / q_t
-                    s1 += p_t * l_t + S_ * (1 + l_t)
-                    sA += p_t * A_t
-                    tail = (p_t / q_t, A_t, q_t)
-            value.append(s1 + sA / Q.d)
-            s = S_ if mode == "none" else 1
-            g = []
-            for j, qj in enumerate(Q.p):
-                term = s * qj * (1 + (Q.A[j] + log_q) / Q.d) if Q.fin[j] else mpmath.mpf(0)
-                if j in weights:
-                    w, la = weights[j]
-                    term += w * (1 + (la + log_s) / Q.d)
-                elif tail is not None and Q.fin[j]:
-                    ratio, A_t, q_t = tail
-                    term += qj * ratio * (1 + (Q.A[j] + A_t) / Q.d) + S_ * qj / q_t
-                g.append(term)
-            grad.append(c * max(g) / T)
-        return {"kl": max(value), "grad:student_logits": max(grad)}
-
-
-SCALES = {SPK: _sparse_scale}

@@ -88,10 +88,6 @@ def _mask(r, b, t, interior):
     return mask, lengths
 
 
-def _round(x, dtype):
-    return S.in_dtype(x, dtype) if dtype else x
-
-
 def _adv_random(group, seed, dtype, interior):
     r = S.rng(seed)
     b, t = int(r.integers(1, 7)), int(r.integers(2, 13))
@@ -102,7 +98,7 @@ def _adv_random(group, seed, dtype, interior):
     values = r.normal(0, 0.7, (b, t)).tolist()
     gamma, lam = PARAMS[seed % len(PARAMS)]
     flags = ("Random",) + (("InteriorMask",) if interior else ())
-    return Case(ADV, {"rewards": _round(rewards, dtype), "values": _round(values, dtype), "mask": mask},
+    return Case(ADV, {"rewards": S.rounded(rewards, dtype), "values": S.rounded(values, dtype), "mask": mask},
                 params={"gamma": gamma, "lam": lam}, conventions=ADV_GROUPS[group], group=group, flags=flags,
                 comment=f"random B={b}, T={t}, γ={gamma}, λ={lam}" + (", interior masked tokens" if interior else "")
                 + (", float32" if dtype else ""), provenance=generated(seed, "token rewards and values"))
@@ -139,7 +135,7 @@ def _rewards_random(group, seed, dtype, interior, big=False):
     scores = r.normal(0, 1, b).tolist()
     beta = [0.001, 0.01, 0.05, 0.1, 1.0][seed % 5]
     flags = ("Random",) + (("InteriorMask",) if interior else ()) + (("KLClamped",) if big else ())
-    return Case(REWARDS, {"scores": _round(scores, dtype), "logp": _round(logp, dtype), "ref_logp": _round(ref, dtype),
+    return Case(REWARDS, {"scores": S.rounded(scores, dtype), "logp": S.rounded(logp, dtype), "ref_logp": S.rounded(ref, dtype),
                           "mask": mask}, params={"beta": beta}, conventions=REWARD_GROUPS[group], group=group,
                 flags=flags, comment=f"random B={b}, T={t}, β={beta}" + (", |log r| up to ~40" if big else "")
                 + (", float32" if dtype else ""), provenance=generated(seed, "scores and log-probabilities"))

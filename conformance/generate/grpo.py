@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 
-import mpmath
-
-from conformance.generate import grpo_gated, grpo_low, grpo_rollout
+from conformance.generate import grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.grpo_inputs import (
@@ -25,26 +23,14 @@ from conformance.generate.grpo_inputs import (
     CLIP_GROUPS,
     CLIP_PARAMS,
     GRPO_SECTION,
-    LIBRARY_LOSS_GROUPS,
-    LOSS,
-    LOSS_GROUPS,
     PPO_SECTION,
-    SEQUENCE_LOSS_GROUPS,
-    _adv_case,
-    _agg_case,
-    _away_from_kinks,
-    _bounds,
-    _clip_case,
-    _dtype_of,
-    _loss_away,
-    _loss_case,
-    _low_loss_case,
-    _rewards,
-    _round,
-    _row_log_ratios,
-    _sequence_away,
-    _with_empty_rows,
-    loss_conventions,
+    adv_case,
+    agg_case,
+    away_from_kinks,
+    clip_bounds,
+    clip_case,
+    dtype_of,
+    random_rewards,
 )
 
 NOTES = {
@@ -356,26 +342,26 @@ def _adv_cases() -> list[Case]:
             if i == 8 and singleton_ok:
                 b = max(b, 2)
             kind = kinds[i % len(kinds)]
-            rewards = _round(_rewards(r, kind, b, g), _dtype_of(i))
+            rewards = S.rounded(random_rewards(r, kind, b, g), dtype_of(i))
             flags = ("Random",) + (("SingletonGroup",) if g == 1 else ())
-            out.append(_adv_case(group, rewards, flags, f"random {kind} rewards B={b}, G={g}"
-                                 + (", float32" if _dtype_of(i) else ""), seed, f"{kind} rewards"))
-        out.append(_adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4, [-1.0] * 4],
+            out.append(adv_case(group, rewards, flags, f"random {kind} rewards B={b}, G={g}"
+                                 + (", float32" if dtype_of(i) else ""), seed, f"{kind} rewards"))
+        out.append(adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4, [-1.0] * 4],
                              ("ZeroStd",), "all-equal groups (1, 0, 0.5, −1) beside a mixed one", 0, "fixed"))
-        out.append(_adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
+        out.append(adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
                              ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
-        out.append(_adv_case(group, S.in_dtype([[0.1] * 7, [0.7] * 7, [0.3] * 7], "float32"), ("ZeroStdRounding",),
+        out.append(adv_case(group, S.in_dtype([[0.1] * 7, [0.7] * 7, [0.3] * 7], "float32"), ("ZeroStdRounding",),
                              "float32 0.1, 0.7, 0.3 seven times (float32 mean ≠ value)", 0, "fixed"))
-        out.append(_adv_case(group, [[0.1] * 3, [0.3, 0.1, 0.2]], ("ZeroStdRounding",),
+        out.append(adv_case(group, [[0.1] * 3, [0.3, 0.1, 0.2]], ("ZeroStdRounding",),
                              "0.1 three times (binary64 mean ≠ 0.1)", 0, "fixed"))
-        out.append(_adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
+        out.append(adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
                              "groups whose rewards differ by 2^−40", 0, "fixed"))
-        out.append(_adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
+        out.append(adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
                              ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
         if singleton_ok:
-            out.append(_adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
+            out.append(adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
                                  "G = 1 for every prompt", 0, "fixed"))
-            out.append(_adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
+            out.append(adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
     bad = [
         ({"rewards": [0.0, 1.0, 1.0, 0.0]}, {}, "rank-1 rewards (expected [B, G])"),
         ({"rewards": [[]]}, {}, "empty group (G = 0)"),
@@ -408,30 +394,30 @@ def _baseline_cases() -> list[Case]:
             if i == 8:
                 b = max(b, 2)
             kind = kinds[i % len(kinds)]
-            rewards = _round(_rewards(r, kind, b, g), _dtype_of(i))
-            out.append(_adv_case(group, rewards, ("Random",), f"random {kind} rewards B={b}, G={g}"
-                                 + (", float32" if _dtype_of(i) else ""), seed, f"{kind} rewards"))
-        out.append(_adv_case(group, [[0.0, 1.0, 1.0, 0.0]], ("ArticleRewards",), "the article's group (0,1,1,0): "
+            rewards = S.rounded(random_rewards(r, kind, b, g), dtype_of(i))
+            out.append(adv_case(group, rewards, ("Random",), f"random {kind} rewards B={b}, G={g}"
+                                 + (", float32" if dtype_of(i) else ""), seed, f"{kind} rewards"))
+        out.append(adv_case(group, [[0.0, 1.0, 1.0, 0.0]], ("ArticleRewards",), "the article's group (0,1,1,0): "
                              "leave-one-out baselines 2/3 and 1/3", 0, "fixed"))
-        out.append(_adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4],
+        out.append(adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4],
                              ("ZeroStd",), "all-equal groups (1, 0, 0.5) beside a mixed one", 0, "fixed"))
-        out.append(_adv_case(group, [[1.0] * 3, [0.25] * 3], ("ZeroStd",), "every group all-equal", 0, "fixed"))
-        out.append(_adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
+        out.append(adv_case(group, [[1.0] * 3, [0.25] * 3], ("ZeroStd",), "every group all-equal", 0, "fixed"))
+        out.append(adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
                              ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
-        out.append(_adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
+        out.append(adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
                              "groups whose rewards differ by 2^−40", 0, "fixed"))
-        out.append(_adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
+        out.append(adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
                              ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
-        out.append(_adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
+        out.append(adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
                              "G = 1 for every prompt", 0, "fixed"))
-        out.append(_adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
+        out.append(adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
         for i in range(3):
             seed, grid = 23500 + 10 * gi + i, S.low_grid(i)
             r = S.rng(seed)
             b, g = int(r.integers(1, 17)), int(r.choice([2, 4, 5, 8, 16]))
             kind = kinds[i % len(kinds)]
-            rewards = S.in_low(_rewards(r, kind, b, g), grid)
-            out.append(_adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
+            rewards = S.in_low(random_rewards(r, kind, b, g), grid)
+            out.append(adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
                                  f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
                                  low=True))
     out.append(Case(ADV, {"rewards": [[0.0, 1.0]]}, conventions={"baseline": "median"}, group="invalid",
@@ -441,53 +427,6 @@ def _baseline_cases() -> list[Case]:
                     result="invalid", flags=("InvalidInput",), comment="unknown scale (whitened, not whiten)",
                     provenance=generated(0, "fixed")))
     return out
-
-
-def _adv_scale(kwargs, outputs, grads):
-    """A = (r − mean)/(std + eps): r − mean carries an absolute error of about u·max|r| and the
-    std the same, so A inherits u·max|r|/(std + eps)·(1 + |A|) (std over the group, or over the
-    batch for 'batch'); degenerate groups are exactly 0."""
-    r = [[mpmath.mpf(v) for v in row] for row in kwargs["rewards"]]
-    eps = mpmath.mpf(kwargs["eps"])
-    ddof = int(kwargs["std_ddof"])
-    adv = outputs["advantages"]
-    worst = max((abs(a) for a in adv.flat), default=mpmath.mpf(0))
-
-    def std(xs):
-        m = mpmath.fsum(xs) / len(xs)
-        return mpmath.sqrt(mpmath.fsum((x - m) ** 2 for x in xs) / (len(xs) - ddof))
-
-    scale = worst
-    flat = [x for row in r for x in row]
-    if kwargs["scale"] == "whiten":
-        # c = r − b carries an absolute error of about u·max|r| (times G/(G − 1) ≤ 2 for the
-        # leave-one-out baseline); A = (c − mean c)/(std c + eps) inherits it over std c
-        baseline = kwargs.get("baseline", "mean")
-        singletons = kwargs["degenerate"] == "raw" and len(r[0]) == 1
-        if baseline == "none" or singletons:
-            c = flat
-        else:
-            g = len(r[0])
-            factor = mpmath.mpf(g) / (g - 1) if baseline == "leave-one-out" and g > 1 else 1
-            c = [(x - mpmath.fsum(row) / g) * factor for row in r for x in row]
-        if len(c) == 1 or all(x == c[0] for x in c) or not any(a != 0 for a in adv.flat):
-            return {"advantages": scale, "keep": mpmath.mpf(1)}
-        size = 2 * max(abs(x) for x in flat)
-        return {"advantages": max(scale, size / (std(c) + eps) * (1 + worst)), "keep": mpmath.mpf(1)}
-    for i, row in enumerate(r):
-        size = max(abs(x) for x in row)
-        if kwargs.get("baseline", "mean") == "leave-one-out":
-            size = 2 * size
-        if kwargs["scale"] == "none" or (kwargs["degenerate"] == "raw" and len(row) == 1):
-            term = size
-        else:
-            pool = flat if kwargs["scale"] == "batch" else row
-            if len(pool) == 1 or all(x == pool[0] for x in pool):
-                continue
-            row_worst = max(abs(a) for a in adv[i])
-            term = size / (std(pool) + eps) * (1 + row_worst)
-        scale = max(scale, term)
-    return {"advantages": scale, "keep": mpmath.mpf(1)}
 
 
 # ============================================================================ clip
@@ -519,22 +458,22 @@ def _clip_cases() -> list[Case]:
             n = int(r.choice([1, 3, 8, 16, 32, 64, 100])) if i < 24 else 512
             eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
             spread = float(r.choice([0.05, 0.2, 0.5] if not dual else [0.2, 0.6, 1.2]))
-            dtype = _dtype_of(i)
-            lp = _round(S.logprobs(r, n), dtype)
-            old = _round(S.logprobs_near(r, lp, spread), dtype)
-            adv = _round(r.normal(0, 1, n).tolist(), dtype)
-            lp = _away_from_kinks(lp, old, _bounds(eps_low, eps_high, dual), dtype)
-            out.append(_clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
+            dtype = dtype_of(i)
+            lp = S.rounded(S.logprobs(r, n), dtype)
+            old = S.rounded(S.logprobs_near(r, lp, spread), dtype)
+            adv = S.rounded(r.normal(0, 1, n).tolist(), dtype)
+            lp = away_from_kinks(lp, old, clip_bounds(eps_low, eps_high, dual), dtype)
+            out.append(clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
                                   {"eps_low": eps_low, "eps_high": eps_high}, ("Random",),
                                   f"random N={n}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
                                   + (", float32" if dtype else ""), seed, "logprobs; old = logp + normal offset"))
         ext_lp = [0.0, -50.0, 0.0, -50.0, -690.0, -640.0, -1e-3, -50.0]
         ext_old = [-50.0, 0.0, -50.0, 0.0, -640.0, -690.0, -50.001, -1e-3]
         ext_adv = [1.0, 1.0, -1.0, -1.0, 0.5, -0.5, -2.0, 2.0]
-        out.append(_clip_case(group, {"logp": ext_lp, "old_logp": ext_old, "advantages": ext_adv}, p0,
+        out.append(clip_case(group, {"logp": ext_lp, "old_logp": ext_old, "advantages": ext_adv}, p0,
                               ("ExtremeRatio",), "ratios e^±50 with both signs of A; probabilities ~1e−300",
                               8900 + gi, "fixed"))
-        out.append(_clip_case(group, {"logp": [-0.5, -3.0, -1.0, -2.0], "old_logp": [-1.5, -1.0, -1.0, -0.25],
+        out.append(clip_case(group, {"logp": [-0.5, -3.0, -1.0, -2.0], "old_logp": [-1.5, -1.0, -1.0, -0.25],
                                       "advantages": [0.0, 0.0, 0.0, 0.0]}, p0, ("ZeroAdvantage",),
                               "A = 0 at ratios e, e^−2, 1, e^−1.75", 8910 + gi, "fixed"))
         for k, dtype in enumerate(("bfloat16", "float16")):
@@ -544,8 +483,8 @@ def _clip_cases() -> list[Case]:
             lp = S.in_dtype(S.logprobs(r, 24), dtype)
             old = S.in_dtype(S.logprobs_near(r, lp, 0.5), dtype)
             adv = S.in_dtype(r.uniform(-2, 2, 24).tolist(), dtype)
-            lp = _away_from_kinks(lp, old, _bounds(eps_low, eps_high, dual), dtype)
-            out.append(_clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
+            lp = away_from_kinks(lp, old, clip_bounds(eps_low, eps_high, dual), dtype)
+            out.append(clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
                                   {"eps_low": eps_low, "eps_high": eps_high}, ("LowPrecision",),
                                   f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}", low=True))
         for k, (eps_low, eps_high) in enumerate([(0.2, None), (0.2, 0.28)]):
@@ -556,7 +495,7 @@ def _clip_cases() -> list[Case]:
     lp = [-0.1, -0.2, -0.05, -0.3, -1.0, -0.4, -0.7]
     ratios = [3.5, 10.0, math.exp(5.0), 2.5, 2.9, 1.1, 0.5]
     old = [a - math.log(q) for a, q in zip(lp, ratios)]
-    out.append(_clip_case("dual-clip-3", {"logp": lp, "old_logp": old, "advantages": [-1.0, -0.5, -2.0, -1.0,
+    out.append(clip_case("dual-clip-3", {"logp": lp, "old_logp": old, "advantages": [-1.0, -0.5, -2.0, -1.0,
                                                                                        -1.5, -1.0, 1.0]},
                           p0, ("DualClipActive",), f"A < 0 with ρ = 3.5, 10, e^5 (dual clip c = {dual:g} active), "
                           "ρ = 2.5, 2.9 (clipped branch), 1.1, and A > 0", 8990, "fixed"))
@@ -578,12 +517,6 @@ def _clip_cases() -> list[Case]:
     return out
 
 
-def _ulp_steps(x: float, k: int) -> float:
-    for _ in range(abs(k)):
-        x = math.nextafter(x, math.inf if k > 0 else -math.inf)
-    return x
-
-
 def _boundary_clip(group, eps_low, eps_high, dual, dtype, seed) -> Case:
     """Tokens whose ratio is within a few ulps (of binary64, or of float32 after rounding) of the
     band's edges (and of the dual-clip bound), with both signs of A."""
@@ -595,42 +528,14 @@ def _boundary_clip(group, eps_low, eps_high, dual, dtype, seed) -> Case:
         for k in (-2, 0, 2):
             for a in (1.0, -1.0):
                 x = base + math.log(t)
-                x = _ulp_steps(x, k) if dtype is None else _round([x], dtype)[0]
+                x = S.ulp_steps(x, k) if dtype is None else S.rounded([x], dtype)[0]
                 lp.append(x)
                 old.append(base)
                 adv.append(a if not (dual and t == dual) else -abs(a))
     inputs = {"logp": lp, "old_logp": old, "advantages": adv}
-    return _clip_case(group, inputs, {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
+    return clip_case(group, inputs, {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
                       "ratios within a few ulps of the band's edges" + (" and of the dual-clip bound" if dual else "")
                       + (" (float32 inputs)" if dtype else ""), seed, "fixed", result="acceptable")
-
-
-def _band(kwargs):
-    lo = 1 - mpmath.mpf(kwargs["eps_low"])
-    hi = 1 + mpmath.mpf(kwargs["eps_low"] if kwargs["eps_high"] is None else kwargs["eps_high"])
-    return lo, hi, kwargs["dual_clip"]
-
-
-def _branch(rho, a, lo, hi, dual):
-    """(unclipped branch active?, |value|) of the clipped surrogate at one token."""
-    unclipped, clipped = rho * a, min(max(rho, lo), hi) * a
-    if dual is not None and a < 0 and dual * a > min(unclipped, clipped):
-        return False, abs(dual * a)
-    return unclipped <= clipped, abs(min(unclipped, clipped))
-
-
-def _clip_scale(kwargs, outputs, grads):
-    """ρ = exp(logp − old_logp) inherits the absolute error u·(|logp| + |old_logp|) of the
-    difference, so ρA carries |ρA|·(1 + |logp| + |old_logp|); a clipped value only its rounding."""
-    lo, hi, dual = _band(kwargs)
-    value, grad = mpmath.mpf(0), mpmath.mpf(0)
-    for a, b, c, g in zip(kwargs["logp"], kwargs["old_logp"], kwargs["advantages"], grads["logp"]):
-        a, b, c = mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(c)
-        size = 1 + abs(a) + abs(b)
-        active, magnitude = _branch(mpmath.exp(a - b), c, lo, hi, dual)
-        value = max(value, magnitude * size if active else magnitude)
-        grad = max(grad, abs(g) * size)
-    return {"objective": value, "grad:logp": grad}
 
 
 # ============================================================================ aggregate
@@ -651,28 +556,28 @@ def _agg_cases() -> list[Case]:
             t = int(lengths[(i + gi) % len(lengths)])
             if i == 15:
                 b, t = (16, 256) if gi < 2 else (8, 128)
-            dtype = _dtype_of(i)
-            values = _round(r.normal(0, 1, (b, t)).tolist(), dtype)
+            dtype = dtype_of(i)
+            values = S.rounded(r.normal(0, 1, (b, t)).tolist(), dtype)
             mask = S.mask(r, b, t)
             norm_length = (None if i % 3 == 0 else float(r.choice([256, 1024, 4096]))) if norm else None
             flags = ("Random",) + (("Large",) if i == 15 and gi < 2 else ())
-            out.append(_agg_case(group, values, mask, flags, f"random B={b}, T={t}" + (", float32" if dtype else "")
+            out.append(agg_case(group, values, mask, flags, f"random B={b}, T={t}" + (", float32" if dtype else "")
                                  + (f", L={norm_length:g}" if norm_length else ""), seed, "normal values, ragged mask",
                                  norm_length))
         for k in range(2):
             seed = 9500 + 10 * gi + k
             r = S.rng(seed)
             b, t = 6, 12
-            values = _round(r.normal(0, 1, (b, t)).tolist(), "float32" if k == 0 else None)
-            mask = _with_empty_rows(S.mask(r, b, t), [1, 4] if k == 0 else [0])
-            out.append(_agg_case(group, values, mask, (empty_flag,), "rows without tokens among ragged rows",
+            values = S.rounded(r.normal(0, 1, (b, t)).tolist(), "float32" if k == 0 else None)
+            mask = S.with_empty_rows(S.mask(r, b, t), [1, 4] if k == 0 else [0])
+            out.append(agg_case(group, values, mask, (empty_flag,), "rows without tokens among ragged rows",
                                  seed, "normal values, ragged mask, emptied rows", 512.0 if norm and k else None,
                                  result=empty_result))
         for k, dtype in enumerate(("bfloat16", "float16")):
             seed = 9600 + 10 * gi + k
             r = S.rng(seed)
             values = S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype)
-            out.append(_agg_case(group, values, S.mask(r, 4, 16), ("LowPrecision",), f"values exact in {dtype}",
+            out.append(agg_case(group, values, S.mask(r, 4, 16), ("LowPrecision",), f"values exact in {dtype}",
                                  seed, f"normal values rounded to {dtype}", low=True))
         r = S.rng(9700 + gi)
         values = r.normal(0, 1, (3, 8)).tolist()
@@ -681,12 +586,12 @@ def _agg_cases() -> list[Case]:
             for j, m in enumerate(row):
                 if not m:
                     values[i][j] = 1e30 if (i + j) % 2 else -1e30
-        out.append(_agg_case(group, values, mask, ("MaskedValues",), "±1e30 at every masked position",
+        out.append(agg_case(group, values, mask, ("MaskedValues",), "±1e30 at every masked position",
                              9700 + gi, "normal values; padding filled with ±1e30"))
-        out.append(_agg_case(group, [[0.0, 0.0, 0.0], [0.0, 2.5, 0.0]], [[0, 0, 0], [0, 1, 0]],
+        out.append(agg_case(group, [[0.0, 0.0, 0.0], [0.0, 2.5, 0.0]], [[0, 0, 0], [0, 1, 0]],
                              (empty_flag,), "a single token in the whole batch", 0, "fixed",
                              result=empty_result))
-        out.append(_agg_case(group, [[1.5, -0.25, 3.0, 0.125]], [[1, 1, 1, 1]], ("Random",),
+        out.append(agg_case(group, [[1.5, -0.25, 3.0, 0.125]], [[1, 1, 1, 1]], ("Random",),
                              "one full row (no padding)", 0, "fixed"))
     ok = [[1.0, 2.0], [3.0, 4.0]]
     bad = [
@@ -709,542 +614,6 @@ def _agg_cases() -> list[Case]:
     return out
 
 
-def _weights(mask, mode, norm_length):
-    """|∂ aggregate / ∂ v_t| (the aggregate is linear in the values); rows without tokens weigh 0."""
-    lengths = [sum(row) for row in mask]
-    rows = sum(1 for n in lengths if n > 0)
-    total = sum(lengths)
-    norm = mpmath.mpf(norm_length if norm_length is not None else len(mask[0]))
-    out = []
-    for row, n in zip(mask, lengths):
-        if mode == "token-mean":
-            w = mpmath.mpf(1) / total
-        elif mode == "seq-mean-token-mean":
-            w = mpmath.mpf(1) / (n * rows) if n else 0
-        elif mode == "seq-mean-token-sum":
-            w = mpmath.mpf(1) / rows
-        else:
-            w = 1 / (rows * norm)
-        out.append([w * m for m in row])
-    return out
-
-
-def _agg_scale(kwargs, outputs, grads):
-    """Σ|w_t·v_t|: the size of the terms of the masked sum (also the careful low-precision model's
-    elements: the values are its terms)."""
-    w = _weights(kwargs["mask"], kwargs["mode"], kwargs["norm_length"])
-    terms = [wt * abs(mpmath.mpf(v)) for wr, vr in zip(w, kwargs["values"]) for wt, v in zip(wr, vr) if wt]
-    return {"value": mpmath.fsum(terms), "elements:value": mpmath.fsum(terms)}
-
-
-# ============================================================================ loss
-
-
-def _random_loss(group, gi, i, big=False) -> Case:
-    conv = loss_conventions(group)
-    seed = 9900 + 100 * gi + i
-    r = S.rng(seed)
-    b = int(r.integers(1, 17)) if not big else 16
-    t = int(r.choice([1, 3, 8, 16, 24, 32, 48, 64])) if not big else 256
-    dtype = _dtype_of(i)
-    eps_low, eps_high = CLIP_PARAMS[(i + gi) % len(CLIP_PARAMS)]
-    trl = group.startswith("trl")
-    beta = float(r.choice([0.04, 0.001, 0.1] + ([0.0] if trl else [])))
-    params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
-    if conv["aggregation"] == "seq-mean-token-sum-norm":
-        params["norm_length"] = None if i % 2 else float(r.choice([256, 1024]))
-    s_old = float(r.choice([0.02, 0.1, 0.3] + ([0.8] if conv["dual_clip"] else [])))
-    s_ref = float(r.choice([0.05, 0.3, 1.0]))
-    lp = _round(S.logprobs(r, (b, t)), dtype)
-    old = _round(S.logprobs_near(r, lp, s_old), dtype)
-    ref = _round(S.logprobs_near(r, lp, s_ref), dtype)
-    adv = _round(r.normal(0, 1, b).tolist(), dtype)
-    mask = S.mask(r, b, t)
-    lp = _loss_away(lp, old, ref, params, conv, dtype)
-    flags = ("Random",) + (("Large",) if big else ()) + (("BetaZero",) if beta == 0 else ())
-    comment = (f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
-               + (f", L={params['norm_length']:g}" if params.get("norm_length") else "")
-               + (", float32" if dtype else ""))
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
-
-
-def _loss_cases() -> list[Case]:
-    out = []
-    large = {"paper", "trl-1.16", "verl-0.9.1"}
-    for gi, group in enumerate(LOSS_GROUPS):
-        conv = LOSS_GROUPS[group]
-        seq_mean = conv["aggregation"] != "token-mean"
-        for i in range(5):
-            out.append(_random_loss(group, gi, i))
-        if group in large:
-            out.append(_random_loss(group, gi, 50, big=True))
-        out.append(_low_loss_case(group, gi, 9950 + gi))
-        # KL ≈ 0: A = 0, ρ = 1, |log r| ≤ 1e−6.
-        lp = [[-2.0, -0.5, -3.0, -1.25], [-0.75, -4.0, -1.0, -6.0]]
-        offs = [[1e-8, -3e-7, 1e-6, -2e-9], [5e-7, -1e-6, 7e-8, 0.0]]
-        ref = [[a + d for a, d in zip(ra, rd)] for ra, rd in zip(lp, offs)]
-        out.append(_loss_case(group, {"logp": lp, "old_logp": lp, "ref_logp": ref, "advantages": [0.0, 0.0],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("KLCancellation",),
-                              "A = 0, ρ = 1, |log r| between 0 and 1e−6", 0, "fixed"))
-        # Rows without tokens.
-        seed = 9970 + gi
-        r = S.rng(seed)
-        lp = S.logprobs(r, (5, 6))
-        old = S.logprobs_near(r, lp, 0.1)
-        ref = S.logprobs_near(r, lp, 0.3)
-        lp = _loss_away(lp, old, ref, {}, conv, None)
-        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
-        empty_acceptable = seq_mean
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                      "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, {},
-                              ("FullyMaskedRowSeqMean",) if empty_acceptable else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if empty_acceptable else "valid"))
-    # Extreme ratios (log ρ = ±50) with modest KL, under the paper, TRL (ρ-weighted KL) and verl (dual clip).
-    for group in ("paper", "trl-1.16", "verl-0.9.1", "openrlhf-0.11.2"):
-        lp = [[0.0, -50.0, -1e-3, -690.0], [-50.0, 0.0, -640.0, -2.0]]
-        old = [[-50.0, 0.0, -50.001, -640.0], [0.0, -50.0, -690.0, -2.5]]
-        ref = [[-0.5, -50.25, -0.5, -690.125], [-50.5, -0.125, -640.5, -2.25]]
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
-                              "ratios e^±50 with A = ±1; probabilities ~1e−300", 0, "fixed"))
-    # Ratios at the band's edges (and at the dual-clip bound for verl): implementation-defined gradient.
-    for group in ("paper", "verl-0.9.1", "trl-1.16"):
-        dual = LOSS_GROUPS[group]["dual_clip"]
-        targets = [0.8, 1.2] + ([dual] if dual else [])
-        base = -1.5
-        lp = [[_ulp_steps(base + math.log(tgt), k) for k in (-2, 0, 2)] for tgt in targets]
-        old = [[base] * 3 for _ in targets]
-        ref = [[base - 0.25] * 3 for _ in targets]
-        adv = [1.0 if tgt == 1.2 else -1.0 for tgt in targets]
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
-                                      "mask": [[1, 1, 1]] * len(targets)}, {}, ("BoundaryUlps",),
-                              "ratios within 2 ulps of 1 ± ε" + (" and of c" if dual else ""), 0, "fixed",
-                              result="acceptable"))
-    # Dual clip active (verl): A < 0, ρ > 3.
-    for group in ("verl-0.9.1", "verl-0.9.1-seq-mean-token-mean"):
-        lp = [[-0.1, -0.2, -0.05, -0.3], [-1.0, -0.4, -0.7, -0.9]]
-        ratios = [[3.5, 10.0, math.exp(5.0), 2.5], [2.9, 1.1, 0.5, 4.0]]
-        old = [[a - math.log(q) for a, q in zip(ra, rq)] for ra, rq in zip(lp, ratios)]
-        ref = [[a - 0.1 for a in row] for row in lp]
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [-1.0, -0.5],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("DualClipActive",),
-                              "A < 0 with ρ = 3.5, 10, e^5, 4 (dual clip active) and ρ ≤ 2.9", 0, "fixed"))
-    # KL clamp active (verl, OpenRLHF): |KL| > 10 where log r = ±15 (k3: e^15 − 16; e^−15 + 14).
-    for group in ("verl-0.9.1", "openrlhf-0.11.2", "openrlhf-0.11.2-k2"):
-        lp = [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]]
-        old = [[-20.1, -1.05, -1.9], [-0.45, -17.2, -3.1]]
-        ref = [[-5.0, -16.0, -2.5], [-0.25, -2.0, -3.5]]
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.5, -1.0],
-                                      "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
-                              "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
-    # β = 0 (TRL's default): a huge KL estimate does not enter.
-    out.append(_loss_case("trl-1.16", {"logp": [[-40.0, -1.0], [-0.5, -2.0]], "old_logp": [[-40.1, -1.1], [-0.6, -1.9]],
-                                       "ref_logp": [[-1.0, -38.0], [-0.5, -2.5]], "advantages": [1.0, -0.5],
-                                       "mask": [[1, 1], [1, 1]]}, {"beta": 0.0}, ("BetaZero",),
-                          "β = 0 with |log r| = 37 and 39", 0, "fixed"))
-    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
-          "mask": [[1, 1]]}
-    bad = [
-        ({**ok, "advantages": [1.0, -1.0]}, {}, {}, "advantages do not match the batch"),
-        ({**ok, "advantages": [[1.0]]}, {}, {}, "per-token advantages [B,1] instead of [B]"),
-        ({**ok, "ref_logp": [[-1.2]]}, {}, {}, "ref_logp shape differs"),
-        ({**ok, "mask": [[0, 0]]}, {}, {}, "mask selects no token"),
-        ({**ok, "mask": [[1, 3]]}, {}, {}, "mask value 3"),
-        ({**ok, "logp": [[math.nan, -2.0]]}, {}, {}, "NaN log-probability"),
-        ({**ok, "ref_logp": [[-math.inf, -1.9]]}, {}, {}, "−inf reference log-probability"),
-        ({"logp": [-1.0, -2.0], "old_logp": [-1.1, -2.1], "ref_logp": [-1.2, -1.9], "advantages": [1.0],
-          "mask": [1, 1]}, {}, {}, "rank-1 log-probabilities"),
-        (ok, {"beta": -0.04}, {}, "negative β"),
-        (ok, {"eps_low": 1.5}, {}, "eps_low outside [0, 1)"),
-        (ok, {"eps_high": -0.1}, {}, "negative eps_high"),
-        (ok, {}, {"dual_clip": 0.9}, "dual_clip ≤ 1"),
-        (ok, {}, {"kl_kind": "k4"}, "unknown KL estimator"),
-        (ok, {}, {"kl_clamp": 0.0}, "kl_clamp = 0"),
-        (ok, {}, {"kl_ratio_weight": 1}, "kl_ratio_weight not a boolean"),
-        (ok, {}, {"aggregation": "sum"}, "unknown aggregation"),
-        (ok, {"norm_length": 0.0}, {"aggregation": "seq-mean-token-sum-norm"}, "norm_length = 0"),
-    ]
-    for inputs, params, conv, why in bad:
-        out.append(Case(LOSS, inputs, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None,
-                                              **params},
-                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
-                        provenance=generated(0, "fixed")))
-    return out
-
-
-def _kl_weights(kwargs, w):
-    """The KL term's aggregation weights: ``w`` itself unless ``kl_aggregation`` names another mode."""
-    mode = kwargs.get("kl_aggregation") or kwargs["aggregation"]
-    return w if mode == kwargs["aggregation"] else _weights(kwargs["mask"], mode, kwargs["norm_length"])
-
-
-def _loss_scale(kwargs, outputs, grads):
-    """Σ_t w_t·T_t for the value and max_t w_t·T_t for the gradient, where T_t is the size of the
-    terms of ℓ_t that rounding touches: |ρA|·(1 + |logp| + |old|) on the unclipped branch, and
-    β·(size of the KL estimate's terms), times ρ·(1 + |logp| + |old|) when ρ weighs the KL.
-    elements (the careful low-precision model's terms): Σ_t w_t·|ℓ_t|, ℓ_t = −C_t + β·w_t·KL_t."""
-    if kwargs["ratio_level"] != "token":
-        return _sequence_loss_scale(kwargs)
-    w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
-    wk = _kl_weights(kwargs, w)
-    clamp_log = kwargs.get("log_ratio_clamp")
-    beta = mpmath.mpf(kwargs["beta"])
-    kind, clamp = kwargs["kl_kind"], kwargs["kl_clamp"]
-    lo, hi, dual = _band(kwargs)
-    policy = kwargs["policy_loss"]
-    value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
-    for i, row in enumerate(w):
-        a = mpmath.mpf(kwargs["advantages"][i])
-        for j, wt in enumerate(row):
-            if not wt:
-                continue
-            lp, old, ref = (mpmath.mpf(kwargs[n][i][j]) for n in ("logp", "old_logp", "ref_logp"))
-            rho = mpmath.exp(lp - old if clamp_log is None else min(max(lp - old, -clamp_log), clamp_log))
-            size_ratio = 1 + abs(lp) + abs(old)
-            if policy == "ppo-clip":
-                active, magnitude = _branch(rho, a, lo, hi, dual)
-                surrogate = magnitude * size_ratio if active else magnitude
-                objective, dsurrogate = _surrogate(rho, a, lo, hi, dual), surrogate
-            else:
-                objective, surrogate, dsurrogate = grpo_gated.token_scale(kwargs, rho, lp, a, size_ratio)
-            x = ref - lp
-            size_ref = 1 + abs(lp) + abs(ref)
-            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x, "abs": abs(x)}[kind]
-            k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
-            kl_used = beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used
-            if wk is w:
-                elements.append(wt * abs(objective - kl_used))
-            else:   # the two terms reduced with their own weights (kl_aggregation)
-                elements.append(wt * abs(objective) + wk[i][j] * abs(kl_used))
-            if clamp is not None and abs(k) >= clamp:
-                kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
-            elif kind == "k3":
-                kl_terms = mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref
-                dkl_terms = (mpmath.exp(x) + 1) * size_ref
-            elif kind == "k2":
-                kl_terms = abs(x) * size_ref + x * x / 2
-                dkl_terms = size_ref
-            else:  # k1, abs: the terms of log r itself
-                kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
-            weight = rho * size_ratio if kwargs["kl_ratio_weight"] else 1
-            penalty = beta * weight * kl_terms
-            if wk is w:
-                value_terms.append(wt * (surrogate + penalty))
-                grad_terms.append(wt * (dsurrogate + penalty + beta * weight * dkl_terms))
-            else:
-                value_terms.append(wt * surrogate + wk[i][j] * penalty)
-                grad_terms.append(wt * dsurrogate + wk[i][j] * (penalty + beta * weight * dkl_terms))
-    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
-
-
-# ============================================================================ sequence ratios
-
-SEQUENCE_BANDS = [(3e-4, 4e-4), (0.2, 0.28), (0.2, None)]   # GSPO §5.1's band first
-GMPO_BANDS = [(0.4, None), (0.2, 0.3), (0.4, 0.6)]            # GMPO §4: e^±0.4
-
-
-def _bands(conv):
-    return GMPO_BANDS if conv["policy_loss"] == "gmpo" else SEQUENCE_BANDS
-
-
-def _random_sequence_loss(group, gi, i, big=False, single=False) -> Case:
-    conv = loss_conventions(group)
-    seed = 30000 + 100 * gi + i
-    r = S.rng(seed)
-    b = int(r.integers(1, 17)) if not big else 16
-    t = int(r.choice([1, 3, 8, 16, 24, 32, 48, 64])) if not big else 256
-    dtype = _dtype_of(i)
-    eps_low, eps_high = _bands(conv)[(i + gi) % 3]
-    beta = float(r.choice([0.04, 0.001, 0.1, 0.0]))
-    params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
-    if conv["policy_loss"] == "gmpo":
-        spreads = [0.1, 0.3, 0.6]
-    else:
-        spreads = [5e-4, 3e-3, 0.02] if eps_low < 0.01 else [0.02, 0.1, 0.3]
-    s_old = float(r.choice(spreads))
-    lp = _round(S.logprobs(r, (b, t)), dtype)
-    old = _round(S.logprobs_near(r, lp, s_old), dtype)
-    ref = _round(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 1.0]))), dtype)
-    adv = _round(r.normal(0, 1, b).tolist(), dtype)
-    if single:
-        mask = [[1 if j == int(r.integers(0, t)) else 0 for j in range(t)] for _ in range(b)]
-        mask = [row if any(row) else [1] + [0] * (t - 1) for row in mask]
-    else:
-        mask = S.mask(r, b, t)
-    lp = _sequence_away(lp, old, ref, mask, adv, params, conv, dtype)
-    flags = ("Random",) + (("Large",) if big else ()) + (("SingleTokenRows",) if single else ()) \
-        + (("BetaZero",) if beta == 0 else ())
-    comment = (f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
-               + (", one token per row" if single else "") + (", float32" if dtype else ""))
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
-
-
-def _band_edge_case(group, gi) -> Case:
-    """Rows whose sequence ratio sits 0.5·ε and 1.5·ε inside and outside each edge (GSPO), or whose
-    token log-ratios sit 5 % either side of −ε_low, ε_high (GMPO); both signs of A."""
-    conv = loss_conventions(group)
-    seed = 31000 + gi
-    r = S.rng(seed)
-    eps_low, eps_high = _bands(conv)[0]
-    hi = eps_low if eps_high is None else eps_high
-    lp, old, adv = [], [], []
-    if conv["policy_loss"] == "gmpo":
-        rows = [[k * e * f for e, k in ((eps_low, -1), (hi, 1)) for f in (0.95, 1.05)]]
-    else:
-        rows = [[math.log(x)] for x in (1 - 0.5 * eps_low, 1 - 1.5 * eps_low, 1 + 0.5 * hi, 1 + 1.5 * hi)]
-    for target in rows:
-        for a in (1.0, -1.0):
-            base = S.logprobs(r, (4,))
-            if len(target) == 1:   # a spread around the mean that the row's ratio is made of
-                z = r.normal(0, 0.05, 4)
-                d = (target[0] + z - z.mean()).tolist()
-            else:
-                d = target
-            lp.append(base)
-            old.append([x - y for x, y in zip(base, d)])
-            adv.append(a)
-    ref = S.logprobs_near(r, lp, 0.3)
-    mask = [[1] * 4 for _ in lp]
-    params = {"eps_low": eps_low, "eps_high": eps_high, "beta": 0.04}
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, ("SequenceBandEdge",), "sequence ratios (GMPO: token log-ratios) either side of "
-                      "the band's edges, A = ±1", seed, "logprobs; log-ratios placed around the band's edges")
-
-
-def _sequence_boundary_case(group) -> Case:
-    """One-token rows whose ratio is within 2 ulps of a band edge: the branch is decided by rounding."""
-    conv = SEQUENCE_LOSS_GROUPS[group]
-    eps_low, eps_high = _bands(conv)[0]
-    hi = eps_low if eps_high is None else eps_high
-    gmpo = conv["policy_loss"] == "gmpo"
-    edges = [(-eps_low, -1.0), (hi, 1.0)] if gmpo else [(math.log(1 - eps_low), -1.0), (math.log(1 + hi), 1.0)]
-    base = -1.5
-    lp = [[_ulp_steps(base + x, k)] for x, _ in edges for k in (-2, 0, 2)]
-    adv = [a for _, a in edges for _ in (-2, 0, 2)]
-    return _loss_case(group, {"logp": lp, "old_logp": [[base]] * len(lp), "ref_logp": [[base - 0.25]] * len(lp),
-                              "advantages": adv, "mask": [[1]] * len(lp)},
-                      {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
-                      "one-token rows within 2 ulps of the band's edges", 0, "fixed", result="acceptable")
-
-
-def _sequence_cases() -> list[Case]:
-    out = []
-    for gi, group in enumerate(SEQUENCE_LOSS_GROUPS):
-        conv = SEQUENCE_LOSS_GROUPS[group]
-        for i in range(6):
-            out.append(_random_sequence_loss(group, gi, i))
-        out.append(_random_sequence_loss(group, gi, 6, single=True))
-        out.append(_random_sequence_loss(group, gi, 7, single=True))
-        if group in ("gspo", "gmpo"):
-            out.append(_random_sequence_loss(group, gi, 50, big=True))
-        out.append(_band_edge_case(group, gi))
-        out.append(_sequence_boundary_case(group))
-        band = _bands(conv)[1]
-        out.append(_low_loss_case(group, gi, 31100 + gi, {"eps_low": band[0], "eps_high": band[1]}, sequence=True))
-        # Zero advantages: only the KL term remains.
-        seed = 31200 + gi
-        r = S.rng(seed)
-        lp = S.logprobs(r, (3, 5))
-        old = S.logprobs_near(r, lp, 0.3)
-        ref = S.logprobs_near(r, lp, 0.3)
-        mask = S.mask(r, 3, 5)
-        lp = _sequence_away(lp, old, ref, mask, [0.0] * 3, {}, conv, None)
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
-                                      "mask": mask}, {"beta": 0.1}, ("ZeroAdvantage",),
-                              "A = 0 in every row: only the KL term", seed, "logprobs; A = 0"))
-        # Token log-ratios of ±60 whose mean is moderate: Π_t ρ_t must not be formed.
-        lp = [[-1.0, -61.0, -2.0, -0.5], [-60.5, -0.25, -3.0, -1.5]]
-        old = [[-61.0, -1.0, -2.125, -0.625], [-0.5, -60.25, -3.125, -1.25]]
-        ref = [[-1.25, -61.125, -2.5, -0.75], [-60.75, -0.5, -3.25, -1.75]]
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {"eps_low": 0.2, "eps_high": 0.28},
-                              ("ExtremeRatio",), "token log-ratios ±60 whose row means are 0.0625 and −0.0625", 0,
-                              "fixed"))
-        # Rows without tokens: the sequence ratio of such a row is 1 (TRL, verl: length ≥ 1), and the
-        # sequence means leave it out (or count it: acceptable, as for the token-level groups).
-        seed = 31300 + gi
-        r = S.rng(seed)
-        lp = S.logprobs(r, (5, 6))
-        old = S.logprobs_near(r, lp, 0.1)
-        ref = S.logprobs_near(r, lp, 0.3)
-        adv = r.normal(0, 1, 5).tolist()
-        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
-        lp = _sequence_away(lp, old, ref, mask, adv, {}, conv, None)
-        seq_mean = conv["aggregation"] != "token-mean"
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                              {}, ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if seq_mean else "valid"))
-    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
-          "mask": [[1, 1]]}
-    bad = [
-        ({"ratio_level": "seq"}, "unknown ratio_level"),
-        ({"policy_loss": "gspo"}, "unknown policy_loss (GSPO is ratio_level='sequence')"),
-        ({"policy_loss": "gmpo"}, "GMPO with token ratios (its ratio is a sequence ratio)"),
-        ({"policy_loss": "gmpo", "ratio_level": "sequence-token"}, "GMPO with GSPO-token's ratio"),
-    ]
-    for conv, why in bad:
-        out.append(Case(LOSS, ok, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None},
-                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
-                        provenance=generated(0, "fixed")))
-    return out
-
-
-def _sequence_loss_scale(kwargs):
-    """As ``_loss_scale``, with the row's ratio s_i = exp(mean of the Δ_t): log s_i inherits the
-    absolute error u·mean_t(|logp_t| + |old_logp_t|) of its terms (the summation's growth with the
-    row length is the objective's k), so s_i·A carries |s_i·A|·(1 + mean_t(|logp| + |old|)). The
-    gradient of a token is its share 1/|o_i| of the row's terms through s_i (GSPO, GMPO) or its own
-    term (GSPO-token), whichever is larger, plus its KL derivative's terms."""
-    w = _weights(kwargs["mask"], kwargs["aggregation"], kwargs["norm_length"])
-    wk = _kl_weights(kwargs, w)
-    beta = mpmath.mpf(kwargs["beta"])
-    kind, clamp, weighted = kwargs["kl_kind"], kwargs["kl_clamp"], kwargs["kl_ratio_weight"]
-    gmpo = kwargs["policy_loss"] == "gmpo"
-    lo, hi, dual = _band(kwargs)
-    lp_all = [[mpmath.mpf(x) for x in row] for row in kwargs["logp"]]
-    old_all = [[mpmath.mpf(x) for x in row] for row in kwargs["old_logp"]]
-    adv_all = [mpmath.mpf(a) for a in kwargs["advantages"]]
-    logs = _row_log_ratios(lp_all, old_all, kwargs["mask"], adv_all,
-                           {"eps_low": mpmath.mpf(kwargs["eps_low"]),
-                            "eps_high": None if kwargs["eps_high"] is None else mpmath.mpf(kwargs["eps_high"])},
-                           kwargs)
-    value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
-    for i, row in enumerate(w):
-        on = [j for j, wt in enumerate(row) if wt]
-        if not on:
-            continue
-        a = adv_all[i]
-        s = mpmath.exp(mpmath.fsum(logs[i]) / len(logs[i]))
-        size = 1 + mpmath.fsum(abs(lp_all[i][j]) + abs(old_all[i][j]) for j in on) / len(on)
-        if gmpo:
-            objective, through = a * s, abs(a * s) * size
-        else:
-            active, magnitude = _branch(s, a, lo, hi, dual)
-            objective, through = _surrogate(s, a, lo, hi, dual), (magnitude * size if active else 0)
-        value_row, through_row, own = [], [], []
-        for j in on:
-            lp, ref = lp_all[i][j], mpmath.mpf(kwargs["ref_logp"][i][j])
-            x = ref - lp
-            size_ref = 1 + abs(lp) + abs(ref)
-            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
-            k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
-            kl_used = beta * (s if weighted else 1) * k_used
-            if wk is w:
-                elements.append(row[j] * abs(objective - kl_used))
-            else:   # the two terms reduced with their own weights (kl_aggregation)
-                elements.append(row[j] * abs(objective) + wk[i][j] * abs(kl_used))
-            if clamp is not None and abs(k) >= clamp:
-                kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
-            elif kind == "k3":
-                kl_terms = mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref
-                dkl_terms = (mpmath.exp(x) + 1) * size_ref
-            elif kind == "k2":
-                kl_terms, dkl_terms = abs(x) * size_ref + x * x / 2, size_ref
-            else:
-                kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
-            weight = s * size if weighted else 1
-            if wk is w:
-                value_row.append(row[j] * ((through or abs(objective)) + beta * weight * kl_terms))
-                through_row.append(row[j] * (through + (beta * weight * kl_terms if weighted else 0)))
-                own.append(row[j] * beta * weight * dkl_terms)
-            else:
-                value_row.append(row[j] * (through or abs(objective)) + wk[i][j] * beta * weight * kl_terms)
-                through_row.append(row[j] * through + (wk[i][j] * beta * weight * kl_terms if weighted else 0))
-                own.append(wk[i][j] * beta * weight * dkl_terms)
-        value_terms.extend(value_row)
-        pooled = mpmath.fsum(through_row) / len(on)
-        grad_terms.extend(max(pooled, t) + d for t, d in zip(through_row, own))
-    return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
-
-
-# ============================================================================ library conventions
-
-
-def _log_ratio_clamp_case(group) -> Case:
-    """log ρ = ±19.5, ±20.5 and ±25 with A = ±1: the ±20 clamp binds on the outer four, where the
-    unclipped branch is active (ρ tiny with A > 0, ρ huge with A < 0 and no dual clip)."""
-    deltas = [-25.0, -20.5, -19.5, 19.5, 20.5, 25.0]
-    lp, old, ref = [], [], []
-    for a_row in range(2):
-        # the lower of logp and old_logp sits at −1.5 − 0.25·j − 0.125·row, the other |log ρ| above it
-        lp.append([-1.5 - 0.25 * j - 0.125 * a_row + min(d, 0.0) for j, d in enumerate(deltas)])
-        old.append([x - d for x, d in zip(lp[-1], deltas)])
-        ref.append([x - 0.375 for x in lp[-1]])
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                              "mask": [[1] * 6, [1] * 6]}, {}, ("LogRatioClamp",),
-                      "log ρ = ±19.5, ±20.5, ±25 with A = ±1 around the ±20 clamp", 0, "fixed")
-
-
-def _library_cases() -> list[Case]:
-    """Groups of the library conventions (vector set 1.3.0): log ρ clamped to ±20 (verl 0.9.1,
-    OpenRLHF 0.11.2), the KL term a token mean (OpenRLHF) or a sequence mean under a token-mean
-    policy term, and |o_i| + 1e−8 in per-row token means (OpenRLHF; verl's actor loses it, see
-    docs/grpo.md)."""
-    out = []
-    for k, group in enumerate(LIBRARY_LOSS_GROUPS):
-        gi = 100 + k
-        conv = LIBRARY_LOSS_GROUPS[group]
-        seq_mean = conv["aggregation"] != "token-mean"
-        if conv["ratio_level"] != "token":
-            for i in range(6):
-                out.append(_random_sequence_loss(group, gi, i))
-            out.append(_random_sequence_loss(group, gi, 6, single=True))
-            out.append(_random_sequence_loss(group, gi, 7, single=True))
-            out.append(_band_edge_case(group, gi))
-            out.append(_low_loss_case(group, gi, 32000 + k, {"eps_low": 0.2, "eps_high": 0.28}, sequence=True))
-            continue
-        for i in range(7):
-            out.append(_random_loss(group, gi, i))
-        out.append(_low_loss_case(group, gi, 32000 + k))
-        if conv["log_ratio_clamp"] is not None:
-            out.append(_log_ratio_clamp_case(group))
-            lp = [[0.0, -50.0, -1e-3, -690.0], [-50.0, 0.0, -640.0, -2.0]]
-            old = [[-50.0, 0.0, -50.001, -640.0], [0.0, -50.0, -690.0, -2.5]]
-            ref = [[-0.5, -50.25, -0.5, -690.125], [-50.5, -0.125, -640.5, -2.25]]
-            out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                          "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
-                                  "ratios e^±50 with A = ±1; probabilities ~1e−300", 0, "fixed"))
-        if conv["kl_clamp"] is not None:
-            lp = [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]]
-            old = [[-20.1, -1.05, -1.9], [-0.45, -17.2, -3.1]]
-            ref = [[-5.0, -16.0, -2.5], [-0.25, -2.0, -3.5]]
-            out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.5, -1.0],
-                                          "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
-                                  "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
-        else:
-            out.append(_random_loss(group, gi, 7))
-        seed = 32100 + k
-        r = S.rng(seed)
-        lp = S.logprobs(r, (5, 6))
-        old = S.logprobs_near(r, lp, 0.1)
-        ref = S.logprobs_near(r, lp, 0.3)
-        lp = _loss_away(lp, old, ref, {}, conv, None)
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                      "advantages": r.normal(0, 1, 5).tolist(),
-                                      "mask": _with_empty_rows(S.mask(r, 5, 6), [1, 3])}, {"beta": 0.1},
-                              ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if seq_mean else "valid"))
-    ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
-          "mask": [[1, 1]]}
-    bad = [
-        ({"log_ratio_clamp": 0.0}, "log_ratio_clamp = 0"),
-        ({"log_ratio_clamp": -20.0}, "negative log_ratio_clamp"),
-        ({"log_ratio_clamp": 20.0, "ratio_level": "sequence"}, "log_ratio_clamp with sequence ratios"),
-        ({"kl_aggregation": "sum"}, "unknown kl_aggregation"),
-        ({"mean_eps": -1e-8}, "negative mean_eps"),
-    ]
-    for conv, why in bad:
-        out.append(Case(LOSS, ok, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None},
-                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
-                        provenance=generated(0, "fixed")))
-    return out
-
-
 def _mean_eps_agg_cases() -> list[Case]:
     """grpo.aggregate with each row's token count + 1e−8 (verl 0.9.1 agg_loss, OpenRLHF 0.11.2
     aggregate_loss): random ragged masks, low precision, rows without tokens, and bad ε."""
@@ -1260,8 +629,8 @@ def _mean_eps_agg_cases() -> list[Case]:
         seed = 33000 + i
         r = S.rng(seed)
         b, t = int(r.integers(1, 17)), int(r.choice([1, 2, 5, 8, 16, 32, 64]))
-        dtype = _dtype_of(i)
-        out.append(case(_round(r.normal(0, 1, (b, t)).tolist(), dtype), S.mask(r, b, t), ("Random",),
+        dtype = dtype_of(i)
+        out.append(case(S.rounded(r.normal(0, 1, (b, t)).tolist(), dtype), S.mask(r, b, t), ("Random",),
                         f"random B={b}, T={t}" + (", float32" if dtype else ""), seed, "normal values, ragged mask"))
     for k, dtype in enumerate(("bfloat16", "float16")):
         seed = 33100 + k
@@ -1269,12 +638,12 @@ def _mean_eps_agg_cases() -> list[Case]:
         out.append(case(S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype), S.mask(r, 4, 16), ("LowPrecision",),
                         f"values exact in {dtype}", seed, f"normal values rounded to {dtype}", low=True))
     r = S.rng(33200)
-    out.append(case(r.normal(0, 1, (6, 12)).tolist(), _with_empty_rows(S.mask(r, 6, 12), [1, 4]),
+    out.append(case(r.normal(0, 1, (6, 12)).tolist(), S.with_empty_rows(S.mask(r, 6, 12), [1, 4]),
                     ("FullyMaskedRowSeqMean",), "rows without tokens among ragged rows", 33200,
                     "normal values, ragged mask, emptied rows", result="acceptable"))
     # the same in float16, where the libraries' 1e−8 rounds to 0 and an empty row is 0/0
     r = S.rng(33201)
-    out.append(case(S.in_dtype(r.normal(0, 1, (6, 12)).tolist(), "float16"), _with_empty_rows(S.mask(r, 6, 12), [0, 3]),
+    out.append(case(S.in_dtype(r.normal(0, 1, (6, 12)).tolist(), "float16"), S.with_empty_rows(S.mask(r, 6, 12), [0, 3]),
                     ("FullyMaskedRowSeqMean", "LowPrecision"), "rows without tokens among ragged rows, values exact "
                     "in float16", 33201, "normal values rounded to float16, ragged mask, emptied rows",
                     result="acceptable", low=True))
@@ -1286,29 +655,14 @@ def _mean_eps_agg_cases() -> list[Case]:
     return out
 
 
-def _surrogate(rho, a, lo, hi, dual):
-    """The clipped surrogate C_t (with the dual clip where A < 0)."""
-    value = min(rho * a, min(max(rho, lo), hi) * a)
-    return max(value, dual * a) if dual is not None and a < 0 else value
-
-
-# ============================================================================ low precision
-#
-# Cases judged in bfloat16 and float16 (the careful model of conformance/compare.py): random
-# sizes up to T = 256 on the two low-precision grids (sampling.in_low), every convention group in
-# turn, tokens NEAR_LOW away from every kink; and the edges: ratios a few percent either side of the
-# clip band's edges (valid) and on the grid points next to them (acceptable), zero-variance groups
-# (A = 0), rows without tokens, log-ratios up to ±24 (beyond float16: judged in bfloat16), KL
-# estimates beyond the clamp.
-
 def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
-    return (_adv_cases() + _clip_cases() + _agg_cases() + _loss_cases() + grpo_low.cases() + _sequence_cases()
-            + _library_cases() + _mean_eps_agg_cases() + _baseline_cases() + grpo_rollout.cases()
-            + grpo_gated.cases())
+    return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
+            + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
+            + grpo_rollout.cases() + grpo_gated.cases())
 
 
-SCALES = {ADV: _adv_scale, CLIP: _clip_scale, AGG: _agg_scale, LOSS: _loss_scale, **grpo_rollout.SCALES}
+SCALES = grpo_scales.SCALES
 # grpo.rollout_correction keeps its groups and flags in its own module
 GROUPS = {**GROUPS, **grpo_rollout.GROUPS}
 NOTES = {**NOTES, **grpo_rollout.NOTES}

@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import math
 
-import mpmath
-
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
 from conformance.generate.grpo_inputs import (
     GATED_LOSS_GROUPS,
     LOSS,
-    _dtype_of,
-    _loss_away,
-    _loss_case,
-    _low_loss_case,
-    _round,
-    _with_empty_rows,
+    dtype_of,
+    loss_away,
+    loss_case,
+    low_loss_case,
 )
 
 # (eps_low, eps_high) per policy and cispo_clip. CISPO 'upper': MiniMax-M1 tunes only ε_high^IS (no
@@ -48,18 +44,18 @@ def _random(group, gi, i, big=False) -> Case:
     r = S.rng(seed)
     b = int(r.integers(1, 17)) if not big else 16
     t = int(r.choice([1, 3, 8, 16, 24, 32, 48, 64])) if not big else 128
-    dtype = _dtype_of(i)
+    dtype = dtype_of(i)
     params = _params(conv, i + gi, float(r.choice([0.04, 0.001, 0.1, 0.0])))
-    lp = _round(S.logprobs(r, (b, t)), dtype)
-    old = _round(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 0.8]))), dtype)
-    ref = _round(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 1.0]))), dtype)
-    adv = _round(r.normal(0, 1, b).tolist(), dtype)
+    lp = S.rounded(S.logprobs(r, (b, t)), dtype)
+    old = S.rounded(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 0.8]))), dtype)
+    ref = S.rounded(S.logprobs_near(r, lp, float(r.choice([0.05, 0.3, 1.0]))), dtype)
+    adv = S.rounded(r.normal(0, 1, b).tolist(), dtype)
     mask = S.mask(r, b, t)
-    lp = _loss_away(lp, old, ref, params, conv, dtype)
+    lp = loss_away(lp, old, ref, params, conv, dtype)
     flags = ("Random",) + (("Large",) if big else ()) + (("BetaZero",) if params["beta"] == 0 else ())
     comment = (f"random B={b}, T={t}, β={params['beta']:g}, "
                + ", ".join(f"{k}={v}" for k, v in params.items() if k != "beta") + (", float32" if dtype else ""))
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+    return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
                       params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
 
 
@@ -94,14 +90,14 @@ def _weight_edges(group, gi) -> Case:
             ref.append(S.logprobs_near(r, base, 0.3))
         adv.append(a)
     mask = [[1] * len(ratios) for _ in lp]
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+    return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
                       params, (flag,), comment, seed, "logprobs; log-ratios placed at fixed ratios")
 
 
 def _fixed_cases(group, gi) -> list[Case]:
     conv = GATED_LOSS_GROUPS[group]
     out = []
-    out.append(_low_loss_case(group, gi, 41100 + gi, _params(conv, 0, 0.04)))
+    out.append(low_loss_case(group, gi, 41100 + gi, _params(conv, 0, 0.04)))
     # Zero advantages: only the KL term remains.
     seed = 41200 + gi
     r = S.rng(seed)
@@ -109,15 +105,15 @@ def _fixed_cases(group, gi) -> list[Case]:
     old = S.logprobs_near(r, lp, 0.3)
     ref = S.logprobs_near(r, lp, 0.3)
     params = _params(conv, 2, 0.1)
-    lp = _loss_away(lp, old, ref, params, conv, None)
-    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
+    lp = loss_away(lp, old, ref, params, conv, None)
+    out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
                                   "mask": S.mask(r, 3, 5)}, params, ("ZeroAdvantage",),
                           "A = 0 in every row: only the KL term", seed, "logprobs; A = 0"))
     # Ratios e^±30: CISPO's weight sits on its cap (or is ~1e−13 below the band), SAPO's gate is flat.
     lp = [[-1.0, -31.0, -2.0, -0.5], [-30.5, -0.25, -3.0, -1.5]]
     old = [[-31.0, -1.0, -2.125, -0.625], [-0.5, -30.25, -3.125, -1.25]]
     ref = [[-1.25, -31.125, -2.5, -0.75], [-30.75, -0.5, -3.25, -1.75]]
-    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
+    out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
                                   "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, _params(conv, 0, 0.04), ("ExtremeRatio",),
                           "token log-ratios ±30 and ±0.125", 0, "fixed"))
     # Rows without tokens.
@@ -127,11 +123,11 @@ def _fixed_cases(group, gi) -> list[Case]:
     old = S.logprobs_near(r, lp, 0.1)
     ref = S.logprobs_near(r, lp, 0.3)
     params = _params(conv, 0, 0.04)
-    lp = _loss_away(lp, old, ref, params, conv, None)
+    lp = loss_away(lp, old, ref, params, conv, None)
     seq_mean = conv["aggregation"] != "token-mean"
-    out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
+    out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
                                   "advantages": r.normal(0, 1, 5).tolist(),
-                                  "mask": _with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
+                                  "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
                           ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
                           "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
                           result="acceptable" if seq_mean else "valid"))
@@ -172,24 +168,3 @@ def cases() -> list[Case]:
                         provenance=generated(0, "fixed")))
     return out
 
-
-def token_scale(kwargs, rho, lp, a, size_ratio):
-    """One token's policy term for ``grpo._loss_scale``: (C_t, the size of the terms rounding
-    touches in C_t, the same for dC_t/dlogp). ``size_ratio`` = 1 + |logp| + |old_logp| is what the
-    rounding of log ρ scales ρ's relative error by. CISPO: C = ŵ·A·logp, dC = ŵ·A, with ŵ carrying
-    ρ's error unless it sits on a bound well away from ρ; SAPO: C = σ(x)·4/τ·A at x = τ(ρ − 1),
-    dC = g = 4ρσ(x)σ(−x)·A, moved by ρ's error at most g·size_ratio (C) and g·(1 + τρ)·size_ratio
-    (dC, whose derivative in log ρ is g·(1 + τρ(1 − 2σ)))."""
-    if kwargs["policy_loss"] == "cispo":
-        lo, hi = kwargs["eps_low"], kwargs["eps_low"] if kwargs["eps_high"] is None else kwargs["eps_high"]
-        upper = mpmath.mpf(hi) if kwargs["cispo_clip"] == "raw-upper" else 1 + mpmath.mpf(hi)
-        lower = 1 - mpmath.mpf(lo) if kwargs["cispo_clip"] == "both" else mpmath.mpf(0)
-        w = min(max(rho, lower), upper)
-        carried = size_ratio if lower * (1 - mpmath.mpf(1e-3)) <= rho <= upper * (1 + mpmath.mpf(1e-3)) else 1
-        return w * a * lp, abs(w * a * lp) * (1 + carried), abs(w * a) * carried
-    tau = mpmath.mpf(kwargs["sapo_tau_pos"] if a > 0 else kwargs["sapo_tau_neg"])
-    x = tau * (rho - 1)
-    gate = 1 / (1 + mpmath.exp(-x))
-    g = abs(4 * rho * gate * (1 - gate) * a)
-    objective = gate * 4 / tau * a
-    return objective, abs(objective) + g * size_ratio, g * (1 + tau * rho) * size_ratio + g

@@ -9,6 +9,7 @@ from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
 
 ADV, CLIP, AGG, LOSS = "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss"
+ROLLOUT = "grpo.rollout_correction"
 GRPO_SECTION = "GRPO: el objetivo de PPO con una referencia de grupo"
 PPO_SECTION = "Qué cambia respecto a PPO"
 NEAR = 1e-4  # random tokens keep this relative distance from every kink (clip band, dual clip, KL clamp)
@@ -138,15 +139,8 @@ GATED_LOSS_GROUPS = {
 CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
 
 
-def _dtype_of(i: int) -> str | None:
+def dtype_of(i: int) -> str | None:
     return "float32" if i % 2 == 0 else None
-
-
-def _round(x, dtype):
-    """Round to ``dtype`` (float32), to a low-precision grid (``sampling.LOW_GRIDS``), or not (None)."""
-    if dtype in S.LOW_GRIDS:
-        return S.in_low(x, dtype)
-    return S.in_dtype(x, dtype) if dtype else x
 
 
 def _near(dtype) -> float:
@@ -159,7 +153,7 @@ def _cotangent(r, shape) -> list:
     return (r.integers(-128, 129, size=shape) / 64).tolist()
 
 
-def _rewards(r, kind: str, b: int, g: int) -> list:
+def random_rewards(r, kind: str, b: int, g: int) -> list:
     if kind == "binary":
         p = r.uniform(0.1, 0.9, size=(b, 1))
         return (r.uniform(size=(b, g)) < p).astype(float).tolist()
@@ -170,7 +164,7 @@ def _rewards(r, kind: str, b: int, g: int) -> list:
     return r.normal(0, 1, size=(b, g)).tolist()
 
 
-def _adv_case(group, rewards, flags, comment, seed, recipe, result="valid", low=False):
+def adv_case(group, rewards, flags, comment, seed, recipe, result="valid", low=False):
     conventions = ADV_GROUPS[group] if group in ADV_GROUPS else ADV_BASELINE_GROUPS[group]
     return Case(ADV, {"rewards": rewards}, conventions=conventions, group=group, flags=flags,
                 comment=comment, result=result, low_precision=low, provenance=generated(seed, recipe))
@@ -180,23 +174,23 @@ def _near_kink(rho: float, bounds, near: float = NEAR) -> bool:
     return any(abs(rho / b - 1) < near for b in bounds)
 
 
-def _away_from_kinks(lp, old, bounds, dtype):
+def away_from_kinks(lp, old, bounds, dtype):
     """Move any token whose ratio lies near a kink (``_near``; nudging logp, re-rounding to dtype)."""
     lp = list(lp)
     for i in range(len(lp)):
         step = 0
         while _near_kink(math.exp(lp[i] - old[i]), bounds, _near(dtype)):
             step += 1
-            lp[i] = _round([min(lp[i] - 0.02 * step, -1e-6)], dtype)[0]
+            lp[i] = S.rounded([min(lp[i] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
 
 
-def _bounds(eps_low, eps_high, dual):
+def clip_bounds(eps_low, eps_high, dual):
     hi = eps_low if eps_high is None else eps_high
     return [1 - eps_low, 1 + hi] + ([dual] if dual else [])
 
 
-def _clip_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False, cot_seed=None):
+def clip_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False, cot_seed=None):
     n = len(inputs["logp"])
     r = S.rng(seed if cot_seed is None else cot_seed)
     return Case(CLIP, inputs, params=params, conventions=CLIP_GROUPS[group], group=group, flags=flags,
@@ -204,17 +198,10 @@ def _clip_case(group, inputs, params, flags, comment, seed, recipe, result="vali
                 provenance=generated(seed, recipe))
 
 
-def _agg_case(group, values, mask, flags, comment, seed, recipe, norm_length=None, result="valid", low=False):
+def agg_case(group, values, mask, flags, comment, seed, recipe, norm_length=None, result="valid", low=False):
     return Case(AGG, {"values": values, "mask": mask}, params={"norm_length": norm_length},
                 conventions={"mode": AGG_GROUPS[group]}, group=group, flags=flags, comment=comment,
                 result=result, low_precision=low, provenance=generated(seed, recipe))
-
-
-def _with_empty_rows(mask, rows):
-    mask = [list(m) for m in mask]
-    for i in rows:
-        mask[i] = [0] * len(mask[i])
-    return mask
 
 
 def loss_conventions(group) -> dict:
@@ -225,14 +212,14 @@ def loss_conventions(group) -> dict:
     raise KeyError(group)
 
 
-def _loss_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False):
+def loss_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False):
     conv = loss_conventions(group)
     full = {"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None, **params}
     return Case(LOSS, inputs, params=full, conventions=conv, group=group, flags=flags, comment=comment,
                 result=result, low_precision=low, provenance=generated(seed, recipe))
 
 
-def _low_loss_case(group, gi, seed, params=None, sequence=False) -> Case:
+def low_loss_case(group, gi, seed, params=None, sequence=False) -> Case:
     """Random [4, 8] inputs exact in bfloat16 or float16 (alternating across the groups), kept off
     the kinks of the group's clip and KL (``sequence``: of its sequence-level ratio)."""
     conv = loss_conventions(group)
@@ -244,9 +231,9 @@ def _low_loss_case(group, gi, seed, params=None, sequence=False) -> Case:
     adv = S.in_dtype(r.uniform(-2, 2, 4).tolist(), dtype)
     mask = S.mask(r, 4, 8)
     params = params or {}
-    lp = (_sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
-          else _loss_away(lp, old, ref, params, conv, dtype))
-    return _loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+    lp = (sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
+          else loss_away(lp, old, ref, params, conv, dtype))
+    return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
                       params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
                       low=True)
 
@@ -255,14 +242,14 @@ def _kl_value(x: float, kind: str) -> float:
     return {"k1": -x, "k2": x * x / 2, "k3": math.expm1(x) - x, "abs": abs(x)}[kind]
 
 
-def _loss_away(lp, old, ref, params, conv, dtype):
+def loss_away(lp, old, ref, params, conv, dtype):
     """Nudge tokens off every kink: clip band, dual clip, and the KL clamp. CISPO's weight bounds
     and SAPO's gate are not kinks (the weight ŵ·A, the gradient, is continuous in ρ); abs's kink
     at log r = 0 is decided by the sign of ref_logp − logp, which every dtype forms exactly."""
     if conv.get("policy_loss") in ("cispo", "sapo"):
         bounds = []
     else:
-        bounds = _bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])
+        bounds = clip_bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])
     lp = [list(row) for row in lp]
     for i, row in enumerate(lp):
         for j in range(len(row)):
@@ -275,11 +262,11 @@ def _loss_away(lp, old, ref, params, conv, dtype):
                 if not near:
                     break
                 step += 1
-                row[j] = _round([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
+                row[j] = S.rounded([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
 
 
-def _row_log_ratios(lp, old, mask, adv, params, conv):
+def row_log_ratios(lp, old, mask, adv, params, conv):
     """Per row: the log-ratios its sequence ratio averages (GMPO: after its log-space clip)."""
     lo = params.get("eps_low", 0.2)
     hi = lo if params.get("eps_high") is None else params["eps_high"]
@@ -292,11 +279,11 @@ def _row_log_ratios(lp, old, mask, adv, params, conv):
     return rows
 
 
-def _sequence_away(lp, old, ref, mask, adv, params, conv, dtype):
+def sequence_away(lp, old, ref, mask, adv, params, conv, dtype):
     """Nudge rows off every kink of a sequence ratio: s_i off the clip band (and dual clip) for
-    GSPO, each token's log-ratio off ±ε for GMPO; then the KL clamp, as ``_loss_away``."""
+    GSPO, each token's log-ratio off ±ε for GMPO; then the KL clamp, as ``loss_away``."""
     # the token ratios have no kink here: bounds far beyond any ratio leave only the KL clamp's
-    lp = _loss_away(lp, old, ref, {"eps_low": -1e300, "eps_high": 1e300}, {**conv, "dual_clip": None}, dtype)
+    lp = loss_away(lp, old, ref, {"eps_low": -1e300, "eps_high": 1e300}, {**conv, "dual_clip": None}, dtype)
     lo = params.get("eps_low", 0.2)
     hi = lo if params.get("eps_high") is None else params["eps_high"]
     near = _near(dtype)
@@ -307,11 +294,11 @@ def _sequence_away(lp, old, ref, mask, adv, params, conv, dtype):
             if conv["policy_loss"] == "gmpo":
                 bad = any(abs((lp[i][j] - old[i][j]) / b - 1) < near for j in tokens for b in (-lo, hi) if b)
             else:
-                d = _row_log_ratios([lp[i]], [old[i]], [mrow], [adv[i]], params, conv)[0]
-                bad = _near_kink(math.exp(math.fsum(d) / len(d)), _bounds(lo, hi, conv["dual_clip"]), near)
+                d = row_log_ratios([lp[i]], [old[i]], [mrow], [adv[i]], params, conv)[0]
+                bad = _near_kink(math.exp(math.fsum(d) / len(d)), clip_bounds(lo, hi, conv["dual_clip"]), near)
             if not bad:
                 break
             step += 1
             j = tokens[step % len(tokens)]
-            lp[i][j] = _round([min(lp[i][j] - 0.02 * step, -1e-6)], dtype)[0]
+            lp[i][j] = S.rounded([min(lp[i][j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp

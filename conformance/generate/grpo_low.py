@@ -1,4 +1,9 @@
-"""Low-precision GRPO vectors (bfloat16 and float16), explained below."""
+"""Low-precision GRPO vectors, judged in bfloat16 and float16 (the careful model of
+conformance/compare.py): random sizes up to T = 256 on the two low-precision grids
+(``sampling.in_low``), every convention group in turn, tokens NEAR_LOW away from every kink; and the
+edges: ratios a few percent either side of the clip band's edges (valid) and on the grid points next
+to them (acceptable), zero-variance groups (A = 0), rows without tokens, log-ratios up to ±24
+(beyond float16: judged in bfloat16), KL estimates beyond the clamp."""
 from __future__ import annotations
 
 import math
@@ -11,16 +16,14 @@ from conformance.generate.grpo_inputs import (
     CLIP_GROUPS,
     CLIP_PARAMS,
     LOSS_GROUPS,
-    _adv_case,
-    _agg_case,
-    _away_from_kinks,
-    _bounds,
-    _clip_case,
-    _loss_away,
-    _loss_case,
-    _rewards,
-    _round,
-    _with_empty_rows,
+    adv_case,
+    agg_case,
+    away_from_kinks,
+    clip_bounds,
+    clip_case,
+    loss_away,
+    loss_case,
+    random_rewards,
 )
 
 LOW_LENGTHS = (1, 2, 3, 5, 8, 16, 24, 32, 64, 100, 128, 256)
@@ -45,26 +48,26 @@ def _low_adv_cases() -> list[Case]:
         r = S.rng(seed)
         b, g = int(r.integers(1, 17)), int(r.choice([2, 4, 5, 8, 16, 64]))
         kind = kinds[i % len(kinds)]
-        rewards = S.in_low(_rewards(r, kind, b, g), grid)
-        out.append(_adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
+        rewards = S.in_low(random_rewards(r, kind, b, g), grid)
+        out.append(adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
                              f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
                              low=True))
     for gi, group in enumerate(groups):
-        out.append(_adv_case(group, [[1.0] * 8, [0.0] * 8, [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.25] * 8],
+        out.append(adv_case(group, [[1.0] * 8, [0.0] * 8, [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.25] * 8],
                              ("ZeroStd", "LowPrecision"), "all-equal groups (1, 0, 0.25) beside a mixed one",
                              23100 + gi, "fixed", low=True))
         step = 2.0 ** -7
-        out.append(_adv_case(group, [[1.0, 1.0 + step, 1.0, 1.0 + step], [0.5, 0.5, 0.5 + step / 2, 0.5]],
+        out.append(adv_case(group, [[1.0, 1.0 + step, 1.0, 1.0 + step], [0.5, 0.5, 0.5 + step / 2, 0.5]],
                              ("TinyStd", "LowPrecision"), "groups whose rewards differ by one bfloat16 step (std "
                              "2^−8 or less, of the order of eps)", 23110 + gi, "fixed", low=True))
         if group != "openrlhf-0.11.2":   # OpenRLHF's group_norm requires G > 1
-            out.append(_adv_case(group, [[0.25], [1.5], [-0.75], [3.0]], ("SingletonGroup", "LowPrecision"),
+            out.append(adv_case(group, [[0.25], [1.5], [-0.75], [3.0]], ("SingletonGroup", "LowPrecision"),
                                  "G = 1 for every prompt", 23120 + gi, "fixed", low=True))
     return out
 
 
 def _low_clip_case(group, lp, old, adv, params, flags, comment, seed, recipe, result="valid"):
-    return _clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv}, params, flags + ("LowPrecision",),
+    return clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv}, params, flags + ("LowPrecision",),
                       comment, seed, recipe, result=result, low=True)
 
 
@@ -101,10 +104,10 @@ def _low_clip_cases() -> list[Case]:
         n = 512 if i == LOW_RANDOM - 1 else int(r.choice(LOW_LENGTHS))
         eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
         spread = float(r.choice([0.05, 0.2, 0.5] if not dual else [0.2, 0.6, 1.2]))
-        lp = _round(S.logprobs(r, n), grid)
-        old = _round(S.logprobs_near(r, lp, spread), grid)
-        adv = _round(r.normal(0, 1, n).tolist(), grid)
-        lp = _away_from_kinks(lp, old, _bounds(eps_low, eps_high, dual), grid)
+        lp = S.rounded(S.logprobs(r, n), grid)
+        old = S.rounded(S.logprobs_near(r, lp, spread), grid)
+        adv = S.rounded(r.normal(0, 1, n).tolist(), grid)
+        lp = away_from_kinks(lp, old, clip_bounds(eps_low, eps_high, dual), grid)
         out.append(_low_clip_case(group, lp, old, adv, {"eps_low": eps_low, "eps_high": eps_high}, ("Random",),
                                   f"random N={n}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g}),"
                                   f" inputs exact in {S.grid_note(grid)}", seed,
@@ -114,7 +117,7 @@ def _low_clip_cases() -> list[Case]:
         seed = 23300 + 20 * gi
         for k, (eps_low, eps_high) in enumerate([(0.2, None), (0.2, 0.28)]):
             p = {"eps_low": eps_low, "eps_high": eps_high}
-            targets = _bounds(eps_low, eps_high, dual)
+            targets = clip_bounds(eps_low, eps_high, dual)
             for j, grid in enumerate(S.LOW_GRIDS):
                 lp, old = _edge_tokens(targets, grid, (-0.06, -0.04, 0.04, 0.06))
                 adv = [(1.0, -1.0)[m % 2] if not (dual and m >= 8) else -1.0 for m in range(len(lp))]
@@ -153,7 +156,7 @@ def _low_agg_cases() -> list[Case]:
         norm_length = (None if i % 3 == 0 else float(r.choice([256, 1024, 4096]))) \
             if group == "seq-mean-token-sum-norm" else None
         flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ())
-        out.append(_agg_case(group, values, mask, flags, f"random B={b}, T={t}, σ={sigma:g}, values exact in "
+        out.append(agg_case(group, values, mask, flags, f"random B={b}, T={t}, σ={sigma:g}, values exact in "
                              f"{S.grid_note(grid)}" + (f", L={norm_length:g}" if norm_length else ""), seed,
                              f"normal values rounded to the {grid} grid, ragged mask", norm_length, low=True))
     for gi, group in enumerate(groups):
@@ -161,8 +164,8 @@ def _low_agg_cases() -> list[Case]:
         r = S.rng(seed)
         empty = AGG_GROUPS[group] != "token-mean"
         values = S.in_low(r.normal(0, 1, (6, 12)).tolist(), S.BOTH)
-        mask = _with_empty_rows(S.mask(r, 6, 12), [1, 4])
-        out.append(_agg_case(group, values, mask, ("FullyMaskedRowSeqMean" if empty else "FullyMaskedRow",
+        mask = S.with_empty_rows(S.mask(r, 6, 12), [1, 4])
+        out.append(agg_case(group, values, mask, ("FullyMaskedRowSeqMean" if empty else "FullyMaskedRow",
                                                    "LowPrecision"), "rows without tokens among ragged rows", seed,
                              "normal values, ragged mask, emptied rows", result="acceptable" if empty else "valid",
                              low=True))
@@ -175,7 +178,7 @@ def _low_agg_cases() -> list[Case]:
                     if not m:
                         values[a][j] = big if (a + j) % 2 else -big
             values = S.in_dtype(values, "bfloat16") if grid == "bfloat16" else S.in_low(values, grid)
-            out.append(_agg_case(group, values, mask, ("MaskedValues", "LowPrecision"),
+            out.append(agg_case(group, values, mask, ("MaskedValues", "LowPrecision"),
                                  f"±{big:g} at every masked position, exact in "
                                  + ("bfloat16" if grid == "bfloat16" else S.grid_note(grid)), seed + 1 + k,
                                  "normal values; padding filled with large values", low=True))
@@ -198,18 +201,18 @@ def _low_loss_cases() -> list[Case]:
             params["norm_length"] = None if i % 2 else float(r.choice([256, 1024]))
         s_old = float(r.choice([0.02, 0.1, 0.3] + ([0.8] if conv["dual_clip"] else [])))
         s_ref = float(r.choice([0.05, 0.3, 1.0]))
-        lp = _round(S.logprobs(r, (b, t)), grid)
-        old = _round(S.logprobs_near(r, lp, s_old), grid)
-        ref = _round(S.logprobs_near(r, lp, s_ref), grid)
-        adv = _round(r.normal(0, 1, b).tolist(), grid)
+        lp = S.rounded(S.logprobs(r, (b, t)), grid)
+        old = S.rounded(S.logprobs_near(r, lp, s_old), grid)
+        ref = S.rounded(S.logprobs_near(r, lp, s_ref), grid)
+        adv = S.rounded(r.normal(0, 1, b).tolist(), grid)
         zero_rows = [a for a in range(b) if r.uniform() < 0.2]   # zero-variance groups
         for a in zero_rows:
             adv[a] = 0.0
         mask = S.mask(r, b, t)
-        lp = _loss_away(lp, old, ref, params, conv, grid)
+        lp = loss_away(lp, old, ref, params, conv, grid)
         flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ()) \
             + (("ZeroVarianceGroup",) if zero_rows else ()) + (("BetaZero",) if beta == 0 else ())
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
+        out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
                               params, flags, f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, "
                               f"{eps_high if eps_high is not None else eps_low:g}), inputs exact in "
                               f"{S.grid_note(grid)}" + (f", {len(zero_rows)} rows with A = 0" if zero_rows else ""),
@@ -222,24 +225,24 @@ def _low_loss_cases() -> list[Case]:
         lp = S.in_low(S.logprobs(r, (4, 6)), S.BOTH)
         old = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
         ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
-        lp = _loss_away(lp, old, ref, {}, conv, S.BOTH)
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0] * 4,
+        lp = loss_away(lp, old, ref, {}, conv, S.BOTH)
+        out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0] * 4,
                                       "mask": S.mask(r, 4, 6)}, {}, ("ZeroVarianceGroup", "LowPrecision"),
                               "every group zero-variance (A = 0): only the KL term", seed, "logprobs; A = 0",
                               low=True))
-        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
+        mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
         lp = S.in_low(S.logprobs(r, (5, 6)), S.BOTH)
         old = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
         ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
-        lp = _loss_away(lp, old, ref, {}, conv, S.BOTH)
+        lp = loss_away(lp, old, ref, {}, conv, S.BOTH)
         empty_acceptable = conv["aggregation"] != "token-mean"
-        out.append(_loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
+        out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
                                       "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH), "mask": mask}, {},
                               ("FullyMaskedRowSeqMean" if empty_acceptable else "FullyMaskedRow", "LowPrecision"),
                               "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
                               result="acceptable" if empty_acceptable else "valid", low=True))
         if conv["kl_clamp"]:
-            out.append(_loss_case(group, {"logp": [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]],
+            out.append(loss_case(group, {"logp": [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]],
                                           "old_logp": [[-20.125, -1.0625, -1.875], [-0.4375, -17.25, -3.125]],
                                           "ref_logp": [[-9.0, -16.0, -2.5], [-0.25, -6.0, -3.5]],
                                           "advantages": [0.5, -1.0], "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1},

@@ -12,14 +12,12 @@ from __future__ import annotations
 
 import math
 
-import mpmath
-
 from conformance import catalog
 from conformance.generate import sampling as S
 from conformance.generate.build import uid_of
 from conformance.generate.case import Case, generated
+from conformance.generate.grpo_inputs import ROLLOUT
 
-OBJ = "grpo.rollout_correction"
 NEAR = 1e-4
 TRL = "TRL 1.16.0 trainer/grpo_trainer.py _generate_and_score_completions (vllm_importance_sampling_mode="
 VERL = "verl 0.9.1 trainer/ppo/rollout_corr_helper.py"
@@ -114,12 +112,6 @@ LENGTHS = [1, 2, 3, 5, 8, 12, 16, 24, 32, 48]
 SPREADS = [0.02, 0.1, 0.3, 0.6, 1.0]
 
 
-def _round(x, dtype):
-    if dtype in S.LOW_GRIDS:
-        return S.in_low(x, dtype)
-    return S.in_dtype(x, dtype) if dtype else x
-
-
 def _units(old, roll, mask, conv):
     """The unit log-ratios (float64 approximations) that the mask mode decides on."""
     out = []
@@ -141,7 +133,7 @@ def _near_edge(units, lower, upper, margin) -> bool:
 
 def _case(group, inputs, band, flags, comment, seed, recipe, result="valid", low=False, conv=None):
     lower, upper = band
-    return Case(OBJ, inputs, params={"lower": lower, "upper": upper},
+    return Case(ROLLOUT, inputs, params={"lower": lower, "upper": upper},
                 conventions=conv if conv is not None else GROUP_SPECS[group][0], group=group, flags=flags,
                 comment=comment, result=result, low_precision=low, provenance=generated(seed, recipe))
 
@@ -156,8 +148,8 @@ def _random(group, gi, i, dtype=None, flags=("RolloutRandom",)):
         b = int(r.integers(1, 9))
         t = int(r.choice(LENGTHS))
         spread = float(r.choice(SPREADS)) / (math.sqrt(t) if conv["level"] == "sequence" else 1.0)
-        old = _round(S.logprobs(r, (b, t)), dtype)
-        roll = _round(S.logprobs_near(r, old, spread), dtype)
+        old = S.rounded(S.logprobs(r, (b, t)), dtype)
+        roll = S.rounded(S.logprobs_near(r, old, spread), dtype)
         mask = S.mask(r, b, t)
         if not margin or not _near_edge(_units(old, roll, mask, conv), *band, margin):
             break
@@ -228,7 +220,7 @@ def _invalid() -> list[Case]:
     out = []
     for inputs, params, conv, why in rows:
         band = {"lower": None, "upper": 2.0, **params}
-        c = Case(OBJ, {**ok, **inputs}, params=band, conventions={**_conv(), **conv}, group="invalid",
+        c = Case(ROLLOUT, {**ok, **inputs}, params=band, conventions={**_conv(), **conv}, group="invalid",
                  result="invalid", flags=("InvalidCorrection",), comment=why, provenance=generated(0, "fixed"))
         out.append(c)
     return out
@@ -242,26 +234,9 @@ def cases() -> list[Case]:
         out += [_random(group, gi, 50 + i, dtype=S.low_grid(i), flags=("RolloutLowPrecision",)) for i in range(4)]
         for case in _edge_cases(group, conv, default):
             # groups that share conventions (IcePop and OpenRLHF's token mask) share edge cases: keep the first
-            key = uid_of(catalog.get(OBJ), case)
+            key = uid_of(catalog.get(ROLLOUT), case)
             if key not in seen:
                 seen.add(key)
                 out.append(case)
     return out + _invalid()
 
-
-def _scale(kwargs, outputs, grads):
-    """The weights' size times the size of the terms their log-ratio is formed from (a unit's
-    Σ |old_logp| + |rollout_logp|): a float implementation's relative error grows with them."""
-    old, roll, mask = kwargs["old_logp"], kwargs["rollout_logp"], kwargs["mask"]
-    level = kwargs["level"]
-    biggest = mpmath.mpf(0)
-    for b, (o, r, m) in enumerate(zip(old, roll, mask)):
-        row_terms = sum(abs(mpmath.mpf(x)) + abs(mpmath.mpf(y)) for x, y, on in zip(o, r, m) if on)
-        for t, on in enumerate(m):
-            if on:
-                terms = row_terms if level == "sequence" else abs(mpmath.mpf(o[t])) + abs(mpmath.mpf(r[t]))
-                biggest = max(biggest, abs(outputs["weights"][b, t]) * (1 + terms))
-    return {"weights": biggest, "keep": mpmath.mpf(1)}
-
-
-SCALES = {OBJ: _scale}

@@ -15,7 +15,7 @@ import mpmath
 
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
-from conformance.generate.grpo import _weights
+from conformance.generate.grpo_scales import aggregation_weights
 
 FC, LOSS = "proximal_kl.future_cost", "proximal_kl.loss"
 NEAR = 1e-4   # random tokens keep this relative distance from the ratio cap and the clip band's edges
@@ -156,20 +156,6 @@ BETAS = [0.01, 0.04, 0.1, 0.5, 1.0]
 LENGTHS = [1, 2, 3, 5, 8, 12, 16, 24, 32, 48, 64]
 
 
-def _round(x, dtype):
-    """Round to ``dtype`` (float32), to a low-precision grid (``sampling.LOW_GRIDS``), or not (None)."""
-    if dtype in S.LOW_GRIDS:
-        return S.in_low(x, dtype)
-    return S.in_dtype(x, dtype) if dtype else x
-
-
-def _with_empty_rows(mask, rows):
-    mask = [list(m) for m in mask]
-    for i in rows:
-        mask[i] = [0] * len(mask[i])
-    return mask
-
-
 # ============================================================================ future cost
 
 def _fc_case(group, inputs, flags, comment, seed, recipe, result="valid", low=False):
@@ -184,8 +170,8 @@ def _random_fc(group, gi, i, b=None, t=None, dtype=None, flags=("Random",)):
     b = b or int(r.integers(1, 17))
     t = t or int(r.choice(LENGTHS))
     spread = float(r.choice([0.05, 0.3, 1.0, 2.0]))
-    lp = _round(S.logprobs(r, (b, t)), dtype)
-    ref = _round(S.logprobs_near(r, lp, spread), dtype)
+    lp = S.rounded(S.logprobs(r, (b, t)), dtype)
+    ref = S.rounded(S.logprobs_near(r, lp, spread), dtype)
     mask = S.mask(r, b, t)
     return _fc_case(group, {"logp": lp, "ref_logp": ref, "mask": mask}, flags,
                     f"random B={b}, T={t}, |k| spread {spread:g}" + (f", {dtype}" if dtype else ""), seed,
@@ -228,7 +214,7 @@ def _fc_cases() -> list[Case]:
         lp = S.logprobs(r, (5, 7))
         ref = S.logprobs_near(r, lp, 0.5)
         out.append(_fc_case(group, {"logp": lp, "ref_logp": ref,
-                                    "mask": _with_empty_rows(S.mask(r, 5, 7), [0, 3])},
+                                    "mask": S.with_empty_rows(S.mask(r, 5, 7), [0, 3])},
                             ("FullyMaskedRow",), "rows 0 and 3 without tokens", seed,
                             "logprobs; ragged mask with emptied rows"))
         out.append(_fc_case(group, {"logp": [[-0.75]], "ref_logp": [[-2.0]], "mask": [[1]]}, ("SingleToken",),
@@ -347,7 +333,7 @@ def _away(lp, bp, conv, dtype):
             step = 0
             while any(abs(math.exp(row[j] - bp[i][j]) / c - 1) < near for c in kinks):
                 step += 1
-                row[j] = _round([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
+                row[j] = S.rounded([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
 
 
@@ -361,10 +347,10 @@ def _random_loss(group, gi, i, b=None, t=None, dtype=None, flags=("Random",)) ->
     # wide enough behaviour offsets that caps and clips bind on some tokens
     s_b = float(r.choice([0.05, 0.2, 0.5] + ([1.0] if conv["ratio_cap"] else [])))
     s_r = float(r.choice([0.05, 0.3, 1.0]))
-    lp = _round(S.logprobs(r, (b, t)), dtype)
-    bp = _round(S.logprobs_near(r, lp, s_b), dtype)
-    ref = _round(S.logprobs_near(r, lp, s_r), dtype)
-    adv = _round(r.normal(0, 1, b).tolist(), dtype)
+    lp = S.rounded(S.logprobs(r, (b, t)), dtype)
+    bp = S.rounded(S.logprobs_near(r, lp, s_b), dtype)
+    ref = S.rounded(S.logprobs_near(r, lp, s_r), dtype)
+    adv = S.rounded(r.normal(0, 1, b).tolist(), dtype)
     mask = S.mask(r, b, t)
     lp = _away(lp, bp, conv, dtype)
     return _loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref, "advantages": adv, "mask": mask},
@@ -384,12 +370,6 @@ def _low_precision_loss(group, gi, dtype, k=0) -> Case:
     return _loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref, "advantages": adv,
                               "mask": S.mask(r, 4, 10)}, 0.1, ("LowPrecision",), f"inputs exact in {dtype}, β = 0.1",
                       seed, f"logprobs rounded to {dtype}", low=True)
-
-
-def _ulp_steps(x: float, k: int) -> float:
-    for _ in range(abs(k)):
-        x = math.nextafter(x, math.inf if k > 0 else -math.inf)
-    return x
 
 
 def _loss_cases() -> list[Case]:
@@ -413,7 +393,7 @@ def _loss_cases() -> list[Case]:
         bp = S.logprobs_near(r, lp, 0.1)
         ref = S.logprobs_near(r, lp, 0.3)
         lp = _away(lp, bp, LOSS_GROUPS[group], None)
-        mask = _with_empty_rows(S.mask(r, 5, 6), [1, 3])
+        mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
         acceptable = group in seq_mean
         out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref,
                                       "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, 0.04,
@@ -534,7 +514,7 @@ def _loss_cases() -> list[Case]:
         conv = LOSS_GROUPS[group]
         targets = _kinks(conv)
         base = -1.5
-        lp = [[_ulp_steps(base + math.log(c), s) for s in (-2, 0, 2)] for c in targets]
+        lp = [[S.ulp_steps(base + math.log(c), s) for s in (-2, 0, 2)] for c in targets]
         bp = [[base] * 3 for _ in targets]
         ref = [[base - 0.25] * 3 for _ in targets]
         adv = [1.0 if c >= 1 else -1.0 for c in targets]
@@ -588,7 +568,7 @@ def _loss_scale(kwargs, outputs, grads):
     where the ratio itself (not a cap or clip bound) enters. elements (the careful low-precision
     model's terms): Σ_t w_t·|ℓ_t|."""
     mask = kwargs["mask"]
-    w = _weights(mask, kwargs["aggregation"], None)
+    w = aggregation_weights(mask, kwargs["aggregation"], None)
     beta = mpmath.mpf(kwargs["beta"])
     cap, eps = kwargs["ratio_cap"], kwargs["ratio_clip"]
     fclip = kwargs["future_clip"]
@@ -663,7 +643,7 @@ def _low_fc_cases() -> list[Case]:
         r = S.rng(seed)
         lp = S.in_low(S.logprobs(r, (5, 7)), S.BOTH)
         ref = S.in_low(S.logprobs_near(r, lp, 0.5), S.BOTH)
-        out.append(_fc_case(group, {"logp": lp, "ref_logp": ref, "mask": _with_empty_rows(S.mask(r, 5, 7), [0, 3])},
+        out.append(_fc_case(group, {"logp": lp, "ref_logp": ref, "mask": S.with_empty_rows(S.mask(r, 5, 7), [0, 3])},
                             ("FullyMaskedRow", "LowPrecision"), "rows 0 and 3 without tokens", seed,
                             "logprobs; ragged mask with emptied rows", low=True))
         out.append(_fc_case(group, {"logp": [[-0.5, -1.0, -2.0, -1.25, -3.0], [-2.0, -0.5, -1.0, -3.0, -0.75]],
@@ -686,10 +666,10 @@ def _low_loss_cases() -> list[Case]:
         beta = float(r.choice(BETAS))
         s_b = float(r.choice([0.05, 0.2, 0.5] + ([1.0] if conv["ratio_cap"] else [])))
         s_r = float(r.choice([0.05, 0.3, 1.0]))
-        lp = _round(S.logprobs(r, (b, t)), grid)
-        bp = _round(S.logprobs_near(r, lp, s_b), grid)
-        ref = _round(S.logprobs_near(r, lp, s_r), grid)
-        adv = _round(r.normal(0, 1, b).tolist(), grid)
+        lp = S.rounded(S.logprobs(r, (b, t)), grid)
+        bp = S.rounded(S.logprobs_near(r, lp, s_b), grid)
+        ref = S.rounded(S.logprobs_near(r, lp, s_r), grid)
+        adv = S.rounded(r.normal(0, 1, b).tolist(), grid)
         zero_rows = [a for a in range(b) if r.uniform() < 0.2]   # zero-variance groups
         for a in zero_rows:
             adv[a] = 0.0
@@ -723,7 +703,7 @@ def _low_loss_cases() -> list[Case]:
         acceptable = group in seq_mean
         out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref,
                                       "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH),
-                                      "mask": _with_empty_rows(S.mask(r, 5, 6), [1, 3])}, 0.04,
+                                      "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, 0.04,
                               ("FullyMaskedRowSeqMean" if acceptable else "FullyMaskedRow", "LowPrecision"),
                               "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
                               result="acceptable" if acceptable else "valid", low=True))

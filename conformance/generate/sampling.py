@@ -42,6 +42,14 @@ def in_dtype(x, dtype: str):
     return numbers.round_to(x, dtype)
 
 
+def with_empty_rows(mask, rows) -> list:
+    """``mask`` with the given rows emptied (rows without tokens)."""
+    mask = [list(m) for m in mask]
+    for i in rows:
+        mask[i] = [0] * len(mask[i])
+    return mask
+
+
 # Low-precision grids: BOTH = bfloat16 values that float16 holds exactly as well (a case on it is
 # judged in both dtypes), FP16 = float16 values (most are not bfloat16 values).
 BOTH, FP16 = "bf16+fp16", "fp16"
@@ -69,6 +77,13 @@ def in_low(x, grid: str):
 NEAR_LOW = 2.0 ** -5
 
 
+def rounded(x, dtype: str | None):
+    """Round to ``dtype`` (float32), to a low-precision grid (``LOW_GRIDS``), or not (None)."""
+    if dtype in LOW_GRIDS:
+        return in_low(x, dtype)
+    return in_dtype(x, dtype) if dtype else x
+
+
 def low_grid(i: int, every: int = 3) -> str:
     """The grid of the i-th low-precision case: FP16 for every ``every``-th, else BOTH."""
     return FP16 if i % every == every - 1 else BOTH
@@ -76,6 +91,13 @@ def low_grid(i: int, every: int = 3) -> str:
 
 def grid_note(grid: str) -> str:
     return "bfloat16 and float16" if grid == BOTH else "float16"
+
+
+def ulp_steps(x: float, k: int) -> float:
+    """``x`` moved ``k`` binary64 ulps (up for k > 0, down for k < 0)."""
+    for _ in range(abs(k)):
+        x = math.nextafter(x, math.inf if k > 0 else -math.inf)
+    return x
 
 
 def log(x: float) -> float:

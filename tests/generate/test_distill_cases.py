@@ -99,7 +99,7 @@ def test_cotangents_are_exact_and_rebuilt_by_the_scales(cases):
         (ct,) = c.cotangents.values()
         for v in numbers.flat_floats(ct):
             assert v != 0 and abs(v) <= 2 and (v * 64).is_integer()
-        assert distill_inputs._cotangent(c.objective, call_kwargs(spec, c)) == ct
+        assert distill_inputs.case_cotangent(c.objective, call_kwargs(spec, c)) == ct
 
 
 def test_random_cases_cover_the_parameters(cases):

@@ -1,0 +1,179 @@
+"""Exact cases derived at run time for a declared convention combination that no committed
+vector group holds.
+
+A target that declares, say, ``t2_scale=False`` together with ``soft_term='cross_entropy'``
+would otherwise see the objective vanish from its run: no group of the golden set has that
+combination, so no case is selected. Here each such combination gets cases of its own: the
+inputs and parameters of the objective's smallest committed valid tests (some of them
+low-precision ones, so every dtype is exercised), re-evaluated under the declared conventions
+by the same exact reference and ``build_test`` that wrote the golden set, with the family's
+tolerance-scale model, and certified on the fly by the ball-arithmetic reference where it
+covers the objective. A derived case carries the flag ``Derived``, the group ``derived`` and a
+provenance naming the committed uid it was derived from: it is never mistaken for a golden
+vector, and its uid is the one the same case would have in a vector file.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+
+from conformance import catalog, numbers, report
+from conformance.generate.build import GenerationError, build_test
+from conformance.generate.case import Case
+from conformance.targets.target import ANY, Target
+from conformance.vectors import certify
+from conformance.vectors.load import VectorCase
+from refimpl import validate
+
+FLAG = "Derived"
+GROUP = report.DERIVED_GROUP
+NOTE = ("derived at run time from a committed vector's inputs under conventions that no committed group holds "
+        "(exact reference, certified where the certified reference covers the objective); not in the golden set")
+PER_COMBINATION = 12          # cases derived for one combination: enough to see a defect, cheap enough to build
+LOW_PRECISION_SHARE = 6       # of which taken from low-precision tests, so bfloat16/float16 are judged too
+MAX_COMBINATIONS = 16         # per objective; the rest are named in a note, not derived
+
+
+def _committed_groups(vs, objective_id: str) -> list[dict]:
+    """The convention sets of the objective's valid committed groups, each once."""
+    seen = {json.dumps(c.conventions, sort_keys=True): c.conventions
+            for c in vs.cases(objective_id) if c.result != "invalid"}
+    return list(seen.values())
+
+
+def _assignments(spec: catalog.Objective, combo: dict):
+    """The concrete convention assignments a declared combination names: its first value of
+    every convention (an undeclared one is the paper default, a ``"*"`` stays open: ANY), then
+    each other listed value of one convention with the rest at their first. Not the whole
+    product of the lists: a declaration lists what each option can be set to, and the product of
+    a dozen options is not what a reader of the declaration sees."""
+    first = {}
+    for name in spec.conventions:
+        value = combo.get(name, spec.defaults[name])
+        first[name] = value[0] if isinstance(value, (list, tuple)) else value
+    yield first
+    for name in spec.conventions:
+        value = combo.get(name)
+        for other in (value[1:] if isinstance(value, (list, tuple)) else ()):
+            yield {**first, name: other}
+
+
+def _holds(group: dict, assignment: dict) -> bool:
+    return all(v == ANY or group.get(k) == v for k, v in assignment.items())
+
+
+def uncovered(target: Target, vs, objective_id: str) -> list[dict]:
+    """The concrete combinations the target declares for the objective that no committed valid
+    group holds (open ``"*"`` values left as ANY), in declaration order."""
+    if target.conventions == ANY or objective_id not in target.objectives:
+        return []
+    spec = catalog.get(objective_id)
+    declared = target.declared(objective_id)
+    if declared == ANY:
+        return []
+    groups = _committed_groups(vs, objective_id)
+    if not groups:
+        return []
+    out = []
+    for combo in declared if isinstance(declared, list) else [declared]:
+        for assignment in _assignments(spec, combo):
+            if not any(_holds(g, assignment) for g in groups) and assignment not in out:
+                out.append(assignment)
+    return out
+
+
+def _size(case: VectorCase) -> int:
+    return sum(1 for v in case.test["inputs"].values() for _ in numbers.flat_floats(v))
+
+
+def _bases(vs, objective_id: str, assignment: dict) -> list[VectorCase]:
+    """The committed valid tests to derive from: from the group closest to the assignment
+    (most conventions equal), the smallest ones, some of them low-precision."""
+    valid = [c for c in vs.cases(objective_id) if c.result == "valid" and "Large" not in c.flags]
+
+    def closeness(c):
+        return sum(c.conventions.get(k) == v for k, v in assignment.items())
+    best = max((closeness(c) for c in valid), default=0)
+    near = sorted((c for c in valid if closeness(c) == best), key=lambda c: (_size(c), c.test["tcId"]))
+    low = [c for c in near if {"bfloat16", "float16"} & set(c.test["dtypes"])][:LOW_PRECISION_SHARE]
+    rest = [c for c in near if c not in low][:PER_COMBINATION - len(low)]
+    return low + rest
+
+
+def _convention_flags(vs, spec: catalog.Objective) -> dict[str, dict]:
+    """For each flag that names a convention (category ``convention`` in the file's notes): the
+    conventions every committed group carrying it shares, paper defaults left out."""
+    notes = vs.files[spec.vector_file]["notes"]
+    shared: dict[str, dict] = {}
+    for case in vs.cases(spec.id):
+        for flag in case.flags:
+            if notes.get(flag, {}).get("category") == "convention":
+                mine = {k: v for k, v in case.conventions.items() if v != spec.defaults.get(k)}
+                shared[flag] = {k: v for k, v in shared.get(flag, mine).items() if mine.get(k) == v}
+    return shared
+
+
+def _flags(base: VectorCase, conventions: dict, convention_flags: dict, notes: dict) -> tuple:
+    """The base test's flags that still describe the derived one: not its article provenance
+    (the printed number was computed under other conventions) nor the convention flags of its
+    group, but those of the new conventions."""
+    keep = {f for f in base.flags if notes.get(f, {}).get("category") not in ("convention", "article")}
+    keep |= {f for f, needs in convention_flags.items()
+             if needs and all(conventions.get(k) == v for k, v in needs.items())}
+    return tuple(sorted(keep | {FLAG}))
+
+
+def _scale_function(spec: catalog.Objective):
+    return getattr(importlib.import_module(spec.generator_module), "SCALES", {}).get(spec.id)
+
+
+def derive(vs, objective_id: str, assignment: dict) -> tuple[list[VectorCase], list[str]]:
+    """Cases for one uncovered combination, and a line for each base the exact reference
+    could not carry over (inputs invalid under these conventions, digits not stable)."""
+    spec = catalog.get(objective_id)
+    scale = _scale_function(spec)
+    notes = vs.files[spec.vector_file]["notes"]
+    convention_flags = _convention_flags(vs, spec)
+    cases, dropped = [], []
+    for base in _bases(vs, objective_id, assignment):
+        conventions = {k: (base.conventions[k] if v == ANY else v) for k, v in assignment.items()}
+        low = bool({"bfloat16", "float16"} & set(base.test["dtypes"]))
+        case = Case(objective_id, {k: numbers.decode_input(v) for k, v in base.test["inputs"].items()},
+                    params=dict(base.test["params"]), conventions=conventions,
+                    flags=_flags(base, conventions, convention_flags, notes),
+                    comment=f"derived from {base.uid} ({base.test['comment']})",
+                    provenance={"kind": "derived", "from": base.uid}, low_precision=low, group=GROUP,
+                    # the base's own cotangents (exact in its dtypes), so that the derived case
+                    # is the base rebuilt wherever the conventions do not change the outputs' shapes
+                    cotangents={k: numbers.decode_input(v) for k, v in base.test.get("cotangents", {}).items()}
+                    or None)
+        try:
+            test = build_test(case, scale)
+        except (validate.InputError, GenerationError) as err:
+            dropped.append(f"{base.uid}: {err}")
+            continue
+        derived = VectorCase(objective_id, GROUP, conventions, {**test, "tcId": 0}, "(derived)")
+        try:
+            proof = certify.certify_case(derived)
+        except certify.Wrong as err:         # the two references disagree: no case, and say so
+            dropped.append(f"{test['uid']}: the certified reference disagrees: {err}")
+            continue
+        test["provenance"]["certified"] = "notCertified" not in proof
+        cases.append(derived)
+    return cases, dropped
+
+
+def not_a_choice(spec: catalog.Objective, assignment: dict) -> str | None:
+    """Why a declared value cannot be derived: it is not among the convention's values."""
+    for param in spec.params:
+        value = assignment.get(param.name, ANY)
+        if param.convention and param.choices and value != ANY and value not in param.choices:
+            return (f"{value!r} is not a value of {param.name} (the catalog's values: "
+                    f"{', '.join(json.dumps(c) for c in param.choices)})")
+    return None
+
+
+def describe(assignment: dict, spec: catalog.Objective) -> str:
+    """The combination as a reader declares it: the conventions that differ from the paper."""
+    parts = [f"{k}={json.dumps(v)}" for k, v in assignment.items() if v != spec.defaults.get(k) and v != ANY]
+    return ", ".join(parts) or "the paper defaults"
