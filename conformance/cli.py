@@ -278,7 +278,7 @@ def cmd_check(args):
     results = run.execute(plan, vs, progress=lambda label: bar(label, args.quiet),
                           announce=_print_deviations if args.as_paper else None,
                           note=lambda line: print(f"note: {line}", file=sys.stderr))
-    diagnoses = diagnose.diagnose(results, vs, targets, plan.selection.tolerances)
+    diagnoses = diagnose.diagnose(results, vs, targets, plan.selection.tolerances, derived=plan.derived)
     elapsed = time.perf_counter() - start
     report.console(results, quiet=args.quiet, strict=args.strict, notes=_notes(vs, results), diagnoses=diagnoses,
                    cases=args.cases)

@@ -167,7 +167,8 @@ def not_a_choice(spec: catalog.Objective, assignment: dict) -> str | None:
     """Why a declared value cannot be derived: it is not among the convention's values."""
     for param in spec.params:
         value = assignment.get(param.name, ANY)
-        if param.convention and param.choices and value != ANY and value not in param.choices:
+        if (param.convention and param.choices and value != ANY and value not in param.choices
+                and value != param.default):     # a default outside the choices (None: "as aggregation")
             return (f"{value!r} is not a value of {param.name} (the catalog's values: "
                     f"{', '.join(json.dumps(c) for c in param.choices)})")
     return None

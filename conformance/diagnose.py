@@ -50,7 +50,7 @@ import numpy as np
 
 from conformance import catalog, compare, harness, verdict
 from conformance.numbers import decode_input
-from conformance.results import CaseResult
+from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult
 from refimpl.exact import mp
 from refimpl.validate import InputError
 
@@ -90,21 +90,26 @@ class Diagnosis:
                 "declare": self.declare, "uids": self.uids}
 
 
-def diagnose(results: list[CaseResult], vs, targets, tolerances: compare.Tolerances | None = None) -> list[Diagnosis]:
+def diagnose(results: list[CaseResult], vs, targets, tolerances: compare.Tolerances | None = None,
+             derived: dict | None = None) -> list[Diagnosis]:
     """The diagnoses of every failing (target, objective) of a run. ``targets``: the Targets
-    that ran (by name); ``vs``: the VectorSet the results come from."""
+    that ran (by name); ``vs``: the VectorSet the results come from; ``derived``: {uid: case}
+    of the cases derived at run time (``conformance.derive``), which the set does not hold."""
     tolerances = tolerances or compare.Tolerances({})
     by_name = {t.name: t for t in targets}
     groups = defaultdict(list)
     for r in results:
         # in-process runs only: a distributed case's values come from ranks the tests cannot rerun
-        if r.axis == "conformance" and r.dtype != "-" and not r.partition:
+        # a case not called (its signature) or stopped by a missing module has its own section
+        if (r.axis == "conformance" and r.dtype != "-" and not r.partition
+                and not r.message.startswith((NOT_CALLED, MISSING_MODULE))):
             groups[(r.target, r.objective)].append(r)
     out = []
     for (name, objective), runs in groups.items():
         bad = [r for r in runs if r.status in ("fail", "error")]
         if bad and name in by_name:
             cases = {c.uid: c for c in vs.cases(objective)}
+            cases.update((u, c) for u, c in (derived or {}).items() if c.objective == objective)
             out += _Objective(by_name[name], objective, runs, cases, tolerances, vs).explain(bad)
     return out
 

@@ -49,6 +49,7 @@ class Plan:
     targets: list[Target]
     split: tuple | None        # (option, text, parsed) of --partition / --shard-vocab
     idle: list[str] = field(default_factory=list)   # why each target left out of the run cannot run
+    derived: dict = field(default_factory=dict)      # {uid: VectorCase} derived at run time (conformance.derive)
 
 
 def dtype_list(given) -> list[str]:
@@ -134,10 +135,11 @@ def _asked_of(target: Target, plan: Plan) -> list[str]:
             if g in target.objectives or not any(g in s.objectives for s in siblings)]
 
 
-def _derived(target: Target, vs: VectorSet, sel: Selection) -> tuple[list[CaseResult], list[str]]:
+def _derived(target: Target, vs: VectorSet, sel: Selection, into: dict) -> tuple[list[CaseResult], list[str]]:
     """Judge the target on exact cases derived for each convention combination it declares that
     no committed vector group holds (``conformance.derive``), with a note for each: an objective
-    never drops out of a run silently because its declared setting has no golden vectors."""
+    never drops out of a run silently because its declared setting has no golden vectors. The
+    cases go ``into`` {uid: case}, for the diagnoses."""
     if sel.as_paper:
         return [], []
     results, lines = [], []
@@ -155,6 +157,7 @@ def _derived(target: Target, vs: VectorSet, sel: Selection) -> tuple[list[CaseRe
                              "such combinations of an objective)")
             else:
                 cases, dropped = derive.derive(vs, oid, assignment)
+                into.update((case.uid, case) for case in cases)
                 with harness.single_threaded(target.framework):
                     for case in cases:
                         results += harness.run_case(target, case, dtypes=sel.dtypes or None, device=sel.device,
@@ -194,7 +197,7 @@ def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
                 ran = harness.run(target, vs, device=sel.device, progress=tick,
                                   **{**common, "objective": _asked_of(target, plan)})
         if not split:
-            derived, lines = _derived(target, vs, sel)
+            derived, lines = _derived(target, vs, sel, plan.derived)
             ran += derived
             for line in lines:
                 if note:

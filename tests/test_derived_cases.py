@@ -88,7 +88,7 @@ def test_a_correct_implementation_passes_the_derived_cases(kd_file, tmp_path, ca
 
 def test_a_wrong_implementation_fails_them(kd_file, capsys):
     kd_file.write_text(KD.replace("SCALE_BUG = 1.0", "SCALE_BUG = 2.0"))
-    code, out, err = _check(capsys, "--target", f"{kd_file}:DECLARED", "--objective", HINTON, "--quiet")
+    code, out, err = _check(capsys, "--target", f"{kd_file}:DECLARED", "--objective", HINTON, "--quiet", "--cases")
     assert code == 1 and f"[{derive.GROUP}]" in out
 
 

@@ -189,7 +189,7 @@ def test_failures_are_grouped_under_their_flags_described(tmp_path, capsys):
                     "    return (torch.expm1(r) - r) / 2\n"
                     "T = {'name': 'halved', 'framework': 'torch', 'objectives': {'kl.estimator': kl}}\n")
     assert cli.main(["check", "--target", f"{path}:T", "--objective", "kl.estimator", "--dtype", "float64",
-                     "--quiet"]) == 1
+                     "--quiet", "--cases"]) == 1
     out = capsys.readouterr().out
     notes = json.loads((cli.default_dir() / "kl" / "estimator.json").read_text())["notes"]
     headers = [line.strip() for line in out.splitlines() if line.startswith("  [")]

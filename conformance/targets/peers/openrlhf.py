@@ -183,8 +183,12 @@ def _kl_float32_shows(case, dtype: str, tolerance) -> bool:
     loss = np.asarray(decode_exact(case.test["expected"]["loss"]), dtype=np.float64)
     grad = np.asarray(decode_exact(case.test["grads"]["logp"]), dtype=np.float64)
     beta = declared["beta"]
+    # kl_loss * kl_ctl multiplies a float32 tensor: β is rounded to float32 and the product too
+    beta32 = np.float32(beta)
+    kl32 = np.float64(beta32 * np.float32(v32))
+    grad32 = np.asarray(beta32 * np.asarray(g32, dtype=np.float32), dtype=np.float64)
     return deviation_shows(tolerance, {"loss": loss, "grad:logp": grad},
-                           {"loss": loss + beta * (v32 - v64), "grad:logp": grad + beta * (g32 - g64)})
+                           {"loss": loss + kl32 - beta * v64, "grad:logp": grad + grad32 - beta * g64})
 
 
 _LOG_RATIO_CLAMP = Finding(
