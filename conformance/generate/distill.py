@@ -47,6 +47,7 @@ from conformance.generate.distill_inputs import (
     pair_edges,
     pair_inputs,
     random_labels,
+    random_pairs,
     shape_nv,
     softmax_case,
     support_sets,
@@ -427,25 +428,6 @@ def _hinton_cross_entropy_cases() -> list[Case]:
 
 # ----------------------------------------------------------------------------- token_kl and generalized_jsd
 
-def _random_pairs(obj, group, conv, params_of, seed0, count, extra_flags=()) -> list[Case]:
-    out = []
-    for i in range(count):
-        seed = seed0 + i
-        r = S.rng(seed)
-        n, v = shape_nv(r)
-        spread = float(r.choice([1.0, 3.0, 6.0]))
-        T = float(r.choice(TEMPERATURES))
-        params = params_of(T, r)
-        f32 = i % 2 == 0
-        z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-        desc = ", ".join(f"{'β' if k == 'beta' else k}={val:g}" for k, val in params.items() if k != "temperature")
-        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra_flags,
-                              f"random N={n}, V={v}, σ={spread:g}, T={T:g}" + (f", {desc}" if desc else "")
-                              + (", float32" if f32 else ""), seed,
-                              "normal logits; teacher independent or student + N(0,1)"))
-    return out
-
-
 def _large_pairs(obj, group, conv, params_of, seed0, extra_flags=(), sizes=None):
     out = []
     sizes = sizes or ((1024, 2, 1.0), (4096, 1, 2.0))
@@ -478,7 +460,7 @@ def _token_kl_cases() -> list[Case]:
     for direction, group, seed0, extra in (("reverse", "paper", 9000, ()),
                                            ("forward", "forward", 9500, ("ForwardKL",))):
         conv = {"direction": direction}
-        out += _random_pairs(TKL, group, conv, lambda T, r: {"temperature": T}, seed0, 28, extra)
+        out += random_pairs(TKL, group, conv, lambda T, r: {"temperature": T}, seed0, 28, extra)
         out += _large_pairs(TKL, group, conv, lambda T: {"temperature": T}, seed0 + 100, extra,
                             sizes=None if group == "paper" else ((2048, 1, 1.0),))
         out += pair_edges(TKL, group, conv, lambda T: {"temperature": T}, direction, seed0 + 200, extra)
@@ -513,7 +495,7 @@ def _token_kl_cross_entropy_cases() -> list[Case]:
                 conventions=conv, group="cross-entropy", flags=("Article",) + flags,
                 comment="−Σ p log q for teacher (0.8, 0.2), student (0.4, 0.6): KL(p‖q) 0.3348 + H(p) 0.5004 = 0.8352",
                 provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
-    out += _random_pairs(TKL, "cross-entropy", conv, lambda T, r: {"temperature": T}, 9800, 14, flags)
+    out += random_pairs(TKL, "cross-entropy", conv, lambda T, r: {"temperature": T}, 9800, 14, flags)
     out += pair_edges(TKL, "cross-entropy", conv, lambda T: {"temperature": T}, "forward", 9900, flags)
     return out
 
@@ -548,7 +530,7 @@ def _symmetric_kl_cases() -> list[Case]:
                         group="symmetric", flags=("Article",), comment=f"teacher (0.8, 0.2), student (0.4, 0.6), {why}",
                         provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT)))
     weights = (0.0, 0.1, 0.5, 0.9, 1.0)
-    out += _random_pairs(SYM, "symmetric", {}, lambda T, r: {"forward_weight": float(r.choice(weights)), "temperature": T},
+    out += random_pairs(SYM, "symmetric", {}, lambda T, r: {"forward_weight": float(r.choice(weights)), "temperature": T},
                          11000, 28)
     out += _large_pairs(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, 11100,
                         sizes=((2048, 1, 1.0),))
@@ -588,7 +570,7 @@ def _jsd_cases() -> list[Case]:
     out = []
     for endpoints, group, seed0 in (("limit", "paper", 10000), ("kl", "kl-endpoints", 10500)):
         conv = {"endpoints": endpoints}
-        out += _random_pairs(JSD, group, conv, lambda T, r: {"beta": float(r.choice(BETAS)), "temperature": T},
+        out += random_pairs(JSD, group, conv, lambda T, r: {"beta": float(r.choice(BETAS)), "temperature": T},
                              seed0, 24)
         out += _large_pairs(JSD, group, conv, lambda T: {"beta": 0.5, "temperature": T}, seed0 + 100,
                             sizes=None if group == "paper" else ((2048, 1, 1.0),))

@@ -166,6 +166,37 @@ def pair_case(obj, z, t, params, conv, group, flags, comment, seed, recipe, low=
                 flags=flags, comment=comment, low_precision=low, provenance=generated(seed, recipe))
 
 
+def random_pairs(obj, group, conv, params_of, seed0, count, extra_flags=(), accept=None, describe=None) -> list[Case]:
+    """``count`` random pairs (half float32): shape, spread and T from the case's seed, then
+    ``params_of(T, r)``. ``accept(z, t, params, f32)`` redraws with the next spare seed
+    (seed0 + count + …) until it holds; ``describe(params)`` is what the comment says of the
+    params (default: each one but the temperature)."""
+    out, spare = [], seed0 + count
+    for i in range(count):
+        seed = seed0 + i
+        while True:
+            r = S.rng(seed)
+            n, v = shape_nv(r)
+            spread = float(r.choice([1.0, 3.0, 6.0]))
+            T = float(r.choice(TEMPERATURES))
+            params = params_of(T, r)
+            f32 = i % 2 == 0
+            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+            if accept is None or accept(z, t, params, f32):
+                break
+            seed, spare = spare, spare + 1
+        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra_flags,
+                             f"random N={n}, V={v}, σ={spread:g}, T={T:g}" + (describe or _describe)(params)
+                             + (", float32" if f32 else ""), seed,
+                             "normal logits; teacher independent or student + N(0,1)"))
+    return out
+
+
+def _describe(params) -> str:
+    desc = ", ".join(f"{'β' if k == 'beta' else k}={val:g}" for k, val in params.items() if k != "temperature")
+    return f", {desc}" if desc else ""
+
+
 def support_sets(kind: str) -> list[tuple]:
     """(student, teacher, comment) −inf sets with a finite divergence for ``kind``:
     'reverse' needs supp q ⊆ supp p, 'forward' supp p ⊆ supp q, 'any' (0 < β < 1) neither,

@@ -31,13 +31,6 @@ LOW_ELEMS = 512          # B·T of a random case (the large case: 8 × 256)
 LOW_RANDOM = 48
 
 
-def _low_shape(r, i: int, rows_max: int = 16) -> tuple[int, int]:
-    if i == LOW_RANDOM - 1:
-        return 8, 256
-    t = int(r.choice(LOW_LENGTHS))
-    return max(1, min(int(r.integers(1, rows_max + 1)), LOW_ELEMS // t)), t
-
-
 def _low_adv_cases() -> list[Case]:
     out = []
     kinds = ("binary", "graded", "normal", "offset")
@@ -149,7 +142,7 @@ def _low_agg_cases() -> list[Case]:
         seed, grid = 23400 + i, S.low_grid(i)
         group = groups[i % len(groups)]
         r = S.rng(seed)
-        b, t = _low_shape(r, i)
+        b, t = S.low_shape(r, LOW_LENGTHS, i == LOW_RANDOM - 1, LOW_ELEMS)
         sigma = float(r.choice([0.01, 1.0, 100.0]))
         values = S.in_low(r.normal(0, sigma, (b, t)).tolist(), grid)
         mask = S.mask(r, b, t)
@@ -193,7 +186,7 @@ def _low_loss_cases() -> list[Case]:
         group = groups[i % len(groups)]
         conv = LOSS_GROUPS[group]
         r = S.rng(seed)
-        b, t = _low_shape(r, i)
+        b, t = S.low_shape(r, LOW_LENGTHS, i == LOW_RANDOM - 1, LOW_ELEMS)
         eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
         beta = float(r.choice([0.04, 0.001, 0.1] + ([0.0] if group.startswith("trl") else [])))
         params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
