@@ -99,18 +99,18 @@ def _skew_cases() -> list[Case]:
             r = S.rng(seed0 + 100 + k)
             z, t = pair_inputs(r, n, v, 4.0, False, True)
             out.append(pair_case(SKL, z, t, {"alpha": 0.1, "temperature": T}, conv, group, ("Large",) + extra,
-                                  f"V={v}, N={n}, T={T:g}, α = 0.1, float32", seed0 + 100 + k,
-                                  "normal logits; teacher = student + N(0,1)"))
+                                 f"V={v}, N={n}, T={T:g}, α = 0.1, float32", seed0 + 100 + k,
+                                 "normal logits; teacher = student + N(0,1)"))
         out += pair_edges(SKL, group, conv, lambda T: {"alpha": 0.1, "temperature": T}, "any", seed0 + 200, extra,
-                           low_params_of=lambda T, k: {"alpha": (0.1, 0.5, 0.25, 0.9)[k], "temperature": T})
+                          low_params_of=lambda T, k: {"alpha": (0.1, 0.5, 0.25, 0.9)[k], "temperature": T})
         for k, (alpha, flag) in enumerate(((1.0, "SkewAlphaOne"), (1e-6, "SkewAlphaSmall"), (0.01, "SkewAlphaSmall"))):
             r = S.rng(seed0 + 300 + k)
             z, t = pair_inputs(r, 4, 10, 3.0, True, k != 1)
             out.append(pair_case(SKL, z, t, {"alpha": alpha, "temperature": 1.0}, conv, group, (flag,) + extra,
-                                  f"α = {alpha!r}", seed0 + 300 + k, "normal logits"))
+                                 f"α = {alpha!r}", seed0 + 300 + k, "normal logits"))
             zs, ts, why = support_sets("any")[2]
             out.append(pair_case(SKL, zs, ts, {"alpha": alpha, "temperature": 1.0}, conv, group,
-                                  (flag, "NegInfLogits") + extra, f"α = {alpha!r}: {why}", seed0 + 310 + k, "fixed"))
+                                 (flag, "NegInfLogits") + extra, f"α = {alpha!r}: {why}", seed0 + 310 + k, "fixed"))
     groups = [(group, {"direction": d}, "any", lambda T, r: {"alpha": float(r.choice(ALPHAS_SKEW)), "temperature": T},
                lambda T: {"alpha": 0.25, "temperature": T})
               for group, d in (("paper", "forward"), ("reverse", "reverse"))]

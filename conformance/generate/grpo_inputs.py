@@ -1,6 +1,7 @@
 """What the GRPO vectors are built from: the objective ids, each objective's convention groups,
 the parameter grids, random inputs kept away from kinks, cotangents, and the case constructors
-shared by the binary64/float32 cases (``grpo``) and the low-precision ones (``grpo_low``)."""
+that the family's case modules share (``grpo``, ``grpo_loss``, ``grpo_gated``, ``grpo_low``); the
+tolerance scales are in ``grpo_scales``."""
 from __future__ import annotations
 
 import math
@@ -234,8 +235,8 @@ def low_loss_case(group, gi, seed, params=None, sequence=False) -> Case:
     lp = (sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
           else loss_away(lp, old, ref, params, conv, dtype))
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
-                      low=True)
+                     params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
+                     low=True)
 
 
 def _kl_value(x: float, kind: str) -> float:

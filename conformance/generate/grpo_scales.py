@@ -202,9 +202,9 @@ def _sequence_loss_scale(kwargs):
     old_all = [[mpmath.mpf(x) for x in row] for row in kwargs["old_logp"]]
     adv_all = [mpmath.mpf(a) for a in kwargs["advantages"]]
     logs = row_log_ratios(lp_all, old_all, kwargs["mask"], adv_all,
-                           {"eps_low": mpmath.mpf(kwargs["eps_low"]),
-                            "eps_high": None if kwargs["eps_high"] is None else mpmath.mpf(kwargs["eps_high"])},
-                           kwargs)
+                          {"eps_low": mpmath.mpf(kwargs["eps_low"]),
+                           "eps_high": None if kwargs["eps_high"] is None else mpmath.mpf(kwargs["eps_high"])},
+                          kwargs)
     value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
     for i, row in enumerate(w):
         on = [j for j, wt in enumerate(row) if wt]
