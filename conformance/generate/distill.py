@@ -256,6 +256,23 @@ def _softmax_cases() -> list[Case]:
 
 # ----------------------------------------------------------------------------- distill.hinton
 
+_RANDOM_RECIPE = "normal logits; teacher independent or student + N(0,1)"
+
+
+def _random_hinton_inputs(seed: int, i: int):
+    """(z, t, labels, T, α, comment) of the i-th random Hinton case, drawn from ``seed``; even i
+    on the float32 grid, every third teacher independent of the student."""
+    r = S.rng(seed)
+    n, v = shape_nv(r)
+    spread = float(r.choice([1.0, 3.0, 6.0]))
+    T = float(r.choice(TEMPERATURES))
+    alpha = float(r.choice(ALPHAS))
+    f32 = i % 2 == 0
+    z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+    comment = f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else "")
+    return z, t, random_labels(r, n, v), T, alpha, comment
+
+
 def _hinton_cases() -> list[Case]:
     out = []
     for group in ("paper", "no-t2"):
@@ -270,18 +287,8 @@ def _hinton_cases() -> list[Case]:
     for group, count in (("paper", 26), ("no-t2", 20)):
         for i in range(count):
             seed = base[group] + i
-            r = S.rng(seed)
-            n, v = shape_nv(r)
-            spread = float(r.choice([1.0, 3.0, 6.0]))
-            T = float(r.choice(TEMPERATURES))
-            alpha = float(r.choice(ALPHAS))
-            f32 = i % 2 == 0
-            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-            y = random_labels(r, n, v)
-            out.append(hinton_case(z, t, y, T, alpha, group, ("Random",),
-                                   f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}"
-                                   + (", float32" if f32 else ""), seed,
-                                   "normal logits; teacher independent or student + N(0,1)"))
+            z, t, y, T, alpha, comment = _random_hinton_inputs(seed, i)
+            out.append(hinton_case(z, t, y, T, alpha, group, ("Random",), comment, seed, _RANDOM_RECIPE))
     for k, (v, n, T) in enumerate(((1024, 2, 2.0), (4096, 1, 1.0))):
         seed = 8200 + k
         r = S.rng(seed)
@@ -394,17 +401,8 @@ def _hinton_cross_entropy_cases() -> list[Case]:
                 comment="teacher (0.8, 0.2), student (0.4, 0.6), α = 1: −Σ p log q = KL 0.3348 + H(p) 0.5004 "
                         "= 0.8352", provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
     for i in range(14):
-        seed = 8500 + i
-        r = S.rng(seed)
-        n, v = shape_nv(r)
-        spread = float(r.choice([1.0, 3.0, 6.0]))
-        T = float(r.choice(TEMPERATURES))
-        alpha = float(r.choice(ALPHAS))
-        f32 = i % 2 == 0
-        z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-        out.append(_hin_ce(z, t, random_labels(r, n, v), T, alpha, ("Random",),
-                           f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else ""),
-                           seed, "normal logits; teacher independent or student + N(0,1)"))
+        z, t, y, T, alpha, comment = _random_hinton_inputs(8500 + i, i)
+        out.append(_hin_ce(z, t, y, T, alpha, ("Random",), comment, 8500 + i, _RANDOM_RECIPE))
     r = S.rng(8520)
     z = S.logits(r, (4, 8), 3.0)
     z[1] = [1.25] * 8

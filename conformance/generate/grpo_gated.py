@@ -13,6 +13,7 @@ from conformance.generate.grpo_inputs import (
     GATED_LOSS_GROUPS,
     LOSS,
     dtype_of,
+    empty_rows_case,
     loss_away,
     loss_case,
     low_loss_case,
@@ -116,21 +117,7 @@ def _fixed_cases(group, gi) -> list[Case]:
     out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
                                  "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, _params(conv, 0, 0.04), ("ExtremeRatio",),
                           "token log-ratios ±30 and ±0.125", 0, "fixed"))
-    # Rows without tokens.
-    seed = 41300 + gi
-    r = S.rng(seed)
-    lp = S.logprobs(r, (5, 6))
-    old = S.logprobs_near(r, lp, 0.1)
-    ref = S.logprobs_near(r, lp, 0.3)
-    params = _params(conv, 0, 0.04)
-    lp = loss_away(lp, old, ref, params, conv, None)
-    seq_mean = conv["aggregation"] != "token-mean"
-    out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                 "advantages": r.normal(0, 1, 5).tolist(),
-                                 "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
-                          ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                          "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                          result="acceptable" if seq_mean else "valid"))
+    out.append(empty_rows_case(group, 41300 + gi, _params(conv, 0, 0.04)))
     return out
 
 

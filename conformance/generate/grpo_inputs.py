@@ -267,6 +267,22 @@ def loss_away(lp, old, ref, params, conv, dtype):
     return lp
 
 
+def empty_rows_case(group, seed, params) -> Case:
+    """Random [5, 6] inputs with rows 1 and 3 emptied, kept off the kinks: a token mean leaves those
+    rows out, and under a per-sequence mean the papers' 0/0 is implementation-defined (acceptable)."""
+    conv = loss_conventions(group)
+    r = S.rng(seed)
+    lp = S.logprobs(r, (5, 6))
+    old = S.logprobs_near(r, lp, 0.1)
+    ref = S.logprobs_near(r, lp, 0.3)
+    lp = loss_away(lp, old, ref, params, conv, None)
+    seq_mean = conv["aggregation"] != "token-mean"
+    return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": r.normal(0, 1, 5).tolist(),
+                             "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
+                     ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",), "rows 1 and 3 without tokens",
+                     seed, "logprobs; ragged mask with emptied rows", result="acceptable" if seq_mean else "valid")
+
+
 def row_log_ratios(lp, old, mask, adv, params, conv):
     """Per row: the log-ratios its sequence ratio averages (GMPO: after its log-space clip)."""
     lo = params.get("eps_low", 0.2)

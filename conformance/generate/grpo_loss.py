@@ -16,6 +16,7 @@ from conformance.generate.grpo_inputs import (
     LOSS_GROUPS,
     SEQUENCE_LOSS_GROUPS,
     dtype_of,
+    empty_rows_case,
     loss_away,
     loss_case,
     loss_conventions,
@@ -342,7 +343,6 @@ def library_cases() -> list[Case]:
     for k, group in enumerate(LIBRARY_LOSS_GROUPS):
         gi = 100 + k
         conv = LIBRARY_LOSS_GROUPS[group]
-        seq_mean = conv["aggregation"] != "token-mean"
         if conv["ratio_level"] != "token":
             for i in range(6):
                 out.append(_random_sequence_loss(group, gi, i))
@@ -371,18 +371,7 @@ def library_cases() -> list[Case]:
                                   "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
         else:
             out.append(_random_loss(group, gi, 7))
-        seed = 32100 + k
-        r = S.rng(seed)
-        lp = S.logprobs(r, (5, 6))
-        old = S.logprobs_near(r, lp, 0.1)
-        ref = S.logprobs_near(r, lp, 0.3)
-        lp = loss_away(lp, old, ref, {}, conv, None)
-        out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                     "advantages": r.normal(0, 1, 5).tolist(),
-                                     "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, {"beta": 0.1},
-                              ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if seq_mean else "valid"))
+        out.append(empty_rows_case(group, 32100 + k, {"beta": 0.1}))
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
     bad = [
