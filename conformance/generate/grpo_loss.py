@@ -25,7 +25,7 @@ from conformance.generate.grpo_inputs import (
 )
 
 
-# ============================================================================ loss
+# ============================================================================ token ratios
 
 
 def _random_loss(group, gi, i, big=False) -> Case:

@@ -1,6 +1,6 @@
 """Tolerance scales of the GRPO vectors: for each objective, the magnitude that rounding errors
-scale with (``SCALES``, read by ``conformance.generate.build`` for the tolerance policy of
-conformance/compare.py). Anything a scale leaves out defaults to the largest |value|."""
+scale with (``SCALES``: ``conformance.generate`` hands each case's to ``build.build_test``, for the
+tolerance policy of conformance/compare.py). Anything a scale leaves out defaults to the largest |value|."""
 from __future__ import annotations
 
 import mpmath
