@@ -7,7 +7,8 @@ and ``endpoints`` (generalized_jsd); one group per convention set. ``temperature
 arguments and vary inside a group. Cotangents are nonzero multiples of 1/64 in [−2, 2] (exact in
 every dtype, so a low-precision target receives exactly the cotangent the gradient was computed
 with), drawn from a hash of the case's inputs and parameters so that the scale functions, which
-see only those, can rebuild them. The tolerance scales are explained above ``SCALES``.
+see only those, can rebuild them. The tolerance scales of every distill objective, and the
+reasoning behind them, are in ``distill_scales``.
 """
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ from conformance.generate.distill_inputs import (
     pair_edges,
     pair_inputs,
     random_labels,
+    random_pairs,
     shape_nv,
     softmax_case,
     support_sets,
@@ -196,38 +198,39 @@ def _softmax_cases() -> list[Case]:
         z = S.logits(r, lead + (v,), spread)
         z = maybe_f32(z, i % 2 == 0)
         out.append(softmax_case(z, T, ("Random",), f"random shape {lead + (v,)}, σ={spread:g}, T={T:g}"
-                       + (", float32" if i % 2 == 0 else ""), seed, "normal logits"))
+                                + (", float32" if i % 2 == 0 else ""), seed, "normal logits"))
     for k, (v, n, T) in enumerate(((1024, 2, 1.0), (4096, 1, 2.0))):
         seed = 7100 + k
         r = S.rng(seed)
         z = S.in_dtype(S.logits(r, (n, v), 4.0), "float32")
         out.append(softmax_case(z, T, ("Large",), f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits"))
     out.append(softmax_case([[0.5] * 7], 1.0, ("Ties",),
-                   "a uniform row (V = 7)", 7200, "fixed"))
+                            "a uniform row (V = 7)", 7200, "fixed"))
     out.append(softmax_case([[3.0, 3.0, -1.0, 2.0], [-2.0, 5.0, 5.0, 5.0]], 0.5, ("Ties",),
-                   "tied maxima", 7201, "fixed"))
+                            "tied maxima", 7201, "fixed"))
     out.append(softmax_case(HUGE_STUDENT, 1.0, ("HugeLogits",), "logits ±1e4, T = 1", 7210, "fixed"))
     out.append(softmax_case(HUGE_TEACHER, 2.0, ("HugeLogits",), "logits ±1e4, T = 2", 7211, "fixed"))
     out.append(softmax_case(HUGE_TINY_STUDENT, 1e-3, ("HugeLogits", "TinyTemperature"),
-                   "logits ±1e4 differing by 2^-10, T = 1e-3", 7212, "fixed"))
+                            "logits ±1e4 differing by 2^-10, T = 1e-3", 7212, "fixed"))
     tiny = [[0.5, 0.501, 0.4995, -3.0, 0.5005], [1.0, 1.002, 0.999, 1.0, 0.0]]
     out.append(softmax_case(tiny, 1e-3, ("TinyTemperature",), "logits 1e-3 apart, T = 1e-3", 7220, "fixed"))
-    out.append(softmax_case(S.in_dtype(tiny, "float32"), 1e-3, ("TinyTemperature",), "logits 1e-3 apart, T = 1e-3, float32",
-                   7221, "fixed"))
+    out.append(softmax_case(S.in_dtype(tiny, "float32"), 1e-3, ("TinyTemperature",),
+                            "logits 1e-3 apart, T = 1e-3, float32", 7221, "fixed"))
     r = S.rng(7222)
-    out.append(softmax_case(S.in_dtype(S.logits(r, (4, 16), 3.0), "float32"), 1e-3, ("TinyTemperature", "NearDeterministic"),
-                   "normal logits at T = 1e-3: one-hot rows", 7222, "normal logits"))
+    out.append(softmax_case(S.in_dtype(S.logits(r, (4, 16), 3.0), "float32"), 1e-3,
+                            ("TinyTemperature", "NearDeterministic"),
+                            "normal logits at T = 1e-3: one-hot rows", 7222, "normal logits"))
     out.append(softmax_case(NI_STUDENT_B, 1.0, ("NegInfLogits",), "−inf logits, one row with a single possible token",
-                   7230, "fixed"))
-    out.append(softmax_case([[-INF, 2.0, -INF], [0.0, -INF, 0.0]], 0.5, ("NegInfLogits", "Ties"), "−inf logits with ties",
-                   7231, "fixed"))
+                            7230, "fixed"))
+    out.append(softmax_case([[-INF, 2.0, -INF], [0.0, -INF, 0.0]], 0.5, ("NegInfLogits", "Ties"),
+                            "−inf logits with ties", 7231, "fixed"))
     for k, T in enumerate((0.5, 2.0)):
         r = S.rng(7240 + k)
         z, _ = near_deterministic(r, 3, 9, T, True)
-        out.append(softmax_case(maybe_f32(z, k == 1), T, ("NearDeterministic",), f"top logit 38·T above the rest, T = {T:g}",
-                       7240 + k, "normal logits"))
+        out.append(softmax_case(maybe_f32(z, k == 1), T, ("NearDeterministic",),
+                                f"top logit 38·T above the rest, T = {T:g}", 7240 + k, "normal logits"))
     out.append(softmax_case([[0.25, -1.5, 3.0, 3.0 + 2 ** -40, 1.0]], 1.0, ("Ties",),
-                   "two maxima 2^-40 apart (binary64)", 7202, "fixed"))
+                            "two maxima 2^-40 apart (binary64)", 7202, "fixed"))
     for k, dtype in enumerate(("bfloat16", "float16", "bfloat16", "float16")):
         seed = 7250 + k
         r = S.rng(seed)
@@ -235,7 +238,7 @@ def _softmax_cases() -> list[Case]:
         T = (1.0, 0.5, 2.0, 1.0)[k]
         z = S.in_dtype(clip_logits(S.logits(r, (4, v), 5.0), 20.0), dtype)
         out.append(softmax_case(z, T, ("LowPrecision",), f"logits exact in {dtype}, V={v}, T={T:g}", seed,
-                       f"normal logits clipped to ±20, rounded to {dtype}", low=True))
+                                f"normal logits clipped to ±20, rounded to {dtype}", low=True))
     bad = [
         ([1.0, 2.0], {"temperature": 0.0}, "T = 0"),
         ([1.0, 2.0], {"temperature": -1.0}, "T < 0"),
@@ -253,6 +256,23 @@ def _softmax_cases() -> list[Case]:
 
 # ----------------------------------------------------------------------------- distill.hinton
 
+_RANDOM_RECIPE = "normal logits; teacher independent or student + N(0,1)"
+
+
+def _random_hinton_inputs(seed: int, i: int):
+    """(z, t, labels, T, α, comment) of the i-th random Hinton case, drawn from ``seed``; even i
+    on the float32 grid, every third teacher independent of the student."""
+    r = S.rng(seed)
+    n, v = shape_nv(r)
+    spread = float(r.choice([1.0, 3.0, 6.0]))
+    T = float(r.choice(TEMPERATURES))
+    alpha = float(r.choice(ALPHAS))
+    f32 = i % 2 == 0
+    z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+    comment = f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else "")
+    return z, t, random_labels(r, n, v), T, alpha, comment
+
+
 def _hinton_cases() -> list[Case]:
     out = []
     for group in ("paper", "no-t2"):
@@ -267,66 +287,58 @@ def _hinton_cases() -> list[Case]:
     for group, count in (("paper", 26), ("no-t2", 20)):
         for i in range(count):
             seed = base[group] + i
-            r = S.rng(seed)
-            n, v = shape_nv(r)
-            spread = float(r.choice([1.0, 3.0, 6.0]))
-            T = float(r.choice(TEMPERATURES))
-            alpha = float(r.choice(ALPHAS))
-            f32 = i % 2 == 0
-            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-            y = random_labels(r, n, v)
-            out.append(hinton_case(z, t, y, T, alpha, group, ("Random",),
-                            f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else ""),
-                            seed, "normal logits; teacher independent or student + N(0,1)"))
+            z, t, y, T, alpha, comment = _random_hinton_inputs(seed, i)
+            out.append(hinton_case(z, t, y, T, alpha, group, ("Random",), comment, seed, _RANDOM_RECIPE))
     for k, (v, n, T) in enumerate(((1024, 2, 2.0), (4096, 1, 1.0))):
         seed = 8200 + k
         r = S.rng(seed)
         z, t = pair_inputs(r, n, v, 4.0, False, True)
-        out.append(hinton_case(z, t, random_labels(r, n, v), T, 0.5, "paper", ("Large",), f"V={v}, N={n}, T={T:g}, float32",
-                        seed, "normal logits; teacher = student + N(0,1)"))
+        out.append(hinton_case(z, t, random_labels(r, n, v), T, 0.5, "paper", ("Large",),
+                               f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits; teacher = student + N(0,1)"))
     for group in ("paper", "no-t2"):
         g = 0 if group == "paper" else 50
         r = S.rng(8300 + g)
         z = S.logits(r, (4, 8), 3.0)
         z[1] = [1.25] * 8
         z[2][3] = z[2][5] = max(z[2]) + 1.0
-        out.append(hinton_case(z, [row[:] for row in z], random_labels(r, 4, 8), 2.0, 0.5, group, ("EqualInputs", "Ties"),
-                        "teacher = student (KL 0): loss = (1 − α)·CE; a uniform row and a tied maximum", 8300 + g,
-                        "normal logits"))
+        out.append(hinton_case(z, [row[:] for row in z], random_labels(r, 4, 8), 2.0, 0.5, group,
+                               ("EqualInputs", "Ties"),
+                               "teacher = student (KL 0): loss = (1 − α)·CE; a uniform row and a tied maximum",
+                               8300 + g, "normal logits"))
         out.append(hinton_case(HUGE_STUDENT, HUGE_TEACHER, [0, 3, 4], 1.0, 0.5, group, ("HugeLogits",),
-                        "logits ±1e4, T = 1", 8301 + g, "fixed"))
+                               "logits ±1e4, T = 1", 8301 + g, "fixed"))
         out.append(hinton_case(HUGE_STUDENT, HUGE_TEACHER, [3, 2, 1], 2.0, 0.9, group, ("HugeLogits",),
-                        "logits ±1e4, T = 2, α = 0.9 (row 1: label probability e^-2e4, cross-entropy ≈ 2e4)",
-                        8302 + g, "fixed"))
+                               "logits ±1e4, T = 2, α = 0.9 (row 1: label probability e^-2e4, cross-entropy ≈ 2e4)",
+                               8302 + g, "fixed"))
         out.append(hinton_case(HUGE_TINY_STUDENT, HUGE_TINY_TEACHER, [0, 1, 2], 1e-3, 0.5, group,
-                        ("HugeLogits", "TinyTemperature"), "logits ±1e4 differing by 2^-10, T = 1e-3", 8303 + g,
-                        "fixed"))
+                               ("HugeLogits", "TinyTemperature"), "logits ±1e4 differing by 2^-10, T = 1e-3", 8303 + g,
+                               "fixed"))
         r = S.rng(8304 + g)
         z, t = pair_inputs(r, 5, 10, 3.0, True, True)
         out.append(hinton_case(z, t, random_labels(r, 5, 10), 1e-3, 0.5, group, ("TinyTemperature",),
-                        "normal logits at T = 1e-3 (near one-hot rows), float32", 8304 + g, "normal logits"))
+                               "normal logits at T = 1e-3 (near one-hot rows), float32", 8304 + g, "normal logits"))
         out.append(hinton_case(NI_STUDENT_A, NI_TEACHER_A, NI_LABELS_A, 1.0, 0.5, group, ("NegInfLogits",),
-                        "−inf at the same tokens on both sides", 8305 + g, "fixed"))
+                               "−inf at the same tokens on both sides", 8305 + g, "fixed"))
         out.append(hinton_case(NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.5, group, ("NegInfLogits",),
-                        "teacher −inf where the student is finite (p = 0 terms)", 8306 + g, "fixed"))
+                               "teacher −inf where the student is finite (p = 0 terms)", 8306 + g, "fixed"))
         for f32 in (False, True):
             r = S.rng(8307 + g + f32)
             z, t = cancellation_inputs(r, 4, 16, f32)
             out.append(hinton_case(z, t, random_labels(r, 4, 16), 1.0, 1.0, group, ("Cancellation",),
-                            "teacher = student + " + ("one float32 spacing" if f32 else "1e-7 noise") + ", α = 1",
-                            8307 + g + f32, "normal logits + tiny noise"))
+                                   "teacher = student + " + ("one float32 spacing" if f32 else "1e-7 noise")
+                                   + ", α = 1", 8307 + g + f32, "normal logits + tiny noise"))
         for k, same in enumerate((True, False)):
             r = S.rng(8312 + g + k)
             z, t = near_deterministic(r, 3, 12, 1.0, same)
             out.append(hinton_case(z, t, random_labels(r, 3, 12), 1.0, 0.5, group, ("NearDeterministic",),
-                            "one-hot-like rows, " + ("the same" if same else "different") + " top tokens",
-                            8312 + g + k, "normal logits + 38·T at one token"))
+                                   "one-hot-like rows, " + ("the same" if same else "different") + " top tokens",
+                                   8312 + g + k, "normal logits + 38·T at one token"))
         r = S.rng(8310 + g)
         z, t = pair_inputs(r, 6, 8, 3.0, True, False)
-        out.append(hinton_case(z, t, random_labels(r, 6, 8), 2.0, 0.0, group, ("AlphaEndpoint",), "α = 0: cross-entropy only",
-                        8310 + g, "normal logits"))
-        out.append(hinton_case(z, t, random_labels(r, 6, 8), 2.0, 1.0, group, ("AlphaEndpoint",), "α = 1: distillation only",
-                        8311 + g, "normal logits"))
+        out.append(hinton_case(z, t, random_labels(r, 6, 8), 2.0, 0.0, group, ("AlphaEndpoint",),
+                               "α = 0: cross-entropy only", 8310 + g, "normal logits"))
+        out.append(hinton_case(z, t, random_labels(r, 6, 8), 2.0, 1.0, group, ("AlphaEndpoint",),
+                               "α = 1: distillation only", 8311 + g, "normal logits"))
         for k, dtype in enumerate(("bfloat16", "float16")):
             seed = 8320 + g + k
             r = S.rng(seed)
@@ -335,8 +347,8 @@ def _hinton_cases() -> list[Case]:
             z = S.in_dtype(clip_logits(S.logits(r, (8, v), 4.0), 20.0), dtype)
             t = S.in_dtype(clip_logits(S.near(r, z, 1.5), 20.0), dtype)
             out.append(hinton_case(z, t, random_labels(r, 8, v), T, 0.5, group, ("LowPrecision",),
-                            f"logits exact in {dtype}, V={v}, T={T:g}", seed,
-                            f"normal logits clipped to ±20, rounded to {dtype}", low=True))
+                                   f"logits exact in {dtype}, V={v}, T={T:g}", seed,
+                                   f"normal logits clipped to ±20, rounded to {dtype}", low=True))
     ok_z, ok_t, ok_y = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]], [1, 2]
     bad = [
         (ok_z, ok_t, ok_y, {"temperature": 0.0}, {}, "T = 0", "InvalidInput"),
@@ -389,17 +401,8 @@ def _hinton_cross_entropy_cases() -> list[Case]:
                 comment="teacher (0.8, 0.2), student (0.4, 0.6), α = 1: −Σ p log q = KL 0.3348 + H(p) 0.5004 "
                         "= 0.8352", provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
     for i in range(14):
-        seed = 8500 + i
-        r = S.rng(seed)
-        n, v = shape_nv(r)
-        spread = float(r.choice([1.0, 3.0, 6.0]))
-        T = float(r.choice(TEMPERATURES))
-        alpha = float(r.choice(ALPHAS))
-        f32 = i % 2 == 0
-        z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-        out.append(_hin_ce(z, t, random_labels(r, n, v), T, alpha, ("Random",),
-                           f"random N={n}, V={v}, σ={spread:g}, T={T:g}, α={alpha:g}" + (", float32" if f32 else ""),
-                           seed, "normal logits; teacher independent or student + N(0,1)"))
+        z, t, y, T, alpha, comment = _random_hinton_inputs(8500 + i, i)
+        out.append(_hin_ce(z, t, y, T, alpha, ("Random",), comment, 8500 + i, _RANDOM_RECIPE))
     r = S.rng(8520)
     z = S.logits(r, (4, 8), 3.0)
     z[1] = [1.25] * 8
@@ -427,25 +430,6 @@ def _hinton_cross_entropy_cases() -> list[Case]:
 
 # ----------------------------------------------------------------------------- token_kl and generalized_jsd
 
-def _random_pairs(obj, group, conv, params_of, seed0, count, extra_flags=()) -> list[Case]:
-    out = []
-    for i in range(count):
-        seed = seed0 + i
-        r = S.rng(seed)
-        n, v = shape_nv(r)
-        spread = float(r.choice([1.0, 3.0, 6.0]))
-        T = float(r.choice(TEMPERATURES))
-        params = params_of(T, r)
-        f32 = i % 2 == 0
-        z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-        desc = ", ".join(f"{'β' if k == 'beta' else k}={val:g}" for k, val in params.items() if k != "temperature")
-        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra_flags,
-                              f"random N={n}, V={v}, σ={spread:g}, T={T:g}" + (f", {desc}" if desc else "")
-                              + (", float32" if f32 else ""), seed,
-                              "normal logits; teacher independent or student + N(0,1)"))
-    return out
-
-
 def _large_pairs(obj, group, conv, params_of, seed0, extra_flags=(), sizes=None):
     out = []
     sizes = sizes or ((1024, 2, 1.0), (4096, 1, 2.0))
@@ -454,7 +438,7 @@ def _large_pairs(obj, group, conv, params_of, seed0, extra_flags=(), sizes=None)
         r = S.rng(seed)
         z, t = pair_inputs(r, n, v, 4.0, False, True)
         out.append(pair_case(obj, z, t, params_of(T), conv, group, ("Large",) + extra_flags,
-                              f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits; teacher = student + N(0,1)"))
+                             f"V={v}, N={n}, T={T:g}, float32", seed, "normal logits; teacher = student + N(0,1)"))
     return out
 
 
@@ -478,7 +462,7 @@ def _token_kl_cases() -> list[Case]:
     for direction, group, seed0, extra in (("reverse", "paper", 9000, ()),
                                            ("forward", "forward", 9500, ("ForwardKL",))):
         conv = {"direction": direction}
-        out += _random_pairs(TKL, group, conv, lambda T, r: {"temperature": T}, seed0, 28, extra)
+        out += random_pairs(TKL, group, conv, lambda T, r: {"temperature": T}, seed0, 28, extra)
         out += _large_pairs(TKL, group, conv, lambda T: {"temperature": T}, seed0 + 100, extra,
                             sizes=None if group == "paper" else ((2048, 1, 1.0),))
         out += pair_edges(TKL, group, conv, lambda T: {"temperature": T}, direction, seed0 + 200, extra)
@@ -513,7 +497,7 @@ def _token_kl_cross_entropy_cases() -> list[Case]:
                 conventions=conv, group="cross-entropy", flags=("Article",) + flags,
                 comment="−Σ p log q for teacher (0.8, 0.2), student (0.4, 0.6): KL(p‖q) 0.3348 + H(p) 0.5004 = 0.8352",
                 provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
-    out += _random_pairs(TKL, "cross-entropy", conv, lambda T, r: {"temperature": T}, 9800, 14, flags)
+    out += random_pairs(TKL, "cross-entropy", conv, lambda T, r: {"temperature": T}, 9800, 14, flags)
     out += pair_edges(TKL, "cross-entropy", conv, lambda T: {"temperature": T}, "forward", 9900, flags)
     return out
 
@@ -548,18 +532,18 @@ def _symmetric_kl_cases() -> list[Case]:
                         group="symmetric", flags=("Article",), comment=f"teacher (0.8, 0.2), student (0.4, 0.6), {why}",
                         provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT)))
     weights = (0.0, 0.1, 0.5, 0.9, 1.0)
-    out += _random_pairs(SYM, "symmetric", {}, lambda T, r: {"forward_weight": float(r.choice(weights)), "temperature": T},
-                         11000, 28)
+    out += random_pairs(SYM, "symmetric", {},
+                        lambda T, r: {"forward_weight": float(r.choice(weights)), "temperature": T}, 11000, 28)
     out += _large_pairs(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, 11100,
                         sizes=((2048, 1, 1.0),))
     out += pair_edges(SYM, "symmetric", {}, lambda T: {"forward_weight": 0.5, "temperature": T}, "both", 11200,
-                       low_params_of=lambda T, k: {"forward_weight": (0.1, 0.9, 0.5, 0.25)[k], "temperature": T})
+                      low_params_of=lambda T, k: {"forward_weight": (0.1, 0.9, 0.5, 0.25)[k], "temperature": T})
     for k, w in enumerate((0.0, 1.0)):
         r = S.rng(11300 + k)
         zz, tt = pair_inputs(r, 4, 10, 3.0, True, k == 0)
         out.append(pair_case(SYM, zz, tt, {"forward_weight": w, "temperature": 2.0}, {}, "symmetric",
-                              ("ForwardWeightEndpoint",), f"w = {w:g}: " + ("reverse" if w == 0 else "forward")
-                              + " KL only", 11300 + k, "normal logits"))
+                             ("ForwardWeightEndpoint",), f"w = {w:g}: " + ("reverse" if w == 0 else "forward")
+                             + " KL only", 11300 + k, "normal logits"))
     ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
     bad = [
         (ok_z, ok_t, {"temperature": 0.0}, "T = 0", "InvalidInput"),
@@ -588,16 +572,16 @@ def _jsd_cases() -> list[Case]:
     out = []
     for endpoints, group, seed0 in (("limit", "paper", 10000), ("kl", "kl-endpoints", 10500)):
         conv = {"endpoints": endpoints}
-        out += _random_pairs(JSD, group, conv, lambda T, r: {"beta": float(r.choice(BETAS)), "temperature": T},
-                             seed0, 24)
+        out += random_pairs(JSD, group, conv, lambda T, r: {"beta": float(r.choice(BETAS)), "temperature": T},
+                            seed0, 24)
         out += _large_pairs(JSD, group, conv, lambda T: {"beta": 0.5, "temperature": T}, seed0 + 100,
                             sizes=None if group == "paper" else ((2048, 1, 1.0),))
         # Seed 10706 (the default for 'kl') draws rows whose student top token and another token both
         # have p ≪ q, so ℓ = log q − log m ≈ log 2 at both: the exact reference's gradient (their
         # difference times e^-465) is then not stable to 32 digits at 50 digits; 10751 is.
         out += pair_edges(JSD, group, conv, lambda T: {"beta": 0.5, "temperature": T}, "any", seed0 + 200,
-                           onehot_seed=None if group == "paper" else 10751,
-                           low_params_of=lambda T, k: {"beta": (0.1, 0.9, 0.25, 0.5)[k], "temperature": T})
+                          onehot_seed=None if group == "paper" else 10751,
+                          low_params_of=lambda T, k: {"beta": (0.1, 0.9, 0.25, 0.5)[k], "temperature": T})
         # β at and near the endpoints.
         end_flag = "BetaEndpointLimit" if endpoints == "limit" else "BetaEndpointKL"
         for j, beta in enumerate((0.0, 1.0)):
@@ -609,29 +593,29 @@ def _jsd_cases() -> list[Case]:
                 T = float(r.choice(TEMPERATURES))
                 z, t = pair_inputs(r, n, v, 3.0, bool(i % 2), i % 2 == 0)
                 out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": T}, conv, group, (end_flag,),
-                                      f"β = {beta:g}, N={n}, V={v}, T={T:g}" + (", float32" if i % 2 == 0 else ""),
-                                      seed, "normal logits"))
+                                     f"β = {beta:g}, N={n}, V={v}, T={T:g}" + (", float32" if i % 2 == 0 else ""),
+                                     seed, "normal logits"))
             for k, (z, t, why) in enumerate(support_sets(kind)):
                 seed = seed0 + 320 + 10 * j + k
                 out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
-                                      (end_flag, "NegInfLogits"), f"β = {beta:g}: {why}", seed, "fixed"))
+                                     (end_flag, "NegInfLogits"), f"β = {beta:g}: {why}", seed, "fixed"))
             r = S.rng(seed0 + 340 + j)
             z, t = cancellation_inputs(r, 3, 10, False)
             out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
-                                  (end_flag, "Cancellation"), f"β = {beta:g}: teacher = student + 1e-7 noise",
-                                  seed0 + 340 + j, "normal logits + tiny noise"))
+                                 (end_flag, "Cancellation"), f"β = {beta:g}: teacher = student + 1e-7 noise",
+                                 seed0 + 340 + j, "normal logits + tiny noise"))
             r = S.rng(seed0 + 350 + j)
             z = S.in_dtype(clip_logits(S.logits(r, (6, 16), 4.0), 20.0), "bfloat16")
             t = S.in_dtype(clip_logits(S.near(r, z, 1.5), 20.0), "bfloat16")
             out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group,
-                                  (end_flag, "LowPrecision"), f"β = {beta:g}: logits exact in bfloat16",
-                                  seed0 + 350 + j, "normal logits clipped to ±20, rounded to bfloat16", low=True))
+                                 (end_flag, "LowPrecision"), f"β = {beta:g}: logits exact in bfloat16",
+                                 seed0 + 350 + j, "normal logits clipped to ±20, rounded to bfloat16", low=True))
         for k, beta in enumerate((1e-6, 1 - 1e-6)):
             seed = seed0 + 360 + k
             r = S.rng(seed)
             z, t = pair_inputs(r, 4, 10, 3.0, True, k == 0)
             out.append(pair_case(JSD, z, t, {"beta": beta, "temperature": 1.0}, conv, group, ("BetaNearEndpoint",),
-                                  f"β = {beta!r}", seed, "normal logits"))
+                                 f"β = {beta!r}", seed, "normal logits"))
     ok_z, ok_t = [[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]], [[0.5, 2.5, 0.0], [1.0, -1.0, 2.0]]
     bad = [
         (ok_z, ok_t, {"temperature": 0.0}, {}, "T = 0", "InvalidInput"),
@@ -660,6 +644,6 @@ def cases() -> list[Case]:
     # The cases added in 1.3.0 come last: the groups they open follow the existing ones, whose
     # test ids (tcId, by position) stay.
     return with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
-                            + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
-                            + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3()
-                            + distill_divergences.cases() + distill_sparse.cases())
+                           + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
+                           + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3()
+                           + distill_divergences.cases() + distill_sparse.cases())

@@ -37,7 +37,7 @@ from conformance.generate.distill_inputs import (
     pair_case,
     pair_edges,
     pair_inputs,
-    shape_nv,
+    random_pairs,
     support_sets,
 )
 from conformance.generate.distill_scales import SCALE_DPS, softmax_rows
@@ -76,6 +76,10 @@ GROUPS = {
 
 # ----------------------------------------------------------------------------- skew_kl
 
+def _alpha(params) -> str:
+    return "".join(f", α={val:g}" for k, val in params.items() if k == "alpha")
+
+
 def _skew_cases() -> list[Case]:
     out = []
     for direction, group, seed0 in (("forward", "paper", 30000), ("reverse", "reverse", 30500)):
@@ -89,24 +93,24 @@ def _skew_cases() -> list[Case]:
                             conventions=conv, group=group, flags=("Article",) + extra,
                             comment=f"{direction} skew KL at α = 0.1, {why}; logits = log probabilities",
                             provenance=article(section, printed)))
-        out += _random(SKL, group, conv, seed0, 26, extra,
-                       lambda T, r: {"alpha": float(r.choice(ALPHAS_SKEW)), "temperature": T})
+        out += random_pairs(SKL, group, conv, lambda T, r: {"alpha": float(r.choice(ALPHAS_SKEW)), "temperature": T},
+                            seed0, 26, extra, describe=_alpha)
         for k, (v, n, T) in enumerate(((1024, 2, 1.0), (4096, 1, 2.0))):
             r = S.rng(seed0 + 100 + k)
             z, t = pair_inputs(r, n, v, 4.0, False, True)
             out.append(pair_case(SKL, z, t, {"alpha": 0.1, "temperature": T}, conv, group, ("Large",) + extra,
-                                  f"V={v}, N={n}, T={T:g}, α = 0.1, float32", seed0 + 100 + k,
-                                  "normal logits; teacher = student + N(0,1)"))
+                                 f"V={v}, N={n}, T={T:g}, α = 0.1, float32", seed0 + 100 + k,
+                                 "normal logits; teacher = student + N(0,1)"))
         out += pair_edges(SKL, group, conv, lambda T: {"alpha": 0.1, "temperature": T}, "any", seed0 + 200, extra,
-                           low_params_of=lambda T, k: {"alpha": (0.1, 0.5, 0.25, 0.9)[k], "temperature": T})
+                          low_params_of=lambda T, k: {"alpha": (0.1, 0.5, 0.25, 0.9)[k], "temperature": T})
         for k, (alpha, flag) in enumerate(((1.0, "SkewAlphaOne"), (1e-6, "SkewAlphaSmall"), (0.01, "SkewAlphaSmall"))):
             r = S.rng(seed0 + 300 + k)
             z, t = pair_inputs(r, 4, 10, 3.0, True, k != 1)
             out.append(pair_case(SKL, z, t, {"alpha": alpha, "temperature": 1.0}, conv, group, (flag,) + extra,
-                                  f"α = {alpha!r}", seed0 + 300 + k, "normal logits"))
+                                 f"α = {alpha!r}", seed0 + 300 + k, "normal logits"))
             zs, ts, why = support_sets("any")[2]
             out.append(pair_case(SKL, zs, ts, {"alpha": alpha, "temperature": 1.0}, conv, group,
-                                  (flag, "NegInfLogits") + extra, f"α = {alpha!r}: {why}", seed0 + 310 + k, "fixed"))
+                                 (flag, "NegInfLogits") + extra, f"α = {alpha!r}: {why}", seed0 + 310 + k, "fixed"))
     groups = [(group, {"direction": d}, "any", lambda T, r: {"alpha": float(r.choice(ALPHAS_SKEW)), "temperature": T},
                lambda T: {"alpha": 0.25, "temperature": T})
               for group, d in (("paper", "forward"), ("reverse", "reverse"))]
@@ -131,30 +135,6 @@ def _skew_cases() -> list[Case]:
         out.append(Case(SKL, {"student_logits": z, "teacher_logits": t}, params={"alpha": 0.1, "temperature": 1.0},
                         group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
                         provenance=generated(0, "fixed")))
-    return out
-
-
-def _random(obj, group, conv, seed0, count, extra, params_of, accept=None) -> list[Case]:
-    """``count`` random pairs (half float32); ``accept(z, t, params, f32)`` redraws with the next
-    seed (seed0 + count + …) until it holds."""
-    out, spare = [], seed0 + count
-    for i in range(count):
-        seed = seed0 + i
-        while True:
-            r = S.rng(seed)
-            n, v = shape_nv(r)
-            spread = float(r.choice([1.0, 3.0, 6.0]))
-            T = float(r.choice(TEMPERATURES))
-            params = params_of(T, r)
-            f32 = i % 2 == 0
-            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
-            if accept is None or accept(z, t, params, f32):
-                break
-            seed, spare = spare, spare + 1
-        desc = "".join(f", α={val:g}" for k, val in params.items() if k == "alpha")
-        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra,
-                              f"random N={n}, V={v}, σ={spread:g}, T={T:g}{desc}" + (", float32" if f32 else ""),
-                              seed, "normal logits; teacher independent or student + N(0,1)"))
     return out
 
 
@@ -200,8 +180,8 @@ def _tvd_cases() -> list[Case]:
         out.append(Case(TVD, {"student_logits": s, "teacher_logits": t}, params={"temperature": 1.0},
                         flags=("Article", "TieMargin"), comment=f"total variation, {why}; logits = log probabilities",
                         provenance=article(section, printed)))
-    out += _random(TVD, "paper", {}, 32000, 40, ("TieMargin",), lambda T, r: {"temperature": T},
-                   accept=lambda z, t, p, f32: _ties_ok(z, t, p["temperature"], "float32" if f32 else "float64"))
+    out += random_pairs(TVD, "paper", {}, lambda T, r: {"temperature": T}, 32000, 40, ("TieMargin",),
+                        accept=lambda z, t, p, f32: _ties_ok(z, t, p["temperature"], "float32" if f32 else "float64"))
     for k, (v, n, T) in enumerate(((1024, 2, 1.0), (4096, 1, 2.0))):
         seed = 32100 + k
         while True:

@@ -1,6 +1,7 @@
 """What the distillation vectors are built from: the objective ids, the parameter grids, random
-and fixed input rows, the cotangent of a case, and the case constructors shared by the
-binary64/float32 cases (``distill``) and the low-precision ones (``distill_low``)."""
+and fixed input rows, the cotangent of a case, and the case constructors that the family's case
+modules share (``distill``, ``distill_divergences``, ``distill_sparse``, ``distill_low``); the
+tolerance scales are in ``distill_scales``."""
 from __future__ import annotations
 
 import hashlib
@@ -88,28 +89,28 @@ def maybe_f32(x, flag: bool):
 # Fixed rows with −inf logits (V = 6). A: the same impossible tokens on both sides; B: the student
 # has more impossible tokens (finite for KL(q‖p)); C: the teacher has more (finite for KL(p‖q)).
 NI_STUDENT_A = [[1.5, -INF, 0.25, -2.0, -INF, 3.0], [-INF, 0.5, -INF, -INF, 2.0, -1.0],
-                 [0.0, 0.0, -INF, 1.0, -0.5, -INF]]
+                [0.0, 0.0, -INF, 1.0, -0.5, -INF]]
 NI_TEACHER_A = [[0.5, -INF, 1.25, -1.0, -INF, 2.0], [-INF, 1.5, -INF, -INF, 1.0, 0.0],
-                 [1.0, -0.5, -INF, 0.0, 0.5, -INF]]
+                [1.0, -0.5, -INF, 0.0, 0.5, -INF]]
 NI_STUDENT_B = [[-INF, -INF, 0.25, -2.0, -INF, 3.0], [-INF, 0.5, -INF, -INF, 2.0, -1.0],
-                 [0.0, -INF, -INF, 1.0, -0.5, -INF], [-INF, -INF, 2.0, -INF, -INF, -INF]]
+                [0.0, -INF, -INF, 1.0, -0.5, -INF], [-INF, -INF, 2.0, -INF, -INF, -INF]]
 NI_TEACHER_B = NI_TEACHER_A + [[0.5, 1.0, -1.5, 0.0, 2.5, -3.0]]
 NI_STUDENT_C = NI_STUDENT_A + [[0.5, 1.0, -1.5, 0.0, 2.5, -3.0]]
 NI_TEACHER_C = [[0.5, -INF, 1.25, -INF, -INF, 2.0], [-INF, 1.5, -INF, -INF, 1.0, 0.0],
-                 [1.0, -0.5, -INF, 0.0, -INF, -INF], [-INF, -INF, 2.0, -INF, -INF, -INF]]
+                [1.0, -0.5, -INF, 0.0, -INF, -INF], [-INF, -INF, 2.0, -INF, -INF, -INF]]
 NI_LABELS_A = [5, 4, 3]
 NI_LABELS_C = [5, 4, 3, 2]
 
 # ±1e4 logits: T = 1 and T = 2 (gaps of order 1) and T = 1e-3 (gaps of float32 spacings).
 HUGE_STUDENT = [[1e4, -1e4, 1e4 - 1, 9998.5, 0.0], [-1e4, -1e4 + 2.5, -1e4 + 1, 1e4, -1e4],
-                 [1e4, 1e4, -1e4, -1e4, 9999.75]]
+                [1e4, 1e4, -1e4, -1e4, 9999.75]]
 HUGE_TEACHER = [[1e4 - 0.5, -1e4, 1e4, 9997.0, -1e4 + 3], [-1e4 + 1, -1e4, -1e4 + 2, 1e4 - 2, 1e4],
-                 [1e4, 9999.5, -1e4, 1e4, 9999.25]]
+                [1e4, 9999.5, -1e4, 1e4, 9999.25]]
 _U = ULP_1E4_F32
 HUGE_TINY_STUDENT = [[1e4, 1e4 - _U, 1e4 - 2 * _U, -1e4], [-1e4, -1e4 + _U, -1e4 + 3 * _U, -1e4 + 2 * _U],
-                      [1e4 - 4 * _U, 1e4, -1e4, 1e4 - _U]]
+                     [1e4 - 4 * _U, 1e4, -1e4, 1e4 - _U]]
 HUGE_TINY_TEACHER = [[1e4 - _U, 1e4, 1e4 - 3 * _U, 1e4 - 4 * _U], [-1e4 + 2 * _U, -1e4, -1e4 + _U, -1e4 + 3 * _U],
-                      [1e4, 1e4 - 2 * _U, -1e4, 1e4 - _U]]
+                     [1e4, 1e4 - 2 * _U, -1e4, 1e4 - _U]]
 
 
 def pair_inputs(r, n: int, v: int, spread: float, independent: bool, f32: bool) -> tuple[list, list]:
@@ -166,6 +167,37 @@ def pair_case(obj, z, t, params, conv, group, flags, comment, seed, recipe, low=
                 flags=flags, comment=comment, low_precision=low, provenance=generated(seed, recipe))
 
 
+def random_pairs(obj, group, conv, params_of, seed0, count, extra_flags=(), accept=None, describe=None) -> list[Case]:
+    """``count`` random pairs (half float32): shape, spread and T from the case's seed, then
+    ``params_of(T, r)``. ``accept(z, t, params, f32)`` redraws with the next spare seed
+    (seed0 + count + …) until it holds; ``describe(params)`` is what the comment says of the
+    params (default: each one but the temperature)."""
+    out, spare = [], seed0 + count
+    for i in range(count):
+        seed = seed0 + i
+        while True:
+            r = S.rng(seed)
+            n, v = shape_nv(r)
+            spread = float(r.choice([1.0, 3.0, 6.0]))
+            T = float(r.choice(TEMPERATURES))
+            params = params_of(T, r)
+            f32 = i % 2 == 0
+            z, t = pair_inputs(r, n, v, spread, bool(i % 3 == 0), f32)
+            if accept is None or accept(z, t, params, f32):
+                break
+            seed, spare = spare, spare + 1
+        out.append(pair_case(obj, z, t, params, conv, group, ("Random",) + extra_flags,
+                             f"random N={n}, V={v}, σ={spread:g}, T={T:g}" + (describe or _describe)(params)
+                             + (", float32" if f32 else ""), seed,
+                             "normal logits; teacher independent or student + N(0,1)"))
+    return out
+
+
+def _describe(params) -> str:
+    desc = ", ".join(f"{'β' if k == 'beta' else k}={val:g}" for k, val in params.items() if k != "temperature")
+    return f", {desc}" if desc else ""
+
+
 def support_sets(kind: str) -> list[tuple]:
     """(student, teacher, comment) −inf sets with a finite divergence for ``kind``:
     'reverse' needs supp q ⊆ supp p, 'forward' supp p ⊆ supp q, 'any' (0 < β < 1) neither,
@@ -179,7 +211,7 @@ def support_sets(kind: str) -> list[tuple]:
 
 
 def pair_edges(obj, group, conv, params_of, kind, seed0, extra_flags=(), onehot_seed=None,
-                low_params_of=None) -> list[Case]:
+               low_params_of=None) -> list[Case]:
     """Edge cases shared by token_kl and generalized_jsd; ``params_of(T)`` gives the params.
     ``onehot_seed`` replaces the seed of the T = 1e-3 random case where the exact reference's
     digits are not stable for the default one (see the jsd caller); ``low_params_of(T, k)`` gives
@@ -189,7 +221,7 @@ def pair_edges(obj, group, conv, params_of, kind, seed0, extra_flags=(), onehot_
 
     def add(z, t, T, flags, comment, seed, recipe="fixed", low=False, params=None):
         out.append(pair_case(obj, z, t, params or params_of(T), conv, group, flags + fl, comment, seed, recipe,
-                              low))
+                             low))
 
     r = S.rng(seed0)
     z = S.logits(r, (4, 8), 3.0)

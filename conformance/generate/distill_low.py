@@ -115,28 +115,30 @@ def _low_softmax_cases() -> list[Case]:
         z = S.in_low(clip_logits(S.logits(r, lead + (v,), spread), LOW_CLIP), grid)
         flags = ("Random",) + (("Large",) if v >= 1000 else ()) + LOW_FLAGS
         out.append(softmax_case(z, T, flags, _low_desc(grid, n, v, T, f"shape {lead + (v,)}, σ={spread:g}"), seed,
-                       f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
+                                f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
     r = S.rng(seed0 + 100)
     z, _ = _low_ties(r, S.BOTH)
-    out.append(softmax_case(z, 1.0, ("Ties",) + LOW_FLAGS, "uniform rows and tied maxima, exact in bfloat16 and float16",
-                   seed0 + 100, "fixed rows", low=True))
+    out.append(softmax_case(z, 1.0, ("Ties",) + LOW_FLAGS,
+                            "uniform rows and tied maxima, exact in bfloat16 and float16",
+                            seed0 + 100, "fixed rows", low=True))
     out.append(softmax_case(NI_STUDENT_B, 0.5, ("NegInfLogits",) + LOW_FLAGS, "−inf logits, one row with a single "
-                   "possible token, T = 0.5", seed0 + 101, "fixed", low=True))
+                            "possible token, T = 0.5", seed0 + 101, "fixed", low=True))
     out.append(softmax_case([[-INF, 2.0, -INF, 2.0], [0.0, -INF, 0.0, -0.5]], 2.0, ("NegInfLogits", "Ties") + LOW_FLAGS,
-                   "−inf logits with ties, T = 2", seed0 + 106, "fixed", low=True))
+                            "−inf logits with ties, T = 2", seed0 + 106, "fixed", low=True))
     for T, seed in ((1.0, seed0 + 102), (4.0, seed0 + 103), (0.5, seed0 + 107)):
         r = S.rng(seed)
         z, _ = low_saturated(r, 4, 24, T, True)
-        out.append(softmax_case(z, T, ("NearDeterministic",) + LOW_FLAGS, f"saturated rows: top logit 30·T above, T={T:g}",
-                       seed, "normal logits + 30·T at one token", low=True))
+        out.append(softmax_case(z, T, ("NearDeterministic",) + LOW_FLAGS,
+                                f"saturated rows: top logit 30·T above, T={T:g}",
+                                seed, "normal logits + 30·T at one token", low=True))
     r = S.rng(seed0 + 104)
     z, _ = _low_huge(r, 3, 16)
     out.append(softmax_case(z, 64.0, ("HugeLogits",) + LOW_FLAGS, "logits ±9984 + 64·k, T = 64", seed0 + 104,
-                   "fixed grid values", low=True))
+                            "fixed grid values", low=True))
     r = S.rng(seed0 + 105)
     z, _ = _low_tiny_t(r, 3, 12)
     out.append(softmax_case(z, 0.05, ("TinyTemperature",) + LOW_FLAGS, "logits 0.5 + k/64 at T = 0.05", seed0 + 105,
-                   "0.5 + k/64", low=True))
+                            "0.5 + k/64", low=True))
     return out
 
 
@@ -152,34 +154,36 @@ def _low_hinton_cases() -> list[Case]:
         alpha = float(r.choice(ALPHAS))
         z, t, how = _low_pair(r, n, v, grid)
         flags = ("Random",) + (("Large",) if v >= 1000 else ()) + LOW_FLAGS
-        out.append(hinton_case(z, t, random_labels(r, n, v), T, alpha, group, flags, _low_desc(grid, n, v, T, f"α={alpha:g}, {how}"),
-                        seed, f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
+        out.append(hinton_case(z, t, random_labels(r, n, v), T, alpha, group, flags,
+                               _low_desc(grid, n, v, T, f"α={alpha:g}, {how}"),
+                               seed, f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
     for g, group in enumerate(("paper", "no-t2")):
         s = seed0 + 100 + 20 * g
         r = S.rng(s)
         z, t = _low_ties(r, S.BOTH)
-        out.append(hinton_case(z, t, [1, 0, 2, 3], 2.0, 0.5, group, ("Ties",) + LOW_FLAGS, "uniform rows and tied maxima",
-                        s, "fixed rows", low=True))
-        out.append(hinton_case(z, [row[:] for row in z], [1, 0, 2, 3], 2.0, 0.9, group, ("EqualInputs", "Ties") + LOW_FLAGS,
-                        "teacher = student: loss = (1 − α)·CE", s + 1, "fixed rows", low=True))
+        out.append(hinton_case(z, t, [1, 0, 2, 3], 2.0, 0.5, group, ("Ties",) + LOW_FLAGS,
+                               "uniform rows and tied maxima", s, "fixed rows", low=True))
+        out.append(hinton_case(z, [row[:] for row in z], [1, 0, 2, 3], 2.0, 0.9, group,
+                               ("EqualInputs", "Ties") + LOW_FLAGS,
+                               "teacher = student: loss = (1 − α)·CE", s + 1, "fixed rows", low=True))
         out.append(hinton_case(NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.75, group, ("NegInfLogits",) + LOW_FLAGS,
-                        "teacher −inf where the student is finite (p = 0 terms)", s + 2, "fixed", low=True))
+                               "teacher −inf where the student is finite (p = 0 terms)", s + 2, "fixed", low=True))
         for k, same in enumerate((True, False)):
             r = S.rng(s + 3 + k)
             z, t = low_saturated(r, 3, 12, 1.0, same)
             out.append(hinton_case(z, t, random_labels(r, 3, 12), 1.0, 0.5, group, ("NearDeterministic",) + LOW_FLAGS,
-                            "saturated rows, " + ("the same" if same else "different") + " top tokens", s + 3 + k,
-                            "normal logits + 30·T at one token", low=True))
+                                   "saturated rows, " + ("the same" if same else "different") + " top tokens",
+                                   s + 3 + k, "normal logits + 30·T at one token", low=True))
         r = S.rng(s + 5)
         z, t = _low_huge(r, 3, 8)
         out.append(hinton_case(z, t, random_labels(r, 3, 8), 64.0, 0.25, group, ("HugeLogits",) + LOW_FLAGS,
-                        "logits ±9984 + 64·k, T = 64, α = 0.25 (cross-entropy at T = 1 of logits 64 apart)", s + 5,
-                        "fixed grid values", low=True))
+                               "logits ±9984 + 64·k, T = 64, α = 0.25 (cross-entropy at T = 1 of logits 64 apart)",
+                               s + 5, "fixed grid values", low=True))
         r = S.rng(s + 6)
         z, t, _ = _low_pair(r, 6, 16, S.BOTH)
         for k, alpha in enumerate((0.0, 1.0)):
             out.append(hinton_case(z, t, random_labels(r, 6, 16), 2.0, alpha, group, ("AlphaEndpoint",) + LOW_FLAGS,
-                            f"α = {alpha:g}", s + 6 + k, "normal logits", low=True))
+                                   f"α = {alpha:g}", s + 6 + k, "normal logits", low=True))
     return out
 
 
@@ -198,7 +202,7 @@ def low_pair_cases(obj, groups, seed0, count=LOW_RANDOM) -> list[Case]:
         extra = "".join(f", β={val:g}" for key, val in params.items() if key == "beta")
         flags = ("Random",) + (("Large",) if v >= 1000 else ()) + LOW_FLAGS
         out.append(pair_case(obj, z, t, params, conv, group, flags, _low_desc(grid, n, v, T, how + extra), seed,
-                              f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
+                             f"normal logits clipped to ±{LOW_CLIP:g}, rounded to the {grid} grid", low=True))
     for g, (group, conv, kind, _, edge_params) in enumerate(groups):
         out += _low_pair_edges(obj, group, conv, kind, edge_params, seed0 + 100 + 20 * g)
     return out
@@ -210,7 +214,7 @@ def _low_pair_edges(obj, group, conv, kind, edge_params, s) -> list[Case]:
 
     def add(z, t, T, flags, comment, k, recipe="fixed"):
         out.append(pair_case(obj, z, t, edge_params(T), conv, group, flags + LOW_FLAGS, comment, s + k, recipe,
-                              low=True))
+                             low=True))
     z, t = _low_ties(r, S.BOTH)
     add(z, t, 1.0, ("Ties",), "uniform rows and tied maxima", 0, "fixed rows")
     add(z, [row[:] for row in z], 2.0, ("EqualInputs", "Ties"), "teacher = student: divergence 0", 1, "fixed rows")

@@ -135,9 +135,10 @@ def _rewards_random(group, seed, dtype, interior, big=False):
     scores = r.normal(0, 1, b).tolist()
     beta = [0.001, 0.01, 0.05, 0.1, 1.0][seed % 5]
     flags = ("Random",) + (("InteriorMask",) if interior else ()) + (("KLClamped",) if big else ())
-    return Case(REWARDS, {"scores": S.rounded(scores, dtype), "logp": S.rounded(logp, dtype), "ref_logp": S.rounded(ref, dtype),
-                          "mask": mask}, params={"beta": beta}, conventions=REWARD_GROUPS[group], group=group,
-                flags=flags, comment=f"random B={b}, T={t}, β={beta}" + (", |log r| up to ~40" if big else "")
+    return Case(REWARDS, {"scores": S.rounded(scores, dtype), "logp": S.rounded(logp, dtype),
+                          "ref_logp": S.rounded(ref, dtype), "mask": mask},
+                params={"beta": beta}, conventions=REWARD_GROUPS[group], group=group, flags=flags,
+                comment=f"random B={b}, T={t}, β={beta}" + (", |log r| up to ~40" if big else "")
                 + (", float32" if dtype else ""), provenance=generated(seed, "scores and log-probabilities"))
 
 

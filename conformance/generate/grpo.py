@@ -345,22 +345,22 @@ def _adv_cases() -> list[Case]:
             rewards = S.rounded(random_rewards(r, kind, b, g), dtype_of(i))
             flags = ("Random",) + (("SingletonGroup",) if g == 1 else ())
             out.append(adv_case(group, rewards, flags, f"random {kind} rewards B={b}, G={g}"
-                                 + (", float32" if dtype_of(i) else ""), seed, f"{kind} rewards"))
+                                + (", float32" if dtype_of(i) else ""), seed, f"{kind} rewards"))
         out.append(adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4, [-1.0] * 4],
-                             ("ZeroStd",), "all-equal groups (1, 0, 0.5, −1) beside a mixed one", 0, "fixed"))
+                            ("ZeroStd",), "all-equal groups (1, 0, 0.5, −1) beside a mixed one", 0, "fixed"))
         out.append(adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
-                             ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
+                            ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
         out.append(adv_case(group, S.in_dtype([[0.1] * 7, [0.7] * 7, [0.3] * 7], "float32"), ("ZeroStdRounding",),
-                             "float32 0.1, 0.7, 0.3 seven times (float32 mean ≠ value)", 0, "fixed"))
+                            "float32 0.1, 0.7, 0.3 seven times (float32 mean ≠ value)", 0, "fixed"))
         out.append(adv_case(group, [[0.1] * 3, [0.3, 0.1, 0.2]], ("ZeroStdRounding",),
-                             "0.1 three times (binary64 mean ≠ 0.1)", 0, "fixed"))
+                            "0.1 three times (binary64 mean ≠ 0.1)", 0, "fixed"))
         out.append(adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
-                             "groups whose rewards differ by 2^−40", 0, "fixed"))
+                            "groups whose rewards differ by 2^−40", 0, "fixed"))
         out.append(adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
-                             ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
+                            ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
         if singleton_ok:
             out.append(adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
-                                 "G = 1 for every prompt", 0, "fixed"))
+                                "G = 1 for every prompt", 0, "fixed"))
             out.append(adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
     bad = [
         ({"rewards": [0.0, 1.0, 1.0, 0.0]}, {}, "rank-1 rewards (expected [B, G])"),
@@ -396,20 +396,20 @@ def _baseline_cases() -> list[Case]:
             kind = kinds[i % len(kinds)]
             rewards = S.rounded(random_rewards(r, kind, b, g), dtype_of(i))
             out.append(adv_case(group, rewards, ("Random",), f"random {kind} rewards B={b}, G={g}"
-                                 + (", float32" if dtype_of(i) else ""), seed, f"{kind} rewards"))
+                                + (", float32" if dtype_of(i) else ""), seed, f"{kind} rewards"))
         out.append(adv_case(group, [[0.0, 1.0, 1.0, 0.0]], ("ArticleRewards",), "the article's group (0,1,1,0): "
-                             "leave-one-out baselines 2/3 and 1/3", 0, "fixed"))
+                            "leave-one-out baselines 2/3 and 1/3", 0, "fixed"))
         out.append(adv_case(group, [[1.0] * 4, [0.0] * 4, [0.0, 1.0, 0.0, 0.0], [0.5] * 4],
-                             ("ZeroStd",), "all-equal groups (1, 0, 0.5) beside a mixed one", 0, "fixed"))
+                            ("ZeroStd",), "all-equal groups (1, 0, 0.5) beside a mixed one", 0, "fixed"))
         out.append(adv_case(group, [[1.0] * 3, [0.25] * 3], ("ZeroStd",), "every group all-equal", 0, "fixed"))
         out.append(adv_case(group, [[0.1] * 7, [0.7] * 7, [0.0, 1.0, 0.5, 0.25, 0.0, 1.0, 1.0]],
-                             ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
+                            ("ZeroStdRounding",), "0.1 and 0.7 seven times (float mean ≠ value)", 0, "fixed"))
         out.append(adv_case(group, [[1.0, 1.0, 1.0, 1.0 + 2.0 ** -40], [0.0, 0.0, 2.0 ** -40, 0.0]], ("TinyStd",),
-                             "groups whose rewards differ by 2^−40", 0, "fixed"))
+                            "groups whose rewards differ by 2^−40", 0, "fixed"))
         out.append(adv_case(group, [[1e6, 1e6 + 1, 1e6 + 1, 1e6], [1e6 + 3, 1e6 - 2, 1e6 + 7, 1e6 + 1]],
-                             ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
+                            ("LargeOffset",), "rewards near 1e6 differing by units", 0, "fixed"))
         out.append(adv_case(group, [[0.0], [1.0], [0.5], [-2.0], [3.25]], ("SingletonGroup",),
-                             "G = 1 for every prompt", 0, "fixed"))
+                            "G = 1 for every prompt", 0, "fixed"))
         out.append(adv_case(group, [[0.75]], ("SingletonGroup",), "a single reward (B = G = 1)", 0, "fixed"))
         for i in range(3):
             seed, grid = 23500 + 10 * gi + i, S.low_grid(i)
@@ -418,8 +418,8 @@ def _baseline_cases() -> list[Case]:
             kind = kinds[i % len(kinds)]
             rewards = S.in_low(random_rewards(r, kind, b, g), grid)
             out.append(adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
-                                 f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
-                                 low=True))
+                                f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
+                                low=True))
     out.append(Case(ADV, {"rewards": [[0.0, 1.0]]}, conventions={"baseline": "median"}, group="invalid",
                     result="invalid", flags=("InvalidInput",), comment="unknown baseline",
                     provenance=generated(0, "fixed")))
@@ -464,17 +464,17 @@ def _clip_cases() -> list[Case]:
             adv = S.rounded(r.normal(0, 1, n).tolist(), dtype)
             lp = away_from_kinks(lp, old, clip_bounds(eps_low, eps_high, dual), dtype)
             out.append(clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
-                                  {"eps_low": eps_low, "eps_high": eps_high}, ("Random",),
-                                  f"random N={n}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
-                                  + (", float32" if dtype else ""), seed, "logprobs; old = logp + normal offset"))
+                                 {"eps_low": eps_low, "eps_high": eps_high}, ("Random",),
+                                 f"random N={n}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
+                                 + (", float32" if dtype else ""), seed, "logprobs; old = logp + normal offset"))
         ext_lp = [0.0, -50.0, 0.0, -50.0, -690.0, -640.0, -1e-3, -50.0]
         ext_old = [-50.0, 0.0, -50.0, 0.0, -640.0, -690.0, -50.001, -1e-3]
         ext_adv = [1.0, 1.0, -1.0, -1.0, 0.5, -0.5, -2.0, 2.0]
         out.append(clip_case(group, {"logp": ext_lp, "old_logp": ext_old, "advantages": ext_adv}, p0,
-                              ("ExtremeRatio",), "ratios e^±50 with both signs of A; probabilities ~1e−300",
-                              8900 + gi, "fixed"))
+                             ("ExtremeRatio",), "ratios e^±50 with both signs of A; probabilities ~1e−300",
+                             8900 + gi, "fixed"))
         out.append(clip_case(group, {"logp": [-0.5, -3.0, -1.0, -2.0], "old_logp": [-1.5, -1.0, -1.0, -0.25],
-                                      "advantages": [0.0, 0.0, 0.0, 0.0]}, p0, ("ZeroAdvantage",),
+                                     "advantages": [0.0, 0.0, 0.0, 0.0]}, p0, ("ZeroAdvantage",),
                               "A = 0 at ratios e, e^−2, 1, e^−1.75", 8910 + gi, "fixed"))
         for k, dtype in enumerate(("bfloat16", "float16")):
             seed = 8920 + 10 * gi + k
@@ -485,8 +485,8 @@ def _clip_cases() -> list[Case]:
             adv = S.in_dtype(r.uniform(-2, 2, 24).tolist(), dtype)
             lp = away_from_kinks(lp, old, clip_bounds(eps_low, eps_high, dual), dtype)
             out.append(clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv},
-                                  {"eps_low": eps_low, "eps_high": eps_high}, ("LowPrecision",),
-                                  f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}", low=True))
+                                 {"eps_low": eps_low, "eps_high": eps_high}, ("LowPrecision",),
+                                 f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}", low=True))
         for k, (eps_low, eps_high) in enumerate([(0.2, None), (0.2, 0.28)]):
             for dtype in (None, "float32"):
                 out.append(_boundary_clip(group, eps_low, eps_high, dual, dtype, 8950 + 10 * gi + 2 * k
@@ -496,7 +496,7 @@ def _clip_cases() -> list[Case]:
     ratios = [3.5, 10.0, math.exp(5.0), 2.5, 2.9, 1.1, 0.5]
     old = [a - math.log(q) for a, q in zip(lp, ratios)]
     out.append(clip_case("dual-clip-3", {"logp": lp, "old_logp": old, "advantages": [-1.0, -0.5, -2.0, -1.0,
-                                                                                       -1.5, -1.0, 1.0]},
+                                                                                     -1.5, -1.0, 1.0]},
                           p0, ("DualClipActive",), f"A < 0 with ρ = 3.5, 10, e^5 (dual clip c = {dual:g} active), "
                           "ρ = 2.5, 2.9 (clipped branch), 1.1, and A > 0", 8990, "fixed"))
     bad = [
@@ -534,8 +534,8 @@ def _boundary_clip(group, eps_low, eps_high, dual, dtype, seed) -> Case:
                 adv.append(a if not (dual and t == dual) else -abs(a))
     inputs = {"logp": lp, "old_logp": old, "advantages": adv}
     return clip_case(group, inputs, {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
-                      "ratios within a few ulps of the band's edges" + (" and of the dual-clip bound" if dual else "")
-                      + (" (float32 inputs)" if dtype else ""), seed, "fixed", result="acceptable")
+                     "ratios within a few ulps of the band's edges" + (" and of the dual-clip bound" if dual else "")
+                     + (" (float32 inputs)" if dtype else ""), seed, "fixed", result="acceptable")
 
 
 # ============================================================================ aggregate
@@ -562,8 +562,8 @@ def _agg_cases() -> list[Case]:
             norm_length = (None if i % 3 == 0 else float(r.choice([256, 1024, 4096]))) if norm else None
             flags = ("Random",) + (("Large",) if i == 15 and gi < 2 else ())
             out.append(agg_case(group, values, mask, flags, f"random B={b}, T={t}" + (", float32" if dtype else "")
-                                 + (f", L={norm_length:g}" if norm_length else ""), seed, "normal values, ragged mask",
-                                 norm_length))
+                                + (f", L={norm_length:g}" if norm_length else ""), seed, "normal values, ragged mask",
+                                norm_length))
         for k in range(2):
             seed = 9500 + 10 * gi + k
             r = S.rng(seed)
@@ -571,14 +571,14 @@ def _agg_cases() -> list[Case]:
             values = S.rounded(r.normal(0, 1, (b, t)).tolist(), "float32" if k == 0 else None)
             mask = S.with_empty_rows(S.mask(r, b, t), [1, 4] if k == 0 else [0])
             out.append(agg_case(group, values, mask, (empty_flag,), "rows without tokens among ragged rows",
-                                 seed, "normal values, ragged mask, emptied rows", 512.0 if norm and k else None,
-                                 result=empty_result))
+                                seed, "normal values, ragged mask, emptied rows", 512.0 if norm and k else None,
+                                result=empty_result))
         for k, dtype in enumerate(("bfloat16", "float16")):
             seed = 9600 + 10 * gi + k
             r = S.rng(seed)
             values = S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype)
             out.append(agg_case(group, values, S.mask(r, 4, 16), ("LowPrecision",), f"values exact in {dtype}",
-                                 seed, f"normal values rounded to {dtype}", low=True))
+                                seed, f"normal values rounded to {dtype}", low=True))
         r = S.rng(9700 + gi)
         values = r.normal(0, 1, (3, 8)).tolist()
         mask = S.mask(r, 3, 8, min_len=2)
@@ -587,12 +587,12 @@ def _agg_cases() -> list[Case]:
                 if not m:
                     values[i][j] = 1e30 if (i + j) % 2 else -1e30
         out.append(agg_case(group, values, mask, ("MaskedValues",), "±1e30 at every masked position",
-                             9700 + gi, "normal values; padding filled with ±1e30"))
+                            9700 + gi, "normal values; padding filled with ±1e30"))
         out.append(agg_case(group, [[0.0, 0.0, 0.0], [0.0, 2.5, 0.0]], [[0, 0, 0], [0, 1, 0]],
-                             (empty_flag,), "a single token in the whole batch", 0, "fixed",
-                             result=empty_result))
+                            (empty_flag,), "a single token in the whole batch", 0, "fixed",
+                            result=empty_result))
         out.append(agg_case(group, [[1.5, -0.25, 3.0, 0.125]], [[1, 1, 1, 1]], ("Random",),
-                             "one full row (no padding)", 0, "fixed"))
+                            "one full row (no padding)", 0, "fixed"))
     ok = [[1.0, 2.0], [3.0, 4.0]]
     bad = [
         ({"values": ok, "mask": [[0, 0], [0, 0]]}, {}, {}, "mask selects no token"),
@@ -643,7 +643,8 @@ def _mean_eps_agg_cases() -> list[Case]:
                     "normal values, ragged mask, emptied rows", result="acceptable"))
     # the same in float16, where the libraries' 1e−8 rounds to 0 and an empty row is 0/0
     r = S.rng(33201)
-    out.append(case(S.in_dtype(r.normal(0, 1, (6, 12)).tolist(), "float16"), S.with_empty_rows(S.mask(r, 6, 12), [0, 3]),
+    out.append(case(S.in_dtype(r.normal(0, 1, (6, 12)).tolist(), "float16"),
+                    S.with_empty_rows(S.mask(r, 6, 12), [0, 3]),
                     ("FullyMaskedRowSeqMean", "LowPrecision"), "rows without tokens among ragged rows, values exact "
                     "in float16", 33201, "normal values rounded to float16, ragged mask, emptied rows",
                     result="acceptable", low=True))

@@ -13,6 +13,7 @@ from conformance.generate.grpo_inputs import (
     GATED_LOSS_GROUPS,
     LOSS,
     dtype_of,
+    empty_rows_case,
     loss_away,
     loss_case,
     low_loss_case,
@@ -56,7 +57,7 @@ def _random(group, gi, i, big=False) -> Case:
     comment = (f"random B={b}, T={t}, β={params['beta']:g}, "
                + ", ".join(f"{k}={v}" for k, v in params.items() if k != "beta") + (", float32" if dtype else ""))
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
+                     params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
 
 
 def _weight_edges(group, gi) -> Case:
@@ -91,7 +92,7 @@ def _weight_edges(group, gi) -> Case:
         adv.append(a)
     mask = [[1] * len(ratios) for _ in lp]
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, (flag,), comment, seed, "logprobs; log-ratios placed at fixed ratios")
+                     params, (flag,), comment, seed, "logprobs; log-ratios placed at fixed ratios")
 
 
 def _fixed_cases(group, gi) -> list[Case]:
@@ -107,30 +108,16 @@ def _fixed_cases(group, gi) -> list[Case]:
     params = _params(conv, 2, 0.1)
     lp = loss_away(lp, old, ref, params, conv, None)
     out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
-                                  "mask": S.mask(r, 3, 5)}, params, ("ZeroAdvantage",),
+                                 "mask": S.mask(r, 3, 5)}, params, ("ZeroAdvantage",),
                           "A = 0 in every row: only the KL term", seed, "logprobs; A = 0"))
     # Ratios e^±30: CISPO's weight sits on its cap (or is ~1e−13 below the band), SAPO's gate is flat.
     lp = [[-1.0, -31.0, -2.0, -0.5], [-30.5, -0.25, -3.0, -1.5]]
     old = [[-31.0, -1.0, -2.125, -0.625], [-0.5, -30.25, -3.125, -1.25]]
     ref = [[-1.25, -31.125, -2.5, -0.75], [-30.75, -0.5, -3.25, -1.75]]
     out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                  "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, _params(conv, 0, 0.04), ("ExtremeRatio",),
+                                 "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, _params(conv, 0, 0.04), ("ExtremeRatio",),
                           "token log-ratios ±30 and ±0.125", 0, "fixed"))
-    # Rows without tokens.
-    seed = 41300 + gi
-    r = S.rng(seed)
-    lp = S.logprobs(r, (5, 6))
-    old = S.logprobs_near(r, lp, 0.1)
-    ref = S.logprobs_near(r, lp, 0.3)
-    params = _params(conv, 0, 0.04)
-    lp = loss_away(lp, old, ref, params, conv, None)
-    seq_mean = conv["aggregation"] != "token-mean"
-    out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                  "advantages": r.normal(0, 1, 5).tolist(),
-                                  "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
-                          ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                          "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                          result="acceptable" if seq_mean else "valid"))
+    out.append(empty_rows_case(group, 41300 + gi, _params(conv, 0, 0.04)))
     return out
 
 

@@ -1,6 +1,7 @@
 """What the GRPO vectors are built from: the objective ids, each objective's convention groups,
 the parameter grids, random inputs kept away from kinks, cotangents, and the case constructors
-shared by the binary64/float32 cases (``grpo``) and the low-precision ones (``grpo_low``)."""
+that the family's case modules share (``grpo``, ``grpo_loss``, ``grpo_gated``, ``grpo_low``); the
+tolerance scales are in ``grpo_scales``."""
 from __future__ import annotations
 
 import math
@@ -234,8 +235,8 @@ def low_loss_case(group, gi, seed, params=None, sequence=False) -> Case:
     lp = (sequence_away(lp, old, ref, mask, adv, params, conv, dtype) if sequence
           else loss_away(lp, old, ref, params, conv, dtype))
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
-                      low=True)
+                     params, ("LowPrecision",), f"inputs exact in {dtype}", seed, f"logprobs rounded to {dtype}",
+                     low=True)
 
 
 def _kl_value(x: float, kind: str) -> float:
@@ -264,6 +265,22 @@ def loss_away(lp, old, ref, params, conv, dtype):
                 step += 1
                 row[j] = S.rounded([min(row[j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
+
+
+def empty_rows_case(group, seed, params) -> Case:
+    """Random [5, 6] inputs with rows 1 and 3 emptied, kept off the kinks: a token mean leaves those
+    rows out, and under a per-sequence mean the papers' 0/0 is implementation-defined (acceptable)."""
+    conv = loss_conventions(group)
+    r = S.rng(seed)
+    lp = S.logprobs(r, (5, 6))
+    old = S.logprobs_near(r, lp, 0.1)
+    ref = S.logprobs_near(r, lp, 0.3)
+    lp = loss_away(lp, old, ref, params, conv, None)
+    seq_mean = conv["aggregation"] != "token-mean"
+    return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": r.normal(0, 1, 5).tolist(),
+                             "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
+                     ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",), "rows 1 and 3 without tokens",
+                     seed, "logprobs; ragged mask with emptied rows", result="acceptable" if seq_mean else "valid")
 
 
 def row_log_ratios(lp, old, mask, adv, params, conv):

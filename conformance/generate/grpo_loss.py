@@ -16,6 +16,7 @@ from conformance.generate.grpo_inputs import (
     LOSS_GROUPS,
     SEQUENCE_LOSS_GROUPS,
     dtype_of,
+    empty_rows_case,
     loss_away,
     loss_case,
     loss_conventions,
@@ -24,7 +25,7 @@ from conformance.generate.grpo_inputs import (
 )
 
 
-# ============================================================================ loss
+# ============================================================================ token ratios
 
 
 def _random_loss(group, gi, i, big=False) -> Case:
@@ -53,7 +54,7 @@ def _random_loss(group, gi, i, big=False) -> Case:
                + (f", L={params['norm_length']:g}" if params.get("norm_length") else "")
                + (", float32" if dtype else ""))
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
+                     params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
 
 
 def token_cases() -> list[Case]:
@@ -72,7 +73,7 @@ def token_cases() -> list[Case]:
         offs = [[1e-8, -3e-7, 1e-6, -2e-9], [5e-7, -1e-6, 7e-8, 0.0]]
         ref = [[a + d for a, d in zip(ra, rd)] for ra, rd in zip(lp, offs)]
         out.append(loss_case(group, {"logp": lp, "old_logp": lp, "ref_logp": ref, "advantages": [0.0, 0.0],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("KLCancellation",),
+                                     "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("KLCancellation",),
                               "A = 0, ρ = 1, |log r| between 0 and 1e−6", 0, "fixed"))
         # Rows without tokens.
         seed = 9970 + gi
@@ -84,7 +85,7 @@ def token_cases() -> list[Case]:
         mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
         empty_acceptable = seq_mean
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                      "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, {},
+                                     "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, {},
                               ("FullyMaskedRowSeqMean",) if empty_acceptable else ("FullyMaskedRow",),
                               "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
                               result="acceptable" if empty_acceptable else "valid"))
@@ -94,7 +95,7 @@ def token_cases() -> list[Case]:
         old = [[-50.0, 0.0, -50.001, -640.0], [0.0, -50.0, -690.0, -2.5]]
         ref = [[-0.5, -50.25, -0.5, -690.125], [-50.5, -0.125, -640.5, -2.25]]
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
+                                     "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
                               "ratios e^±50 with A = ±1; probabilities ~1e−300", 0, "fixed"))
     # Ratios at the band's edges (and at the dual-clip bound for verl): implementation-defined gradient.
     for group in ("paper", "verl-0.9.1", "trl-1.16"):
@@ -106,7 +107,7 @@ def token_cases() -> list[Case]:
         ref = [[base - 0.25] * 3 for _ in targets]
         adv = [1.0 if tgt == 1.2 else -1.0 for tgt in targets]
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv,
-                                      "mask": [[1, 1, 1]] * len(targets)}, {}, ("BoundaryUlps",),
+                                     "mask": [[1, 1, 1]] * len(targets)}, {}, ("BoundaryUlps",),
                               "ratios within 2 ulps of 1 ± ε" + (" and of c" if dual else ""), 0, "fixed",
                               result="acceptable"))
     # Dual clip active (verl): A < 0, ρ > 3.
@@ -116,7 +117,7 @@ def token_cases() -> list[Case]:
         old = [[a - math.log(q) for a, q in zip(ra, rq)] for ra, rq in zip(lp, ratios)]
         ref = [[a - 0.1 for a in row] for row in lp]
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [-1.0, -0.5],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("DualClipActive",),
+                                     "mask": [[1, 1, 1, 1], [1, 1, 1, 0]]}, {}, ("DualClipActive",),
                               "A < 0 with ρ = 3.5, 10, e^5, 4 (dual clip active) and ρ ≤ 2.9", 0, "fixed"))
     # KL clamp active (verl, OpenRLHF): |KL| > 10 where log r = ±15 (k3: e^15 − 16; e^−15 + 14).
     for group in ("verl-0.9.1", "openrlhf-0.11.2", "openrlhf-0.11.2-k2"):
@@ -124,12 +125,12 @@ def token_cases() -> list[Case]:
         old = [[-20.1, -1.05, -1.9], [-0.45, -17.2, -3.1]]
         ref = [[-5.0, -16.0, -2.5], [-0.25, -2.0, -3.5]]
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.5, -1.0],
-                                      "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
+                                     "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
                               "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
     # β = 0 (TRL's default): a huge KL estimate does not enter.
     out.append(loss_case("trl-1.16", {"logp": [[-40.0, -1.0], [-0.5, -2.0]], "old_logp": [[-40.1, -1.1], [-0.6, -1.9]],
-                                       "ref_logp": [[-1.0, -38.0], [-0.5, -2.5]], "advantages": [1.0, -0.5],
-                                       "mask": [[1, 1], [1, 1]]}, {"beta": 0.0}, ("BetaZero",),
+                                      "ref_logp": [[-1.0, -38.0], [-0.5, -2.5]], "advantages": [1.0, -0.5],
+                                      "mask": [[1, 1], [1, 1]]}, {"beta": 0.0}, ("BetaZero",),
                           "β = 0 with |log r| = 37 and 39", 0, "fixed"))
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
@@ -201,7 +202,7 @@ def _random_sequence_loss(group, gi, i, big=False, single=False) -> Case:
     comment = (f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, {eps_high if eps_high is not None else eps_low:g})"
                + (", one token per row" if single else "") + (", float32" if dtype else ""))
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
+                     params, flags, comment, seed, "logprobs; old/ref = logp + normal offsets; ragged mask")
 
 
 def _band_edge_case(group, gi) -> Case:
@@ -232,8 +233,8 @@ def _band_edge_case(group, gi) -> Case:
     mask = [[1] * 4 for _ in lp]
     params = {"eps_low": eps_low, "eps_high": eps_high, "beta": 0.04}
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                      params, ("SequenceBandEdge",), "sequence ratios (GMPO: token log-ratios) either side of "
-                      "the band's edges, A = ±1", seed, "logprobs; log-ratios placed around the band's edges")
+                     params, ("SequenceBandEdge",), "sequence ratios (GMPO: token log-ratios) either side of "
+                     "the band's edges, A = ±1", seed, "logprobs; log-ratios placed around the band's edges")
 
 
 def _sequence_boundary_case(group) -> Case:
@@ -247,7 +248,7 @@ def _sequence_boundary_case(group) -> Case:
     lp = [[S.ulp_steps(base + x, k)] for x, _ in edges for k in (-2, 0, 2)]
     adv = [a for _, a in edges for _ in (-2, 0, 2)]
     return loss_case(group, {"logp": lp, "old_logp": [[base]] * len(lp), "ref_logp": [[base - 0.25]] * len(lp),
-                              "advantages": adv, "mask": [[1]] * len(lp)},
+                             "advantages": adv, "mask": [[1]] * len(lp)},
                       {"eps_low": eps_low, "eps_high": eps_high}, ("BoundaryUlps",),
                       "one-token rows within 2 ulps of the band's edges", 0, "fixed", result="acceptable")
 
@@ -275,14 +276,14 @@ def sequence_cases() -> list[Case]:
         mask = S.mask(r, 3, 5)
         lp = sequence_away(lp, old, ref, mask, [0.0] * 3, {}, conv, None)
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0, 0.0, 0.0],
-                                      "mask": mask}, {"beta": 0.1}, ("ZeroAdvantage",),
+                                     "mask": mask}, {"beta": 0.1}, ("ZeroAdvantage",),
                               "A = 0 in every row: only the KL term", seed, "logprobs; A = 0"))
         # Token log-ratios of ±60 whose mean is moderate: Π_t ρ_t must not be formed.
         lp = [[-1.0, -61.0, -2.0, -0.5], [-60.5, -0.25, -3.0, -1.5]]
         old = [[-61.0, -1.0, -2.125, -0.625], [-0.5, -60.25, -3.125, -1.25]]
         ref = [[-1.25, -61.125, -2.5, -0.75], [-60.75, -0.5, -3.25, -1.75]]
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                      "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {"eps_low": 0.2, "eps_high": 0.28},
+                                     "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {"eps_low": 0.2, "eps_high": 0.28},
                               ("ExtremeRatio",), "token log-ratios ±60 whose row means are 0.0625 and −0.0625", 0,
                               "fixed"))
         # Rows without tokens: the sequence ratio of such a row is 1 (TRL, verl: length ≥ 1), and the
@@ -297,9 +298,9 @@ def sequence_cases() -> list[Case]:
         lp = sequence_away(lp, old, ref, mask, adv, {}, conv, None)
         seq_mean = conv["aggregation"] != "token-mean"
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                              {}, ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if seq_mean else "valid"))
+                             {}, ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
+                             "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                             result="acceptable" if seq_mean else "valid"))
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
     bad = [
@@ -329,7 +330,7 @@ def _log_ratio_clamp_case(group) -> Case:
         old.append([x - d for x, d in zip(lp[-1], deltas)])
         ref.append([x - 0.375 for x in lp[-1]])
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                              "mask": [[1] * 6, [1] * 6]}, {}, ("LogRatioClamp",),
+                             "mask": [[1] * 6, [1] * 6]}, {}, ("LogRatioClamp",),
                       "log ρ = ±19.5, ±20.5, ±25 with A = ±1 around the ±20 clamp", 0, "fixed")
 
 
@@ -342,7 +343,6 @@ def library_cases() -> list[Case]:
     for k, group in enumerate(LIBRARY_LOSS_GROUPS):
         gi = 100 + k
         conv = LIBRARY_LOSS_GROUPS[group]
-        seq_mean = conv["aggregation"] != "token-mean"
         if conv["ratio_level"] != "token":
             for i in range(6):
                 out.append(_random_sequence_loss(group, gi, i))
@@ -360,29 +360,18 @@ def library_cases() -> list[Case]:
             old = [[-50.0, 0.0, -50.001, -640.0], [0.0, -50.0, -690.0, -2.5]]
             ref = [[-0.5, -50.25, -0.5, -690.125], [-50.5, -0.125, -640.5, -2.25]]
             out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [1.0, -1.0],
-                                          "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
+                                         "mask": [[1, 1, 1, 1], [1, 1, 1, 1]]}, {}, ("ExtremeRatio",),
                                   "ratios e^±50 with A = ±1; probabilities ~1e−300", 0, "fixed"))
         if conv["kl_clamp"] is not None:
             lp = [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]]
             old = [[-20.1, -1.05, -1.9], [-0.45, -17.2, -3.1]]
             ref = [[-5.0, -16.0, -2.5], [-0.25, -2.0, -3.5]]
             out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.5, -1.0],
-                                          "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
+                                         "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1}, ("KLClamped",),
                                   "log r = ±15 and ±0.5: clamped and unclamped KL tokens", 0, "fixed"))
         else:
             out.append(_random_loss(group, gi, 7))
-        seed = 32100 + k
-        r = S.rng(seed)
-        lp = S.logprobs(r, (5, 6))
-        old = S.logprobs_near(r, lp, 0.1)
-        ref = S.logprobs_near(r, lp, 0.3)
-        lp = loss_away(lp, old, ref, {}, conv, None)
-        out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                      "advantages": r.normal(0, 1, 5).tolist(),
-                                      "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, {"beta": 0.1},
-                              ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if seq_mean else "valid"))
+        out.append(empty_rows_case(group, 32100 + k, {"beta": 0.1}))
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
     bad = [

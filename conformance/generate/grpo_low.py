@@ -31,13 +31,6 @@ LOW_ELEMS = 512          # B·T of a random case (the large case: 8 × 256)
 LOW_RANDOM = 48
 
 
-def _low_shape(r, i: int, rows_max: int = 16) -> tuple[int, int]:
-    if i == LOW_RANDOM - 1:
-        return 8, 256
-    t = int(r.choice(LOW_LENGTHS))
-    return max(1, min(int(r.integers(1, rows_max + 1)), LOW_ELEMS // t)), t
-
-
 def _low_adv_cases() -> list[Case]:
     out = []
     kinds = ("binary", "graded", "normal", "offset")
@@ -50,25 +43,25 @@ def _low_adv_cases() -> list[Case]:
         kind = kinds[i % len(kinds)]
         rewards = S.in_low(random_rewards(r, kind, b, g), grid)
         out.append(adv_case(group, rewards, ("Random", "LowPrecision"), f"random {kind} rewards B={b}, G={g}, "
-                             f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
-                             low=True))
+                            f"exact in {S.grid_note(grid)}", seed, f"{kind} rewards rounded to the {grid} grid",
+                            low=True))
     for gi, group in enumerate(groups):
         out.append(adv_case(group, [[1.0] * 8, [0.0] * 8, [0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0], [0.25] * 8],
-                             ("ZeroStd", "LowPrecision"), "all-equal groups (1, 0, 0.25) beside a mixed one",
-                             23100 + gi, "fixed", low=True))
+                            ("ZeroStd", "LowPrecision"), "all-equal groups (1, 0, 0.25) beside a mixed one",
+                            23100 + gi, "fixed", low=True))
         step = 2.0 ** -7
         out.append(adv_case(group, [[1.0, 1.0 + step, 1.0, 1.0 + step], [0.5, 0.5, 0.5 + step / 2, 0.5]],
-                             ("TinyStd", "LowPrecision"), "groups whose rewards differ by one bfloat16 step (std "
-                             "2^−8 or less, of the order of eps)", 23110 + gi, "fixed", low=True))
+                            ("TinyStd", "LowPrecision"), "groups whose rewards differ by one bfloat16 step (std "
+                            "2^−8 or less, of the order of eps)", 23110 + gi, "fixed", low=True))
         if group != "openrlhf-0.11.2":   # OpenRLHF's group_norm requires G > 1
             out.append(adv_case(group, [[0.25], [1.5], [-0.75], [3.0]], ("SingletonGroup", "LowPrecision"),
-                                 "G = 1 for every prompt", 23120 + gi, "fixed", low=True))
+                                "G = 1 for every prompt", 23120 + gi, "fixed", low=True))
     return out
 
 
 def _low_clip_case(group, lp, old, adv, params, flags, comment, seed, recipe, result="valid"):
     return clip_case(group, {"logp": lp, "old_logp": old, "advantages": adv}, params, flags + ("LowPrecision",),
-                      comment, seed, recipe, result=result, low=True)
+                     comment, seed, recipe, result=result, low=True)
 
 
 def _edge_tokens(targets, grid, offsets):
@@ -149,7 +142,7 @@ def _low_agg_cases() -> list[Case]:
         seed, grid = 23400 + i, S.low_grid(i)
         group = groups[i % len(groups)]
         r = S.rng(seed)
-        b, t = _low_shape(r, i)
+        b, t = S.low_shape(r, LOW_LENGTHS, i == LOW_RANDOM - 1, LOW_ELEMS)
         sigma = float(r.choice([0.01, 1.0, 100.0]))
         values = S.in_low(r.normal(0, sigma, (b, t)).tolist(), grid)
         mask = S.mask(r, b, t)
@@ -157,8 +150,8 @@ def _low_agg_cases() -> list[Case]:
             if group == "seq-mean-token-sum-norm" else None
         flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ())
         out.append(agg_case(group, values, mask, flags, f"random B={b}, T={t}, σ={sigma:g}, values exact in "
-                             f"{S.grid_note(grid)}" + (f", L={norm_length:g}" if norm_length else ""), seed,
-                             f"normal values rounded to the {grid} grid, ragged mask", norm_length, low=True))
+                            f"{S.grid_note(grid)}" + (f", L={norm_length:g}" if norm_length else ""), seed,
+                            f"normal values rounded to the {grid} grid, ragged mask", norm_length, low=True))
     for gi, group in enumerate(groups):
         seed = 23500 + 10 * gi
         r = S.rng(seed)
@@ -166,7 +159,7 @@ def _low_agg_cases() -> list[Case]:
         values = S.in_low(r.normal(0, 1, (6, 12)).tolist(), S.BOTH)
         mask = S.with_empty_rows(S.mask(r, 6, 12), [1, 4])
         out.append(agg_case(group, values, mask, ("FullyMaskedRowSeqMean" if empty else "FullyMaskedRow",
-                                                   "LowPrecision"), "rows without tokens among ragged rows", seed,
+                                                  "LowPrecision"), "rows without tokens among ragged rows", seed,
                              "normal values, ragged mask, emptied rows", result="acceptable" if empty else "valid",
                              low=True))
         for k, (big, grid) in enumerate(((1e30, "bfloat16"), (65280.0, S.BOTH))):
@@ -179,9 +172,9 @@ def _low_agg_cases() -> list[Case]:
                         values[a][j] = big if (a + j) % 2 else -big
             values = S.in_dtype(values, "bfloat16") if grid == "bfloat16" else S.in_low(values, grid)
             out.append(agg_case(group, values, mask, ("MaskedValues", "LowPrecision"),
-                                 f"±{big:g} at every masked position, exact in "
-                                 + ("bfloat16" if grid == "bfloat16" else S.grid_note(grid)), seed + 1 + k,
-                                 "normal values; padding filled with large values", low=True))
+                                f"±{big:g} at every masked position, exact in "
+                                + ("bfloat16" if grid == "bfloat16" else S.grid_note(grid)), seed + 1 + k,
+                                "normal values; padding filled with large values", low=True))
     return out
 
 
@@ -193,7 +186,7 @@ def _low_loss_cases() -> list[Case]:
         group = groups[i % len(groups)]
         conv = LOSS_GROUPS[group]
         r = S.rng(seed)
-        b, t = _low_shape(r, i)
+        b, t = S.low_shape(r, LOW_LENGTHS, i == LOW_RANDOM - 1, LOW_ELEMS)
         eps_low, eps_high = CLIP_PARAMS[i % len(CLIP_PARAMS)]
         beta = float(r.choice([0.04, 0.001, 0.1] + ([0.0] if group.startswith("trl") else [])))
         params = {"eps_low": eps_low, "eps_high": eps_high, "beta": beta}
@@ -213,11 +206,11 @@ def _low_loss_cases() -> list[Case]:
         flags = ("Random", "LowPrecision") + (("Large",) if b * t > LOW_ELEMS else ()) \
             + (("ZeroVarianceGroup",) if zero_rows else ()) + (("BetaZero",) if beta == 0 else ())
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                              params, flags, f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, "
-                              f"{eps_high if eps_high is not None else eps_low:g}), inputs exact in "
-                              f"{S.grid_note(grid)}" + (f", {len(zero_rows)} rows with A = 0" if zero_rows else ""),
-                              seed, f"logprobs; old/ref = logp + normal offsets; rounded to the {grid} grid",
-                              low=True))
+                             params, flags, f"random B={b}, T={t}, β={beta:g}, ε=({eps_low:g}, "
+                             f"{eps_high if eps_high is not None else eps_low:g}), inputs exact in "
+                             f"{S.grid_note(grid)}" + (f", {len(zero_rows)} rows with A = 0" if zero_rows else ""),
+                             seed, f"logprobs; old/ref = logp + normal offsets; rounded to the {grid} grid",
+                             low=True))
     for gi, group in enumerate(groups):
         conv = LOSS_GROUPS[group]
         seed = 23700 + 10 * gi
@@ -227,7 +220,7 @@ def _low_loss_cases() -> list[Case]:
         ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
         lp = loss_away(lp, old, ref, {}, conv, S.BOTH)
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": [0.0] * 4,
-                                      "mask": S.mask(r, 4, 6)}, {}, ("ZeroVarianceGroup", "LowPrecision"),
+                                     "mask": S.mask(r, 4, 6)}, {}, ("ZeroVarianceGroup", "LowPrecision"),
                               "every group zero-variance (A = 0): only the KL term", seed, "logprobs; A = 0",
                               low=True))
         mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
@@ -237,15 +230,15 @@ def _low_loss_cases() -> list[Case]:
         lp = loss_away(lp, old, ref, {}, conv, S.BOTH)
         empty_acceptable = conv["aggregation"] != "token-mean"
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
-                                      "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH), "mask": mask}, {},
+                                     "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH), "mask": mask}, {},
                               ("FullyMaskedRowSeqMean" if empty_acceptable else "FullyMaskedRow", "LowPrecision"),
                               "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
                               result="acceptable" if empty_acceptable else "valid", low=True))
         if conv["kl_clamp"]:
             out.append(loss_case(group, {"logp": [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]],
-                                          "old_logp": [[-20.125, -1.0625, -1.875], [-0.4375, -17.25, -3.125]],
-                                          "ref_logp": [[-9.0, -16.0, -2.5], [-0.25, -6.0, -3.5]],
-                                          "advantages": [0.5, -1.0], "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1},
+                                         "old_logp": [[-20.125, -1.0625, -1.875], [-0.4375, -17.25, -3.125]],
+                                         "ref_logp": [[-9.0, -16.0, -2.5], [-0.25, -6.0, -3.5]],
+                                         "advantages": [0.5, -1.0], "mask": [[1, 1, 1], [1, 1, 1]]}, {"beta": 0.1},
                                   ("KLClamped", "LowPrecision"), "log r = 11, −15 and ±0.5: clamped and unclamped "
                                   "KL (e^11 inside float16's range)", seed + 2, "fixed", low=True))
     return out

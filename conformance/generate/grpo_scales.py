@@ -1,6 +1,6 @@
 """Tolerance scales of the GRPO vectors: for each objective, the magnitude that rounding errors
-scale with (``SCALES``, read by ``conformance.generate.build`` for the tolerance policy of
-conformance/compare.py). Anything a scale leaves out defaults to the largest |value|."""
+scale with (``SCALES``: ``conformance.generate`` hands each case's to ``build.build_test``, for the
+tolerance policy of conformance/compare.py). Anything a scale leaves out defaults to the largest |value|."""
 from __future__ import annotations
 
 import mpmath
@@ -123,6 +123,23 @@ def _kl_weights(kwargs, w):
     return w if mode == kwargs["aggregation"] else aggregation_weights(kwargs["mask"], mode, kwargs["norm_length"])
 
 
+def _kl_token(lp, ref, kind, clamp):
+    """One token's KL estimate at log r = ref_logp − logp after the clamp, with the size of the
+    terms rounding touches in it and in its derivative: log r carries u·(1 + |logp| + |ref_logp|);
+    beyond the clamp the estimate is a constant."""
+    x = ref - lp
+    size_ref = 1 + abs(lp) + abs(ref)
+    k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x, "abs": abs(x)}[kind]
+    k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
+    if clamp is not None and abs(k) >= clamp:
+        return k_used, mpmath.mpf(clamp), mpmath.mpf(0)
+    if kind == "k3":
+        return k_used, mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref, (mpmath.exp(x) + 1) * size_ref
+    if kind == "k2":
+        return k_used, abs(x) * size_ref + x * x / 2, size_ref
+    return k_used, size_ref, mpmath.mpf(1)   # k1, abs: the terms of log r itself
+
+
 def _loss_scale(kwargs, outputs, grads):
     """Σ_t w_t·T_t for the value and max_t w_t·T_t for the gradient, where T_t is the size of the
     terms of ℓ_t that rounding touches: |ρA|·(1 + |logp| + |old|) on the unclipped branch, and
@@ -152,25 +169,12 @@ def _loss_scale(kwargs, outputs, grads):
                 objective, dsurrogate = _surrogate(rho, a, lo, hi, dual), surrogate
             else:
                 objective, surrogate, dsurrogate = _gated_token_scale(kwargs, rho, lp, a, size_ratio)
-            x = ref - lp
-            size_ref = 1 + abs(lp) + abs(ref)
-            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x, "abs": abs(x)}[kind]
-            k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
+            k_used, kl_terms, dkl_terms = _kl_token(lp, ref, kind, clamp)
             kl_used = beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used
             if wk is w:
                 elements.append(wt * abs(objective - kl_used))
             else:   # the two terms reduced with their own weights (kl_aggregation)
                 elements.append(wt * abs(objective) + wk[i][j] * abs(kl_used))
-            if clamp is not None and abs(k) >= clamp:
-                kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
-            elif kind == "k3":
-                kl_terms = mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref
-                dkl_terms = (mpmath.exp(x) + 1) * size_ref
-            elif kind == "k2":
-                kl_terms = abs(x) * size_ref + x * x / 2
-                dkl_terms = size_ref
-            else:  # k1, abs: the terms of log r itself
-                kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
             weight = rho * size_ratio if kwargs["kl_ratio_weight"] else 1
             penalty = beta * weight * kl_terms
             if wk is w:
@@ -198,9 +202,9 @@ def _sequence_loss_scale(kwargs):
     old_all = [[mpmath.mpf(x) for x in row] for row in kwargs["old_logp"]]
     adv_all = [mpmath.mpf(a) for a in kwargs["advantages"]]
     logs = row_log_ratios(lp_all, old_all, kwargs["mask"], adv_all,
-                           {"eps_low": mpmath.mpf(kwargs["eps_low"]),
-                            "eps_high": None if kwargs["eps_high"] is None else mpmath.mpf(kwargs["eps_high"])},
-                           kwargs)
+                          {"eps_low": mpmath.mpf(kwargs["eps_low"]),
+                           "eps_high": None if kwargs["eps_high"] is None else mpmath.mpf(kwargs["eps_high"])},
+                          kwargs)
     value_terms, grad_terms, elements = [], [mpmath.mpf(0)], []
     for i, row in enumerate(w):
         on = [j for j, wt in enumerate(row) if wt]
@@ -217,24 +221,12 @@ def _sequence_loss_scale(kwargs):
         value_row, through_row, own = [], [], []
         for j in on:
             lp, ref = lp_all[i][j], mpmath.mpf(kwargs["ref_logp"][i][j])
-            x = ref - lp
-            size_ref = 1 + abs(lp) + abs(ref)
-            k = {"k1": -x, "k2": x * x / 2, "k3": mpmath.expm1(x) - x}[kind]
-            k_used = k if clamp is None else min(max(k, -mpmath.mpf(clamp)), mpmath.mpf(clamp))
+            k_used, kl_terms, dkl_terms = _kl_token(lp, ref, kind, clamp)
             kl_used = beta * (s if weighted else 1) * k_used
             if wk is w:
                 elements.append(row[j] * abs(objective - kl_used))
             else:   # the two terms reduced with their own weights (kl_aggregation)
                 elements.append(row[j] * abs(objective) + wk[i][j] * abs(kl_used))
-            if clamp is not None and abs(k) >= clamp:
-                kl_terms, dkl_terms = mpmath.mpf(clamp), mpmath.mpf(0)
-            elif kind == "k3":
-                kl_terms = mpmath.exp(x) + abs(x) + 1 + abs(mpmath.expm1(x)) * size_ref
-                dkl_terms = (mpmath.exp(x) + 1) * size_ref
-            elif kind == "k2":
-                kl_terms, dkl_terms = abs(x) * size_ref + x * x / 2, size_ref
-            else:
-                kl_terms, dkl_terms = size_ref, mpmath.mpf(1)
             weight = s * size if weighted else 1
             if wk is w:
                 value_row.append(row[j] * ((through or abs(objective)) + beta * weight * kl_terms))

@@ -616,13 +616,6 @@ LOW_ELEMS = 512          # B·T of a random case (the large case: 8 × 256)
 LOW_RANDOM = 42
 
 
-def _low_shape(r, i: int) -> tuple[int, int]:
-    if i == LOW_RANDOM - 1:
-        return 8, 256
-    t = int(r.choice(LOW_LENGTHS))
-    return max(1, min(int(r.integers(1, 17)), LOW_ELEMS // t)), t
-
-
 def _low_fc_cases() -> list[Case]:
     out = []
     groups = list(FC_GROUPS)
@@ -630,7 +623,7 @@ def _low_fc_cases() -> list[Case]:
         seed, grid = 24000 + i, S.low_grid(i)
         group = groups[i % len(groups)]
         r = S.rng(seed)
-        b, t = _low_shape(r, i)
+        b, t = S.low_shape(r, LOW_LENGTHS, i == LOW_RANDOM - 1, LOW_ELEMS)
         spread = float(r.choice([0.05, 0.3, 1.0, 2.0]))
         lp = S.in_low(S.logprobs(r, (b, t)), grid)
         ref = S.in_low(S.logprobs_near(r, lp, spread), grid)
@@ -662,7 +655,7 @@ def _low_loss_cases() -> list[Case]:
         group = groups[i % len(groups)]
         conv = LOSS_GROUPS[group]
         r = S.rng(seed)
-        b, t = _low_shape(r, i)
+        b, t = S.low_shape(r, LOW_LENGTHS, i == LOW_RANDOM - 1, LOW_ELEMS)
         beta = float(r.choice(BETAS))
         s_b = float(r.choice([0.05, 0.2, 0.5] + ([1.0] if conv["ratio_cap"] else [])))
         s_r = float(r.choice([0.05, 0.3, 1.0]))

@@ -84,6 +84,15 @@ def rounded(x, dtype: str | None):
     return in_dtype(x, dtype) if dtype else x
 
 
+def low_shape(r: np.random.Generator, lengths, large: bool, elems: int) -> tuple[int, int]:
+    """[B, T] of a random low-precision case: T drawn from ``lengths``, B ≤ 16 with B·T ≤ ``elems``;
+    the ``large`` one is 8 × 256."""
+    if large:
+        return 8, 256
+    t = int(r.choice(lengths))
+    return max(1, min(int(r.integers(1, 17)), elems // t)), t
+
+
 def low_grid(i: int, every: int = 3) -> str:
     """The grid of the i-th low-precision case: FP16 for every ``every``-th, else BOTH."""
     return FP16 if i % every == every - 1 else BOTH

@@ -11,12 +11,7 @@ import numpy as np
 import pytest
 
 from conformance import catalog, numbers
-from conformance.generate import (
-    distill,
-    distill_divergences,
-    distill_inputs,
-    distill_sparse,
-)
+from conformance.generate import distill, distill_inputs
 from conformance.generate.build import build_test, call_kwargs
 
 CATEGORIES = {"article", "random", "edge", "convention", "invalid", "acceptable", "numerics"}
@@ -28,7 +23,7 @@ def cases():
 
 
 def _logits(case):
-    return case.inputs["logits" if case.objective == distill.SM else "student_logits"]
+    return case.inputs["logits" if case.objective == distill_inputs.SM else "student_logits"]
 
 
 def test_counts_per_objective(cases):
@@ -81,8 +76,8 @@ def test_low_precision_inputs(cases):
     """Low-precision logits are exact in bfloat16 or float16 and inside float16's range; |z| ≤ 30
     (30·T + a few in saturated rows) apart from the ±1e4 rows (HugeLogits)."""
     low = [c for c in cases if c.low_precision]
-    assert {c.objective for c in low} == {distill.SM, distill.HIN, distill.TKL, distill.JSD, distill.SYM,
-                                          distill_divergences.SKL, distill_divergences.TVD, distill_sparse.SPK}
+    assert {c.objective for c in low} == {distill_inputs.SM, distill_inputs.HIN, distill_inputs.TKL, distill_inputs.JSD, distill_inputs.SYM,
+                                          distill_inputs.SKL, distill_inputs.TVD, distill_inputs.SPK}
     for c in low:
         floats = [v for k, x in c.inputs.items() if k not in ("labels", "teacher_ids") for v in numbers.flat_floats(x)]
         assert any(all(numbers.representable(v, d) for v in floats) for d in ("bfloat16", "float16")), c.comment
@@ -109,7 +104,7 @@ def test_random_cases_cover_the_parameters(cases):
             continue
         temps.add(c.params.get("temperature"))
         alphas.add(c.params.get("alpha"))
-        if c.objective == distill.JSD:
+        if c.objective == distill_inputs.JSD:
             betas[(c.params["beta"], c.conventions["endpoints"])] += 1
     assert {0.5, 1.0, 2.0, 4.0, 1e-3} <= temps
     assert {0.0, 0.1, 0.5, 0.9, 1.0} <= alphas
@@ -126,15 +121,15 @@ def test_article_numbers(cases):
     art = {(c.objective, c.conventions.get("direction"), c.params.get("temperature"), c.comment): c
            for c in cases if "Article" in c.flags}
     probs = {T: [float(p) for p in _built(c)["expected"]["probs"]]
-             for (obj, _, T, _), c in art.items() if obj == distill.SM}
+             for (obj, _, T, _), c in art.items() if obj == distill_inputs.SM}
     # "Con T=1, las probabilidades son aproximadamente (0.88,0.12); con T=2, pasan a ser (0.73,0.27)"
     assert [round(p, 2) for p in probs[1.0]] == [0.88, 0.12]
     assert [round(p, 2) for p in probs[2.0]] == [0.73, 0.27]
     kls = {}
     for (obj, direction, _, comment), c in art.items():
-        if obj == distill.TKL and c.conventions.get("soft_term", "kl") == "kl":
+        if obj == distill_inputs.TKL and c.conventions.get("soft_term", "kl") == "kl":
             kls[(direction, "fox" in comment)] = float(_built(c)["expected"]["kl"][0])
-        elif obj == distill.TKL:   # the cross-entropy form: KL + H(p)
+        elif obj == distill_inputs.TKL:   # the cross-entropy form: KL + H(p)
             kls["cross_entropy"] = float(_built(c)["expected"]["kl"][0])
     # "d_t = 0.5 log(0.5/0.6) + 0.2 log(0.2/0.3) + 0.3 log(0.3/0.1) ≈ 0.157"
     assert round(kls[("reverse", True)], 3) == 0.157
