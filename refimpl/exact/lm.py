@@ -24,8 +24,8 @@ lse = log Σ_v e^{z_v}. A logit of −inf is an impossible token (probability ex
   logprobs_from_logits; ∂/∂z_j = c·(δ_{jy} − q_j)/T.
 * ``entropy``: H = −Σ_v q_v log q_v of softmax(z/T) (verl 0.9.1 and TRL 1.16.0
   entropy_from_logits); with x = z/T, ∂H/∂x_j = −q_j·(log q_j + H) = −q_j·Σ_i q_i·(x_j − x_i), so
-  ∂H/∂z_j = −c·q_j·(x_j − Σ_i q_i x_i)/T, written with the logit differences so that a row of equal
-  logits has a gradient of exactly 0.
+  ∂H/∂z_j = −c·q_j·(s_j − Σ_i q_i s_i)/T with s = x − max x (the same, as Σ_i q_i = 1), so that a row
+  of equal logits has a gradient of exactly 0.
 
 Every row is evaluated through its largest logit m: lse = m + log1p(Σ_{j≠k} e^{z_j − m}), so that
 lse − z_y = (m − z_y) + log1p(…) is a sum of non-negative terms, and q_y − 1 = expm1(log q_y) keeps
@@ -259,7 +259,9 @@ def entropy_vjp(cotangent, logits, temperature: float = 1.0):
     grad = mp.zeros(z.shape)
     for i, (r, c) in enumerate(zip(rows, ct)):
         live = [k for k, xk in enumerate(r.x) if xk != mp.NEG_INF]
+        # Σ_k q_k (x_j − x_k) = s_j − Σ_k q_k s_k with s = x − max (Σ q = 1): exactly 0 for equal logits
+        s = {k: r.x[k] - r.max for k in live}
+        mean_s = mpmath.fsum(r.q[k] * s[k] for k in live)
         for j in live:
-            centred = mpmath.fsum(r.q[k] * (r.x[j] - r.x[k]) for k in live)
-            grad[i, j] = -c * r.q[j] * centred / T
+            grad[i, j] = -c * r.q[j] * (s[j] - mean_s) / T
     return {"logits": grad}
