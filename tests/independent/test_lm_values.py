@@ -21,9 +21,13 @@ values.
 from __future__ import annotations
 
 import mpmath as mpm
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import lm
+from refimpl.exact import lm, mp
 
 
 def _row(z):
@@ -436,13 +440,6 @@ def test_reference_matches_literals(table, row):
 #
 # A second, independent implementation: PyTorch's own float64 kernels, on random inputs, against the
 # exact reference to 1e-12 of the result's scale (float64 rounding of a few dozen terms is ~1e-15).
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-from refimpl.exact import mp  # noqa: E402
 
 
 @pytest.mark.parametrize("seed", range(4))
