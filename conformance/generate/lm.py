@@ -3,7 +3,7 @@ smoothing, z-loss, soft-capping, reductions and transformers' num_items_in_batch
 (TRL selective_log_softmax, verl logprobs_from_logits) and ``lm.entropy`` (verl / TRL
 entropy_from_logits).
 
-Shapes stay small (N ≤ 8, V ≤ 32): the vector set has a size budget (DESIGN §5), and the vocabulary
+Shapes stay small (N ≤ 6, V ≤ 16): the vector set has a size budget (DESIGN §5), and the vocabulary
 reduction's numerics show at V of a few dozen as they do at 10^5. The realistic vocabularies are the
 ``Large`` cases, V = 128256 (Llama 3's), on the low-precision grids: mostly zero logits with a few
 hundred drawn ones, so that their repeated expected digits compress in the Large part.
@@ -24,6 +24,7 @@ from conformance.generate.case import Case, generated
 CE, LP, ENT = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy"
 NEG_INF = float("-inf")
 BIG_V = 128256     # Llama 3's vocabulary
+LOW_V = (2, 3, 4, 6, 8, 12, 16)   # vocabularies of the random low-precision cases
 
 NOTES = {
     "Random": {"category": "random", "description": "Random logits (normal, σ from 0.5 to 8) and labels from a "
@@ -169,7 +170,7 @@ def _with_normalizer(params, labels, r):
 
 def _ce_random() -> list[Case]:
     out = []
-    for i in range(50):
+    for i in range(30):
         seed = 1000 + i
         group, conv, params = _CE_SETS[i % len(_CE_SETS)]
         r = S.rng(seed)
@@ -238,11 +239,11 @@ _CE_LOW_SETS = _CE_SETS[:4] + (
 
 def _ce_low() -> list[Case]:
     out = []
-    for i in range(66):
+    for i in range(60):
         seed, grid = 21000 + i, S.low_grid(i)
         group, conv, params = _CE_LOW_SETS[i % len(_CE_LOW_SETS)]
         r = S.rng(seed)
-        n, v = int(r.integers(1, 9)), int(r.choice([2, 3, 5, 8, 16, 32]))
+        n, v = int(r.integers(1, 7)), int(r.choice(LOW_V))
         z = S.in_low(_logits(r, n, v), grid)
         y = _labels(r, n, v, 0.2)
         p = _with_normalizer(params, y, r)
@@ -280,7 +281,6 @@ def _ce_invalid() -> list[Case]:
         ({"logits": [[1.0, float("nan")], [0.0, 0.5]], "labels": [0, 0]}, {}, {}, "NaN logit"),
         ({"logits": [[1.0, float("inf")], [0.0, 0.5]], "labels": [0, 0]}, {}, {}, "+inf logit"),
         ({"logits": z, "labels": [0]}, {}, {}, "labels shorter than the rows"),
-        ({"logits": z, "labels": [0.5, 1]}, {}, {}, "a fractional label"),
         ({"logits": z, "labels": [0, 1]}, {"label_smoothing": 1.5}, {}, "label_smoothing > 1"),
         ({"logits": z, "labels": [0, 1]}, {"z_loss": -1e-4}, {}, "negative z-loss"),
         ({"logits": z, "labels": [0, 1]}, {"softcap": 0.0}, {}, "soft-cap 0"),
@@ -319,11 +319,11 @@ def _tempered_random(objective, seed0, count, low=False) -> list[Case]:
         T = float(r.choice([1.0, 1.0, 0.5, 0.7, 1.5, 2.0]))
         if low:
             grid = S.low_grid(i)
-            n, v = int(r.integers(1, 9)), int(r.choice([2, 3, 5, 8, 16, 32]))
+            n, v = int(r.integers(1, 7)), int(r.choice(LOW_V))
             z = S.in_low(_logits(r, n, v), grid)
             where = f", logits exact in {S.grid_note(grid)}"
         else:
-            n, v = _shape(r, 16, 8)
+            n, v = _shape(r)
             z = _logits(r, n, v)
             if i % 2 == 0:
                 z = _float32(z)
@@ -390,9 +390,9 @@ def _tempered_invalid(objective) -> list[Case]:
 def cases() -> list[Case]:
     out = _ce_random() + _ce_edges() + _ce_low() + _ce_invalid()
     for objective, seed in ((LP, 3000), (ENT, 5000)):
-        out += _tempered_random(objective, seed, 30)
+        out += _tempered_random(objective, seed, 20)
         out += _tempered_edges(objective)
-        out += _tempered_random(objective, seed + 20000, 63, low=True)
+        out += _tempered_random(objective, seed + 20000, 60, low=True)
         out += _large(objective, seed + 20500, {}, {})
         out += _tempered_invalid(objective)
     return out
