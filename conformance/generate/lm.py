@@ -194,8 +194,9 @@ def _ce_edges() -> list[Case]:
         comment="V = 1 with smoothing and z-loss: only ζ·z² remains")
     uni = {"logits": [[1.5] * 7, [-2.0] * 7], "labels": [3, 6]}
     add(uni, flags=("Uniform",), comment="equal logits: loss log 7")
-    add(uni, {"label_smoothing": 1.0}, group="liger-0.8.5", flags=("Uniform",),
-        comment="ε = 1 on equal logits: the smoothing term alone, log 7")
+    add({"logits": [[1.5, 0.5, -1.0, 2.0, 0.0, 0.25, -0.5], [-2.0, 1.0, 0.5, -2.0, 3.0, -0.75, 0.0]],
+         "labels": [3, 6]}, {"label_smoothing": 1.0}, group="liger-0.8.5",
+        comment="ε = 1: the loss is the mean of −log q_v, the label has no weight")
     neg = {"logits": [[NEG_INF, 1.0, 2.0, NEG_INF], [0.5, NEG_INF, -1.0, 3.0], [NEG_INF, NEG_INF, 4.0, NEG_INF]],
            "labels": [2, 3, 2]}
     add(neg, flags=("NegInf",), comment="−inf off the label; a row with one possible token (loss 0)")
