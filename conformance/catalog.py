@@ -501,7 +501,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         "torch.nn.functional.cross_entropy (PyTorch 2.x); label smoothing: Szegedy et al. 2016 (arXiv 1512.00567) "
         "§7; z-loss: PaLM (arXiv 2204.02311) §5; soft-capping: Gemma 2 (arXiv 2408.00118) §2; "
         "num_items_in_batch: transformers PR #34191",
-        reduction="logits", k_base=8.0),
+        reduction="logits", k_base=8.0,
+        docs_examples=("lm.cross_entropy:50b0ad65fab0f6fd",    # equal logits: log 7
+                       "lm.cross_entropy:0a976d743b1c028f")),  # a micro-batch over the accumulated count
     Objective(
         "lm.token_logprobs",
         "Log-probability of the sampled token under softmax(z/T): log q_y = z_y/T − log Σ_v e^{z_v/T}, per row.",
@@ -511,7 +513,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("logp",), ("logits",),
         "log-softmax at the sampled token: TRL 1.16.0 trl/trainer/utils.py selective_log_softmax; verl 0.9.1 "
         "verl/utils/torch_functional.py logprobs_from_logits",
-        reduction="logits", k_base=4.0),
+        reduction="logits", k_base=4.0, docs_examples=("lm.token_logprobs:0b8c216db0ded76e",)),  # T = 1e-3
     Objective(
         "lm.entropy",
         "Token entropy of softmax(z/T): H = −Σ_v q_v log q_v = lse − Σ_v q_v·z_v/T, per row.",
@@ -521,7 +523,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("entropy",), ("logits",),
         "Shannon entropy of the token distribution; verl 0.9.1 verl/utils/torch_functional.py "
         "entropy_from_logits; TRL 1.16.0 trl/trainer/utils.py entropy_from_logits",
-        reduction="logits", k_base=8.0),
+        reduction="logits", k_base=8.0, docs_examples=("lm.entropy:0a84d68906bcc33f",)),  # equal logits: log 7
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

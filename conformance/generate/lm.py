@@ -351,7 +351,8 @@ def _tempered_edges(objective) -> list[Case]:
                          comment, low=low))
 
     add([[0.5], [-3.0]], [0, 0], flags=("SingleToken",), comment="V = 1: 0")
-    add([[1.5] * 7, [-2.0] * 7], [3, 6], flags=("Uniform",), comment="equal logits: log 7 (entropy gradient 0)")
+    add([[1.5] * 7, [-2.0] * 7], [3, 6], flags=("Uniform",),
+        comment="equal logits: −log 7" if labels else "equal logits: log 7 (gradient 0)")
     add([[NEG_INF, 1.0, 2.0, NEG_INF], [0.5, NEG_INF, -1.0, 3.0], [NEG_INF, NEG_INF, 4.0, NEG_INF]], [2, 3, 2],
         flags=("NegInf",), comment="−inf off the label; a one-hot row")
     add([[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]], [0, 0, 0],
