@@ -182,7 +182,9 @@ def entropy_nan_at_neg_inf(logits, temperature=1.0):
     """Entropy as lse − Σ q·z: NaN at a −inf logit (0·(−inf)).
 
     Seen: verl 0.9.1 verl/utils/torch_functional.py entropy_from_logits (`torch.logsumexp(logits) -
-    torch.sum(pd * logits)`), also its gradient; masked vocabularies carry −inf logits."""
+    torch.sum(pd * logits)`), also its gradient; TRL 1.16.0 trl/trainer/utils.py entropy_from_logits off its
+    Triton path (`-(torch.exp(logps) * logps).sum(-1)`, the same 0·(−inf)); masked vocabularies carry −inf
+    logits."""
     return entropy(logits, temperature, verl_form=True)
 
 
