@@ -480,6 +480,50 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("update",), (), "Proximal KL (Bai, Yao, Zhang) stationary-policy theorem, summary [proximal-kl-summary] "
         "(reconstructed); FRPO arXiv 2601.10201; GRPO k3 loss, DeepSeekMath §4.1.1 eq. 3–4",
         reduction="rewards", low_precision=False, docs_page="docs/proximal_kl.md", k_base=8.0, backends=()),
+    Objective(
+        "lm.cross_entropy",
+        "Token cross-entropy of softmax(z'), z' = softcap·tanh(z/softcap) (or z): per counted token "
+        "(1−ε)(lse − z'_y) + ε(lse − mean_v z'_v) + z_loss·lse², lse = log Σ_v e^{z'_v}; 0 at labels equal to "
+        "ignore_index; reduction 'mean' (÷ the counted tokens, or ÷ normalizer when given), 'sum' or 'none'.",
+        (Input("logits", "N,V", neg_inf=True), Input("labels", "N", kind="int")),
+        (Param("ignore_index", -100, source="torch.nn.functional.cross_entropy (PyTorch 2.x) default"),
+         Param("label_smoothing", 0.0, source="none in PyTorch's default; PyTorch's definition (Szegedy et al. 2016 "
+               "§7, arXiv 1512.00567): (1−ε)·(−log q_y) + ε·mean over all V of −log q_v"),
+         Param("z_loss", 0.0, source="none in PyTorch; PaLM (arXiv 2204.02311) §5 uses 1e-4·log²Z; Liger 0.8.5 "
+               "lse_square_scale"),
+         Param("softcap", None, source="none in PyTorch; Gemma 2 (arXiv 2408.00118) §2 final-logit soft-capping "
+               "s·tanh(z/s), s = 30"),
+         Param("reduction", "mean", ("mean", "sum", "none"), "torch.nn.functional.cross_entropy default 'mean' "
+               "over the non-ignored tokens", convention=True),
+         Param("normalizer", None, source="none: the count of non-ignored tokens; transformers "
+               "loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch")),
+        ("loss",), ("logits",),
+        "torch.nn.functional.cross_entropy (PyTorch 2.x); label smoothing: Szegedy et al. 2016 (arXiv 1512.00567) "
+        "§7; z-loss: PaLM (arXiv 2204.02311) §5; soft-capping: Gemma 2 (arXiv 2408.00118) §2; "
+        "num_items_in_batch: transformers PR #34191",
+        reduction="logits", k_base=8.0,
+        docs_examples=("lm.cross_entropy:50b0ad65fab0f6fd",    # equal logits: log 7
+                       "lm.cross_entropy:0a976d743b1c028f")),  # a micro-batch over the accumulated count
+    Objective(
+        "lm.token_logprobs",
+        "Log-probability of the sampled token under softmax(z/T): log q_y = z_y/T − log Σ_v e^{z_v/T}, per row.",
+        (Input("logits", "N,V", neg_inf=True), Input("labels", "N", kind="int")),
+        (Param("temperature", 1.0, source="no temperature (T = 1) in the definition; TRL 1.16.0 and verl 0.9.1 "
+               "divide the logits by the rollout temperature first"),),
+        ("logp",), ("logits",),
+        "log-softmax at the sampled token: TRL 1.16.0 trl/trainer/utils.py selective_log_softmax; verl 0.9.1 "
+        "verl/utils/torch_functional.py logprobs_from_logits",
+        reduction="logits", k_base=4.0, docs_examples=("lm.token_logprobs:0b8c216db0ded76e",)),  # T = 1e-3
+    Objective(
+        "lm.entropy",
+        "Token entropy of softmax(z/T): H = −Σ_v q_v log q_v = lse − Σ_v q_v·z_v/T, per row.",
+        (Input("logits", "N,V", neg_inf=True),),
+        (Param("temperature", 1.0, source="no temperature (T = 1) in the definition; verl 0.9.1 and TRL 1.16.0 "
+               "compute it from the logits after division by the rollout temperature"),),
+        ("entropy",), ("logits",),
+        "Shannon entropy of the token distribution; verl 0.9.1 verl/utils/torch_functional.py "
+        "entropy_from_logits; TRL 1.16.0 trl/trainer/utils.py entropy_from_logits",
+        reduction="logits", k_base=8.0, docs_examples=("lm.entropy:0a84d68906bcc33f",)),  # equal logits: log 7
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

@@ -655,3 +655,94 @@ def rollout_correction(level, correction, lower, upper, seq_log_ratio, kept_weig
         fail("lower", f"must be <= upper, got lower={lower!r} > upper={upper!r}")
     clamp = optional_positive("log_ratio_clamp", log_ratio_clamp)
     return level, correction, lo, hi, seq_log_ratio, kept_weight, clamp
+
+
+# ----------------------------------------------------------------------------- lm
+
+LM_REDUCTIONS = ("mean", "sum", "none")
+
+
+def lm_reduction(value) -> str:
+    """How lm.cross_entropy reduces its per-token losses: mean over the non-ignored tokens, sum,
+    or none (one loss per token, 0 at an ignored one), as torch.nn.functional.cross_entropy."""
+    return choice("reduction", value, LM_REDUCTIONS)
+
+
+def ce_label_smoothing(value) -> float:
+    """PyTorch's label smoothing ε in [0, 1]: (1−ε)·(−log q_y) + ε·mean_v(−log q_v)."""
+    return in_range("label_smoothing", value, 0, 1)
+
+
+def z_loss(value) -> float:
+    """The coefficient ≥ 0 of log²Z (PaLM §5's z-loss; Liger's lse_square_scale)."""
+    return nonnegative("z_loss", value)
+
+
+def softcap(value) -> float | None:
+    """The cap s > 0 of the final-logit soft-capping s·tanh(z/s) (Gemma 2), or None."""
+    return optional_positive("softcap", value)
+
+
+def ignore_index(value) -> int:
+    """The label value whose tokens carry no loss: any integer (PyTorch's default −100)."""
+    if _is_bool(value) or not isinstance(value, numbers.Integral):
+        fail("ignore_index", f"must be an integer, got {value!r}")
+    return int(value)
+
+
+def ce_normalizer(value, reduction: str) -> float | None:
+    """The count that divides the summed loss in place of the number of non-ignored tokens
+    (transformers' num_items_in_batch): None or a positive number, only with reduction 'mean'
+    (a sum or per-token losses have no denominator to replace)."""
+    if value is None:
+        return None
+    if reduction != "mean":
+        fail("normalizer", f"only applies with reduction='mean' (it replaces the count of non-ignored "
+                           f"tokens), got reduction={reduction!r}")
+    return positive("normalizer", value)
+
+
+def token_labels(labels: list, vocab_size: int, ignore: int | None = None) -> list[bool]:
+    """Each label is a token id in [0, V), or ``ignore`` (the ignore_index, when there is one).
+    Returns, per row, whether the token counts (is not ignored)."""
+    out = []
+    for i, y in enumerate(labels):
+        if ignore is not None and y == ignore:
+            out.append(False)
+            continue
+        if not 0 <= y < vocab_size:
+            also = f" and is not ignore_index ({ignore})" if ignore is not None else ""
+            fail("labels", f"label {int(y)} at row {i} is outside [0, {vocab_size}){also}")
+        out.append(True)
+    return out
+
+
+def lm_logit_rows(n: int, v: int) -> None:
+    """An lm objective's logits [N, V] need a row and a token."""
+    if n == 0:
+        fail("logits", "needs at least one row, got shape (0, V)")
+    if v == 0:
+        fail("logits", f"the vocabulary axis must not be empty, got shape ({n}, 0)")
+
+
+def empty_mean(reduction: str, normalizer, counted: int) -> None:
+    """reduction='mean' without a normalizer over zero counted tokens is 0/0 (PyTorch returns NaN):
+    refused, never a silent NaN."""
+    if reduction == "mean" and normalizer is None and counted == 0:
+        fail("labels", "every token is ignore_index: the mean over zero tokens is undefined (0/0); "
+                       "pass reduction='sum' or a normalizer")
+
+
+def lm_rows(all_neg_inf, label_neg_inf, any_neg_inf, counted, smoothing: float = 0.0) -> None:
+    """The −inf logits an lm objective refuses, checked row by row (per-row facts as lists of
+    bools; ``label_neg_inf`` and ``counted`` are read only for the rows the loss counts): a row with
+    no possible token (log Z = −inf); −inf at a counted token's label (−log q_y = +inf); any −inf in
+    a counted row when label smoothing averages −log q_v over all V (+inf)."""
+    for i, (none, at_label, some, c) in enumerate(zip(all_neg_inf, label_neg_inf, any_neg_inf, counted)):
+        if none:
+            fail("logits", f"row {i} is -inf everywhere (no possible token)")
+        if c and at_label:
+            fail("logits", f"-inf at the label of row {i}: the loss is infinite")
+        if c and some and smoothing > 0:
+            fail("logits", f"-inf in row {i} with label_smoothing > 0: the smoothing term (the mean of "
+                           f"-log q over all V tokens) is infinite")

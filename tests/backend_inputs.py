@@ -90,6 +90,11 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"rewards": rng.normal(size=(b, t)), "values": rng.normal(size=(b, t)), "mask": mask}
     if objective_id == "gae.kl_rewards":
         return {"scores": rng.normal(size=b), "logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
+    if objective_id in ("lm.cross_entropy", "lm.token_logprobs"):
+        # a label at V − 1: logits with a shorter vocabulary are invalid input
+        return {"logits": rng.normal(size=(n, v)), "labels": np.array([v - 1, *rng.integers(0, v, size=n - 1)])}
+    if objective_id == "lm.entropy":
+        return {"logits": rng.normal(size=(n, v))}
     if objective_id.startswith("tabular."):
         def policy():
             w = rng.uniform(0.2, 1.0, size=(3, 2))

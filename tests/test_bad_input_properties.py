@@ -97,7 +97,14 @@ BAD_PARAMS = {
     "cispo_clip": ["lower", None, "both"],   # 'both' is refused with the default policy_loss (not CISPO)
     "sapo_tau_pos": [0.0, -1.0, NAN, INF],
     "sapo_tau_neg": [0.0, -1.05, NAN, INF],
+    "ignore_index": [1.5, "x", True, None],
+    "z_loss": [-1e-4, NAN, INF, "x"],
+    "softcap": [0.0, -1.0, NAN, INF, "x"],
+    "reduction": ["avg", None, 1],
+    "normalizer": [0.0, -2.0, NAN, INF, "n"],
 }
+# a parameter whose range differs between objectives that share its name
+BAD_PARAMS_OF = {("lm.cross_entropy", "label_smoothing"): [-0.1, 1.5, NAN, INF]}
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],
              ("distill.generalized_jsd", "beta"): [1.5], ("distill.skew_kl", "alpha"): [0.0]}
@@ -308,7 +315,8 @@ PARAMETERISED = [o.id for o in OBJECTIVES if o.params]
 def test_out_of_range_parameters_and_conventions(backend, data, objective_id, seed):
     spec = catalog.get(objective_id)
     param = data.draw(st.sampled_from([p.name for p in spec.params]), label="param")
-    bad = data.draw(st.sampled_from(BAD_PARAMS[param] + EXTRA_BAD.get((objective_id, param), [])), label="value")
+    bad = data.draw(st.sampled_from(BAD_PARAMS_OF.get((objective_id, param), BAD_PARAMS[param])
+                                    + EXTRA_BAD.get((objective_id, param), [])), label="value")
     if bad is None and spec.param(param).default is None:
         return  # None is the documented "off" for optional parameters
     if objective_id == "grpo.loss" and param == "beta" and bad == 0.0:

@@ -213,6 +213,12 @@ def square(x):
     return _unary(x, xv * xv, 2 * xv)
 
 
+def tanh(x):
+    """tanh(x), derivative sech²(x) (the soft-capping s·tanh(z/s) of lm.cross_entropy)."""
+    xv = value(x)
+    return _unary(x, xv.tanh(), xv.sech() ** 2 if isinstance(x, Var) else None)
+
+
 def fsum(terms):
     """Σ terms, one node for the whole sum (a sum of many terms stays cheap on the tape)."""
     total = ZERO
@@ -322,6 +328,29 @@ def softmax(xs, top: int):
     Var(_ACTIVE[-1], ZERO, (), rule)          # processed after every output below (reverse order)
     outs.extend(Var(_ACTIVE[-1], q, ()) for q in probs)
     return outs
+
+
+def entropy(xs, top: int):
+    """H = −Σ_j q_j log q_j of softmax(xs), written with d_j = x_j − x_top (d_top = 0 exactly) and
+    l1 = log1p(Σ_{j≠top} e^{d_j}): −log q_j = l1 − d_j ≥ 0, H = Σ_j q_j·(l1 − d_j). One primitive
+    whose partials ∂H/∂x_j = −q_j·(d_j − Σ_i q_i d_i) (= −q_j·Σ_i q_i·(x_j − x_i), as Σ_i q_i = 1) are
+    formed from the differences d: a row of equal x has exact zero partials."""
+    vals = [value(x) for x in xs]
+    t = vals[top]
+    d = [v - t if j != top else ZERO for j, v in enumerate(vals)]
+    l1 = ZERO
+    for j, dj in enumerate(d):
+        if j != top:
+            l1 += dj.exp()
+    l1 = l1.log1p()
+    q = [(dj - l1).exp() for dj in d]
+    h = ZERO
+    centre = ZERO
+    for qj, dj in zip(q, d):
+        h += qj * (l1 - dj)
+        centre += qj * dj
+    parents = [(x, -qj * (dj - centre)) for x, qj, dj in zip(xs, q, d) if isinstance(x, Var)]
+    return _node(h, parents) if parents else h
 
 
 # --------------------------------------------------------------------------- branches

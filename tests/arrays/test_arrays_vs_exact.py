@@ -24,13 +24,14 @@ from refimpl.exact import dpo as ex_dpo
 from refimpl.exact import gae as ex_gae
 from refimpl.exact import grpo as ex_grpo
 from refimpl.exact import kl as ex_kl
+from refimpl.exact import lm as ex_lm
 from refimpl.exact import mp
 from refimpl.exact import preference as ex_preference
 from refimpl.exact import proximal_kl as ex_proximal_kl
 from refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
-         "gae": ex_gae, "proximal_kl": ex_proximal_kl}
+         "gae": ex_gae, "proximal_kl": ex_proximal_kl, "lm": ex_lm}
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SEEDS = (0, 1)
 NEG_INF = -math.inf
@@ -124,6 +125,12 @@ def _inputs(oid: str, rng) -> dict:
         return {"logp": lp, "behavior_logp": lp + rng.normal(0, 0.4, (3, 4)),
                 "ref_logp": lp + rng.normal(0, 0.5, (3, 4)), "advantages": rng.normal(0, 1, 3),
                 "mask": _mask(rng, 3, 4)}
+    if oid in ("lm.cross_entropy", "lm.token_logprobs", "lm.entropy"):
+        z = _logits(rng, (4, 6), 2.5)
+        z[2, 4] = NEG_INF      # an impossible token off the labels
+        if oid == "lm.entropy":
+            return {"logits": z}
+        return {"logits": z, "labels": np.array([3, -100, 0, 5]) if oid == "lm.cross_entropy" else np.array([3, 1, 0, 5])}
     raise KeyError(oid)
 
 
@@ -194,6 +201,11 @@ CONVENTIONS = {
                                       lower=[None, 0.5], upper=[2.0, 1.2])
                                 + _grid(level=["token", "sequence"], correction=["mask"], seq_log_ratio=["mean"],
                                         kept_weight=["token-ratio", "one"], lower=[0.7])),
+    "lm.cross_entropy": (_grid(reduction=["mean", "sum", "none"], z_loss=[0.0, 0.01], softcap=[None, 3.0])
+                         + _grid(label_smoothing=[0.2, 1.0], softcap=[3.0], reduction=["mean", "none"])
+                         + _grid(normalizer=[2.5, 40.0])),
+    "lm.token_logprobs": _grid(temperature=[1.0, 0.5, 2.0]),
+    "lm.entropy": _grid(temperature=[1.0, 0.5, 2.0]),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
     "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
                                ratio_cap=[None, 1.3])

@@ -435,7 +435,36 @@ def cases() -> list[Case]:
         "ref_logp": np.array([[-11.0, -50.0, -2.5, -3.0], [-9.0, -52.0, 0.0, -1.0]]),
         "advantages": np.array([1.0, -1.0]), "mask": np.array([[1, 1, 1, 0], [1, 1, 0, 0]])},
         {"ratio_cap": 2.0}, 8))
+
+    # lm.cross_entropy, lm.token_logprobs, lm.entropy: ignored tokens, −inf off the label, every
+    # reduction with smoothing, z-loss and the cap; saturated rows at ±1e4
+    for i, p in enumerate(_grid(reduction=["mean", "sum", "none"], label_smoothing=[0.0, 0.3], z_loss=[0.0, 0.01],
+                                softcap=[None, 3.0])
+                          + _grid(normalizer=[2.5, 40.0], ignore_index=[-100, 1])):
+        rng = np.random.default_rng(1200 + i)
+        z = _logits_lm(rng, (4, 7))
+        y = np.array([3, -100, 0, 6]) if p.get("ignore_index", -100) == -100 else np.array([3, 1, 0, 6])
+        if not p.get("label_smoothing") or p.get("softcap"):
+            z[2, 4] = NEG_INF
+        add(Case("lm.cross_entropy", _label(p), {"logits": z, "labels": y}, p, 28))
+    huge = np.array([[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]])
+    for p in ({}, {"reduction": "none"}, {"softcap": 30.0}):
+        add(Case("lm.cross_entropy", "extreme:logits±1e4," + _label(p), {"logits": huge, "labels": np.array([0, 0, 0])},
+                 p, 12))
+    for i, T in enumerate((1.0, 0.5, 2.0)):
+        rng = np.random.default_rng(1300 + i)
+        z = _logits_lm(rng, (3, 6))
+        z[1, 2] = NEG_INF
+        add(Case("lm.token_logprobs", f"T={T}", {"logits": z, "labels": np.array([0, 3, 5])}, {"temperature": T}, 6))
+        add(Case("lm.entropy", f"T={T}", {"logits": z}, {"temperature": T}, 6))
+    add(Case("lm.token_logprobs", "extreme:logits±1e4", {"logits": huge, "labels": np.array([3, 0, 1])}, {}, 4))
+    add(Case("lm.entropy", "extreme:logits±1e4", {"logits": huge}, {}, 4))
+    add(Case("lm.entropy", "equal logits", {"logits": np.full((2, 5), 1.5)}, {"temperature": 0.5}, 5))
     return out
+
+
+def _logits_lm(rng, shape):
+    return rng.normal(0.0, 2.5, shape)
 
 
 # ------------------------------------------------------------------------------ running

@@ -1,0 +1,491 @@
+"""Vectors for the ``lm`` family: ``lm.cross_entropy`` (torch.nn.functional.cross_entropy with label
+smoothing, z-loss, soft-capping, reductions and transformers' num_items_in_batch), ``lm.token_logprobs``
+(TRL selective_log_softmax, verl logprobs_from_logits) and ``lm.entropy`` (verl / TRL
+entropy_from_logits).
+
+Shapes stay small (N ≤ 6, V ≤ 16): the vector set has a size budget (DESIGN §5), and the vocabulary
+reduction's numerics show at V of a few dozen as they do at 10^5. The realistic vocabularies are the
+``Large`` cases, V = 128256 (Llama 3's), on the low-precision grids: mostly zero logits with a few
+hundred drawn ones, so that their repeated expected digits compress in the Large part.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import mpmath
+import numpy as np
+
+from conformance import catalog, numbers
+from conformance.generate import sampling as S
+from conformance.generate.case import Case, generated
+
+CE, LP, ENT = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy"
+NEG_INF = float("-inf")
+BIG_V = 128256     # Llama 3's vocabulary
+LOW_V = (2, 3, 4, 6, 8, 12, 16)   # vocabularies of the random low-precision cases
+
+NOTES = {
+    "Random": {"category": "random", "description": "Random logits (normal, σ from 0.5 to 8) and labels from a "
+               "fixed seed; for lm.cross_entropy about one label in five is ignore_index."},
+    "Ignored": {"category": "edge", "description": "Tokens whose label is ignore_index: no loss, no smoothing, no "
+                "z-loss, zero gradient; custom ignore_index values (0, −1) and every token ignored."},
+    "EmptyBatch": {"category": "edge", "description": "Every token is ignore_index with reduction 'sum', 'none' or a "
+                   "normalizer: the loss is exactly 0 (PyTorch's 'mean' would be 0/0 = NaN; the reference rejects "
+                   "that case, see InvalidInput)."},
+    "SingleToken": {"category": "edge", "description": "V = 1: q = 1, the cross-entropy, the log-probability and "
+                    "the entropy are 0 and so are their gradients (with label smoothing too)."},
+    "Uniform": {"category": "edge", "description": "Equal logits: the loss is log V and the entropy's gradient is "
+                "exactly 0."},
+    "NegInf": {"category": "edge", "description": "−inf logits off the label (impossible tokens: probability 0, "
+               "gradient 0), under soft-capping −inf becomes −s."},
+    "HugeLogits": {"category": "numerics", "description": "Logits of ±1e4 (float64) or ±8192 (low precision): "
+                   "saturated rows where q_y − 1 ≈ −e^{−10^4} must come from expm1(log q_y), and a label far below "
+                   "the maximum."},
+    "Temperature": {"category": "convention", "description": "Temperatures from 1e-3 (near one-hot) to 100 (near "
+                    "uniform); the logits are divided by T before the softmax."},
+    "LabelSmoothing": {"category": "convention", "description": "PyTorch's label smoothing ε: (1−ε)·(−log q_y) + "
+                       "ε·mean over all V of −log q_v, ε up to 1."},
+    "ZLoss": {"category": "convention", "description": "z-loss ζ·lse² per counted token (PaLM §5: ζ = 1e-4; "
+              "Liger's lse_square_scale)."},
+    "Softcap": {"category": "convention", "description": "Final-logit soft-capping s·tanh(z/s) before the softmax "
+                "(Gemma 2: s = 30), also on logits far beyond s."},
+    "Normalizer": {"category": "convention", "description": "The summed loss divided by a given count "
+                   "(transformers' num_items_in_batch: the tokens of the whole accumulated batch, so not the "
+                   "micro-batch's own count)."},
+    "LowPrecision": {"category": "edge", "description": "Logits exactly representable in bfloat16 and float16 (or "
+                     "float16 only), judged in those dtypes under the careful model of conformance/compare.py "
+                     "(float32 inside, the outputs rounded once)."},
+    "Large": {"category": "random", "description": "A realistic vocabulary (V = 128256, Llama 3's) on the "
+              "low-precision grids: mostly zero logits with a few hundred drawn ones."},
+    "InvalidInput": {"category": "invalid", "description": "Input outside the objective's domain; must be rejected."},
+}
+
+GROUPS = {
+    "paper": "torch.nn.functional.cross_entropy defaults (PyTorch 2.x): reduction 'mean' over the non-ignored "
+             "tokens, ignore_index −100, no smoothing, no z-loss, no cap; for lm.token_logprobs / lm.entropy the "
+             "definitions (log-softmax at the label; Shannon entropy) with the temperature as a parameter",
+    "sum": "reduction 'sum' (torch.nn.functional.cross_entropy; transformers 5.25 loss/loss_utils.py "
+           "fixed_cross_entropy sums before dividing by num_items_in_batch)",
+    "none": "reduction 'none': one loss per token, 0 at ignore_index (torch.nn.functional.cross_entropy)",
+    "num-items": "reduction 'mean' with normalizer = num_items_in_batch: transformers 5.25 loss/loss_utils.py "
+                 "fixed_cross_entropy (PR #34191)",
+    "liger-0.8.5": "label_smoothing, z-loss (lse_square_scale) and soft-capping: Liger 0.8.5 "
+                   "liger_kernel/ops/cross_entropy.py; PaLM §5 (z-loss), Gemma 2 §2 (soft-capping)",
+    "invalid": "inputs outside the domain (all conventions)",
+}
+
+
+# ----------------------------------------------------------------------------- cotangents
+
+def _cotangent_seed(objective: str, merged: dict) -> int:
+    """A seed from the objective, its inputs and every parameter: the scale functions, which see only
+    those, rebuild the cotangent a case was given."""
+    spec = catalog.get(objective)
+    content = {"objective": objective,
+               "inputs": {i.name: numbers.encode_input(merged[i.name]) for i in spec.inputs},
+               "params": {p.name: merged[p.name] for p in spec.params}}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+def _per_row(objective: str, merged: dict) -> bool:
+    return objective != CE or merged["reduction"] == "none"
+
+
+def _cotangent(objective: str, merged: dict):
+    """1 for a scalar loss; else nonzero multiples of 1/64 in [−2, 2] per row (exact in bfloat16 and
+    float16)."""
+    if not _per_row(objective, merged):
+        return 1.0
+    r = S.rng(_cotangent_seed(objective, merged))
+    n = len(merged["logits"])
+    return (r.integers(1, 129, size=n) * r.choice([-1, 1], size=n) / 64.0).tolist()
+
+
+def _case(objective, inputs, params=None, conventions=None, group="paper", flags=(), comment="", seed=0,
+          recipe="fixed", low=False, result="valid") -> Case:
+    params, conventions = dict(params or {}), dict(conventions or {})
+    case = Case(objective, inputs, params=params, conventions=conventions, flags=tuple(flags), comment=comment,
+                result=result, provenance=generated(seed, recipe), low_precision=low, group=group)
+    if result != "invalid":
+        spec = catalog.get(objective)
+        merged = {**spec.defaults, **conventions, **params, **inputs}
+        case.cotangents = {spec.outputs[0]: _cotangent(objective, merged)}
+    return case
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def _shape(r, v_max=12, n_max=6):
+    return int(r.integers(1, n_max + 1)), int(r.integers(2, v_max + 1))
+
+
+def _logits(r, n, v):
+    return S.logits(r, (n, v), float(r.choice([0.5, 1.0, 3.0, 8.0])))
+
+
+def _labels(r, n, v, ignored=0.0, ignore_index=-100):
+    y = [int(t) for t in r.integers(0, v, size=n)]
+    if ignored:
+        y = [ignore_index if r.random() < ignored else t for t in y]
+        if all(t == ignore_index for t in y):
+            y[0] = int(r.integers(0, v))
+    return y
+
+
+def _float32(x):
+    return S.in_dtype(x, "float32")
+
+
+# ----------------------------------------------------------------------------- lm.cross_entropy
+
+_CE_SETS = (   # group, conventions, params: the convention sets the random cases cycle through
+    ("paper", {}, {}),
+    ("sum", {"reduction": "sum"}, {}),
+    ("none", {"reduction": "none"}, {}),
+    ("num-items", {}, {"normalizer": "global"}),
+    ("liger-0.8.5", {}, {"label_smoothing": 0.1}),
+    ("liger-0.8.5", {}, {"z_loss": 1e-4}),
+    ("liger-0.8.5", {}, {"softcap": 30.0}),
+    ("liger-0.8.5", {}, {"label_smoothing": 0.2, "z_loss": 0.01, "softcap": 5.0}),
+    ("liger-0.8.5", {"reduction": "sum"}, {"label_smoothing": 0.25, "z_loss": 0.05}),
+    ("liger-0.8.5", {"reduction": "none"}, {"label_smoothing": 0.5, "softcap": 2.0}),
+)
+
+
+def _ce_flags(params):
+    return tuple(f for k, f in (("label_smoothing", "LabelSmoothing"), ("z_loss", "ZLoss"), ("softcap", "Softcap"),
+                                ("normalizer", "Normalizer")) if k in params)
+
+
+def _with_normalizer(params, labels, r):
+    """'global': a count for the whole accumulated batch, at least this micro-batch's own count."""
+    if params.get("normalizer") != "global":
+        return params
+    own = sum(t != -100 for t in labels)
+    return {**params, "normalizer": float(own + int(r.integers(0, 3 * own + 1)))}
+
+
+def _ce_random() -> list[Case]:
+    out = []
+    for i in range(30):
+        seed = 1000 + i
+        group, conv, params = _CE_SETS[i % len(_CE_SETS)]
+        r = S.rng(seed)
+        n, v = _shape(r)
+        z, y = _logits(r, n, v), _labels(r, n, v, 0.2)
+        if i % 2 == 0:
+            z = _float32(z)
+        p = _with_normalizer(params, y, r)
+        out.append(_case(CE, {"logits": z, "labels": y}, p, conv, group, ("Random",) + _ce_flags(p),
+                         f"random N={n}, V={v}", seed, "normal logits, labels with ignore_index"))
+    return out
+
+
+def _ce_edges() -> list[Case]:
+    out = []
+    add = lambda inputs, params=None, conv=None, group="paper", flags=(), comment="": out.append(  # noqa: E731
+        _case(CE, inputs, params, conv, group, flags + _ce_flags(params or {}), comment))
+    one = {"logits": [[0.5], [-3.0], [7.25]], "labels": [0, 0, -100]}
+    add(one, flags=("SingleToken",), comment="V = 1: loss 0")
+    add(one, {"label_smoothing": 0.3, "z_loss": 0.01}, group="liger-0.8.5", flags=("SingleToken",),
+        comment="V = 1 with smoothing and z-loss: only ζ·z² remains")
+    uni = {"logits": [[1.5] * 7, [-2.0] * 7], "labels": [3, 6]}
+    add(uni, flags=("Uniform",), comment="equal logits: loss log 7")
+    add({"logits": [[1.5, 0.5, -1.0, 2.0, 0.0, 0.25, -0.5], [-2.0, 1.0, 0.5, -2.0, 3.0, -0.75, 0.0]],
+         "labels": [3, 6]}, {"label_smoothing": 1.0}, group="liger-0.8.5",
+        comment="ε = 1: the loss is the mean of −log q_v, the label has no weight")
+    neg = {"logits": [[NEG_INF, 1.0, 2.0, NEG_INF], [0.5, NEG_INF, -1.0, 3.0], [NEG_INF, NEG_INF, 4.0, NEG_INF]],
+           "labels": [2, 3, 2]}
+    add(neg, flags=("NegInf",), comment="−inf off the label; a row with one possible token (loss 0)")
+    add({"logits": neg["logits"], "labels": [0, 3, 2]}, {"ignore_index": 0}, {"reduction": "none"}, "none",
+        ("NegInf", "Ignored"), "ignore_index 0 where the logit of token 0 is −inf: no loss")
+    add(neg, {"softcap": 3.0}, group="liger-0.8.5", flags=("NegInf",), comment="soft-capping maps −inf to −3")
+    add({"logits": neg["logits"], "labels": [0, 1, 0]}, {"softcap": 3.0, "label_smoothing": 0.1},
+        group="liger-0.8.5", flags=("NegInf",), comment="capped: labels at −inf logits are finite (−s)")
+    huge = {"logits": [[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]],
+            "labels": [0, 0, 0]}
+    add(huge, flags=("HugeLogits",), comment="±1e4: q_y − 1 ≈ −e^{−1}, a label 2e4 below, a saturated label")
+    add(huge, conv={"reduction": "none"}, group="none", flags=("HugeLogits",), comment="±1e4 per token")
+    add({"logits": [[1e4, -1e4, -1e4, -1e4], [-1e4, 1e4, -1e4, -1e4]], "labels": [0, 1]}, flags=("HugeLogits",),
+        comment="every label saturated: loss 3·e^{−2e4}, gradient of that size")
+    add(huge, {"softcap": 30.0, "z_loss": 1e-4}, group="liger-0.8.5", flags=("HugeLogits",),
+        comment="±1e4 capped at 30 (Gemma 2)")
+    add(huge, {"label_smoothing": 0.1}, group="liger-0.8.5", flags=("HugeLogits",),
+        comment="±1e4 with smoothing: the mean of −log q_v is ~1e4")
+    r = S.rng(7)
+    z = _logits(r, 4, 6)
+    for ii in (0, -1):
+        add({"logits": z, "labels": [0, 3, ii, 5]}, {"ignore_index": ii}, flags=("Ignored",),
+            comment=f"ignore_index = {ii} (a token id for 0)")
+    empty = {"logits": z, "labels": [-100] * 4}
+    add(empty, conv={"reduction": "sum"}, group="sum", flags=("EmptyBatch", "Ignored"), comment="all ignored: sum 0")
+    add(empty, conv={"reduction": "none"}, group="none", flags=("EmptyBatch", "Ignored"), comment="all ignored")
+    add(empty, {"normalizer": 12.0}, group="num-items", flags=("EmptyBatch", "Ignored"),
+        comment="all ignored in this micro-batch, 12 tokens in the batch: 0")
+    mb = {"logits": z, "labels": [1, -100, 2, 4]}
+    for norm, why in ((3.0, "its own count: the plain mean"), (40.0, "the accumulated batch's 40 tokens"),
+                      (2.5, "a count divided by the ranks (2.5)")):
+        add(mb, {"normalizer": norm}, group="num-items", comment=f"normalizer {norm:g}: {why}")
+    return out
+
+
+_CE_LOW_SETS = _CE_SETS[:4] + (
+    ("liger-0.8.5", {}, {"label_smoothing": 0.125}),
+    ("liger-0.8.5", {}, {"z_loss": 1e-4, "softcap": 30.0}),
+)
+
+
+def _ce_low() -> list[Case]:
+    out = []
+    for i in range(60):
+        seed, grid = 21000 + i, S.low_grid(i)
+        group, conv, params = _CE_LOW_SETS[i % len(_CE_LOW_SETS)]
+        r = S.rng(seed)
+        n, v = int(r.integers(1, 7)), int(r.choice(LOW_V))
+        z = S.in_low(_logits(r, n, v), grid)
+        y = _labels(r, n, v, 0.2)
+        p = _with_normalizer(params, y, r)
+        out.append(_case(CE, {"logits": z, "labels": y}, p, conv, group, ("Random", "LowPrecision") + _ce_flags(p),
+                         f"random N={n}, V={v}, logits exact in {S.grid_note(grid)}", seed,
+                         f"normal logits rounded to the {grid} grid", low=True))
+    edges = (
+        ({"logits": [[8192.0, -8192.0, 0.0, 8064.0], [-8192.0, 8192.0, 8192.0, -8192.0]], "labels": [0, 3]}, {},
+         ("HugeLogits",), "±8192: saturated and far-below labels"),
+        ({"logits": [[NEG_INF, 1.0, 2.5, NEG_INF], [0.5, NEG_INF, -1.0, 3.0]], "labels": [2, 3]}, {},
+         ("NegInf",), "−inf off the label"),
+        ({"logits": [[0.75] * 16, [-3.0] * 16], "labels": [3, 15]}, {}, ("Uniform",), "equal logits: log 16"),
+        ({"logits": [[200.0, -150.0, 64.0, 0.5]] * 2, "labels": [1, 2]}, {"softcap": 30.0}, ("Softcap",),
+         "logits beyond the cap 30"),
+    )
+    for k, (inputs, params, flags, comment) in enumerate(edges):
+        out.append(_case(CE, inputs, params, {}, "liger-0.8.5" if params else "paper", flags + ("LowPrecision",),
+                         comment + ", exact in bfloat16 and float16", 21100 + k, low=True))
+    out += _large(CE, 21200, {}, {})
+    return out
+
+
+def _ce_invalid() -> list[Case]:
+    z = [[1.0, 2.0, -0.5], [0.0, 0.5, 1.5]]
+    bad = [
+        ({"logits": z, "labels": [3, 0]}, {}, {}, "label V = 3 is outside [0, V)"),
+        ({"logits": z, "labels": [-1, 0]}, {}, {}, "label −1 is neither a token nor ignore_index (−100)"),
+        ({"logits": z, "labels": [0, -100]}, {"ignore_index": -1}, {}, "label −100 with ignore_index −1"),
+        ({"logits": z, "labels": [-100, -100]}, {}, {}, "every token ignored with reduction 'mean': 0/0 (PyTorch: "
+                                                        "NaN)"),
+        ({"logits": [[1.0, NEG_INF], [0.0, 0.5]], "labels": [1, 0]}, {}, {}, "−inf at the label: infinite loss"),
+        ({"logits": [[1.0, NEG_INF], [0.0, 0.5]], "labels": [0, 0]}, {"label_smoothing": 0.1}, {},
+         "−inf with label smoothing: the mean of −log q_v is infinite"),
+        ({"logits": [[NEG_INF, NEG_INF], [0.0, 0.5]], "labels": [-100, 0]}, {}, {}, "a row −inf everywhere"),
+        ({"logits": [[1.0, float("nan")], [0.0, 0.5]], "labels": [0, 0]}, {}, {}, "NaN logit"),
+        ({"logits": [[1.0, float("inf")], [0.0, 0.5]], "labels": [0, 0]}, {}, {}, "+inf logit"),
+        ({"logits": z, "labels": [0]}, {}, {}, "labels shorter than the rows"),
+        ({"logits": z, "labels": [0, 1]}, {"label_smoothing": 1.5}, {}, "label_smoothing > 1"),
+        ({"logits": z, "labels": [0, 1]}, {"z_loss": -1e-4}, {}, "negative z-loss"),
+        ({"logits": z, "labels": [0, 1]}, {"softcap": 0.0}, {}, "soft-cap 0"),
+        ({"logits": z, "labels": [0, 1]}, {"normalizer": 0.0}, {}, "normalizer 0"),
+        ({"logits": z, "labels": [0, 1]}, {"normalizer": 4.0}, {"reduction": "sum"},
+         "a normalizer with reduction 'sum'"),
+        ({"logits": z, "labels": [0, 1]}, {}, {"reduction": "avg"}, "unknown reduction"),
+        ({"logits": [1.0, 2.0], "labels": [0]}, {}, {}, "logits of rank 1"),
+    ]
+    return [_case(CE, inputs, params, conv, "invalid", ("InvalidInput",), why, result="invalid")
+            for inputs, params, conv, why in bad]
+
+
+# ----------------------------------------------------------------------------- token_logprobs, entropy
+
+def _large(objective, seed, params, conv) -> list[Case]:
+    """V = 128256 rows, mostly zero logits with 256 drawn ones (exact in bfloat16 and float16)."""
+    r = S.rng(seed)
+    n = 2
+    z = [[0.0] * BIG_V for _ in range(n)]
+    for row in z:
+        for j in r.choice(BIG_V, size=256, replace=False):
+            row[int(j)] = S.in_low([float(r.normal(0.0, 4.0))], S.BOTH)[0]
+    inputs = {"logits": z}
+    if objective != ENT:
+        inputs["labels"] = [int(np.argmax(z[0])), int(r.integers(0, BIG_V))]
+    return [_case(objective, inputs, params, conv, "paper", ("Large", "LowPrecision"),
+                  f"V={BIG_V}, N={n}, exact in bfloat16 and float16", seed, "zeros with 256 normal logits", low=True)]
+
+
+def _tempered_random(objective, seed0, count, low=False) -> list[Case]:
+    out = []
+    for i in range(count):
+        seed = seed0 + i
+        r = S.rng(seed)
+        T = float(r.choice([1.0, 1.0, 0.5, 0.7, 1.5, 2.0]))
+        if low:
+            grid = S.low_grid(i)
+            n, v = int(r.integers(1, 7)), int(r.choice(LOW_V))
+            z = S.in_low(_logits(r, n, v), grid)
+            where = f", logits exact in {S.grid_note(grid)}"
+        else:
+            n, v = _shape(r)
+            z = _logits(r, n, v)
+            if i % 2 == 0:
+                z = _float32(z)
+            where = ""
+        inputs = {"logits": z}
+        if objective == LP:
+            inputs["labels"] = _labels(r, n, v)
+        flags = ("Random",) + (("Temperature",) if T != 1 else ()) + (("LowPrecision",) if low else ())
+        out.append(_case(objective, inputs, {"temperature": T}, {}, "paper", flags,
+                         f"random N={n}, V={v}, T={T:g}{where}", seed, "normal logits", low=low))
+    return out
+
+
+def _tempered_edges(objective) -> list[Case]:
+    labels = objective == LP
+    out = []
+
+    def add(z, y, T=1.0, flags=(), comment="", low=False):
+        inputs = {"logits": z}
+        if labels:
+            inputs["labels"] = y
+        out.append(_case(objective, inputs, {"temperature": T}, {}, "paper",
+                         flags + (("Temperature",) if T != 1 else ()) + (("LowPrecision",) if low else ()),
+                         comment, low=low))
+
+    add([[0.5], [-3.0]], [0, 0], flags=("SingleToken",), comment="V = 1: 0")
+    add([[1.5] * 7, [-2.0] * 7], [3, 6], flags=("Uniform",),
+        comment="equal logits: −log 7" if labels else "equal logits: log 7 (gradient 0)")
+    add([[NEG_INF, 1.0, 2.0, NEG_INF], [0.5, NEG_INF, -1.0, 3.0], [NEG_INF, NEG_INF, 4.0, NEG_INF]], [2, 3, 2],
+        flags=("NegInf",), comment="−inf off the label; a one-hot row")
+    add([[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]], [0, 0, 0],
+        flags=("HugeLogits",), comment="±1e4")
+    add([[2.0, 1.0, -1.0, 0.5], [0.3, 0.2, 0.1, 0.0]], [0, 3], 1e-3, comment="T = 1e-3: near one-hot")
+    add([[2.0, 1.0, -1.0, 0.5], [30.0, -20.0, 0.1, 0.0]], [1, 2], 100.0, comment="T = 100: near uniform")
+    add([[8192.0, -8192.0, 0.0, 8064.0], [NEG_INF, 1.0, 2.5, NEG_INF], [0.75] * 4], [3, 2, 1], 1.0,
+        ("HugeLogits", "NegInf", "Uniform"), "±8192, −inf, equal logits, exact in bfloat16 and float16", low=True)
+    add([[2.0, 1.0, -1.0, 0.5], [0.375, 0.25, 0.125, 0.0]], [0, 3], 0.25, (),
+        "T = 0.25, exact in bfloat16 and float16", low=True)
+    return out
+
+
+def _tempered_invalid(objective) -> list[Case]:
+    z = [[1.0, 2.0, -0.5], [0.0, 0.5, 1.5]]
+    y = {"labels": [0, 1]} if objective == LP else {}
+    bad = [
+        ({"logits": z, **y}, {"temperature": 0.0}, "temperature 0"),
+        ({"logits": z, **y}, {"temperature": -1.0}, "negative temperature"),
+        ({"logits": [[1.0, float("nan")], [0.0, 0.5]], **({"labels": [0, 0]} if y else {})}, {}, "NaN logit"),
+        ({"logits": [[1.0, float("inf")], [0.0, 0.5]], **({"labels": [0, 0]} if y else {})}, {}, "+inf logit"),
+        ({"logits": [[NEG_INF, NEG_INF], [0.0, 0.5]], **({"labels": [0, 0]} if y else {})}, {},
+         "a row −inf everywhere"),
+        ({"logits": [1.0, 2.0], **({"labels": [0]} if y else {})}, {}, "logits of rank 1"),
+    ]
+    if objective == LP:
+        bad += [
+            ({"logits": z, "labels": [3, 0]}, {}, "label V = 3 is outside [0, V)"),
+            ({"logits": z, "labels": [-100, 0]}, {}, "label −100: token_logprobs has no ignore_index"),
+            ({"logits": [[1.0, NEG_INF], [0.0, 0.5]], "labels": [1, 0]}, {}, "−inf at the label: log q_y = −∞"),
+            ({"logits": z, "labels": [0]}, {}, "labels shorter than the rows"),
+        ]
+    return [_case(objective, inputs, params, {}, "invalid", ("InvalidInput",), why, result="invalid")
+            for inputs, params, why in bad]
+
+
+def cases() -> list[Case]:
+    out = _ce_random() + _ce_edges() + _ce_low() + _ce_invalid()
+    for objective, seed in ((LP, 3000), (ENT, 5000)):
+        out += _tempered_random(objective, seed, 20)
+        out += _tempered_edges(objective)
+        out += _tempered_random(objective, seed + 20000, 60, low=True)
+        out += _large(objective, seed + 20500, {}, {})
+        out += _tempered_invalid(objective)
+    return out
+
+
+# ----------------------------------------------------------------------------- tolerance scales
+#
+# As for the distillation losses (conformance/generate/distill_scales.py): a careful implementation
+# forms log q_v = (z_v − max)/T − log Σ …, rounding the exponents and the log-sum-exp, so log q_v
+# carries an absolute error ≈ u·A_v, A_v = (|z_v| + |max z|)/T + |log q_v|; those errors do not grow
+# with V and enter divided by d = 1 + log2 V (k_base roundings, not k_base·(1 + log2 V)). The values
+# reduce terms of the sizes below; a gradient is judged against the largest of |c|·(q_j + [j = y] + …):
+# q_y − 1 formed as softmax − one-hot (PyTorch's own backward) has an absolute error of u, which is
+# allowed, while the expm1 form keeps digits the scale does not ask for.
+
+SCALE_DPS = 20
+
+
+class _RowScale:
+    def __init__(self, row, T):
+        z = [mpmath.mpf(v) for v in row]
+        self.live = [not mpmath.isinf(v) for v in z]
+        m = max(v for v, f in zip(z, self.live) if f)
+        x = [(v - m) / T if f else None for v, f in zip(z, self.live)]
+        self.l1 = mpmath.log(mpmath.fsum(mpmath.exp(xi) for xi in x if xi is not None))
+        self.lse = m / T + self.l1
+        self.logq = [xi - self.l1 if xi is not None else None for xi in x]
+        self.q = [mpmath.exp(lq) if lq is not None else mpmath.mpf(0) for lq in self.logq]
+        self.A = [(abs(v) + abs(m)) / T + abs(lq) if f else mpmath.mpf(0) for v, lq, f in zip(z, self.logq, self.live)]
+        self.m = abs(m) / T
+        self.d = 1 + mpmath.log(len(z), 2)
+
+
+def _cap(row, s):
+    return [v if s is None else float(s) * math.tanh(v / float(s)) if math.isfinite(v) else -float(s) for v in row]
+
+
+def _ce_scale(kwargs, outputs, grads):
+    with mpmath.workdps(SCALE_DPS):
+        eps, zeta = mpmath.mpf(kwargs["label_smoothing"]), mpmath.mpf(kwargs["z_loss"])
+        reduction, ignore = kwargs["reduction"], kwargs["ignore_index"]
+        ct = _cotangent(CE, kwargs)
+        values, terms, gmax = [], [], []
+        for i, (row, y) in enumerate(zip(kwargs["logits"], kwargs["labels"])):
+            if y == ignore:
+                continue
+            R = _RowScale(_cap(row, kwargs["softcap"]), 1)
+            v = len(row)
+            nll = -R.logq[y]
+            smooth = mpmath.fsum(-lq for lq in R.logq) / v if eps else 0
+            lse_err = 2 * abs(R.lse) * (R.m + R.l1) / R.d
+            terms.append(abs((1 - eps) * nll + eps * smooth + zeta * R.lse ** 2))
+            values.append((1 - eps) * (nll + R.A[y] / R.d) + eps * (smooth + mpmath.fsum(R.A) / (v * R.d))
+                          + zeta * (R.lse ** 2 + lse_err))
+            c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct))
+            gmax.append(c * max(R.q[j] * (1 + 2 * zeta * abs(R.lse) + R.A[j] / R.d + 2 * zeta * (R.m + R.l1) / R.d)
+                                + (1 - eps) * (j == y) + eps / v for j in range(v)))
+        if reduction == "none":
+            return {"loss": max(values, default=mpmath.mpf(0)), "grad:logits": max(gmax, default=mpmath.mpf(0))}
+        den = 1
+        if reduction == "mean":
+            den = mpmath.mpf(kwargs["normalizer"]) if kwargs["normalizer"] is not None else len(terms)
+        return {"loss": mpmath.fsum(values) / den, "elements:loss": mpmath.fsum(terms) / den,
+                "grad:logits": max(gmax, default=mpmath.mpf(0)) / den}
+
+
+def _logprobs_scale(kwargs, outputs, grads):
+    with mpmath.workdps(SCALE_DPS):
+        T = mpmath.mpf(kwargs["temperature"])
+        ct = _cotangent(LP, kwargs)
+        values, gmax = [], []
+        for row, y, c in zip(kwargs["logits"], kwargs["labels"], ct):
+            R = _RowScale(row, T)
+            values.append(-R.logq[y] + R.A[y] / R.d)
+            gmax.append(abs(mpmath.mpf(c)) / T * max(R.q[j] * (1 + R.A[j] / R.d) + (j == y) for j in range(len(row))))
+        return {"logp": max(values), "grad:logits": max(gmax)}
+
+
+def _entropy_scale(kwargs, outputs, grads):
+    with mpmath.workdps(SCALE_DPS):
+        T = mpmath.mpf(kwargs["temperature"])
+        ct = _cotangent(ENT, kwargs)
+        values, gmax = [], []
+        for row, c in zip(kwargs["logits"], ct):
+            R = _RowScale(row, T)
+            h = mpmath.fsum(qj * -lq for qj, lq in zip(R.q, R.logq) if lq is not None)
+            spread = mpmath.fsum(qj * aj for qj, aj in zip(R.q, R.A))
+            values.append(h + spread / R.d)
+            gmax.append(abs(mpmath.mpf(c)) / T * max(qj * (abs(lq) + h + (aj + spread) / R.d)
+                                                     for qj, lq, aj in zip(R.q, R.logq, R.A) if lq is not None))
+        return {"entropy": max(values), "grad:logits": max(gmax)}
+
+
+SCALES = {CE: _ce_scale, LP: _logprobs_scale, ENT: _entropy_scale}
