@@ -480,6 +480,28 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("update",), (), "Proximal KL (Bai, Yao, Zhang) stationary-policy theorem, summary [proximal-kl-summary] "
         "(reconstructed); FRPO arXiv 2601.10201; GRPO k3 loss, DeepSeekMath §4.1.1 eq. 3–4",
         reduction="rewards", low_precision=False, docs_page="docs/proximal_kl.md", k_base=8.0, backends=()),
+    # --- issue 27: reward-model and critic losses (family reward, ppo)
+    Objective(
+        "reward.pairwise", "Bradley–Terry pairwise reward loss mean_b −log σ(r_c − r_r − m), plus "
+        "c·mean_b (r_c + r_r)² when center_rewards_coefficient c is given; form 'log-exp' writes the same "
+        "function as log(1 + exp(r_r − r_c + m)).",
+        (Input("chosen_rewards", "B"), Input("rejected_rewards", "B"), Input("margin", "B", optional=True)),
+        (Param("center_rewards_coefficient", None, source="Bradley–Terry has no centring term; Eisenstein et al. "
+               "2023 (arXiv 2312.09244) eq. 2 adds η·(r_c + r_r)²; TRL 1.16.0 RewardConfig default None "
+               "(recommended 0.01)"),
+         Param("form", "sigmoid", ("sigmoid", "log-exp"),
+               "Ouyang et al. 2022 (arXiv 2203.02155) eq. 1 write −log σ(r_c − r_r); TRL 1.16.0 RewardTrainer and "
+               "OpenRLHF 0.11.2 PairWiseLoss likewise; OpenRLHF LogExpLoss log(1 + exp(r_r − r_c)), citing Bai et al. "
+               "2022 (arXiv 2204.05862)", convention=True)),
+        ("loss",), ("chosen_rewards", "rejected_rewards"),
+        "Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT, arXiv 2203.02155) §3.5 eq. 1; Eisenstein et al. "
+        "2023 (arXiv 2312.09244) eq. 2; TRL 1.16.0 trainer/reward_trainer.py compute_loss; OpenRLHF 0.11.2 "
+        "models/loss.py PairWiseLoss, LogExpLoss",
+        reduction="chosen_rewards", k_base=8.0, docs_examples=(
+            "reward.pairwise:c74436746e50ae61",   # one comparison, d = 1
+            "reward.pairwise:d09363e7260451e0",   # equal rewards: log 2
+            "reward.pairwise:2260736ed023fd55",   # margins equal to the differences, centring 0.01
+            "reward.pairwise:1cb99ffa72f54078")),  # log-exp form where e^{r_r − r_c} overflows
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

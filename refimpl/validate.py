@@ -655,3 +655,31 @@ def rollout_correction(level, correction, lower, upper, seq_log_ratio, kept_weig
         fail("lower", f"must be <= upper, got lower={lower!r} > upper={upper!r}")
     clamp = optional_positive("log_ratio_clamp", log_ratio_clamp)
     return level, correction, lo, hi, seq_log_ratio, kept_weight, clamp
+
+
+# ----------------------------------------------------------------------------- reward
+
+REWARD_FORMS = ("sigmoid", "log-exp")
+
+
+def reward_form(value) -> str:
+    """How a pairwise reward loss writes −log σ(d): 'sigmoid' (TRL, OpenRLHF PairWiseLoss) or
+    'log-exp', log(1 + e^{−d}) (OpenRLHF LogExpLoss): one function, two formulas."""
+    return choice("form", value, REWARD_FORMS)
+
+
+def center_rewards_coefficient(value) -> float | None:
+    """The weight c >= 0 of the centring term c·mean((r_c + r_r)²), or None (no term)."""
+    return None if value is None else nonnegative("center_rewards_coefficient", value)
+
+
+# ----------------------------------------------------------------------------- ppo value loss
+
+def clip_range_value(value) -> float | None:
+    """The ε > 0 of the clipped value estimate V_old + clip(V − V_old, −ε, ε), or None (unclipped)."""
+    return optional_positive("clip_range_value", value)
+
+
+def value_half(value) -> bool:
+    """Whether the squared error carries the factor ½ (``half``)."""
+    return flag("half", value)

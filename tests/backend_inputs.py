@@ -90,6 +90,9 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"rewards": rng.normal(size=(b, t)), "values": rng.normal(size=(b, t)), "mask": mask}
     if objective_id == "gae.kl_rewards":
         return {"scores": rng.normal(size=b), "logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
+    if objective_id == "reward.pairwise":
+        return {"chosen_rewards": rng.normal(size=n), "rejected_rewards": rng.normal(size=n),
+                "margin": rng.uniform(0.0, 1.0, size=n)}
     if objective_id.startswith("tabular."):
         def policy():
             w = rng.uniform(0.2, 1.0, size=(3, 2))

@@ -406,6 +406,16 @@ def cases() -> list[Case]:
                  {"old_logp": _junk(lp, m, rng), "rollout_logp": _junk(lp + rng.normal(0, 0.3, (3, 6)), m, rng),
                   "mask": m}, p, 6))
 
+    # reward.pairwise
+    for i, p in enumerate(_grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0])):
+        rng = np.random.default_rng(1300 + i)
+        chosen, rejected = rng.normal(0, 2, 6), rng.normal(0, 2, 6)
+        add(Case("reward.pairwise", _label(p), {"chosen_rewards": chosen, "rejected_rewards": rejected,
+                                                 "margin": rng.uniform(0, 1, 6)}, p, 6))
+    add(Case("reward.pairwise", "extreme:d=±1e4 and ±100", {
+        "chosen_rewards": np.array([1e4, -1e4, 100.0, 0.0, 0.5]),
+        "rejected_rewards": np.array([-1e4, 1e4, 0.0, 100.0, 0.25])}, {"form": "log-exp"}, 5))
+
     # proximal_kl.future_cost
     for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):
         rng = np.random.default_rng(1100 + i)
