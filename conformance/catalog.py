@@ -502,6 +502,26 @@ OBJECTIVES: tuple[Objective, ...] = (
             "reward.pairwise:d09363e7260451e0",   # equal rewards: log 2
             "reward.pairwise:2260736ed023fd55",   # margins equal to the differences, centring 0.01
             "reward.pairwise:1cb99ffa72f54078")),  # log-exp form where e^{r_r − r_c} overflows
+    Objective(
+        "ppo.value_loss", "PPO critic loss: aggregate over tokens of s·max((V − R)², (V_old + clip(V − V_old, −ε, ε) − "
+        "R)²), or s·(V − R)² when clip_range_value ε is None; s = ½ when half.",
+        (Input("values", "B,T"), Input("old_values", "B,T"), Input("returns", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("clip_range_value", None, source="PPO (Schulman et al. 2017) eq. 9: the unclipped squared error; "
+               "verl 0.9.1 critic cliprange_value 0.5, OpenRLHF 0.11.2 --critic.value_clip 0.5", convention=True),
+         Param("half", False, (True, False), "PPO eq. 9 has no ½; verl 0.9.1 compute_value_loss, OpenRLHF 0.11.2 "
+               "ValueLoss and TRL's former PPOTrainer multiply by 0.5", convention=True),
+         Param("aggregation", "token-mean",
+               ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+               "PPO eq. 9: Ê_t, the mean over the batch's time steps; verl 0.9.1 critic loss_agg_mode token-mean, "
+               "OpenRLHF 0.11.2 ValueLoss token_level_loss True", convention=True)),
+        ("loss",), ("values",),
+        "Schulman et al. 2017 (PPO, arXiv 1707.06347) §5 eq. 9; OpenAI baselines ppo2 model.py (clipped value "
+        "loss); verl 0.9.1 trainer/ppo/core_algos.py compute_value_loss; OpenRLHF 0.11.2 models/loss.py ValueLoss",
+        reduction="values", k_base=8.0, docs_examples=(
+            "ppo.value_loss:6abca7b4e4d04191",   # PPO eq. 9: errors −1 and 1
+            "ppo.value_loss:5db3e534d250f8e7",   # the clipped branch the larger: gradient 0
+            "ppo.value_loss:9bf562d7fc462333",   # V − V_old = ±ε exactly, differentiable
+            "ppo.value_loss:2f4a3046b2a65cf6")),  # the tie of the two squares (acceptable)
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

@@ -90,6 +90,10 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"rewards": rng.normal(size=(b, t)), "values": rng.normal(size=(b, t)), "mask": mask}
     if objective_id == "gae.kl_rewards":
         return {"scores": rng.normal(size=b), "logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
+    if objective_id == "ppo.value_loss":
+        values = rng.normal(size=(b, t))
+        return {"values": values, "old_values": values + rng.normal(0, 0.5, size=(b, t)),
+                "returns": values + rng.normal(size=(b, t)), "mask": mask}
     if objective_id == "reward.pairwise":
         return {"chosen_rewards": rng.normal(size=n), "rejected_rewards": rng.normal(size=n),
                 "margin": rng.uniform(0.0, 1.0, size=n)}

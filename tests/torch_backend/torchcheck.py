@@ -406,6 +406,17 @@ def cases() -> list[Case]:
                  {"old_logp": _junk(lp, m, rng), "rollout_logp": _junk(lp + rng.normal(0, 0.3, (3, 6)), m, rng),
                   "mask": m}, p, 6))
 
+    # ppo.value_loss (padding holds far-off junk; steps up to several ε)
+    for i, p in enumerate(_grid(clip_range_value=[None, 0.2], half=[False, True],
+                                aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                             "seq-mean-token-sum-norm"])):
+        rng = np.random.default_rng(1400 + i)
+        m = _mask(rng, 3, 5)
+        values = rng.normal(0, 1, (3, 5))
+        add(Case("ppo.value_loss", _label(p), {
+            "values": _junk(values, m, rng, 1e3), "old_values": _junk(values - rng.normal(0, 0.4, (3, 5)), m, rng, 1e3),
+            "returns": _junk(values + rng.normal(0, 1, (3, 5)), m, rng, 1e3), "mask": m}, p, 15))
+
     # reward.pairwise
     for i, p in enumerate(_grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0])):
         rng = np.random.default_rng(1300 + i)
