@@ -522,6 +522,19 @@ OBJECTIVES: tuple[Objective, ...] = (
             "ppo.value_loss:5db3e534d250f8e7",   # the clipped branch the larger: gradient 0
             "ppo.value_loss:9bf562d7fc462333",   # V − V_old = ±ε exactly, differentiable
             "ppo.value_loss:2f4a3046b2a65cf6")),  # the tie of the two squares (acceptable)
+    Objective(
+        "moe.router_z_loss", "ST-MoE router z-loss: the mean over (unmasked) tokens of (log Σ_e exp(x_e))², x the "
+        "token's router logits.",
+        (Input("router_logits", "N,E"), Input("mask", "N", kind="mask", optional=True)),
+        (),
+        ("loss",), ("router_logits",),
+        "Zoph et al. 2022 (ST-MoE, arXiv 2202.08906) §3.1 eq. 5; transformers 5.25.0 "
+        "models/switch_transformers/modeling_switch_transformers.py router_z_loss_func",
+        reduction="router_logits", k_base=8.0, docs_examples=(
+            "moe.router_z_loss:90e7e27ad2a4cb76",   # two tokens, two experts
+            "moe.router_z_loss:436e9d21d625754f",   # logits ±1e4
+            "moe.router_z_loss:14ca1f29fb8dc97e",   # lse ≈ 1e-17 from cancellation
+            "moe.router_z_loss:f601ef1f9e93d335")),  # a mask: the mean over the selected tokens
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

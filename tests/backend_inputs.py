@@ -90,6 +90,8 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"rewards": rng.normal(size=(b, t)), "values": rng.normal(size=(b, t)), "mask": mask}
     if objective_id == "gae.kl_rewards":
         return {"scores": rng.normal(size=b), "logp": logp(b, t), "ref_logp": logp(b, t), "mask": mask}
+    if objective_id == "moe.router_z_loss":
+        return {"router_logits": rng.normal(size=(n, v)), "mask": np.array([1.0, 0.0, 1.0])}
     if objective_id == "ppo.value_loss":
         values = rng.normal(size=(b, t))
         return {"values": values, "old_values": values + rng.normal(0, 0.5, size=(b, t)),

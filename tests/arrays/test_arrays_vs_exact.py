@@ -24,6 +24,7 @@ from refimpl.exact import dpo as ex_dpo
 from refimpl.exact import gae as ex_gae
 from refimpl.exact import grpo as ex_grpo
 from refimpl.exact import kl as ex_kl
+from refimpl.exact import moe as ex_moe
 from refimpl.exact import mp
 from refimpl.exact import ppo as ex_ppo
 from refimpl.exact import preference as ex_preference
@@ -33,7 +34,7 @@ from refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
          "gae": ex_gae, "proximal_kl": ex_proximal_kl, "reward": ex_reward,
-         "ppo": ex_ppo}
+         "ppo": ex_ppo, "moe": ex_moe}
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SEEDS = (0, 1)
 NEG_INF = -math.inf
@@ -80,6 +81,11 @@ def _inputs(oid: str, rng) -> dict:
     if oid == "kl.estimator":
         lp = _logp(rng, 6)
         return {"logp": lp, "ref_logp": lp + rng.normal(0, 1.0, 6)}
+    if oid == "moe.router_z_loss":  # a row around 1e3 (lse² ~ 1e6) and a masked row of junk
+        z = rng.normal(0.0, 2.0, (4, 6))
+        z[2] += 1e3
+        z[3] = 1e4
+        return {"router_logits": z, "mask": np.array([1.0, 1.0, 1.0, 0.0])}
     if oid == "ppo.value_loss":  # steps of up to several ε = 0.2; at these seeds no token sits on a kink
         m = _mask(rng, 4, 6)
         values = rng.normal(0.0, 1.0, (4, 6))
@@ -206,6 +212,7 @@ CONVENTIONS = {
                                       lower=[None, 0.5], upper=[2.0, 1.2])
                                 + _grid(level=["token", "sequence"], correction=["mask"], seq_log_ratio=["mean"],
                                         kept_weight=["token-ratio", "one"], lower=[0.7])),
+    "moe.router_z_loss": [{}],
     "ppo.value_loss": _grid(clip_range_value=[None, 0.2], half=[False, True], aggregation=list(ex_grpo.MODES)),
     "reward.pairwise": _grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0]),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),

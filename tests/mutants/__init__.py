@@ -29,7 +29,7 @@ from typing import Callable
 from conformance import catalog
 
 FAMILY_MODULES = ("kl", "dpo", "grpo", "gae", "distill", "distill_divergences", "proximal_kl", "numpy_targets",
-                  "reward", "ppo")
+                  "reward", "ppo", "moe")
 
 
 @dataclass(frozen=True)

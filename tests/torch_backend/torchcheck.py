@@ -406,6 +406,19 @@ def cases() -> list[Case]:
                  {"old_logp": _junk(lp, m, rng), "rollout_logp": _junk(lp + rng.normal(0, 0.3, (3, 6)), m, rng),
                   "mask": m}, p, 6))
 
+    # moe.router_z_loss
+    for i, masked in enumerate((False, True)):
+        rng = np.random.default_rng(1500 + i)
+        z = rng.normal(0, 2, (5, 8)) + rng.normal(0, 2, (5, 1))
+        inputs = {"router_logits": z}
+        if masked:
+            z[1] = 1e4
+            inputs["mask"] = np.array([1, 0, 1, 1, 0])
+        add(Case("moe.router_z_loss", "masked" if masked else "defaults", inputs, {}, 40))
+    # x − lse at logits ~1e4 carries an absolute error u·1e4: softmax (the gradient) is that ill-conditioned
+    add(Case("moe.router_z_loss", "extreme:logits±1e4", {
+        "router_logits": np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, -1e4], [9999.5, 1e4, -3.0]])}, {}, 9, cond=1e4))
+
     # ppo.value_loss (padding holds far-off junk; steps up to several ε)
     for i, p in enumerate(_grid(clip_range_value=[None, 0.2], half=[False, True],
                                 aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
