@@ -18,7 +18,7 @@ ST_MOE = "2202.08906"
 
 NOTES = {
     "Random": {"category": "random", "description": "Random router logits from a fixed seed (a common offset per "
-               "token plus per-expert noise, several scales), up to 256 tokens and 128 experts."},
+               "token plus per-expert noise, several scales), up to 32 tokens and 32 experts."},
     "Masked": {"category": "convention", "description": "A token mask: the mean runs over the selected tokens only; "
                "masked rows hold far-off logits (±50, ±1e3) that must not reach the loss or its gradient."},
     "SingleExpert": {"category": "edge", "description": "E = 1: lse(x) = x, loss mean x², gradient 2x/n."},
@@ -31,7 +31,7 @@ NOTES = {
     "SingleToken": {"category": "edge", "description": "N = 1."},
     "LowPrecision": {"category": "edge", "description": "Router logits exactly representable in bfloat16 and float16, "
                      "or float16 only, judged in those dtypes under the careful model (conformance/compare.py): up to "
-                     "256 tokens and 64 experts, logits within ±40."},
+                     "32 tokens and 16 experts, logits within ±40."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected."},
 }
 
@@ -69,8 +69,8 @@ def _junk(logits, mask, size):
 def _random(i: int, masked: bool) -> Case:
     seed = 29000 + (100 if masked else 0) + i
     r = S.rng(seed)
-    n = int(r.choice([1, 2, 4, 16, 64, 256]))
-    e = int(r.choice([2, 4, 8, 16, 64, 128]))
+    n = int(r.choice([1, 2, 4, 8, 16, 32]))
+    e = int(r.choice([2, 4, 8, 16, 32]))
     spread = float(r.choice([0.1, 1.0, 5.0]))
     logits = _logits(r, n, e, spread)
     inputs = {"router_logits": logits}
@@ -113,8 +113,8 @@ LOW_CASES = 60            # every fourth on the float16-only grid: 45 judged in 
 def _low(i: int) -> Case:
     seed, grid = 29500 + i, S.low_grid(i, every=4)
     r = S.rng(seed)
-    n = int(r.choice([1, 3, 8, 32, 100, 256]))
-    e = int(r.choice([2, 4, 8, 16, 64]))
+    n = int(r.choice([1, 3, 8, 16, 32]))
+    e = int(r.choice([2, 4, 8, 16]))
     spread = float(r.choice([0.05, 0.5, 2.0, 8.0]))
     logits = [[max(-40.0, min(40.0, v)) for v in row] for row in _logits(r, n, e, spread)]
     masked = i % 3 == 2

@@ -50,7 +50,7 @@ NOTES = {
                      "squared error is ~1e-18, formed from the exact difference of the inputs."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 and float16, or "
                      "float16 only, judged in those dtypes under the careful model (conformance/compare.py): batch "
-                     "up to 16 rows of up to 64 tokens, kinks kept a relative 2^−5 away."},
+                     "up to 8 rows of up to 32 tokens, kinks kept a relative 2^−5 away."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected."},
 }
 
@@ -123,7 +123,7 @@ def _random(group: str, gi: int, i: int) -> Case:
     seed = 28000 + 100 * gi + i
     r = S.rng(seed)
     b = int(r.integers(1, 9))
-    t = int(r.choice([1, 3, 8, 16, 32, 64]))
+    t = int(r.choice([1, 3, 8, 16, 32]))
     spread = float(r.choice([0.1, 1.0, 5.0]))
     eps = conventions(group)["clip_range_value"]
     v, old, ret = _draw(r, b, t, eps, spread)
@@ -209,8 +209,8 @@ def _low(i: int) -> Case:
     group = LOW_GROUPS[i % len(LOW_GROUPS)]
     eps = conventions(group)["clip_range_value"]
     r = S.rng(seed)
-    b = int(r.integers(1, 17))
-    t = int(r.choice([1, 2, 5, 8, 16, 32, 64]))
+    b = int(r.integers(1, 9))
+    t = int(r.choice([1, 2, 5, 8, 16, 32]))
     spread = float(r.choice([0.1, 1.0, 8.0]))
     rnd = lambda x: S.in_low(x, grid)  # noqa: E731
     v, old, ret = (rnd(x) for x in _draw(r, b, t, eps, spread))
