@@ -524,6 +524,61 @@ OBJECTIVES: tuple[Objective, ...] = (
         "Shannon entropy of the token distribution; verl 0.9.1 verl/utils/torch_functional.py "
         "entropy_from_logits; TRL 1.16.0 trl/trainer/utils.py entropy_from_logits",
         reduction="logits", k_base=8.0, docs_examples=("lm.entropy:0a84d68906bcc33f",)),  # equal logits: log 7
+    # --- issue 27: reward-model and critic losses (family reward, ppo)
+    Objective(
+        "reward.pairwise", "Bradley–Terry pairwise reward loss mean_b −log σ(r_c − r_r − m), plus "
+        "c·mean_b (r_c + r_r)² when center_rewards_coefficient c is given; form 'log-exp' writes the same "
+        "function as log(1 + exp(r_r − r_c + m)).",
+        (Input("chosen_rewards", "B"), Input("rejected_rewards", "B"), Input("margin", "B", optional=True)),
+        (Param("center_rewards_coefficient", None, source="Bradley–Terry has no centring term; Eisenstein et al. "
+               "2023 (arXiv 2312.09244) eq. 2 adds η·(r_c + r_r)²; TRL 1.16.0 RewardConfig default None "
+               "(recommended 0.01)"),
+         Param("form", "sigmoid", ("sigmoid", "log-exp"),
+               "Ouyang et al. 2022 (arXiv 2203.02155) eq. 1 write −log σ(r_c − r_r); TRL 1.16.0 RewardTrainer and "
+               "OpenRLHF 0.11.2 PairWiseLoss likewise; OpenRLHF LogExpLoss log(1 + exp(r_r − r_c)), citing Bai et al. "
+               "2022 (arXiv 2204.05862)", convention=True)),
+        ("loss",), ("chosen_rewards", "rejected_rewards"),
+        "Bradley & Terry 1952; Ouyang et al. 2022 (InstructGPT, arXiv 2203.02155) §3.5 eq. 1; Eisenstein et al. "
+        "2023 (arXiv 2312.09244) eq. 2; TRL 1.16.0 trainer/reward_trainer.py compute_loss; OpenRLHF 0.11.2 "
+        "models/loss.py PairWiseLoss, LogExpLoss",
+        reduction="chosen_rewards", k_base=8.0, docs_examples=(
+            "reward.pairwise:c74436746e50ae61",   # one comparison, d = 1
+            "reward.pairwise:d09363e7260451e0",   # equal rewards: log 2
+            "reward.pairwise:2260736ed023fd55",   # margins equal to the differences, centring 0.01
+            "reward.pairwise:1cb99ffa72f54078")),  # log-exp form where e^{r_r − r_c} overflows
+    Objective(
+        "ppo.value_loss", "PPO critic loss: aggregate over tokens of s·max((V − R)², (V_old + clip(V − V_old, −ε, ε) − "
+        "R)²), or s·(V − R)² when clip_range_value ε is None; s = ½ when half.",
+        (Input("values", "B,T"), Input("old_values", "B,T"), Input("returns", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("clip_range_value", None, source="PPO (Schulman et al. 2017) eq. 9: the unclipped squared error; "
+               "verl 0.9.1 critic cliprange_value 0.5, OpenRLHF 0.11.2 --critic.value_clip 0.5", convention=True),
+         Param("half", False, (True, False), "PPO eq. 9 has no ½; verl 0.9.1 compute_value_loss, OpenRLHF 0.11.2 "
+               "ValueLoss and TRL's former PPOTrainer multiply by 0.5", convention=True),
+         Param("aggregation", "token-mean",
+               ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+               "PPO eq. 9: Ê_t, the mean over the batch's time steps; verl 0.9.1 critic loss_agg_mode token-mean, "
+               "OpenRLHF 0.11.2 ValueLoss token_level_loss True", convention=True)),
+        ("loss",), ("values",),
+        "Schulman et al. 2017 (PPO, arXiv 1707.06347) §5 eq. 9; OpenAI baselines ppo2 model.py (clipped value "
+        "loss); verl 0.9.1 trainer/ppo/core_algos.py compute_value_loss; OpenRLHF 0.11.2 models/loss.py ValueLoss",
+        reduction="values", k_base=8.0, docs_examples=(
+            "ppo.value_loss:6abca7b4e4d04191",   # PPO eq. 9: errors −1 and 1
+            "ppo.value_loss:5db3e534d250f8e7",   # the clipped branch the larger: gradient 0
+            "ppo.value_loss:9bf562d7fc462333",   # V − V_old = ±ε exactly, differentiable
+            "ppo.value_loss:2f4a3046b2a65cf6")),  # the tie of the two squares (acceptable)
+    Objective(
+        "moe.router_z_loss", "ST-MoE router z-loss: the mean over (unmasked) tokens of (log Σ_e exp(x_e))², x the "
+        "token's router logits.",
+        (Input("router_logits", "N,E"), Input("mask", "N", kind="mask", optional=True)),
+        (),
+        ("loss",), ("router_logits",),
+        "Zoph et al. 2022 (ST-MoE, arXiv 2202.08906) §3.1 eq. 5; transformers 5.25.0 "
+        "models/switch_transformers/modeling_switch_transformers.py router_z_loss_func",
+        reduction="router_logits", k_base=8.0, docs_examples=(
+            "moe.router_z_loss:90e7e27ad2a4cb76",   # two tokens, two experts
+            "moe.router_z_loss:436e9d21d625754f",   # logits ±1e4
+            "moe.router_z_loss:14ca1f29fb8dc97e",   # lse ≈ 1e-17 from cancellation
+            "moe.router_z_loss:f601ef1f9e93d335")),  # a mask: the mean over the selected tokens
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

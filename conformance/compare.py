@@ -23,7 +23,9 @@ says which values those are:
 - the inputs are exact in the dtype (the vectors hold only representable values);
 - each *term* of the objective's outer reduction — a per-row loss of ``distill.hinton``, a
   per-token loss of ``grpo.loss`` or ``proximal_kl.loss``, a value of ``grpo.aggregate``, a
-  per-token KL term of ``proximal_kl.future_cost`` — is computed in float32 and may be
+  per-token KL term of ``proximal_kl.future_cost``, a pair's loss of ``reward.pairwise``, a
+  token's squared error of ``ppo.value_loss``, a token's lse² of ``moe.router_z_loss`` — is
+  computed in float32 and may be
   stored in the dtype (one rounding, u·|term|); so may the reduction's weights (1/n, 1/|o_i|)
   and one partial result (a per-row sum): K_ELEM = 3 roundings in all;
 - everything inside a term is float32: exponentials, logs, log-softmax over the vocabulary,
@@ -36,8 +38,8 @@ Hence::
     tol = K_ELEM · u(dtype) · scale_elem + k · u(float32) · scale + ulp_dtype(want)
 
 with ``scale_elem`` the sum of the magnitudes of the terms an element of the output is
-reduced from — stored in the vector (``scale.elements``) for the five outputs listed above
-(hinton's loss, the aggregate, the two losses, the future cost per position), and |want|
+reduced from — stored in the vector (``scale.elements``) for the outputs listed above
+(hinton's loss, the aggregate, the losses, the future cost per position), and |want|
 element by element everywhere else (a per-row divergence, a probability, a per-token value,
 every gradient: each is one float32 computation rounded once, and the gradient of a
 reduction of terms rounds each term's cotangent — the weight — once more). For an output

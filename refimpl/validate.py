@@ -746,3 +746,29 @@ def lm_rows(all_neg_inf, label_neg_inf, any_neg_inf, counted, smoothing: float =
         if c and some and smoothing > 0:
             fail("logits", f"-inf in row {i} with label_smoothing > 0: the smoothing term (the mean of "
                            f"-log q over all V tokens) is infinite")
+# ----------------------------------------------------------------------------- reward
+
+REWARD_FORMS = ("sigmoid", "log-exp")
+
+
+def reward_form(value) -> str:
+    """How a pairwise reward loss writes −log σ(d): 'sigmoid' (TRL, OpenRLHF PairWiseLoss) or
+    'log-exp', log(1 + e^{−d}) (OpenRLHF LogExpLoss): one function, two formulas."""
+    return choice("form", value, REWARD_FORMS)
+
+
+def center_rewards_coefficient(value) -> float | None:
+    """The weight c >= 0 of the centring term c·mean((r_c + r_r)²), or None (no term)."""
+    return None if value is None else nonnegative("center_rewards_coefficient", value)
+
+
+# ----------------------------------------------------------------------------- ppo value loss
+
+def clip_range_value(value) -> float | None:
+    """The ε > 0 of the clipped value estimate V_old + clip(V − V_old, −ε, ε), or None (unclipped)."""
+    return optional_positive("clip_range_value", value)
+
+
+def value_half(value) -> bool:
+    """Whether the squared error carries the factor ½ (``half``)."""
+    return flag("half", value)

@@ -95,6 +95,15 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"logits": rng.normal(size=(n, v)), "labels": np.array([v - 1, *rng.integers(0, v, size=n - 1)])}
     if objective_id == "lm.entropy":
         return {"logits": rng.normal(size=(n, v))}
+    if objective_id == "moe.router_z_loss":
+        return {"router_logits": rng.normal(size=(n, v)), "mask": np.array([1.0, 0.0, 1.0])}
+    if objective_id == "ppo.value_loss":
+        values = rng.normal(size=(b, t))
+        return {"values": values, "old_values": values + rng.normal(0, 0.5, size=(b, t)),
+                "returns": values + rng.normal(size=(b, t)), "mask": mask}
+    if objective_id == "reward.pairwise":
+        return {"chosen_rewards": rng.normal(size=n), "rejected_rewards": rng.normal(size=n),
+                "margin": rng.uniform(0.0, 1.0, size=n)}
     if objective_id.startswith("tabular."):
         def policy():
             w = rng.uniform(0.2, 1.0, size=(3, 2))

@@ -230,7 +230,8 @@ def test_stored_elements_bound_the_value_they_judge(vectors):
     """scale.elements (Σ of the terms' magnitudes) is stored for the outputs that reduce terms, in
     every low-precision test of those objectives, and is at least |value|."""
     reducing = {"distill.hinton": "loss", "grpo.aggregate": "value", "grpo.loss": "loss",
-                "proximal_kl.loss": "loss", "proximal_kl.future_cost": "cost"}
+                "proximal_kl.loss": "loss", "proximal_kl.future_cost": "cost", "reward.pairwise": "loss",
+                "ppo.value_loss": "loss", "moe.router_z_loss": "loss"}
     seen = set()
     for case in vectors.cases():
         test = case.test

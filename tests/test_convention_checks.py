@@ -59,6 +59,8 @@ OUTSIDE = {
     "ratio_cap": [0.0, -2.0],
     "vocab": [1],
     "eos": [-1, 2, 1.5, True, np.True_, "0", NAN],  # the tree of the inputs has V = 2
+    "center_rewards_coefficient": [-0.01, -1e-300],
+    "clip_range_value": [0.0, -0.5],
 }
 OUTSIDE_FOR = {
     ("distill.generalized_jsd", "beta"): [1.5, 1 + 1e-12],

@@ -25,13 +25,17 @@ from refimpl.exact import gae as ex_gae
 from refimpl.exact import grpo as ex_grpo
 from refimpl.exact import kl as ex_kl
 from refimpl.exact import lm as ex_lm
+from refimpl.exact import moe as ex_moe
 from refimpl.exact import mp
+from refimpl.exact import ppo as ex_ppo
 from refimpl.exact import preference as ex_preference
 from refimpl.exact import proximal_kl as ex_proximal_kl
+from refimpl.exact import reward as ex_reward
 from refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
-         "gae": ex_gae, "proximal_kl": ex_proximal_kl, "lm": ex_lm}
+         "gae": ex_gae, "proximal_kl": ex_proximal_kl, "lm": ex_lm, "reward": ex_reward,
+         "ppo": ex_ppo, "moe": ex_moe}
 TOL = {"float64": 1e-12, "float32": 1e-5}
 SEEDS = (0, 1)
 NEG_INF = -math.inf
@@ -78,6 +82,20 @@ def _inputs(oid: str, rng) -> dict:
     if oid == "kl.estimator":
         lp = _logp(rng, 6)
         return {"logp": lp, "ref_logp": lp + rng.normal(0, 1.0, 6)}
+    if oid == "moe.router_z_loss":  # a row around 1e3 (lse² ~ 1e6) and a masked row of junk
+        z = rng.normal(0.0, 2.0, (4, 6))
+        z[2] += 1e3
+        z[3] = 1e4
+        return {"router_logits": z, "mask": np.array([1.0, 1.0, 1.0, 0.0])}
+    if oid == "ppo.value_loss":  # steps of up to several ε = 0.2; at these seeds no token sits on a kink
+        m = _mask(rng, 4, 6)
+        values = rng.normal(0.0, 1.0, (4, 6))
+        return {"values": values, "old_values": values - rng.normal(0.0, 0.4, (4, 6)),
+                "returns": values + rng.normal(0.0, 1.0, (4, 6)), "mask": m}
+    if oid == "reward.pairwise":  # one pair far apart (d = ±40: σ(∓d) ≈ e^{−40})
+        chosen, rejected = rng.normal(0.0, 2.0, 5), rng.normal(0.0, 2.0, 5)
+        chosen[3], rejected[3] = 20.0, -20.0
+        return {"chosen_rewards": chosen, "rejected_rewards": rejected, "margin": rng.uniform(0.0, 1.0, 5)}
     if oid == "dpo.loss":
         names = ("policy_chosen_logps", "policy_rejected_logps",
                  "reference_chosen_logps", "reference_rejected_logps")
@@ -206,6 +224,9 @@ CONVENTIONS = {
                          + _grid(normalizer=[2.5, 40.0])),
     "lm.token_logprobs": _grid(temperature=[1.0, 0.5, 2.0]),
     "lm.entropy": _grid(temperature=[1.0, 0.5, 2.0]),
+    "moe.router_z_loss": [{}],
+    "ppo.value_loss": _grid(clip_range_value=[None, 0.2], half=[False, True], aggregation=list(ex_grpo.MODES)),
+    "reward.pairwise": _grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0]),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),
     "proximal_kl.loss": (_grid(aggregation=list(ex_grpo.MODES), ratio_clip=[None, 0.2],
                                ratio_cap=[None, 1.3])

@@ -406,6 +406,40 @@ def cases() -> list[Case]:
                  {"old_logp": _junk(lp, m, rng), "rollout_logp": _junk(lp + rng.normal(0, 0.3, (3, 6)), m, rng),
                   "mask": m}, p, 6))
 
+    # moe.router_z_loss
+    for i, masked in enumerate((False, True)):
+        rng = np.random.default_rng(1500 + i)
+        z = rng.normal(0, 2, (5, 8)) + rng.normal(0, 2, (5, 1))
+        inputs = {"router_logits": z}
+        if masked:
+            z[1] = 1e4
+            inputs["mask"] = np.array([1, 0, 1, 1, 0])
+        add(Case("moe.router_z_loss", "masked" if masked else "defaults", inputs, {}, 40))
+    # x − lse at logits ~1e4 carries an absolute error u·1e4: softmax (the gradient) is that ill-conditioned
+    add(Case("moe.router_z_loss", "extreme:logits±1e4", {
+        "router_logits": np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, -1e4], [9999.5, 1e4, -3.0]])}, {}, 9, cond=1e4))
+
+    # ppo.value_loss (padding holds far-off junk; steps up to several ε)
+    for i, p in enumerate(_grid(clip_range_value=[None, 0.2], half=[False, True],
+                                aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                             "seq-mean-token-sum-norm"])):
+        rng = np.random.default_rng(1400 + i)
+        m = _mask(rng, 3, 5)
+        values = rng.normal(0, 1, (3, 5))
+        add(Case("ppo.value_loss", _label(p), {
+            "values": _junk(values, m, rng, 1e3), "old_values": _junk(values - rng.normal(0, 0.4, (3, 5)), m, rng, 1e3),
+            "returns": _junk(values + rng.normal(0, 1, (3, 5)), m, rng, 1e3), "mask": m}, p, 15))
+
+    # reward.pairwise
+    for i, p in enumerate(_grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0])):
+        rng = np.random.default_rng(1300 + i)
+        chosen, rejected = rng.normal(0, 2, 6), rng.normal(0, 2, 6)
+        add(Case("reward.pairwise", _label(p), {"chosen_rewards": chosen, "rejected_rewards": rejected,
+                                                 "margin": rng.uniform(0, 1, 6)}, p, 6))
+    add(Case("reward.pairwise", "extreme:d=±1e4 and ±100", {
+        "chosen_rewards": np.array([1e4, -1e4, 100.0, 0.0, 0.5]),
+        "rejected_rewards": np.array([-1e4, 1e4, 0.0, 100.0, 0.25])}, {"form": "log-exp"}, 5))
+
     # proximal_kl.future_cost
     for i, p in enumerate(_grid(clip=[None, 0.5], window=[None, 1, 2, 10])):
         rng = np.random.default_rng(1100 + i)
