@@ -13,35 +13,32 @@ from conformance.vectors.load import VectorSet
 torch = pytest.importorskip("torch", reason="the targets under test are torch functions")
 
 HINTON = "distill.hinton"
-# Forward KD the way a recipe writes it with Hinton's cross-entropy soft term: no T² unless asked.
-KD = '''
+AGG = "grpo.aggregate"
+# A masked mean over sequences of per-sequence sums, the way a trainer writes it; its declaration
+# adds the ε the library puts in its per-row means (the token sums do not divide by it).
+AGGREGATE = '''
 import torch
-import torch.nn.functional as F
 
 
-def kd(student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t2_scale=True,
-       soft_term="kl"):
-    z = student_logits.float() if student_logits.dtype in (torch.bfloat16, torch.float16) else student_logits
-    t = teacher_logits.to(z.dtype)
-    hard = F.cross_entropy(z, labels)
-    p = F.softmax(t / temperature, dim=-1)
-    logq = F.log_softmax(z / temperature, dim=-1)
-    soft = -(p * logq.masked_fill(p == 0, 0.0)).sum(-1).mean()
-    scale = temperature ** 2 if t2_scale else 1.0
-    return ((1 - alpha) * hard + alpha * SCALE_BUG * scale * soft).to(student_logits.dtype)
+def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0):
+    v = values.float() if values.dtype in (torch.bfloat16, torch.float16) else values
+    m = mask.to(v.dtype)
+    rows = (m.sum(-1) > 0).to(v.dtype)
+    return (SCALE_BUG * (v * m).sum(-1).sum() / rows.sum()).to(values.dtype)
 
 
 SCALE_BUG = 1.0
-DECLARED = {"name": "kd", "framework": "torch", "objectives": {"distill.hinton": kd},
+DECLARED = {"name": "agg", "framework": "torch", "objectives": {"grpo.aggregate": aggregate},
             "dtypes": ["float64", "float32", "bfloat16", "float16"],
-            "conventions": {"distill.hinton": {"t2_scale": False, "soft_term": "cross_entropy"}}}
+            "conventions": {"grpo.aggregate": {"mode": "seq-mean-token-sum", "mean_eps": 1e-8}}}
 '''
+COMBINATION = {"mode": "seq-mean-token-sum", "mean_eps": 1e-8}
 
 
 @pytest.fixture
-def kd_file(tmp_path):
-    path = tmp_path / "kd.py"
-    path.write_text(KD)
+def agg_file(tmp_path):
+    path = tmp_path / "agg.py"
+    path.write_text(AGGREGATE)
     return path
 
 
@@ -52,11 +49,11 @@ def _check(capsys, *argv):
 
 
 def test_the_combination_is_uncovered_in_the_golden_set():
-    vs = VectorSet(objectives=[HINTON], validate=False)
-    groups = {(c.conventions["t2_scale"], c.conventions["soft_term"]) for c in vs.cases(HINTON)}
-    assert (False, "cross_entropy") not in groups      # else this file tests nothing derived
-    target = Target("kd", "torch", {HINTON: None}, {HINTON: {"t2_scale": False, "soft_term": "cross_entropy"}})
-    assert derive.uncovered(target, vs, HINTON) == [{"t2_scale": False, "soft_term": "cross_entropy"}]
+    vs = VectorSet(objectives=[AGG], validate=False)
+    groups = {(c.conventions["mode"], c.conventions["mean_eps"]) for c in vs.cases(AGG)}
+    assert tuple(COMBINATION.values()) not in groups      # else this file tests nothing derived
+    target = Target("agg", "torch", {AGG: None}, {AGG: COMBINATION})
+    assert derive.uncovered(target, vs, AGG) == [COMBINATION]
 
 
 def test_derivation_reproduces_a_committed_group_exactly():
@@ -74,26 +71,28 @@ def test_derivation_reproduces_a_committed_group_exactly():
         assert derive.FLAG in case.flags and case.test["provenance"]["certified"] is True
 
 
-def test_a_correct_implementation_passes_the_derived_cases(kd_file, tmp_path, capsys):
+def test_a_correct_implementation_passes_the_derived_cases(agg_file, tmp_path, capsys):
     report = tmp_path / "report.json"
-    code, out, err = _check(capsys, "--target", f"{kd_file}:DECLARED", "--objective", HINTON,
+    code, out, err = _check(capsys, "--target", f"{agg_file}:DECLARED", "--objective", AGG,
                             "--report-json", str(report))
     assert code == 0, out + err
-    assert (f"{HINTON} declares t2_scale=false, soft_term=\"cross_entropy\", which no committed vector group "
+    assert (f'{AGG} declares mode="seq-mean-token-sum", mean_eps=1e-08, which no committed vector group '
             "holds: 12 exact case(s) derived at run time and checked") in err
     derived = [c for c in json.loads(report.read_text())["cases"] if c["group"] == derive.GROUP]
     assert derived and all(c["status"] == "pass" and derive.FLAG in c["flags"] for c in derived)
     assert {c["dtype"] for c in derived} == {"float64", "float32", "bfloat16", "float16"}
+    assert "committed + " in out and " derived)" in out
 
 
-def test_a_wrong_implementation_fails_them(kd_file, capsys):
-    kd_file.write_text(KD.replace("SCALE_BUG = 1.0", "SCALE_BUG = 2.0"))
-    code, out, err = _check(capsys, "--target", f"{kd_file}:DECLARED", "--objective", HINTON, "--quiet", "--cases")
+def test_a_wrong_implementation_fails_them(agg_file, capsys):
+    agg_file.write_text(AGGREGATE.replace("SCALE_BUG = 1.0", "SCALE_BUG = 2.0"))
+    code, out, err = _check(capsys, "--target", f"{agg_file}:DECLARED", "--objective", AGG, "--quiet", "--cases")
     assert code == 1 and f"[{derive.GROUP}]" in out
+    assert "[factor]" in out          # the diagnosis sees the derived cases too
 
 
-def test_with_a_uid_selection_the_combination_is_named_not_derived(kd_file, capsys):
-    vs = VectorSet(objectives=[HINTON], validate=False)
-    uid = next(c.uid for c in vs.cases(HINTON) if c.conventions["soft_term"] == "cross_entropy")
-    code, out, err = _check(capsys, "--target", f"{kd_file}:DECLARED", "--uid", uid, "--quiet")
+def test_with_a_uid_selection_the_combination_is_named_not_derived(agg_file, capsys):
+    vs = VectorSet(objectives=[AGG], validate=False)
+    uid = next(c.uid for c in vs.cases(AGG) if c.conventions["mode"] == "seq-mean-token-sum" and c.result == "valid")
+    code, out, err = _check(capsys, "--target", f"{agg_file}:DECLARED", "--uid", uid, "--quiet")
     assert "not checked (cases are derived for it only when no --uid is given)" in err

@@ -164,6 +164,10 @@ GROUPS = {
                      "distill.token_kl with direction='forward'; DistiLLM's repository (jongwooko/distillm, "
                      "distillm/losses.py forward_kl) computes this form. Values exceed the KL form's by H(p) "
                      "(times α·s in Hinton's loss); gradients are equal",
+    "cross-entropy-no-t2": "distill.hinton with soft_term='cross_entropy' and t2_scale=False: Hinton et al.'s "
+                           "cross-entropy soft term −Σ p log q without the T² factor, the combination a KD "
+                           "recipe met by lossproof's testers computes (issue 25); values exceed the KL form's by "
+                           "α·H(p), gradients are the KL form's without T²",
     "kl-endpoints": "distill.generalized_jsd with endpoints='kl': β = 0 → KL(p‖q), β = 1 → KL(q‖p), the "
                     "general formula in between — TRL 1.16.0 experimental/gkd/gkd_trainer.py "
                     "GKDTrainer.generalized_jsd_loss (`if beta == 0` / `elif beta == 1` branches) and "
@@ -383,47 +387,51 @@ _ARTICLE_PAIR_TEXT = ("las probabilidades del profesor para cat y dog son 0.8 y 
                       "inversa pondera los logaritmos de los cocientes alumno-profesor con 0.4 y 0.6.")
 
 
-def _hin_ce(z, t, y, T, alpha, flags, comment, seed, recipe, low=False):
-    """A Hinton case with the cross-entropy soft term (and T², the paper's scaling)."""
+def _hin_ce(t2_scale, z, t, y, T, alpha, flags, comment, seed, recipe, low=False):
+    """A Hinton case with the cross-entropy soft term, with T² (the paper's scaling) or without it
+    (``t2_scale`` False: its own group)."""
     return Case(HIN, {"student_logits": z, "teacher_logits": t, "labels": y},
-                params={"temperature": T, "alpha": alpha}, conventions={"t2_scale": True, **_CE},
-                group="cross-entropy", flags=flags + ("CrossEntropySoftTerm",), comment=comment, low_precision=low,
-                provenance=generated(seed, recipe))
+                params={"temperature": T, "alpha": alpha}, conventions={"t2_scale": t2_scale, **_CE},
+                group="cross-entropy" if t2_scale else "cross-entropy-no-t2",
+                flags=flags + ("CrossEntropySoftTerm",) + (() if t2_scale else ("NoT2Scale",)), comment=comment,
+                low_precision=low, provenance=generated(seed, recipe))
 
 
-def _hinton_cross_entropy_cases() -> list[Case]:
+def _hinton_cross_entropy_cases(t2_scale: bool = True, seeds: int = 8500) -> list[Case]:
     """Hinton with soft_term='cross_entropy': the article's pair, random rows, and the edges where
-    H(p) is extreme (near one-hot teachers: ≈ 0; uniform ones: log V) or the KL is 0 (equal inputs)."""
+    H(p) is extreme (near one-hot teachers: ≈ 0; uniform ones: log V) or the KL is 0 (equal inputs).
+    ``t2_scale=False`` and other ``seeds``: the same recipe for the group without T²."""
     z, t = _ARTICLE_PAIR
     out = [Case(HIN, {"student_logits": z, "teacher_logits": t, "labels": [0]},
-                params={"temperature": 1.0, "alpha": 1.0}, conventions={"t2_scale": True, **_CE},
-                group="cross-entropy", flags=("Article", "CrossEntropySoftTerm"),
+                params={"temperature": 1.0, "alpha": 1.0}, conventions={"t2_scale": t2_scale, **_CE},
+                group="cross-entropy" if t2_scale else "cross-entropy-no-t2",
+                flags=("Article", "CrossEntropySoftTerm") + (() if t2_scale else ("NoT2Scale",)),
                 comment="teacher (0.8, 0.2), student (0.4, 0.6), α = 1: −Σ p log q = KL 0.3348 + H(p) 0.5004 "
                         "= 0.8352", provenance=article(SEC_ONPOLICY, _ARTICLE_PAIR_TEXT))]
     for i in range(14):
-        z, t, y, T, alpha, comment = _random_hinton_inputs(8500 + i, i)
-        out.append(_hin_ce(z, t, y, T, alpha, ("Random",), comment, 8500 + i, _RANDOM_RECIPE))
-    r = S.rng(8520)
+        z, t, y, T, alpha, comment = _random_hinton_inputs(seeds + i, i)
+        out.append(_hin_ce(t2_scale, z, t, y, T, alpha, ("Random",), comment, seeds + i, _RANDOM_RECIPE))
+    r = S.rng(seeds + 20)
     z = S.logits(r, (4, 8), 3.0)
     z[1] = [1.25] * 8
-    out.append(_hin_ce(z, [row[:] for row in z], random_labels(r, 4, 8), 2.0, 0.5, ("EqualInputs", "Ties"),
-                       "teacher = student: KL 0, the soft term is H(p) (log 8 on the uniform row)", 8520,
+    out.append(_hin_ce(t2_scale, z, [row[:] for row in z], random_labels(r, 4, 8), 2.0, 0.5, ("EqualInputs", "Ties"),
+                       "teacher = student: KL 0, the soft term is H(p) (log 8 on the uniform row)", seeds + 20,
                        "normal logits"))
-    out.append(_hin_ce(HUGE_STUDENT, HUGE_TEACHER, [0, 3, 4], 2.0, 0.5, ("HugeLogits",), "logits ±1e4, T = 2",
-                       8521, "fixed"))
-    out.append(_hin_ce(NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.5, ("NegInfLogits",),
-                       "teacher −inf where the student is finite (p = 0 terms: 0·log q = 0)", 8522, "fixed"))
-    r = S.rng(8523)
+    out.append(_hin_ce(t2_scale, HUGE_STUDENT, HUGE_TEACHER, [0, 3, 4], 2.0, 0.5, ("HugeLogits",), "logits ±1e4, T = 2",
+                       seeds + 21, "fixed"))
+    out.append(_hin_ce(t2_scale, NI_STUDENT_C, NI_TEACHER_C, NI_LABELS_C, 2.0, 0.5, ("NegInfLogits",),
+                       "teacher −inf where the student is finite (p = 0 terms: 0·log q = 0)", seeds + 22, "fixed"))
+    r = S.rng(seeds + 23)
     z, t = near_deterministic(r, 3, 12, 1.0, True)
-    out.append(_hin_ce(z, t, random_labels(r, 3, 12), 1.0, 0.5, ("NearDeterministic",),
-                       "one-hot-like rows (H(p) ≈ 0)", 8523, "normal logits + 38·T at one token"))
+    out.append(_hin_ce(t2_scale, z, t, random_labels(r, 3, 12), 1.0, 0.5, ("NearDeterministic",),
+                       "one-hot-like rows (H(p) ≈ 0)", seeds + 23, "normal logits + 38·T at one token"))
     for k, dtype in enumerate(("bfloat16", "float16")):
-        seed = 8530 + k
+        seed = seeds + 30 + k
         r = S.rng(seed)
         v, T = (16, 64)[k], (2.0, 1.0)[k]
         z = S.in_dtype(clip_logits(S.logits(r, (8, v), 4.0), 20.0), dtype)
         t = S.in_dtype(clip_logits(S.near(r, z, 1.5), 20.0), dtype)
-        out.append(_hin_ce(z, t, random_labels(r, 8, v), T, 0.5, ("LowPrecision",), f"logits exact in {dtype}, V={v}, "
+        out.append(_hin_ce(t2_scale, z, t, random_labels(r, 8, v), T, 0.5, ("LowPrecision",), f"logits exact in {dtype}, V={v}, "
                            f"T={T:g}", seed, f"normal logits clipped to ±20, rounded to {dtype}", low=True))
     return out
 
@@ -646,4 +654,5 @@ def cases() -> list[Case]:
     return with_cotangents(_softmax_cases() + _hinton_cases() + _token_kl_cases() + _jsd_cases()
                            + distill_low.cases() + _hinton_cross_entropy_cases() + _token_kl_cross_entropy_cases()
                            + _cross_entropy_invalid_cases() + _symmetric_kl_cases() + distill_low.cases_1_3()
-                           + distill_divergences.cases() + distill_sparse.cases())
+                           + distill_divergences.cases() + distill_sparse.cases()
+                           + _hinton_cross_entropy_cases(t2_scale=False, seeds=8600))

@@ -245,6 +245,10 @@ GROUPS = {
                   "token sums (kl_aggregation 'seq-mean-token-sum'): each kl_aggregation mode has its vectors",
     "kl-seq-sum-norm": "grpo.loss: a token-mean policy term with the KL term per-sequence token sums divided by "
                        "the padded length T (kl_aggregation 'seq-mean-token-sum-norm', Dr. GRPO §3's normaliser)",
+    "token-mean-eps": "grpo.aggregate: mode 'token-mean' with mean_eps 1e−8, as the verl 0.9.1 and OpenRLHF "
+                      "0.11.2 adapters declare it: ε is added to per-row token counts only, so the batch token "
+                      "mean is Σ m·v / Σ m whatever ε; these vectors give the declared combination cases of its "
+                      "own",
     "seq-mean-token-mean-eps": "grpo.aggregate: per-row token means over |o_i| + 1e−8 (mean_eps) — verl 0.9.1 "
                                "trainer/ppo/core_algos.py agg_loss 'seq-mean-token-mean' (with a floating-point "
                                "mask) and OpenRLHF 0.11.2 models/loss.py aggregate_loss(token_level_loss=False)",
@@ -614,10 +618,12 @@ def _agg_cases() -> list[Case]:
     return out
 
 
-def _mean_eps_agg_cases() -> list[Case]:
+def _mean_eps_agg_cases(mode: str = "seq-mean-token-mean", seeds: int = 33000) -> list[Case]:
     """grpo.aggregate with each row's token count + 1e−8 (verl 0.9.1 agg_loss, OpenRLHF 0.11.2
-    aggregate_loss): random ragged masks, low precision, rows without tokens, and bad ε."""
-    group, conv = "seq-mean-token-mean-eps", {"mode": "seq-mean-token-mean", "mean_eps": 1e-8}
+    aggregate_loss): random ragged masks, low precision, rows without tokens, and bad ε. With
+    ``mode`` 'token-mean' (the batch's token count + 1e−8) and other ``seeds``: its random, low-
+    precision and ragged cases, in the group of that mode (where ε changes nothing: see GROUPS)."""
+    group, conv = f"{mode}-eps", {"mode": mode, "mean_eps": 1e-8}
     out = []
 
     def case(values, mask, flags, comment, seed, recipe, result="valid", low=False):
@@ -626,18 +632,23 @@ def _mean_eps_agg_cases() -> list[Case]:
                     provenance=generated(seed, recipe))
 
     for i in range(12):
-        seed = 33000 + i
+        seed = seeds + i
         r = S.rng(seed)
         b, t = int(r.integers(1, 17)), int(r.choice([1, 2, 5, 8, 16, 32, 64]))
         dtype = dtype_of(i)
         out.append(case(S.rounded(r.normal(0, 1, (b, t)).tolist(), dtype), S.mask(r, b, t), ("Random",),
                         f"random B={b}, T={t}" + (", float32" if dtype else ""), seed, "normal values, ragged mask"))
     for k, dtype in enumerate(("bfloat16", "float16")):
-        seed = 33100 + k
+        seed = seeds + 100 + k
         r = S.rng(seed)
         out.append(case(S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype), S.mask(r, 4, 16), ("LowPrecision",),
                         f"values exact in {dtype}", seed, f"normal values rounded to {dtype}", low=True))
-    r = S.rng(33200)
+    r = S.rng(seeds + 200)
+    if mode == "token-mean":    # empty rows carry no weight in a batch token mean: valid
+        out.append(case(r.normal(0, 1, (6, 12)).tolist(), S.with_empty_rows(S.mask(r, 6, 12), [1, 4]),
+                        ("Random",), "rows without tokens among ragged rows", seeds + 200,
+                        "normal values, ragged mask, emptied rows"))
+        return out
     out.append(case(r.normal(0, 1, (6, 12)).tolist(), S.with_empty_rows(S.mask(r, 6, 12), [1, 4]),
                     ("FullyMaskedRowSeqMean",), "rows without tokens among ragged rows", 33200,
                     "normal values, ragged mask, emptied rows", result="acceptable"))
@@ -660,7 +671,7 @@ def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
             + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
-            + grpo_rollout.cases() + grpo_gated.cases())
+            + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500))
 
 
 SCALES = grpo_scales.SCALES

@@ -33,8 +33,6 @@ def test_forward_kd_with_the_cross_entropy_and_no_t2_is_told_what_to_declare():
     assert d.repro.startswith("lossproof check --target kd-ce-no-t2 --uid distill.hinton:")
 
 
-@pytest.mark.xfail(strict=True, reason="no committed distill.hinton group has t2_scale=False with the cross-entropy "
-                   "soft term (issue 25 item 3 adds it): the declared target checks nothing until then")
 def test_forward_kd_passes_once_it_declares_what_it_was_told():
     results, found = _diagnoses(targets.KD_CE_NO_T2_DECLARED, "distill.hinton")
     assert any(r.status == "pass" for r in results)
