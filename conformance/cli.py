@@ -291,6 +291,11 @@ def cmd_check(args):
         report.write_json(args.report_json, report.to_json(results, suite, report.environment(targets), diagnoses))
     if args.junit:
         write_atomically(Path(args.junit), report.junit(results, strict=args.strict))
+    if args.write_known:
+        known = report.known_failures(results, diagnoses)
+        write_atomically(Path(args.write_known), (json.dumps(known, indent=1, ensure_ascii=False) + "\n").encode())
+        print(f"wrote {len(known)} known failure(s) to {args.write_known}: pass it with --known {args.write_known}",
+              file=sys.stderr)
     return 1 if failed(results, strict=args.strict) else 0
 
 
@@ -553,6 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--report-json", metavar="PATH")
     chk.add_argument("--junit", metavar="PATH")
     chk.add_argument("--cases", action="store_true", help="after the diagnoses, print every failing case")
+    chk.add_argument("--write-known", metavar="FILE", help="write the failing cases as a known-failures file "
+                     "(for --known), each with its diagnosis as the reason")
     chk.add_argument("--quiet", action="store_true")
     chk.set_defaults(fn=cmd_check)
     sc = sub.add_parser("scaffold", help="write a target file for a library's function, from its signature")

@@ -44,6 +44,22 @@ def to_json(results: list[CaseResult], suite: dict, environment: dict, diagnoses
     }
 
 
+def known_failures(results: list[CaseResult], diagnoses=()) -> dict:
+    """A known-failures file (``--known``) from a run: ``uid@dtype`` of every failing case, with
+    the diagnosis that explains it as the reason (the case's own message where none does)."""
+    why = {}
+    for d in diagnoses:
+        for uid in d.uids:
+            why.setdefault((d.target, uid), f"[{d.kind}] {d.defect}; fix: {d.fix}")
+    known: dict = {}
+    for r in results:
+        if r.axis == "conformance" and r.status in ("fail", "error"):
+            reason = why.get((r.target, r.uid), r.message)
+            key = f"{r.uid}@{r.dtype}"
+            known[key] = reason if known.get(key, reason) == reason else f"{known[key]} | {reason}"
+    return dict(sorted(known.items()))
+
+
 def environment(targets) -> dict:
     return {"python": platform.python_version(), "platform": platform.platform(),
             "backends": {t.name: t.version for t in targets},

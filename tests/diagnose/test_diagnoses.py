@@ -128,3 +128,21 @@ def test_an_output_narrower_than_the_inputs_is_named_with_both_dtypes():
     failing = [r for r in results if r.status == "fail"]
     assert failing and [d.kind for d in found] == ["narrow-dtype"]
     assert found[0].defect == "returns float32 for float64 inputs" and found[0].count == len(failing)
+
+
+def test_write_known_turns_a_run_into_a_known_failures_file_with_the_diagnoses(tmp_path, capsys):
+    """--write-known FILE lists every failing case (uid@dtype) with the diagnosis that explains it;
+    the same check with --known FILE then passes, every failure declared."""
+    spec = f"{targets.__file__}:KD_CE_NO_T2"
+    known = tmp_path / "known.json"
+    argv = ["check", "--target", spec, "--objective", "distill.hinton", "--dtype", "float64", "--quiet"]
+    assert cli.main([*argv, "--write-known", str(known)]) == 1
+    entries = json.loads(known.read_text())
+    assert entries and all(key.endswith("@float64") for key in entries)
+    assert all(reason.startswith("[convention] matches t2_scale=False + soft_term='cross_entropy'")
+               for reason in entries.values())
+    capsys.readouterr()
+    report = tmp_path / "report.json"
+    assert cli.main([*argv, "--known", str(known), "--report-json", str(report)]) == 0
+    statuses = [c["status"] for c in json.loads(report.read_text())["cases"]]
+    assert statuses.count("xfail") == len(entries) and "fail" not in statuses
