@@ -24,7 +24,8 @@ says which values those are:
 - each *term* of the objective's outer reduction — a per-row loss of ``distill.hinton``, a
   per-token loss of ``grpo.loss`` or ``proximal_kl.loss``, a value of ``grpo.aggregate``, a
   per-token KL term of ``proximal_kl.future_cost``, a pair's loss of ``reward.pairwise``, a
-  token's squared error of ``ppo.value_loss``, a token's lse² of ``moe.router_z_loss`` — is
+  token's squared error of ``ppo.value_loss``, a token's lse² of ``moe.router_z_loss``, a token's
+  loss of ``lm.cross_entropy`` — is
   computed in float32 and may be
   stored in the dtype (one rounding, u·|term|); so may the reduction's weights (1/n, 1/|o_i|)
   and one partial result (a per-row sum): K_ELEM = 3 roundings in all;

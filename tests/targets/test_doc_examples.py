@@ -195,6 +195,8 @@ def render_example(name: str) -> str:
 
 # What an invalid vector's error says (after "ARGUMENT: "), and the rule the page states for it.
 INPUT_RULES = (
+    (r"^every token is ignore_index", "every token `ignore_index` under reduction 'mean' (0/0)"),
+    (r"^-inf in row \S+ with label_smoothing > 0", "−inf in a counted row with `label_smoothing` > 0"),
     (r"^contains NaN", "NaN"),
     (r"^contains \+inf", "+inf"),
     (r"^contains -inf", "−inf"),
@@ -242,6 +244,7 @@ VALUE_RULES = (
     (r"^lower and upper are both None", "None while `lower` is None too"),
     (r"^must be None with (\S+)$", r"set with \1"),
     (r"^only applies to (\S+), got", r"set without \1"),
+    (r"^only applies with (\S+) ", r"set without \1"),
     (r"^the raw cap of (\S+) must be > (\S+), got", r"≤ \2 with \1"),
 )
 

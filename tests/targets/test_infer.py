@@ -53,14 +53,27 @@ def test_infer_finds_the_declaration_of_a_peers_advantages_from_scratch(peer, ve
     assert sum(r.status == "pass" for r in results) > 50
 
 
-def test_a_function_that_fits_no_group_is_told_what_rules_each_out(capsys):
+def test_infer_finds_the_forward_kd_declaration(capsys):
+    """The forward KD with the cross-entropy soft term and no T²: the group that holds that
+    combination fits, and the others are each ruled out by a named case."""
     code = cli.main(["infer", "--target", "diagnose.targets:KD_CE_NO_T2", "--objective", "distill.hinton",
                      "--quiet"])
     out = capsys.readouterr().out
-    assert code == 1
-    assert out.startswith("distill.hinton: no convention group of the vectors fits")
+    assert code == 0
+    assert out.startswith("distill.hinton: fits the groups cross-entropy-no-t2")
+    assert "{'t2_scale': False, 'soft_term': 'cross_entropy'}" in out
     for group in ("paper", "no-t2", "cross-entropy"):
-        assert f"  {group} (" in out and "ruled out by distill.hinton:" in out
+        assert f"  not {group} (" in out and "ruled out by distill.hinton:" in out
+
+
+def test_a_function_that_fits_no_group_is_told_what_rules_each_out(capsys):
+    code = cli.main(["infer", "--target", "diagnose.targets:KL_FLOAT32", "--objective", "kl.estimator",
+                     "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert out.startswith("kl.estimator: no convention group of the vectors fits")
+    for group in ("paper", "estimators", "clamp10"):
+        assert f"  {group} (" in out and "ruled out by kl.estimator:" in out
 
 
 def test_infer_of_an_objective_the_target_lacks_is_a_usage_error(capsys):
