@@ -79,7 +79,7 @@ def test_the_catalogue_of_mutants():
         assert p.mutant is not p.twin
         assert p.framework == "numpy" or p.twin.__doc__, f"{p.slug}: twin without a docstring"
     families = {p.family for p in PAIRS}
-    assert families == {"kl", "dpo", "grpo", "gae", "distill", "proximal_kl", "lm"}
+    assert families == {"kl", "dpo", "grpo", "gae", "distill", "proximal_kl", "lm", "reward", "ppo", "moe"}
 
 
 def test_the_kill_table_documents_every_mutant():
