@@ -17,18 +17,17 @@ from __future__ import annotations
 import importlib
 import json
 
-from conformance import catalog, numbers, report
+from conformance import catalog, compare, numbers, report
 from conformance.generate.build import GenerationError, build_test
 from conformance.generate.case import Case
 from conformance.targets.target import ANY, Target
 from conformance.vectors import certify
+from conformance.vectors.format import LARGE_FLAG
 from conformance.vectors.load import VectorCase
 from refimpl import validate
 
 FLAG = "Derived"
 GROUP = report.DERIVED_GROUP
-NOTE = ("derived at run time from a committed vector's inputs under conventions that no committed group holds "
-        "(exact reference, certified where the certified reference covers the objective); not in the golden set")
 PER_COMBINATION = 12          # cases derived for one combination: enough to see a defect, cheap enough to build
 LOW_PRECISION_SHARE = 6       # of which taken from low-precision tests, so bfloat16/float16 are judged too
 MAX_COMBINATIONS = 16         # per objective; the rest are named in a note, not derived
@@ -86,16 +85,20 @@ def _size(case: VectorCase) -> int:
     return sum(1 for v in case.test["inputs"].values() for _ in numbers.flat_floats(v))
 
 
+def _low_precision(case: VectorCase) -> bool:
+    return any(d in compare.LOW_PRECISION for d in case.test["dtypes"])
+
+
 def _bases(vs, objective_id: str, assignment: dict) -> list[VectorCase]:
     """The committed valid tests to derive from: from the group closest to the assignment
     (most conventions equal), the smallest ones, some of them low-precision."""
-    valid = [c for c in vs.cases(objective_id) if c.result == "valid" and "Large" not in c.flags]
+    valid = [c for c in vs.cases(objective_id) if c.result == "valid" and LARGE_FLAG not in c.flags]
 
     def closeness(c):
         return sum(c.conventions.get(k) == v for k, v in assignment.items())
     best = max((closeness(c) for c in valid), default=0)
     near = sorted((c for c in valid if closeness(c) == best), key=lambda c: (_size(c), c.test["tcId"]))
-    low = [c for c in near if {"bfloat16", "float16"} & set(c.test["dtypes"])][:LOW_PRECISION_SHARE]
+    low = [c for c in near if _low_precision(c)][:LOW_PRECISION_SHARE]
     rest = [c for c in near if c not in low][:PER_COMBINATION - len(low)]
     return low + rest
 
@@ -137,12 +140,11 @@ def derive(vs, objective_id: str, assignment: dict) -> tuple[list[VectorCase], l
     cases, dropped = [], []
     for base in _bases(vs, objective_id, assignment):
         conventions = {k: (base.conventions[k] if v == ANY else v) for k, v in assignment.items()}
-        low = bool({"bfloat16", "float16"} & set(base.test["dtypes"]))
         case = Case(objective_id, {k: numbers.decode_input(v) for k, v in base.test["inputs"].items()},
                     params=dict(base.test["params"]), conventions=conventions,
                     flags=_flags(base, conventions, convention_flags, notes),
                     comment=f"derived from {base.uid} ({base.test['comment']})",
-                    provenance={"kind": "derived", "from": base.uid}, low_precision=low, group=GROUP,
+                    provenance={"kind": "derived", "from": base.uid}, low_precision=_low_precision(base), group=GROUP,
                     # the base's own cotangents (exact in its dtypes), so that the derived case
                     # is the base rebuilt wherever the conventions do not change the outputs' shapes
                     cotangents={k: numbers.decode_input(v) for k, v in base.test.get("cotangents", {}).items()}

@@ -144,9 +144,11 @@ def _with_tests(doc: dict, keep) -> dict:
 
 def split_large(doc: dict) -> tuple[dict, dict | None]:
     """(the file without its bulky tests, the file of only those; None when there are none)."""
-    if not any(is_bulky(t) for g in doc["testGroups"] for t in g["tests"]):
+    # decided once per test: each decision serialises the test's line
+    bulky = {id(t) for g in doc["testGroups"] for t in g["tests"] if is_bulky(t)}
+    if not bulky:
         return doc, None
-    return (_with_tests(doc, lambda t: not is_bulky(t)), _with_tests(doc, is_bulky))
+    return (_with_tests(doc, lambda t: id(t) not in bulky), _with_tests(doc, lambda t: id(t) in bulky))
 
 
 def merge_large(doc: dict, large: dict | None) -> dict:
