@@ -127,7 +127,9 @@ def cmd_generate(args):
     directory = Path(args.vectors) if args.vectors else default_dir()
     start = time.perf_counter()
     with bar("generating vectors", args.quiet) as progress:
-        files = generate.generate(progress=progress, workers=args.workers)
+        files = generate.generate(args.family, progress=progress, workers=args.workers)
+    if args.family:
+        files = generate.with_other_families(directory, files, args.family)
     elapsed = time.perf_counter() - start
     if args.check:
         problem = generate.first_difference(directory, files)
@@ -592,6 +594,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = with_vectors(vsub.add_parser("generate", help="regenerate vectors/ from the exact reference"))
     gen.add_argument("--check", action="store_true", help="compare with the files on disk instead of writing")
     gen.add_argument("--workers", type=_positive(int), default=None, help="processes (default: available cores)")
+    gen.add_argument("--family", action="append", choices=generate.FAMILY_MODULES, default=None,
+                     help="regenerate only this family's files (repeatable); the others stay as on disk")
     gen.add_argument("--quiet", action="store_true")
     gen.set_defaults(fn=cmd_generate)
     with_vectors(vsub.add_parser("lint", help="check the vector files")).set_defaults(fn=cmd_lint)

@@ -9,7 +9,7 @@ from conformance._io import write_tree
 from conformance.vectors import versions
 from conformance.vectors.format import MANIFEST, manifest_bytes, serialize
 from conformance.vectors.lint import lint
-from conformance.vectors.load import VectorError, VectorSet
+from conformance.vectors.load import VectorError, VectorSet, default_dir
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +169,19 @@ def test_lint_refuses_a_changed_case_under_a_released_version(vdir):
     _rewrite(vdir, "kl/estimator.json", serialize(doc))
     problems = lint(VectorSet(vdir))
     assert len(problems) == 1 and f"differ from those released as vector set {versions.CURRENT}" in problems[0]
+
+
+def test_generate_one_family_keeps_the_others_and_the_whole_manifest(tmp_path):
+    """``vectors generate --family kl`` rewrites kl's files only; the manifest still lists the
+    other families' files as they are on disk, so the set stays what a full run writes."""
+    shutil.copytree(default_dir(), tmp_path / "v")
+    other = tmp_path / "v/reward/pairwise.json"
+    other.write_bytes(other.read_bytes().replace(b'"comment":"', b'"comment":"x', 1))
+    (tmp_path / "v/kl/estimator.json").unlink()
+    argv = ["vectors", "generate", "--quiet", "--family", "kl", "--workers", "1", "--vectors", str(tmp_path / "v")]
+    assert cli.main(argv) == 0
+    assert (tmp_path / "v/kl/estimator.json").read_bytes() == (default_dir() / "kl/estimator.json").read_bytes()
+    assert b'"comment":"x' in other.read_bytes()
+    manifest = json.loads((tmp_path / "v" / MANIFEST).read_text())["files"]
+    assert manifest.keys() == json.loads((default_dir() / MANIFEST).read_text())["files"].keys()
+    assert cli.main(argv[:2] + ["--check"] + argv[2:]) == 0

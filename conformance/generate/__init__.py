@@ -100,6 +100,22 @@ def generate(families=None, progress=None, workers: int | None = None) -> dict[s
     return files
 
 
+def with_other_families(directory: Path, files: dict[str, bytes], families) -> dict[str, bytes]:
+    """``files`` (generated for ``families`` only) completed by the vector files of every other
+    family as they are on disk, so that the manifest still lists the whole set: what
+    ``vectors generate --family`` writes or checks."""
+    kept = dict(files)
+    for spec in catalog.OBJECTIVES:
+        if spec.family in families:
+            continue
+        for rel in (spec.vector_file, large_path_for(spec.vector_file)):
+            data = _content_on_disk(directory / rel, rel)
+            if data is not None:
+                kept[rel] = data
+    kept[MANIFEST] = manifest_bytes(kept)
+    return kept
+
+
 def _keeping_certificates(directory: Path, files: dict[str, bytes]) -> dict[str, bytes]:
     """The generated files with MANIFEST.json also listing the certificate files on disk
     (``vectors certify`` writes them; a regenerated vector file makes its certificate stale,
