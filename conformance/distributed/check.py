@@ -38,16 +38,24 @@ from conformance.vectors.load import VectorSet
 # the objectives each distributed check runs
 ELIGIBLE = {"--partition": STEP_OBJECTIVES, "--shard-vocab": SHARDED_OBJECTIVES}
 # the output a step's logged loss is judged against
-LOSS_OUTPUT = {"grpo.loss": "loss", "grpo.aggregate": "value", "proximal_kl.loss": "loss", "dpo.loss": "loss"}
+LOSS_OUTPUT = {"grpo.loss": "loss", "grpo.aggregate": "value", "proximal_kl.loss": "loss", "dpo.loss": "loss",
+               "lm.cross_entropy": "loss", "ppo.value_loss": "loss", "reward.pairwise": "loss",
+               "moe.router_z_loss": "loss"}
 
 
 # --- the global objective ---------------------------------------------------------------------
 
 def row_counts(test: dict) -> np.ndarray:
-    """Unmasked tokens per row (1 per row for objectives without a mask)."""
-    if "mask" in test["inputs"]:
-        return (np.asarray(decode_input(test["inputs"]["mask"]), dtype=np.float64) != 0).sum(axis=1).astype(int)
-    first = next(iter(test["inputs"].values()))
+    """Unmasked tokens per row (a 1-D mask: whether the row, a token, is selected; lm.cross_entropy:
+    whether its label is not ``ignore_index``; 1 per row for objectives without either)."""
+    inputs = test["inputs"]
+    if "mask" in inputs:
+        mask = np.asarray(decode_input(inputs["mask"]), dtype=np.float64) != 0
+        return (mask if mask.ndim == 1 else mask.sum(axis=1)).astype(int)
+    if "labels" in inputs and "logits" in inputs:
+        ignore = test["params"].get("ignore_index", catalog.get("lm.cross_entropy").param("ignore_index").default)
+        return (np.asarray(decode_input(inputs["labels"]), dtype=np.int64) != ignore).astype(int)
+    first = next(iter(inputs.values()))
     return np.ones(len(first), dtype=int)
 
 
@@ -294,8 +302,8 @@ def sharded(target: Target, vs: VectorSet, shards: int, kind: str | None = None,
                 run.result(case, "-", "skip", "not a [N,V] vector" if logits.ndim != 2 else
                            "no dtype shared by the vector, the target and --dtype", conventions)
                 continue
-            neg = [row for name in ("student_logits", "teacher_logits")
-                   for row in np.isneginf(np.asarray(inputs[name], dtype=np.float64))]
+            neg = [row for i in spec.inputs if i.kind != "int" and i.name in inputs
+                   for row in np.isneginf(np.asarray(inputs[i.name], dtype=np.float64))]
             splits = partitions.vocab_shards(neg, logits.shape[1], shards)
             if kind:
                 splits = {k: v for k, v in splits.items() if k == kind}

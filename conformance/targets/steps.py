@@ -29,7 +29,8 @@ from refimpl.exact import dpo as exact_dpo
 from refimpl.exact import mp
 
 __all__ = ["ShardContext", "StepContext", "builtin_torch", "global_mean", "global_mean_terms", "global_test",
-           "micro_batch_mean", "normaliser_of", "rows", "sequences", "tokens", "vocab_parallel"]
+           "global_token_normalizer", "labelled", "micro_batch_mean", "normaliser_of", "rows", "sequences",
+           "tokens", "vocab_parallel"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,15 @@ class ShardContext:
 # --- what a normaliser counts in one micro-batch ------------------------------------------
 
 def tokens(mb: dict) -> int:
-    """Unmasked tokens (the token-mean normaliser)."""
+    """Unmasked tokens (the token-mean normaliser; a 1-D mask selects rows that are tokens)."""
     return int(mb["mask"].detach().ne(0).sum())
+
+
+def labelled(mb: dict) -> int:
+    """Tokens whose label is not ``ignore_index`` (lm.cross_entropy's count; transformers 5.25.0
+    trainer.py _get_num_items_in_batch counts ``labels.ne(-100)``)."""
+    ignore = mb.get("ignore_index", catalog.get("lm.cross_entropy").param("ignore_index").default)
+    return int(mb["labels"].detach().ne(ignore).sum())
 
 
 def sequences(mb: dict) -> int:
@@ -75,6 +83,8 @@ def normaliser_of(mb: dict) -> int:
     ``mode`` of grpo.aggregate), rows where there is no mask (dpo.loss)."""
     if "mask" not in mb:
         return rows(mb)
+    if mb["mask"].ndim == 1:   # moe.router_z_loss: a row is a token
+        return tokens(mb)
     return tokens(mb) if mb.get("aggregation", mb.get("mode")) == "token-mean" else sequences(mb)
 
 
@@ -90,6 +100,8 @@ def _mean_value(objective, mb: dict):
 
 
 def _empty(mb: dict) -> bool:
+    if "labels" in mb and "reduction" in mb:   # lm.cross_entropy: every label ignored
+        return labelled(mb) == 0
     return "mask" in mb and not bool(mb["mask"].detach().ne(0).any())
 
 
@@ -102,6 +114,8 @@ def batch_coupling(objective: str, conventions: dict) -> str | None:
     reproduce."""
     if objective == "dpo.loss" and conventions.get("loss_type") in ("aot", "aot_unpaired"):
         return f"loss_type {conventions['loss_type']!r} sorts over the whole batch: no row partition preserves it"
+    if objective == "lm.cross_entropy" and conventions.get("reduction") == "none":
+        return "reduction 'none' returns one loss per token: there is no scalar loss to accumulate"
     if objective in ("dpo.loss", "preference.cpo") and conventions.get("nll_aggregation") == "token-mean":
         # each pair's share −c_i·B/Σn divides by the whole batch's token count
         return "nll_aggregation 'token-mean' divides by the whole batch's token count: a per-pair mean over " \
@@ -188,6 +202,37 @@ def global_mean(objective, count=normaliser_of, grad_reduction: str = "mean"):
     return step
 
 
+def global_token_normalizer(objective, grad_reduction: str = "mean"):
+    """lm.cross_entropy accumulated as transformers 5.25.0 accumulates it: the Trainer counts the
+    non-ignored labels of every micro-batch of the accumulation window on every rank
+    (trainer.py _get_num_items_in_batch, gathered when average_tokens_across_devices), the model's
+    loss divides the micro-batch's sum by that count (loss/loss_utils.py fixed_cross_entropy) and
+    compute_loss multiplies by the world size against DDP's averaging; no division by the
+    accumulation steps (loss_is_scaled_for_ga). Here the count is the ``normalizer`` of the catalog
+    function; a vector that gives its own normalizer, or reduction 'sum', is a sum already, and each
+    micro-batch's share is the same function on its rows. Exact for every partition."""
+    def step(micro_batches, ctx):
+        import torch
+        import torch.distributed as dist
+
+        first = micro_batches[0]
+        extra = {}
+        if first.get("reduction", "mean") == "mean" and first.get("normalizer") is None:
+            total = torch.tensor(float(sum(labelled(mb) for mb in micro_batches)), dtype=torch.float64)
+            dist.all_reduce(total, group=ctx.group)
+            extra = {"normalizer": float(total)}
+        scale = ctx.world_size if grad_reduction == "mean" else 1
+        logged = 0.0
+        for mb in micro_batches:
+            value = objective(**{**mb, **extra})
+            work = torch.float64 if value.dtype == torch.float64 else torch.float32
+            loss = value.to(work) * scale
+            loss.backward()
+            logged += float(loss.detach())
+        return logged
+    return step
+
+
 def global_mean_terms(objective):
     """``global_mean`` for grpo.loss whose KL term has its own ``kl_aggregation``: the policy term and
     the KL term are two global means, each divided by its own count (OpenRLHF 0.11.2 ppo_actor.py
@@ -224,11 +269,18 @@ def vocab_parallel(fn, needs_vocab_start: bool = False):
 def builtin_torch() -> tuple[dict, dict]:
     """(steps, sharded) of the built-in torch backend: the global normaliser for every batch
     objective, refimpl.torch.vocab_parallel for every full-vocabulary divergence."""
-    from refimpl.torch import dpo, grpo, proximal_kl
+    from refimpl.torch import dpo, grpo, lm, moe, ppo, proximal_kl, reward
     from refimpl.torch import vocab_parallel as vp
     steps = {"grpo.loss": global_mean_terms(grpo.loss), "grpo.aggregate": global_mean(grpo.aggregate),
-             "proximal_kl.loss": global_mean(proximal_kl.loss), "dpo.loss": global_mean(dpo.loss)}
+             "proximal_kl.loss": global_mean(proximal_kl.loss), "dpo.loss": global_mean(dpo.loss),
+             "lm.cross_entropy": global_token_normalizer(lm.cross_entropy),
+             # token or sequence means like grpo.aggregate's; the pairs' mean; the unmasked tokens' mean
+             "ppo.value_loss": global_mean(ppo.value_loss), "reward.pairwise": global_mean(reward.pairwise),
+             "moe.router_z_loss": global_mean(moe.router_z_loss)}
     sharded = {"distill.token_kl": vocab_parallel(vp.token_kl),
                "distill.generalized_jsd": vocab_parallel(vp.generalized_jsd),
-               "distill.hinton": vocab_parallel(vp.hinton, needs_vocab_start=True)}
+               "distill.hinton": vocab_parallel(vp.hinton, needs_vocab_start=True),
+               "lm.cross_entropy": vocab_parallel(vp.cross_entropy, needs_vocab_start=True),
+               "lm.token_logprobs": vocab_parallel(vp.token_logprobs, needs_vocab_start=True),
+               "lm.entropy": vocab_parallel(vp.entropy)}
     return steps, sharded

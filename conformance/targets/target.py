@@ -19,10 +19,14 @@ ANY = "*"
 # a trainer that all-reduces with SUM (or scales by the world size itself) declares "sum".
 GRAD_REDUCTIONS = ("mean", "sum")
 # The objectives a step (``--partition``) and a vocabulary-parallel function (``--shard-vocab``)
-# may be declared for: the batch losses whose rows trainers split, and the full-vocabulary
-# divergences.
-STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss")
-SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton")
+# may be declared for: the batch losses whose rows trainers split (each a sum of per-row terms
+# over a count that a step can all-reduce), and the full-vocabulary functions of the logits.
+# moe.load_balancing is not one: its f and P are batch statistics whose product is not a sum of
+# per-micro-batch terms (docs/distributed.md).
+STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss", "lm.cross_entropy",
+                   "ppo.value_loss", "reward.pairwise", "moe.router_z_loss")
+SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "lm.cross_entropy",
+                      "lm.token_logprobs", "lm.entropy")
 # A variant of an objective: ``"grpo.aggregate[per-row]"`` names a second function for the same
 # objective, with its own declaration under the same key; each variant is checked and reported as
 # a target of its own, named ``<target name>[<variant>]`` (``split_variants``).

@@ -1,5 +1,6 @@
-"""Vocabulary-parallel distillation divergences: the logits of every row are split over the ranks
-of a process group by contiguous vocabulary ranges, and each rank holds one range.
+"""Vocabulary-parallel distillation divergences and language-model token objectives: the logits of
+every row are split over the ranks of a process group by contiguous vocabulary ranges, and each
+rank holds one range.
 
 Each function takes its rank's shard of ``student_logits`` and ``teacher_logits`` ([N, V_r]),
 the catalog's parameters, the process ``group`` and (for ``hinton``) ``vocab_start``, the global
@@ -27,6 +28,18 @@ Formulas (q student, p teacher, both at temperature T, ℓ = log q − log p, pe
 0·log 0 = 0; inputs are assumed valid (``refimpl.torch.distill`` checks them on one process).
 bfloat16 and float16 shards are computed in float32 and the results cast back, as in
 ``refimpl.torch``.
+
+The lm objectives (``cross_entropy``, ``token_logprobs``, ``entropy``: ``refimpl.torch.lm`` on
+the full vocabulary) follow Megatron's cross-entropy more closely, with ``refimpl.torch.lm``'s
+care for q_y ≈ 1: x = (z − M)/T with M the global row maximum, and log Σ_v e^{x_v} = log1p(S)
+where S sums every token but one global maximum (the lowest rank holding M leaves out its first
+arg-max, found by a MIN all-reduce), so that −log q_y = −x_y + log1p(S) keeps S below the unit
+roundoff; the label's x_y comes from the one rank that owns it through a SUM all-reduce with
+zeros elsewhere; q_y − 1 is expm1(log q_y) on that rank. Cross-entropy's label smoothing needs
+Σ_v x_v (a SUM), the entropy lse − Σ q·x/T needs Σ q·x (a SUM); z-loss and soft-capping
+s·tanh(z/s) are elementwise, before the maximum. Per-token values are replicated on every rank,
+so the reduction ('mean', 'sum', 'none', ``normalizer``) runs outside the autograd Function, on
+ordinary tensors, and the ``count`` of the mean is that of the labels every rank holds whole.
 """
 from __future__ import annotations
 
@@ -36,7 +49,7 @@ import torch.distributed as dist
 from refimpl import validate
 from refimpl.torch import _common
 
-__all__ = ["generalized_jsd", "hinton", "token_kl"]
+__all__ = ["cross_entropy", "entropy", "generalized_jsd", "hinton", "token_kl", "token_logprobs"]
 
 
 def _log_softmax(x: torch.Tensor, group) -> torch.Tensor:
@@ -174,3 +187,179 @@ def hinton(student_logits, teacher_logits, labels, temperature: float = 1.0, alp
     ce = validate.soft_term(soft_term) == "cross_entropy"
     y = torch.as_tensor(labels, dtype=torch.int64, device=student_logits.device)
     return _Hinton.apply(student_logits, teacher_logits, y, int(vocab_start), T, a, s, ce, group)
+
+
+# --------------------------------------------------------------------------- lm objectives
+
+class _ShardedSoft:
+    """softmax(z/T) of the rows of the shard ``z`` over the group (no graph): the shard's x =
+    (z − M)/T and q, l1 = log1p(S) per row, and lse = M/T + l1."""
+
+    def __init__(self, z: torch.Tensor, T: float, group):
+        self.support = z > -torch.inf
+        local = z.max(dim=-1).values
+        top = local.clone()
+        dist.all_reduce(top, op=dist.ReduceOp.MAX, group=group)
+        # the lowest rank holding the global maximum leaves its first arg-max out of S
+        world = dist.get_world_size(group)
+        holder = torch.where(local == top, dist.get_rank(group), world).to(torch.int64)
+        dist.all_reduce(holder, op=dist.ReduceOp.MIN, group=group)
+        mine = holder == dist.get_rank(group)
+        is_top = torch.zeros_like(self.support).scatter_(-1, z.argmax(dim=-1, keepdim=True), True) & mine[:, None]
+        dz = z - top[:, None]
+        self.x = dz / T if T != 1.0 else dz
+        s = torch.where(is_top, 0.0, torch.exp(self.x)).sum(dim=-1)
+        dist.all_reduce(s, op=dist.ReduceOp.SUM, group=group)
+        self.l1 = torch.log1p(s)[:, None]
+        self.logp = self.x - self.l1
+        self.p = torch.exp(self.logp)
+        self.lse = (top[:, None] / T if T != 1.0 else top[:, None]) + self.l1
+        self.x_live = torch.where(self.support, self.x, 0.0)   # q = 0 there: no 0·∞
+
+
+def _owned(y: torch.Tensor, counted: torch.Tensor, vocab_start: int, width: int):
+    """(onehot [N, V_r] of the labels this shard owns, whether each row's label is here)."""
+    local = y - vocab_start
+    here = counted & (local >= 0) & (local < width)
+    onehot = (torch.arange(width, device=y.device) == torch.where(here, local, 0)[:, None]) & here[:, None]
+    return onehot, here
+
+
+def _label_x(d: _ShardedSoft, onehot: torch.Tensor, group) -> torch.Tensor:
+    """x_y per row: the owning rank's value, zeros elsewhere, summed over the group."""
+    x_y = torch.where(onehot, d.x_live, 0.0).sum(dim=-1)
+    dist.all_reduce(x_y, op=dist.ReduceOp.SUM, group=group)
+    return x_y
+
+
+def _vocab(width: int, device, group) -> int:
+    v = torch.tensor([width], dtype=torch.int64, device=device)
+    dist.all_reduce(v, op=dist.ReduceOp.SUM, group=group)
+    return int(v)
+
+
+class _ShardedCrossEntropy(torch.autograd.Function):
+    """Per-token losses (replicated) of the counted tokens, 0 elsewhere; backward ∂ℓ_i/∂z of the
+    shard, saved in forward (``refimpl.torch.lm._CrossEntropy`` over the group)."""
+
+    @staticmethod
+    def forward(ctx, z, onehot, counted, vocab, eps, zeta, cap, group):
+        with torch.no_grad():
+            if cap is not None:
+                zc = cap * torch.tanh(z / cap)
+                dcap = torch.cosh(z / cap).pow(-2)
+            else:
+                zc, dcap = z, None
+            d = _ShardedSoft(zc, 1.0, group)
+            per = (1 - eps) * (-_label_x(d, onehot, group) + d.l1[:, 0])
+            if eps:
+                # lse − mean_v z'_v = Σ_v (M − z'_v)/V + log1p(S): non-negative terms
+                spread = (-d.x_live).sum(dim=-1)
+                dist.all_reduce(spread, op=dist.ReduceOp.SUM, group=group)
+                per = per + eps * (spread / vocab + d.l1[:, 0])
+            if zeta:
+                per = per + zeta * d.lse[:, 0].square()
+            per = torch.where(counted, per, 0.0)
+            g = torch.where(onehot, d.p if eps == 1 else torch.expm1(d.logp) + eps, d.p)
+            if eps:
+                g = g - eps / vocab
+            if zeta:
+                g = g + (2 * zeta) * d.lse * d.p
+            if dcap is not None:
+                g = g * dcap
+            g = torch.where(counted[:, None], g, 0.0)
+        ctx.save_for_backward(g)
+        return per
+
+    @staticmethod
+    def backward(ctx, grad_per):
+        (g,) = ctx.saved_tensors
+        return grad_per[:, None] * g, None, None, None, None, None, None, None
+
+
+def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None, *,
+                  vocab_start: int = 0, group=None):
+    """lm.cross_entropy over vocabulary shards (Megatron-LM's vocab-parallel cross-entropy, Shoeybi
+    et al. 2019 §3, with every convention of ``refimpl.torch.lm.cross_entropy``); ``labels`` are
+    global token ids, ``vocab_start`` the global id of this shard's first token. Returns the global
+    value on every rank."""
+    z = torch.as_tensor(logits)
+    validate.rank("logits", tuple(z.shape), 2)
+    y = torch.as_tensor(labels, dtype=torch.int64, device=z.device)
+    ignore = validate.ignore_index(ignore_index)
+    eps = validate.ce_label_smoothing(label_smoothing)
+    zeta = validate.z_loss(z_loss)
+    cap = validate.softcap(softcap)
+    reduction = validate.lm_reduction(reduction)
+    norm = validate.ce_normalizer(normalizer, reduction)
+    vocab = _vocab(z.shape[-1], z.device, group)
+    counted = validate.token_labels(y.tolist(), vocab, ignore)
+    counted = torch.tensor(counted, dtype=torch.bool, device=z.device)
+    count = int(counted.sum())
+    validate.empty_mean(reduction, norm, count)
+    onehot, _ = _owned(y, counted, int(vocab_start), z.shape[-1])
+    work = _common.work_dtype(z.dtype)
+    per = _ShardedCrossEntropy.apply(_common.upcast(z, work), onehot, counted, vocab, eps, zeta, cap, group)
+    if reduction == "none":
+        return per.to(z.dtype)
+    total = per.sum()
+    if reduction == "mean":
+        total = total / (norm if norm is not None else count)
+    return total.to(z.dtype)
+
+
+class _ShardedTokenLogprobs(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, onehot, T, group):
+        with torch.no_grad():
+            d = _ShardedSoft(z, T, group)
+            ctx.save_for_backward(torch.where(onehot, torch.expm1(d.logp), d.p))
+            ctx.T = T
+            return _label_x(d, onehot, group) - d.l1[:, 0]
+
+    @staticmethod
+    def backward(ctx, grad):
+        (g,) = ctx.saved_tensors
+        return -(grad[:, None] / ctx.T) * g, None, None, None
+
+
+def token_logprobs(logits, labels, temperature: float = 1.0, *, vocab_start: int = 0, group=None):
+    """lm.token_logprobs over vocabulary shards: log q_y of softmax(z/T) per row, replicated;
+    gradient c·(δ_{jy} − q_j)/T on the shard."""
+    z = torch.as_tensor(logits)
+    validate.rank("logits", tuple(z.shape), 2)
+    T = validate.temperature(temperature)
+    y = torch.as_tensor(labels, dtype=torch.int64, device=z.device)
+    validate.token_labels(y.tolist(), _vocab(z.shape[-1], z.device, group))
+    onehot, _ = _owned(y, torch.ones_like(y, dtype=torch.bool), int(vocab_start), z.shape[-1])
+    work = _common.work_dtype(z.dtype)
+    return _ShardedTokenLogprobs.apply(_common.upcast(z, work), onehot, T, group).to(z.dtype)
+
+
+class _ShardedEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, T, group):
+        with torch.no_grad():
+            d = _ShardedSoft(z, T, group)
+            h = _global_sum(d.p * (d.l1 - d.x_live), group)
+            centre = _global_sum(d.p * d.x_live, group)[:, None]
+            # ∂H/∂x_j = −q_j·(x_j − Σ_k q_k x_k): exactly 0 for equal logits
+            ctx.save_for_backward(torch.where(d.support, -d.p * (d.x_live - centre), 0.0))
+            ctx.T = T
+            return h
+
+    @staticmethod
+    def backward(ctx, grad):
+        (g,) = ctx.saved_tensors
+        return (grad[:, None] / ctx.T) * g, None, None
+
+
+def entropy(logits, temperature: float = 1.0, *, group=None):
+    """lm.entropy over vocabulary shards: −Σ q log q of softmax(z/T) per row, replicated, as
+    Σ_v q_v·(log1p(S) − x_v) (every term ≥ 0)."""
+    z = torch.as_tensor(logits)
+    validate.rank("logits", tuple(z.shape), 2)
+    T = validate.temperature(temperature)
+    work = _common.work_dtype(z.dtype)
+    return _ShardedEntropy.apply(_common.upcast(z, work), T, group).to(z.dtype)
