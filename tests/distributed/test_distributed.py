@@ -15,13 +15,28 @@ from conformance.distributed import check
 from conformance.targets import from_mapping, load
 from conformance.targets.steps import global_mean, micro_batch_mean
 from conformance.vectors.load import VectorSet
-from refimpl.torch import distill, grpo
+from refimpl.torch import distill, grpo, lm, moe, ppo, reward
 
 VS = VectorSet(None)
 # token-mean, row token counts [3,1,1,3,2,1,2,3]: the even 2x2 split holds 4 tokens per micro-batch
 BALANCED = "grpo.loss:a8892cbb841111e8"
 STEP_UIDS = {BALANCED, "grpo.aggregate:5dc05bb163c59d9b", "proximal_kl.loss:afa2fa638037ff78",
              "dpo.loss:a9353e73841056c2"}
+# lm.cross_entropy, softcap and z-loss, labels counted [0,1,1,1,1]: 2x2:even puts one counted
+# token in every micro-batch, 2x2:uneven two in one and none in another
+LM_BALANCED = "lm.cross_entropy:4a8035c69a769485"
+# the token and pair means eligible since 1.5.0: one vector each, several splits and sequence modes
+MEAN_UIDS = {LM_BALANCED, "lm.cross_entropy:0a976d743b1c028f",   # a normalizer given
+             "lm.cross_entropy:942cc7419bd6a39a",                 # reduction 'sum'
+             "ppo.value_loss:5cbb1870d5eca3e5", "ppo.value_loss:44db3b75c66e1672",
+             "reward.pairwise:33065e36b71e6bd1", "reward.pairwise:88da62b6737808d7",
+             "moe.router_z_loss:a42fc2e3e109d067"}
+LM_SHARD_UIDS = {"lm.cross_entropy:4a8035c69a769485", "lm.cross_entropy:168fa869c28012e7",   # label smoothing
+                 "lm.cross_entropy:30fd0f3ad304568a",   # 'none', ignore_index 0, a −inf run
+                 "lm.cross_entropy:0a976d743b1c028f",   # a normalizer
+                 "lm.token_logprobs:0b8c216db0ded76e",  # T = 1e-3
+                 "lm.token_logprobs:fdb433d1b9b58911", "lm.entropy:962b92ed32cf094a",
+                 "lm.entropy:0a84d68906bcc33f"}
 SHARD_UIDS = {"distill.token_kl:640460de8614d309", "distill.hinton:28728e29bd349280",
               "distill.hinton:28729e29bd349280", "distill.generalized_jsd:a2448eeca12aa229"}
 
@@ -69,6 +84,61 @@ def test_micro_batch_mean_fails_uneven_and_passes_even():
     assert statuses[(BALANCED, "2x2:even", "float64")] == "pass"
     assert statuses[(BALANCED, "2x2:uneven", "float64")] == "fail"
     assert statuses[(BALANCED, "2x2:short-rank", "float64")] == "fail"
+
+
+def test_builtin_steps_of_the_token_and_pair_means_pass_every_partition():
+    results = check.partitioned(load("torch"), VS, 2, 2, uids=MEAN_UIDS)
+    statuses = _statuses(results)
+    assert {p.split(":")[1] for _, p, _ in statuses} == {"even", "uneven", "empty", "short-rank"}
+    assert {u for u, _, _ in statuses} == MEAN_UIDS
+    assert {d for _, _, d in statuses} == {"float64", "float32", "bfloat16", "float16"}
+    assert set(statuses.values()) == {"pass"}, [r.message for r in results if r.status != "pass"]
+
+
+@pytest.mark.parametrize("objective,fn,uid", [("lm.cross_entropy", lm.cross_entropy, LM_BALANCED),
+                                              ("moe.router_z_loss", moe.router_z_loss,
+                                               "moe.router_z_loss:6979f70ca9cdc54d")])
+def test_a_token_mean_per_micro_batch_fails_uneven_and_passes_even(objective, fn, uid):
+    """Each micro-batch's own token mean ÷ accumulation steps (the Trainer before transformers
+    PR #34191 gave the model num_items_in_batch): exact when every micro-batch holds as many
+    counted tokens, and biased on the uneven splits."""
+    statuses = _statuses(check.partitioned(_target(steps={objective: micro_batch_mean(fn)}), VS, 2, 2, uids={uid},
+                                           dtypes=["float64"]))
+    assert statuses[(uid, "2x2:even", "float64")] == "pass"
+    assert statuses[(uid, "2x2:uneven", "float64")] == "fail"
+    assert statuses[(uid, "2x2:empty", "float64")] == "fail"
+
+
+def test_a_pair_mean_per_micro_batch_fails_a_short_rank():
+    """reward.pairwise and ppo.value_loss the same way: a rank with fewer pairs or tokens weighs
+    them more."""
+    steps = {"reward.pairwise": micro_batch_mean(reward.pairwise), "ppo.value_loss": micro_batch_mean(ppo.value_loss)}
+    uids = {"reward.pairwise:33065e36b71e6bd1", "ppo.value_loss:5cbb1870d5eca3e5"}
+    statuses = _statuses(check.partitioned(_target(steps=steps), VS, 2, 2, "short-rank", uids=uids,
+                                           dtypes=["float64"]))
+    assert set(statuses.values()) == {"fail"} and {u for u, _, _ in statuses} == uids
+
+
+def test_per_token_losses_are_not_accumulated():
+    uid = "lm.cross_entropy:88cbee186c138197"   # reduction 'none', 6 rows
+    results = check.partitioned(load("torch"), VS, 2, 2, uids={uid})
+    assert [(r.status, r.message) for r in results] == [
+        ("skip", "reduction 'none' returns one loss per token: there is no scalar loss to accumulate")]
+
+
+def test_lm_vocab_parallel_builtin_passes_and_the_shard_alone_fails():
+    results = check.sharded(load("torch"), VS, 2, uids=LM_SHARD_UIDS)
+    statuses = _statuses(results)
+    assert {p.split(":")[1] for _, p, _ in statuses} == {"even", "uneven", "neg-inf"}
+    assert {u for u, _, _ in statuses} == LM_SHARD_UIDS
+    assert set(statuses.values()) == {"pass"}, [r.message for r in results if r.status != "pass"]
+    # the single-process functions on the shard alone: a log-softmax over V/2 tokens, and a label
+    # the shard does not hold is out of its range
+    local = _target(sharded={"lm.entropy": lambda ctx, **kw: lm.entropy(**kw),
+                             "lm.token_logprobs": lambda ctx, **kw: lm.token_logprobs(**kw)})
+    bad = check.sharded(local, VS, 2, "even", uids=LM_SHARD_UIDS, dtypes=["float64"])
+    assert {r.objective for r in bad} == {"lm.entropy", "lm.token_logprobs"}
+    assert {r.status for r in bad} <= {"fail", "error"} and "fail" in {r.status for r in bad}
 
 
 def test_vocab_parallel_builtin_passes_and_local_softmax_fails():
