@@ -555,7 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "processes × M micro-batches per rank (torch.distributed) for the batch losses; KIND: "
                      f"{', '.join(partitions.ROW_KINDS)} (default: all)")
     chk.add_argument("--shard-vocab", metavar="K[:KIND]", help="distributed: split the vocabulary of the "
-                     "distillation divergences over K processes; KIND: "
+                     "distillation divergences and lm token objectives over K processes; KIND: "
                      f"{', '.join(partitions.VOCAB_KINDS)} (default: all)")
     chk.add_argument("--report-json", metavar="PATH")
     chk.add_argument("--junit", metavar="PATH")
