@@ -40,6 +40,9 @@ zeros elsewhere; q_y − 1 is expm1(log q_y) on that rank. Cross-entropy's label
 s·tanh(z/s) are elementwise, before the maximum. Per-token values are replicated on every rank,
 so the reduction ('mean', 'sum', 'none', ``normalizer``) runs outside the autograd Function, on
 ordinary tensors, and the ``count`` of the mean is that of the labels every rank holds whole.
+Unlike the divergences, they check their inputs as ``refimpl.torch.lm`` does, with the same
+messages, on every rank alike: the facts of each shard (NaN or +inf, rows without a possible token,
+−inf at a label) are all-reduced before any rank raises, so that none waits in a collective.
 """
 from __future__ import annotations
 
@@ -217,12 +220,41 @@ class _ShardedSoft:
         self.x_live = torch.where(self.support, self.x, 0.0)   # q = 0 there: no 0·∞
 
 
-def _owned(y: torch.Tensor, counted: torch.Tensor, vocab_start: int, width: int):
-    """(onehot [N, V_r] of the labels this shard owns, whether each row's label is here)."""
+def _shard_logits(logits, group) -> torch.Tensor:
+    """The shard as a checked tensor. Whether any shard holds NaN or +inf is all-reduced first, so
+    that every rank raises (``refimpl.torch._common.array``'s message where the value is, a
+    pointer to the other shard elsewhere) instead of some waiting in a collective for ever."""
+    z = logits if isinstance(logits, torch.Tensor) else _common.array("logits", logits, allow_neg_inf=True)
+    validate.rank("logits", tuple(z.shape), 2)
+    validate.lm_logit_rows(*z.shape)
+    detached = z.detach()
+    bad = torch.tensor([int(bool(torch.isnan(detached).any() or torch.isposinf(detached).any()))], device=z.device)
+    dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=group)
+    if int(bad):
+        _common.array("logits", z, allow_neg_inf=True)
+        validate.fail("logits", "another vocabulary shard holds NaN or +inf")
+    return z
+
+
+def _check_shard_rows(z: torch.Tensor, onehot: torch.Tensor, counted: torch.Tensor, group,
+                      smoothing: float = 0.0) -> None:
+    """``refimpl.torch.lm``'s −inf checks over the whole vocabulary: each shard's facts per row
+    (a possible token, −inf at the label it owns, any −inf) summed over the group, then the same
+    ``validate.lm_rows`` on every rank."""
+    support = z.detach() > -torch.inf
+    facts = torch.stack([support.any(dim=-1), (onehot & ~support).any(dim=-1), (~support).any(dim=-1)],
+                        dim=1).to(torch.int64)
+    dist.all_reduce(facts, op=dist.ReduceOp.SUM, group=group)
+    none, at_label, some = facts[:, 0] == 0, counted & (facts[:, 1] > 0), counted & (facts[:, 2] > 0)
+    if (none | at_label | (some & (smoothing > 0))).any():
+        validate.lm_rows(none.tolist(), at_label.tolist(), some.tolist(), counted.tolist(), smoothing)
+
+
+def _owned(y: torch.Tensor, counted: torch.Tensor, vocab_start: int, width: int) -> torch.Tensor:
+    """The onehot [N, V_r] of the counted labels this shard owns."""
     local = y - vocab_start
     here = counted & (local >= 0) & (local < width)
-    onehot = (torch.arange(width, device=y.device) == torch.where(here, local, 0)[:, None]) & here[:, None]
-    return onehot, here
+    return (torch.arange(width, device=y.device) == torch.where(here, local, 0)[:, None]) & here[:, None]
 
 
 def _label_x(d: _ShardedSoft, onehot: torch.Tensor, group) -> torch.Tensor:
@@ -284,8 +316,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     et al. 2019 §3, with every convention of ``refimpl.torch.lm.cross_entropy``); ``labels`` are
     global token ids, ``vocab_start`` the global id of this shard's first token. Returns the global
     value on every rank."""
-    z = torch.as_tensor(logits)
-    validate.rank("logits", tuple(z.shape), 2)
+    z = _shard_logits(logits, group)
     y = torch.as_tensor(labels, dtype=torch.int64, device=z.device)
     ignore = validate.ignore_index(ignore_index)
     eps = validate.ce_label_smoothing(label_smoothing)
@@ -298,7 +329,9 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     counted = torch.tensor(counted, dtype=torch.bool, device=z.device)
     count = int(counted.sum())
     validate.empty_mean(reduction, norm, count)
-    onehot, _ = _owned(y, counted, int(vocab_start), z.shape[-1])
+    onehot = _owned(y, counted, int(vocab_start), z.shape[-1])
+    if cap is None:   # capped logits are finite
+        _check_shard_rows(z, onehot, counted, group, eps)
     work = _common.work_dtype(z.dtype)
     per = _ShardedCrossEntropy.apply(_common.upcast(z, work), onehot, counted, vocab, eps, zeta, cap, group)
     if reduction == "none":
@@ -327,12 +360,13 @@ class _ShardedTokenLogprobs(torch.autograd.Function):
 def token_logprobs(logits, labels, temperature: float = 1.0, *, vocab_start: int = 0, group=None):
     """lm.token_logprobs over vocabulary shards: log q_y of softmax(z/T) per row, replicated;
     gradient c·(δ_{jy} − q_j)/T on the shard."""
-    z = torch.as_tensor(logits)
-    validate.rank("logits", tuple(z.shape), 2)
+    z = _shard_logits(logits, group)
     T = validate.temperature(temperature)
     y = torch.as_tensor(labels, dtype=torch.int64, device=z.device)
     validate.token_labels(y.tolist(), _vocab(z.shape[-1], z.device, group))
-    onehot, _ = _owned(y, torch.ones_like(y, dtype=torch.bool), int(vocab_start), z.shape[-1])
+    every = torch.ones_like(y, dtype=torch.bool)
+    onehot = _owned(y, every, int(vocab_start), z.shape[-1])
+    _check_shard_rows(z, onehot, every, group)
     work = _common.work_dtype(z.dtype)
     return _ShardedTokenLogprobs.apply(_common.upcast(z, work), onehot, T, group).to(z.dtype)
 
@@ -358,8 +392,9 @@ class _ShardedEntropy(torch.autograd.Function):
 def entropy(logits, temperature: float = 1.0, *, group=None):
     """lm.entropy over vocabulary shards: −Σ q log q of softmax(z/T) per row, replicated, as
     Σ_v q_v·(log1p(S) − x_v) (every term ≥ 0)."""
-    z = torch.as_tensor(logits)
-    validate.rank("logits", tuple(z.shape), 2)
+    z = _shard_logits(logits, group)
     T = validate.temperature(temperature)
+    nowhere = torch.zeros(z.shape, dtype=torch.bool, device=z.device)
+    _check_shard_rows(z, nowhere, nowhere[:, 0], group)
     work = _common.work_dtype(z.dtype)
     return _ShardedEntropy.apply(_common.upcast(z, work), T, group).to(z.dtype)

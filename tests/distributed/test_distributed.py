@@ -218,3 +218,46 @@ def test_more_ranks_than_cores_and_no_process_after_a_run():
     results = check.partitioned(load("torch"), VS, 4, 1, uids={BALANCED}, dtypes=["float64"])
     assert results and {r.status for r in results} == {"pass"}
     assert set(_children()) <= before
+
+
+def _sharded_error(task, rank, world, group, device):
+    """Call a vocab-parallel lm function on this rank's half of ``task['logits']``: its InputError."""
+    import numpy as np
+    from refimpl import validate
+    from refimpl.torch import vocab_parallel
+    z = np.asarray(task["logits"], dtype=np.float64)
+    half = z.shape[1] // 2
+    kwargs = dict(task["kwargs"])
+    if task["fn"] != "entropy":
+        kwargs["vocab_start"] = half * rank
+    try:
+        getattr(vocab_parallel, task["fn"])(torch.tensor(z[:, half * rank:half * (rank + 1)]), group=group, **kwargs)
+    except validate.InputError as err:
+        return {"status": "ok", "message": str(err)}
+    return {"status": "ok", "message": ""}
+
+
+@pytest.mark.parametrize("fn,logits,kwargs,rejected", [
+    # rank 1's half of row 0 is −inf everywhere: valid, the row has tokens on rank 0
+    ("entropy", [[0.0, 1.0, -float("inf"), -float("inf")], [0.0, 0.0, 0.0, 0.0]], {}, False),
+    ("entropy", [[-float("inf")] * 4], {}, True),                                                # no possible token
+    ("token_logprobs", [[0.0, 1.0, 2.0, -float("inf")]], {"labels": [3]}, True),                 # −inf at the label
+    ("cross_entropy", [[0.0, -float("inf"), 2.0, 3.0]], {"labels": [2], "label_smoothing": 0.1}, True),
+    ("cross_entropy", [[0.0, 1.0, float("nan"), 3.0]], {"labels": [0]}, True),                   # NaN on rank 1 only
+])
+def test_lm_vocab_parallel_rejects_what_the_single_process_function_rejects_on_every_rank(fn, logits, kwargs,
+                                                                                         rejected):
+    from conformance.distributed.pool import RankPool
+    from refimpl import validate
+    try:
+        getattr(lm, fn)(torch.tensor(logits, dtype=torch.float64), **kwargs)
+        expected = ""
+    except validate.InputError as err:
+        expected = str(err)
+    with RankPool(2, _sharded_error, "cpu", 20.0) as pool:
+        got = [o["message"] for o in pool.run({"id": 1, "fn": fn, "logits": logits, "kwargs": kwargs})]
+    if "NaN" in expected:   # the rank without it names the other shard
+        assert got == ["logits: another vocabulary shard holds NaN or +inf", expected]
+    else:
+        assert got == [expected, expected]
+    assert bool(expected) == rejected
