@@ -268,7 +268,7 @@ def vocab_parallel(fn, needs_vocab_start: bool = False):
 
 def builtin_torch() -> tuple[dict, dict]:
     """(steps, sharded) of the built-in torch backend: the global normaliser for every batch
-    objective, refimpl.torch.vocab_parallel for every full-vocabulary divergence."""
+    objective, refimpl.torch.vocab_parallel for every full-vocabulary divergence and lm objective."""
     from refimpl.torch import dpo, grpo, lm, moe, ppo, proximal_kl, reward
     from refimpl.torch import vocab_parallel as vp
     steps = {"grpo.loss": global_mean_terms(grpo.loss), "grpo.aggregate": global_mean(grpo.aggregate),

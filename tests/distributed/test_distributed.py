@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch", reason="the distributed checks run torch.di
 
 from conformance.distributed import check
 from conformance.targets import from_mapping, load
-from conformance.targets.steps import global_mean, micro_batch_mean
+from conformance.targets.steps import global_mean, global_token_normalizer, micro_batch_mean
 from conformance.vectors.load import VectorSet
 from refimpl.torch import distill, grpo, lm, moe, ppo, reward
 
@@ -74,6 +74,9 @@ def test_sum_reduction_is_honoured():
                                            uids={BALANCED})).values()) == {"pass"}
     # declared "mean" (DDP), the same step is wrong by the factor 2 on every partition
     assert set(_statuses(check.partitioned(_target(steps=steps), VS, 2, 2, uids={BALANCED})).values()) == {"fail"}
+    lm_steps = {"lm.cross_entropy": global_token_normalizer(lm.cross_entropy, grad_reduction="sum")}
+    assert set(_statuses(check.partitioned(_target(steps=lm_steps, grad_reduction="sum"), VS, 2, 2,
+                                           uids={LM_BALANCED}, dtypes=["float64"])).values()) == {"pass"}
 
 
 def test_micro_batch_mean_fails_uneven_and_passes_even():
