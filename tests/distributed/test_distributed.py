@@ -13,7 +13,11 @@ torch = pytest.importorskip("torch", reason="the distributed checks run torch.di
 
 from conformance.distributed import check
 from conformance.targets import from_mapping, load
-from conformance.targets.steps import global_mean, global_token_normalizer, micro_batch_mean
+from conformance.targets.steps import (
+    global_mean,
+    global_token_normalizer,
+    micro_batch_mean,
+)
 from conformance.vectors.load import VectorSet
 from refimpl.torch import distill, grpo, lm, moe, ppo, reward
 
@@ -226,6 +230,7 @@ def test_more_ranks_than_cores_and_no_process_after_a_run():
 def _sharded_error(task, rank, world, group, device):
     """Call a vocab-parallel lm function on this rank's half of ``task['logits']``: its InputError."""
     import numpy as np
+
     from refimpl import validate
     from refimpl.torch import vocab_parallel
     z = np.asarray(task["logits"], dtype=np.float64)
