@@ -19,7 +19,7 @@ from conformance.targets.steps import (
     micro_batch_mean,
 )
 from conformance.vectors.load import VectorSet
-from refimpl.torch import distill, grpo, lm, moe, ppo, reward
+from refimpl.torch import distill, grpo, lm, moe, ppo, reward, vocab_parallel
 
 VS = VectorSet(None)
 # token-mean, row token counts [3,1,1,3,2,1,2,3]: the even 2x2 split holds 4 tokens per micro-batch
@@ -148,6 +148,20 @@ def test_lm_vocab_parallel_builtin_passes_and_the_shard_alone_fails():
     assert {r.status for r in bad} <= {"fail", "error"} and "fail" in {r.status for r in bad}
 
 
+def _equal_shards_cross_entropy(logits, labels, *, ctx, **kwargs):
+    """Megatron's and Liger 0.8.5's contract (vocab_parallel_cross_entropy.py: ``vocab_start =
+    rank * v_local``): every shard as wide as this one."""
+    return vocab_parallel.cross_entropy(logits, labels, **kwargs, vocab_start=ctx.rank * logits.shape[-1],
+                                        group=ctx.group)
+
+
+def test_a_shard_start_from_equal_widths_fails_the_uneven_split():
+    uid = "lm.cross_entropy:4a8035c69a769485"   # V = 6, labels 0, 4, 4, 5: the last on the 1-token shard
+    target = _target(sharded={"lm.cross_entropy": _equal_shards_cross_entropy})
+    statuses = _statuses(check.sharded(target, VS, 2, uids={uid}, dtypes=["float64"]))
+    assert statuses == {(uid, "vocab2:even", "float64"): "pass", (uid, "vocab2:uneven", "float64"): "fail"}
+
+
 def test_vocab_parallel_builtin_passes_and_local_softmax_fails():
     results = check.sharded(load("torch"), VS, 2, uids=SHARD_UIDS)
     statuses = _statuses(results)
@@ -232,7 +246,6 @@ def _sharded_error(task, rank, world, group, device):
     import numpy as np
 
     from refimpl import validate
-    from refimpl.torch import vocab_parallel
     z = np.asarray(task["logits"], dtype=np.float64)
     half = z.shape[1] // 2
     kwargs = dict(task["kwargs"])
