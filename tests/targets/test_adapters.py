@@ -28,6 +28,7 @@ LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "verl": ("verl", "verl", "0.9.1"),
     "openrlhf": ("openrlhf", "openrlhf", "0.11.2"),
     "liger": ("liger_kernel", "liger-kernel", "0.8.5"),
+    "transformers": ("transformers", "transformers", "5.25.0"),
 }
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
