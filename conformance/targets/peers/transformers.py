@@ -118,8 +118,16 @@ FINDINGS = [_CAUSAL_LM_FLOAT32, _ROUTER_Z_NO_MASK, _LOG_SOFTMAX_FLOAT32_SUM]
 
 def _mods():
     from transformers.loss import loss_utils
-    from transformers.models.switch_transformers import modeling_switch_transformers as switch
-    return loss_utils, switch
+    from transformers.models.switch_transformers import modeling_switch_transformers
+    return loss_utils, modeling_switch_transformers
+
+
+def _causal_lm_loss(logits, labels, ignore_index, num_items_in_batch=None):
+    """ForCausalLMLoss on the rows of ``logits`` as one sequence, ``labels`` already shifted."""
+    loss_utils, _ = _mods()
+    n, v = logits.shape
+    return loss_utils.ForCausalLMLoss(logits.reshape(1, n, v), None, v, num_items_in_batch=num_items_in_batch,
+                                      ignore_index=ignore_index, shift_labels=labels.reshape(1, n).long())
 
 
 def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean",
@@ -127,19 +135,17 @@ def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss
     import torch
     if label_smoothing or z_loss or softcap is not None:
         raise NotImplementedError("transformers 5.25.0 ForCausalLMLoss has no label smoothing, z-loss or soft-capping")
-    if reduction == "none":
-        raise NotImplementedError("transformers 5.25.0 ForCausalLMLoss returns a reduced loss only")
-    loss_utils, _ = _mods()
-    n, v = logits.shape
-    items = {"mean": normalizer, "sum": 1}[reduction]
+    if reduction not in ("mean", "sum"):
+        # it has no reduction argument: 'mean' and 'sum' are num_items_in_batch None / 1
+        raise NotImplementedError(f"transformers 5.25.0 ForCausalLMLoss has no reduction {reduction!r}")
     if reduction == "sum" and normalizer is not None:
         raise NotImplementedError("reduction 'sum' is num_items_in_batch = 1: no other normalizer")
-    # The Trainer passes num_items_in_batch as an integer tensor (the count of labels); a normalizer is passed
-    # the same way when it is an integer, else as the float it is.
+    items = 1 if reduction == "sum" else normalizer
+    # The Trainer passes num_items_in_batch as an integer tensor (a count of labels); an integer normalizer is
+    # passed the same way, another as the float it is.
     if items is not None and float(items).is_integer():
         items = torch.tensor(int(items))
-    return loss_utils.ForCausalLMLoss(logits.reshape(1, n, v), None, v, num_items_in_batch=items,
-                                      ignore_index=ignore_index, shift_labels=labels.reshape(1, n).long())
+    return _causal_lm_loss(logits, labels, ignore_index, items)
 
 
 def causal_lm_step(micro_batches, ctx):
@@ -147,17 +153,22 @@ def causal_lm_step(micro_batches, ctx):
     ``lm.cross_entropy`` is a step objective): ``Trainer.compute_loss`` itself, with a stand-in
     ``self`` and a model whose forward is ``ForCausalLMLoss`` on the micro-batch's logits.
     ``num_items_in_batch`` is the non-ignored labels of every micro-batch of every rank
-    (transformers/trainer.py:2343 _get_num_items_in_batch, average_tokens_across_devices=True, its default);
-    compute_loss multiplies the loss by num_processes (trainer.py:2245-2253) and the Trainer does not
-    divide it by the accumulation steps, since the model took num_items_in_batch
+    (transformers/trainer.py:2343 _get_num_items_in_batch, average_tokens_across_devices=True, its
+    default); compute_loss multiplies the loss by num_processes (trainer.py:2245-2253) and the Trainer
+    does not divide it by the accumulation steps, since the model took num_items_in_batch
     (trainer.py:2148-2156); DDP averages the gradients over the ranks: the global token mean."""
-    import torch
-    import torch.distributed as dist
+    from functools import partial
     from types import SimpleNamespace
 
+    import torch
+    import torch.distributed as dist
     from transformers import Trainer
-    loss_utils, _ = _mods()
-    items = torch.tensor(sum(int(mb["labels"].ne(mb.get("ignore_index", -100)).sum()) for mb in micro_batches))
+
+    def model(logits, labels, ignore_index=-100, num_items_in_batch=None, **_):
+        return {"loss": _causal_lm_loss(logits, labels, ignore_index, num_items_in_batch)}
+
+    counted = (int(mb["labels"].ne(mb.get("ignore_index", -100)).sum()) for mb in micro_batches)
+    items = torch.tensor(sum(counted))
     dist.all_reduce(items, group=ctx.group)
     fake = SimpleNamespace(
         accelerator=SimpleNamespace(num_processes=ctx.world_size, parallelism_config=None),
@@ -166,19 +177,11 @@ def causal_lm_step(micro_batches, ctx):
         args=SimpleNamespace(average_tokens_across_devices=True, n_gpu=1))
     logged = 0.0
     for mb in micro_batches:
-        logits, labels = mb["logits"], mb["labels"]
-        n, v = logits.shape
-
-        def model(num_items_in_batch=None, logits=logits, labels=labels, **_):
-            return {"loss": loss_utils.ForCausalLMLoss(logits.reshape(1, n, v), None, v,
-                                                       num_items_in_batch=num_items_in_batch,
-                                                       ignore_index=mb.get("ignore_index", -100),
-                                                       shift_labels=labels.reshape(1, n).long())}
-        loss = Trainer.compute_loss(fake, model, {}, num_items_in_batch=items)
+        inputs = {k: mb[k] for k in ("logits", "labels", "ignore_index") if k in mb}
+        loss = Trainer.compute_loss(fake, partial(model, **inputs), {}, num_items_in_batch=items)
         loss.backward()
         logged += float(loss.detach())
     return logged
-
 
 
 def router_z_loss(router_logits, mask=None):
