@@ -258,3 +258,33 @@ def test_conventions_doc_lists_every_declared_convention(name):
     text = DOC.read_text(encoding="utf-8")
     for conv in module.CONVENTIONS:
         assert conv.source in text, f"{name} {conv.objective}.{conv.param}: regenerate docs/conventions.md"
+
+
+def test_transformers_trainer_step_is_the_global_token_mean(tmp_path):
+    """transformers' gradient-accumulation step (``Trainer.compute_loss`` with num_items_in_batch,
+    conformance/targets/peers/transformers.py causal_lm_step), written for ``--partition`` before
+    lm.cross_entropy is a step objective: micro-batches of 2 and 5 rows (1 and 4 counted labels)
+    give the gradient of the token mean over the whole batch (refimpl/arrays, float64), where a
+    mean per micro-batch divided by the accumulation steps would weigh the lone label of the first
+    twice as much as each of the others."""
+    _require("transformers")
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from conformance.targets.peers.transformers import causal_lm_step
+    from conformance.targets.steps import StepContext
+    from refimpl.arrays import lm
+    z = np.random.default_rng(7).normal(size=(7, 5))
+    y = np.array([1, -100, 3, 0, -100, 4, 2])
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        leaf = torch.tensor(z, dtype=torch.float32, requires_grad=True)
+        labels = torch.tensor(y)
+        logged = causal_lm_step([{"logits": leaf[:2], "labels": labels[:2]}, {"logits": leaf[2:], "labels": labels[2:]}],
+                                StepContext(rank=0, world_size=1, group=None, accumulation_steps=2))
+    finally:
+        dist.destroy_process_group()
+    want = lm.cross_entropy_vjp(np.float64(1.0), z, y)["logits"]
+    assert np.allclose(leaf.grad.double().numpy(), want, rtol=0, atol=1e-7)
+    assert abs(logged - float(lm.cross_entropy(z, y))) < 1e-6
