@@ -1,4 +1,5 @@
-"""``--target transformers``: Hugging Face transformers 5.25.0 (the release trl 1.16.0 installs) on CPU.
+"""``--target transformers``: Hugging Face transformers 5.25.0 on CPU (the release pip resolves for
+trl 1.16.0 next to torch 2.13; scripts/install-peers.sh pins it).
 
 Calls the library's own loss code:
 
