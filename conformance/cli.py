@@ -535,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     chk = with_vectors(sub.add_parser("check", help="run backends or targets over the vectors"))
     chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy, triton")
     chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME, path/file.py:NAME or "
-                     "a third-party adapter: trl, verl, openrlhf, liger")
+                     "a third-party adapter: trl, verl, openrlhf, liger, transformers")
     chk.add_argument("--objective", action="append", metavar="GLOB", help="e.g. 'grpo.*' (repeatable)")
     chk.add_argument("--dtype", action="append", metavar="DTYPE", help="float64, float32, bfloat16, float16")
     chk.add_argument("--device", help="cpu or cuda (default: the target's first device)")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the four third-party libraries that `lossproof check --target trl|verl|openrlhf|liger`
+# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers`
 # checks, at the pinned versions, on CPU, next to an installed torch 2.13.0 (CPU build) and lossproof.
 #
 #   scripts/install-peers.sh            # uses the `python3` on PATH (or $PYTHON)
@@ -17,6 +17,9 @@ pip() { "$PYTHON" -m pip --disable-pip-version-check "$@"; }
 "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2.13.') else 'torch 2.13 must be installed first')"
 
 pip install --quiet "trl==1.16.0"                                   # brings transformers, accelerate, datasets
+# --target transformers is pinned to the release trl 1.16.0 resolves to next to torch 2.13 (install it explicitly
+# so that a later resolver change cannot move it).
+pip install --quiet "transformers==5.25.0"
 pip install --quiet --no-deps "verl==0.9.1" "openrlhf==0.11.2" "liger-kernel==0.8.5"
 # Runtime imports of verl/trainer/ppo/core_algos.py and verl/workers/config (Ray is not needed).
 pip install --quiet "omegaconf==2.3.1" "codetiming==1.4.0"
@@ -26,7 +29,7 @@ pip install --quiet --no-deps "tensordict==0.10.0" "pyvers==0.1.0" "cloudpickle"
 "$PYTHON" - <<'PY'
 import torch
 from conformance.targets import load
-for name in ("trl", "verl", "openrlhf", "liger"):
+for name in ("trl", "verl", "openrlhf", "liger", "transformers"):
     t = load(name)
     print(f"{name} {t.version}: {len(t.objectives)} objectives (torch {torch.__version__})")
 PY

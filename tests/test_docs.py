@@ -188,7 +188,7 @@ def test_docs_list_names_every_artifact_and_what_it_needs(capsys):
     out = capsys.readouterr().out
     for art in build.ARTIFACTS:
         assert art.path in out
-    assert "trl, verl, openrlhf, liger, torch" in out and "tests/mutants" in out
+    assert "trl, verl, openrlhf, liger, transformers, torch" in out and "tests/mutants" in out
 
 
 def _session(tmp_path, *lines, status=0) -> str:

@@ -8,7 +8,7 @@ registry of what is generated, from which inputs, is ``conformance.docs.build.AR
 - ``context``: what every producer shares (the checkout's root, the vector set loaded once).
 - ``families``: the tables and figures of the family pages and of docs/vectors.md.
 - ``theorem_page``: the stationary-policy part of docs/proximal_kl.md and its figure.
-- ``conventions``: docs/conventions.md, from real runs of the four third-party adapters.
+- ``conventions``: docs/conventions.md, from real runs of the third-party adapters.
 - ``distributed``: the figure and the results of docs/distributed.md (real rank processes).
 - ``performance``: the tables and figures of docs/performance.md, from benchmarks/results/*.json.
 - ``mutation``: docs/mutation.md, from the mutants of the source checkout (tests/mutants).

@@ -1,7 +1,7 @@
 """Targets: what ``lossproof check`` runs the vectors against (DESIGN §8).
 
 A target is a built-in backend name (``numpy``, ``torch``, ``cupy``), ``package.module:NAME``
-or ``path/to/file.py:NAME``, or a third-party adapter (``trl``, ``verl``, ``openrlhf``, ``liger``),
+or ``path/to/file.py:NAME``, or a third-party adapter (``trl``, ``verl``, ``openrlhf``, ``liger``, ``transformers``),
 where NAME is a dict (or an object with the same attributes):
 
     {"name": ..., "framework": "torch" | "numpy" | "cupy", "conventions": {...},
@@ -94,7 +94,7 @@ def _installed_elsewhere(name: str, folder: str) -> bool:
     return importlib.machinery.PathFinder.find_spec(name, path) is not None or name in sys.builtin_module_names
 
 
-PEERS = ("trl", "verl", "openrlhf", "liger")   # third-party adapters, conformance/targets/peers/<name>.py
+PEERS = ("trl", "verl", "openrlhf", "liger", "transformers")   # third-party adapters, conformance/targets/peers/<name>.py
 
 
 def load(spec: str) -> Target:

@@ -1,7 +1,7 @@
-"""The third-party adapters (``--target trl|verl|openrlhf|liger``).
+"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
 
 Without a library its tests skip with the reason and the install command (scripts/install-peers.sh
-installs all four). With it, ``lossproof check --target NAME`` must exit 0 as shipped: every
+installs them all). With it, ``lossproof check --target NAME`` must exit 0 as shipped: every
 failure is one of the adapter's documented findings (``FINDINGS`` in
 conformance/targets/peers/<name>.py, declared as known failures and listed in
 docs/conventions.md), so a new failure — the library or the vectors changed — exits 1 and names
@@ -28,6 +28,7 @@ LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "verl": ("verl", "verl", "0.9.1"),
     "openrlhf": ("openrlhf", "openrlhf", "0.11.2"),
     "liger": ("liger_kernel", "liger-kernel", "0.8.5"),
+    "transformers": ("transformers", "transformers", "5.25.0"),
 }
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
@@ -225,9 +226,14 @@ def test_a_new_failure_fails_the_run(name, objective, wrap, monkeypatch, tmp_pat
 
 @pytest.mark.parametrize("name", LIBRARIES)
 def test_as_paper_lists_the_deviations(name, vs, capsys):
-    target, _ = _require(name)
+    target, module = _require(name)
     devs = target.deviations()
-    assert devs, f"{name} declares only paper defaults?"
+    if not devs:
+        # transformers: its one convention (reduction 'mean', 'sum') has the paper's default first
+        assert all(c.default == c.paper for c in module.CONVENTIONS), name
+        cli.main(["check", "--target", name, "--as-paper", "--objective", next(iter(target.objectives)), "--quiet"])
+        assert f"{name}: declares the paper defaults (nothing deviates)" in capsys.readouterr().out
+        return
     uid = next(c.uid for c in vs.cases("*") if c.objective == devs[0][0] and c.group == "paper")
     cli.main(["check", "--target", name, "--as-paper", "--uid", uid, "--quiet"])
     out = capsys.readouterr().out
@@ -252,3 +258,33 @@ def test_conventions_doc_lists_every_declared_convention(name):
     text = DOC.read_text(encoding="utf-8")
     for conv in module.CONVENTIONS:
         assert conv.source in text, f"{name} {conv.objective}.{conv.param}: regenerate docs/conventions.md"
+
+
+def test_transformers_trainer_step_is_the_global_token_mean(tmp_path):
+    """transformers' gradient-accumulation step (``Trainer.compute_loss`` with num_items_in_batch,
+    conformance/targets/peers/transformers.py causal_lm_step), written for ``--partition`` before
+    lm.cross_entropy is a step objective: micro-batches of 2 and 5 rows (1 and 4 counted labels)
+    give the gradient of the token mean over the whole batch (refimpl/arrays, float64), where a
+    mean per micro-batch divided by the accumulation steps would weigh the lone label of the first
+    twice as much as each of the others."""
+    _require("transformers")
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from conformance.targets.peers.transformers import causal_lm_step
+    from conformance.targets.steps import StepContext
+    from refimpl.arrays import lm
+    z = np.random.default_rng(7).normal(size=(7, 5))
+    y = np.array([1, -100, 3, 0, -100, 4, 2])
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)
+    try:
+        leaf = torch.tensor(z, dtype=torch.float32, requires_grad=True)
+        labels = torch.tensor(y)
+        logged = causal_lm_step([{"logits": leaf[:2], "labels": labels[:2]}, {"logits": leaf[2:], "labels": labels[2:]}],
+                                StepContext(rank=0, world_size=1, group=None, accumulation_steps=2))
+    finally:
+        dist.destroy_process_group()
+    want = lm.cross_entropy_vjp(np.float64(1.0), z, y)["logits"]
+    assert np.allclose(leaf.grad.double().numpy(), want, rtol=0, atol=1e-7)
+    assert abs(logged - float(lm.cross_entropy(z, y))) < 1e-6

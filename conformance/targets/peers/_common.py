@@ -1,7 +1,7 @@
-"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger``).
+"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
 
 An adapter calls the library's own loss code, never a re-implementation of it. This module
-holds what the four adapters share: the convention table each one declares (one row per
+holds what the adapters share: the convention table each one declares (one row per
 convention, with the library file it comes from), the tolerance model of each objective's
 low-precision arithmetic (with the library lines it is read from), the lazy import of a pinned
 library with a one-line install hint, and the documented findings (library bugs and deviations)
@@ -150,7 +150,7 @@ def require(module: str, distribution: str, version: str, install: str) -> str:
     """Check that the pinned library is importable without importing it; returns its version.
     A missing or differently versioned library is a usage error (exit status 2)."""
     if importlib.util.find_spec(module) is None:
-        raise TargetError(f"{distribution} is not installed: {install} (or {INSTALL_ALL} for all four peers)")
+        raise TargetError(f"{distribution} is not installed: {install} (or {INSTALL_ALL} for all the peers)")
     try:
         installed = importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:

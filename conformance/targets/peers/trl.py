@@ -24,6 +24,19 @@ Calls TRL's own code, driven without a model:
 - ``distill.softmax``: ``trainer/utils.py selective_log_softmax`` over every index, exponentiated
   (float32 and float64 only: TRL has no probabilities, and in a low dtype its log-probabilities are
   rounded to that dtype before the exponential, which would measure this composition).
+- ``lm.token_logprobs``: ``trainer/utils.py selective_log_softmax(logits, labels, temperature)``, which
+  divides the logits by the temperature itself; ``lm.entropy``: the entropy of
+  ``selective_log_softmax_and_entropy(logits, index, temperature=T)`` (it divides by T and calls
+  ``entropy_from_logits``). Both are the CPU paths: the fused Triton kernel
+  (``trl/kernels/logprob_entropy.py``) runs only for CUDA/XPU tensors. The trainers themselves get their
+  log-probabilities and entropies from ``trl/kernels/chunked_logprob.py`` through the patched model
+  forward (``trainer/utils.py``), which takes hidden states and the lm head, not logits: not called here.
+- ``reward.pairwise``: ``RewardTrainer.compute_loss`` with a stand-in ``self`` (eval mode,
+  RewardConfig's center_rewards_coefficient) and a stand-in model whose forward returns the 2B scalar
+  rewards as logits [2B, 1], chosen first, as compute_loss splits them (``torch.chunk``); the vector's
+  margins, when given, are the batch's ``margin`` column.
+- ``ppo.value_loss``: not implemented; TRL 1.16.0 has no PPO trainer and no value loss (its PPO
+  trainer was removed; ``grep -r vf_loss trl/`` finds nothing).
 
 The trainers' ``__init__`` is never run: each call uses a stand-in ``self`` holding only the
 attributes those methods read (the configuration they would get from ``GRPOConfig`` / ``DPOConfig``).
@@ -111,6 +124,9 @@ CONVENTIONS = [
       f"{DPO} _compute_loss (loss_type, default 'sigmoid'; label_smoothing is read by 'robust', 'exo_pair', 'aot' "
       "only; 'ipo' divides each gain by the completion length — one token here; 'aot' and 'aot_unpaired' sort "
       "over the batch, which the per-pair calls of this adapter cannot observe: not declared)"),
+    C("reward.pairwise", "form", ("sigmoid",), "trl/trainer/reward_trainer.py RewardTrainer.compute_loss "
+      "(-nn.functional.logsigmoid(rewards_chosen - rewards_rejected - inputs['margin']).mean(), the margin only when "
+      "the batch has one; plus center_rewards_coefficient·torch.mean((rewards_chosen + rewards_rejected) ** 2))"),
     C("distill.token_kl", "direction", ("reverse", "forward"), f"{GKD} GKDTrainer.generalized_jsd_loss "
       "(beta=1: KL(q‖p); beta=0: KL(p‖q))"),
     C("distill.generalized_jsd", "endpoints", ("kl",), f"{GKD} GKDTrainer.generalized_jsd_loss (`if beta == 0` / "
@@ -130,6 +146,8 @@ PARAM_DEFAULTS = [
     C("grpo.loss", "eps_high", (None,), f"{GRPO_CFG} epsilon_high: None (= epsilon 0.2)"),
     C("dpo.loss", "beta", (0.1,), "trl/trainer/dpo_config.py beta: 0.1"),
     C("distill.generalized_jsd", "beta", (0.5,), "trl/experimental/gkd/gkd_config.py beta: 0.5"),
+    C("reward.pairwise", "center_rewards_coefficient", (None,), "trl/trainer/reward_config.py "
+      "center_rewards_coefficient: None (no centring term)"),
 ]
 
 
@@ -156,6 +174,15 @@ ARITHMETIC = [
       "log-probabilities' dtype; autograd sums the partial gradients of logp in that dtype)"),
     A("grpo.clip", "careful", f"{GRPO}:3083-3095 (one token, β = 0: the log ratio and the ratio rounded to the "
       "dtype, then the clipped term: the roundings of a term the careful model grants, no cancellation)"),
+    A("lm.token_logprobs", "native", "trl/trainer/utils.py:576-577 (logits / temperature in the logits' dtype) and "
+      "588-593 (bfloat16/float16: F.log_softmax of the row in that dtype, then gather: log q_y = x_y − lse formed "
+      "from the rounded x = z/T, which cancels where |x| ≫ |log q_y|)"),
+    A("lm.entropy", "native", "trl/trainer/utils.py:702-703 (logits / temperature in the logits' dtype) and 637-639 "
+      "(entropy_from_logits: F.log_softmax in that dtype, then the vocabulary sum of exp(logp)·logp over the rounded "
+      "log-probabilities)"),
+    A("reward.pairwise", "native", "trl/trainer/reward_trainer.py:790-795 (rewards_chosen − rewards_rejected − "
+      "margin rounded to the rewards' dtype before logsigmoid, a difference that cancels; the mean and the centring "
+      "term in that dtype)"),
     A("grpo.advantages", "careful", f"{GRPO}:576 (reward_weights are float32) and 2763 (the weighted sum promotes "
       "the rewards to float32 before the group mean, std and division)"),
 ]
@@ -349,8 +376,30 @@ _TAIL_CANCELLATION = Finding(
     "mass at T = 0.5, e.g. lossproof check --target trl --uid distill.sparse_kl:c78707657d021f7e --dtype float32",
     f"{IWOPD}:99-110 _add_tail_bucket (tail = torch.log(-torch.expm1(log_sum)))",
     where(objectives=("distill.sparse_kl",), conventions={"renormalize": "tail"}, shows=_tail_cancellation_shows))
+_ENTROPY_NEG_INF = Finding(
+    "trl-entropy-neginf-nan", "bug",
+    "entropy_from_logits computes −Σ exp(logp)·logp, which is 0·(−inf) = NaN (value and gradient) at a −inf logit "
+    "(an impossible token), where the entropy is finite (0·log 0 = 0). Repro: "
+    "trl.trainer.utils.entropy_from_logits(torch.tensor([[0., float('-inf')]])) → nan (exact: 0)",
+    "trl/trainer/utils.py entropy_from_logits: chunk_entropy = -(torch.exp(logps) * logps).sum(-1)",
+    where(objectives=("lm.entropy",), flags=("NegInf",)))
+
+
+def _large_vocabulary(case) -> bool:
+    return as_array(case.test["inputs"]["logits"]).shape[-1] >= 1 << 16
+
+
+_ENTROPY_VOCAB_SUM = Finding(
+    "trl-entropy-log-softmax-vocabulary-sum", "numerics",
+    "entropy_from_logits takes F.log_softmax of the row, whose CPU kernel (torch 2.13) accumulates the V exponentials "
+    "in vector lanes one after another: at V = 128256 the log-probabilities, hence the entropy and its gradient, are "
+    "off by ~1e-13 relative in float64 and ~8e-5 in float32 (hundreds of ulp; torch.logsumexp of the same row is "
+    "ulp-accurate). Repro: lossproof check --target trl --uid lm.entropy:ea1f41cf3869eb39 --dtype float64 (5.3× the "
+    "bound; float32: 7.0×)",
+    "trl/trainer/utils.py entropy_from_logits: logps = F.log_softmax(chunk, dim=-1)",
+    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=_large_vocabulary))
 FINDINGS = [_ORPO_FLOAT32, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW,
-            _SAPO_FLOAT32_TAU, _TAIL_FLOOR, _TAIL_CANCELLATION]
+            _SAPO_FLOAT32_TAU, _TAIL_FLOOR, _TAIL_CANCELLATION, _ENTROPY_NEG_INF, _ENTROPY_VOCAB_SUM]
 
 
 def rows_differ(split) -> bool:
@@ -775,13 +824,47 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="tail", te
     return torch.cat(rows)
 
 
+# --- token log-probabilities, entropy, reward model ---------------------------------------------
+
+def token_logprobs(logits, labels, temperature=1.0):
+    """``selective_log_softmax(logits, labels, temperature)``: TRL divides the logits by the
+    temperature itself (trl/trainer/utils.py:576-577) before log_softmax at the label."""
+    return _mods().utils.selective_log_softmax(logits, labels.long(), temperature=temperature)
+
+
+def entropy(logits, temperature=1.0):
+    """``selective_log_softmax_and_entropy(logits, index, temperature=T)``'s entropy, which divides the
+    logits by T (trl/trainer/utils.py:702-703) and calls ``entropy_from_logits`` (the index, here 0, only
+    selects the log-probability that is discarded)."""
+    import torch
+    index = torch.zeros(logits.shape[:-1], dtype=torch.long)
+    return _mods().utils.selective_log_softmax_and_entropy(logits, index, temperature=temperature)[1]
+
+
+def reward_pairwise(chosen_rewards, rejected_rewards, center_rewards_coefficient=None, form="sigmoid", margin=None):
+    """``RewardTrainer.compute_loss`` (trainer/reward_trainer.py) on a stand-in ``self`` (eval mode, so
+    no token count; RewardConfig's center_rewards_coefficient) and a stand-in model whose forward
+    returns the 2B scalar rewards as ``logits`` [2B, 1], chosen first (the collator's order, which
+    compute_loss splits with torch.chunk); the vector's margins, when given, are ``inputs['margin']``."""
+    import torch
+    from trl.trainer.reward_trainer import RewardTrainer
+    logits = torch.cat([chosen_rewards, rejected_rewards]).reshape(-1, 1)
+    fake = SimpleNamespace(model=_model(False), accelerator=_accelerator(),
+                           args=SimpleNamespace(center_rewards_coefficient=center_rewards_coefficient),
+                           _total_train_tokens=0, _tp_size=1,
+                           _metrics={"train": defaultdict(list), "eval": defaultdict(list)})
+    inputs = {} if margin is None else {"margin": margin}
+    return RewardTrainer.compute_loss(fake, lambda **kw: SimpleNamespace(logits=logits), inputs)
+
+
 def target():
     version = require("trl", "trl", VERSION, INSTALL)
     load_or_explain(_mods, "trl", INSTALL)
     objectives = {"grpo.advantages": advantages, "grpo.clip": clip, "grpo.loss": grpo_loss, "dpo.loss": dpo_loss,
                   "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
                   "distill.softmax": softmax, "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo,
-                  "preference.kto": kto, "distill.sparse_kl": sparse_kl}
+                  "preference.kto": kto, "distill.sparse_kl": sparse_kl, "lm.token_logprobs": token_logprobs,
+                  "lm.entropy": entropy, "reward.pairwise": reward_pairwise}
     steps = {"grpo.loss": grpo_step, "dpo.loss": micro_batch_mean(dpo_loss)}
     return build("trl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS)
