@@ -40,7 +40,6 @@ from conformance.targets.peers._common import (
     require,
     where,
 )
-from conformance.targets.target import STEP_OBJECTIVES
 from refimpl.arrays import moe
 
 VERSION = "5.25.0"
@@ -165,6 +164,13 @@ def causal_lm_step(micro_batches, ctx):
     import torch.distributed as dist
     from transformers import Trainer
 
+    first = micro_batches[0]
+    if first.get("label_smoothing") or first.get("z_loss") or first.get("softcap") is not None:
+        raise NotImplementedError("transformers 5.25.0 ForCausalLMLoss has no label smoothing, z-loss or soft-capping")
+    if first.get("reduction", "mean") != "mean" or first.get("normalizer") is not None:
+        raise NotImplementedError("the Trainer's step is the token mean over its own count (num_items_in_batch): "
+                                  "no other reduction or normalizer")
+
     def model(logits, labels, ignore_index=-100, num_items_in_batch=None, **_):
         return {"loss": _causal_lm_loss(logits, labels, ignore_index, num_items_in_batch)}
 
@@ -196,6 +202,5 @@ def target():
     version = require("transformers", "transformers", VERSION, INSTALL)
     load_or_explain(_mods, "transformers", INSTALL)
     objectives = {"lm.cross_entropy": cross_entropy, "moe.router_z_loss": router_z_loss}
-    # The Trainer's step joins --partition when lm.cross_entropy is a step objective (targets/target.py).
-    steps = {oid: step for oid, step in {"lm.cross_entropy": causal_lm_step}.items() if oid in STEP_OBJECTIVES}
-    return build("transformers", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, steps=steps)
+    return build("transformers", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC,
+                 steps={"lm.cross_entropy": causal_lm_step})
