@@ -644,7 +644,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_vectors(sub.add_parser("list", help="objectives and vector counts")).set_defaults(fn=cmd_list)
     th = sub.add_parser("theorem", help="the stationary-policy table on the built-in token trees")
     th.add_argument("--json", metavar="PATH", help="write the full table (every digit, the rest points) as JSON")
-    th.add_argument("--reduced", action="store_true", help="the CI size: two trees, 15 rules, 30 digits")
+    th.add_argument("--reduced", action="store_true", help="the CI size: two trees, 17 rules, 30 digits")
     th.add_argument("--dps", type=int, default=None, metavar="N", help="working digits (default 50; --reduced caps at 30)")
     th.add_argument("--tree", action="append", metavar="NAME", help="only this built-in tree (repeatable)")
     th.add_argument("--rule", action="append", metavar="RULE", help="only this rule (repeatable)")

@@ -98,7 +98,7 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
     """The stationary-policy table (module docstring) at ``dps`` digits.
 
     ``trees``: built-in tree names or ``refimpl.exact._tree.Tree`` objects (default: every built-in tree);
-    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 15 rules, 30 digits unless
+    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 17 rules, 30 digits unless
     ``dps`` is given below that); ``rules``: a subset of ``ALL_RULES`` (``_tree.RULES`` and
     ``VARIANTS``); ``progress`` is
     called with a short string before each tree and each rule."""
