@@ -109,10 +109,11 @@ def _find(vs, uid):
 
 
 def _printed(case) -> cite.Printed | None:
-    """An article example's value at the reals the article prints (None: not an article example)."""
-    if not examples.is_article(case):
+    """An article example's value at the reals the article prints (None: not an article example,
+    or one whose printed reals are not recorded)."""
+    reals = examples.printed_reals(case) if examples.is_article(case) else None
+    if reals is None:
         return None
-    reals = examples.printed_reals(case)
     if not reals:
         return cite.Printed("")
     from conformance.vectors import certify   # python-flint, only for an article example
@@ -135,7 +136,8 @@ def cmd_examples(args):
         inputs = "; ".join(f"{k}={json.dumps(v)}" for k, v in {**r["inputs"], **r["params"]}.items())
         exact = "\n".join(f"{k} = {json.dumps(v)}" for k, v in r["exact"].items())
         printed = _printed(vs.by_uid(r["uid"]))
-        at = ("the same: the inputs are exact as printed" if not printed.reals else
+        at = ("the printed inputs are not recorded (conformance/vectors/examples.py PRINTED)" if printed is None else
+              "the same: the inputs are exact as printed" if not printed.reals else
               f"{printed.reals}:\n" + ("\n".join(f"{k} = {json.dumps(v)}" for k, v in printed.values.items())
                                         if printed.values is not None else f"not proven: {printed.reason}"))
         table.add_row(r["objective"], inputs, r["printed"], exact, at, r["uid"])

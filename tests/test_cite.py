@@ -209,3 +209,13 @@ def test_every_article_example_has_its_printed_value_or_says_why(article, capsys
     assert cli.main(["examples"]) == 0
     out = capsys.readouterr().out
     assert "at the reals the article prints" in out and out.count("the same: the inputs are exact as") == 5
+
+
+def test_an_article_example_whose_printed_reals_are_not_recorded_claims_nothing(article, capsys):
+    """A new article example with non-integer inputs and no PRINTED entry: cite says nothing about
+    the printed inputs rather than calling the binary64 numbers exact."""
+    from conformance.vectors import examples
+    case = article["distill.tvd:517e60d49c00485b"]
+    unknown = dataclasses.replace(case, test={**case.test, "uid": "distill.tvd:0000000000000000"})
+    assert examples.printed_reals(unknown) is None and cli._printed(unknown) is None
+    assert "printed" not in cite.text(unknown, "1.4.0", "proof", printed=cli._printed(unknown))

@@ -51,15 +51,28 @@ def parameters(case: VectorCase) -> dict:
     return {k: v for k, v in {**case.conventions, **case.test["params"]}.items() if v is not None}
 
 
-def printed_reals(case: VectorCase) -> dict[str, tuple[str, list]]:
+def printed_reals(case: VectorCase) -> dict[str, tuple[str, list]] | None:
     """The inputs and parameters of an article example whose printed real is not their binary64
     number: ``PRINTED``'s inputs, and every float parameter whose shortest decimal is not exact
-    in binary (β = 0.1 but not T = 2.0). Empty: the value at the printed reals is the vector's."""
+    in binary (β = 0.1 but not T = 2.0). Empty: the value at the printed reals is the vector's.
+    None: an example with non-integer inputs that ``PRINTED`` does not record (unknown reals)."""
+    if case.uid not in PRINTED and not all(float(v).is_integer() for v in _leaves(case.test["inputs"])):
+        return None
     out = dict(PRINTED.get(case.uid, {}))
     for name, v in parameters(case).items():
         if isinstance(v, float) and Decimal(v) != Decimal(repr(v)):
             out[name] = ("", repr(v))
     return out
+
+
+def _leaves(x):
+    if isinstance(x, dict):
+        x = list(x.values())
+    if isinstance(x, list):
+        for v in x:
+            yield from _leaves(v)
+    elif not isinstance(x, str):   # ±Infinity/NaN strings are not printed reals of an example
+        yield x
 
 
 def describe(reals: dict[str, tuple[str, list]]) -> str:
@@ -84,7 +97,7 @@ def article_rows(vs: VectorSet) -> list[dict]:
             "params": parameters(case),
             "printed": prov["printed"],
             "exact": case.test.get("expected", {}),
-            "printed_reals": printed_reals(case),
+            "printed_reals": printed_reals(case),        # None: not recorded
             "comment": case.test["comment"],
         })
     return rows
