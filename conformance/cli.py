@@ -108,16 +108,39 @@ def _find(vs, uid):
         raise UsageError(f"no vector with uid {uid!r} in {vs.directory}") from None
 
 
+def _printed(case) -> cite.Printed | None:
+    """An article example's value at the reals the article prints (None: not an article example,
+    or one whose printed reals are not recorded)."""
+    reals = examples.printed_reals(case) if examples.is_article(case) else None
+    if reals is None:
+        return None
+    if not reals:
+        return cite.Printed("")
+    from conformance.vectors import certify   # python-flint, only for an article example
+    try:
+        values, bits = certify.at_printed(case, reals)
+    except ValueError as err:
+        return cite.Printed(examples.describe(reals), reason=str(err).split(": ", 1)[1])
+    return cite.Printed(examples.describe(reals), values, bits)
+
+
 def cmd_examples(args):
     vs = _vector_set(args)
     rows = examples.article_rows(vs)
-    table = Table(title="Worked examples of the source article (exact values: 30 digits)", show_lines=True)
-    for col in ("objective", "inputs / params", "article prints", "exact value", "uid"):
+    table = Table(title="Worked examples of the source article (exact values: 32 digits, at the binary64 inputs "
+                        "as stored and at the reals the article prints)", show_lines=True)
+    for col in ("objective", "inputs / params", "article prints", "exact value (binary64 inputs)",
+                "exact value at the printed inputs", "uid"):
         table.add_column(col, overflow="fold")
     for r in rows:
         inputs = "; ".join(f"{k}={json.dumps(v)}" for k, v in {**r["inputs"], **r["params"]}.items())
         exact = "\n".join(f"{k} = {json.dumps(v)}" for k, v in r["exact"].items())
-        table.add_row(r["objective"], inputs, r["printed"], exact, r["uid"])
+        printed = _printed(vs.by_uid(r["uid"]))
+        at = ("the printed inputs are not recorded (conformance/vectors/examples.py PRINTED)" if printed is None else
+              "the same: the inputs are exact as printed" if not printed.reals else
+              f"{printed.reals}:\n" + ("\n".join(f"{k} = {json.dumps(v)}" for k, v in printed.values.items())
+                                        if printed.values is not None else f"not proven: {printed.reason}"))
+        table.add_row(r["objective"], inputs, r["printed"], exact, at, r["uid"])
     Console(width=200).print(table)
     print(f"{len(rows)} worked examples from {len({r['section'] for r in rows})} article sections")
     return 0
@@ -221,14 +244,15 @@ def cmd_cite(args):
     if (args.output or args.element) and not args.latex:
         raise UsageError("--output and --element select the number of a --latex row")
     if args.bibtex:
-        print(cite.bibtex(case, version, proof))
+        print(cite.bibtex(case, version, proof, printed=_printed(case)))
     elif args.latex:
         try:
-            print(cite.latex(case, version, proof, args.output, args.element))
+            cite.select(case, args.output, args.element)
         except cite.CiteError as err:
             raise UsageError(str(err)) from None
+        print(cite.latex(case, version, proof, args.output, args.element, printed=_printed(case)))
     else:
-        print(cite.text(case, version, proof))
+        print(cite.text(case, version, proof, printed=_printed(case)))
     return 0
 
 
@@ -622,7 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     with_vectors(sub.add_parser("list", help="objectives and vector counts")).set_defaults(fn=cmd_list)
     th = sub.add_parser("theorem", help="the stationary-policy table on the built-in token trees")
     th.add_argument("--json", metavar="PATH", help="write the full table (every digit, the rest points) as JSON")
-    th.add_argument("--reduced", action="store_true", help="the CI size: two trees, 15 rules, 30 digits")
+    th.add_argument("--reduced", action="store_true", help="the CI size: two trees, 17 rules, 30 digits")
     th.add_argument("--dps", type=int, default=None, metavar="N", help="working digits (default 50; --reduced caps at 30)")
     th.add_argument("--tree", action="append", metavar="NAME", help="only this built-in tree (repeatable)")
     th.add_argument("--rule", action="append", metavar="RULE", help="only this rule (repeatable)")

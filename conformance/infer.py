@@ -1,9 +1,15 @@
 """``lossproof infer``: the conventions declaration that fits a function (issue 25).
 
 The function is run over every convention group of the vectors as if it declared ``"*"`` (each
-vector with its own group's conventions). A group *fits* when at least one of its cases is
-judged and none fails; a group the function does not compute (every case unsupported or
-skipped) neither fits nor rules anything out. The declaration proposed is the smallest one
+vector with its own group's conventions). A group *fits* when at least one of its cases passes
+and none fails; a group the function does not compute (every case unsupported or skipped)
+neither fits nor rules anything out. A target's declared known failures still excuse failing
+cases, but an excused case (xfail) is no evidence *for* a group: a known failure is stated for
+the conventions the target declares, and a rule such as "float64 inputs give a float32 result"
+excuses any wrong value of every group alike (Liger's distillation in float64, verl's whitened
+advantages, whose ddof = 0 and ddof = 1 groups both failed only as known failures). A group whose
+judged cases are all excused is *undecided*: it neither fits nor is ruled out, and the text says
+so (another --dtype may decide it). The declaration proposed is the smallest one
 that accepts exactly the groups that fit, among the groups the vectors hold: one value or a
 list per convention when the fitting groups form such a product, otherwise a list of
 combinations (docs/targets.md). When no group fits, each group is named with the first case
@@ -27,14 +33,20 @@ class Group:
     conventions: dict
     counts: dict = field(default_factory=dict)   # status -> case-runs
     against: str = ""                            # the first case that rules it out: uid and message
+    excused: str = ""                            # the first declared known failure: uid and reason
 
     @property
     def fits(self) -> bool:
-        return any(self.counts.get(s, 0) for s in ("pass", "xpass", "xfail")) and not self.ruled_out
+        return any(self.counts.get(s, 0) for s in ("pass", "xpass")) and not self.ruled_out
 
     @property
     def ruled_out(self) -> bool:
         return bool(self.counts.get("fail", 0) or self.counts.get("error", 0))
+
+    @property
+    def undecided(self) -> bool:
+        """Judged, but every judged case-run a declared known failure (module docstring)."""
+        return bool(self.counts.get("xfail", 0)) and not self.fits and not self.ruled_out
 
 
 @dataclass
@@ -49,16 +61,25 @@ class Inference:
             lines = [f"{self.objective}: no convention group of the vectors fits"]
             lines += [f"  {g.name} ({_assign(g.conventions)}): ruled out by {g.against}"
                       for g in self.groups if g.ruled_out]
+            lines += [_undecided(g) for g in self.groups if g.undecided]
             lines += [f"  {g.name}: not computed (every case unsupported or skipped)"
-                      for g in self.groups if not g.ruled_out and not g.fits]
+                      for g in self.groups if not g.ruled_out and not g.fits and not g.undecided]
             return "\n".join(lines)
         fitting = ", ".join(g.name for g in self.groups if g.fits)
-        out = [f"{self.objective}: fits the groups {fitting}",
+        excused = ", ".join(f"{g.name} {g.counts['xfail']}" for g in self.groups if g.fits and g.counts.get("xfail"))
+        out = [f"{self.objective}: fits the groups {fitting}"
+               + (f" (case-runs excused as declared known failures, no evidence either way: {excused})" if excused else ""),
                f'    "conventions": {{"{self.objective}": {_python(self.declaration)}}},']
         for g in self.groups:
             if g.ruled_out:
                 out.append(f"  not {g.name} ({_assign(g.conventions)}): ruled out by {g.against}")
+        out += [_undecided(g) for g in self.groups if g.undecided]
         return "\n".join(out)
+
+
+def _undecided(g: Group) -> str:
+    return (f"  undecided {g.name} ({_assign(g.conventions)}): every judged case-run ({g.counts['xfail']}) "
+            f"is a declared known failure, e.g. {g.excused}; another --dtype may decide it")
 
 
 def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=None,
@@ -80,6 +101,8 @@ def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=N
             g.counts[r.status] = g.counts.get(r.status, 0) + 1
             if r.status in ("fail", "error") and not g.against:
                 g.against = f"{r.uid} [{r.dtype}]: {r.message[:160]}"
+            if r.status == "xfail" and not g.excused:
+                g.excused = f"{r.uid} [{r.dtype}]: {(r.known or r.message)[:100]}"
         listed = list(groups.values())
         out.append(Inference(oid, listed, declaration(target, oid, listed)))
     return out
@@ -144,5 +167,5 @@ def _assign(conventions: dict) -> str:
 
 
 def checked_anything(inferences: list[Inference]) -> bool:
-    return any(g.fits or g.ruled_out for i in inferences for g in i.groups)
+    return any(g.fits or g.ruled_out or g.undecided for i in inferences for g in i.groups)
 

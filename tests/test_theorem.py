@@ -95,3 +95,66 @@ def test_bad_arguments():
         theorem.run(trees=["no-such-tree"], reduced=True)
     with pytest.raises(InputError, match="^rules"):
         theorem.run(rules=["ppo"], reduced=True)
+
+
+# --------------------------------------------------------------------------- the entropy bonus
+
+def _closed_form_rest_point(tree, c, mu=None):
+    """The rest point of the Proximal KL update with the bonus c·H(π(·|s)) at every prefix,
+    derived by hand. The coefficient of token a at s is W(s·a) − b − β·log(π/π_ref) − c·log π,
+    where W(s·a) = E[r − β·Σ_{u>t} k_u | s·a] with the later tokens drawn from the sampling
+    policy (μ; π itself on-policy) and their k_u from π (the ratio ρ_t corrects the token at s
+    only). At a rest point it is the same for every a, so from the leaves up
+    π(a|s) ∝ exp((β·log π_ref(a|s) + W(s·a))/(β + c)), W(leaf) = r,
+    W(s) = Σ_a m(a|s)·(W(s·a) − β·log(π(a|s)/π_ref(a|s))), m = μ (or π)."""
+    beta = _tree.num(tree.beta)
+    ref = _tree.policy(tree, tree.ref, "ref")
+    m = None if mu is None else _tree.policy(tree, mu, "mu")
+    w = {y: _tree.num(tree.rewards[y]) for y in _tree.leaves(tree)}
+    pol = {}
+    for s in reversed(_tree.prefixes(tree)):
+        z = [(beta * mpmath.log(ref[s][a]) + w[s + (a,)]) / (beta + c) for a in range(tree.vocab)]
+        top = max(z)
+        e = [mpmath.exp(v - top) for v in z]
+        pol[s] = [v / mpmath.fsum(e) for v in e]
+        weights = pol[s] if m is None else m[s]
+        w[s] = mpmath.fsum(q * (w[s + (a,)] - beta * mpmath.log(pol[s][a] / ref[s][a]))
+                           for a, q in enumerate(weights))
+    return pol
+
+
+def test_the_entropy_bonus_moves_the_rest_point_to_its_closed_form(table):
+    """The rows proximal_kl_entropy (off-policy, the tree's μ) and its on-policy twin (c = 0.01):
+    the rest point the solver finds from π_ref is the hand-derived one to the table's digits, and
+    it is not π*."""
+    c = _tree.num(theorem.ENTROPY_COEFF)
+    for tree in table["trees"]:
+        t = _tree.BUILTIN_TREES[tree["name"]]
+        for name, mu in (("proximal_kl_entropy", t.behavior), ("proximal_kl_entropy_on_policy", None)):
+            row = next(r for r in tree["rules"] if r["rule"] == name)
+            assert not row["unbiased"] and row["params"] == {"entropy_coeff": "0.010000000000000000208"}
+            expected = _closed_form_rest_point(t, c, mu)
+            for got in row["fixed_point"]:
+                want = expected[tuple(got["prefix"])]
+                assert max(abs(_num(p) - q) for p, q in zip(got["probs"], want)) < mpmath.mpf(10) ** -(table["dps"] - 5)
+            assert _num(row["fixed_point_kl"]) > mpmath.mpf("1e-5"), (tree["name"], name)
+
+
+def test_the_entropy_bonus_adds_c_times_the_entropy_gradient_at_each_prefix():
+    """At any π, the update with the bonus minus the one without is c·P_μ(reach s)·∂H/∂θ_s with
+    ∂H/∂θ_j = −π_j·(log π_j + H) (the analytic gradient of the row's entropy), whatever the rule's
+    ratio: the per-token form c·ρ_t·log π is exact in expectation under μ."""
+    tree = _tree.BUILTIN_TREES["eos-v3h3"]
+    c = mpmath.mpf("0.01")
+    pi = _tree.random_behavior(tree, 7)
+    reach = _tree._reach(tree, _tree.policy(tree, tree.behavior))
+    p = _tree.policy(tree, pi)
+    for rule in ("proximal_kl", "grpo_k3", "proximal_kl_no_ratio"):
+        plain = _tree.expected_update(tree, pi, rule=rule)
+        bonus = _tree.expected_update(tree, pi, rule=rule, params={"entropy_coeff": c})
+        for s in _tree.prefixes(tree):
+            h = -mpmath.fsum(v * mpmath.log(v) for v in p[s])
+            for j, v in enumerate(p[s]):
+                assert abs(bonus[s][j] - plain[s][j] - c * reach[s] * -v * (mpmath.log(v) + h)) < mpmath.mpf(10) ** -45  # expected_update works at 50 digits
+    with pytest.raises(InputError, match="entropy_coeff"):
+        _tree.expected_update(tree, tree.ref, params={"entropy_coeff": -1})

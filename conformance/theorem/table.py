@@ -7,7 +7,8 @@ future KL cost, the Proximal KL update vanishes at π* for every behaviour μ wi
 own-token-only KL, GRPO's k3-as-loss, dropping the ratio, bounding the future cost or
 σ-normalising the reward move the rest point, and so do GSPO's sequence ratio, CISPO's clipped
 weight, truncated sequence-level importance sampling (TIS) and the KL folded into the reward
-without a ratio off-policy (the last two keep π* on-policy). On each built-in token tree this module computes,
+without a ratio off-policy (the last two keep π* on-policy); an entropy bonus added to the
+Proximal KL update moves it too (``VARIANTS``). On each built-in token tree this module computes,
 at ``dps`` digits, π* (soft Bellman backup), each rule's expected update at π*, and each rule's
 rest point with its distance KL(π_fix‖π*) and objective J(π_fix) ≤ β·log Z.
 
@@ -25,6 +26,7 @@ in "fixed_point") and "note".
 """
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Callable, Iterable
 
 import mpmath
@@ -40,10 +42,26 @@ REDUCED_TREES = ("worked-v2h2", "eos-v3h3")
 REDUCED_RULES = ("proximal_kl", "proximal_kl_no_ratio", "own_token_kl", "grpo_k3",
                  "sequence_is", "future_clipped", "whole_cost_clipped", "ratio_capped",
                  "sigma_normalized", "proximal_kl_on_policy", "grpo_k3_on_policy",
-                 "gspo", "cispo", "sequence_tis", "kl_in_reward_on_policy")
+                 "gspo", "cispo", "sequence_tis", "kl_in_reward_on_policy", "proximal_kl_entropy",
+                 "proximal_kl_entropy_on_policy")
 REDUCED_DPS = 30
 ALL_TREES = tuple(_tree.BUILTIN_TREES)
-ALL_RULES = tuple(_tree.RULES)
+
+# Rows that run a rule of _tree.RULES with a term added: {row: (rule, params, why)}. They are
+# not update rules of the catalog (no vectors): they answer a question about the theorem.
+ENTROPY_COEFF = Fraction(1, 100)
+_ENTROPY_WHY = ("the entropy bonus c·H(π(·|s_t)) at every sampled position (c = 0.01, no credit for "
+                "later positions' entropy, as verl's entropy_coeff) adds c·P(reach s)·∇H(π(·|s)) at each "
+                "prefix: the rest point solves (β + c)·log π(a|s) = β·log π_ref(a|s) + W(s·a) + const, "
+                "W(s·a) = E[r − β·Σ_{u>t} k_u | s·a] under the sampling policy (SAMPLING), and is π* "
+                "only at c = 0")
+VARIANTS = {
+    "proximal_kl_entropy": ("proximal_kl", {"entropy_coeff": ENTROPY_COEFF},
+                            _ENTROPY_WHY.replace("SAMPLING", "μ: the rest point depends on it")),
+    "proximal_kl_entropy_on_policy": ("proximal_kl_on_policy", {"entropy_coeff": ENTROPY_COEFF},
+                                      _ENTROPY_WHY.replace("SAMPLING", "π itself")),
+}
+ALL_RULES = tuple(_tree.RULES) + tuple(VARIANTS)
 
 
 def _s(x, digits: int) -> str:
@@ -80,16 +98,18 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
     """The stationary-policy table (module docstring) at ``dps`` digits.
 
     ``trees``: built-in tree names or ``refimpl.exact._tree.Tree`` objects (default: every built-in tree);
-    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 15 rules, 30 digits unless
-    ``dps`` is given below that); ``rules``: a subset of ``_tree.RULES``; ``progress`` is
+    ``reduced``: the CI version (trees worked-v2h2 and eos-v3h3, 17 rules, 30 digits unless
+    ``dps`` is given below that); ``rules``: a subset of ``ALL_RULES`` (``_tree.RULES`` and
+    ``VARIANTS``); ``progress`` is
     called with a short string before each tree and each rule."""
     if reduced:
         dps = min(dps, REDUCED_DPS)
         trees = REDUCED_TREES if trees is None else trees
         rules = REDUCED_RULES if rules is None else rules
-    rule_names = list(_tree.RULES) if rules is None else list(rules)
+    rule_names = list(ALL_RULES) if rules is None else list(rules)
     for r in rule_names:
-        validate.update_rule(r, "rules")
+        if r not in VARIANTS:
+            validate.update_rule(r, "rules")
     note = progress or (lambda _msg: None)
     out = {"schema": SCHEMA, "dps": dps, "reduced": bool(reduced), "trees": []}
     for tree in _resolve(trees):
@@ -110,14 +130,15 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
         }
         for rule in rule_names:
             note(f"{tree.name}: {rule}")
+            base, params, why = VARIANTS.get(rule, (rule, None, None))
             with mp.precision(dps):
-                at_opt = _fixed_point.residual(_tree.expected_update(tree, opt["policy"], rule=rule))
+                at_opt = _fixed_point.residual(_tree.expected_update(tree, opt["policy"], rule=base, params=params))
             with mp.precision(dps + EXTRA_DPS):
-                fp = _fixed_point.fixed_point(tree, rule)
+                fp = _fixed_point.fixed_point(tree, base, params=params)
                 with mpmath.workdps(dps + EXTRA_DPS):
                     kl = _tree.sequence_kl(tree, fp["policy"], opt_hp["policy"])["chain"]
                     value = _tree.objective(tree, fp["policy"])
-            unbiased, why = _tree.unbiased_on(tree, rule)
+            unbiased, why = (False, why) if why else _tree.unbiased_on(tree, rule)
             zeros = {(b["prefix"], b["token"]) for b in fp["boundary"]}
             entry["rules"].append({
                 "rule": rule,
@@ -127,7 +148,7 @@ def run(dps: int = 50, trees: Iterable | None = None, reduced: bool = False,
                 "fixed_point": _policy_json(tree, fp["policy"], dps, zeros),
                 "unbiased": unbiased,
                 "why": why,
-                "params": {k: _param(v) for k, v in _tree.RULES[rule].params.items()},
+                "params": {k: _param(v) for k, v in (params or _tree.RULES[rule].params).items()},
                 "converged": fp["converged"],
                 "boundary": [{"prefix": list(b["prefix"]), "token": b["token"]} for b in fp["boundary"]],
                 "note": fp["note"],

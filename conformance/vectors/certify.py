@@ -21,6 +21,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import flint
+import mpmath
 
 from conformance import catalog, numbers
 from conformance._host import pool_context, usable_cores
@@ -156,6 +157,49 @@ def certify_case(case) -> dict:
                 entry["grads"] = judged_grads
             return entry
     return {"notCertified": f"{reason} at {PRECISIONS[-1]} bits"}
+
+
+def _stands_for(transform: str, decimal: str):
+    return (lambda: flint.arb(decimal).log()) if transform == "log" else (lambda: flint.arb(decimal))
+
+
+def at_printed(case, reals: dict) -> tuple[dict, int]:
+    """({output: nested 32-digit strings}, bits): the outputs of a vector at the reals ``reals``
+    (conformance.vectors.examples.printed_reals: {argument: (transform, nested decimal
+    strings)}) in place of their binary64 roundings, each string proven to be the exact value
+    correctly rounded (:func:`verdict`) — arb holds a decimal such as 0.8, and its logarithm, as
+    a tight ball. Raises ValueError with the reason when no precision proves them (a printed
+    example on a kink: the ratio 0.24/0.20 = 1.2 on the clip boundary 1 + ε of ε = 0.2, a branch
+    balls around it cannot decide, although both branches have the value 1.2)."""
+    kwargs = arguments(case)
+    standing = {}
+    for name, (transform, decimals) in reals.items():
+        for x, decimal in zip(_ball.flat(numbers.decode_input(kwargs[name])), _ball.flat(decimals)):
+            if standing.setdefault(float(x), (transform, decimal)) != (transform, decimal):
+                raise ValueError(f"{case.uid}: {x!r} stands for both {standing[float(x)]} and {(transform, decimal)}")
+    standing = {x: _stands_for(*real) for x, real in standing.items()}
+    both = functions(case.objective).both
+    reason = "enclosure wider than half a unit in the 32nd digit"
+    for bits in PRECISIONS:
+        try:
+            with _ball.precision(bits), _ball.standing_for(standing):
+                outputs, _ = both(None, **kwargs)
+                printed = {name: _ball.nested(v, _digits) for name, v in outputs.items()}
+                if all(verdict(s, b) == "ok" for name in outputs
+                       for s, b in zip(_ball.flat(printed[name]), _ball.flat(outputs[name]))):
+                    return printed, bits
+        except _ball.Straddle:
+            reason = "the printed reals sit on a kink of the objective, a branch that balls around them cannot decide"
+            continue
+    raise ValueError(f"{case.uid}: not proven at {PRECISIONS[-1]} bits: {reason}")
+
+
+def _digits(b) -> str:
+    """The midpoint of a ball to the vectors' 32 significant digits (``numbers.encode_exact``)."""
+    if b.is_zero():
+        return "0"
+    with mpmath.workdps(numbers.DIGITS + 20):
+        return numbers.encode_exact(mpmath.mpf(b.mid().str(numbers.DIGITS + 20, radius=False)))
 
 
 def _job(case):

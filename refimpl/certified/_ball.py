@@ -53,9 +53,33 @@ def precision(bits: int):
         ctx.prec = saved
 
 
+# {binary64 number: () -> ball}: numbers that stand for another real, e.g. 0.2 for the decimal
+# 1/5 or -0.2231435513142097 for log(0.8) (see :func:`standing_for`).
+_standing: dict = {}
+
+
+@contextlib.contextmanager
+def standing_for(reals: dict):
+    """Within the block, each binary64 number in ``reals`` converts to the ball its function
+    returns (formed at the working precision in effect) instead of to itself: an objective is
+    evaluated at the reals a paper prints (0.8, log 0.8) rather than at their binary64 roundings,
+    through the same formulas. Validation still sees the binary64 numbers."""
+    saved = dict(_standing)
+    _standing.update(reals)
+    try:
+        yield
+    finally:
+        _standing.clear()
+        _standing.update(saved)
+
+
 def ball(x) -> arb:
-    """A binary64 number (or int) as an exact ball."""
-    return arb(x) if isinstance(x, int) and not isinstance(x, bool) else arb(float(x))
+    """A binary64 number (or int) as an exact ball (or as the real it stands for, see
+    :func:`standing_for`)."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return arb(x)
+    v = float(x)
+    return _standing[v]() if _standing and v in _standing else arb(v)
 
 
 def mid_float(x) -> float:

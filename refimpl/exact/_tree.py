@@ -381,7 +381,24 @@ def _clip(x, c):
 
 def _token_derivs(base: str, params: dict, lp, lm, lr, adv, beta):
     """∂L(y)/∂log π(y_t|s_t) along one sampled sequence (lp, lm, lr: log π, log μ, log π_ref of
-    its tokens; every coefficient in sg(·) is held constant)."""
+    its tokens; every coefficient in sg(·) is held constant), with an entropy bonus when
+    ``params`` has ``entropy_coeff`` c > 0.
+
+    The bonus is the loss term −c·H(π(·|s_t)) at every sampled position: the entropy of the whole
+    distribution, without a ratio and without credit for the entropy of later positions (verl
+    0.9.1's ``entropy_coeff``: ``policy_loss = pg_loss − entropy_coeff·entropy_loss``, the entropy
+    from the logits at μ's tokens). Its gradient in θ_s is −c·Σ_a π(a|s)·(−log π(a|s))·(e_a − π),
+    which is E_{a~μ}[ρ_a·c·log π(a|s)·(e_a − π)]: the per-token derivative c·ρ_t·log π(y_t|s_t)
+    gives it exactly under any sampling policy."""
+    d = _rule_derivs(base, params, lp, lm, lr, adv, beta)
+    c = params.get("entropy_coeff")
+    if not c:
+        return d
+    return [dt + c * mpmath.exp(lp[t] - lm[t]) * lp[t] for t, dt in enumerate(d)]
+
+
+def _rule_derivs(base: str, params: dict, lp, lm, lr, adv, beta):
+    """The rule's own ∂L(y)/∂log π(y_t|s_t) (:func:`_token_derivs`)."""
     T = len(lp)
     k = [lp[t] - lr[t] for t in range(T)]
     rho = [mpmath.exp(lp[t] - lm[t]) for t in range(T)]
@@ -457,6 +474,10 @@ class Setting:
         validate.cispo_clip_high(prm.get("cispo_clip_high"))
         if "future_window" in prm:
             prm["future_window"] = validate.future_window(prm["future_window"])
+        if "entropy_coeff" in prm:
+            prm["entropy_coeff"] = num(prm["entropy_coeff"], "entropy_coeff")
+            if prm["entropy_coeff"] < 0:
+                validate.fail("entropy_coeff", f"must be >= 0, got {mp.nstr(prm['entropy_coeff'], 8)}")
         self.params = prm
         self.beta = num(tree.beta if beta is None else beta, "beta")
         validate.regularization_beta(self.beta)
