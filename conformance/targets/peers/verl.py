@@ -31,8 +31,11 @@ from conformance.targets.peers._common import (
     equal_group_mean_inexact,
     global_test,
     has_empty_row,
+    has_neg_inf_logits,
+    large_vocabulary,
     load_or_explain,
     log_ratio_clamp_changes,
+    loss_mask_labels,
     per_element,
     require,
     where,
@@ -598,10 +601,6 @@ ARITHMETIC += [
 ]
 
 
-def _has_neg_inf(case) -> bool:
-    return bool(np.isneginf(as_array(case.test["inputs"]["logits"])).any())
-
-
 def _band_edge(case, dtype: str) -> bool:
     """Whether some selected token of a clipped ppo.value_loss case has V = V_old ± ε in ``dtype``:
     exactly, or because V_old ∓ ε rounded to the dtype (torch, as compute_value_loss forms the bounds)
@@ -635,17 +634,13 @@ def _temperature_float32_shows(case, dtype: str, tolerance) -> bool:
     return deviation_shows(tolerance, exact, deviating)
 
 
-def _large_vocabulary(case) -> bool:
-    return as_array(case.test["inputs"]["logits"]).shape[-1] >= 2 ** 16
-
-
 _ENTROPY_NEG_INF = Finding(
     "verl-entropy-neg-inf-nan", "bug",
     "entropy_from_logits forms Σ softmax(z)·z: at a logit of −∞ (an impossible token) that is 0·(−∞) = NaN, so "
     "the row's entropy and gradient are NaN where the exact entropy ignores the token. Repro: "
     "entropy_from_logits(torch.tensor([[0.0, -float('inf')]])) → nan",
     f"{TF} entropy_from_logits: torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)",
-    where(objectives=("lm.entropy",), test=_has_neg_inf))
+    where(objectives=("lm.entropy",), test=has_neg_inf_logits))
 _VALUE_BAND_EDGE = Finding(
     "verl-value-band-edge-gradient", "bug",
     "at V − V_old = ±ε exactly, clip_by_value = torch.max(torch.min(x, hi), lo) splits the gradient of the tie "
@@ -668,7 +663,7 @@ _SOFTMAX_LARGE_V = Finding(
     "Llama-3-sized row (V = 128256; docs/lm.md, PyTorch's CPU log_softmax/softmax at V = 128256): Σ p·z, and the "
     "entropy, are then 1e-12 off where exp(z − logsumexp(z)) is within a few ulps",
     f"{TF} entropy_from_logits: pd = torch.nn.functional.softmax(logits, dim=-1)",
-    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=_large_vocabulary))
+    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=large_vocabulary))
 FINDINGS += [_ENTROPY_NEG_INF, _VALUE_BAND_EDGE, _TEMPERATURE_FLOAT32, _SOFTMAX_LARGE_V]
 
 
@@ -709,8 +704,8 @@ def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss
     if label_smoothing or z_loss or softcap is not None:
         raise NotImplementedError("verl 0.9.1 sft_loss has no label smoothing, z-loss or soft-capping")
     losses = import_bare("verl.workers.utils.losses", packages=("verl",), absent=("ray",))
-    counted = labels != ignore_index
-    log_prob = _tf().logprobs_from_logits(logits.unsqueeze(0), torch.where(counted, labels, 0).unsqueeze(0))
+    counted, targets = loss_mask_labels(logits, labels, ignore_index)
+    log_prob = _tf().logprobs_from_logits(logits.unsqueeze(0), targets.unsqueeze(0))
     tokens = int(counted.sum()) if normalizer is None else normalizer
     if float(tokens) != int(tokens):
         raise NotImplementedError("verl's batch_num_tokens is a token count (an integer)")
