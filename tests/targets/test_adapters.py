@@ -136,6 +136,16 @@ def test_findings_are_the_known_failures(name):
         assert finding.kind in ("bug", "deviation", "precision", "numerics"), finding
 
 
+def _triton_idle(module) -> tuple[set, set]:
+    """The objectives and findings of an adapter's Triton kernels (``TRITON_ONLY``, ``TRITON_FINDINGS``)
+    when they cannot run here (no CUDA device, no Triton interpreter): reported unsupported with the
+    reason, so they pass on no vector and explain no failure."""
+    runnable = getattr(module, "triton_runnable", None)
+    if runnable is None or runnable():
+        return set(), set()
+    return set(module.TRITON_ONLY), set(module.TRITON_FINDINGS)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LIBRARIES)
 def test_adapter_passes_as_shipped(name, tmp_path, capsys):
@@ -148,15 +158,17 @@ def test_adapter_passes_as_shipped(name, tmp_path, capsys):
     bad = [f"{c['status']} {c['uid']} ({c['dtype']}): {c['message'][:160]}" for c in cases
            if c["status"] in ("fail", "error")]
     assert status == 0 and not bad, "\n".join(bad)
-    for finding in module.FINDINGS:
+    idle_objectives, idle_findings = _triton_idle(module)
+    findings = [f for f in module.FINDINGS if f.id not in idle_findings]
+    for finding in findings:
         assert f"{name}: " in out and finding.reason in out, f"{finding.id} is not listed"
     explained = {c["known"] for c in cases if c["status"] == "xfail"}
-    stale = [f.id for f in module.FINDINGS if f.reason not in explained]
+    stale = [f.id for f in findings if f.reason not in explained]
     assert not stale, f"{name}: findings that explain no failing case: {stale}"
     xpass = [f"{c['uid']} ({c['dtype']}): {c['known'][:60]}" for c in cases if c["status"] == "xpass"]
     assert not xpass, "stale known failures:\n" + "\n".join(xpass)
     # Every objective the adapter implements passes on some vector.
-    assert {c["objective"] for c in cases if c["status"] == "pass"} == set(target.objectives)
+    assert {c["objective"] for c in cases if c["status"] == "pass"} == set(target.objectives) - idle_objectives
 
 
 @pytest.mark.slow
