@@ -13,7 +13,9 @@ inputs' dtype what the careful model assumes float32, which the careful model mu
 import importlib
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -169,6 +171,23 @@ def test_adapter_passes_as_shipped(name, tmp_path, capsys):
     assert not xpass, "stale known failures:\n" + "\n".join(xpass)
     # Every objective the adapter implements passes on some vector.
     assert {c["objective"] for c in cases if c["status"] == "pass"} == set(target.objectives) - idle_objectives
+
+
+@pytest.mark.slow
+def test_liger_triton_kernel_under_the_interpreter(tmp_path):
+    """Liger's Triton cross-entropy on CPU through Triton's interpreter (TRITON_INTERPRET=1, read when
+    the kernels are decorated: a child process that sets it before Liger is imported). Its vectors pass
+    or are its declared findings (float32 inside for float64), and none is stale."""
+    _require("liger")
+    report = tmp_path / "report.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(DOC.parents[1])}
+    run = subprocess.run([sys.executable, "-m", "conformance", "check", "--target", "liger", "--objective",
+                          "lm.cross_entropy", "--quiet", "--report-json", str(report)],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    statuses = {c["status"] for c in json.loads(report.read_text(encoding="utf-8"))["cases"]
+                if c["axis"] == "conformance"}
+    assert {"pass", "xfail"} <= statuses and not statuses & {"fail", "error", "xpass"}, statuses
 
 
 @pytest.mark.slow
