@@ -183,7 +183,7 @@ def test_liger_triton_kernel_under_the_interpreter(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(DOC.parents[1])}
     run = subprocess.run([sys.executable, "-m", "conformance", "check", "--target", "liger", "--objective",
                           "lm.cross_entropy", "--quiet", "--report-json", str(report)],
-                         env=env, capture_output=True, text=True, timeout=900)
+                         env=env, capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     statuses = {c["status"] for c in json.loads(report.read_text(encoding="utf-8"))["cases"]
                 if c["axis"] == "conformance"}

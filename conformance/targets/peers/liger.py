@@ -434,9 +434,8 @@ def triton_runnable(device: str = "cpu") -> bool:
     form (Triton's interpreter, chosen when liger_kernel/ops was imported with TRITON_INTERPRET=1)."""
     if device.startswith("cuda"):
         return True
-    from triton.runtime.interpreter import InterpretedFunction
-
     from liger_kernel.ops import cross_entropy as ops
+    from triton.runtime.interpreter import InterpretedFunction
     return isinstance(ops.liger_cross_entropy_kernel, InterpretedFunction)
 
 
