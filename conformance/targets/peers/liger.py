@@ -1,5 +1,5 @@
 """``--target liger``: Liger-Kernel 0.8.5, the pure-PyTorch ``chunked_loss`` modules on CPU with
-compilation off (``compiled=False``; no Triton kernel is used).
+compilation off (``compiled=False``), and its Triton cross-entropy where Triton can run.
 
 - ``grpo.loss`` and ``grpo.clip``: ``LigerFusedLinearPPOBase._compute_loss_from_logps`` with
   ``LigerFusedLinearGRPOFunction.ppo_loss_fn`` — the per-chunk loss the fused module runs once it
@@ -18,6 +18,10 @@ compilation off (``compiled=False``; no Triton kernel is used).
   weights, so that ``hidden @ weight.T`` reproduces the vector's logits exactly (rows selected one
   at a time through ``ignore_index`` labels for the per-row divergences). Infinite logits cannot
   come out of a linear layer: such vectors are outside this interface (``unsupported``).
+
+- ``lm.cross_entropy``: ``LigerCrossEntropyLoss``, the Triton kernel of ``liger_kernel/ops/cross_entropy.py``.
+  It runs on a CUDA device (``--device cuda``), or on CPU only through Triton's interpreter
+  (``TRITON_INTERPRET=1`` in the environment); otherwise its cases are unsupported, with that reason.
 
 The fused modules compute log-probabilities in float32 whatever the model's dtype
 (``fused_linear_ppo.py`` _selective_logprob_forward, ``fused_linear_preference.py`` chunk_forward):

@@ -6,6 +6,11 @@ and ``trainer/ppo_utils/experience_maker.py`` (``RemoteExperienceMaker.compute_a
 driven without a model or Ray: the group-norm advantages). ``grpo.loss`` joins the pieces as the
 actor does (``trainer/ray/ppo_actor.py`` training step: ``loss = actor_loss + kl_loss * kl_ctl``).
 
+``lm.token_logprobs`` is ``models/utils.py log_probs_from_logits``, ``lm.entropy`` the body of its
+``compute_entropy`` (a ``@torch.compile`` function), ``lm.cross_entropy`` the SFT trainer's ``SFTLoss`` on
+those log-probabilities, ``ppo.value_loss`` ``ValueLoss`` and ``reward.pairwise`` ``PairWiseLoss`` /
+``LogExpLoss``.
+
 OpenRLHF's modules import DeepSpeed, vLLM, flash-attn and Ray at import time (GPU-only or cluster
 packages). They are loaded with the package ``__init__`` files skipped and those packages replaced
 by placeholders while importing (never called by the loss code). Install:

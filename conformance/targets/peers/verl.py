@@ -8,6 +8,12 @@ both aggregated with ``loss_agg_mode``). verl's package ``__init__`` imports Ray
 Install: ``pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson``
 then ``pip install omegaconf codetiming`` (or ``scripts/install-peers.sh``).
 
+``lm.token_logprobs`` and ``lm.entropy`` call ``verl/utils/torch_functional.py``
+``logprobs_from_logits`` and ``entropy_from_logits`` on the logits divided by the temperature as
+the FSDP engine does it; ``lm.cross_entropy`` is the SFT trainer's ``sft_loss``
+(``verl/workers/utils/losses.py``) on those log-probabilities; ``ppo.value_loss`` is
+``compute_value_loss``. ``sft_loss`` reaches ``verl/utils/dataset``, which imports Pillow.
+
 A convention value verl has no setting for (e.g. ``dual_clip=None``: verl always applies the
 dual clip) is computed with verl's fixed behaviour: under ``--as-paper`` that is where the
 deviations show.
@@ -654,7 +660,7 @@ _TEMPERATURE_FLOAT32 = Finding(
     "the FSDP engine builds the batch's temperature tensor in float32 (temperature.to(torch.float32)) and divides "
     "the logits by it cast to their dtype: float64 logits are divided by float32(T), e.g. 0.699999988 for T = 0.7, "
     "so log-probabilities and entropies at such a T are float32-accurate",
-    f"{ENGINE} _prepare_micro_batch / _scale_logits_by_temperature: temperature.to(torch.float32); "
+    f"{ENGINE} prepare_model_inputs and _scale_logits_by_temperature: temperature.to(torch.float32); "
     "logits / temperature.clamp(min=1e-8).to(logits.dtype)",
     where(objectives=("lm.token_logprobs", "lm.entropy"), dtypes=("float64",), shows=_temperature_float32_shows))
 _SOFTMAX_LARGE_V = Finding(
@@ -673,9 +679,10 @@ def _tf():
 
 def _scaled(logits, temperature):
     """The logits as the FSDP engine hands them to logprobs_from_logits and entropy_from_logits
-    (verl/workers/engine/fsdp/transformer_impl.py _scale_logits_by_temperature, not importable here: the module needs peft): unchanged at
-    T = 1, else divided by the batch's temperature tensor, which the engine builds in float32
-    (temperature.to(torch.float32)), clamps at 1e-8 and casts to the logits' dtype."""
+    (verl/workers/engine/fsdp/transformer_impl.py _scale_logits_by_temperature; that module needs
+    peft, so it is not imported): unchanged at T = 1, else divided by the batch's temperature
+    tensor, which prepare_model_inputs builds in float32, clamped at 1e-8 and cast to the logits'
+    dtype."""
     import torch
     if temperature == 1.0:
         return logits
@@ -696,9 +703,9 @@ def entropy(logits, temperature=1.0):
 def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
                   reduction="mean", normalizer=None):
     """sft_loss (the SFT trainer's loss, verl/trainer/sft_trainer.py) on the log-probabilities of
-    logprobs_from_logits, right-padded: the loss mask is the labels other than ignore_index (an
-    ignored token's label, which verl never has, is replaced by 0 under mask 0); batch_num_tokens is
-    the normalizer (the trainer's all-reduced token count of the mini-batch) or the local count."""
+    logprobs_from_logits, right-padded: the loss mask is the labels other than ignore_index
+    (_common.loss_mask_labels); batch_num_tokens is the normalizer (the trainer's all-reduced token
+    count of the mini-batch) or the local count."""
     import torch
     from tensordict import TensorDict
     if label_smoothing or z_loss or softcap is not None:
@@ -716,8 +723,9 @@ def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss
 
 
 def value_loss(values, old_values, returns, mask, clip_range_value=None, half=False, aggregation="token-mean"):
-    """compute_value_loss as the critic's value_loss calls it (verl/workers/utils/losses.py: response_mask.to(bool));
-    verl always clips and halves (clip_range_value None and half False are not declared)."""
+    """compute_value_loss as the critic's value_loss calls it (verl/workers/utils/losses.py:
+    response_mask.to(bool)); verl always clips and halves (clip_range_value None and half False are
+    not declared)."""
     vf_loss, _ = _core().compute_value_loss(vpreds=values, returns=returns, values=old_values,
                                             response_mask=mask.to(bool), cliprange_value=clip_range_value,
                                             loss_agg_mode=aggregation)
