@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance import catalog
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
@@ -448,29 +449,73 @@ _TRITON_CPU = ("Liger 0.8.5's cross-entropy is a Triton kernel (liger_kernel/ops
                "(TRITON_INTERPRET=1 lossproof check --target liger)")
 
 
+def _triton_arguments(rows, labels, ignore_index, vocabulary, softcap, reduction, normalizer) -> None:
+    """Refuse (unsupported, with the reason) what Liger's Triton cross-entropy cannot run here or
+    cannot express: no CUDA device and no interpreter; a normalizer; softcap under the interpreter;
+    labels the kernel would read out of bounds."""
+    if not triton_runnable(rows.device.type):
+        raise NotImplementedError(_TRITON_CPU)
+    if normalizer is not None and reduction == "mean":
+        raise NotImplementedError("Liger's cross-entropy divides by its own non-ignored count (no normalizer)")
+    if softcap is not None and rows.device.type != "cuda":
+        raise NotImplementedError("softcap under Triton's interpreter: the kernel's softcap.to(tl.float32) needs the "
+                                  "scalar tensor the device launcher makes of a float argument; run on CUDA")
+    # The kernel loads Y[i] for each of the N rows and X[i, y] without bounds checks: a shorter label
+    # vector or a label outside [0, V) reads out of bounds (Triton's interpreter crashes the process; on
+    # the device an illegal address or a garbage read). Such inputs are not run.
+    counted = labels != ignore_index
+    if labels.shape != rows.shape[:1] or bool(((labels[counted] < 0) | (labels[counted] >= vocabulary)).any()):
+        raise NotImplementedError("labels not one per row in [0, V) or ignore_index: Liger's kernel reads them "
+                                  "without a bounds check; not run")
+
+
 def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
                   reduction="mean", normalizer=None):
     """LigerCrossEntropyLoss(ignore_index, lse_square_scale=z_loss, label_smoothing, reduction, softcap).
     The kernel writes the gradient into its input in place (liger_kernel/ops/cross_entropy.py: 'store
     X_ptr gradient in X_ptr'): it gets a copy, as it gets a model's output in training."""
-    if not triton_runnable(logits.device.type):
-        raise NotImplementedError(_TRITON_CPU)
-    if normalizer is not None and reduction == "mean":
-        raise NotImplementedError("LigerCrossEntropyLoss divides by its own non-ignored count (no normalizer)")
-    # The kernel loads Y[i] for each of the N rows and X[i, y] without bounds checks: a shorter label
-    # vector or a label outside [0, V) reads out of bounds (Triton's interpreter crashes the process; on
-    # the device an illegal address or a garbage read). Such inputs are not run.
-    counted = labels != ignore_index
-    if labels.shape != logits.shape[:1] or bool(((labels[counted] < 0) | (labels[counted] >= logits.shape[-1])).any()):
-        raise NotImplementedError("labels not one per row in [0, V) or ignore_index: Liger's kernel reads them "
-                                  "without a bounds check; not run")
-    if softcap is not None and logits.device.type != "cuda":
-        raise NotImplementedError("softcap under Triton's interpreter: the kernel's softcap.to(tl.float32) needs the "
-                                  "scalar tensor the device launcher makes of a float argument; run on CUDA")
+    _triton_arguments(logits, labels, ignore_index, logits.shape[-1], softcap, reduction, normalizer)
     from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
     loss_fn = LigerCrossEntropyLoss(ignore_index=ignore_index, lse_square_scale=z_loss,
                                     label_smoothing=label_smoothing, reduction=reduction, softcap=softcap)
     return loss_fn(logits.clone(), labels)
+
+
+# --- lm.linear_cross_entropy: the fused lm-head cross-entropy (declared where the catalog has it) --------
+
+FLCE = "liger_kernel/ops/fused_linear_cross_entropy.py"
+FLCE_MODULE = "liger_kernel/transformers/fused_linear_cross_entropy.py"
+LINEAR = "lm.linear_cross_entropy"
+_HAS_LINEAR = any(o.id == LINEAR for o in catalog.OBJECTIVES)
+
+
+def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                         softcap=None, reduction="mean", normalizer=None):
+    """LigerFusedLinearCrossEntropyLoss(ignore_index, lse_square_scale=z_loss, label_smoothing, reduction,
+    softcap)(weight, hidden, labels, bias): per chunk of rows the logits hidden @ weight.T (+ bias) in the
+    inputs' dtype, then the cross-entropy kernel of lm.cross_entropy (same Triton conditions)."""
+    _triton_arguments(hidden, labels, ignore_index, weight.shape[0], softcap, reduction, normalizer)
+    from liger_kernel.transformers.fused_linear_cross_entropy import (
+        LigerFusedLinearCrossEntropyLoss,
+    )
+    loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, lse_square_scale=z_loss,
+                                               label_smoothing=label_smoothing, reduction=reduction, softcap=softcap)
+    return loss_fn(weight, hidden, labels, bias)
+
+
+if _HAS_LINEAR:
+    CONVENTIONS.append(C(LINEAR, "reduction", ("mean", "sum", "none"), f"{FLCE_MODULE} "
+                         "LigerFusedLinearCrossEntropyLoss (reduction, default 'mean': Σ/n_non_ignore; no normalizer)"))
+    ARITHMETIC.append(A(LINEAR, "careful", f"{FLCE}:160-170 (the logits of a chunk by torch.mm in the inputs' "
+                        "dtype, then liger_cross_entropy_kernel in float32 registers)"))
+    FINDINGS.append(Finding(
+        "liger-fused-linear-cross-entropy-float32", "precision",
+        "fused_linear_cross_entropy_forward accumulates the per-token losses in torch.zeros(BT, dtype=torch.float32) "
+        "and runs the float32 cross-entropy kernel: float64 inputs give a float32 loss (narrower dtype)",
+        f"{FLCE} fused_linear_cross_entropy_forward: loss_1d = torch.zeros(BT, dtype=torch.float32)",
+        where(objectives=(LINEAR,), dtypes=("float64",)), results=("valid", "acceptable")))
+    TRITON_ONLY += (LINEAR,)
+    TRITON_FINDINGS += ("liger-fused-linear-cross-entropy-float32",)
 
 
 def target():
@@ -479,5 +524,5 @@ def target():
     objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
                   "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
                   "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo, "preference.kto": kto,
-                  "lm.cross_entropy": cross_entropy}
+                  "lm.cross_entropy": cross_entropy, **({LINEAR: linear_cross_entropy} if _HAS_LINEAR else {})}
     return build("liger", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC)
