@@ -13,7 +13,8 @@ no longer fits is skipped with the reason):
 2. ``tests``: pytest on the test modules marked ``cuda`` (the torch-CUDA tests, the fused path
    on CUDA, the Triton and CuPy tests where they exist): counts, failures, skip reasons.
 3. ``check``: every vector on torch-CPU (the reference of the parity table), torch-CUDA, CuPy
-   and Triton (``--backend triton``, when that backend is available): each backend's verdicts
+   and Triton (``--backend triton``, when that backend is available), and Liger's Triton
+   cross-entropy kernels (``--target liger --device cuda``, its lm objectives): each backend's verdicts
    against the exact values, and, per objective and dtype, the worst error/tolerance on each
    device and the largest |GPU − CPU| of any output or gradient in units in the last place of
    the dtype (at the CPU value).
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fnmatch
 import json
 import math
 import os
@@ -269,10 +271,11 @@ def tests(limit: float, out: Path, gpu: bool) -> dict:
 # --------------------------------------------------------------------------------------------
 
 def check_worker(backend: str, device: str, objective: str, path: Path) -> int:
-    """In a child process: every selected vector on one backend and device; writes the verdicts
+    """In a child process: every selected vector (``objective``: globs joined by commas) on one
+    backend or third-party adapter and device; writes the verdicts
     and every output and gradient the harness compared (numpy, float64) to ``path``."""
     from conformance import harness
-    from conformance.targets import builtin
+    from conformance.targets import builtin, load
     from conformance.vectors.load import VectorSet
 
     outputs = {}
@@ -282,9 +285,9 @@ def check_worker(backend: str, device: str, objective: str, path: Path) -> int:
         # here, keyed by vector, dtype and output, for the CPU/GPU differences.
         outputs[(res.uid, res.dtype, label)] = (str(res.objective), got.astype("float64", copy=True))
 
-    target = builtin.load(backend)
+    target = builtin.load(backend) if backend in builtin.BUILTINS else load(backend)  # a built-in, or a peer
     start = time.perf_counter()
-    results = harness.run(target, VectorSet(), objective=objective, device=device, observe=record)
+    results = harness.run(target, VectorSet(), objective=objective.split(","), device=device, observe=record)
     seconds = time.perf_counter() - start
     verdicts = [{"uid": r.uid, "objective": r.objective, "dtype": r.dtype, "status": r.status, "axis": r.axis,
                  "message": r.message[:300], "err_over_tol": max((m["err_over_tol"] for m in r.outputs.values()),
@@ -303,6 +306,16 @@ def _available(backend: str) -> tuple[bool, str]:
             return False, f"not available: no built-in backend {backend!r} in this version"
         builtin.load(backend)
     except Exception as err:  # TargetError with the reason, or an import failure
+        return False, f"not available: {err}"
+    return True, ""
+
+
+def _peer_available(name: str) -> tuple[bool, str]:
+    """Whether a third-party adapter (``--target NAME``) loads here, and why not."""
+    try:
+        from conformance.targets import load
+        load(name)
+    except Exception as err:  # TargetError with the install line, or an import failure
         return False, f"not available: {err}"
     return True, ""
 
@@ -372,7 +385,7 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
     budget = Budget(limit)
     folder = out / "check"
     folder.mkdir(exist_ok=True)
-    plan = [("torch", "cpu", "torch-cpu")]
+    plan = [("torch", "cpu", "torch-cpu", objective)]
     backends = {}
     for backend, name in (("torch", "torch-cuda"), ("cupy", "cupy-cuda"), ("triton", "triton-cuda")):
         if not gpu:
@@ -380,11 +393,23 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
             continue
         ok, why = _available(backend)
         if ok:
-            plan.append((backend, "cuda", name))
+            plan.append((backend, "cuda", name, objective))
         else:
             backends[name] = {"status": "skipped", "reason": why}
+    # Liger's Triton cross-entropy kernels through the liger adapter (on CPU they run only under Triton's
+    # interpreter): its lm objectives, against their findings, and in the parity table.
+    if not gpu:
+        backends["liger-cuda"] = {"status": "skipped", "reason": why_not}
+    else:
+        from conformance.targets.peers import liger as liger_adapter
+        kernels = [o for o in liger_adapter.TRITON_ONLY if fnmatch.fnmatchcase(o, objective)]
+        ok, why = _peer_available("liger") if kernels else (False, "no Liger Triton-kernel objective selected")
+        if ok:
+            plan.append(("liger", "cuda", "liger-cuda", ",".join(kernels)))
+        else:
+            backends["liger-cuda"] = {"status": "skipped", "reason": why}
     runs = {}
-    for i, (backend, device, name) in enumerate(plan):
+    for i, (backend, device, name, selected) in enumerate(plan):
         left = budget.left()
         share = left / (len(plan) - i)  # what is left, shared by the backends still to run
         if share < 5:
@@ -393,7 +418,7 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
         path = folder / f"{name}.pkl"
         log(f"  check {name} (up to {share:.0f} s)")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker-check", backend, "--device", device,
-               "--objective", objective, "--out", str(path)]
+               "--objective", selected, "--out", str(path)]
         run = _subprocess(cmd, share, folder / f"{name}.log")
         if run.get("error") or run["returncode"] != 0 or not path.is_file():
             backends[name] = {"status": "error", "error": _why(run), "tail": run.get("tail"), "seconds": run["seconds"]}

@@ -446,7 +446,7 @@ def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | Non
 def apply_known(r: CaseResult, reason: str | None) -> None:
     """A declared known failure turns fail/error into xfail, and a pass into xpass (the
     declaration is stale). Validation results keep their status and carry the reason."""
-    if not reason:
+    if not reason or r.message.startswith(MISSING_MODULE):   # the environment's error, not the library's
         return
     r.known = reason
     if r.axis == "conformance" and r.status in ("fail", "error"):

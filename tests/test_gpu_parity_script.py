@@ -188,3 +188,29 @@ def test_the_gpu_columns_of_the_parity_table(monkeypatch, tmp_path):
         assert cell["compared"] > 0 and cell["max_ulps_vs_cpu"] == 0.0 and cell["err_over_tol"] == row["cpu_err_over_tol"]
     md = (tmp_path / "gpu_parity.md").read_text()
     assert "| torch-cuda worst err/tol | torch-cuda max \\|GPU − CPU\\| (ulp) |" in md
+
+
+def test_liger_kernels_in_the_gpu_check(monkeypatch, tmp_path):
+    """The check stage's GPU path also runs Liger's Triton cross-entropy through ``--target liger``
+    (simulated on a CPU without Triton's interpreter: every case unsupported, with the adapter's
+    reason, and the stage clean); a selection without a Liger kernel skips it with that reason."""
+    pytest.importorskip("liger_kernel")
+    m = _module()
+    real = m._subprocess
+
+    def on_cpu(cmd, timeout, log_path=None):
+        if "--worker-check" in cmd:
+            cmd = [("cpu" if c == "cuda" and cmd[i - 1] == "--device" else c) for i, c in enumerate(cmd)]
+        return real(cmd, timeout, log_path)
+
+    monkeypatch.setattr(m, "cuda_device", lambda no_device: (True, ""))
+    monkeypatch.setattr(m, "_subprocess", on_cpu)
+    monkeypatch.setattr(m, "_available", lambda b: (False, f"not available: {b} here"))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert m.main(["--out", str(tmp_path), "--objective", "lm.cross_entropy", "--stage", "check"]) == 0
+    liger = json.loads((tmp_path / "gpu_parity.json").read_text())["stages"]["check"]["backends"]["liger-cuda"]
+    assert liger["status"] == "ok" and liger["vectors"] > 0
+    assert set(liger["verdicts"]) <= {"conformance:unsupported", "validation:unsupported"}
+    assert m.main(["--out", str(tmp_path), "--objective", "kl.estimator", "--stage", "check"]) == 0
+    liger = json.loads((tmp_path / "gpu_parity.json").read_text())["stages"]["check"]["backends"]["liger-cuda"]
+    assert liger == {"status": "skipped", "reason": "no Liger Triton-kernel objective selected"}

@@ -166,3 +166,15 @@ def test_a_missing_module_at_call_time_is_one_line(tmp_path, capsys, monkeypatch
     line = "pil: needs the package Pillowxyz (module PILxyz), which is not installed: pip install Pillowxyz"
     assert out.count(line) == 1 and "ERROR " not in out
     assert "validation:  0 rejected" in out
+
+
+def test_a_missing_module_is_not_a_known_failure(tmp_path, capsys):
+    """A declared known failure explains the library's numbers, not an environment that lacks a
+    module (verl's loss code imports Pillow through verl/utils/dataset): the cases stay errors."""
+    (tmp_path / "t.py").write_text("def kl(logp, ref_logp, kind='k3', clamp=None):\n"
+                                   "    import PIL_absent_xyz.Image\n"
+                                   "T = {'name': 'pil', 'framework': 'numpy', 'objectives': {'kl.estimator': kl},\n"
+                                   "     'known_rules': [('pil-everything (bug): every case', lambda case, dtype: True)]}\n")
+    assert cli.main(["check", "--target", f"{tmp_path / 't.py'}:T", "--objective", "kl.estimator"]) == 1
+    out = capsys.readouterr().out
+    assert "needs the package PIL_absent_xyz" in out and " 0 known failures" in out

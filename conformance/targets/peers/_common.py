@@ -204,6 +204,27 @@ def representable_logits(*tensors, why: str) -> None:
             raise NotImplementedError(why)
 
 
+def loss_mask_labels(logits, labels, ignore_index):
+    """(mask, labels) for a library whose LM loss takes a loss mask instead of an ignore index (its
+    labels are the next input ids, never ignored): the counted tokens, and each ignored token given
+    its row's largest logit as label, so that its masked-out log-probability is finite as a real
+    token's is."""
+    import torch
+    counted = labels != ignore_index
+    return counted, torch.where(counted, labels, logits.detach().argmax(dim=-1))
+
+
+def has_neg_inf_logits(case) -> bool:
+    """Whether some logit of an lm.* case is −∞ (an impossible token)."""
+    return bool(np.isneginf(as_array(case.test["inputs"]["logits"])).any())
+
+
+def large_vocabulary(case) -> bool:
+    """Whether an lm.* case's rows are of Llama-3 size (V ≥ 2^16), where PyTorch's CPU softmax and
+    log_softmax kernels are about 100 ulps off (docs/lm.md, Pitfalls)."""
+    return as_array(case.test["inputs"]["logits"]).shape[-1] >= 2 ** 16
+
+
 def as_array(value) -> np.ndarray:
     """An input (or cotangent) of a vector as a float64 array."""
     return np.asarray(decode_input(value), dtype=np.float64)

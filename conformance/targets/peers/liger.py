@@ -1,5 +1,5 @@
 """``--target liger``: Liger-Kernel 0.8.5, the pure-PyTorch ``chunked_loss`` modules on CPU with
-compilation off (``compiled=False``; no Triton kernel is used).
+compilation off (``compiled=False``), and its Triton cross-entropy where Triton can run.
 
 - ``grpo.loss`` and ``grpo.clip``: ``LigerFusedLinearPPOBase._compute_loss_from_logps`` with
   ``LigerFusedLinearGRPOFunction.ppo_loss_fn`` — the per-chunk loss the fused module runs once it
@@ -19,6 +19,10 @@ compilation off (``compiled=False``; no Triton kernel is used).
   at a time through ``ignore_index`` labels for the per-row divergences). Infinite logits cannot
   come out of a linear layer: such vectors are outside this interface (``unsupported``).
 
+- ``lm.cross_entropy``: ``LigerCrossEntropyLoss``, the Triton kernel of ``liger_kernel/ops/cross_entropy.py``.
+  It runs on a CUDA device (``--device cuda``), or on CPU only through Triton's interpreter
+  (``TRITON_INTERPRET=1`` in the environment); otherwise its cases are unsupported, with that reason.
+
 The fused modules compute log-probabilities in float32 whatever the model's dtype
 (``fused_linear_ppo.py`` _selective_logprob_forward, ``fused_linear_preference.py`` chunk_forward):
 the adapter hands bfloat16/float16 log-probabilities to the GRPO, DPO, preference and k3 loss code as float32,
@@ -30,12 +34,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from conformance import catalog
 from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
     as_array,
     build,
+    decoded,
+    deviation_shows,
     label_smoothing_ignored_shows,
     load_or_explain,
     per_element,
@@ -382,10 +389,140 @@ def hinton(student_logits, teacher_logits, labels, temperature=1.0, alpha=0.5, t
     return _jsd(student_logits, teacher_logits, labels, 0.0, temperature, 1.0 - alpha, alpha)
 
 
+
+# --- lm.cross_entropy: the Triton cross-entropy kernel ---------------------------------------------
+
+CE = "liger_kernel/ops/cross_entropy.py"
+CE_MODULE = "liger_kernel/transformers/cross_entropy.py"
+
+CONVENTIONS += [
+    C("lm.cross_entropy", "reduction", ("mean", "sum", "none"), f"{CE_MODULE} LigerCrossEntropyLoss (reduction, "
+      f"default 'mean': Σ/n_non_ignore; label_smoothing (PyTorch's definition), lse_square_scale (the z-loss) and "
+      f"softcap in {CE} liger_cross_entropy_kernel)"),
+]
+ARITHMETIC += [
+    A("lm.cross_entropy", "careful", f"{CE}:31-60 (liger_cross_entropy_kernel: the online max and sum of "
+      "exponentials, the loss and the gradient of each row in float32 registers, rounded to the logits' dtype when "
+      "stored)"),
+]
+def _ce_float32_shows(case, dtype: str, tolerance) -> bool:
+    """Whether computing lm.cross_entropy in float32 (refimpl/arrays/lm.py on the logits rounded to
+    float32) moves its loss or gradient beyond ``tolerance``, the float64 bound."""
+    from conformance.numbers import decode_exact
+    from refimpl.arrays import lm as exact_lm
+    inputs, kw = decoded(case.test["inputs"]), dict(case.test["params"], **case.conventions)
+    labels = inputs["labels"].astype(np.int64)
+    cotangent = decoded(case.test["cotangents"])["loss"].astype(np.float32)
+    logits = inputs["logits"].astype(np.float32)
+    deviating = {"loss": exact_lm.cross_entropy(logits, labels, **kw),
+                 "grad:logits": exact_lm.cross_entropy_vjp(cotangent, logits, labels, **kw)["logits"]}
+    exact = {"loss": decode_exact(case.test["expected"]["loss"]), "grad:logits": decode_exact(case.test["grads"]["logits"])}
+    return deviation_shows(tolerance, exact, deviating)
+
+
+_CE_FLOAT32 = Finding(
+    "liger-cross-entropy-float32", "precision",
+    "liger_cross_entropy_kernel loads each row with .to(tl.float32) (online softmax, loss and gradient in float32) "
+    "and stores the loss in a float64 tensor: float64 logits get float32-accurate losses and gradients",
+    f"{CE} liger_cross_entropy_kernel: X_block = tl.load(...).to(tl.float32)",
+    where(objectives=("lm.cross_entropy",), dtypes=("float64",), shows=_ce_float32_shows))
+FINDINGS += [_CE_FLOAT32]
+
+# Objectives computed by Triton kernels: they run on a CUDA device (lossproof check --target liger --device
+# cuda), or on CPU through Triton's interpreter when TRITON_INTERPRET=1 is set before Liger is imported.
+TRITON_ONLY = ("lm.cross_entropy",)
+TRITON_FINDINGS = ("liger-cross-entropy-float32",)
+
+
+def triton_runnable(device: str = "cpu") -> bool:
+    """Whether Liger's Triton kernels can run here on ``device``: a CUDA device, or their interpreted
+    form (Triton's interpreter, chosen when liger_kernel/ops was imported with TRITON_INTERPRET=1)."""
+    if device.startswith("cuda"):
+        return True
+    from liger_kernel.ops import cross_entropy as ops
+    from triton.runtime.interpreter import InterpretedFunction
+    return isinstance(ops.liger_cross_entropy_kernel, InterpretedFunction)
+
+
+_TRITON_CPU = ("Liger 0.8.5's cross-entropy is a Triton kernel (liger_kernel/ops/cross_entropy.py): run it on a "
+               "CUDA device (lossproof check --target liger --device cuda), or on CPU through Triton's interpreter "
+               "(TRITON_INTERPRET=1 lossproof check --target liger)")
+
+
+def _triton_arguments(rows, labels, ignore_index, vocabulary, softcap, reduction, normalizer) -> None:
+    """Refuse (unsupported, with the reason) what Liger's Triton cross-entropy cannot run here or
+    cannot express: no CUDA device and no interpreter; a normalizer; softcap under the interpreter;
+    labels the kernel would read out of bounds."""
+    if not triton_runnable(rows.device.type):
+        raise NotImplementedError(_TRITON_CPU)
+    if normalizer is not None and reduction == "mean":
+        raise NotImplementedError("Liger's cross-entropy divides by its own non-ignored count (no normalizer)")
+    if softcap is not None and rows.device.type != "cuda":
+        raise NotImplementedError("softcap under Triton's interpreter: the kernel's softcap.to(tl.float32) needs the "
+                                  "scalar tensor the device launcher makes of a float argument; run on CUDA")
+    # The kernel loads Y[i] for each of the N rows and X[i, y] without bounds checks: a shorter label
+    # vector or a label outside [0, V) reads out of bounds (Triton's interpreter crashes the process; on
+    # the device an illegal address or a garbage read). Such inputs are not run.
+    counted = labels != ignore_index
+    if labels.shape != rows.shape[:1] or bool(((labels[counted] < 0) | (labels[counted] >= vocabulary)).any()):
+        raise NotImplementedError("labels not one per row in [0, V) or ignore_index: Liger's kernel reads them "
+                                  "without a bounds check; not run")
+
+
+def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                  reduction="mean", normalizer=None):
+    """LigerCrossEntropyLoss(ignore_index, lse_square_scale=z_loss, label_smoothing, reduction, softcap).
+    The kernel writes the gradient into its input in place (liger_kernel/ops/cross_entropy.py: 'store
+    X_ptr gradient in X_ptr'): it gets a copy, as it gets a model's output in training."""
+    _triton_arguments(logits, labels, ignore_index, logits.shape[-1], softcap, reduction, normalizer)
+    from liger_kernel.transformers.cross_entropy import LigerCrossEntropyLoss
+    loss_fn = LigerCrossEntropyLoss(ignore_index=ignore_index, lse_square_scale=z_loss,
+                                    label_smoothing=label_smoothing, reduction=reduction, softcap=softcap)
+    return loss_fn(logits.clone(), labels)
+
+
+# --- lm.linear_cross_entropy: the fused lm-head cross-entropy (declared where the catalog has it) --------
+
+FLCE = "liger_kernel/ops/fused_linear_cross_entropy.py"
+FLCE_MODULE = "liger_kernel/transformers/fused_linear_cross_entropy.py"
+LINEAR = "lm.linear_cross_entropy"
+_HAS_LINEAR = any(o.id == LINEAR for o in catalog.OBJECTIVES)
+
+
+def linear_cross_entropy(hidden, weight, labels, bias=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                         softcap=None, reduction="mean", normalizer=None):
+    """LigerFusedLinearCrossEntropyLoss(ignore_index, lse_square_scale=z_loss, label_smoothing, reduction,
+    softcap)(weight, hidden, labels, bias): per chunk of rows the logits hidden @ weight.T (+ bias) in the
+    inputs' dtype, then the cross-entropy kernel of lm.cross_entropy (same Triton conditions)."""
+    _triton_arguments(hidden, labels, ignore_index, weight.shape[0], softcap, reduction, normalizer)
+    from liger_kernel.transformers.fused_linear_cross_entropy import (
+        LigerFusedLinearCrossEntropyLoss,
+    )
+    loss_fn = LigerFusedLinearCrossEntropyLoss(ignore_index=ignore_index, lse_square_scale=z_loss,
+                                               label_smoothing=label_smoothing, reduction=reduction, softcap=softcap)
+    return loss_fn(weight, hidden, labels, bias)
+
+
+if _HAS_LINEAR:
+    CONVENTIONS.append(C(LINEAR, "reduction", ("mean", "sum", "none"), f"{FLCE_MODULE} "
+                         "LigerFusedLinearCrossEntropyLoss (reduction, default 'mean': Σ/n_non_ignore; no normalizer)"))
+    ARITHMETIC.append(A(LINEAR, "careful", f"{FLCE}:160-170 (the logits of a chunk by torch.mm in the inputs' "
+                        "dtype, then liger_cross_entropy_kernel in float32 registers)"))
+    FINDINGS.append(Finding(
+        "liger-fused-linear-cross-entropy-float32", "precision",
+        "fused_linear_cross_entropy_forward accumulates the per-token losses in torch.zeros(BT, dtype=torch.float32) "
+        "and runs the float32 cross-entropy kernel: float64 inputs give a float32 loss (narrower dtype)",
+        f"{FLCE} fused_linear_cross_entropy_forward: loss_1d = torch.zeros(BT, dtype=torch.float32)",
+        where(objectives=(LINEAR,), dtypes=("float64",)), results=("valid", "acceptable")))
+    TRITON_ONLY += (LINEAR,)
+    TRITON_FINDINGS += ("liger-fused-linear-cross-entropy-float32",)
+
+
 def target():
     version = require("liger_kernel", "liger-kernel", VERSION, INSTALL)
     load_or_explain(_mods, "liger-kernel", INSTALL)
     objectives = {"grpo.loss": grpo_loss, "grpo.clip": clip, "kl.estimator": kl_estimator, "dpo.loss": dpo_loss,
                   "distill.hinton": hinton, "distill.token_kl": token_kl, "distill.generalized_jsd": generalized_jsd,
-                  "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo, "preference.kto": kto}
+                  "preference.cpo": cpo, "preference.simpo": simpo, "preference.orpo": orpo, "preference.kto": kto,
+                  "lm.cross_entropy": cross_entropy, **({LINEAR: linear_cross_entropy} if _HAS_LINEAR else {})}
     return build("liger", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC)

@@ -6,6 +6,11 @@ and ``trainer/ppo_utils/experience_maker.py`` (``RemoteExperienceMaker.compute_a
 driven without a model or Ray: the group-norm advantages). ``grpo.loss`` joins the pieces as the
 actor does (``trainer/ray/ppo_actor.py`` training step: ``loss = actor_loss + kl_loss * kl_ctl``).
 
+``lm.token_logprobs`` is ``models/utils.py log_probs_from_logits``, ``lm.entropy`` the body of its
+``compute_entropy`` (a ``@torch.compile`` function), ``lm.cross_entropy`` the SFT trainer's ``SFTLoss`` on
+those log-probabilities, ``ppo.value_loss`` ``ValueLoss`` and ``reward.pairwise`` ``PairWiseLoss`` /
+``LogExpLoss``.
+
 OpenRLHF's modules import DeepSpeed, vLLM, flash-attn and Ray at import time (GPU-only or cluster
 packages). They are loaded with the package ``__init__`` files skipped and those packages replaced
 by placeholders while importing (never called by the loss code). Install:
@@ -31,8 +36,11 @@ from conformance.targets.peers._common import (
     deviation_shows,
     equal_group_mean_inexact,
     has_empty_row,
+    has_neg_inf_logits,
+    large_vocabulary,
     load_or_explain,
     log_ratio_clamp_changes,
+    loss_mask_labels,
     per_element,
     require,
     where,
@@ -504,6 +512,156 @@ def rollout_correction(old_logp, rollout_logp, mask, level="token", correction="
     return weights
 
 
+
+# --- lm.*, ppo.value_loss, reward.pairwise ---------------------------------------------------------
+
+SFT = "openrlhf/trainer/sft_trainer.py"
+CRITIC = "openrlhf/trainer/ray/ppo_critic.py"
+RM = "openrlhf/trainer/rm_trainer.py"
+
+CONVENTIONS += [
+    C("lm.cross_entropy", "reduction", ("mean",), f"{SFT} (loss_fn = SFTLoss(): {LOSS} aggregate_loss "
+      "token_level_loss=True, −Σ log-probabilities of the loss-mask tokens / batch_num_tokens, the window's "
+      "all-reduced token count from openrlhf/utils/loss_utils.py get_loss_batch_info; GPTLMLoss, "
+      "nn.CrossEntropyLoss(ignore_index=-100) mean, is exported but no trainer uses it)"),
+    C("ppo.value_loss", "clip_range_value", (0.5, 0.2, None), f"{LOSS} ValueLoss(clip_eps) (--critic.value_clip, "
+      f"default 0.5 in {CLI}; None: the plain squared error): old_values + (values − old_values).clamp(±clip_eps)"),
+    C("ppo.value_loss", "half", (True,), f"{LOSS} ValueLoss.forward (return 0.5 * loss)"),
+    C("ppo.value_loss", "aggregation", ("token-mean",), f"{CRITIC} (critic_loss_fn = ValueLoss(value_clip): "
+      "token_level_loss keeps its default True)"),
+    C("reward.pairwise", "form", ("sigmoid", "log-exp"), f"{RM} (--model.loss_type 'sigmoid' (default): "
+      f"PairWiseLoss, −logsigmoid(r_c − r_r − margin).mean(); otherwise LogExpLoss, log(1 + exp(r_r − r_c)).mean(), "
+      f"margin ignored; {LOSS})"),
+]
+
+ARITHMETIC += [
+    A("lm.token_logprobs", "native", f"{UTILS}:190-196 (log_probs_from_logits: bfloat16/float16 rows through "
+      "F.log_softmax in their dtype, whose CPU kernel returns (z − max) − log Σ with the log-sum rounded to the dtype "
+      "first: log q_y near 0 cancels); float32/float64: gather − logsumexp"),
+    A("lm.entropy", "native", f"{UTILS}:216-219 (compute_entropy: logsumexp(z) − Σ softmax(z)·z in the logits' "
+      "dtype: two rounded terms of similar size cancel)"),
+    A("lm.cross_entropy", "native", f"{LOSS}:87-113 (SFTLoss on the log-probabilities of {UTILS}:190-196, "
+      "F.log_softmax in the logits' dtype, as lm.token_logprobs)"),
+    A("ppo.value_loss", "native", f"{LOSS}:282-286 (ValueLoss: values_clipped = old_values + (values − "
+      "old_values).clamp(±ε) in the dtype, two roundings that move an unclipped V_c off V, and V_c − R then cancels "
+      "where R ≈ V)"),
+    A("reward.pairwise", "careful", f"{LOSS}:306-326 (PairWiseLoss: F.logsigmoid per pair, mean; LogExpLoss: "
+      "log(1 + exp(·)) per pair, mean)"),
+]
+
+
+def _margin_ignored_shows(case, dtype: str, tolerance) -> bool:
+    """Whether dropping the margins (LogExpLoss) moves the loss or a gradient of a log-exp case beyond
+    ``tolerance`` (refimpl/arrays/reward.py with and without them)."""
+    from refimpl.arrays import reward as exact_reward
+    inputs, declared = decoded(case.test["inputs"]), arguments(case)
+    if "margin" not in inputs or not np.any(inputs["margin"]):
+        return False
+    cotangent = decoded(case.test["cotangents"])["loss"]
+    without = {k: v for k, v in inputs.items() if k != "margin"}
+    exact, deviating = ({"loss": exact_reward.pairwise(**x, **declared),
+                         **{f"grad:{n}": g for n, g in exact_reward.pairwise_vjp(cotangent, **x, **declared).items()}}
+                        for x in (inputs, without))
+    return deviation_shows(tolerance, exact, deviating)
+
+
+_ENTROPY_NEG_INF = Finding(
+    "openrlhf-entropy-neg-inf-nan", "bug",
+    "compute_entropy forms Σ softmax(z)·z: at a logit of −∞ (an impossible token) that is 0·(−∞) = NaN, so the "
+    "row's entropy and gradient are NaN where the exact entropy ignores the token",
+    f"{UTILS} compute_entropy: torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)",
+    where(objectives=("lm.entropy",), test=has_neg_inf_logits))
+_LOGEXP_MARGIN = Finding(
+    "openrlhf-logexp-ignores-margin", "bug",
+    "LogExpLoss.forward takes margin and never reads it: with --model.loss_type logexp and "
+    "--model.margin_loss_enable the reward model trains on log(1 + exp(r_r − r_c)) without the margins. Repro: "
+    "lossproof check --target openrlhf --uid reward.pairwise:d967cfbc7ca94147",
+    f"{LOSS} LogExpLoss.forward: loss = torch.log(1 + torch.exp(reject_reward - chosen_reward)).mean()",
+    where(objectives=("reward.pairwise",), conventions={"form": "log-exp"}, shows=_margin_ignored_shows))
+def _logexp_literal_shows(case, dtype: str, tolerance) -> bool:
+    """Whether the literal log(1 + exp(r_r − r_c)) in ``dtype`` (torch, as LogExpLoss writes it;
+    no margin) is beyond ``tolerance`` of the exact loss: e^x overflows to inf, or 1 + e^x absorbs
+    a small e^x (to 1, or to a few of its digits)."""
+    import torch
+    inputs = decoded(case.test["inputs"])
+    dt = getattr(torch, dtype)
+    x = torch.tensor(inputs["rejected_rewards"], dtype=dt) - torch.tensor(inputs["chosen_rewards"], dtype=dt)
+    literal = float(torch.log(1 + torch.exp(x)).mean()) if x.numel() else 0.0
+    exact = np.asarray(decode_exact(case.test["expected"]["loss"]), dtype=np.float64)
+    return deviation_shows(tolerance, {"loss": exact}, {"loss": np.asarray(literal)})
+
+
+_ENTROPY_LARGE_V = Finding(
+    "openrlhf-entropy-cpu-softmax-large-vocabulary", "numerics",
+    "compute_entropy takes torch.nn.functional.softmax, whose CPU kernel is about 100 ulps off on a Llama-3-sized "
+    "row (V = 128256; docs/lm.md): Σ p·z, and the entropy, are 12× the bound off in float64 and float32",
+    f"{UTILS} compute_entropy: pd = torch.nn.functional.softmax(logits, dim=-1)",
+    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=large_vocabulary))
+_LOGEXP_LITERAL = Finding(
+    "openrlhf-logexp-overflow-absorption", "numerics",
+    "LogExpLoss evaluates log(1 + exp(r_r − r_c)) literally: exp overflows to inf (loss and gradients inf/NaN) once "
+    "r_r − r_c exceeds 88.7 in float32 (11.1 in float16, 709.8 in float64), and 1 + e^x absorbs a small e^x, so a "
+    "well-separated pair contributes 0 (or a few digits) where log1p(e^x) ≈ e^x; F.softplus or −F.logsigmoid(r_c − "
+    "r_r) has neither problem",
+    f"{LOSS} LogExpLoss.forward: torch.log(1 + torch.exp(reject_reward - chosen_reward))",
+    where(objectives=("reward.pairwise",), conventions={"form": "log-exp"}, shows=_logexp_literal_shows))
+FINDINGS += [_ENTROPY_NEG_INF, _ENTROPY_LARGE_V, _LOGEXP_MARGIN, _LOGEXP_LITERAL]
+
+
+def token_logprobs(logits, labels, temperature=1.0):
+    """log_probs_from_logits(logits, labels, temperature), which divides its argument in place
+    (logits.div_): it gets a copy, as the actor gives it a model output, not a leaf. The actor casts
+    the logits to float32 first (models/actor.py); the function is checked in the inputs' dtype."""
+    return _mod("models.utils").log_probs_from_logits(logits.clone(), labels, temperature)
+
+
+def entropy(logits, temperature=1.0):
+    """compute_entropy of logits divided in place by T (models/actor.py: output["logits"].div_(T)). It
+    is @torch.compile'd; its uncompiled body is called (no C++ compiler on the CPU target)."""
+    scaled = logits.clone()
+    if temperature != 1.0:
+        scaled.div_(temperature)
+    return _mod("models.utils").compute_entropy._torchdynamo_orig_callable(scaled)
+
+
+def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                  reduction="mean", normalizer=None):
+    """The SFT trainer's loss (trainer/sft_trainer.py): SFTLoss()(log_probs_from_logits(...), loss_mask,
+    **loss_batch_info), batch_num_tokens = the normalizer (the accumulation window's token count)
+    or the local count."""
+    if label_smoothing or z_loss or softcap is not None:
+        raise NotImplementedError("OpenRLHF 0.11.2 SFTLoss has no label smoothing, z-loss or soft-capping")
+    counted, targets = loss_mask_labels(logits, labels, ignore_index)
+    logps = _mod("models.utils").log_probs_from_logits(logits.clone().unsqueeze(0), targets.unsqueeze(0))
+    info = _mod("utils.loss_utils").get_loss_batch_info(SimpleNamespace(), counted.unsqueeze(0),
+                                                        batch_num_tokens=normalizer)
+    return _mod("models.loss").SFTLoss()(logps, counted.unsqueeze(0), dp_size=info["dp_size"],
+                                         batch_num_tokens=info["batch_num_tokens"])
+
+
+def value_loss(values, old_values, returns, mask, clip_range_value=None, half=False, aggregation="token-mean"):
+    """ValueLoss(value_clip) as the critic calls it (trainer/ray/ppo_critic.py: a boolean action mask,
+    loss_batch_info); it always halves (half False is not declared)."""
+    on = mask.to(bool)
+    return _mod("models.loss").ValueLoss(clip_range_value)(values, old_values, returns, action_mask=on,
+                                                           **_batch_info(on))
+
+
+def pairwise(chosen_rewards, rejected_rewards, margin=None, center_rewards_coefficient=None, form="sigmoid"):
+    """PairWiseLoss (form 'sigmoid') or LogExpLoss ('log-exp'), as the reward-model trainer picks them
+    (trainer/rm_trainer.py); neither has a centring term."""
+    if center_rewards_coefficient is not None:
+        raise NotImplementedError("OpenRLHF 0.11.2's reward losses have no centring term")
+    loss = _mod("models.loss")
+    fn = loss.PairWiseLoss() if form == "sigmoid" else loss.LogExpLoss()
+    return fn(chosen_rewards, rejected_rewards, margin)
+
+
+_LM_PPO_REWARD_OBJECTIVES = {"lm.token_logprobs": token_logprobs, "lm.entropy": entropy,
+                             "lm.cross_entropy": cross_entropy, "ppo.value_loss": value_loss,
+                             "reward.pairwise": pairwise}
+
+
 def _load():
     return [_mod(m) for m in ("models.loss", "models.utils", "utils.loss_utils", "trainer.ppo_utils.experience_maker")]
 
@@ -513,6 +671,6 @@ def target():
     load_or_explain(_load, "openrlhf", INSTALL)
     objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
                   "grpo.clip": clip, "grpo.aggregate": aggregate, "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
-                  "dpo.loss": dpo_loss, "grpo.rollout_correction": rollout_correction}
+                  "dpo.loss": dpo_loss, "grpo.rollout_correction": rollout_correction, **_LM_PPO_REWARD_OBJECTIVES}
     return build("openrlhf", version, objectives, CONVENTIONS + CORRECTION, FINDINGS, ARITHMETIC,
                  alternatives=ALTERNATIVES)

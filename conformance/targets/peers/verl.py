@@ -8,6 +8,12 @@ both aggregated with ``loss_agg_mode``). verl's package ``__init__`` imports Ray
 Install: ``pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson``
 then ``pip install omegaconf codetiming`` (or ``scripts/install-peers.sh``).
 
+``lm.token_logprobs`` and ``lm.entropy`` call ``verl/utils/torch_functional.py``
+``logprobs_from_logits`` and ``entropy_from_logits`` on the logits divided by the temperature as
+the FSDP engine does it; ``lm.cross_entropy`` is the SFT trainer's ``sft_loss``
+(``verl/workers/utils/losses.py``) on those log-probabilities; ``ppo.value_loss`` is
+``compute_value_loss``. ``sft_loss`` reaches ``verl/utils/dataset``, which imports Pillow.
+
 A convention value verl has no setting for (e.g. ``dual_clip=None``: verl always applies the
 dual clip) is computed with verl's fixed behaviour: under ``--as-paper`` that is where the
 deviations show.
@@ -31,8 +37,11 @@ from conformance.targets.peers._common import (
     equal_group_mean_inexact,
     global_test,
     has_empty_row,
+    has_neg_inf_logits,
+    large_vocabulary,
     load_or_explain,
     log_ratio_clamp_changes,
+    loss_mask_labels,
     per_element,
     require,
     where,
@@ -563,13 +572,177 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="none"):
     return out["distillation_losses"][0]
 
 
+
+# --- lm.*, ppo.value_loss: token log-probabilities, entropy, the SFT loss and the critic loss -------
+
+TF = "verl/utils/torch_functional.py"
+LOSSES = "verl/workers/utils/losses.py"
+ENGINE = "verl/workers/engine/fsdp/transformer_impl.py"
+CRITIC_YAML = "verl/trainer/config/critic/critic.yaml"
+
+CONVENTIONS += [
+    C("lm.cross_entropy", "reduction", ("mean",), f"{LOSSES} sft_loss (-masked_sum(log_prob, mask) / "
+      "batch_num_tokens * dp_size: the mean over the counted tokens, or over the normalizer given as the "
+      "mini-batch's all-reduced token count; no 'sum' or 'none' setting)"),
+    C("ppo.value_loss", "clip_range_value", (0.5, 0.2), f"{CORE} compute_value_loss (cliprange_value, 0.5 in "
+      f"{CRITIC_YAML}; always clipped: clip_by_value(vpreds, values − ε, values + ε))"),
+    C("ppo.value_loss", "half", (True,), f"{CORE} compute_value_loss (vf_loss = 0.5 * agg_loss(...))"),
+    C("ppo.value_loss", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                        "seq-mean-token-sum-norm"),
+      f"{CORE} compute_value_loss → agg_loss (critic loss_agg_mode, the actor's, token-mean by default in "
+      f"{CRITIC_YAML}; {LOSSES} value_loss passes response_mask.to(bool), so seq-mean-token-mean's int64 "
+      "count + 1e-8 is formed in float32, where the ε is lost)"),
+]
+
+ARITHMETIC += [
+    A("lm.token_logprobs", "native", f"{TF}:196-205 (logprobs_from_logits_v2: bfloat16/float16 rows through "
+      "F.log_softmax in their dtype, whose CPU kernel returns (z − max) − log Σ with the log-sum rounded to the dtype "
+      "first: log q_y near 0 cancels; measured up to 0.25 from the float32 result rounded once)"),
+    A("lm.entropy", "native", f"{TF}:243-244 (entropy_from_logits: logsumexp(z) − Σ softmax(z)·z in the logits' "
+      "dtype: two rounded terms of similar size cancel)"),
+    A("lm.cross_entropy", "native", f"{LOSSES}:28-52 (sft_loss on the log-probabilities of {TF}:196-205, "
+      "F.log_softmax in the logits' dtype, as lm.token_logprobs)"),
+    A("ppo.value_loss", "careful", f"{CORE}:2171-2183 (compute_value_loss: clipped squares, then agg_loss's torch "
+      "sums and divisions by counts: the roundings of terms and partial sums the careful model grants)"),
+]
+
+
+def _band_edge(case, dtype: str) -> bool:
+    """Whether some selected token of a clipped ppo.value_loss case has V = V_old ± ε in ``dtype``:
+    exactly, or because V_old ∓ ε rounded to the dtype (torch, as compute_value_loss forms the bounds)
+    lands on V."""
+    import torch
+    inputs, eps = decoded(case.test["inputs"]), arguments(case)["clip_range_value"]
+    if eps is None:
+        return False
+    values, old = (torch.tensor(inputs[n], dtype=getattr(torch, dtype)) for n in ("values", "old_values"))
+    tie = (values == old - eps) | (values == old + eps)
+    return bool((tie.numpy() & (inputs["mask"] != 0)).any())
+
+
+def _temperature_float32_shows(case, dtype: str, tolerance) -> bool:
+    """Whether dividing by float32(T) instead of T (the engine's temperature tensor) moves an output
+    or gradient of an lm.token_logprobs / lm.entropy case beyond ``tolerance`` (refimpl/arrays/lm.py
+    at both temperatures, in float64)."""
+    from refimpl.arrays import lm as exact_lm
+    t = arguments(case)["temperature"]
+    if t is None or float(np.float32(t)) == t:
+        return False
+    inputs, cotangents = decoded(case.test["inputs"]), decoded(case.test["cotangents"])
+    name = case.objective.split(".")[1]
+    fn, vjp = getattr(exact_lm, name), getattr(exact_lm, f"{name}_vjp")
+    if "labels" in inputs:
+        inputs["labels"] = inputs["labels"].astype(np.int64)
+    label = "logp" if name == "token_logprobs" else "entropy"
+    exact, deviating = ({label: fn(**inputs, temperature=temp),
+                         "grad:logits": vjp(cotangents[label], **inputs, temperature=temp)["logits"]}
+                        for temp in (t, float(np.float32(t))))
+    return deviation_shows(tolerance, exact, deviating)
+
+
+_ENTROPY_NEG_INF = Finding(
+    "verl-entropy-neg-inf-nan", "bug",
+    "entropy_from_logits forms Σ softmax(z)·z: at a logit of −∞ (an impossible token) that is 0·(−∞) = NaN, so "
+    "the row's entropy and gradient are NaN where the exact entropy ignores the token. Repro: "
+    "entropy_from_logits(torch.tensor([[0.0, -float('inf')]])) → nan",
+    f"{TF} entropy_from_logits: torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)",
+    where(objectives=("lm.entropy",), test=has_neg_inf_logits))
+_VALUE_BAND_EDGE = Finding(
+    "verl-value-band-edge-gradient", "bug",
+    "at V − V_old = ±ε exactly, clip_by_value = torch.max(torch.min(x, hi), lo) splits the gradient of the tie "
+    "x = hi (or lo) in halves, and torch.max of the two then equal squares splits it again: the gradient of V is "
+    "(½ + ½·½) = ¾ of 2s(V − R) where the loss is differentiable. Repro: lossproof check --target verl --uid "
+    "ppo.value_loss:9bf562d7fc462333",
+    f"{TF} clip_by_value: torch.max(torch.min(x, tensor_max), tensor_min); {CORE} compute_value_loss",
+    lambda c, dtype: c.objective == "ppo.value_loss" and _band_edge(c, dtype))
+_TEMPERATURE_FLOAT32 = Finding(
+    "verl-temperature-float32", "precision",
+    "the FSDP engine builds the batch's temperature tensor in float32 (temperature.to(torch.float32)) and divides "
+    "the logits by it cast to their dtype: float64 logits are divided by float32(T), e.g. 0.699999988 for T = 0.7, "
+    "so log-probabilities and entropies at such a T are float32-accurate",
+    f"{ENGINE} prepare_model_inputs and _scale_logits_by_temperature: temperature.to(torch.float32); "
+    "logits / temperature.clamp(min=1e-8).to(logits.dtype)",
+    where(objectives=("lm.token_logprobs", "lm.entropy"), dtypes=("float64",), shows=_temperature_float32_shows))
+_SOFTMAX_LARGE_V = Finding(
+    "verl-entropy-cpu-softmax-large-vocabulary", "numerics",
+    "entropy_from_logits takes torch.nn.functional.softmax, whose CPU float64 kernel is about 100 ulps off on a "
+    "Llama-3-sized row (V = 128256; docs/lm.md, PyTorch's CPU log_softmax/softmax at V = 128256): Σ p·z, and the "
+    "entropy, are then 1e-12 off where exp(z − logsumexp(z)) is within a few ulps",
+    f"{TF} entropy_from_logits: pd = torch.nn.functional.softmax(logits, dim=-1)",
+    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=large_vocabulary))
+FINDINGS += [_ENTROPY_NEG_INF, _VALUE_BAND_EDGE, _TEMPERATURE_FLOAT32, _SOFTMAX_LARGE_V]
+
+
+def _tf():
+    return import_bare("verl.utils.torch_functional", packages=("verl",), absent=("ray",))
+
+
+def _scaled(logits, temperature):
+    """The logits as the FSDP engine hands them to logprobs_from_logits and entropy_from_logits
+    (verl/workers/engine/fsdp/transformer_impl.py _scale_logits_by_temperature; that module needs
+    peft, so it is not imported): unchanged at T = 1, else divided by the batch's temperature
+    tensor, which prepare_model_inputs builds in float32, clamped at 1e-8 and cast to the logits'
+    dtype."""
+    import torch
+    if temperature == 1.0:
+        return logits
+    t = torch.tensor(temperature, dtype=torch.float32, device=logits.device)
+    return logits / t.clamp(min=1e-8).to(logits.dtype)
+
+
+def token_logprobs(logits, labels, temperature=1.0):
+    """logprobs_from_logits on the engine's temperature-scaled logits (flash-attn's Triton
+    cross-entropy, its GPU path, is absent on CPU: logprobs_from_logits_v2)."""
+    return _tf().logprobs_from_logits(_scaled(logits, temperature), labels)
+
+
+def entropy(logits, temperature=1.0):
+    return _tf().entropy_from_logits(_scaled(logits, temperature))
+
+
+def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                  reduction="mean", normalizer=None):
+    """sft_loss (the SFT trainer's loss, verl/trainer/sft_trainer.py) on the log-probabilities of
+    logprobs_from_logits, right-padded: the loss mask is the labels other than ignore_index
+    (_common.loss_mask_labels); batch_num_tokens is the normalizer (the trainer's all-reduced token
+    count of the mini-batch) or the local count."""
+    import torch
+    from tensordict import TensorDict
+    if label_smoothing or z_loss or softcap is not None:
+        raise NotImplementedError("verl 0.9.1 sft_loss has no label smoothing, z-loss or soft-capping")
+    losses = import_bare("verl.workers.utils.losses", packages=("verl",), absent=("ray",))
+    counted, targets = loss_mask_labels(logits, labels, ignore_index)
+    log_prob = _tf().logprobs_from_logits(logits.unsqueeze(0), targets.unsqueeze(0))
+    tokens = int(counted.sum()) if normalizer is None else normalizer
+    if float(tokens) != int(tokens):
+        raise NotImplementedError("verl's batch_num_tokens is a token count (an integer)")
+    data = TensorDict({"dp_size": torch.tensor(1), "batch_num_tokens": torch.tensor(int(tokens)),
+                       "response_mask": counted.unsqueeze(0)}, batch_size=[])
+    data["pad_mode"] = losses.DatasetPadMode.RIGHT
+    return losses.sft_loss(None, {"log_probs": log_prob}, data)[0]
+
+
+def value_loss(values, old_values, returns, mask, clip_range_value=None, half=False, aggregation="token-mean"):
+    """compute_value_loss as the critic's value_loss calls it (verl/workers/utils/losses.py:
+    response_mask.to(bool)); verl always clips and halves (clip_range_value None and half False are
+    not declared)."""
+    vf_loss, _ = _core().compute_value_loss(vpreds=values, returns=returns, values=old_values,
+                                            response_mask=mask.to(bool), cliprange_value=clip_range_value,
+                                            loss_agg_mode=aggregation)
+    return vf_loss
+
+
+_LM_PPO_OBJECTIVES = {"lm.token_logprobs": token_logprobs, "lm.entropy": entropy, "lm.cross_entropy": cross_entropy,
+                      "ppo.value_loss": value_loss}
+
+
 def target():
     version = require("verl", "verl", VERSION, INSTALL)
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
                   "grpo.clip": clip, "grpo.aggregate": aggregate,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
-                  "grpo.rollout_correction": rollout_correction, "distill.sparse_kl": sparse_kl}
+                  "grpo.rollout_correction": rollout_correction, "distill.sparse_kl": sparse_kl, **_LM_PPO_OBJECTIVES}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
     return build("verl", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
                  steps=steps, split_findings=SPLIT_FINDINGS, temperature_free=("distill.sparse_kl",))
