@@ -27,7 +27,7 @@ pip install --quiet "omegaconf==2.3.1" "codetiming==1.4.0"
 pip install --quiet --no-deps "tensordict==0.10.0" "pyvers==0.1.0" "cloudpickle" "orjson"
 # Pillow: verl/utils/dataset/__init__.py imports rl_dataset.py (`from PIL import Image`), which the loss code
 # reaches through verl/workers/utils/losses.py (sft_loss) and the distillation losses.
-pip install --quiet "pillow"
+pip install --quiet "pillow==13.0.0"
 
 "$PYTHON" - <<'PY'
 import torch
