@@ -693,7 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "cross-entropy against its three GEMMs, naive torch and the libraries)")
     bn.add_argument("--method", action="append", metavar="NAME",
                     help=", ".join(bench_methods.METHODS) + "; for linear_cross_entropy: gemms, lossproof, "
-                         "lossproof-tiles, naive, liger, verl")
+                         "lossproof-tiles, naive, torch-chunked, liger, verl")
     bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3; 2 with --quick)")
     bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
     bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")

@@ -10,6 +10,9 @@ hidden [N,H], weight [V,H], labels [N] (float32 by default), with gradients wrt 
   (row chunks; on a CPU the compiled row kernel of ``refimpl.torch._compiled``);
 - ``lossproof-tiles``: the same with the compiled kernel switched off (the torch row chunks);
 - ``naive``: ``F.linear`` then ``F.cross_entropy``, then autograd;
+- ``torch-chunked``: PyTorch's own ``F.linear_cross_entropy`` with
+  ``options=LinearCrossEntropyOptions()`` (torch/nn/modules/linear_cross_entropy.py: row chunks,
+  gradients precomputed in forward; new in the installed torch, CPU included);
 - ``liger``: Liger-Kernel 0.8.5's ``LigerFusedLinearCrossEntropyFunction``
   (liger_kernel/ops/fused_linear_cross_entropy.py), Triton kernels;
 - ``verl``: verl 0.9.1's ``linear_cross_entropy`` (verl/utils/kernel/linear_cross_entropy.py,
@@ -35,7 +38,7 @@ import time
 
 from conformance.bench import memory
 
-METHODS = ("gemms", "lossproof", "lossproof-tiles", "naive", "liger", "verl")
+METHODS = ("gemms", "lossproof", "lossproof-tiles", "naive", "torch-chunked", "liger", "verl")
 DEFAULT_SIZE = (2048, 1024, 32768)
 QUICK_SIZE = (256, 256, 4096)
 TARGETS = {"time_vs_gemms": 1.3, "peak_extra_fraction": 0.10}
@@ -87,6 +90,12 @@ def _naive(hid, w, y):
     F.cross_entropy(F.linear(hid, w), y).backward()
 
 
+def _torch_chunked(hid, w, y):
+    import torch.nn.functional as F  # optional dependency
+    from torch.nn import LinearCrossEntropyOptions
+    F.linear_cross_entropy(hid, w, y, options=LinearCrossEntropyOptions()).backward()
+
+
 def _liger(hid, w, y):
     from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
     LigerFusedLinearCrossEntropyFunction.apply(hid, w, y)[0].backward()
@@ -101,13 +110,14 @@ def _verl(hid, w, y):
 def runner(method: str, G=None):
     """The method's forward + backward ``fn(hidden, weight, labels)``."""
     return {"gemms": lambda: _gemms(G), "lossproof": lambda: _lossproof(True),
-            "lossproof-tiles": lambda: _lossproof(False), "naive": lambda: _naive, "liger": lambda: _liger,
+            "lossproof-tiles": lambda: _lossproof(False), "naive": lambda: _naive,
+            "torch-chunked": lambda: _torch_chunked, "liger": lambda: _liger,
             "verl": lambda: _verl}[method]()
 
 
 def why_not_runnable(method: str, dtype) -> str | None:
     """None where ``method`` runs here, else the reason (its error on a tiny input)."""
-    if method not in ("liger", "verl"):
+    if method not in ("liger", "verl", "torch-chunked"):
         return None
     hid, w, y = inputs(4, 8, 16, dtype)
     try:
@@ -119,7 +129,8 @@ def why_not_runnable(method: str, dtype) -> str | None:
         first = (str(err).strip().splitlines() or [""])[0][:200]
         where = "verl/utils/kernel/kernels.py: efficient_entropy_forward asserts hidden.is_cuda" \
             if method == "verl" and isinstance(err, AssertionError) else ""
-        return (f"not runnable on this device: {type(err).__name__}: {first or where}"
+        head = "not available in this torch" if method == "torch-chunked" else "not runnable on this device"
+        return (f"{head}: {type(err).__name__}: {first or where}"
                 + (f" ({where})" if where and first else "")
                 + ("; its kernels are Triton (CUDA) only" if method in ("liger", "verl") else ""))
     return None

@@ -65,14 +65,20 @@ def _summary():
         print(f"{key}: worst err/bound {r:.3g}")
 
 
-@pytest.fixture(params=["compiled", "torch"])
-def path(request, monkeypatch):
-    """The compiled row kernel (skipped where it cannot be built) or the torch chunks."""
-    if request.param == "compiled":
+def _route(name, monkeypatch):
+    """'compiled': the compiled row kernel (skipped where it cannot be built); 'torch': the torch
+    chunks; 'plain': lm.cross_entropy's plain path (``lm.FUSED = False``)."""
+    if name == "compiled":
         if _compiled.library() is None:
             pytest.skip(f"compiled CPU kernels unavailable: {_compiled.status()['reason']}")
     else:
         monkeypatch.setattr(_compiled, "ENABLED", False)
+    monkeypatch.setattr(lm, "FUSED", name != "plain")
+
+
+@pytest.fixture(params=["compiled", "torch"])
+def path(request, monkeypatch):
+    _route(request.param, monkeypatch)
     return request.param
 
 
@@ -206,10 +212,12 @@ def test_linear_matches_exact(kw, dtype, mode, path):
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("kw", CONVENTIONS, ids=_id)
-def test_logits_path_matches_exact(kw, dtype, path):
+@pytest.mark.parametrize("route", ["compiled", "torch", "plain"])
+def test_logits_path_matches_exact(kw, dtype, route, monkeypatch):
     """lm.cross_entropy's fused path on logits (δz = 0: the row kernel's own error only), with a
-    non-unit cotangent so that backward scales or recomputes the kept gradient."""
-    assert lm.FUSED
+    non-unit cotangent so that backward scales or recomputes the kept gradient; and the plain
+    path (``lm.FUSED = False``) under the same bound."""
+    _route(route, monkeypatch)
     rng = np.random.default_rng(3)
     z = torch.tensor(rng.standard_normal((7, 11)) * 4).to(DTYPES[dtype])
     z[4, 3] = -math.inf if not kw.get("label_smoothing") else z[4, 3]
