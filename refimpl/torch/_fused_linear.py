@@ -25,7 +25,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from refimpl import validate
-from refimpl.torch import _common, _fused_ce, lm
+from refimpl.torch import _common, _fused_ce
 
 # Logits per row chunk ([R,V] working-dtype buffer, 16 MiB in float32), R = CHUNK_ELEMENTS // V:
 # 128 rows at V = 32768, 1/16 of the [N,V] logits at N = 2048. Smaller chunks make the three
@@ -133,6 +133,9 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     cap = validate.softcap(softcap)
     reduction = validate.lm_reduction(reduction)
     norm = validate.ce_normalizer(normalizer, reduction)
+    # Imported here, not at the top: refimpl.torch.lm can then import this module's function (the
+    # catalog's torch backend of lm.linear_cross_entropy) without an import cycle.
+    from refimpl.torch import lm
     counted = lm._check_labels(y, v, ignore)
     count = int(counted.sum())
     validate.empty_mean(reduction, norm, count)
