@@ -522,7 +522,39 @@ def cmd_docs(args):
     return 0
 
 
+def _bench_linear(args):
+    """``lossproof bench --kernel linear_cross_entropy`` (conformance.bench.linear)."""
+    from conformance.bench import linear
+    if len(args.kernel) > 1:
+        raise UsageError("--kernel linear_cross_entropy runs alone (its inputs are hidden states and a weight, "
+                         "not logits)")
+    try:
+        sizes = [linear.parse_size(x) for x in args.sizes.split(",")] if args.sizes else \
+            [linear.QUICK_SIZE if args.quick else linear.DEFAULT_SIZE]
+    except ValueError:
+        raise UsageError(f"--sizes {args.sizes!r}: expected NxHxV[,...] for linear_cross_entropy, "
+                         "e.g. 2048x1024x32768") from None
+    bad = [x for x in args.method or [] if x not in linear.METHODS]
+    if bad:
+        raise UsageError(f"--method {bad[0]!r}: choose from {', '.join(linear.METHODS)}")
+    if args.device != "cpu":
+        raise UsageError("--kernel linear_cross_entropy measures the CPU (--device cpu)")
+    log = (lambda *a: None) if args.quiet else print
+    docs = [linear.run(size, args.method, args.reps or (2 if args.quick else 3), args.dtype, log) for size in sizes]
+    for doc in docs:
+        s = doc["summary"]
+        for key in ("time_vs_gemms", "peak_extra_fraction"):
+            if s.get(key) is not None:
+                print(f"linear_cross_entropy {'x'.join(map(str, s['size']))} {key}: {s[key]:.3g}")
+    if args.json:
+        bench.write_json(args.json, docs[0] if len(docs) == 1 else {"runs": docs})
+        print(f"wrote {args.json}")
+    return 0
+
+
 def cmd_bench(args):
+    if args.kernel and "linear_cross_entropy" in args.kernel:
+        return _bench_linear(args)
     try:
         sizes = bench.parse_sizes(args.sizes) if args.sizes else None
     except ValueError:
@@ -678,9 +710,14 @@ def build_parser() -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="time and memory of the distillation kernels against naive torch and the libraries")
     bn.add_argument("--quick", action="store_true", help="small sizes, the exact side sampled (under 2 minutes)")
     bn.add_argument("--json", metavar="PATH", help="write every row and the summary as JSON")
-    bn.add_argument("--sizes", metavar="NxV,...", help="e.g. 4096x131072 (default: by --quick)")
-    bn.add_argument("--kernel", action="append", metavar="NAME", help=", ".join(bench_methods.KERNELS))
-    bn.add_argument("--method", action="append", metavar="NAME", help=", ".join(bench_methods.METHODS))
+    bn.add_argument("--sizes", metavar="NxV,...", help="e.g. 4096x131072 (default: by --quick); NxHxV for "
+                                                       "linear_cross_entropy, e.g. 2048x1024x32768 (the default)")
+    bn.add_argument("--kernel", action="append", metavar="NAME",
+                    help=", ".join(bench_methods.KERNELS) + "; or linear_cross_entropy (alone: the fused linear "
+                         "cross-entropy against its three GEMMs, naive torch and the libraries)")
+    bn.add_argument("--method", action="append", metavar="NAME",
+                    help=", ".join(bench_methods.METHODS) + "; for linear_cross_entropy: gemms, lossproof, "
+                         "lossproof-tiles, naive, torch-chunked, liger, verl")
     bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3; 2 with --quick)")
     bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
     bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")

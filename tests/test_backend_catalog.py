@@ -32,7 +32,7 @@ BACKENDS = {
     "arrays": {"families": _claimed("arrays"), "vjps": True},
     "torch": {"families": _claimed("torch"), "vjps": False},
     # Fused kernels for the objectives that read whole vocabulary rows only.
-    "triton": {"families": ("distill",), "vjps": False, "partial": True, "needs": "triton"},
+    "triton": {"families": ("distill", "lm"), "vjps": False, "partial": True, "needs": "triton"},
 }
 PAIRS = [(b, f) for b, spec in BACKENDS.items() for f in spec["families"]]
 EMPTY = inspect.Parameter.empty

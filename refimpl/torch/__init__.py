@@ -33,6 +33,11 @@ Custom backward passes (everything else is plain autograd):
 - ``distill.softmax``: ``_careful.Softmax``, same memory as torch's softmax (saves q), its
   backward q·(c − Σqc)/T in the same centred form: torch's loses every digit of a saturated
   row's gradient (logits ±1e4 at T = 1e-3). Not twice differentiable.
+- ``lm.cross_entropy``: tensor logits take the fused path (``_fused_ce.FusedCrossEntropy``:
+  row chunks, value and gradient in one pass, the compiled CPU kernel where it applies; no [N,V]
+  intermediate besides the gradient); ``lm.FUSED = False`` gives the plain ``lm._CrossEntropy``.
+  ``_fused_linear.linear_cross_entropy``: the same loss of logits h·Wᵀ (+ b), chunked over rows,
+  dh, dW, db formed in forward (no [N,V] tensor at all).
 - ``kl.estimator`` with ``kind='k3'`` (also inside ``grpo.loss``): ``kl._K3`` returns
   expm1(x) − x (series near 0) with gradient expm1(x), instead of autograd's
   (expm1(x) + 1) − 1, which loses the relative accuracy as the policy approaches the

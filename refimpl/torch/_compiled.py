@@ -1,5 +1,5 @@
 """The compiled CPU path of the fused distillation kernels (reverse and forward token KL,
-generalized JSD, Hinton KD): ``_kernels.cpp``, built with the system's C++ compiler on first
+generalized JSD, Hinton KD) and of the token cross-entropy (``_fused_ce``): ``_kernels.cpp``, built with the system's C++ compiler on first
 use and called through ctypes.
 
 Why a compiled kernel. The fused path (``_fused``) runs about fifteen torch operations per
@@ -142,6 +142,11 @@ def _build() -> dict:
                        ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long,
                        ctypes.c_double, ctypes.c_double, ctypes.c_double, ctypes.c_double,
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+        ce = lib.lossproof_cross_entropy
+        ce.restype = ctypes.c_long
+        ce.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                       ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_double, ctypes.c_double, ctypes.c_double,
+                       ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
         return {"lib": lib, "reason": "", "seconds": time.perf_counter() - start, "cached": cached,
                 "path": str(path), "compiler": version.splitlines()[0] if version else cxx}
     return {"lib": None, "reason": f"no private, writable cache directory ({_cache_dir()} or the temporary "
@@ -187,6 +192,33 @@ def usable(zs: torch.Tensor, ts: torch.Tensor) -> bool:
             and ts.stride(-1) == 1 and library() is not None)
 
 
+def _spread(call, n: int, workers: int) -> None:
+    """``call(r0, r1)`` over rows 0..n, on ``workers`` threads."""
+    workers = max(1, min(workers, n))
+    if workers == 1:
+        call(0, n)
+        return
+    # Blocks of rows handed out as threads come free (on a busy machine one thread can
+    # stall; equal shares would wait for it); ctypes releases the GIL during each call.
+    step = max(1, min(16, n // (4 * workers)))
+    starts = iter(range(0, n, step))
+    lock = threading.Lock()
+
+    def work():
+        while True:
+            with lock:
+                r0 = next(starts, None)
+            if r0 is None:
+                return
+            call(r0, min(n, r0 + step))
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+
+
 def rows(kind: str, T: float, zs, ts, labels, need_grad: bool, cot: np.ndarray, grad, workers: int,
          guard: float, p1: float = 0.0, p2: float = 0.0):
     """Values (float64 [N]) and flagged rows of kernel ``kind`` (``KINDS``) for [N,V] CPU logits
@@ -208,27 +240,31 @@ def rows(kind: str, T: float, zs, ts, labels, need_grad: bool, cot: np.ndarray, 
                               zs.stride(0), ts.stride(0), gstride, T, guard, p1, p2, cot.ctypes.data,
                               values.ctypes.data, flags.ctypes.data, r0, r1)
 
-    workers = max(1, min(workers, n))
-    if workers == 1:
-        call(0, n)
-    else:
-        # Blocks of rows handed out as threads come free (on a busy machine one thread can
-        # stall; equal shares would wait for it); ctypes releases the GIL during each call.
-        step = max(1, min(16, n // (4 * workers)))
-        starts = iter(range(0, n, step))
-        lock = threading.Lock()
+    _spread(call, n, workers)
+    return values, np.flatnonzero(flags).tolist()
 
-        def work():
-            while True:
-                with lock:
-                    r0 = next(starts, None)
-                if r0 is None:
-                    return
-                call(r0, min(n, r0 + step))
 
-        threads = [threading.Thread(target=work) for _ in range(workers)]
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+def cross_entropy_rows(z: torch.Tensor, labels: torch.Tensor, counted: torch.Tensor, eps: float, zeta: float,
+                       cap: float | None, cot: np.ndarray | None, grad: torch.Tensor | None, workers: int):
+    """Values (float64 [N]) and flagged rows of the token cross-entropy (``_fused_ce``) for [N,V]
+    CPU logits ``z`` (``usable(z, z)``): ``labels`` int64 [N] in range (any where not counted),
+    ``counted`` bool [N]; the gradient of cot·value written into ``grad`` (z's dtype, rows
+    contiguous; may be ``z`` itself) for the unflagged rows when ``cot`` is given."""
+    lib = library()
+    n, v = z.shape
+    ys = labels.to(torch.int64).contiguous()
+    cs = counted.to(torch.uint8).contiguous()
+    values = np.empty(n)
+    flags = np.zeros(n, dtype=np.uint8)
+    cot = None if cot is None else np.ascontiguousarray(cot, dtype=np.float64)
+    gptr = None if cot is None else grad.data_ptr()
+    gstride = 0 if cot is None else grad.stride(0)
+
+    def call(r0, r1):
+        lib.lossproof_cross_entropy(_DTYPES[z.dtype], z.data_ptr(), gptr, ys.data_ptr(), cs.data_ptr(), v,
+                                    z.stride(0), gstride, eps, zeta, 0.0 if cap is None else cap,
+                                    None if cot is None else cot.ctypes.data, values.ctypes.data,
+                                    flags.ctypes.data, r0, r1)
+
+    _spread(call, n, workers)
     return values, np.flatnonzero(flags).tolist()

@@ -478,6 +478,126 @@ long rows(int kind, const Params& P, const void* zv, const void* tv, void* gv, c
     return flagged;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Token cross-entropy (lm.cross_entropy; refimpl/torch/_fused_ce.py): per counted row
+// (1−ε)(lse − z'_y) + ε(lse − mean z') + ζ·lse², z' = s·tanh(z/s) when capped, and its gradient
+// cot·[q_j − (1−ε)δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s). Pass A: the capped logits (into the
+// row buffer) and the first maximum; pass B: the exponentials (into the buffer), the normaliser
+// S = Σ_{j≠top} e^{x_j} (top excluded: log1p(S) keeps a saturated row's −log q_top) and, with
+// smoothing, Σ (max − z'_j) over the finite logits; the row's algebra in double; the last pass
+// writes the gradient, the label's entry in the expm1 form (no cancellation at q_y ≈ 1). The
+// gradient may overwrite the logits (g == z): each pass reads z_j before it writes g_j, and
+// z'_y is read before the last pass.
+
+struct CeParams {
+    long v, stride_z, stride_g;
+    double eps, zeta, cap;  // cap = 0: no soft-capping
+};
+
+// tanh(a) and sech²(a) from e = e^{−2|a|} − 1 (expm1: no cancellation at small |a|):
+// tanh|a| = −e/(2 + e), sech² a = 4(1 + e)/(2 + e)².
+template <typename W>
+[[gnu::always_inline]] inline void tanh_sech2(W a, W& th, W& s2) {
+    const W t = a < 0 ? -a : a;
+    const W e = expm1_work(static_cast<W>(-2) * t);
+    const W d = static_cast<W>(2) + e;
+    const W th_abs = -e / d;
+    th = a < 0 ? -th_abs : th_abs;
+    s2 = static_cast<W>(4) * (static_cast<W>(1) + e) / (d * d);
+}
+
+template <typename In, typename W, bool capped>
+bool ce_row(const CeParams& P, const In* z, In* g, long y, bool counted, double cot, double* value, W* bz) {
+    const long v = P.v;
+    if (!counted) {
+        *value = 0;
+        if (g != nullptr) {
+#pragma omp simd
+            for (long j = 0; j < v; ++j) store<In, W>(g, j, static_cast<W>(0));
+        }
+        return false;
+    }
+    const W capw = static_cast<W>(P.cap);
+    W* maxima = bz + v;
+    W m;
+    long top;
+    W zy;
+    if constexpr (capped) {
+#pragma omp simd
+        for (long j = 0; j < v; ++j) {
+            W th, s2;
+            tanh_sech2<W>(load<In, W>(z, j) / capw, th, s2);
+            bz[j] = capw * th;
+        }
+        m = block_maxima<W, W>(bz, v, maxima);
+        top = first_index<W, W>(bz, v, m, maxima);
+        zy = bz[y];
+    } else {
+        m = block_maxima<In, W>(z, v, maxima);
+        top = first_index<In, W>(z, v, m, maxima);
+        zy = load<In, W>(z, y);
+    }
+    const W ninf = -std::numeric_limits<W>::infinity();
+    const W mm = m == ninf ? static_cast<W>(0) : m;
+    const auto s = sum_terms<2, W>(v, [=](long j) -> Terms {
+        const W zc = capped ? bz[j] : load<In, W>(z, j);
+        const W e = exp_work(zc - mm);
+        bz[j] = e;
+        return {j != top ? static_cast<double>(e) : 0.0, zc > ninf ? static_cast<double>(mm - zc) : 0.0};
+    });
+    const double l1 = std::log1p(s.a), lse = static_cast<double>(mm) + l1;
+    const double xy = static_cast<double>(static_cast<W>(zy - mm));
+    const double eps = P.eps, zeta = P.zeta;
+    double val = (1 - eps) * (-xy + l1);
+    if (eps != 0) val += eps * (s.b / static_cast<double>(v) + l1);
+    if (zeta != 0) val += zeta * lse * lse;
+    *value = val;
+    if (!std::isfinite(val) || !std::isfinite(static_cast<double>(m))) return true;
+    if (g == nullptr) return false;
+    const double q = 1 / (1 + s.a), logpy = xy - l1, py = std::exp(logpy);
+    const double gy = ((eps == 1 ? py : std::expm1(logpy) + eps) - eps / static_cast<double>(v)) + 2 * zeta * lse * py;
+    double dcap_y = 1;
+    if constexpr (capped) {
+        W th, s2;
+        tanh_sech2<W>(load<In, W>(z, y) / capw, th, s2);
+        dcap_y = s2;
+    }
+    const W a = static_cast<W>(cot * q * (1 + 2 * zeta * lse)), b = static_cast<W>(cot * eps / static_cast<double>(v));
+#pragma omp simd
+    for (long j = 0; j < v; ++j) {
+        W gj = bz[j] * a - b;
+        if constexpr (capped) {
+            W th, s2;
+            tanh_sech2<W>(load<In, W>(z, j) / capw, th, s2);
+            gj = gj * s2;
+        }
+        store<In, W>(g, j, gj);
+    }
+    store<In, W>(g, y, static_cast<W>(cot * gy * dcap_y));
+    return false;
+}
+
+template <typename In, typename W>
+long ce_rows(const CeParams& P, const void* zv, void* gv, const std::int64_t* labels, const unsigned char* counted,
+             const double* cot, double* values, unsigned char* flags, long r0, long r1) {
+    const long blocks = (P.v + BLOCK - 1) / BLOCK;
+    std::vector<W> bz(P.v + blocks);
+    const In* z = static_cast<const In*>(zv);
+    In* g = static_cast<In*>(gv);
+    long flagged = 0;
+    for (long r = r0; r < r1; ++r) {
+        const In* zr = z + r * P.stride_z;
+        In* gr = g ? g + r * P.stride_g : nullptr;
+        const long y = static_cast<long>(labels[r]);
+        const double c = cot ? cot[r] : 0.0;
+        const bool f = P.cap != 0 ? ce_row<In, W, true>(P, zr, gr, y, counted[r], c, values + r, bz.data())
+                                  : ce_row<In, W, false>(P, zr, gr, y, counted[r], c, values + r, bz.data());
+        flags[r] = f;
+        flagged += f;
+    }
+    return flagged;
+}
+
 }  // namespace
 
 extern "C" {
@@ -496,6 +616,25 @@ long lossproof_distill(int kind, int dtype, const void* z, const void* t, void* 
         case 1: return rows<float, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
         case 2: return rows<bf16, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
         case 3: return rows<_Float16, float>(kind, P, z, t, grad, labels, cot, values, flags, r0, r1);
+        default: return -1;
+    }
+}
+
+// Rows r0..r1 of the token cross-entropy: labels int64 [n] in [0, V) (any in-range value where a
+// row is not counted), counted uint8 [n]; eps, zeta, cap (0: none) as lm.cross_entropy. dtype as
+// lossproof_distill. grad may be null (values only) or equal to z (the gradient overwrites the
+// logits); cot: the rows' cotangents (null with grad null). Returns the number of flagged rows
+// (value not finite: the caller recomputes them), or -1 for an unknown dtype.
+long lossproof_cross_entropy(int dtype, const void* z, void* grad, const std::int64_t* labels,
+                             const unsigned char* counted, long v, long stride_z, long stride_g, double eps,
+                             double zeta, double cap, const double* cot, double* values, unsigned char* flags,
+                             long r0, long r1) {
+    CeParams P{v, stride_z, stride_g, eps, zeta, cap};
+    switch (dtype) {
+        case 0: return ce_rows<double, double>(P, z, grad, labels, counted, cot, values, flags, r0, r1);
+        case 1: return ce_rows<float, float>(P, z, grad, labels, counted, cot, values, flags, r0, r1);
+        case 2: return ce_rows<bf16, float>(P, z, grad, labels, counted, cot, values, flags, r0, r1);
+        case 3: return ce_rows<_Float16, float>(P, z, grad, labels, counted, cot, values, flags, r0, r1);
         default: return -1;
     }
 }

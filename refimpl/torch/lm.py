@@ -15,7 +15,11 @@ from __future__ import annotations
 import torch
 
 from refimpl import validate
-from refimpl.torch import _common
+from refimpl.torch import _common, _fused_ce
+
+# True: cross_entropy takes the fused path (``_fused_ce``: row chunks, no [N,V] intermediate,
+# the compiled CPU kernel where it applies); False: the plain path below (``_CrossEntropy``).
+FUSED = True
 
 __all__ = ["cross_entropy", "token_logprobs", "entropy"]
 
@@ -125,7 +129,8 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     """Token cross-entropy (torch.nn.functional.cross_entropy; see ``refimpl.exact.lm``): per counted
     token (1−ε)(lse − z'_y) + ε(lse − mean z') + ζ·lse², z' = s·tanh(z/s) when capped, 0 at
     ignore_index; reduced by 'mean' (÷ counted tokens or ÷ normalizer), 'sum' or 'none'. Gradient
-    wrt ``logits`` by autograd (the analytic backward of ``_CrossEntropy``)."""
+    wrt ``logits`` by autograd: the fused path's kept gradient (``_fused_ce``, when ``FUSED``)
+    or the analytic backward of ``_CrossEntropy``."""
     z = _logits(logits)
     n, v = z.shape
     y = _labels(labels, z)
@@ -136,6 +141,14 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     reduction = validate.lm_reduction(reduction)
     norm = validate.ce_normalizer(normalizer, reduction)
     counted = _check_labels(y, v, ignore)
+    if FUSED:
+        if cap is None:
+            _fused_ce.check_rows(z, torch.where(counted, y, 0), counted, eps)
+        count = int(counted.sum())
+        validate.empty_mean(reduction, norm, count)
+        return _fused_ce.cross_entropy(z, torch.where(counted, y, 0), counted, _fused_ce.Conventions(eps, zeta, cap),
+                                       reduction, (norm if norm is not None else count) if reduction == "mean" else None,
+                                       _common.result_dtype(z))
     onehot = _onehot(y, counted, v)
     if cap is None:
         _check_rows(z, onehot, counted, eps)

@@ -73,6 +73,18 @@ def support(name: str, inner: torch.Tensor, outer: torch.Tensor, what: str) -> N
 
 def indices(name: str, x, shape: tuple, v: int, device, against: str) -> torch.Tensor:
     """Integers in [0, v) of the given shape (labels, sampled tokens), as int64 on ``device``."""
+    y = integers(name, x)
+    validate.same_shape(**{against: shape}, **{name: tuple(y.shape)})
+    bad = ((y < 0) | (y >= v)).nonzero()
+    if len(bad):
+        at = tuple(int(i) for i in bad[0])
+        where = f"row {at[0]}" if len(at) == 1 else f"{at}"
+        validate.fail(name, f"{'label ' if name == 'labels' else ''}{int(y[at])} at {where} is outside [0, {v})")
+    return y.to(device)
+
+
+def integers(name: str, x) -> torch.Tensor:
+    """An int64 tensor; floating values must be integers (the words of ``mp.int_array``)."""
     try:
         y = x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError):
@@ -83,14 +95,7 @@ def indices(name: str, x, shape: tuple, v: int, device, against: str) -> torch.T
         bad = ~torch.isfinite(y) | (y != torch.trunc(y))
         if bool(bad.any()):
             validate.fail(name, f"expected integers, got {y[bad].flatten()[0].item()!r}")
-    y = y.detach().to(torch.int64)
-    validate.same_shape(**{against: shape}, **{name: tuple(y.shape)})
-    bad = ((y < 0) | (y >= v)).nonzero()
-    if len(bad):
-        at = tuple(int(i) for i in bad[0])
-        where = f"row {at[0]}" if len(at) == 1 else f"{at}"
-        validate.fail(name, f"{'label ' if name == 'labels' else ''}{int(y[at])} at {where} is outside [0, {v})")
-    return y.to(device)
+    return y.detach().to(torch.int64)
 
 
 def pair(student_logits, teacher_logits, temperature, rank=None):

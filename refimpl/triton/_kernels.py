@@ -532,3 +532,102 @@ def selective_backward(z_ptr, y_ptr, stats_ptr, cot_ptr, grad_ptr, N, V, par_ptr
         q = tl.where(z == NEG_INF, 0.0, tl.exp((z - m) / T - ls))
         g = k * (tl.where(offs[None, :] == y, 1.0, 0.0) - q)
         tl.store(grad_ptr + rows[:, None] * V + offs[None, :], g.to(grad_ptr.dtype.element_ty), mask=inside)
+
+
+# ---------------------------------------------------------------------------------------------
+# Token cross-entropy (lm.cross_entropy)
+# ---------------------------------------------------------------------------------------------
+# Per counted row, with z' = s·tanh(z/s) when capped (CAPPED), M = max z', S = Σ e^{z'−M}:
+#   ℓ = (1−ε)((M − z'_y) + log S) + ε(Σ_j (M − z'_j)/V + log S) + ζ·lse²,  lse = M + log S,
+# every bracket a sum of non-negative terms. The forward pass keeps, online, S, S_y = Σ_{j≠y}
+# e^{z'_j−M} (so that q_y − 1 = −S_y/S, without the cancellation of q_y − 1 at q_y ≈ 1) and
+# D = Σ_j (M − z'_j) (+inf with a −inf logit; rescaled as M grows: + count·(M_new − M_old)). The
+# backward pass writes c·[q_j − ε/V + 2ζ·lse·q_j]·sech²(z_j/s), the label's entry
+# c·[(q_y − 1) + ε − ε/V + 2ζ·lse·q_y]·sech²(z_y/s) (q_y itself at ε = 1), 0 in rows not
+# counted (label −1). Statistics per row: M, log S, the label's bracket.
+# tanh and sech² come from u = e^{−2|a|}: tanh|a| = −expm1(−2|a|)/(1 + u), sech² a = 4u/(1 + u)²,
+# expm1 by Kahan's (u − 1)·x/log u where u > ½ (no cancellation at small |a|).
+
+@triton.jit
+def _tanh_sech2(a):
+    t = tl.abs(a)
+    u = tl.exp(-2.0 * t)
+    em1 = tl.where(u < 0.5, u - 1.0, tl.where(u == 1.0, -2.0 * t, (u - 1.0) * (-2.0 * t) / tl.log(u)))
+    th = -em1 / (1.0 + u)
+    return tl.where(a < 0, -th, th), 4.0 * u / ((1.0 + u) * (1.0 + u))
+
+
+@triton.jit
+def _capped_tile(z_ptr, rows, live, lo, V, cap, CAPPED: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    """z' of tokens lo..lo+BLOCK (−inf outside the row), the raw tile, offsets and mask."""
+    z, offs, inside = _tile(z_ptr, rows, live, lo, V, BLOCK, ACC)
+    x = z
+    if CAPPED:
+        th, _ = _tanh_sech2(z / cap)
+        # +inf (and NaN) logits give NaN, not s: the row's value flags bad input
+        x = tl.where(inside, cap * th + tl.where(z == NEG_INF, 0.0, z - z), NEG_INF)
+    return x, z, offs, inside
+
+
+@triton.jit
+def cross_entropy_forward(z_ptr, y_ptr, value_ptr, stats_ptr, N, V, par_ptr, CAPPED: tl.constexpr,
+                          ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    eps = tl.load(par_ptr)
+    zeta = tl.load(par_ptr + 1)
+    cap = tl.load(par_ptr + 2)
+    rows, live = _rows(N, ROWS)
+    y = tl.load(y_ptr + rows, mask=live, other=-1)
+    counted = y >= 0
+    m = tl.full((ROWS,), NEG_INF, ACC)
+    s = tl.zeros((ROWS,), ACC)
+    s_y = tl.zeros((ROWS,), ACC)
+    d = tl.zeros((ROWS,), ACC)
+    cnt = tl.zeros((ROWS,), ACC)
+    for lo in range(0, V, BLOCK):
+        x, _, offs, inside = _capped_tile(z_ptr, rows, live, lo, V, cap, CAPPED, BLOCK, ACC)
+        m_old = m
+        m, r, e = _online(m, x, 1.0)
+        finite = x > NEG_INF
+        # a −inf logit makes the smoothing term +inf (the input checks then refuse the row)
+        d = tl.where(cnt > 0, d + cnt * (m - m_old), 0.0) + tl.sum(
+            tl.where(finite, m[:, None] - x, tl.where(inside, -NEG_INF, 0.0)), 1)
+        cnt = cnt + tl.sum(tl.where(finite, 1.0, 0.0), 1)
+        s = s * r + tl.sum(e, 1)
+        s_y = s_y * r + tl.sum(tl.where(offs[None, :] == y[:, None], 0.0, e), 1)
+    ls = tl.log(s)
+    lse = m + ls
+    zy = tl.load(z_ptr + rows * V + tl.where(counted, y, 0), mask=live & counted, other=0).to(ACC)
+    if CAPPED:
+        th, _ = _tanh_sech2(zy / cap)
+        zy = cap * th
+    value = (1 - eps) * ((m - zy) + ls) + tl.where(eps > 0, eps * (d / V + ls), 0.0) + zeta * lse * lse
+    qy = tl.exp((zy - m) - ls)
+    gy = tl.where(eps == 1, qy, -s_y / s + eps) - eps / V + 2 * zeta * lse * qy
+    tl.store(value_ptr + rows, tl.where(counted, value, 0.0).to(value_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 3, m.to(stats_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 3 + 1, ls.to(stats_ptr.dtype.element_ty), mask=live)
+    tl.store(stats_ptr + rows * 3 + 2, gy.to(stats_ptr.dtype.element_ty), mask=live)
+
+
+@triton.jit
+def cross_entropy_backward(z_ptr, y_ptr, stats_ptr, cot_ptr, grad_ptr, N, V, par_ptr, CAPPED: tl.constexpr,
+                           ROWS: tl.constexpr, BLOCK: tl.constexpr, ACC: tl.constexpr):
+    eps = tl.load(par_ptr)
+    zeta = tl.load(par_ptr + 1)
+    cap = tl.load(par_ptr + 2)
+    rows, live = _rows(N, ROWS)
+    y = tl.load(y_ptr + rows, mask=live, other=-1)[:, None]
+    m = tl.load(stats_ptr + rows * 3, mask=live, other=0).to(ACC)[:, None]
+    ls = tl.load(stats_ptr + rows * 3 + 1, mask=live, other=0).to(ACC)[:, None]
+    gy = tl.load(stats_ptr + rows * 3 + 2, mask=live, other=0).to(ACC)[:, None]
+    c = tl.load(cot_ptr + rows, mask=live, other=0).to(ACC)[:, None]
+    k = 1 + 2 * zeta * (m + ls)
+    for lo in range(0, V, BLOCK):
+        x, z, offs, inside = _capped_tile(z_ptr, rows, live, lo, V, cap, CAPPED, BLOCK, ACC)
+        q = tl.where(x == NEG_INF, 0.0, tl.exp((x - m) - ls))
+        g = tl.where(offs[None, :] == y, gy, q * k - eps / V)
+        if CAPPED:
+            _, s2 = _tanh_sech2(z / cap)
+            g = g * s2
+        g = tl.where(y >= 0, c * g, 0.0)
+        tl.store(grad_ptr + rows[:, None] * V + offs[None, :], g.to(grad_ptr.dtype.element_ty), mask=inside)

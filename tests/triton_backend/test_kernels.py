@@ -1,7 +1,9 @@
 """refimpl.triton's kernels on the cases the vectors do not hold: vocabularies that are not a
 power of two and span several tiles, V = 152,064 (Qwen's vocabulary), rows of −inf but one
 token, masked tokens, row counts that are not a multiple of a program's rows, bfloat16, and
-the selective log-softmax (no catalog objective: judged against ``refimpl.exact``).
+the selective log-softmax (no catalog objective: judged against ``refimpl.exact``), and the token
+cross-entropy over several vocabulary tiles (saturated rows, impossible tokens, ignored rows,
+every convention; its bad-input checks).
 
 Runs where the kernels can run: under ``TRITON_INTERPRET=1`` on CPU tensors (CI does it in a
 subprocess, test_triton_backend.py, so that the setting reaches no other test) or on a CUDA
@@ -33,10 +35,11 @@ pytestmark = pytest.mark.skipif(
 DEVICE = "cpu" if INTERPRETED else "cuda"
 
 from conformance import compare
-from refimpl import arrays
+from refimpl import arrays, validate
 from refimpl.exact import distill as exact
+from refimpl.exact import lm as exact_lm
 from refimpl.exact import mp
-from refimpl.triton import _launch, distill, logprobs
+from refimpl.triton import _launch, distill, lm, logprobs
 
 NEG = float("-inf")
 
@@ -259,3 +262,95 @@ def test_tiles_cover_any_vocabulary():
         assert block & (block - 1) == 0 and rows & (rows - 1) == 0
         assert block <= _launch.MAX_BLOCK and (block >= v or block == _launch.MAX_BLOCK)
         assert rows == 1 or rows * block <= (_launch.INTERPRETER_TILE_ELEMENTS if INTERPRETED else _launch.TILE_ELEMENTS)
+
+
+# ------------------------------------------------------------------------------ lm.cross_entropy
+
+def _ce_scale(z, kw):
+    """The magnitude of a row's terms: |max z'| + |z'_j| over the finite logits, + log V + 1
+    (the log-softmax class of error the vectors' bounds are built on), times 1 + 2ζ|lse|."""
+    zf = np.where(np.isfinite(z), z, 0.0)
+    if kw.get("softcap"):
+        zf = kw["softcap"] * np.tanh(zf / kw["softcap"])
+    m = np.abs(zf).max()
+    lse = m + math.log(z.shape[-1])
+    return (2 * m + math.log(z.shape[-1]) + 1) * (1 + 2 * kw.get("z_loss", 0.0) * lse)
+
+
+def _ce_case(z, labels, kw, dtype, cot):
+    want = np.atleast_1d(np.array(mp.to_float(exact_lm.cross_entropy(z.tolist(), labels.tolist(), **kw)),
+                                  dtype=np.float64))
+    gwant = np.array(mp.to_float(exact_lm.cross_entropy_vjp(cot.tolist() if cot.ndim else float(cot), z.tolist(),
+                                                            labels.tolist(), **kw)["logits"]), dtype=np.float64)
+    zt = _tensor(z, dtype, grad=True)
+    out = lm.cross_entropy(zt, torch.tensor(labels, device=DEVICE), **kw)
+    (g,) = torch.autograd.grad(out, zt, _tensor(cot, dtype).to(out.dtype))
+    assert out.dtype == g.dtype == getattr(torch, dtype)
+    s = _ce_scale(z, kw)
+    v = z.shape[-1]
+    _judge(np.atleast_1d(_np(out)), want, _bound(dtype, v, s * (np.abs(cot).max() if cot.ndim else 1.0), want),
+           f"value {kw}")
+    _judge(_np(g), gwant, _bound(dtype, v, s * np.abs(cot).max(), gwant), f"gradient {kw}")
+    return _np(g)
+
+
+CE_CONVENTIONS = [{}, {"label_smoothing": 0.1}, {"z_loss": 1e-2, "reduction": "sum"}, {"softcap": 4.0},
+                  {"reduction": "none", "ignore_index": 0, "label_smoothing": 0.3, "softcap": 2.0, "z_loss": 1e-3},
+                  {"normalizer": 5.0, "label_smoothing": 1.0}]
+
+
+@pytest.mark.parametrize("kw", CE_CONVENTIONS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "plain")
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+def test_cross_entropy_over_several_tiles(kw, dtype, monkeypatch):
+    """V = 37 in tiles of 16 (the online maximum moves between tiles; a last tile of 5 tokens),
+    6 rows in programs of 4; a saturated row (q_y ≈ 1: q_y − 1 from the other tokens' sum) and a
+    row whose maximum is in the last tile."""
+    monkeypatch.setattr(_launch, "MAX_BLOCK", 16)
+    monkeypatch.setattr(_launch, "INTERPRETER_TILE_ELEMENTS", 64)
+    rng = np.random.default_rng(11)
+    z = _np(_tensor(rng.standard_normal((6, 37)) * 3, dtype))
+    z[1, 20] = 40.0
+    z[3, 36] = 12.0
+    labels = np.array([3, 20, 0, 36, 17, 5])
+    n = 6 if kw.get("reduction") == "none" else None
+    cot = rng.uniform(-2, 2, n) if n else np.array(1.5)
+    _ce_case(z, labels, kw, dtype, cot)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cross_entropy_impossible_tokens_and_ignored_rows(dtype):
+    """−inf logits away from the label get exactly zero gradient; an ignored row contributes 0 and
+    gets zero gradient; with a cap, −inf is −s (finite, gradient sech²(−∞) = 0)."""
+    rng = np.random.default_rng(5)
+    z = _np(_tensor(rng.standard_normal((4, 50)) * 2, dtype))
+    z[0, ::3] = NEG
+    z[2, :] = NEG                      # ignored below: no check refuses it
+    z[2, 1] = 0.5
+    labels = np.array([1, 4, -100, 7])
+    g = _ce_case(z, labels, {}, dtype, np.array(1.0))
+    assert np.all(g[0, ::3] == 0) and np.all(g[2] == 0)
+    g = _ce_case(z, labels, {"softcap": 3.0}, dtype, np.array(1.0))
+    assert np.all(g[0, ::3] == 0)
+
+
+def test_cross_entropy_rejects_bad_input():
+    z = torch.zeros(3, 5, device=DEVICE)
+    y = torch.tensor([0, 1, 2], device=DEVICE)
+    with pytest.raises(validate.InputError, match="labels: label 9 at row 1"):
+        lm.cross_entropy(z, torch.tensor([0, 9, -100], device=DEVICE))
+    for bad, pattern, kw in ((NEG, "row 1 is -inf everywhere", {}), (math.nan, "contains NaN", {}),
+                             (math.inf, r"contains \+inf", {"softcap": 2.0})):
+        zb = z.clone()
+        zb[1] = bad
+        with pytest.raises(validate.InputError, match=pattern):
+            lm.cross_entropy(zb, y, **kw)
+    zb = z.clone()
+    zb[2, 2] = NEG
+    with pytest.raises(validate.InputError, match="-inf at the label of row 2"):
+        lm.cross_entropy(zb, y)
+    zb[2, 2], zb[0, 4] = 0.0, NEG
+    with pytest.raises(validate.InputError, match="-inf in row 0 with label_smoothing"):
+        lm.cross_entropy(zb, y, label_smoothing=0.1)
+    zb[0] = NEG
+    with pytest.raises(validate.InputError, match="row 0 is -inf everywhere"):
+        lm.cross_entropy(zb, torch.tensor([-100, 1, 2], device=DEVICE))

@@ -24,7 +24,7 @@ pytest.importorskip("triton", reason="refimpl.triton needs Triton (pip install t
 
 ROOT = Path(__file__).resolve().parents[2]
 OBJECTIVES = ("distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
-              "distill.symmetric_kl", "distill.skew_kl", "distill.tvd")
+              "distill.symmetric_kl", "distill.skew_kl", "distill.tvd", "lm.cross_entropy")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
@@ -68,10 +68,12 @@ def test_kernels_compile_for_a_gpu_without_one():
 
     target = GPUTarget("cuda", 90, 32)
     flags = {"token_kl_forward": {"FORWARD": True}, "token_kl_backward": {"FORWARD": False},
-             "hinton_forward": {"SAME_T": False}, "skew_forward": {"FORWARD": True}, "skew_backward": {"FORWARD": False}}
+             "hinton_forward": {"SAME_T": False}, "skew_forward": {"FORWARD": True}, "skew_backward": {"FORWARD": False},
+             "cross_entropy_forward": {"CAPPED": True}, "cross_entropy_backward": {"CAPPED": False}}
     for name in ("token_kl_forward", "token_kl_backward", "jsd_forward", "jsd_backward", "hinton_forward",
                  "hinton_backward", "softmax_forward", "softmax_backward", "selective_forward", "selective_backward",
-                 "skew_forward", "skew_backward", "tvd_forward", "tvd_backward"):
+                 "skew_forward", "skew_backward", "tvd_forward", "tvd_backward", "cross_entropy_forward",
+                 "cross_entropy_backward"):
         kernel = getattr(_kernels, name)
         for io, acc, rows, block in (("bf16", tl.float32, 1, 4096), ("fp64", tl.float64, 4, 1024)):
             signature, constexprs = {}, {"ROWS": rows, "BLOCK": block, "ACC": acc, **flags.get(name, {})}
