@@ -150,7 +150,7 @@ def cmd_generate(args):
     directory = Path(args.vectors) if args.vectors else default_dir()
     start = time.perf_counter()
     with bar("generating vectors", args.quiet) as progress:
-        files = generate.generate(args.family, progress=progress, workers=args.workers)
+        files = generate.generate(families=args.family, progress=progress, workers=args.workers)
     if args.family:
         files = generate.with_other_families(directory, files, args.family)
     elapsed = time.perf_counter() - start
