@@ -80,6 +80,17 @@ def _load_balancing(diff, router_logits, top_k=1, form="switch", seq_len=None, m
     chosen = [[_top([float(v) for v in row], k) if keep else set() for row, keep in zip(layer, on)]
               for layer in floats]
     tokens = [i for i in range(n) if on[i]]
+
+    def weighted(row, counts, sigmoid):
+        """Σ_e c_e·q_e (q the row's affinities, c integer counts) as c_0 + Σ_e (c_e − c_0)·q_e (Σ q = 1):
+        equal counts give cotangents of exactly 0, hence an exactly zero gradient. s/Σ s is the
+        softmax of log σ(x)."""
+        x = [_ball.log_sigmoid(v) for v in row] if sigmoid else row
+        top = max(range(len(x)), key=lambda j: _ball.mid_float(_ball.value(x[j])))
+        q = _ball.softmax(x, top)
+        return _ball.ball(counts[0]) + _ball.fsum(_ball.ball(c - counts[0]) * v for c, v in zip(counts, q)
+                                                  if c != counts[0])
+
     if form == "sequence":
         total = []
         for layer, sel in zip(layers, chosen):
@@ -88,39 +99,23 @@ def _load_balancing(diff, router_logits, top_k=1, form="switch", seq_len=None, m
                 toks = [i for i in range(b, b + t) if on[i]]
                 if not toks:
                     continue
+                counts = [sum(e in sel[i] for i in toks) for e in range(experts)]
                 big_t = _ball.ball(len(toks))
-                prob = []
-                for i in toks:
-                    s = [_ball.sigmoid(x) for x in layer[i]]
-                    norm = _ball.fsum(s)
-                    prob.append([v / norm for v in s])
-                terms = []
-                for e in range(experts):
-                    f = _ball.ball(experts * sum(e in sel[i] for i in toks)) / (_ball.ball(k) * big_t)
-                    terms.append(f * (_ball.fsum(p[e] for p in prob) / big_t))
-                per_seq.append(_ball.fsum(terms))
+                # Σ_i f_i·P_i = E/(k·T²)·Σ_t Σ_i count_i·s'_{i,t}
+                per_seq.append(_ball.ball(experts) * _ball.fsum(weighted(layer[i], counts, True) for i in toks)
+                               / (_ball.ball(k) * big_t * big_t))
             total.append(_ball.fsum(per_seq) / _ball.ball(len(per_seq)))
         return {"loss": _ball.fsum(total)}
-    probs = []
-    for layer in layers:
-        rows = {}
-        for i in tokens:
-            row = layer[i]
-            top = max(range(experts), key=lambda j: _ball.mid_float(_ball.value(row[j])))
-            rows[i] = _ball.softmax(row, top)
-        probs.append(rows)
     counts = [[sum(e in sel[i] for i in tokens) for e in range(experts)] for sel in chosen]
-    psums = [[_ball.fsum(rows[i][e] for i in tokens) for e in range(experts)] for rows in probs]
     e_ball, n_tok = _ball.ball(experts), len(tokens)
     if form == "concatenated":
-        rows_total = _ball.ball(len(layers) * n_tok)
         pooled = [sum(c[e] for c in counts) for e in range(experts)]
-        pooled_p = [_ball.fsum(p[e] for p in psums) for e in range(experts)]
-        return {"loss": e_ball * _ball.fsum(_ball.ball(c) * p for c, p in zip(pooled, pooled_p))
+        rows_total = _ball.ball(len(layers) * n_tok)
+        return {"loss": e_ball * _ball.fsum(weighted(layer[i], pooled, False) for layer in layers for i in tokens)
                 / (rows_total * rows_total)}
     square = _ball.ball(n_tok * n_tok)
-    return {"loss": _ball.fsum(e_ball * _ball.fsum(_ball.ball(c) * p for c, p in zip(cl, pl)) / square
-                               for cl, pl in zip(counts, psums))}
+    return {"loss": _ball.fsum(e_ball * _ball.fsum(weighted(layer[i], cl, False) for i in tokens) / square
+                               for layer, cl in zip(layers, counts))}
 
 
 load_balancing, load_balancing_vjp = _ball.pair(_load_balancing, ("loss",), ("router_logits",))
