@@ -101,10 +101,11 @@ def value_loss_vjp(cotangent, values, old_values, returns, mask, clip_range_valu
     return {"values": w * grad}
 
 
-def _entropy(entropy, coef):
+def _entropy(entropy, coef, aggregation):
     h = mp.array("entropy", entropy)
     validate.rank("entropy", h.shape, 2)
     validate.nonempty("entropy", h.shape)
+    validate.aggregation(aggregation)   # named as this objective names it (grpo.aggregate says 'mode')
     return h, mp.mpf(validate.real("coef", coef))
 
 
@@ -114,7 +115,7 @@ def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-m
     """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S with the sign of a
     loss; verl 0.9.1 ppo_loss). ``aggregation``, ``norm_length`` and ``mean_eps`` are
     grpo.aggregate's ``mode``, ``norm_length`` and ``mean_eps``. Returns the scalar loss."""
-    h, c = _entropy(entropy, coef)
+    h, c = _entropy(entropy, coef, aggregation)
     return -c * grpo.aggregate(h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps)
 
 
@@ -123,7 +124,7 @@ def entropy_bonus_vjp(cotangent, entropy, mask, coef: float = 0.01, aggregation:
                       norm_length: float | None = None, mean_eps: float = 0.0):
     """Gradient of cotangent·loss with respect to ``entropy``: −c·cotangent·w_t, w_t the
     aggregation weight (0 at masked tokens)."""
-    h, c = _entropy(entropy, coef)
+    h, c = _entropy(entropy, coef, aggregation)
     ct = mp.array("cotangent", cotangent)
     validate.same_shape(loss=(), cotangent=ct.shape)  # the message names the cotangent
     w = grpo.aggregate_vjp(ct.item(), h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps)["values"]
