@@ -598,10 +598,10 @@ OBJECTIVES: tuple[Objective, ...] = (
             "moe.router_z_loss:14ca1f29fb8dc97e",   # lse ≈ 1e-17 from cancellation
             "moe.router_z_loss:f601ef1f9e93d335")),  # a mask: the mean over the selected tokens
     Objective(
-        "moe.load_balancing", "Auxiliary load-balancing loss: E·Σ_e f_e·P_e, f_e the fraction of (unmasked) tokens "
-        "whose top-k experts include e (not differentiated), P_e the mean router probability of e; per the form, "
-        "layers pooled, summed, or DeepSeek-V3's sequence-wise loss on normalised sigmoid affinities.",
-        (Input("router_logits", "(L,)N,E"), Input("mask", "N", kind="mask", optional=True)),
+        "moe.load_balancing", "Auxiliary load-balancing loss over router logits [N, E] (or [L, N, E] for L layers): "
+        "E·Σ_e f_e·P_e, f_e the fraction of (unmasked) tokens whose top-k experts include e (not "
+        "differentiated), P_e the mean router probability of e; per the form, layers pooled, summed, or DeepSeek-V3's sequence-wise loss on normalised sigmoid affinities.",
+        (Input("router_logits", "N,E"), Input("mask", "N", kind="mask", optional=True)),
         (Param("top_k", 1, source="Switch Transformer (arXiv 2101.03961) §2.1: k = 1 routing; transformers 5.25.0 "
                "Mixtral num_experts_per_tok 2"),
          Param("form", "switch", ("switch", "concatenated", "per-layer-sum", "sequence"),

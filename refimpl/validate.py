@@ -781,11 +781,11 @@ BALANCE_FORMS = ("switch", "concatenated", "per-layer-sum", "sequence")
 
 def balance_form(value, layered: bool) -> str:
     """moe.load_balancing's form. 'switch' is one layer's loss (Switch Transformer eq. 4): layered
-    logits [L, N, E] need a form that says how the layers combine."""
+    logits [L, N, E] are refused under it (the logits' shape is what is wrong for that form)."""
     form = choice("form", value, BALANCE_FORMS)
     if layered and form == "switch":
-        fail("form", "'switch' is one layer's loss over [N, E] logits; for [L, N, E] choose 'concatenated' "
-             "or 'per-layer-sum'")
+        fail("router_logits", "[L, N, E] logits with form 'switch' (one layer's loss over [N, E]); the layers "
+             "combine under 'concatenated', 'per-layer-sum' or 'sequence'")
     return form
 
 

@@ -153,7 +153,7 @@ def test_a_tie_at_the_kth_place_counts_the_lower_index():
     ({"router_logits": [[1.0, math.nan]]}, "router_logits"),
     ({"router_logits": [[1.0, -math.inf]]}, "router_logits"),
     ({"router_logits": [1.0, 2.0]}, "router_logits"),
-    ({"router_logits": [[[1.0, 2.0]], [[0.0, 1.0]]]}, "form"),
+    ({"router_logits": [[[1.0, 2.0]], [[0.0, 1.0]]]}, "router_logits"),
     ({"router_logits": [[1.0, 2.0]], "top_k": 3}, "top_k"),
     ({"router_logits": [[1.0, 2.0]], "top_k": 0}, "top_k"),
     ({"router_logits": [[1.0, 2.0]], "form": "mean"}, "form"),
