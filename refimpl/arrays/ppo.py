@@ -93,6 +93,6 @@ def entropy_bonus_vjp(cotangent, entropy, mask, coef: float = 0.01, aggregation:
                       norm_length: float | None = None, mean_eps: float = 0.0):
     """Gradient of cotangent·loss with respect to ``entropy``: −c·cotangent times the aggregation
     weights (0 at masked tokens)."""
-    xp, dt, h, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps)
+    xp, dt, _, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps)
     ct = grpo.scalar_cotangent(xp, cotangent, dt)
     return {"entropy": (-c * ct) * grpo.aggregate_weights(xp, m, aggregation, norm, eps)}

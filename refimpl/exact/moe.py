@@ -142,7 +142,7 @@ def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len:
     """The auxiliary load-balancing loss of ``form`` (module docstring): Switch eq. 4 (one layer),
     transformers' pooled layers, the per-layer sum, or DeepSeek-V3's sequence-wise eq. 17–20.
     Returns the scalar loss (without the coefficient α)."""
-    layers, m, k, form, t, layered = _balance_prepare(router_logits, top_k, form, seq_len, mask)
+    layers, m, k, form, t, _ = _balance_prepare(router_logits, top_k, form, seq_len, mask)
     coef = _coefficients(layers, m, k, form, t)
     terms = []
     for l, layer in enumerate(layers):
