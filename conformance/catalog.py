@@ -567,6 +567,28 @@ OBJECTIVES: tuple[Objective, ...] = (
             "ppo.value_loss:9bf562d7fc462333",   # V − V_old = ±ε exactly, differentiable
             "ppo.value_loss:2f4a3046b2a65cf6")),  # the tie of the two squares (acceptable)
     Objective(
+        "ppo.entropy_bonus", "The policy loss's entropy term: −c·aggregate(H_t) over the tokens the mask selects, "
+        "H_t the per-token entropy (e.g. lm.entropy).",
+        (Input("entropy", "B,T"), Input("mask", "B,T", kind="mask")),
+        (Param("coef", 0.01, source="PPO (Schulman et al. 2017) eq. 9 c₂·S[π_θ](s_t); Table 5 (Atari): entropy "
+               "coeff. 0.01; verl 0.9.1 actor.entropy_coeff 0, TRL 1.16.0 entropy_coef 0 (off)"),
+         Param("aggregation", "token-mean",
+               ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"),
+               "PPO eq. 9: Ê_t, the mean over the batch's time steps; verl 0.9.1 workers/utils/losses.py ppo_loss "
+               "reduces the entropy with the policy term's loss_agg_mode; OpenRLHF 0.11.2 always token-mean",
+               convention=True),
+         Param("norm_length", None, source="padded length T (Dr. GRPO uses a constant; verl loss_scale_factor)"),
+         Param("mean_eps", 0.0, source="PPO eq. 9 divides by the token count; verl 0.9.1 agg_loss by |o_i| + 1e-8 in "
+               "'seq-mean-token-mean'", convention=True)),
+        ("loss",), ("entropy",),
+        "Schulman et al. 2017 (PPO, arXiv 1707.06347) §5 eq. 9 and Table 5; verl 0.9.1 workers/utils/losses.py "
+        "ppo_loss (policy_loss −= entropy_coeff·agg_loss(entropy, response_mask, loss_agg_mode))",
+        reduction="entropy", k_base=4.0, docs_examples=(
+            "ppo.entropy_bonus:62b938876495ac19",   # PPO eq. 9 with c₂ = 0.01: −0.01·4/3
+            "ppo.entropy_bonus:e6615841b2cc2c08",   # a row without tokens under token-mean
+            "ppo.entropy_bonus:a2de484e84416d9f",   # the same under verl's seq-mean-token-mean (acceptable)
+            "ppo.entropy_bonus:ad676abb8134d8ca")),  # c = 0 (the libraries' default): loss 0
+    Objective(
         "moe.router_z_loss", "ST-MoE router z-loss: the mean over (unmasked) tokens of (log Σ_e exp(x_e))², x the "
         "token's router logits.",
         (Input("router_logits", "N,E"), Input("mask", "N", kind="mask", optional=True)),
@@ -579,6 +601,29 @@ OBJECTIVES: tuple[Objective, ...] = (
             "moe.router_z_loss:436e9d21d625754f",   # logits ±1e4
             "moe.router_z_loss:14ca1f29fb8dc97e",   # lse ≈ 1e-17 from cancellation
             "moe.router_z_loss:f601ef1f9e93d335")),  # a mask: the mean over the selected tokens
+    Objective(
+        "moe.load_balancing", "Auxiliary load-balancing loss over router logits [N, E] (or [L, N, E] for L layers): "
+        "E·Σ_e f_e·P_e, f_e the fraction of (unmasked) tokens whose top-k experts include e (not "
+        "differentiated), P_e the mean router probability of e; per the form, layers pooled, summed, or "
+        "DeepSeek-V3's sequence-wise loss on normalised sigmoid affinities.",
+        (Input("router_logits", "N,E"), Input("mask", "N", kind="mask", optional=True)),
+        (Param("top_k", 1, source="Switch Transformer (arXiv 2101.03961) §2.1: k = 1 routing; transformers 5.25.0 "
+               "Mixtral num_experts_per_tok 2"),
+         Param("form", "switch", ("switch", "concatenated", "per-layer-sum", "sequence"),
+               "Switch Transformer (arXiv 2101.03961) §2.2 eq. 4–6, one layer; transformers 5.25.0 "
+               "models/mixtral/modeling_mixtral.py load_balancing_loss_func pools the layers ('concatenated')",
+               convention=True),
+         Param("seq_len", None, source="form 'sequence': the N tokens are N/seq_len sequences of seq_len positions "
+               "(a [B,T,E] batch flattened); None: one sequence")),
+        ("loss",), ("router_logits",),
+        "Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 eq. 4–6; DeepSeek-AI 2024 (DeepSeek-V3, "
+        "arXiv 2412.19437) §2.1.2 eq. 17–20; transformers 5.25.0 models/mixtral/modeling_mixtral.py "
+        "load_balancing_loss_func",
+        reduction="router_logits", k_base=8.0, docs_examples=(
+            "moe.load_balancing:4c3c24a336a67d4f",   # Switch eq. 4, N = 3, E = 2: f = (2/3, 1/3)
+            "moe.load_balancing:bc733ff80c789f38",   # DeepSeek-V3 eq. 17–20, one sequence
+            "moe.load_balancing:90be683a355f945d",   # uniform counts: loss 1, gradient exactly 0
+            "moe.load_balancing:dbb7297cad4ab833")),  # a tie at the top (acceptable)
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

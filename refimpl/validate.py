@@ -772,3 +772,39 @@ def clip_range_value(value) -> float | None:
 def value_half(value) -> bool:
     """Whether the squared error carries the factor ½ (``half``)."""
     return flag("half", value)
+
+
+# ----------------------------------------------------------------------------- moe load balancing
+
+BALANCE_FORMS = ("switch", "concatenated", "per-layer-sum", "sequence")
+
+
+def balance_form(value, layered: bool) -> str:
+    """moe.load_balancing's form. 'switch' is one layer's loss (Switch Transformer eq. 4): layered
+    logits [L, N, E] are refused under it (the logits' shape is what is wrong for that form)."""
+    form = choice("form", value, BALANCE_FORMS)
+    if layered and form == "switch":
+        fail("router_logits", "[L, N, E] logits with form 'switch' (one layer's loss over [N, E]); the layers "
+             "combine under 'concatenated', 'per-layer-sum' or 'sequence'")
+    return form
+
+
+def top_k(value, experts: int) -> int:
+    """The number k of experts each token is routed to, 1 <= k <= E."""
+    k = count("top_k", value)
+    if k > experts:
+        fail("top_k", f"must be <= the number of experts {experts}, got {value!r}")
+    return k
+
+
+def seq_len(value, form: str, tokens: int) -> int:
+    """The sequence length of moe.load_balancing's 'sequence' form (the N tokens are N/seq_len
+    sequences): None means one sequence of N; only that form takes it."""
+    if form != "sequence":
+        if value is not None:
+            fail("seq_len", f"applies to form 'sequence' only, got {value!r} with form {form!r}")
+        return tokens
+    t = tokens if value is None else count("seq_len", value)
+    if tokens % t:
+        fail("seq_len", f"must divide the number of tokens {tokens}, got {value!r}")
+    return t

@@ -97,6 +97,10 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"logits": rng.normal(size=(n, v))}
     if objective_id == "moe.router_z_loss":
         return {"router_logits": rng.normal(size=(n, v)), "mask": np.array([1.0, 0.0, 1.0])}
+    if objective_id == "moe.load_balancing":
+        return {"router_logits": rng.normal(size=(n, v)), "mask": np.array([1.0, 0.0, 1.0])}
+    if objective_id == "ppo.entropy_bonus":
+        return {"entropy": rng.uniform(0.0, 3.0, size=(b, t)), "mask": mask}
     if objective_id == "ppo.value_loss":
         values = rng.normal(size=(b, t))
         return {"values": values, "old_values": values + rng.normal(0, 0.5, size=(b, t)),

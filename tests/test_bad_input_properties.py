@@ -106,6 +106,9 @@ BAD_PARAMS = {
     "form": ["logistic", None, 1],
     "clip_range_value": [0.0, -0.2, NAN, "x"],
     "half": ["yes", 2, None],
+    "coef": [NAN, INF, "x", None, True],
+    "top_k": [0, -1, 1.5, 99, True, None],
+    "seq_len": [0, -2, 1.5, "x", 4],      # 4: any value under the default form 'switch'
 }
 # a parameter whose range differs between objectives that share its name
 BAD_PARAMS_OF = {("lm.cross_entropy", "label_smoothing"): [-0.1, 1.5, NAN, INF]}

@@ -1,4 +1,5 @@
-"""Vectors for ``moe.router_z_loss`` (ST-MoE, Zoph et al. 2022, arXiv 2202.08906, §3.1 eq. 5).
+"""Vectors for ``moe.router_z_loss`` (ST-MoE, Zoph et al. 2022, arXiv 2202.08906, §3.1 eq. 5), and the
+family's entry point for ``moe.load_balancing`` (its cases in ``moe_balance``).
 
 The objective has no convention: the groups say whether a mask is given (the paper and
 transformers 5.25.0's router_z_loss_func average over every position; with a mask only the
@@ -10,6 +11,7 @@ import math
 
 import mpmath
 
+from conformance.generate import moe_balance
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated, paper
 
@@ -151,7 +153,7 @@ def cases() -> list[Case]:
     for inputs, why in bad:
         out.append(Case(OBJ, inputs, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
                         provenance=generated(0, "fixed")))
-    return out
+    return out + moe_balance.cases()
 
 
 def _scale(kwargs, outputs, grads):
@@ -175,4 +177,6 @@ def _scale(kwargs, outputs, grads):
     return {"loss": mpmath.fsum(value) / n, "grad:router_logits": max(grad), "elements:loss": mpmath.fsum(elements) / n}
 
 
-SCALES = {OBJ: _scale}
+SCALES = {OBJ: _scale, moe_balance.OBJ: moe_balance.scale}
+GROUPS.update(moe_balance.GROUPS)
+NOTES.update(moe_balance.NOTES)

@@ -1,5 +1,6 @@
 """Vectors for ``ppo.value_loss`` (PPO eq. 9; baselines ppo2's value clipping, as verl 0.9.1,
-OpenRLHF 0.11.2 and TRL's former PPOTrainer compute it).
+OpenRLHF 0.11.2 and TRL's former PPOTrainer compute it), and the family's entry point for
+``ppo.entropy_bonus`` (its cases in ``ppo_entropy``).
 
 Random tokens keep away from the two kinks of the clipped loss, so that rounding never decides a
 branch: |V − V_old| stays a relative 2^−5 (low precision) or 1e-6 away from ε, and outside the band
@@ -13,6 +14,7 @@ import math
 
 import mpmath
 
+from conformance.generate import ppo_entropy
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated, paper
 from refimpl.exact import grpo as exact_grpo
@@ -152,7 +154,7 @@ def _edges(group: str) -> list[Case]:
     seq_mean = mode != "token-mean"
     out = [_case(group, {"values": [[1.25]], "old_values": [[1.0]], "returns": [[0.5]], "mask": [[1]]},
                  ("SingleToken",), "B = T = 1", 0, "fixed")]
-    r = S.rng(28900 + list(GROUPS).index(group))
+    r = S.rng(28900 + list(VALUE_GROUPS).index(group))
     v, old, ret = (S.in_dtype(x, "float32") for x in _draw(r, 4, 6, eps, 1.0))
     mask = S.mask(r, 4, 6, min_len=2)
     for i, row in enumerate(mask):
@@ -228,7 +230,7 @@ def cases() -> list[Case]:
                            "mask": [[1, 1]]}, ("SingleToken",),
                  "two time steps with errors −1 and 1: L^VF = 1 (eq. 9, no ½)", 0, "fixed",
                  provenance=paper(PPO, "§5 eq. 9"))]
-    for gi, group in enumerate(g for g in GROUPS if g != "invalid"):
+    for gi, group in enumerate(g for g in VALUE_GROUPS if g != "invalid"):
         out += [_random(group, gi, i) for i in range(12)]
         out += _edges(group)
     out += [_low(i) for i in range(LOW_CASES)]
@@ -250,7 +252,7 @@ def cases() -> list[Case]:
     for inputs, conv, why in bad:
         out.append(Case(OBJ, inputs, conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",),
                         comment=why, provenance=generated(0, "fixed")))
-    return out
+    return out + ppo_entropy.cases()
 
 
 def _scale(kwargs, outputs, grads):
@@ -281,4 +283,7 @@ def _scale(kwargs, outputs, grads):
     return {"loss": mpmath.fsum(value), "grad:values": max(grad), "elements:loss": mpmath.fsum(elements)}
 
 
-SCALES = {OBJ: _scale}
+SCALES = {OBJ: _scale, ppo_entropy.OBJ: ppo_entropy.scale}
+VALUE_GROUPS = dict(GROUPS)
+GROUPS.update(ppo_entropy.GROUPS)
+NOTES.update(ppo_entropy.NOTES)

@@ -1,4 +1,5 @@
-"""The PPO critic's value loss over the array API (PPO eq. 9; baselines ppo2's value clipping).
+"""The PPO critic's value loss over the array API (PPO eq. 9; baselines ppo2's value clipping), and
+the policy loss's entropy bonus −c·agg(H).
 
 Sources as ``refimpl.exact.ppo``. Per token, with s = ½ when ``half``:
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.arrays import _xp, grpo
 
-__all__ = ["value_loss", "value_loss_vjp"]
+__all__ = ["value_loss", "value_loss_vjp", "entropy_bonus", "entropy_bonus_vjp"]
 
 
 def _prepare(values, old_values, returns, mask, clip_range_value, half, aggregation):
@@ -66,3 +67,32 @@ def value_loss_vjp(cotangent, values, old_values, returns, mask, clip_range_valu
     validate.same_shape(loss=(), cotangent=_xp.shape(ct))  # the message names the cotangent
     _, grad = _per_token(xp, v, old, ret, eps, scale)
     return {"values": ct * grpo.aggregate_weights(xp, m, aggregation, float(v.shape[1])) * grad}
+
+
+def _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps):
+    xp = _xp.namespace(entropy, mask)
+    dt = _xp.float_dtype(xp, entropy=entropy)
+    h = _xp.array(xp, "entropy", entropy, dt)
+    validate.rank("entropy", _xp.shape(h), 2)
+    validate.nonempty("entropy", _xp.shape(h))
+    m = _xp.mask(xp, "mask", mask, _xp.shape(h), dt)
+    c = validate.real("coef", coef)
+    norm = grpo.aggregate_params("aggregation", aggregation, norm_length, h.shape[1])
+    return xp, dt, h, m, c, norm, validate.mean_eps(mean_eps)
+
+
+def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-mean", norm_length: float | None = None,
+                  mean_eps: float = 0.0):
+    """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S as a loss; verl 0.9.1
+    workers/utils/losses.py ppo_loss), aggregated by grpo.aggregate's modes. Returns the scalar loss."""
+    xp, _, h, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps)
+    return -c * grpo.aggregate_value(xp, h, m, aggregation, norm, eps)
+
+
+def entropy_bonus_vjp(cotangent, entropy, mask, coef: float = 0.01, aggregation: str = "token-mean",
+                      norm_length: float | None = None, mean_eps: float = 0.0):
+    """Gradient of cotangent·loss with respect to ``entropy``: −c·cotangent times the aggregation
+    weights (0 at masked tokens)."""
+    xp, dt, _, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps)
+    ct = grpo.scalar_cotangent(xp, cotangent, dt)
+    return {"entropy": (-c * ct) * grpo.aggregate_weights(xp, m, aggregation, norm, eps)}

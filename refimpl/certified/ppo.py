@@ -1,4 +1,4 @@
-"""ppo.value_loss in ball arithmetic.
+"""ppo.value_loss and ppo.entropy_bonus in ball arithmetic.
 
 PPO (Schulman et al. 2017, arXiv 1707.06347) §5 eq. 9: the critic's squared error (V − R)²,
 averaged over time steps; OpenAI baselines ppo2's clipped variant, kept by verl 0.9.1
@@ -7,6 +7,10 @@ larger of (V − R)² and (V_c − R)². Inside the closed band |V − V_old| �
 node, so both branches coincide); outside, V_c is the constant V_old ± ε, and the branch is
 decided by comparing the two squares (an exact tie takes (V − R)²). Times ½ when ``half``; reduced
 over the mask with grpo.aggregate's modes (the padded length T for 'seq-mean-token-sum-norm').
+
+The entropy bonus: PPO eq. 9's c₂·S[π_θ](s_t), as a loss −c·agg(H) (verl 0.9.1
+workers/utils/losses.py ppo_loss: policy_loss −= entropy_coeff·agg_loss(entropy, ...)), agg the
+same masked reduction (``aggregate_rows``) with its ``norm_length`` and ``mean_eps``.
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from refimpl import validate
 from refimpl.certified import _ball
 from refimpl.certified.grpo import aggregate_rows, mask_rows
 
-__all__ = ["value_loss", "value_loss_vjp"]
+__all__ = ["value_loss", "value_loss_vjp", "entropy_bonus", "entropy_bonus_vjp"]
 
 
 def _token(v, old, ret, eps):
@@ -51,3 +55,22 @@ def _value_loss(diff, values, old_values, returns, mask, clip_range_value=None, 
 
 value_loss, value_loss_vjp = _ball.pair(_value_loss, ("loss",), ("values",))
 value_loss.__doc__ = "PPO value loss, unclipped (eq. 9) or PPO2-clipped, as balls."
+
+
+def _entropy_bonus(diff, entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None, mean_eps=0.0):
+    h = _ball.balls("entropy", entropy)
+    shape = _ball.shape(h)
+    validate.rank("entropy", shape, 2)
+    validate.nonempty("entropy", shape)
+    m = mask_rows("mask", mask, shape)
+    c = _ball.ball(validate.real("coef", coef))
+    validate.aggregation(aggregation)
+    norm = validate.norm_length(norm_length)
+    norm = _ball.ball(shape[1] if norm is None else norm)
+    eps = _ball.ball(validate.mean_eps(mean_eps))
+    h = diff("entropy", h)
+    return {"loss": -(c * aggregate_rows(h, m, aggregation, norm, eps))}
+
+
+entropy_bonus, entropy_bonus_vjp = _ball.pair(_entropy_bonus, ("loss",), ("entropy",))
+entropy_bonus.__doc__ = "PPO entropy bonus −c·agg(H) (arXiv 1707.06347 eq. 9), as balls."

@@ -1,4 +1,4 @@
-"""The PPO critic's value loss, with PPO2's value clipping.
+"""The PPO critic's value loss, with PPO2's value clipping, and the policy loss's entropy bonus.
 
 Sources: PPO (Schulman et al. 2017, arXiv 1707.06347) §5 eq. 9, whose value term is the squared
 error L^VF_t = (V_θ(s_t) − V^targ_t)² averaged over time steps (Ê_t); the clipped form of OpenAI
@@ -21,6 +21,13 @@ constant V_old ± ε. Where (V − R)² > (V_c − R)² the gradient is 2s·(V �
 derivative: any value between 0 and 2s·(V − R) is a subgradient (torch.max splits the two, giving
 s·(V − R)); this reference takes the unclipped branch, and vectors at such ties are marked
 acceptable.
+
+The entropy bonus (``entropy_bonus``): PPO eq. 9 adds c₂·S[π_θ](s_t) to the surrogate it maximises
+(Table 5, Atari: c₂ = 0.01); as a loss to minimise, −c·agg(H), H_t the per-token entropy and agg
+grpo.aggregate (Ê_t is 'token-mean'). verl 0.9.1 workers/utils/losses.py ppo_loss subtracts
+entropy_coeff·agg_loss(entropy, response_mask, loss_agg_mode) from the policy loss, with the
+policy term's aggregation. The loss is linear in H: its gradient is −c times the aggregation
+weights.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import grpo, mp
 
-__all__ = ["value_loss", "value_loss_vjp"]
+__all__ = ["value_loss", "value_loss_vjp", "entropy_bonus", "entropy_bonus_vjp"]
 
 
 def _prepare(values, old_values, returns, mask, clip_range_value, half, aggregation):
@@ -92,3 +99,33 @@ def value_loss_vjp(cotangent, values, old_values, returns, mask, clip_range_valu
     # the aggregate is linear in the per-token values: its VJP is the aggregation weights
     w = grpo.aggregate_vjp(ct.item(), value, m, mode=aggregation)["values"]
     return {"values": w * grad}
+
+
+def _entropy(entropy, coef, aggregation):
+    h = mp.array("entropy", entropy)
+    validate.rank("entropy", h.shape, 2)
+    validate.nonempty("entropy", h.shape)
+    validate.aggregation(aggregation)   # named as this objective names it (grpo.aggregate says 'mode')
+    return h, mp.mpf(validate.real("coef", coef))
+
+
+@mp.exact
+def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-mean", norm_length: float | None = None,
+                  mean_eps: float = 0.0):
+    """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S with the sign of a
+    loss; verl 0.9.1 ppo_loss). ``aggregation``, ``norm_length`` and ``mean_eps`` are
+    grpo.aggregate's ``mode``, ``norm_length`` and ``mean_eps``. Returns the scalar loss."""
+    h, c = _entropy(entropy, coef, aggregation)
+    return -c * grpo.aggregate(h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps)
+
+
+@mp.exact
+def entropy_bonus_vjp(cotangent, entropy, mask, coef: float = 0.01, aggregation: str = "token-mean",
+                      norm_length: float | None = None, mean_eps: float = 0.0):
+    """Gradient of cotangent·loss with respect to ``entropy``: −c·cotangent·w_t, w_t the
+    aggregation weight (0 at masked tokens)."""
+    h, c = _entropy(entropy, coef, aggregation)
+    ct = mp.array("cotangent", cotangent)
+    validate.same_shape(loss=(), cotangent=ct.shape)  # the message names the cotangent
+    w = grpo.aggregate_vjp(ct.item(), h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps)["values"]
+    return {"entropy": -c * w}

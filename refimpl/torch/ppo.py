@@ -1,4 +1,5 @@
-"""The PPO critic's value loss (PyTorch, autograd): PPO eq. 9 and baselines ppo2's value clipping.
+"""The PPO critic's value loss (PyTorch, autograd): PPO eq. 9 and baselines ppo2's value clipping; the
+policy loss's entropy bonus −c·agg(H).
 
 Sources as ``refimpl.exact.ppo``. Per token, with s = ½ when ``half``:
 
@@ -16,7 +17,7 @@ import torch
 from refimpl import validate
 from refimpl.torch import _common, grpo
 
-__all__ = ["value_loss"]
+__all__ = ["value_loss", "entropy_bonus"]
 
 
 def value_loss(values, old_values, returns, mask, clip_range_value: float | None = None, half: bool = False,
@@ -49,3 +50,20 @@ def value_loss(values, old_values, returns, mask, clip_range_value: float | None
         clipped = (torch.clamp(vw, ow - eps, ow + eps) - rw) ** 2
         per_token = torch.where(unclipped >= clipped, unclipped, clipped)
     return (scale * grpo._aggregate(per_token, m, aggregation, float(v.shape[1]))).to(out)
+
+
+def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-mean", norm_length: float | None = None,
+                  mean_eps: float = 0.0):
+    """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S as a loss; verl 0.9.1
+    workers/utils/losses.py ppo_loss), with grpo.aggregate's modes, reduced in float32 for
+    bfloat16/float16 entropies and cast back once. Gradient wrt ``entropy``."""
+    h = _common.array("entropy", entropy)
+    validate.rank("entropy", tuple(h.shape), 2)
+    validate.nonempty("entropy", tuple(h.shape))
+    m = _common.mask("mask", mask, tuple(h.shape))
+    c = validate.real("coef", coef)
+    norm = grpo._aggregate_params("aggregation", aggregation, norm_length, h.shape[1])
+    eps = validate.mean_eps(mean_eps)
+    grpo._check_tokens(m)
+    work = _common.work_dtype(h.dtype)
+    return (-c * grpo._aggregate(_common.upcast(h, work), m, aggregation, norm, eps)).to(h.dtype)

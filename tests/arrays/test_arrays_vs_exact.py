@@ -87,6 +87,13 @@ def _inputs(oid: str, rng) -> dict:
         z[2] += 1e3
         z[3] = 1e4
         return {"router_logits": z, "mask": np.array([1.0, 1.0, 1.0, 0.0])}
+    if oid == "ppo.entropy_bonus":  # padding holds 1e4: it must not reach the loss
+        m = _mask(rng, 4, 6)
+        return {"entropy": np.where(m == 1, rng.uniform(0.0, 4.0, (4, 6)), 1e4), "mask": m}
+    if oid == "moe.load_balancing":  # continuous logits: no tie at a top-k boundary; a masked row of junk
+        z = rng.normal(0.0, 2.0, (6, 5))
+        z[4] = [30.0, -30.0, 30.0, -30.0, 30.0]
+        return {"router_logits": z, "mask": np.array([1.0, 1.0, 1.0, 1.0, 0.0, 1.0])}
     if oid == "ppo.value_loss":  # steps of up to several ε = 0.2; at these seeds no token sits on a kink
         m = _mask(rng, 4, 6)
         values = rng.normal(0.0, 1.0, (4, 6))
@@ -225,6 +232,10 @@ CONVENTIONS = {
     "lm.token_logprobs": _grid(temperature=[1.0, 0.5, 2.0]),
     "lm.entropy": _grid(temperature=[1.0, 0.5, 2.0]),
     "moe.router_z_loss": [{}],
+    "moe.load_balancing": (_grid(form=["switch", "concatenated", "per-layer-sum", "sequence"], top_k=[1, 2, 5])
+                           + _grid(form=["sequence"], seq_len=[2, 3], top_k=[1, 3])),
+    "ppo.entropy_bonus": (_grid(aggregation=list(ex_grpo.MODES), mean_eps=[0.0, 1e-8], coef=[0.01, 1.0])
+                          + _grid(aggregation=["seq-mean-token-sum-norm"], norm_length=[7.0, 4096.0])),
     "ppo.value_loss": _grid(clip_range_value=[None, 0.2], half=[False, True], aggregation=list(ex_grpo.MODES)),
     "reward.pairwise": _grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0]),
     "proximal_kl.future_cost": _grid(clip=[None, 0.5], window=[None, 1, 2, 10]),

@@ -62,3 +62,106 @@ def test_huge_logits_are_formed_around_the_maximum():
 def test_bad_input_is_rejected_naming_the_argument(kwargs, name):
     with pytest.raises(InputError, match=f"^{name}:"):
         moe.router_z_loss(**kwargs)
+
+
+# ----------------------------------------------------------------------------- load balancing
+
+def _balance_inputs(seed, shape):
+    """Distinct logits per token (no tie at any top-k boundary)."""
+    r = np.random.default_rng(seed)
+    z = r.normal(0, 1.5, shape)
+    assert all(len(set(row)) == len(row) for row in z.reshape(-1, shape[-1]).tolist())
+    return z.tolist()
+
+
+@pytest.mark.parametrize("form,shape,extra", [
+    ("switch", (7, 4), {}), ("concatenated", (2, 7, 4), {}), ("per-layer-sum", (3, 5, 4), {}),
+    ("sequence", (2, 6, 4), {"seq_len": 3}), ("sequence", (7, 5), {})])
+@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("masked", [False, True])
+def test_load_balancing_gradient_matches_numerical_derivative(form, shape, extra, k, masked):
+    n = shape[-2]
+    mask = ([1, 0, 1, 1, 1, 0] + [1] * n)[:n] if masked else None
+    kwargs = {"router_logits": _balance_inputs(11 + n + k, shape), "top_k": k, "form": form, "mask": mask, **extra}
+    assert_vjp_matches(moe.load_balancing, moe.load_balancing_vjp, kwargs, ["router_logits"], -1.25)
+
+
+def test_switch_eq_4_closed_form():
+    # N = 3, E = 2, k = 1: tokens 1 and 2 choose expert 0, token 3 expert 1: f = (2/3, 1/3)
+    z = [[2.0, 0.0], [1.0, -1.0], [0.0, 1.0]]
+    got = moe.load_balancing(z)
+    with mpmath.workdps(60):
+        p0 = [1 / (1 + mpmath.exp(-2)), 1 / (1 + mpmath.exp(-2)), 1 / (1 + mpmath.exp(1))]
+        big_p0 = mpmath.fsum(p0) / 3
+        want = 2 * (mpmath.mpf(2) / 3 * big_p0 + mpmath.mpf(1) / 3 * (1 - big_p0))
+        assert abs(got - want) < mpmath.mpf(10) ** -45
+
+
+def test_uniform_routing_gives_k_and_a_zero_gradient():
+    # each of 4 experts is the top-1 of one token: f = 1/4, Σ P = 1, loss E·(1/4)·1 = 1
+    z = [[1.0, 0.0, -1.0, -2.0], [-2.0, -1.0, 0.0, 1.0], [0.0, 1.0, -2.0, -1.0], [-1.0, -2.0, 1.0, 0.0]]
+    with mpmath.workdps(60):
+        assert abs(moe.load_balancing(z) - 1) < mpmath.mpf(10) ** -45
+    g = moe.load_balancing_vjp(1.0, z)["router_logits"]
+    assert all(v == 0 for v in np.asarray(g).flat)
+    g = moe.load_balancing_vjp(1.0, [[0.5, -1.0, 2.0], [0.0, 0.3, 0.1]], top_k=3, form="sequence")["router_logits"]
+    assert all(v == 0 for v in np.asarray(g).flat)
+
+
+def test_concatenated_pools_the_layers_and_per_layer_sum_adds_them():
+    z = _balance_inputs(5, (2, 6, 4))
+    each = [moe.load_balancing(layer, top_k=2) for layer in z]
+    summed = moe.load_balancing(z, top_k=2, form="per-layer-sum")
+    pooled = moe.load_balancing(z, top_k=2, form="concatenated")
+    one = moe.load_balancing(z[0] + z[1], top_k=2)  # the layers' tokens concatenated into one batch
+    with mpmath.workdps(60):
+        assert abs(summed - each[0] - each[1]) < mpmath.mpf(10) ** -45
+        assert abs(pooled - one) < mpmath.mpf(10) ** -45
+        assert abs(pooled - summed) > mpmath.mpf(10) ** -3
+
+
+def test_sequence_form_is_deepseek_v3_eq_17_to_20():
+    # one sequence, T = 2, E = 3, K = 1: s' = σ(x)/Σσ(x); f_i = E/(K·T)·count_i
+    z = [[2.0, 0.0, -1.0], [1.0, -1.0, 0.5]]
+    got = moe.load_balancing(z, form="sequence")
+    with mpmath.workdps(60):
+        s = [[1 / (1 + mpmath.exp(-mpmath.mpf(v))) for v in row] for row in z]
+        sp = [[v / mpmath.fsum(row) for v in row] for row in s]
+        f = [mpmath.mpf(3) / 2 * 2, 0, 0]        # expert 0 is both tokens' top-1
+        big_p = [(sp[0][i] + sp[1][i]) / 2 for i in range(3)]
+        assert abs(got - mpmath.fsum(a * b for a, b in zip(f, big_p))) < mpmath.mpf(10) ** -45
+
+
+def test_sequences_and_the_mask():
+    z = _balance_inputs(9, (6, 3))
+    halves = [moe.load_balancing(z[:3], form="sequence"), moe.load_balancing(z[3:], form="sequence")]
+    both = moe.load_balancing(z, form="sequence", seq_len=3)
+    selected = moe.load_balancing([z[0], z[2]], form="sequence")
+    masked = moe.load_balancing(z, form="sequence", seq_len=3, mask=[1, 0, 1, 0, 0, 0])
+    with mpmath.workdps(60):
+        assert abs(both - (halves[0] + halves[1]) / 2) < mpmath.mpf(10) ** -45
+        assert abs(masked - selected) < mpmath.mpf(10) ** -45   # the empty second sequence leaves the mean
+
+
+def test_a_tie_at_the_kth_place_counts_the_lower_index():
+    assert moe.top_experts([1.0, 2.0, 2.0, 0.0], 2) == {1, 2}
+    assert moe.top_experts([1.0, 2.0, 2.0, 0.0], 1) == {1}
+    assert moe.top_experts([3.0, 3.0, 3.0], 2) == {0, 1}
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"router_logits": [[1.0, math.nan]]}, "router_logits"),
+    ({"router_logits": [[1.0, -math.inf]]}, "router_logits"),
+    ({"router_logits": [1.0, 2.0]}, "router_logits"),
+    ({"router_logits": [[[1.0, 2.0]], [[0.0, 1.0]]]}, "router_logits"),
+    ({"router_logits": [[1.0, 2.0]], "top_k": 3}, "top_k"),
+    ({"router_logits": [[1.0, 2.0]], "top_k": 0}, "top_k"),
+    ({"router_logits": [[1.0, 2.0]], "form": "mean"}, "form"),
+    ({"router_logits": [[1.0, 2.0], [0.0, 1.0]], "form": "sequence", "seq_len": 3}, "seq_len"),
+    ({"router_logits": [[1.0, 2.0], [0.0, 1.0]], "seq_len": 1}, "seq_len"),
+    ({"router_logits": [[1.0, 2.0], [0.0, 1.0]], "mask": [0, 0]}, "mask"),
+    ({"router_logits": [[1.0, 2.0], [0.0, 1.0]], "mask": [1]}, "mask"),
+])
+def test_load_balancing_bad_input_is_rejected_naming_the_argument(kwargs, name):
+    with pytest.raises(InputError, match=f"^{name}:"):
+        moe.load_balancing(**kwargs)

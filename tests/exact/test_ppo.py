@@ -112,3 +112,68 @@ OK = {"values": [[1.0, 2.0]], "old_values": [[1.0, 2.0]], "returns": [[0.0, 0.0]
 def test_bad_input_is_rejected_naming_the_argument(kwargs, name):
     with pytest.raises(InputError, match=f"^{name}:"):
         ppo.value_loss(**kwargs)
+
+
+# ----------------------------------------------------------------------------- entropy bonus
+
+def _entropy_inputs(seed):
+    r = np.random.default_rng(seed)
+    return {"entropy": r.uniform(0.0, 4.0, (3, 4)).tolist(), "mask": [[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]]}
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mean_eps", [0.0, 1e-8])
+def test_entropy_bonus_gradient_matches_numerical_derivative(mode, mean_eps):
+    kwargs = {**_entropy_inputs(7), "coef": 0.03, "aggregation": mode, "mean_eps": mean_eps,
+              "norm_length": 16.0 if mode == "seq-mean-token-sum-norm" else None}
+    assert_vjp_matches(ppo.entropy_bonus, ppo.entropy_bonus_vjp, kwargs, ["entropy"], 0.75)
+
+
+def test_entropy_bonus_is_minus_c_times_the_token_mean_of_eq_9():
+    # PPO eq. 9: Ê_t[c₂·S]; three tokens with H = 0.5, 1.5, 2 and c₂ = 0.01 (Table 5)
+    got = ppo.entropy_bonus([[0.5, 1.5], [2.0, 0.0]], [[1, 1], [1, 0]])
+    g = ppo.entropy_bonus_vjp(1.0, [[0.5, 1.5], [2.0, 0.0]], [[1, 1], [1, 0]])["entropy"]
+    with mpmath.workdps(60):
+        assert abs(got - mpmath.mpf(-0.01) * 4 / 3) < mpmath.mpf(10) ** -45
+        assert all(abs(g[i][j] - mpmath.mpf(-0.01) / 3) < mpmath.mpf(10) ** -45 for i, j in [(0, 0), (0, 1), (1, 0)])
+    assert g[1][1] == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_entropy_bonus_is_grpo_aggregate_times_minus_c(mode):
+    kwargs = _entropy_inputs(3)
+    want = grpo.aggregate(kwargs["entropy"], kwargs["mask"], mode=mode)
+    got = ppo.entropy_bonus(**kwargs, coef=2.5, aggregation=mode)
+    with mpmath.workdps(60):
+        assert abs(got + mpmath.mpf(2.5) * want) < mpmath.mpf(10) ** -45 * max(1, abs(want))
+
+
+def test_entropy_bonus_chained_with_lm_entropy_is_the_logit_gradient():
+    # d(−c·mean H)/dz = −c/n·∂H/∂z with ∂H/∂z_v = −p_v(log p_v + H): the two VJPs compose
+    from refimpl.exact import lm
+    z = [[0.5, -1.0, 2.0], [0.0, 0.25, -0.75]]
+    h = lm.entropy(z)
+    dh = ppo.entropy_bonus_vjp(1.0, [list(h)], [[1, 1]], coef=0.2)["entropy"][0]
+    dz = lm.entropy_vjp(np.array(dh, dtype=object), z)["logits"]
+    with mpmath.workdps(60):
+        for t, row in enumerate(z):
+            p = [mpmath.exp(v) / mpmath.fsum(mpmath.exp(u) for u in row) for v in row]
+            for v, pv in enumerate(p):
+                want = mpmath.mpf(0.2) / 2 * pv * (mpmath.log(pv) + h[t])
+                assert abs(dz[t][v] - want) < mpmath.mpf(10) ** -40
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"entropy": [[1.0, math.nan]], "mask": [[1, 1]]}, "entropy"),
+    ({"entropy": [[1.0, math.inf]], "mask": [[1, 1]]}, "entropy"),
+    ({"entropy": [1.0, 2.0], "mask": [1, 1]}, "entropy"),
+    ({"entropy": [[1.0, 2.0]], "mask": [[0, 0]]}, "mask"),
+    ({"entropy": [[1.0, 2.0]], "mask": [[1]]}, "mask"),
+    ({"entropy": [[1.0, 2.0]], "mask": [[1, 1]], "coef": True}, "coef"),
+    ({"entropy": [[1.0, 2.0]], "mask": [[1, 1]], "aggregation": "sum"}, "aggregation"),
+    ({"entropy": [[1.0, 2.0]], "mask": [[1, 1]], "mean_eps": -1.0}, "mean_eps"),
+    ({"entropy": [[1.0, 2.0]], "mask": [[1, 1]], "norm_length": 0.0}, "norm_length"),
+])
+def test_entropy_bonus_bad_input_is_rejected_naming_the_argument(kwargs, name):
+    with pytest.raises(InputError, match=f"^{name}:"):
+        ppo.entropy_bonus(**kwargs)

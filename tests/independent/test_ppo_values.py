@@ -1,4 +1,4 @@
-"""Independent 40-digit values for ppo.value_loss and its gradient.
+"""Independent 40-digit values for ppo.value_loss, ppo.entropy_bonus and their gradients.
 
 Written from PPO (Schulman et al. 2017, arXiv 1707.06347) §5 eq. 9, L^VF_t = (V_t − V^targ_t)²
 averaged over the time steps, and the clipped form of OpenAI baselines ppo2 (model.py), with the
@@ -11,6 +11,10 @@ token-mean: Σ_t m_t ℓ_t / Σ_t m_t; seq-mean-token-mean: the mean over rows w
 hand: ∂ℓ_t/∂V = 2s·(V − R) where the unclipped square is the larger (or V inside the band),
 0 where the clipped one is, times the token's weight (1/Σm, or 1/(G·|o_i|)). No token lies near a
 kink (|V − V_old| = ε, or equal squares).
+
+The entropy bonus, PPO eq. 9's c₂·S[π_θ] as a loss: −c·Σ_t w_t·H_t with the weights w of the
+aggregation (token-mean 1/Σm; seq-mean-token-mean 1/(G·(|o_i| + ε)); seq-mean-token-sum 1/G;
+seq-mean-token-sum-norm 1/(G·L)), G the rows with a token; gradient −c·w_t.
 """
 from __future__ import annotations
 
@@ -115,8 +119,82 @@ PPO_ROWS = [
                           "0"]]}},
 ]
 
+
+
+def _entropy_weights(mask, aggregation, norm_length, mean_eps):
+    rows = [row for row in mask if sum(row)]
+    out = []
+    for row in mask:
+        n = sum(row)
+        if aggregation == "token-mean":
+            w = mpm.mpf(1) / sum(sum(r) for r in mask)
+        elif aggregation == "seq-mean-token-mean":
+            w = 1 / ((n + mean_eps) * len(rows)) if n else mpm.mpf(0)
+        elif aggregation == "seq-mean-token-sum":
+            w = mpm.mpf(1) / len(rows)
+        else:
+            w = 1 / (len(rows) * (norm_length if norm_length is not None else len(row)))
+        out.append([w * m for m in row])
+    return out
+
+
+def entropy_bonus_values(entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None, mean_eps=0.0):
+    w = _entropy_weights(mask.tolist(), aggregation, norm_length, mean_eps)
+    return {"loss": -coef * sum(w[i][j] * entropy[i][j] for i in range(len(entropy)) for j in range(len(entropy[i])))}
+
+
+def entropy_bonus_gradient(cotangent, entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None,
+                           mean_eps=0.0):
+    ct = cotangent.item() if hasattr(cotangent, "item") else cotangent
+    w = _entropy_weights(mask.tolist(), aggregation, norm_length, mean_eps)
+    return {"grad:entropy": [[-coef * ct * wij for wij in row] for row in w]}
+
+
+ENTROPY_ROWS = [
+    {"id": "paper",
+     "inputs": {"entropy": [[0.5, 1.5, 7.0], [2.0, 0.25, 3.0]], "mask": [[1, 1, 0], [1, 1, 1]]},
+     "params": {},
+     "cotangent": 1.0,
+     "expect": {
+         "loss": "-0.01450000000000000030184188481996443442767",
+         "grad:entropy": [["-0.002000000000000000041633363423443370265886",
+                           "-0.002000000000000000041633363423443370265886",
+                           "0"],
+                          ["-0.002000000000000000041633363423443370265886",
+                           "-0.002000000000000000041633363423443370265886",
+                           "-0.002000000000000000041633363423443370265886"]]}},
+    {"id": "verl-seq-mean-token-mean-nondyadic",
+     "inputs": {"entropy": [[0.1, 2.7, 1.3], [0.9, 0.0, 4.4], [3.3, 0.6, 0.05]],
+                "mask": [[1, 1, 1], [0, 0, 0], [1, 1, 0]]},
+     "params": {"coef": 0.003, "aggregation": "seq-mean-token-mean", "mean_eps": 1e-8},
+     "cotangent": -0.75,
+     "expect": {
+         "loss": "-0.004974999978541666830050186692811081345951",
+         "grad:entropy": [["0.0003749999987500000119729222424993568327059",
+                           "0.0003749999987500000119729222424993568327059",
+                           "0.0003749999987500000119729222424993568327059"],
+                          ["0",
+                           "0",
+                           "0"],
+                          ["0.0005624999971875000257718832751393294710710",
+                           "0.0005624999971875000257718832751393294710710",
+                           "0"]]}},
+    {"id": "seq-mean-token-sum-norm",
+     "inputs": {"entropy": [[1.25, 0.75], [2.5, 0.125]], "mask": [[1, 0], [1, 1]]},
+     "params": {"coef": 0.05, "aggregation": "seq-mean-token-sum-norm", "norm_length": 4096.0},
+     "cotangent": 2.0,
+     "expect": {
+         "loss": "-0.00002365112304687500131290106824416552555590",
+         "grad:entropy": [["-0.00001220703125000000067762635780344027125466",
+                           "0"],
+                          ["-0.00001220703125000000067762635780344027125466",
+                           "-0.00001220703125000000067762635780344027125466"]]}},
+]
+
 TABLES = [Table("ppo.value_loss", PPO_ROWS, value_loss_values, ppo.value_loss, value_loss_gradient,
-                ppo.value_loss_vjp, output="loss")]
+                ppo.value_loss_vjp, output="loss"),
+          Table("ppo.entropy_bonus", ENTROPY_ROWS, entropy_bonus_values, ppo.entropy_bonus, entropy_bonus_gradient,
+                ppo.entropy_bonus_vjp, output="loss")]
 ROWS = over_rows(TABLES)
 
 

@@ -114,6 +114,10 @@ EXPECTED = {
     "PPO_VALUE_MIN": [UNEXPLAINED],
     "PPO_VALUE_STALE_OLD": [("convention", "it computes clip_range_value=None")],
     "PPO_VALUE_SPLIT_AT_EDGE": [("gradient-only", "the values are right")],
+    "PPO_ENTROPY_SIGN": [("factor", "−1 (the sign)")],
+    "PPO_ENTROPY_OVER_PADDING": [UNEXPLAINED],          # the mask is an input, not a convention
     # moe
     "MOE_Z_PADDING_COUNTED": [UNEXPLAINED],             # the mask is an input, not a convention
+    "MOE_LB_PADDING_COUNTED": [UNEXPLAINED],
+    "MOE_LB_TOP_K_PROBABILITIES": [UNEXPLAINED],        # P over the top-k only is no form of the catalog
 }

@@ -419,6 +419,28 @@ def cases() -> list[Case]:
     add(Case("moe.router_z_loss", "extreme:logits±1e4", {
         "router_logits": np.array([[1e4, -1e4, 0.0], [-1e4, -1e4, -1e4], [9999.5, 1e4, -3.0]])}, {}, 9, cond=1e4))
 
+    # moe.load_balancing (continuous logits: a tie at a top-k boundary has probability 0 in float64,
+    # and where rounding to a low dtype makes one both sides take the lower index)
+    for i, p in enumerate(_grid(form=["switch", "concatenated", "per-layer-sum", "sequence"], top_k=[1, 2])):
+        rng = np.random.default_rng(1600 + i)
+        z = rng.normal(0, 2, (6, 5))
+        z[3] = 40.0
+        add(Case("moe.load_balancing", _label(p) + ",masked", {"router_logits": z, "mask": np.array([1, 1, 1, 0, 1, 1])},
+                 p, 30))
+        if p["form"] != "switch":
+            add(Case("moe.load_balancing", _label(p) + ",layers", {"router_logits": rng.normal(0, 2, (3, 4, 6))},
+                     p, 72))
+    add(Case("moe.load_balancing", "sequence,seq_len=2", {"router_logits": np.random.default_rng(1620).normal(0, 2, (6, 4))},
+             {"form": "sequence", "seq_len": 2, "top_k": 2}, 24))
+
+    # ppo.entropy_bonus (padding holds 1e4)
+    for i, p in enumerate(_grid(aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                             "seq-mean-token-sum-norm"], mean_eps=[0.0, 1e-8])):
+        rng = np.random.default_rng(1700 + i)
+        m = _mask(rng, 3, 5)
+        h = np.where(m == 1, rng.uniform(0.0, 4.0, (3, 5)), 1e4)
+        add(Case("ppo.entropy_bonus", _label(p), {"entropy": h, "mask": m}, {**p, "coef": 0.05}, 15))
+
     # ppo.value_loss (padding holds far-off junk; steps up to several ε)
     for i, p in enumerate(_grid(clip_range_value=[None, 0.2], half=[False, True],
                                 aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
