@@ -20,6 +20,12 @@ Calls the library's own loss code:
   (the router logits of all positions, padding included). The adapter gives it all N tokens, so a
   masked vector fails by the declared finding ``transformers-router-z-loss-no-mask``.
 
+- ``moe.load_balancing``: ``models/mixtral/modeling_mixtral.py load_balancing_loss_func``, as
+  ``MixtralForCausalLM.forward`` calls it: the router logits as a tuple of per-layer ``[N, E]``
+  tensors (one layer for an ``[N, E]`` vector) and the attention mask as ``[1, N]``. The layers'
+  counts and probabilities are pooled before the product (form ``concatenated``; one layer is
+  ``switch``); per-layer sums and DeepSeek-V3's sequence-wise form are not what it computes.
+
 In low precision ``ForCausalLMLoss`` upcasts the logits (``logits.float()``, loss_utils.py:52) and
 returns a float32 loss; ``router_z_loss_func`` works in the logits' dtype (logsumexp, the square,
 the sum over tokens and the division).
@@ -47,8 +53,11 @@ INSTALL = "pip install transformers==5.25.0"
 LOSS = "transformers/loss/loss_utils.py"
 SWITCH = "transformers/models/switch_transformers/modeling_switch_transformers.py"
 TRAINER = "transformers/trainer.py"
+MIXTRAL = "transformers/models/mixtral/modeling_mixtral.py"
 
 CONVENTIONS = [
+    C("moe.load_balancing", "form", ("concatenated", "switch"), f"{MIXTRAL} load_balancing_loss_func (the "
+      "assignment counts and router probabilities of every layer pooled, then E·Σ f·P; one layer is Switch eq. 4)"),
     C("lm.cross_entropy", "reduction", ("mean", "sum"), f"{LOSS} fixed_cross_entropy (reduction 'mean' without "
       "num_items_in_batch; 'sum' divided by num_items_in_batch when the Trainer passes it, so 'sum' is "
       "num_items_in_batch = 1; no 'none')"),
@@ -60,6 +69,8 @@ PARAM_DEFAULTS = [
       "of the optimizer step)"),
 ]
 ARITHMETIC = [
+    A("moe.load_balancing", "native", f"{MIXTRAL} load_balancing_loss_func (softmax in the router logits' dtype; "
+      "the float32 sums start from those rounded probabilities)"),
     A("lm.cross_entropy", "careful", f"{LOSS}:52 (logits.float(): the log-softmax, the sum and the division in "
       "float32 for bfloat16/float16 logits)"),
     A("moe.router_z_loss", "native", f"{SWITCH}:899-901 (logsumexp, its square, the token sum and the division in "
@@ -113,18 +124,27 @@ _LOG_SOFTMAX_FLOAT32_SUM = Finding(
     f"{LOSS} fixed_cross_entropy: nn.functional.cross_entropy(source, target, ignore_index=ignore_index, "
     "reduction=reduction)",
     where(objectives=("lm.cross_entropy",), dtypes=("float32",), test=_large_vocabulary))
-FINDINGS = [_CAUSAL_LM_FLOAT32, _ROUTER_Z_NO_MASK, _LOG_SOFTMAX_FLOAT32_SUM]
+_LOAD_BALANCING_FLOAT32 = Finding(
+    "transformers-load-balancing-float32", "precision",
+    "load_balancing_loss_func sums the assignment counts and router probabilities into float32 accumulators "
+    "(tokens_per_expert_sum, router_prob_sum = torch.zeros(..., dtype=torch.float32)), so float64 router logits "
+    "give a float32 loss. Repro: lossproof check --target transformers --uid moe.load_balancing:a8c1ab5eafa1a3cd "
+    "--dtype float64",
+    f"{MIXTRAL} load_balancing_loss_func: router_prob_sum = torch.zeros(num_experts, dtype=torch.float32)",
+    where(objectives=("moe.load_balancing",), dtypes=("float64",)), results=("valid", "acceptable"))
+FINDINGS = [_CAUSAL_LM_FLOAT32, _ROUTER_Z_NO_MASK, _LOG_SOFTMAX_FLOAT32_SUM, _LOAD_BALANCING_FLOAT32]
 
 
 def _mods():
     from transformers.loss import loss_utils
+    from transformers.models.mixtral import modeling_mixtral
     from transformers.models.switch_transformers import modeling_switch_transformers
-    return loss_utils, modeling_switch_transformers
+    return loss_utils, modeling_switch_transformers, modeling_mixtral
 
 
 def _causal_lm_loss(logits, labels, ignore_index, num_items_in_batch=None):
     """ForCausalLMLoss on the rows of ``logits`` as one sequence, ``labels`` already shifted."""
-    loss_utils, _ = _mods()
+    loss_utils, _, _ = _mods()
     n, v = logits.shape
     return loss_utils.ForCausalLMLoss(logits.reshape(1, n, v), None, v, num_items_in_batch=num_items_in_batch,
                                       ignore_index=ignore_index, shift_labels=labels.reshape(1, n).long())
@@ -193,14 +213,25 @@ def causal_lm_step(micro_batches, ctx):
 
 def router_z_loss(router_logits, mask=None):
     """``mask`` is not passed on: router_z_loss_func has none (finding transformers-router-z-loss-no-mask)."""
-    _, switch = _mods()
+    _, switch, _ = _mods()
     n, e = router_logits.shape
     return switch.router_z_loss_func(router_logits.reshape(1, n, e))
+
+
+def load_balancing(router_logits, top_k=1, form="switch", seq_len=None, mask=None):
+    if form not in ("switch", "concatenated") or seq_len is not None:
+        raise NotImplementedError(f"transformers 5.25.0 load_balancing_loss_func has no form {form!r}")
+    _, _, mixtral = _mods()
+    layers = tuple(router_logits) if router_logits.dim() == 3 else (router_logits,)
+    attention = None if mask is None else mask.reshape(1, -1)
+    return mixtral.load_balancing_loss_func(layers, num_experts=router_logits.shape[-1], top_k=top_k,
+                                            attention_mask=attention)
 
 
 def target():
     version = require("transformers", "transformers", VERSION, INSTALL)
     load_or_explain(_mods, "transformers", INSTALL)
-    objectives = {"lm.cross_entropy": cross_entropy, "moe.router_z_loss": router_z_loss}
+    objectives = {"lm.cross_entropy": cross_entropy, "moe.router_z_loss": router_z_loss,
+                  "moe.load_balancing": load_balancing}
     return build("transformers", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC,
                  steps={"lm.cross_entropy": causal_lm_step})
