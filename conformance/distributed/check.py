@@ -39,7 +39,8 @@ from conformance.vectors.load import VectorSet
 ELIGIBLE = {"--partition": STEP_OBJECTIVES, "--shard-vocab": SHARDED_OBJECTIVES}
 # the output a step's logged loss is judged against
 LOSS_OUTPUT = {"grpo.loss": "loss", "grpo.aggregate": "value", "proximal_kl.loss": "loss", "dpo.loss": "loss",
-               "lm.cross_entropy": "loss", "ppo.value_loss": "loss", "reward.pairwise": "loss",
+               "lm.cross_entropy": "loss", "ppo.value_loss": "loss", "ppo.entropy_bonus": "loss",
+               "reward.pairwise": "loss",
                "moe.router_z_loss": "loss"}
 
 

@@ -275,7 +275,8 @@ def builtin_torch() -> tuple[dict, dict]:
              "proximal_kl.loss": global_mean(proximal_kl.loss), "dpo.loss": global_mean(dpo.loss),
              "lm.cross_entropy": global_token_normalizer(lm.cross_entropy),
              # token or sequence means like grpo.aggregate's; the pairs' mean; the unmasked tokens' mean
-             "ppo.value_loss": global_mean(ppo.value_loss), "reward.pairwise": global_mean(reward.pairwise),
+             "ppo.value_loss": global_mean(ppo.value_loss), "ppo.entropy_bonus": global_mean(ppo.entropy_bonus),
+             "reward.pairwise": global_mean(reward.pairwise),
              "moe.router_z_loss": global_mean(moe.router_z_loss)}
     sharded = {"distill.token_kl": vocab_parallel(vp.token_kl),
                "distill.generalized_jsd": vocab_parallel(vp.generalized_jsd),

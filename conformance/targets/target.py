@@ -21,10 +21,13 @@ GRAD_REDUCTIONS = ("mean", "sum")
 # The objectives a step (``--partition``) and a vocabulary-parallel function (``--shard-vocab``)
 # may be declared for: the batch losses whose rows trainers split (each a sum of per-row terms
 # over a count that a step can all-reduce), and the full-vocabulary functions of the logits.
-# moe.load_balancing is not one: its f and P are batch statistics whose product is not a sum of
-# per-micro-batch terms (docs/distributed.md).
 STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss", "lm.cross_entropy",
-                   "ppo.value_loss", "reward.pairwise", "moe.router_z_loss")
+                   "ppo.value_loss", "ppo.entropy_bonus", "reward.pairwise", "moe.router_z_loss")
+# Batch losses that no accumulated step can reproduce exactly, and why (shown to a user who asks).
+NOT_STEP_OBJECTIVES = {
+    "moe.load_balancing": "its f and P are means over the whole batch, and their product is not a sum of "
+                          "per-micro-batch terms: averaging two micro-batches' losses is off by ¼(f¹−f²)(P¹−P²) "
+                          "(docs/distributed.md)"}
 SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "lm.cross_entropy",
                       "lm.token_logprobs", "lm.entropy")
 # A variant of an objective: ``"grpo.aggregate[per-row]"`` names a second function for the same

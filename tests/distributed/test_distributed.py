@@ -126,6 +126,24 @@ def test_a_pair_mean_per_micro_batch_fails_a_short_rank():
     assert set(statuses.values()) == {"fail"} and {u for u, _, _ in statuses} == uids
 
 
+def test_the_entropy_bonus_is_a_global_token_mean():
+    """ppo.entropy_bonus accumulates like grpo.aggregate: the built-in step (the global token count)
+    passes every split, each micro-batch's own token mean ÷ steps fails the uneven one."""
+    uid = "ppo.entropy_bonus:61982f272026801f"   # token-mean, 7 rows of 2 to 32 tokens
+    builtin = _statuses(check.partitioned(load("torch"), VS, 2, 2, uids={uid}, dtypes=["float64"]))
+    assert set(builtin.values()) == {"pass"} and (uid, "2x2:uneven", "float64") in builtin
+    wrong = _statuses(check.partitioned(_target(steps={"ppo.entropy_bonus": micro_batch_mean(ppo.entropy_bonus)}),
+                                        VS, 2, 2, uids={uid}, dtypes=["float64"]))
+    assert wrong[(uid, "2x2:uneven", "float64")] == "fail"
+
+
+def test_load_balancing_is_refused_with_its_reason(capsys):
+    from conformance import cli
+    assert cli.main(["check", "--backend", "torch", "--objective", "moe.load_balancing", "--partition", "2x2"]) == 2
+    err = capsys.readouterr().err
+    assert "moe.load_balancing is not eligible: its f and P are means over the whole batch" in err
+
+
 def test_per_token_losses_are_not_accumulated():
     uid = "lm.cross_entropy:88cbee186c138197"   # reduction 'none', 6 rows
     results = check.partitioned(load("torch"), VS, 2, 2, uids={uid})
