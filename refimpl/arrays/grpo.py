@@ -434,7 +434,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
@@ -451,7 +452,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
+        kl_cov_coef, selected)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
                                                 kl_ratio_weight, clamp, token_policy)
@@ -467,13 +469,15 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
+        kl_cov_coef, selected)
     ct = scalar_cotangent(xp, cotangent, dt)
     w_policy, w_penalty = _term_weights(xp, m, modes)
     if ratio_level == "token":
