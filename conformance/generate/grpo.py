@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
+from conformance.generate import grpo_cov, grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.grpo_inputs import (
@@ -671,10 +671,12 @@ def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
             + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
-            + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500))
+            + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500)
+            + grpo_cov.cases())
 
 
 SCALES = grpo_scales.SCALES
-# grpo.rollout_correction keeps its groups and flags in its own module
-GROUPS = {**GROUPS, **grpo_rollout.GROUPS}
-NOTES = {**NOTES, **grpo_rollout.NOTES}
+# grpo.rollout_correction and the cases of vector set 1.5.0 (grpo_cov) keep their groups and flags in
+# their own modules
+GROUPS = {**GROUPS, **grpo_rollout.GROUPS, **grpo_cov.GROUPS}
+NOTES = {**NOTES, **grpo_rollout.NOTES, **grpo_cov.NOTES}
