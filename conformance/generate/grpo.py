@@ -129,9 +129,11 @@ NOTES = {
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
-    "InvalidForPolicyLoss": {"category": "invalid", "description": "A parameter outside the domain of the group's "
-                             "policy loss only (ε_high = 0 as the raw cap of cispo_clip 'raw-upper'; PPO's clip "
-                             "takes it); run for the targets that declare that policy loss; must be rejected."},
+    "InvalidForPolicyLoss": {"category": "invalid", "description": "A parameter or input outside the domain of the "
+                             "group's policy loss only (ε_high = 0 as the raw cap of cispo_clip 'raw-upper', which "
+                             "PPO's clip takes; Clip-Cov without `selected`; `selected` given to PPO's clip; "
+                             "KL-Cov's top-k tied at the boundary); run for the targets that declare that policy "
+                             "loss; must be rejected."},
 }
 
 GROUPS = {

@@ -281,6 +281,11 @@ def _ok(policy):
     return {**inputs, "selected": [[1, 0]]} if policy in ("clip-cov", "kl-cov") else inputs
 
 
+# An input invalid under its policy loss only (Clip-Cov without a selection, a selection given to PPO's
+# clip, KL-Cov's tied top-k) is flagged InvalidForPolicyLoss: it runs for the targets that declare
+# that policy loss, not under every target's own conventions, where it may be valid.
+FOR_POLICY = {"Clip-Cov without its selection", "a selection with PPO's clip (only Cov reads it)"}
+
 INVALID = [
     ({"policy_loss": "clip-cov"}, {"selected": [[0, 1]]}, {}, "a selected token the mask leaves out"),
     ({"policy_loss": "kl-cov"}, {"selected": [[1, 1]]}, {}, "a selected token the mask leaves out"),
@@ -302,16 +307,18 @@ def _invalid() -> list[Case]:
     out = []
     for conv, inputs, params, why in INVALID:
         full = {k: v for k, v in {**_ok(conv["policy_loss"]), **inputs}.items() if v is not None}
+        flag = "InvalidForPolicyLoss" if why in FOR_POLICY else "InvalidInput"
         out.append(Case(LOSS, full, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None,
                                             **params},
-                        conventions=conv, group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
+                        conventions=conv, group="invalid", result="invalid", flags=(flag,), comment=why,
                         provenance=generated(0, "fixed")))
     # KL-Cov's top-k tied at the boundary: every token has the same covariance (A equal in the row)
     tied = {"logp": [[-1.0, -2.0, -3.0, -4.0]], "old_logp": [[-1.1, -2.1, -2.9, -4.2]],
             "ref_logp": [[-1.2, -1.9, -3.1, -4.1]], "advantages": [1.0], "mask": [[1, 1, 1, 1]]}
     out.append(Case(LOSS, tied, params={"eps_low": 0.2, "eps_high": None, "beta": 0.04, "norm_length": None,
                                         "kl_cov_ratio": 0.5},
-                    conventions={"policy_loss": "kl-cov"}, group="invalid", result="invalid", flags=("InvalidInput",),
+                    conventions={"policy_loss": "kl-cov"}, group="invalid", result="invalid",
+                    flags=("InvalidForPolicyLoss",),
                     comment="KL-Cov's top-2 with every covariance 0 (one row, one A): tied, `selected` needed",
                     provenance=generated(0, "fixed")))
     return out

@@ -163,7 +163,7 @@ RELEASED = {
         "grpo.advantages": "93b6c69b743eaa84fe80dde5920da5b96833dc62ae20e673c9448388dae3e6c7",
         "grpo.aggregate": "2b9f3551ce32d3843900a887c532ce95c069e3cac8c1d42da9deea107373e33d",
         "grpo.clip": "91035e342c2305170233fd68bb037071abf65c36cdbe2b844c340c7774b8a6d0",
-        "grpo.loss": "907808cec481207d9da9746562426979df33b886c161a579355a245101731668",
+        "grpo.loss": "af67e3cc7c39bf2cec258896e894216193b33e4a06489daa949322311d127e58",
         "grpo.rollout_correction": "c651245e0e2f230f50c8b0bca628f1f20ab242fafa070eabbfc1797cc9d89266",
         "kl.estimator": "39da85c962b74518c2127b3165dc1da5856a295b51142c0c513ae85b477ed21f",
         "lm.cross_entropy": "7c0e5dac125c2b52d0fef1b5bcc4944840eec7564865da60fdb75c502bc8d731",
