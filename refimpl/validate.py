@@ -468,9 +468,11 @@ def ratio_level(value) -> str:
 
 
 def policy_loss(value, level: str, dual_clip, kl_ratio_weight: bool) -> str:
-    """grpo.loss's policy term: the PPO clipped surrogate, or GMPO's geometric mean of
-    log-space-clipped token ratios. GMPO's ratio is a sequence ratio by definition, and it has
-    neither a dual clip nor a ratio-weighted KL: those combinations are refused, not guessed."""
+    """grpo.loss's policy term: the PPO clipped surrogate, GMPO's geometric mean of
+    log-space-clipped token ratios, CISPO, SAPO, Clip-Cov, KL-Cov or REINFORCE. GMPO's ratio is a
+    sequence ratio by definition, and it has neither a dual clip nor a ratio-weighted KL; the
+    others are token-level without a dual clip, and REINFORCE has no ratio to weight the KL by:
+    those combinations are refused, not guessed."""
     choice("policy_loss", value, POLICY_LOSSES)
     if value == "gmpo":
         if level != "sequence":

@@ -209,7 +209,6 @@ def _selection(policy_loss, selected, lp, adv, m, ratio, shape):
     compute_policy_loss_kl_cov: k = max(1, ⌊N·kl_cov_ratio⌋), cov_t = (A_t − Ā)·(logπ_t − mean
     logπ) over the N valid tokens). The order is proven: every chosen ball lies strictly above
     every other one (else :class:`_ball.Straddle`: more precision), an exact tie is refused."""
-    validate.selection(policy_loss, selected is not None)
     if selected is not None:
         s = mask_rows("selected", selected, shape)
         validate.selected_within(any(si and not mi for srow, mrow in zip(s, m) for si, mi in zip(srow, mrow)))
@@ -280,8 +279,9 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     eps = _ball.ball(validate.mean_eps(mean_eps))
     token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
-    picked = _selection(policy_loss, selected, lp, adv, m, cov_ratio, shape) \
-        if policy_loss in validate.COV_POLICY_LOSSES else validate.selection(policy_loss, selected is not None)
+    validate.selection(policy_loss, selected is not None)
+    picked = (_selection(policy_loss, selected, lp, adv, m, cov_ratio, shape)
+              if policy_loss in validate.COV_POLICY_LOSSES else None)
     lp = diff("logp", lp)
     policy, kl_term = [], []
     for i, (lrow, orow, rrow, a, mrow) in enumerate(zip(lp, old, ref, adv, m)):
