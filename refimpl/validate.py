@@ -12,8 +12,8 @@ with each backend's array conversion (``refimpl.exact.mp``, ``refimpl.arrays._xp
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 import numbers
+from fractions import Fraction
 from typing import Iterable
 
 

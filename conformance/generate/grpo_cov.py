@@ -179,7 +179,7 @@ def _selection(r, policy, lp, old, adv, mask, params, topk):
         if topk and _top_k_gap(lp, adv, mask, params["kl_cov_ratio"]):
             return None, "CovTopK"
         pool = [(i, t) for i, row in enumerate(mask) for t, on in enumerate(row) if on]
-    size = max(1, int(round(len(pool) * float(r.uniform(0.05, 0.5)))))
+    size = max(1, round(len(pool) * float(r.uniform(0.05, 0.5))))
     chosen = {pool[j] for j in r.choice(len(pool), size=size, replace=False).tolist()}
     return _as_mask(chosen, shape), "CovSelected"
 
