@@ -356,6 +356,36 @@ def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
     return deviation_shows(tolerance, exact, deviating)
 
 
+def _cov_selection_moves_with_micro_batches(case, split) -> bool:
+    """Whether verl's per-micro-batch Cov selection differs from the case's global one: each
+    micro-batch selects max(1, int(N_mb·ratio)) tokens of its own (compute_policy_loss_clip_cov /
+    _kl_cov see one micro-batch), so under Clip-Cov a micro-batch without a selected token still
+    draws one (which matters where its A ≠ 0), and KL-Cov's own top-k (no ``selected``) is taken
+    per micro-batch, with the micro-batch's means. A given KL-Cov selection is what the adapter
+    answers torch.topk with, in every micro-batch: it holds."""
+    test = global_test(case, arguments(case))
+    inputs, args = decoded(test["inputs"]), arguments(case)
+    valid = as_array(inputs["mask"]) != 0
+    micro_batches = [list(mb) for rank in split for mb in rank if valid[list(mb)].any()]
+    logp, adv = as_array(inputs["logp"]), as_array(inputs["advantages"])
+    if "selected" in inputs:
+        chosen = as_array(inputs["selected"]) != 0
+        return case.conventions.get("policy_loss") == "clip-cov" and any(
+            not chosen[mb].any() and (adv[mb] != 0).any() for mb in micro_batches)
+    ratio = args.get("kl_cov_ratio", 0.0002)
+
+    def top_k(rows):
+        cells = [(i, t) for i in rows for t in np.nonzero(valid[i])[0]]
+        a = np.array([adv[i] for i, _ in cells])
+        lp = np.array([logp[i, t] for i, t in cells])
+        cov = (a - a.mean()) * (lp - lp.mean())
+        k = max(1, int(len(cells) * ratio))
+        return {cells[j] for j in np.argsort(-cov, kind="stable")[:k]}
+
+    every = [i for i in range(valid.shape[0]) if valid[i].any()]
+    return set().union(*(top_k(mb) for mb in micro_batches)) != top_k(every)
+
+
 # Found by `lossproof check --target verl --partition 2x2 --objective grpo.loss`.
 SPLIT_FINDINGS = [
     Finding("verl-geo-mean-micro-batch-mean", "bug",
@@ -367,6 +397,18 @@ SPLIT_FINDINGS = [
             "verl/workers/engine/fsdp/transformer_impl.py forward_backward_batch (unscaled micro-batch losses)",
             lambda c, dtype, split, tolerance: c.objective == "grpo.loss"
             and c.conventions.get("policy_loss") == "gmpo" and _geo_mean_micro_batch_mean_shows(c, split, tolerance)),
+    Finding("verl-cov-micro-batch-selection", "deviation",
+            "Clip-Cov and KL-Cov select their tokens per micro-batch: max(1, int(N_mb·ratio)) of each "
+            "micro-batch's N_mb valid tokens (KL-Cov's covariance means and top-k over the micro-batch too), so "
+            "every micro-batch gets at least one selected token, and the share and choice of tokens depend on "
+            "how the batch is split (at the default ratio 2e−4, one token per micro-batch of fewer than 5000 "
+            "tokens instead of 2e−4 of the batch)",
+            f"{CORE} compute_policy_loss_clip_cov: clip_num = max(int(clip_cov_ratio * response_mask.sum().item()), "
+            "1); compute_policy_loss_kl_cov: k_percent_nums = max(1, int(len(cov_lst_all) * kl_cov_ratio)); both "
+            "called once per micro-batch (verl/workers/utils/losses.py ppo_loss)",
+            lambda c, dtype, split, tolerance: c.objective == "grpo.loss"
+            and c.conventions.get("policy_loss") in ("clip-cov", "kl-cov")
+            and _cov_selection_moves_with_micro_batches(c, split)),
 ]
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
