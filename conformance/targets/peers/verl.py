@@ -11,6 +11,12 @@ then ``pip install omegaconf codetiming`` (or ``scripts/install-peers.sh``).
 A convention value verl has no setting for (e.g. ``dual_clip=None``: verl always applies the
 dual clip) is computed with verl's fixed behaviour: under ``--as-paper`` that is where the
 deviations show.
+
+``grpo.loss`` with ``policy_loss`` 'clip-cov' / 'kl-cov' runs verl's own
+compute_policy_loss_clip_cov / compute_policy_loss_kl_cov; their token selection (a torch.randperm
+draw, a torch.topk) is made the vector's ``selected`` by rebinding core_algos' ``torch`` name, for
+the one call, to a stand-in whose randperm/topk answer with it (``_cov_policy``); KL-Cov without
+``selected`` runs verl's own top-k. 'reinforce' is compute_policy_loss_gpg (−log_prob·A).
 """
 from __future__ import annotations
 
