@@ -317,7 +317,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         (Input("logp", "N"), Input("old_logp", "N"), Input("advantages", "N")),
         (Param("eps_low", 0.2, source="[reading-math-3] example"),
          Param("eps_high", None, source="= eps_low (symmetric); DAPO §3.1 clip-higher"),
-         Param("dual_clip", None, source="none in PPO/GRPO; Ye et al. 2020 dual clip", convention=True)),
+         Param("dual_clip", None, source="none in PPO/GRPO; Ye et al. 2020 dual clip", convention=True),
+         Param("log_ratio_clamp", None, source="no clamp in the papers; verl 0.9.1 compute_policy_loss_vanilla "
+               "and OpenRLHF 0.11.2 PolicyLoss clamp log ρ to ±20 before exp", convention=True, added="1.5.0")),
         ("objective",), ("logp",), "DeepSeekMath §4.1.1 eq. 3; PPO (Schulman et al. 2017) eq. 7", k_base=4.0),
     Objective(
         "grpo.aggregate", "Masked reduction of per-token values to a scalar.",
@@ -334,7 +336,10 @@ OBJECTIVES: tuple[Objective, ...] = (
         "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL term "
         "reduced by kl_aggregation when given).",
         (Input("logp", "B,T"), Input("old_logp", "B,T"), Input("ref_logp", "B,T"),
-         Input("advantages", "B"), Input("mask", "B,T", kind="mask")),
+         Input("advantages", "B"), Input("mask", "B,T", kind="mask"),
+         # Clip-Cov's / KL-Cov's token selection (arXiv 2505.22617 §4), carried so that vectors are
+         # deterministic; vectors of version 1.5.0 on
+         Input("selected", "B,T", kind="mask", optional=True)),
         (Param("eps_low", 0.2), Param("eps_high", None), Param("dual_clip", None, convention=True),
          Param("beta", 0.04, source="DeepSeekMath §4.2 (β = 0.04)"),
          Param("kl_kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath eq. 4", convention=True),
@@ -347,8 +352,9 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("ratio_level", "token", ("token", "sequence", "sequence-token"),
                "DeepSeekMath eq. 3 (token); GSPO arXiv 2507.18071 §4.1 eq. 5 and §4.3", convention=True,
                added="1.2.0"),
-         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo", "cispo", "sapo"),
-               "PPO eq. 7; GMPO arXiv 2507.20673 §3; CISPO arXiv 2506.13585 §3.1; SAPO arXiv 2511.20347 §3",
+         Param("policy_loss", "ppo-clip", ("ppo-clip", "gmpo", "cispo", "sapo", "clip-cov", "kl-cov", "reinforce"),
+               "PPO eq. 7; GMPO arXiv 2507.20673 §3; CISPO arXiv 2506.13585 §3.1; SAPO arXiv 2511.20347 §3; "
+               "Clip-Cov and KL-Cov arXiv 2505.22617 §4 (1.5.0); REINFORCE, Williams 1992 (1.5.0)",
                convention=True, added="1.2.0"),
          Param("log_ratio_clamp", None, source="no clamp in the papers; verl 0.9.1 compute_policy_loss_vanilla "
                "(and _cispo, _sapo) and OpenRLHF 0.11.2 PolicyLoss clamp log ρ to ±20 before exp", convention=True,
@@ -363,8 +369,12 @@ OBJECTIVES: tuple[Objective, ...] = (
                "MiniMax-M1 arXiv 2506.13585 §3.1 (ε_low^IS set large: no lower bound)", convention=True,
                added="1.3.0"),
          Param("sapo_tau_pos", 1.0, source="SAPO arXiv 2511.20347 (τ_pos = 1.0)", added="1.3.0"),
-         Param("sapo_tau_neg", 1.05, source="SAPO arXiv 2511.20347 (τ_neg = 1.05)", added="1.3.0")),
-        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO",
+         Param("sapo_tau_neg", 1.05, source="SAPO arXiv 2511.20347 (τ_neg = 1.05)", added="1.3.0"),
+         Param("kl_cov_ratio", 0.0002, source="KL-Cov's share of valid tokens, k = max(1, ⌊N·ratio⌋), read when "
+               "`selected` is absent; verl 0.9.1 policy_loss.kl_cov_ratio (2e−4)", added="1.5.0"),
+         Param("kl_cov_coef", 1.0, source="KL-Cov's weight of |log π − log π_old| on the selected tokens; verl "
+               "0.9.1 policy_loss.ppo_kl_coef (1.0)", added="1.5.0")),
+        ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO; Clip-Cov/KL-Cov; REINFORCE",
         reduction="logp", k_base=8.0),
     Objective(
         "gae.advantages", "GAE Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γV_{t+1} − V_t, per row of token rewards and "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from fractions import Fraction
 from typing import Iterable
 
 
@@ -454,7 +455,9 @@ def kl_ratio_weight(value) -> bool:
 
 
 RATIO_LEVELS = ("token", "sequence", "sequence-token")
-POLICY_LOSSES = ("ppo-clip", "gmpo", "cispo", "sapo")
+POLICY_LOSSES = ("ppo-clip", "gmpo", "cispo", "sapo", "clip-cov", "kl-cov", "reinforce")
+# the policy losses with a token selection (Cui et al., arXiv 2505.22617 §4)
+COV_POLICY_LOSSES = ("clip-cov", "kl-cov")
 CISPO_CLIPS = ("upper", "both", "raw-upper")
 
 
@@ -465,9 +468,11 @@ def ratio_level(value) -> str:
 
 
 def policy_loss(value, level: str, dual_clip, kl_ratio_weight: bool) -> str:
-    """grpo.loss's policy term: the PPO clipped surrogate, or GMPO's geometric mean of
-    log-space-clipped token ratios. GMPO's ratio is a sequence ratio by definition, and it has
-    neither a dual clip nor a ratio-weighted KL: those combinations are refused, not guessed."""
+    """grpo.loss's policy term: the PPO clipped surrogate, GMPO's geometric mean of
+    log-space-clipped token ratios, CISPO, SAPO, Clip-Cov, KL-Cov or REINFORCE. GMPO's ratio is a
+    sequence ratio by definition, and it has neither a dual clip nor a ratio-weighted KL; the
+    others are token-level without a dual clip, and REINFORCE has no ratio to weight the KL by:
+    those combinations are refused, not guessed."""
     choice("policy_loss", value, POLICY_LOSSES)
     if value == "gmpo":
         if level != "sequence":
@@ -476,9 +481,13 @@ def policy_loss(value, level: str, dual_clip, kl_ratio_weight: bool) -> str:
             fail("dual_clip", "must be None with policy_loss='gmpo'")
         if kl_ratio_weight:
             fail("kl_ratio_weight", "must be False with policy_loss='gmpo'")
-    if value in ("cispo", "sapo"):
-        # token-level weights by definition (MiniMax-M1 §3.1, SAPO §3); TRL 1.16 and Liger 0.8.5
-        # refuse sequence-level ratios for both; neither has a min/max for a dual clip to bound
+    if value == "reinforce" and kl_ratio_weight:
+        # REINFORCE has no importance ratio for the KL term to be weighted by
+        fail("kl_ratio_weight", "must be False with policy_loss='reinforce'")
+    if value in ("cispo", "sapo", "clip-cov", "kl-cov", "reinforce"):
+        # token-level weights by definition (MiniMax-M1 §3.1, SAPO §3, arXiv 2505.22617 §4 selects
+        # tokens, REINFORCE has no ratio); TRL 1.16 and Liger 0.8.5 refuse sequence-level ratios
+        # for CISPO and SAPO; verl 0.9.1's clip_cov and kl_cov have no dual clip
         if level != "token":
             fail("policy_loss", f"{value!r} needs ratio_level='token', got {level!r}")
         if dual_clip is not None:
@@ -505,6 +514,57 @@ def mean_eps(value) -> float:
     """The ε >= 0 added to each row's token count in a per-sequence token mean, Σ_t m·v / (Σ_t m + ε)
     (verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss: 1e−8); 0 in the papers."""
     return nonnegative("mean_eps", value)
+
+
+def cov_log_ratio_clamp(clamp, policy_loss: str) -> None:
+    """KL-Cov's penalty |log ρ| and REINFORCE's −A·logπ have no clamped ratio to read a
+    log_ratio_clamp: refused there rather than applied to one term and not the other (verl
+    0.9.1 compute_policy_loss_kl_cov and compute_policy_loss_gpg clamp nothing)."""
+    if clamp is not None and policy_loss in ("kl-cov", "reinforce"):
+        fail("log_ratio_clamp", f"must be None with policy_loss={policy_loss!r}")
+
+
+def kl_cov_ratio(value) -> float:
+    """KL-Cov's share of valid tokens to penalise, in (0, 1] (verl 0.9.1: 0.0002)."""
+    return in_range("kl_cov_ratio", value, 0.0, 1.0, lo_open=True)
+
+
+def kl_cov_coef(value) -> float:
+    """KL-Cov's weight of |log π − log π_old| on the selected tokens, >= 0 (verl 0.9.1
+    ppo_kl_coef: 1.0)."""
+    return nonnegative("kl_cov_coef", value)
+
+
+def kl_cov_count(ratio: float, n_valid: int) -> int:
+    """k = max(1, ⌊N·ratio⌋) over the N valid tokens (verl 0.9.1 compute_policy_loss_kl_cov:
+    max(1, int(len * kl_cov_ratio))), with the product formed exactly from the binary64 ratio
+    (verl's float product can round across an integer; the exact floor is the reference's)."""
+    return max(1, math.floor(Fraction(ratio) * n_valid))
+
+
+def selection(policy_loss: str, given: bool) -> None:
+    """Whether ``selected`` may (and must) be given: Clip-Cov's selection is random (verl 0.9.1
+    draws it with torch.randperm), so a vector carries it; KL-Cov's is the top-k by covariance,
+    computed when absent; no other policy loss reads one."""
+    if given and policy_loss not in COV_POLICY_LOSSES:
+        fail("selected", f"only applies to policy_loss 'clip-cov' or 'kl-cov', got {policy_loss!r}")
+    if not given and policy_loss == "clip-cov":
+        fail("selected", "policy_loss='clip-cov' needs the selected tokens (its selection is random)")
+
+
+def selected_within(outside: bool) -> None:
+    """A selected token must be a valid one (Cui et al. select among response tokens; verl 0.9.1
+    sets cov to −inf at masked positions): ``outside`` says whether one is not."""
+    if outside:
+        fail("selected", "selects a token the mask leaves out")
+
+
+def top_k_untied(tied: bool, k: int) -> None:
+    """KL-Cov's top-k is defined only when the k-th and the (k+1)-th largest covariances differ
+    (``tied`` says they do not): a tie would make the selection depend on torch.topk's order, so
+    it is refused and a ``selected`` mask asked for."""
+    if tied:
+        fail("selected", f"the top-{k} covariance is tied at the boundary: pass the selected tokens")
 
 
 def cispo_clip(value, policy_loss: str, eps_low, eps_high) -> str:

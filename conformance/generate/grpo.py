@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
+from conformance.generate import grpo_cov, grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, article, generated
 from conformance.generate.grpo_inputs import (
@@ -129,9 +129,11 @@ NOTES = {
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
-    "InvalidForPolicyLoss": {"category": "invalid", "description": "A parameter outside the domain of the group's "
-                             "policy loss only (ε_high = 0 as the raw cap of cispo_clip 'raw-upper'; PPO's clip "
-                             "takes it); run for the targets that declare that policy loss; must be rejected."},
+    "InvalidForPolicyLoss": {"category": "invalid", "description": "A parameter or input outside the domain of the "
+                             "group's policy loss only (ε_high = 0 as the raw cap of cispo_clip 'raw-upper', which "
+                             "PPO's clip takes; Clip-Cov without `selected`; `selected` given to PPO's clip; "
+                             "KL-Cov's top-k tied at the boundary); run for the targets that declare that policy "
+                             "loss; must be rejected."},
 }
 
 GROUPS = {
@@ -671,10 +673,12 @@ def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
             + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
-            + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500))
+            + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500)
+            + grpo_cov.cases())
 
 
 SCALES = grpo_scales.SCALES
-# grpo.rollout_correction keeps its groups and flags in its own module
-GROUPS = {**GROUPS, **grpo_rollout.GROUPS}
-NOTES = {**NOTES, **grpo_rollout.NOTES}
+# grpo.rollout_correction and the cases of vector set 1.5.0 (grpo_cov) keep their groups and flags in
+# their own modules
+GROUPS = {**GROUPS, **grpo_rollout.GROUPS, **grpo_cov.GROUPS}
+NOTES = {**NOTES, **grpo_rollout.NOTES, **grpo_cov.NOTES}

@@ -136,6 +136,23 @@ GATED_LOSS_GROUPS = {
 }
 
 
+# Clip-Cov and KL-Cov (Cui et al., arXiv 2505.22617 §4) and REINFORCE (Williams 1992), vector set
+# 1.5.0: the paper's form (token mean, k3 without clamp) and verl 0.9.1's (compute_policy_loss_clip_cov,
+# _kl_cov and _gpg with kl_penalty 'low_var_kl'); none of the three clamps log ρ in verl.
+COV_LOSS_GROUPS = {
+    "clip-cov": _gated(_lg(None, "k3", None, False, "token-mean"), "clip-cov"),
+    "verl-0.9.1-clip-cov": _gated(_lg(None, "k3", 10.0, False, "token-mean"), "clip-cov"),
+    "kl-cov": _gated(_lg(None, "k3", None, False, "token-mean"), "kl-cov"),
+    "verl-0.9.1-kl-cov": _gated(_lg(None, "k3", 10.0, False, "token-mean"), "kl-cov"),
+    "reinforce": _gated(_lg(None, "k3", None, False, "seq-mean-token-mean"), "reinforce"),
+    "verl-0.9.1-gpg": _gated(_lg(None, "k3", 10.0, False, "token-mean"), "reinforce"),
+}
+
+# grpo.clip with the ±20 clamp of log ρ (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2
+# PolicyLoss), vector set 1.5.0; kept apart from CLIP_GROUPS, whose cases keep their places.
+CLIP_CLAMP_GROUPS = {"log-ratio-clamp-20": {"dual_clip": None, "log_ratio_clamp": 20.0},
+                     "dual-clip-3-clamp-20": {"dual_clip": 3.0, "log_ratio_clamp": 20.0}}
+
 # (eps_low, eps_high): symmetric PPO, DAPO clip-higher, and narrower bands.
 CLIP_PARAMS = [(0.2, None), (0.2, 0.28), (0.1, None), (0.2, 0.3), (0.3, None)]
 
@@ -194,7 +211,8 @@ def clip_bounds(eps_low, eps_high, dual):
 def clip_case(group, inputs, params, flags, comment, seed, recipe, result="valid", low=False, cot_seed=None):
     n = len(inputs["logp"])
     r = S.rng(seed if cot_seed is None else cot_seed)
-    return Case(CLIP, inputs, params=params, conventions=CLIP_GROUPS[group], group=group, flags=flags,
+    conventions = CLIP_GROUPS[group] if group in CLIP_GROUPS else CLIP_CLAMP_GROUPS[group]
+    return Case(CLIP, inputs, params=params, conventions=conventions, group=group, flags=flags,
                 comment=comment, result=result, low_precision=low, cotangents={"objective": _cotangent(r, n)},
                 provenance=generated(seed, recipe))
 
@@ -207,7 +225,7 @@ def agg_case(group, values, mask, flags, comment, seed, recipe, norm_length=None
 
 def loss_conventions(group) -> dict:
     """A grpo.loss group's conventions, whichever table names it."""
-    for table in (LOSS_GROUPS, SEQUENCE_LOSS_GROUPS, LIBRARY_LOSS_GROUPS, GATED_LOSS_GROUPS):
+    for table in (LOSS_GROUPS, SEQUENCE_LOSS_GROUPS, LIBRARY_LOSS_GROUPS, GATED_LOSS_GROUPS, COV_LOSS_GROUPS):
         if group in table:
             return table[group]
     raise KeyError(group)
@@ -245,9 +263,10 @@ def _kl_value(x: float, kind: str) -> float:
 
 def loss_away(lp, old, ref, params, conv, dtype):
     """Nudge tokens off every kink: clip band, dual clip, and the KL clamp. CISPO's weight bounds
-    and SAPO's gate are not kinks (the weight ŵ·A, the gradient, is continuous in ρ); abs's kink
+    and SAPO's gate are not kinks (the weight ŵ·A, the gradient, is continuous in ρ), KL-Cov and
+    REINFORCE have no clip band (KL-Cov's |Δ| kink is placed by ``grpo_cov``); abs's kink
     at log r = 0 is decided by the sign of ref_logp − logp, which every dtype forms exactly."""
-    if conv.get("policy_loss") in ("cispo", "sapo"):
+    if conv.get("policy_loss") in ("cispo", "sapo", "kl-cov", "reinforce"):
         bounds = []
     else:
         bounds = clip_bounds(params.get("eps_low", 0.2), params.get("eps_high"), conv["dual_clip"])

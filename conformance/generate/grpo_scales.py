@@ -73,11 +73,15 @@ def _clip_scale(kwargs, outputs, grads):
     """ρ = exp(logp − old_logp) inherits the absolute error u·(|logp| + |old_logp|) of the
     difference, so ρA carries |ρA|·(1 + |logp| + |old_logp|); a clipped value only its rounding."""
     lo, hi, dual = _band(kwargs)
+    clamp = kwargs.get("log_ratio_clamp")
     value, grad = mpmath.mpf(0), mpmath.mpf(0)
     for a, b, c, g in zip(kwargs["logp"], kwargs["old_logp"], kwargs["advantages"], grads["logp"]):
         a, b, c = mpmath.mpf(a), mpmath.mpf(b), mpmath.mpf(c)
-        size = 1 + abs(a) + abs(b)
-        active, magnitude = _branch(mpmath.exp(a - b), c, lo, hi, dual)
+        held = clamp is not None and abs(a - b) > clamp
+        # a clamped log ρ is the constant ±c: ρ then carries only exp's own rounding
+        size = 1 if held else 1 + abs(a) + abs(b)
+        rho = mpmath.exp(min(max(a - b, -clamp), clamp) if held else a - b)
+        active, magnitude = _branch(rho, c, lo, hi, dual)
         value = max(value, magnitude * size if active else magnitude)
         grad = max(grad, abs(g) * size)
     return {"objective": value, "grad:logp": grad}
@@ -163,7 +167,9 @@ def _loss_scale(kwargs, outputs, grads):
             lp, old, ref = (mpmath.mpf(kwargs[n][i][j]) for n in ("logp", "old_logp", "ref_logp"))
             rho = mpmath.exp(lp - old if clamp_log is None else min(max(lp - old, -clamp_log), clamp_log))
             size_ratio = 1 + abs(lp) + abs(old)
-            if policy == "ppo-clip":
+            if policy in ("reinforce", "clip-cov", "kl-cov"):
+                objective, surrogate, dsurrogate = _cov_token_scale(kwargs, i, j, rho, lp, old, a, size_ratio)
+            elif policy == "ppo-clip":
                 active, magnitude = _branch(rho, a, lo, hi, dual)
                 surrogate = magnitude * size_ratio if active else magnitude
                 objective, dsurrogate = _surrogate(rho, a, lo, hi, dual), surrogate
@@ -240,6 +246,29 @@ def _sequence_loss_scale(kwargs):
         pooled = mpmath.fsum(through_row) / len(on)
         grad_terms.extend(max(pooled, t) + d for t, d in zip(through_row, own))
     return {"loss": mpmath.fsum(value_terms), "grad:logp": max(grad_terms), "elements:loss": mpmath.fsum(elements)}
+
+
+def _cov_token_scale(kwargs, i, j, rho, lp, old, a, size_ratio):
+    """One token's policy term for ``_loss_scale`` as ``_gated_token_scale`` gives it, for
+    REINFORCE (C = A·logp, dC = A: the terms are the inputs themselves), Clip-Cov (PPO's term, or 0
+    on a selected token) and KL-Cov (ρA, which carries ρ's error, minus k·|Δ| on a selected
+    token, whose Δ carries u·(|logp| + |old|)). KL-Cov without ``selected`` is scaled as if every
+    token were selected (an upper bound: the top-k is not recomputed here)."""
+    policy = kwargs["policy_loss"]
+    if policy == "reinforce":
+        return a * lp, abs(a * lp), abs(a)
+    chosen = kwargs.get("selected")
+    picked = True if chosen is None else bool(chosen[i][j])
+    if policy == "clip-cov":
+        if picked:
+            return mpmath.mpf(0), mpmath.mpf(0), mpmath.mpf(0)
+        lo, hi, dual = _band(kwargs)
+        active, magnitude = _branch(rho, a, lo, hi, dual)
+        surrogate = magnitude * size_ratio if active else magnitude
+        return _surrogate(rho, a, lo, hi, dual), surrogate, surrogate
+    k = mpmath.mpf(kwargs["kl_cov_coef"]) if picked else mpmath.mpf(0)
+    unclipped = abs(rho * a) * size_ratio
+    return rho * a - k * abs(lp - old), unclipped + k * size_ratio, unclipped + k
 
 
 def _gated_token_scale(kwargs, rho, lp, a, size_ratio):

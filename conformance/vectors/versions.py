@@ -147,6 +147,9 @@ RELEASED = {
     },
     # Issue 27 (second part): ppo.entropy_bonus (PPO eq. 9's c₂·S as −c·agg(H)) and moe.load_balancing
     # (Switch eq. 4, transformers' pooled layers, per-layer sum, DeepSeek-V3 sequence-wise).
+    # grpo.clip: convention log_ratio_clamp (verl 0.9.1 / OpenRLHF 0.11.2 clamp log ρ to ±20); grpo.loss:
+    # policy_loss 'clip-cov' and 'kl-cov' (arXiv 2505.22617 §4, the optional input `selected`, params
+    # kl_cov_ratio and kl_cov_coef) and 'reinforce'.
     "1.5.0": {
         "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
         "distill.hinton": "bc860a527029db4e599d044522bbd755210227192dfc6a4368f935979fbd554c",
@@ -161,8 +164,8 @@ RELEASED = {
         "gae.kl_rewards": "3689e214c8914557c2feea844efe3a83e6267f7ef88a526127f75ba4983a160b",
         "grpo.advantages": "93b6c69b743eaa84fe80dde5920da5b96833dc62ae20e673c9448388dae3e6c7",
         "grpo.aggregate": "2b9f3551ce32d3843900a887c532ce95c069e3cac8c1d42da9deea107373e33d",
-        "grpo.clip": "cffa1b6c641eea3acec41d828f5a7ba76c4f62347848c971d61b9a1e23933ac9",
-        "grpo.loss": "4fbce078397e6496df7bc603f908748a13c9a20a0c9e17ebffae5d7fff4cbdd8",
+        "grpo.clip": "91035e342c2305170233fd68bb037071abf65c36cdbe2b844c340c7774b8a6d0",
+        "grpo.loss": "af67e3cc7c39bf2cec258896e894216193b33e4a06489daa949322311d127e58",
         "grpo.rollout_correction": "c651245e0e2f230f50c8b0bca628f1f20ab242fafa070eabbfc1797cc9d89266",
         "kl.estimator": "39da85c962b74518c2127b3165dc1da5856a295b51142c0c513ae85b477ed21f",
         "lm.cross_entropy": "7c0e5dac125c2b52d0fef1b5bcc4944840eec7564865da60fdb75c502bc8d731",

@@ -149,29 +149,44 @@ def _clip_inputs(logp, old_logp, advantages):
     return xp, dt, lp, old, adv
 
 
+def _clamped_log_ratio(xp, log_ratio, clamp):
+    """log ρ clamped to [−c, c] (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2
+    PolicyLoss: c = 20) and the mask of the closed band, where the clamp passes the gradient
+    (None: no clamp)."""
+    if clamp is None:
+        return log_ratio, None
+    return xp.clip(log_ratio, -clamp, clamp), (log_ratio >= -clamp) & (log_ratio <= clamp)
+
+
 def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
-         dual_clip: float | None = None):
+         dual_clip: float | None = None, log_ratio_clamp: float | None = None):
     """PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = π/π_old.
 
-    PPO eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher; dual clip (Ye et al. 2020).
+    PPO eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher; dual clip (Ye et al. 2020);
+    ``log_ratio_clamp`` c: ρ = exp(clamp(log ρ, −c, c)) (verl 0.9.1, OpenRLHF 0.11.2: c = 20).
     Returns objective (same shape as ``logp``), to be maximised.
     """
     xp, _, lp, old, adv = _clip_inputs(logp, old_logp, advantages)
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
-    value, _ = surrogate(xp, xp.exp(lp - old), adv, lower, upper, dual)
+    log_ratio, _ = _clamped_log_ratio(xp, lp - old, validate.log_ratio_clamp(log_ratio_clamp, "token"))
+    value, _ = surrogate(xp, xp.exp(log_ratio), adv, lower, upper, dual)
     return value
 
 
 def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
-             eps_high: float | None = None, dual_clip: float | None = None):
+             eps_high: float | None = None, dual_clip: float | None = None,
+             log_ratio_clamp: float | None = None):
     """Gradient of Σ cotangent·C with respect to ``logp`` (PPO eq. 7): ρA on the active
-    unclipped branch (ties included), else 0."""
+    unclipped branch (ties included) inside the band of ``log_ratio_clamp``, else 0."""
     xp, dt, lp, old, adv = _clip_inputs(logp, old_logp, advantages)
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
     ct = _xp.array(xp, "cotangent", cotangent, dt)
     validate.same_shape(logp=_xp.shape(lp), cotangent=_xp.shape(ct))
-    rho = xp.exp(lp - old)
+    log_ratio, inside = _clamped_log_ratio(xp, lp - old, validate.log_ratio_clamp(log_ratio_clamp, "token"))
+    rho = xp.exp(log_ratio)
     _, active = surrogate(xp, rho, adv, lower, upper, dual)
+    if inside is not None:
+        active = active & inside
     return {"logp": ct * _xp.masked(xp, active, rho * adv)}
 
 
@@ -267,7 +282,7 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
                  ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip,
-                 sapo_tau_pos, sapo_tau_neg):
+                 sapo_tau_pos, sapo_tau_neg, kl_cov_ratio, kl_cov_coef, selected):
     xp = _xp.namespace(logp, old_logp, ref_logp, advantages, mask)
     dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     lp = _xp.array(xp, "logp", logp, dt)
@@ -286,10 +301,16 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     level = validate.ratio_level(ratio_level)
     validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
     clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
+    validate.cov_log_ratio_clamp(clamp, policy_loss)
     norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     modes = (aggregation, validate.kl_aggregation(kl_aggregation) or aggregation, norm,
              validate.mean_eps(mean_eps))
-    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg,
+                                 kl_cov_ratio, kl_cov_coef)
+    if policy_loss in validate.COV_POLICY_LOSSES:
+        token_policy = token_policy + (_selection(xp, dt, policy_loss, selected, lp, adv, m, token_policy[2]),)
+    else:
+        validate.selection(policy_loss, selected is not None)
     return xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy
 
 
@@ -305,10 +326,21 @@ def _term_weights(xp, m, modes):
     return aggregate_weights(xp, m, aggregation, norm, eps), aggregate_weights(xp, m, kl_mode, norm, eps)
 
 
-def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
-    """('ppo-clip', clip params), ('cispo', (lower or None, upper)) or ('sapo', (τ_pos, τ_neg))."""
+def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg, kl_cov_ratio,
+                  kl_cov_coef):
+    """('ppo-clip', clip params), ('cispo', (lower or None, upper)), ('sapo', (τ_pos, τ_neg)),
+    ('clip-cov', clip params, kl_cov_ratio), ('kl-cov', kl_cov_coef, kl_cov_ratio) or
+    ('reinforce', None)."""
     validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
     taus = (validate.sapo_temperature("sapo_tau_pos", tau_pos), validate.sapo_temperature("sapo_tau_neg", tau_neg))
+    ratio = validate.kl_cov_ratio(kl_cov_ratio)
+    coef = validate.kl_cov_coef(kl_cov_coef)
+    if policy_loss == "clip-cov":
+        return "clip-cov", clip_params, ratio
+    if policy_loss == "kl-cov":
+        return "kl-cov", coef, ratio
+    if policy_loss == "reinforce":
+        return "reinforce", None
     if policy_loss == "cispo":
         lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
         if cispo_clip == "raw-upper":
@@ -317,6 +349,52 @@ def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_p
     if policy_loss == "sapo":
         return "sapo", taus
     return "ppo-clip", clip_params
+
+
+def _selection(xp, dt, policy_loss, selected, lp, adv, m, ratio):
+    """Clip-Cov's or KL-Cov's 0/1 selection (arXiv 2505.22617 §4): ``selected`` as given (valid
+    tokens only), or KL-Cov's top-k = max(1, ⌊N·kl_cov_ratio⌋) valid tokens by cov_t = (A_t − Ā)·
+    (logπ_t − mean logπ), means over the N valid tokens (verl 0.9.1 compute_policy_loss_kl_cov),
+    formed in the working dtype; the order is taken on the host (N is a batch's token count)."""
+    validate.selection(policy_loss, selected is not None)
+    if selected is not None:
+        s = _xp.mask(xp, "selected", selected, _xp.shape(lp), dt)
+        validate.selected_within(bool(xp.any((s > 0) & ~(m > 0))))
+        return s
+    valid = m > 0
+    n = int(xp.sum(xp.astype(valid, xp.int64)))
+    if n == 0:
+        validate.fail("mask", "selects no token")
+    a_tok = adv[:, None] + xp.zeros_like(lp)
+    a_mean = xp.sum(_xp.masked(xp, valid, a_tok)) / n
+    l_mean = xp.sum(_xp.masked(xp, valid, lp)) / n
+    cov = xp.reshape((a_tok - a_mean) * (lp - l_mean), (-1,))
+    flat_valid = [bool(v) for v in xp.reshape(valid, (-1,)).tolist()]
+    values = cov.tolist()
+    index = [j for j, v in enumerate(flat_valid) if v]
+    order = sorted(index, key=lambda j: values[j], reverse=True)
+    k = validate.kl_cov_count(ratio, n)
+    validate.top_k_untied(k < n and values[order[k - 1]] == values[order[k]], k)
+    chosen = set(order[:k])
+    picked = [1.0 if j in chosen else 0.0 for j in range(len(flat_valid))]
+    return xp.reshape(xp.asarray(picked, dtype=dt), _xp.shape(lp))
+
+
+def _cov_terms(xp, kind, constants, lp, old, rho, inside, adv, on):
+    """Clip-Cov's and KL-Cov's objective and its derivative in logπ_t (arXiv 2505.22617 §4;
+    verl 0.9.1 compute_policy_loss_clip_cov / _kl_cov): Clip-Cov multiplies the PPO term by
+    1 − s_t (value and gradient); KL-Cov is the unclipped ρA − s_t·k·|Δ_t|, derivative
+    ρA − s_t·k·sign(Δ_t) (0 at Δ_t = 0, as torch.abs)."""
+    if kind == "clip-cov":
+        clip_params, _, s = constants
+        objective, active = surrogate(xp, rho, adv, *clip_params)
+        if inside is not None:
+            active = active & inside
+        keep = 1 - s
+        return objective * keep, _xp.masked(xp, active, rho * adv) * keep
+    coef, _, s = constants
+    delta = _xp.masked(xp, on, lp - old)
+    return rho * adv - s * coef * xp.abs(delta), rho * adv - s * coef * xp.sign(delta)
 
 
 def _cispo(xp, lp, rho, adv, lower, upper):
@@ -350,12 +428,17 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
         log_ratio = xp.clip(log_ratio, -clamp, clamp)
     log_r = _xp.masked(xp, on, ref - lp)
     rho = xp.exp(log_ratio)
-    kind, constants = token_policy
+    kind, *constants = token_policy
     if kind == "cispo":
         # ŵ_t is detached: the gradient runs through logπ_t alone, never through the clamp
-        objective, dobjective = _cispo(xp, _xp.masked(xp, on, lp), rho, adv[:, None], *constants)
+        objective, dobjective = _cispo(xp, _xp.masked(xp, on, lp), rho, adv[:, None], *constants[0])
+    elif kind == "reinforce":
+        # REINFORCE (Williams 1992): the objective A_i·logπ_t, no ratio and no clip
+        objective, dobjective = adv[:, None] * _xp.masked(xp, on, lp), adv[:, None] + xp.zeros_like(lp)
+    elif kind in validate.COV_POLICY_LOSSES:
+        objective, dobjective = _cov_terms(xp, kind, constants, lp, old, rho, inside, adv[:, None], on)
     elif kind == "sapo":
-        objective, dobjective = _sapo(xp, rho, adv[:, None], *constants)
+        objective, dobjective = _sapo(xp, rho, adv[:, None], *constants[0])
         if inside is not None:
             dobjective = _xp.masked(xp, inside, dobjective)
     else:
@@ -434,7 +517,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
@@ -451,7 +535,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
+        kl_cov_coef, selected)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
                                                 kl_ratio_weight, clamp, token_policy)
@@ -467,13 +552,15 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
+        kl_cov_coef, selected)
     ct = scalar_cotangent(xp, cotangent, dt)
     w_policy, w_penalty = _term_weights(xp, m, modes)
     if ratio_level == "token":

@@ -115,18 +115,26 @@ def surrogate(rho, adv, lower, upper, dual):
     return value
 
 
-def _clip(diff, logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+def _clamped_exp(log_ratio, clamp):
+    """exp of log ρ clamped to [−c, c] (verl 0.9.1 / OpenRLHF 0.11.2: c = 20; constant outside
+    the closed band), or of log ρ itself when ``clamp`` is None."""
+    return _ball.exp(log_ratio if clamp is None else _ball.clip(log_ratio, -clamp, clamp))
+
+
+def _clip(diff, logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None, log_ratio_clamp=None):
     lp = _ball.balls("logp", logp)
     old = _ball.balls("old_logp", old_logp)
     adv = _ball.balls("advantages", advantages)
     validate.same_shape(logp=_ball.shape(lp), old_logp=_ball.shape(old), advantages=_ball.shape(adv))
     band = _band(eps_low, eps_high, dual_clip)
+    clamp = validate.log_ratio_clamp(log_ratio_clamp, "token")
+    clamp = None if clamp is None else _ball.ball(clamp)
     lp = diff("logp", lp)
 
     def each(a, b, c):
         if isinstance(a, list):
             return [each(x, y, z) for x, y, z in zip(a, b, c)]
-        return surrogate(_ball.exp(a - b), c, *band)
+        return surrogate(_clamped_exp(a - b, clamp), c, *band)
 
     return {"objective": each(lp, old, adv)}
 
@@ -195,6 +203,34 @@ def _token_policy(policy_loss, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
     return taus if policy_loss == "sapo" else None
 
 
+def _selection(policy_loss, selected, lp, adv, m, ratio, shape):
+    """Clip-Cov's or KL-Cov's selection (arXiv 2505.22617 §4) as rows of booleans: ``selected``
+    as given (valid tokens only), or KL-Cov's top-k covariance tokens (verl 0.9.1
+    compute_policy_loss_kl_cov: k = max(1, ⌊N·kl_cov_ratio⌋), cov_t = (A_t − Ā)·(logπ_t − mean
+    logπ) over the N valid tokens). The order is proven: every chosen ball lies strictly above
+    every other one (else :class:`_ball.Straddle`: more precision), an exact tie is refused."""
+    if selected is not None:
+        s = mask_rows("selected", selected, shape)
+        validate.selected_within(any(si and not mi for srow, mrow in zip(s, m) for si, mi in zip(srow, mrow)))
+        return s
+    valid = [(i, t) for i, mrow in enumerate(m) for t, on in enumerate(mrow) if on]
+    if not valid:
+        validate.fail("mask", "selects no token")
+    a_mean = _mean([adv[i] for i, _ in valid])
+    l_mean = _mean([_ball.value(lp[i][t]) for i, t in valid])
+    cov = [(adv[i] - a_mean) * (_ball.value(lp[i][t]) - l_mean) for i, t in valid]
+    order = sorted(range(len(valid)), key=lambda j: _ball.mid_float(cov[j]), reverse=True)
+    k = validate.kl_cov_count(ratio, len(valid))
+    if k < len(valid):
+        validate.top_k_untied(_ball.compare(cov[order[k - 1]], cov[order[k]]) == 0, k)
+        # decided pairs order their mids alike: a pair that is not proven above raises Straddle
+        for x in order[:k]:
+            for y in order[k:]:
+                _ball.compare(cov[x], cov[y])
+    chosen = {valid[j] for j in order[:k]}
+    return [[(i, t) in chosen for t in range(len(mrow))] for i, mrow in enumerate(m)]
+
+
 def _cispo(x, log_rho, a, lower, upper):
     """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): sg(ŵ)·A·logπ, ŵ = ρ clipped to
     [lower, upper] (lower None: no lower bound); ``log_rho`` is detached, so the weight is a
@@ -212,7 +248,8 @@ def _sapo(log_rho, a, tau_pos, tau_neg):
 def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None,
           beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
           norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
-          kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05):
+          kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05,
+          kl_cov_ratio=0.0002, kl_cov_coef=1.0, selected=None):
     lp = _ball.balls("logp", logp)
     shape = _ball.shape(lp)
     validate.rank("logp", shape, 2)
@@ -231,7 +268,10 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     level = validate.ratio_level(ratio_level)
     validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
     clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
+    validate.cov_log_ratio_clamp(clamp, policy_loss)
     clamp = None if clamp is None else _ball.ball(clamp)
+    cov_ratio = validate.kl_cov_ratio(kl_cov_ratio)
+    cov_coef = _ball.ball(validate.kl_cov_coef(kl_cov_coef))
     log_band = [_ball.ball(x) for x in validate.clip_band(eps_low, eps_high, None)[:2]]
     validate.aggregation(aggregation)
     norm = validate.norm_length(norm_length)
@@ -239,9 +279,12 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     eps = _ball.ball(validate.mean_eps(mean_eps))
     token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+    validate.selection(policy_loss, selected is not None)
+    picked = (_selection(policy_loss, selected, lp, adv, m, cov_ratio, shape)
+              if policy_loss in validate.COV_POLICY_LOSSES else None)
     lp = diff("logp", lp)
     policy, kl_term = [], []
-    for lrow, orow, rrow, a, mrow in zip(lp, old, ref, adv, m):
+    for i, (lrow, orow, rrow, a, mrow) in enumerate(zip(lp, old, ref, adv, m)):
         if ratio_level != "token":
             ratios = _sequence_ratios(lrow, orow, a, mrow, ratio_level, policy_loss, log_band)
         prow, krow = [], []
@@ -259,6 +302,15 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
             kl = penalty(r - x, kl_kind, c)
             if policy_loss == "cispo":
                 objective = _cispo(x, _ball.detach(log_rho), a, *token_policy)
+            elif policy_loss == "reinforce":
+                objective = a * x           # REINFORCE (Williams 1992): no ratio, no clip
+            elif policy_loss == "clip-cov":
+                # arXiv 2505.22617 §4 / verl 0.9.1 compute_policy_loss_clip_cov: the selected
+                # token's PPO term is multiplied by 0 (value and gradient)
+                objective = _ball.ZERO if picked[i][t] else surrogate(rho, a, *band)
+            elif policy_loss == "kl-cov":
+                # verl 0.9.1 compute_policy_loss_kl_cov: the unclipped ρA, minus k·|Δ| where selected
+                objective = a * rho - (cov_coef * _ball.absolute(x - o) if picked[i][t] else _ball.ZERO)
             elif policy_loss == "sapo":
                 objective = _sapo(log_rho, a, *token_policy)
             else:

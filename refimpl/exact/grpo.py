@@ -162,34 +162,46 @@ def _clip_inputs(logp, old_logp, advantages):
     return lp, old, adv
 
 
+def _clip_ratio(lp, old, log_ratio_clamp):
+    """ρ = exp(clamp(log ρ, −c, c)) and dlog ρ_clamped/dlogp (see :func:`_clamped_log_ratio`)."""
+    c = validate.log_ratio_clamp(log_ratio_clamp, "token")
+    log_ratio, dlog_ratio = _clamped_log_ratio(lp - old, None if c is None else mp.mpf(c))
+    return mp.exp(log_ratio), dlog_ratio
+
+
 @mp.exact
 def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
-         dual_clip: float | None = None):
+         dual_clip: float | None = None, log_ratio_clamp: float | None = None):
     """PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = π/π_old.
 
     PPO (Schulman et al. 2017) eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher
     (``eps_high`` ≠ ``eps_low``; None means symmetric); dual clip (Ye et al. 2020, as verl's
     clip_ratio_c): where A < 0, C = max(C, c·A). [reading-math-3]: A = 1, ρ = 1.5 → 1.2;
-    A = −1, ρ = 0.5 → −0.8. Returns objective (same shape as ``logp``), to be maximised.
+    A = −1, ρ = 0.5 → −0.8. ``log_ratio_clamp`` c (a library convention, none in the papers):
+    ρ = exp(clamp(log ρ, −c, c)) (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2
+    PolicyLoss: c = 20). Returns objective (same shape as ``logp``), to be maximised.
     """
     lp, old, adv = _clip_inputs(logp, old_logp, advantages)
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
-    value, _ = _surrogate(mp.exp(lp - old), adv, lower, upper, dual)
+    rho, _ = _clip_ratio(lp, old, log_ratio_clamp)
+    value, _ = _surrogate(rho, adv, lower, upper, dual)
     return value
 
 
 @mp.exact
 def clip_vjp(cotangent, logp, old_logp, advantages, eps_low: float = 0.2,
-             eps_high: float | None = None, dual_clip: float | None = None):
+             eps_high: float | None = None, dual_clip: float | None = None,
+             log_ratio_clamp: float | None = None):
     """Gradient of Σ cotangent·C with respect to ``logp`` (PPO eq. 7): ρA where the unclipped
-    branch is active (ties included), 0 where the clipped branch is strictly smaller or the
-    dual clip is active."""
+    branch is active (ties included), 0 where the clipped branch is strictly smaller, the
+    dual clip is active or ``log_ratio_clamp`` holds log ρ at a bound (ρ is constant there)."""
     lp, old, adv = _clip_inputs(logp, old_logp, advantages)
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
     ct = mp.array("cotangent", cotangent)
     validate.same_shape(logp=lp.shape, cotangent=ct.shape)
-    _, dlogp = _surrogate(mp.exp(lp - old), adv, lower, upper, dual)
-    return {"logp": ct * dlogp}
+    rho, dlog_ratio = _clip_ratio(lp, old, log_ratio_clamp)
+    _, dlogp = _surrogate(rho, adv, lower, upper, dual)
+    return {"logp": ct * dlogp * dlog_ratio}
 
 
 # ----------------------------------------------------------------------------- aggregation
@@ -284,7 +296,7 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
                  ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip,
-                 sapo_tau_pos, sapo_tau_neg):
+                 sapo_tau_pos, sapo_tau_neg, kl_cov_ratio, kl_cov_coef, selected):
     lp = mp.array("logp", logp)
     validate.rank("logp", lp.shape, 2)
     old = mp.array("old_logp", old_logp)
@@ -301,10 +313,16 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     level = validate.ratio_level(ratio_level)
     validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
     clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
+    validate.cov_log_ratio_clamp(clamp, policy_loss)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     modes = (aggregation, kl_mode, norm, _mean_eps(mean_eps))
-    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+    token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg,
+                                 kl_cov_ratio, kl_cov_coef)
+    if policy_loss in validate.COV_POLICY_LOSSES:
+        token_policy = token_policy + (_selection(policy_loss, selected, lp, adv, m, token_policy[2]),)
+    else:
+        validate.selection(policy_loss, selected is not None)
     return (lp, old, ref, adv, m, clip_params, b, (None if c is None else mp.mpf(c)),
             None if clamp is None else mp.mpf(clamp), modes, token_policy)
 
@@ -330,12 +348,23 @@ def _clamped_log_ratio(log_ratio, clamp):
     return mp.clip(log_ratio, -clamp, clamp), np.where(inside, mp.ONE, mp.ZERO)
 
 
-def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg):
+def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg, kl_cov_ratio,
+                  kl_cov_coef):
     """The per-token policy term's kind and constants: ('ppo-clip', clip params),
-    ('cispo', (lower or None, upper)) or ('sapo', (τ_pos, τ_neg)), all exact mpf."""
+    ('cispo', (lower or None, upper)), ('sapo', (τ_pos, τ_neg)), ('clip-cov', clip params,
+    kl_cov_ratio), ('kl-cov', kl_cov_coef, kl_cov_ratio) or ('reinforce', None), all exact mpf
+    (the ratio stays binary64: it only counts tokens)."""
     validate.cispo_clip(cispo_clip, policy_loss, eps_low, eps_high)
     taus = (mp.mpf(validate.sapo_temperature("sapo_tau_pos", tau_pos)),
             mp.mpf(validate.sapo_temperature("sapo_tau_neg", tau_neg)))
+    ratio = validate.kl_cov_ratio(kl_cov_ratio)
+    coef = mp.mpf(validate.kl_cov_coef(kl_cov_coef))
+    if policy_loss == "clip-cov":
+        return "clip-cov", clip_params, ratio
+    if policy_loss == "kl-cov":
+        return "kl-cov", coef, ratio
+    if policy_loss == "reinforce":
+        return "reinforce", None
     if policy_loss == "cispo":
         lo, hi, _ = validate.clip_band(eps_low, eps_high, None)
         if cispo_clip == "raw-upper":
@@ -344,6 +373,49 @@ def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_p
     if policy_loss == "sapo":
         return "sapo", taus
     return "ppo-clip", clip_params
+
+
+def _selection(policy_loss, selected, lp, adv, m, ratio):
+    """The 0/1 token selection of Clip-Cov or KL-Cov (Cui et al., arXiv 2505.22617 §4): the
+    ``selected`` mask as given (only valid tokens), or, for KL-Cov without one, verl 0.9.1
+    compute_policy_loss_kl_cov's top-k: the k = max(1, ⌊N·kl_cov_ratio⌋) valid tokens of largest
+    cov_t = (A_t − Ā)·(logπ_t − mean logπ), both means over the N valid tokens (A broadcast over
+    each response's tokens); a tie at the k-th place is refused."""
+    validate.selection(policy_loss, selected is not None)
+    if selected is not None:
+        s = mp.mask("selected", selected, lp.shape)
+        validate.selected_within(bool(np.any(_bool(s) & ~_bool(m))))
+        return s
+    valid = [(i, t) for i, t in np.ndindex(*m.shape) if m[i, t] == 1]
+    if not valid:
+        validate.fail("mask", "selects no token")
+    a_mean = mpmath.fsum(adv[i] for i, _ in valid) / len(valid)
+    l_mean = mpmath.fsum(lp[i, t] for i, t in valid) / len(valid)
+    cov = [(adv[i] - a_mean) * (lp[i, t] - l_mean) for i, t in valid]
+    order = sorted(range(len(valid)), key=lambda j: cov[j], reverse=True)
+    k = validate.kl_cov_count(ratio, len(valid))
+    validate.top_k_untied(k < len(order) and cov[order[k - 1]] == cov[order[k]], k)
+    s = mp.zeros(m.shape)
+    for j in order[:k]:
+        s[valid[j]] = mp.ONE
+    return s
+
+
+def _cov_terms(kind, constants, lp, old, rho, dlog_ratio, adv, on):
+    """Clip-Cov's and KL-Cov's objective and its derivative in logπ_t (arXiv 2505.22617 §4, as
+    verl 0.9.1 compute_policy_loss_clip_cov / _kl_cov write them). Clip-Cov: the PPO clipped
+    surrogate times (1 − s_t) — a selected token loses its term, value and gradient. KL-Cov:
+    the unclipped ρ_t·A_i − s_t·k·|logπ_t − logπ_old,t| (no clip band at all), derivative
+    ρ_t·A_i − s_t·k·sign(Δ_t), 0 at Δ_t = 0 (torch.abs's subgradient)."""
+    if kind == "clip-cov":
+        clip_params, _, s = constants
+        objective, dobjective = _surrogate(rho, adv, *clip_params)
+        keep = 1 - s
+        return objective * keep, dobjective * dlog_ratio * keep
+    coef, _, s = constants
+    delta = np.where(on, lp - old, mp.ZERO)
+    sign = np.array([mpmath.sign(d) for d in delta.flat], dtype=object).reshape(delta.shape)
+    return rho * adv - s * coef * np.abs(delta), rho * adv - s * coef * sign
 
 
 def _cispo(lp, rho, adv, lower, upper):
@@ -376,13 +448,18 @@ def _per_token_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, 
     log_ratio, dlog_ratio = _clamped_log_ratio(np.where(on, lp - old, mp.ZERO), log_ratio_clamp)
     log_r = np.where(on, ref - lp, mp.ZERO)
     rho = mp.exp(log_ratio)
-    kind, constants = token_policy
+    kind, *constants = token_policy
     if kind == "cispo":
         # ŵ_t is detached: the gradient runs through logπ_t alone, never through the clamp
-        objective, dobjective = _cispo(np.where(on, lp, mp.ZERO), rho, adv[:, None], *constants)
+        objective, dobjective = _cispo(np.where(on, lp, mp.ZERO), rho, adv[:, None], *constants[0])
+    elif kind == "reinforce":
+        # REINFORCE (Williams 1992): the objective A_i·logπ_t, no ratio and no clip
+        objective, dobjective = adv[:, None] * np.where(on, lp, mp.ZERO), np.broadcast_to(adv[:, None], lp.shape)
+    elif kind in validate.COV_POLICY_LOSSES:
+        objective, dobjective = _cov_terms(kind, constants, lp, old, rho, dlog_ratio, adv[:, None], on)
     else:
         if kind == "sapo":
-            objective, dobjective = _sapo(rho, adv[:, None], *constants)
+            objective, dobjective = _sapo(rho, adv[:, None], *constants[0])
         else:
             objective, dobjective = _surrogate(rho, adv[:, None], *clip_params)
         dobjective = dobjective * dlog_ratio
@@ -456,7 +533,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
@@ -475,11 +553,21 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     'raw-upper': ≤ ε_high, TRL's and Liger's cap). ``policy_loss='sapo'`` (arXiv 2511.20347 §3):
     C_t = σ(τ(ρ_t − 1))·4/τ·A_i, τ = ``sapo_tau_pos`` where A_i > 0, else ``sapo_tau_neg``; ε_low
     and ε_high are not read. Both are token-level (ratio_level='token') without a dual clip.
+
+    ``policy_loss='clip-cov'`` / ``'kl-cov'`` (Cui et al., arXiv 2505.22617 §4, as verl 0.9.1
+    compute_policy_loss_clip_cov / _kl_cov): on the tokens of ``selected`` (a [B,T] 0/1 mask of
+    valid tokens) Clip-Cov drops the PPO term (C_t·(1 − s_t)); KL-Cov's C_t is the unclipped
+    ρ_t·A_i minus s_t·``kl_cov_coef``·|logπ_t − logπ_old,t|. Clip-Cov's selection is random in
+    verl and must be given; KL-Cov's defaults to the top-k covariance tokens (k = max(1,
+    ⌊N·``kl_cov_ratio``⌋)). ``policy_loss='reinforce'`` (Williams 1992): C_t = A_i·logπ_t, no
+    ratio, no clip (verl 0.9.1 compute_policy_loss_gpg). All three are token-level, without a
+    dual clip; KL-Cov and REINFORCE refuse ``log_ratio_clamp``, REINFORCE ``kl_ratio_weight``.
     """
     lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
+        kl_cov_coef, selected)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
                                                 clamp, token_policy)
@@ -496,13 +584,15 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+             sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
-        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg)
+        log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
+        kl_cov_coef, selected)
     ct = _scalar_cotangent(cotangent)
     w_policy, w_penalty = _term_weights(m, modes)
     if ratio_level == "token":

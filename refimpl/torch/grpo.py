@@ -150,14 +150,16 @@ def _surrogate(log_ratio: torch.Tensor, adv: torch.Tensor, lower=None, upper=Non
 
 
 def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
-         dual_clip: float | None = None):
+         dual_clip: float | None = None, log_ratio_clamp: float | None = None):
     """PPO/GRPO clipped surrogate C = min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high)·A), ρ = π/π_old.
 
     PPO (Schulman et al. 2017) eq. 7; DeepSeekMath §4.1.1 eq. 3; DAPO §3.1 clip-higher
     (``eps_high`` ≠ ``eps_low``; None means symmetric); dual clip (Ye et al. 2020, verl's
     clip_ratio_c): where A < 0, C = max(C, c·A). [reading-math-3]: A = 1, ρ = 1.5 → 1.2;
-    A = −1, ρ = 0.5 → −0.8. ``logp``, ``old_logp``, ``advantages`` share a shape; returns the
-    objective of that shape, to be maximised. Gradient wrt ``logp``.
+    A = −1, ρ = 0.5 → −0.8. ``log_ratio_clamp`` c: ρ = exp(clamp(log ρ, −c, c)) (verl 0.9.1
+    compute_policy_loss_vanilla, OpenRLHF 0.11.2 PolicyLoss: c = 20; no gradient outside the
+    closed band). ``logp``, ``old_logp``, ``advantages`` share a shape; returns the objective of
+    that shape, to be maximised. Gradient wrt ``logp``.
     """
     lp = _common.array("logp", logp)
     old = _common.array("old_logp", old_logp)
@@ -165,9 +167,12 @@ def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | Non
     validate.same_shape(logp=tuple(lp.shape), old_logp=tuple(old.shape),
                         advantages=tuple(adv.shape))
     lower, upper, dual = _clip_params(eps_low, eps_high, dual_clip)
+    clamp = validate.log_ratio_clamp(log_ratio_clamp, "token")
     out = _common.result_dtype(lp, old, adv)
     work = _common.work_dtype(out)
     log_ratio = _common.upcast(lp, work) - _common.constant(old, work)
+    if clamp is not None:  # torch.clamp: constant (zero gradient) outside the closed band
+        log_ratio = torch.clamp(log_ratio, -clamp, clamp)
     return _surrogate(log_ratio, _common.constant(adv, work), lower, upper, dual).to(out)
 
 
@@ -251,6 +256,30 @@ def _sapo(log_ratio, adv, tau_pos, tau_neg):
     return torch.sigmoid(tau * torch.expm1(log_ratio)) * 4 / tau * adv
 
 
+def _selection(policy_loss, selected, lp, a, m, ratio):
+    """Clip-Cov's or KL-Cov's selection as a bool [B,T] (arXiv 2505.22617 §4): ``selected`` as
+    given (valid tokens only), or KL-Cov's top-k = max(1, ⌊N·kl_cov_ratio⌋) valid tokens by
+    cov_t = (A_t − Ā)·(logπ_t − mean logπ) over the N valid tokens (verl 0.9.1
+    compute_policy_loss_kl_cov), detached, in the working dtype."""
+    validate.selection(policy_loss, selected is not None)
+    if selected is not None:
+        s = _common.mask("selected", selected, tuple(lp.shape))
+        validate.selected_within(bool((s & ~m).any()))
+        return s
+    with torch.no_grad():
+        a_tok = a[:, None].expand_as(lp)[m]
+        l_tok = lp[m]
+        cov = (a_tok - a_tok.mean()) * (l_tok - l_tok.mean())
+        k = validate.kl_cov_count(ratio, cov.numel())
+        ordered, index = torch.sort(cov, descending=True, stable=True)
+        validate.top_k_untied(k < cov.numel() and bool(ordered[k - 1] == ordered[k]), k)
+        picked = torch.zeros(cov.numel(), dtype=torch.bool, device=lp.device)
+        picked[index[:k]] = True
+        out = torch.zeros_like(m)
+        out[m] = picked
+    return out
+
+
 def _sequence_log_ratio(log_ratio, lp, adv, m, level, policy_loss, log_band):
     """log s_i as a [B,1] column (GSPO, arXiv 2507.18071 §4.1; GMPO, arXiv 2507.20673 §3:
     the mean of sign-aware log-space-clipped Δ_t), or GSPO-token's [B,T] log of
@@ -273,7 +302,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          aggregation: str = "seq-mean-token-mean", norm_length: float | None = None,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
-         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05):
+         sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
+         kl_cov_coef: float = 1.0, selected=None):
     """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
@@ -290,6 +320,11 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     Library conventions (verl 0.9.1, OpenRLHF 0.11.2): ``log_ratio_clamp`` c clamps log ρ_t to
     [−c, c] before exp (ρ constant outside); ``kl_aggregation`` reduces the KL term with its own
     mode (None: ``aggregation``); ``mean_eps`` adds ε to each row's token count in a per-row mean.
+    ``policy_loss`` 'clip-cov' / 'kl-cov' (Cui et al., arXiv 2505.22617 §4; verl 0.9.1
+    compute_policy_loss_clip_cov / _kl_cov): on the tokens of ``selected`` Clip-Cov drops the PPO
+    term, KL-Cov's unclipped −ρ_t·A_i gains ``kl_cov_coef``·|logπ_t − logπ_old,t| (without
+    ``selected``: the top-k covariance tokens, k = max(1, ⌊N·``kl_cov_ratio``⌋)); 'reinforce'
+    (Williams 1992; verl 0.9.1 compute_policy_loss_gpg) is −A_i·logπ_t.
     ``logp``, ``old_logp``, ``ref_logp``, ``mask`` are [B,T], ``advantages`` [B]. Returns the
     scalar loss; gradient wrt ``logp`` (exactly 0 at masked positions).
     """
@@ -309,6 +344,9 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     level = validate.ratio_level(ratio_level)
     validate.policy_loss(policy_loss, level, dual_clip, kl_ratio_weight)
     clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
+    validate.cov_log_ratio_clamp(clamp, policy_loss)
+    cov_ratio = validate.kl_cov_ratio(kl_cov_ratio)
+    cov_coef = validate.kl_cov_coef(kl_cov_coef)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
     eps = validate.mean_eps(mean_eps)
@@ -323,10 +361,21 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     # an arbitrary difference out of the graph (their gradient is exactly 0 through the where).
     log_ratio = torch.where(m, lp_w - _common.constant(old, work), zero)
     a = _common.constant(adv, work)
+    if policy_loss in validate.COV_POLICY_LOSSES:
+        picked = _selection(policy_loss, selected, lp_w, a, m, cov_ratio)
+    else:
+        validate.selection(policy_loss, selected is not None)
     if ratio_level == "token":
         if clamp is not None:  # torch.clamp: constant (zero gradient) outside the closed band
             log_ratio = torch.clamp(log_ratio, -clamp, clamp)
-        if policy_loss == "cispo":
+        if policy_loss == "reinforce":  # Williams 1992: no ratio, no clip
+            per_token = -(a[:, None] * torch.where(m, lp_w, zero))
+        elif policy_loss == "clip-cov":  # the selected tokens' PPO term (value and gradient) removed
+            per_token = torch.where(picked, zero, -_surrogate(log_ratio, a[:, None], lower, upper, dual))
+        elif policy_loss == "kl-cov":  # the unclipped −ρA, plus k·|Δ| on the selected tokens
+            penalty = torch.where(picked, cov_coef * torch.abs(log_ratio), zero)
+            per_token = -_surrogate(log_ratio, a[:, None]) + penalty
+        elif policy_loss == "cispo":
             per_token = -_cispo(log_ratio, torch.where(m, lp_w, zero), a[:, None], *token_policy)
         elif policy_loss == "sapo":
             per_token = -_sapo(log_ratio, a[:, None], *token_policy)

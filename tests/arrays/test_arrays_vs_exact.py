@@ -197,7 +197,8 @@ CONVENTIONS = {
                                 baseline=["mean", "leave-one-out", "none"])
                         + _grid(scale=["group", "batch", "none"], degenerate=["zero", "drop", "raw"],
                                 baseline=["leave-one-out", "none"])),
-    "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]),
+    "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]) + _grid(log_ratio_clamp=[0.3],
+                                                                             dual_clip=[None, 3.0]),
     "gae.advantages": _grid(gamma=[1.0, 0.9], lam=[1.0, 0.7, 0.0], whiten=["none", "centred", "keep-mean"],
                             std_ddof=[0, 1], masked_tokens=["skip", "zero"]),
     "gae.kl_rewards": _grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0]),
@@ -220,7 +221,10 @@ CONVENTIONS = {
                           aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True])
                   # the log-ratio clamp on CISPO's weight and SAPO's gate (verl 0.9.1 clamps both)
                   + _grid(policy_loss=["cispo", "sapo"], log_ratio_clamp=[0.3], kl_ratio_weight=[False, True],
-                          kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])),
+                          kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])
+                  # vector set 1.5.0: REINFORCE, KL-Cov's own top-k (given selections: the extremes below)
+                  + _grid(policy_loss=["reinforce"], aggregation=list(ex_grpo.MODES))
+                  + _grid(policy_loss=["kl-cov"], kl_cov_ratio=[0.2, 0.5], kl_cov_coef=[1.0, 0.5])),
     "grpo.rollout_correction": (_grid(level=["token", "sequence"], correction=["truncate", "mask"],
                                       seq_log_ratio=["sum", "mean"], log_ratio_clamp=[None, 0.5],
                                       lower=[None, 0.5], upper=[2.0, 1.2])
@@ -263,7 +267,7 @@ def _round(kwargs, oid, dtype):
     """Inputs for the fast backend (in ``dtype``) and, for the exact one, the same values
     in binary64 (float32 rounding first: the exact reference sees the rounded numbers)."""
     fast, exact = dict(kwargs), dict(kwargs)
-    for k in _float_names(oid):
+    for k in (k for k in _float_names(oid) if k in kwargs):   # an optional input may be absent
         a = np.asarray(kwargs[k], dtype=np.float64).astype(dtype)
         fast[k], exact[k] = a, a.astype(np.float64)
     return fast, exact
@@ -417,6 +421,11 @@ def _extreme_cases():
     out.append(("grpo.loss", ratio, {"kl_ratio_weight": True, "kl_clamp": 10.0}))
     for policy in ("cispo", "sapo"):  # ŵ = 1.2 at ρ = e^50; the soft gate saturates flat
         out.append(("grpo.loss", ratio, {"policy_loss": policy, "kl_kind": "abs"}))
+    # Clip-Cov drops a selected token at ρ = e^50 and keeps one at e^−50; KL-Cov's unclipped ρ = e^50
+    # carries k·|Δ| = 50 on a selected token; REINFORCE reads no ratio at all
+    for policy in ("clip-cov", "kl-cov"):
+        out.append(("grpo.loss", {**ratio, "selected": np.array([[1.0, 0.0], [0.0, 1.0]])}, {"policy_loss": policy}))
+    out.append(("grpo.loss", ratio, {"policy_loss": "reinforce"}))
     prox = dict(ratio)
     prox["behavior_logp"] = prox.pop("old_logp")
     out.append(("proximal_kl.loss", prox, {}))

@@ -28,8 +28,8 @@ from typing import Callable
 
 from conformance import catalog
 
-FAMILY_MODULES = ("kl", "dpo", "grpo", "gae", "distill", "distill_divergences", "proximal_kl", "numpy_targets", "lm",
-                  "reward", "ppo", "moe")
+FAMILY_MODULES = ("kl", "dpo", "grpo", "grpo_cov", "gae", "distill", "distill_divergences", "proximal_kl",
+                  "numpy_targets", "lm", "reward", "ppo", "moe")
 
 
 @dataclass(frozen=True)

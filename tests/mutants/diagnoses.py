@@ -45,7 +45,11 @@ EXPECTED = {
     "CLIP_SYMMETRIC_NOT_HIGHER": [("convention", "it computes eps_high=None")],
     "CLIP_DUAL_ON_POSITIVE_ADV": [UNEXPLAINED],
     "CLIP_RATIO_INVERTED": [UNEXPLAINED],
-    "CLIP_UNDECLARED_LOG_RATIO_CLAMP": [UNEXPLAINED],   # grpo.clip has no log_ratio_clamp yet (issue 25 item 3)
+    # the mutant's ±10 is no vector's value of log_ratio_clamp (20): no convention matches
+    "CLIP_UNDECLARED_LOG_RATIO_CLAMP": [UNEXPLAINED],
+    # the dual-clip group names the dropped clamp; without a dual clip, A < 0 at log ρ > 20 makes −e^Δ·|A|
+    # differ by orders of magnitude from −e^20·|A|, which no single test explains
+    "CLIP_DECLARED_LOG_RATIO_CLAMP_IGNORED": [("convention", "matches log_ratio_clamp=None"), UNEXPLAINED],
     # grpo.aggregate: dividing by B·T is seq-mean-token-sum-norm with the padded length
     "AGG_PADDED_DENOMINATOR": [("convention", "it computes mode='seq-mean-token-sum-norm'"), UNEXPLAINED],
     "AGG_IGNORES_MASK": [UNEXPLAINED],
@@ -60,6 +64,12 @@ EXPECTED = {
     "LOSS_DECLARED_KL_CLAMP_IGNORED": [("convention", "called with kl_clamp=10.0, it computes kl_clamp=None"),
                                        UNEXPLAINED],
     "LOSS_CISPO_WEIGHT_ATTACHED": [("gradient-only", "the values are right")],
+    # grpo.loss, vector set 1.5.0: Clip-Cov, KL-Cov, REINFORCE (formulas no convention expresses)
+    "KL_COV_PENALTY_WITHOUT_ABS": [UNEXPLAINED],
+    "CLIP_COV_VALUE_KEPT": [UNEXPLAINED],
+    "KL_COV_CLIPPED_RATIO": [UNEXPLAINED],
+    "KL_COV_TOP_K_OVER_PADDING": [UNEXPLAINED],
+    "REINFORCE_WITH_RATIO": [UNEXPLAINED],
     # gae
     "GAE_WHITEN_MEAN_RESTORED": [("convention", "called with whiten='centred', it computes whiten='keep-mean'")],
     # distill

@@ -326,6 +326,12 @@ def cases() -> list[Case]:
         adv = np.concatenate([rng.uniform(0.1, 2, 7), [0.0], -rng.uniform(0.1, 2, 8)])
         add(Case("grpo.clip", _label(p), {"logp": old + np.log(ratios), "old_logp": old,
                                           "advantages": adv}, p))
+    for dual in (None, 3.0):  # log ρ = ±25 and ±15 against verl's ±20 clamp, both signs of A
+        old = np.array([-30.0, -1.0, -30.0, -1.0, -20.0, -2.0, -20.0, -2.0])
+        lp = np.array([-5.0, -26.0, -5.0, -26.0, -5.0, -17.0, -5.0, -17.0])
+        add(Case("grpo.clip", f"log_ratio_clamp=20,dual_clip={dual}", {"logp": lp, "old_logp": old,
+                 "advantages": np.array([1.0, 1.0, -1.0, -1.0, 0.5, 0.5, -0.5, -0.5])},
+                 {"dual_clip": dual, "log_ratio_clamp": 20.0}))
     old = np.array([-60.0, -1.0, -60.0, -1.0, -5.0, -5.0])
     lp = np.array([-10.0, -51.0, -10.0, -51.0, -5.0, -5.0])
     add(Case("grpo.clip", "extreme:ratios e^±50", {"logp": lp, "old_logp": old,
@@ -359,7 +365,10 @@ def cases() -> list[Case]:
                     aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True])
             # the log-ratio clamp on CISPO's weight and SAPO's gate (verl 0.9.1 clamps both)
             + _grid(policy_loss=["cispo", "sapo"], log_ratio_clamp=[0.3], kl_ratio_weight=[False, True],
-                    kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"]))
+                    kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])
+            # vector set 1.5.0: REINFORCE, and KL-Cov's own top-k (selections given: below)
+            + _grid(policy_loss=["reinforce"], aggregation=["token-mean", "seq-mean-token-mean"], kl_kind=["k3", "abs"])
+            + _grid(policy_loss=["kl-cov"], kl_cov_ratio=[0.2, 0.5], kl_cov_coef=[1.0, 0.5]))
     for i, p in enumerate(grid):
         rng = np.random.default_rng(1000 + i)
         m = _mask(rng, 3, 5)
@@ -376,6 +385,16 @@ def cases() -> list[Case]:
         "ref_logp": np.array([[-11.0, -50.0, -2.5, 1e4], [-9.0, -52.0, 0.0, -1e4]]),
         "advantages": np.array([1.0, -1.0]), "mask": m},
         {"beta": 0.04, "dual_clip": 3.0, "aggregation": "token-mean"}, 8))
+    for policy in ("clip-cov", "kl-cov"):  # a given selection: valid tokens only (the junk must not leak)
+        for i, agg in enumerate(("token-mean", "seq-mean-token-mean")):
+            rng = np.random.default_rng(1060 + i)
+            m = _mask(rng, 3, 5)
+            lp = _logp(rng, (3, 5))
+            chosen = m * (rng.random((3, 5)) < 0.4)
+            add(Case("grpo.loss", f"{policy},selected,aggregation={agg}", {
+                "logp": _junk(lp, m, rng), "old_logp": _junk(lp + rng.normal(0, 0.3, (3, 5)), m, rng),
+                "ref_logp": _junk(lp + rng.normal(0, 0.5, (3, 5)), m, rng), "advantages": rng.normal(0, 1, 3),
+                "mask": m, "selected": chosen}, {"policy_loss": policy, "aggregation": agg}, 15))
 
     # gae.advantages (observation tokens inside row 0, trailing padding elsewhere) and gae.kl_rewards
     for i, p in enumerate(_grid(gamma=[1.0, 0.95], lam=[1.0, 0.8], whiten=["none", "centred", "keep-mean"],

@@ -240,7 +240,10 @@ def log_ratio_clamp_changes(case) -> bool:
     clipped objective of a selected token of a grpo.clip case (grpo.loss declares the clamp:
     ``log_ratio_clamp``): ρ < e^−20 with A > 0 (the unclipped term ρ·A becomes e^−20·A and its
     gradient 0), or ρ > e^20 with A < 0 and no dual clip (the unclipped term is capped). Elsewhere
-    the clip makes the term constant and the clamp changes nothing."""
+    the clip makes the term constant and the clamp changes nothing. A case that holds the clamp
+    (grpo.clip's log_ratio_clamp, vector set 1.5.0) expresses it: never."""
+    if case.conventions.get("log_ratio_clamp") is not None:
+        return False
     inputs = decoded(case.test["inputs"])
     log_ratio, adv = inputs["logp"] - inputs["old_logp"], inputs["advantages"]
     tiny = (log_ratio < -20) & (adv > 0)

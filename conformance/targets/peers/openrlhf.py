@@ -69,6 +69,9 @@ CONVENTIONS = [
       "tokens; 'reinforce': whitened only)"),
     C("grpo.clip", "dual_clip", (None, 3.0), f"{LOSS} PolicyLoss(dual_clip=None; --actor.dual_clip in {CLI}); "
       "log ρ clamped to ±20 before exp"),
+    # always on; None keeps the cases without it running, where openrlhf-log-ratio-clamp shows
+    C("grpo.clip", "log_ratio_clamp", (20.0, None), f"{LOSS} PolicyLoss.forward (policy_loss_type 'ppo': "
+      "raw_policy_log_ratio.clamp(-20, 20) before exp)"),
     C("grpo.aggregate", "mode", ("token-mean", "seq-mean-token-mean"),
       f"{LOSS} aggregate_loss (token_level_loss=True; False: per-sequence means, each row divided by "
       f"(|o_i| + 1e-8), fully masked rows excluded; --actor.loss_agg_mode in {CLI})"),
@@ -201,9 +204,9 @@ def _kl_float32_shows(case, dtype: str, tolerance) -> bool:
 
 _LOG_RATIO_CLAMP = Finding(
     "openrlhf-log-ratio-clamp", "deviation",
-    "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), which grpo.clip does not express "
-    "(grpo.loss declares it: log_ratio_clamp = 20): results differ where |log ρ| > 20 and the clip does not make the "
-    "term constant", f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
+    "PolicyLoss clamps log ρ to ±20 before exp (policy_loss_type 'ppo'), always: grpo.clip cases without "
+    "log_ratio_clamp = 20 differ where |log ρ| > 20 and the clip does not make the term constant (the "
+    "log-ratio-clamp-20 groups hold it)", f"{LOSS} PolicyLoss.forward: raw_policy_log_ratio.clamp(-20, 20)",
     where(objectives=("grpo.clip",), test=log_ratio_clamp_changes))
 _KL_FLOAT32 = Finding(
     "openrlhf-kl-float32", "precision",
@@ -347,7 +350,8 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", b
     return {"advantages": adv, "keep": torch.ones_like(rewards[:, 0])}
 
 
-def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None, log_ratio_clamp=None):
+    """``log_ratio_clamp``: OpenRLHF's fixed ±20 (declared), not a setting."""
     import torch
     loss_fn = _mod("models.loss").PolicyLoss(clip_eps_low=eps_low, clip_eps_high=eps_low if eps_high is None
                                              else eps_high, dual_clip=dual_clip)

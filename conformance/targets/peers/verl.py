@@ -17,10 +17,18 @@ the FSDP engine does it; ``lm.cross_entropy`` is the SFT trainer's ``sft_loss``
 A convention value verl has no setting for (e.g. ``dual_clip=None``: verl always applies the
 dual clip) is computed with verl's fixed behaviour: under ``--as-paper`` that is where the
 deviations show.
+
+``grpo.loss`` with ``policy_loss`` 'clip-cov' / 'kl-cov' runs verl's own
+compute_policy_loss_clip_cov / compute_policy_loss_kl_cov; their token selection (a torch.randperm
+draw, a torch.topk) is made the vector's ``selected`` by rebinding core_algos' ``torch`` name, for
+the one call, to a stand-in whose randperm/topk answer with it (``_cov_policy``); KL-Cov without
+``selected`` runs verl's own top-k. 'reinforce' is compute_policy_loss_gpg (−log_prob·A).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from types import SimpleNamespace
+from unittest import mock
 
 import numpy as np
 
@@ -69,6 +77,9 @@ CONVENTIONS = [
     # compute_policy_loss_vanilla: dual clip always on, clip_ratio_c (default 3.0, must be > 1).
     C("grpo.clip", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c, default 3.0 in "
       f"{ACTOR_YAML}); log ρ clamped to ±20 before exp"),
+    # always on in verl; None keeps the cases without it running, where verl-log-ratio-clamp shows
+    C("grpo.clip", "log_ratio_clamp", (20.0, None), f"{CORE} compute_policy_loss_vanilla "
+      "(torch.clamp(negative_approx_kl, min=-20.0, max=20.0) before exp)"),
     C("grpo.aggregate", "mode", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                  "seq-mean-token-sum-norm"),
       f"{CORE} agg_loss (loss_agg_mode, default token-mean in {ACTOR_YAML}); seq-mean-token-mean divides "
@@ -85,9 +96,11 @@ CONVENTIONS = [
       "(logprob − ref_logprob).abs())"),
     C("grpo.loss", "kl_clamp", (10.0, None), f"{CORE} kl_penalty_forward ('low_var_kl': clamp(kld, -10, 10); 'abs' "
       "is not clamped)"),
-    C("grpo.loss", "policy_loss", ("ppo-clip", "gmpo", "cispo", "sapo"), f"{CORE} policy loss registry "
-      "(policy_loss.loss_mode 'vanilla', 'geo_mean', 'cispo' = compute_policy_loss_cispo, 'sapo' = "
-      "compute_policy_loss_sapo with actor.tau_pos / tau_neg)"),
+    C("grpo.loss", "policy_loss", ("ppo-clip", "gmpo", "cispo", "sapo", "clip-cov", "kl-cov", "reinforce"),
+      f"{CORE} policy loss registry (policy_loss.loss_mode 'vanilla', 'geo_mean', 'cispo' = "
+      "compute_policy_loss_cispo, 'sapo' = compute_policy_loss_sapo with actor.tau_pos / tau_neg, 'clip_cov' = "
+      "compute_policy_loss_clip_cov, 'kl_cov' = compute_policy_loss_kl_cov, 'gpg' = compute_policy_loss_gpg: "
+      "−log_prob·A, REINFORCE)"),
     C("grpo.loss", "cispo_clip", ("both", "upper"), f"{CORE} compute_policy_loss_cispo (clamp(ratio, 1 − "
       "clip_ratio_low, 1 + clip_ratio_high); 'upper' is the same code with clip_ratio_low = 1, as this adapter "
       "passes it: a lower bound of 0)"),
@@ -140,7 +153,10 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                               {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
                                "policy_loss": "cispo", "cispo_clip": ["both", "upper"], "log_ratio_clamp": 20.0},
                               {"dual_clip": None, **_VERL_KL, "aggregation": "seq-mean-token-mean",
-                               "ratio_level": "token", "policy_loss": "sapo", "log_ratio_clamp": 20.0}],
+                               "ratio_level": "token", "policy_loss": "sapo", "log_ratio_clamp": 20.0},
+                              # 'clip_cov', 'kl_cov', 'gpg': no dual clip and no clamp of log ρ
+                              {"dual_clip": None, **_VERL_KL, "aggregation": _LOSS_MODES, "ratio_level": "token",
+                               "policy_loss": ["clip-cov", "kl-cov", "reinforce"]}],
                 # agg_loss's + 1e-8 is in the per-row token means only
                 "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
                                    {"mode": [m for m in _LOSS_MODES if m != "seq-mean-token-mean"],
@@ -169,6 +185,10 @@ ALTERNATIVES["grpo.rollout_correction"] = [
      "log_ratio_clamp": 20.0}]
 PARAM_DEFAULTS = [
     C("grpo.loss", "beta", (0.001,), f"{ACTOR_YAML} kl_loss_coef: 0.001 (use_kl_loss: false by default)"),
+    # compute_policy_loss_kl_cov falls back to 1.0 only when the config holds None; the config has 0.1
+    C("grpo.loss", "kl_cov_coef", (0.1,), f"{ACTOR_YAML} policy_loss.ppo_kl_coef: 0.1 (verl/workers/config/"
+      "actor.py PolicyLossConfig alike)"),
+    C("grpo.loss", "kl_cov_ratio", (0.0002,), f"{ACTOR_YAML} policy_loss.kl_cov_ratio (and clip_cov_ratio): 0.0002"),
 ]
 
 # verl's core_algos functions compute in the dtype of the tensors they are given.
@@ -197,8 +217,8 @@ ARITHMETIC = [
 
 _LOG_RATIO_CLAMP = Finding(
     "verl-log-ratio-clamp", "deviation",
-    "log ρ = logp − old_logp is clamped to ±20 before exp, which grpo.clip does not express (grpo.loss declares it: "
-    "log_ratio_clamp = 20): results differ where |log ρ| > 20 and the clip does not make the term constant",
+    "log ρ = logp − old_logp is clamped to ±20 before exp, always: grpo.clip cases without log_ratio_clamp = 20 "
+    "differ where |log ρ| > 20 and the clip does not make the term constant (the log-ratio-clamp-20 groups hold it)",
     f"{CORE} compute_policy_loss_vanilla: torch.clamp(negative_approx_kl, min=-20.0, max=20.0)",
     where(objectives=("grpo.clip",), test=log_ratio_clamp_changes))
 _ZERO_STD = Finding(
@@ -351,6 +371,36 @@ def _geo_mean_micro_batch_mean_shows(case, split, tolerance) -> bool:
     return deviation_shows(tolerance, exact, deviating)
 
 
+def _cov_selection_moves_with_micro_batches(case, split) -> bool:
+    """Whether verl's per-micro-batch Cov selection differs from the case's global one: each
+    micro-batch selects max(1, int(N_mb·ratio)) tokens of its own (compute_policy_loss_clip_cov /
+    _kl_cov see one micro-batch), so under Clip-Cov a micro-batch without a selected token still
+    draws one (which matters where its A ≠ 0), and KL-Cov's own top-k (no ``selected``) is taken
+    per micro-batch, with the micro-batch's means. A given KL-Cov selection is what the adapter
+    answers torch.topk with, in every micro-batch: it holds."""
+    test = global_test(case, arguments(case))
+    inputs, args = decoded(test["inputs"]), arguments(case)
+    valid = as_array(inputs["mask"]) != 0
+    micro_batches = [list(mb) for rank in split for mb in rank if valid[list(mb)].any()]
+    logp, adv = as_array(inputs["logp"]), as_array(inputs["advantages"])
+    if "selected" in inputs:
+        chosen = as_array(inputs["selected"]) != 0
+        return case.conventions.get("policy_loss") == "clip-cov" and any(
+            not chosen[mb].any() and (adv[mb] != 0).any() for mb in micro_batches)
+    ratio = args.get("kl_cov_ratio", 0.0002)
+
+    def top_k(rows):
+        cells = [(i, t) for i in rows for t in np.nonzero(valid[i])[0]]
+        a = np.array([adv[i] for i, _ in cells])
+        lp = np.array([logp[i, t] for i, t in cells])
+        cov = (a - a.mean()) * (lp - lp.mean())
+        k = max(1, int(len(cells) * ratio))
+        return {cells[j] for j in np.argsort(-cov, kind="stable")[:k]}
+
+    every = [i for i in range(valid.shape[0]) if valid[i].any()]
+    return set().union(*(top_k(mb) for mb in micro_batches)) != top_k(every)
+
+
 # Found by `lossproof check --target verl --partition 2x2 --objective grpo.loss`.
 SPLIT_FINDINGS = [
     Finding("verl-geo-mean-micro-batch-mean", "bug",
@@ -362,11 +412,24 @@ SPLIT_FINDINGS = [
             "verl/workers/engine/fsdp/transformer_impl.py forward_backward_batch (unscaled micro-batch losses)",
             lambda c, dtype, split, tolerance: c.objective == "grpo.loss"
             and c.conventions.get("policy_loss") == "gmpo" and _geo_mean_micro_batch_mean_shows(c, split, tolerance)),
+    Finding("verl-cov-micro-batch-selection", "deviation",
+            "Clip-Cov and KL-Cov select their tokens per micro-batch: max(1, int(N_mb·ratio)) of each "
+            "micro-batch's N_mb valid tokens (KL-Cov's covariance means and top-k over the micro-batch too), so "
+            "every micro-batch gets at least one selected token, and the share and choice of tokens depend on "
+            "how the batch is split (at the default ratio 2e−4, one token per micro-batch of fewer than 5000 "
+            "tokens instead of 2e−4 of the batch)",
+            f"{CORE} compute_policy_loss_clip_cov: clip_num = max(int(clip_cov_ratio * response_mask.sum().item()), "
+            "1); compute_policy_loss_kl_cov: k_percent_nums = max(1, int(len(cov_lst_all) * kl_cov_ratio)); both "
+            "called once per micro-batch (verl/workers/utils/losses.py ppo_loss)",
+            lambda c, dtype, split, tolerance: c.objective == "grpo.loss"
+            and c.conventions.get("policy_loss") in ("clip-cov", "kl-cov")
+            and _cov_selection_moves_with_micro_batches(c, split)),
 ]
 
 _GRPO_ARGS = ("logp", "old_logp", "ref_logp", "advantages", "mask", "eps_low", "eps_high", "dual_clip", "beta",
               "kl_kind", "kl_clamp", "kl_ratio_weight", "aggregation", "norm_length", "ratio_level", "policy_loss",
-              "log_ratio_clamp", "kl_aggregation", "mean_eps", "cispo_clip", "sapo_tau_pos", "sapo_tau_neg")
+              "log_ratio_clamp", "kl_aggregation", "mean_eps", "cispo_clip", "sapo_tau_pos", "sapo_tau_neg",
+              "kl_cov_ratio", "kl_cov_coef", "selected")
 _AGGREGATE_ARGS = ("values", "mask", "mode", "norm_length", "mean_eps")
 
 _KL_NAMES = {"k1": "k1", "k2": "k2", "k3": "low_var_kl"}
@@ -377,9 +440,10 @@ def _core():
 
 
 def _actor_config(eps_low, eps_high, dual_clip, aggregation="token-mean", beta=0.0, kl_kind="k3",
-                  norm_length=None, sapo_taus=(1.0, 1.05)):
+                  norm_length=None, sapo_taus=(1.0, 1.05), policy_loss=None):
     from verl.workers.config import ActorConfig
-    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1,
+    extra = {} if policy_loss is None else {"policy_loss": policy_loss}
+    return ActorConfig(strategy="fsdp", rollout_n=1, ppo_micro_batch_size_per_gpu=1, **extra,
                        tau_pos=sapo_taus[0], tau_neg=sapo_taus[1],
                        clip_ratio=eps_low, clip_ratio_low=eps_low,
                        clip_ratio_high=eps_low if eps_high is None else eps_high,
@@ -417,7 +481,8 @@ def advantages(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", b
     return {"advantages": adv.reshape(b, g), "keep": torch.ones_like(rewards[:, 0])}
 
 
-def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
+def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None, log_ratio_clamp=None):
+    """``log_ratio_clamp``: verl's fixed ±20 (declared), not a setting."""
     import torch
     core = _core()
     config = _actor_config(eps_low, eps_high, dual_clip)
@@ -438,32 +503,97 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_e
                             **(batch_info or {}))
 
 
+class _DrawnAs:
+    """Stands for ``torch`` inside core_algos while one Cov loss runs: every attribute is torch's,
+    except ``randperm`` (Clip-Cov's draw) and ``topk`` (KL-Cov's top-k), which return the vector's
+    selection. Only the module's own name is rebound (``_cov_policy``): torch itself is untouched."""
+
+    def __init__(self, torch, randperm=None, topk=None):
+        self._torch, self.randperm, self.topk = torch, randperm or torch.randperm, topk or torch.topk
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+def _cov_policy(policy_loss, selected, logp, old_logp, token_adv, response_mask, eps, cov):
+    """verl's Clip-Cov or KL-Cov made to select the vector's tokens (arXiv 2505.22617 §4;
+    verl 0.9.1 compute_policy_loss_clip_cov / compute_policy_loss_kl_cov).
+
+    Clip-Cov draws clip_num = max(int(clip_cov_ratio·N), 1) tokens with torch.randperm among the
+    valid tokens its PPO clip leaves on the unclipped branch whose covariance lies in (clip_cov_lb,
+    clip_cov_ub). The adapter opens that band to (−inf, inf), sets clip_cov_ratio = (|S| + ½)/N so
+    that clip_num = |S|, and answers the randperm with a permutation that puts the selected tokens
+    (in torch.nonzero's row-major order of the eligible ones, recomputed here with verl's own
+    expressions) first. A selected token verl's clip already holds cannot be drawn: such a case
+    is not one verl can run, and fails.
+
+    KL-Cov penalises the top k = max(1, int(N·kl_cov_ratio)) valid tokens by covariance. Without
+    ``selected`` verl computes them itself from ``kl_cov_ratio`` (the reference's own top-k);
+    with it, kl_cov_ratio = (|S| + ½)/N and torch.topk answers with the selected tokens' places
+    among the valid ones. Returns (PolicyLossConfig settings, the stand-in for torch or None)."""
+    import torch
+    eps_low, eps_high = eps
+    kl_cov_ratio, kl_cov_coef = cov
+    n = int(response_mask.sum())
+    if policy_loss == "kl-cov":
+        settings = {"loss_mode": "kl_cov", "kl_cov_ratio": kl_cov_ratio, "ppo_kl_coef": kl_cov_coef}
+        if selected is None:
+            return settings, None
+        picked = selected.to(bool)[response_mask]
+        places = torch.nonzero(picked).flatten()
+        settings["kl_cov_ratio"] = (len(places) + 0.5) / n
+        return settings, _DrawnAs(torch, topk=lambda values, k, largest=True: SimpleNamespace(indices=places))
+    hi = eps_low if eps_high is None else eps_high
+    with torch.no_grad():   # compute_policy_loss_clip_cov's clip_by_origin, same expressions and dtype
+        ratio = torch.exp(logp - old_logp)
+        clipped = -token_adv * torch.clamp(ratio, 1 - eps_low, 1 + hi) > -token_adv * ratio
+        eligible = torch.nonzero(response_mask & ~clipped)
+    chosen = selected.to(bool)[eligible[:, 0], eligible[:, 1]]
+    order = torch.cat([torch.nonzero(chosen).flatten(), torch.nonzero(~chosen).flatten()])
+    settings = {"loss_mode": "clip_cov", "clip_cov_lb": float("-inf"), "clip_cov_ub": float("inf"),
+                "clip_cov_ratio": (int(selected.to(bool).sum()) + 0.5) / n}
+    return settings, _DrawnAs(torch, randperm=lambda m, **_: order)
+
+
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
               kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
               norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
-              kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05, *,
-              batch_info=None):
+              kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05,
+              kl_cov_ratio=0.0002, kl_cov_coef=1.0, selected=None, *, batch_info=None):
     """``batch_info`` (the distributed step): what ppo_loss puts in config.global_batch_info
     (verl/workers/utils/losses.py:64-67). ``log_ratio_clamp``, ``kl_aggregation`` and ``mean_eps``
     are verl's fixed behaviour (declared), not settings. CISPO's 'upper' (no lower bound) is verl's
-    two-sided clamp with clip_ratio_low = 1 (a lower bound of 0 < ρ)."""
+    two-sided clamp with clip_ratio_low = 1 (a lower bound of 0 < ρ). Clip-Cov and KL-Cov run
+    verl's own compute_policy_loss_clip_cov / _kl_cov, made to select ``selected`` (see
+    ``_cov_policy``: the randperm and topk they draw with are answered with it); REINFORCE is
+    compute_policy_loss_gpg (−log_prob·A)."""
     core = _core()
     if policy_loss == "cispo" and cispo_clip == "upper":
         eps_low, eps_high = 1.0, eps_low if eps_high is None else eps_high
-    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length,
-                           (sapo_tau_pos, sapo_tau_neg))
-    response_mask = mask.to(bool)
-    # compute_grpo_outcome_advantage broadcasts the outcome advantage over the response tokens.
     token_adv = advantages.unsqueeze(-1) * mask
+    settings, drawn = None, None
+    if policy_loss in ("clip-cov", "kl-cov"):
+        settings, drawn = _cov_policy(policy_loss, selected, logp.detach(), old_logp, token_adv,
+                                      mask.to(bool), (eps_low, eps_high), (kl_cov_ratio, kl_cov_coef))
+    if settings is not None:
+        from verl.workers.config.actor import PolicyLossConfig
+        settings = PolicyLossConfig(**settings)
+    config = _actor_config(eps_low, eps_high, dual_clip, aggregation, beta, kl_kind, norm_length,
+                           (sapo_tau_pos, sapo_tau_neg), settings)
+    response_mask = mask.to(bool)
+    # compute_grpo_outcome_advantage broadcasts the outcome advantage over the response tokens
+    # (token_adv above).
     batch_info = {"loss_scale_factor": config.loss_scale_factor, **(batch_info or {})}
     config.global_batch_info.update(batch_info)
     # the registry of ppo_loss (verl/workers/utils/losses.py): GSPO-token is 'gspo', GMPO 'geo_mean'
     loss_mode = {("token", "ppo-clip"): "vanilla", ("sequence-token", "ppo-clip"): "gspo",
                  ("sequence", "gmpo"): "geo_mean", ("token", "cispo"): "cispo",
-                 ("token", "sapo"): "sapo"}[(ratio_level, policy_loss)]
-    pg_loss, _ = core.get_policy_loss_fn(loss_mode)(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
-                                                    response_mask=response_mask,
-                                                    loss_agg_mode=config.loss_agg_mode, config=config)
+                 ("token", "sapo"): "sapo", ("token", "clip-cov"): "clip_cov", ("token", "kl-cov"): "kl_cov",
+                 ("token", "reinforce"): "gpg"}[(ratio_level, policy_loss)]
+    with mock.patch.object(core, "torch", drawn) if drawn is not None else nullcontext():
+        pg_loss, _ = core.get_policy_loss_fn(loss_mode)(old_log_prob=old_logp, log_prob=logp, advantages=token_adv,
+                                                        response_mask=response_mask,
+                                                        loss_agg_mode=config.loss_agg_mode, config=config)
     policy_loss = pg_loss
     if config.use_kl_loss:  # losses.py ppo_loss, lines 132–140
         kld = core.kl_penalty(logprob=logp, ref_logprob=ref_logp, kl_penalty=config.kl_loss_type)
