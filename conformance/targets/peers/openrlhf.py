@@ -4,7 +4,9 @@ Calls OpenRLHF's own code: ``models/loss.py`` (``PolicyLoss``, ``DPOLoss``, ``ag
 ``models/utils.py`` (``compute_approx_kl``), ``utils/loss_utils.py`` (``get_loss_batch_info``)
 and ``trainer/ppo_utils/experience_maker.py`` (``RemoteExperienceMaker.compute_advantages_and_returns``
 driven without a model or Ray: the group-norm advantages). ``grpo.loss`` joins the pieces as the
-actor does (``trainer/ray/ppo_actor.py`` training step: ``loss = actor_loss + kl_loss * kl_ctl``).
+actor does (``trainer/ray/ppo_actor.py`` training step: ``loss = actor_loss + kl_loss * kl_ctl``), and
+``ppo.entropy_bonus`` is its entropy term (``loss -= aggregate_loss(entropy, ...) * entropy_coef``, a
+token mean).
 
 ``lm.token_logprobs`` is ``models/utils.py log_probs_from_logits``, ``lm.entropy`` the body of its
 ``compute_entropy`` (a ``@torch.compile`` function), ``lm.cross_entropy`` the SFT trainer's ``SFTLoss`` on
@@ -77,6 +79,8 @@ CONVENTIONS = [
       f"(|o_i| + 1e-8), fully masked rows excluded; --actor.loss_agg_mode in {CLI})"),
     C("grpo.aggregate", "mean_eps", (1e-8, 0.0), f"{LOSS} aggregate_loss (token_level_loss=False: (loss * "
       "loss_mask).sum(dim=-1) / (token_counts + 1e-8); the token mode has no per-row count, so any ε holds there)"),
+    C("ppo.entropy_bonus", "aggregation", ("token-mean",), f"{ACTOR} (entropy_loss = aggregate_loss(entropy, "
+      "action_mask, **loss_batch_info): token_level_loss left at True whatever loss_agg_mode is)"),
     C("grpo.loss", "dual_clip", (None, 3.0), f"{LOSS} PolicyLoss(dual_clip)"),
     C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{LOSS} PolicyLoss.forward (policy_loss_type 'ppo': "
       "raw_policy_log_ratio.clamp(min=-20.0, max=20.0) before exp; 'gspo' forms its sequence ratio without it)"),
@@ -127,6 +131,9 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                                      "baseline": ["mean", "none"]}],
                 "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
                                    {"mode": "token-mean", "mean_eps": [0.0, 1e-8]}],
+                # ppo_actor reduces the entropy with aggregate_loss(**loss_batch_info): token_level_loss is
+                # left at its default True, a token mean whatever loss_agg_mode is (as the KL loss)
+                "ppo.entropy_bonus": [{"aggregation": "token-mean", "mean_eps": [0.0, 1e-8]}],
                 "grpo.loss": [{**_OPENRLHF_KL, "ratio_level": "token", "log_ratio_clamp": 20.0,
                                "aggregation": "token-mean", "kl_aggregation": [None, "token-mean"],
                                "mean_eps": [0.0, 1e-8]},
@@ -366,6 +373,14 @@ def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None,
 def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0):
     return _mod("models.loss").aggregate_loss(values, mask, token_level_loss=mode == "token-mean",
                                               **_batch_info(mask))
+
+
+def entropy_bonus(entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None, mean_eps=0.0):
+    """The entropy term of trainer/ray/ppo_actor.py (lines 346-353): ``entropy_loss = aggregate_loss(entropy,
+    action_mask, **loss_batch_info)``, then ``loss -= entropy_loss * entropy_coef``; aggregate_loss is
+    OpenRLHF's, called as there without token_level_loss (a token mean: ``aggregation`` is declared), the
+    subtraction is that line's."""
+    return -coef * _mod("models.loss").aggregate_loss(entropy, mask, **_batch_info(mask))
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None, beta=0.04,
@@ -675,6 +690,7 @@ def target():
     load_or_explain(_load, "openrlhf", INSTALL)
     objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
                   "grpo.clip": clip, "grpo.aggregate": aggregate, "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
+                  "ppo.entropy_bonus": entropy_bonus,
                   "dpo.loss": dpo_loss, "grpo.rollout_correction": rollout_correction, **_LM_PPO_REWARD_OBJECTIVES}
     return build("openrlhf", version, objectives, CONVENTIONS + CORRECTION, FINDINGS, ARITHMETIC,
                  alternatives=ALTERNATIVES)

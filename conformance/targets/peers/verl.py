@@ -3,7 +3,8 @@
 Calls verl's own functions: ``compute_grpo_outcome_advantage``, ``compute_policy_loss_vanilla``,
 ``agg_loss`` and ``kl_penalty``; ``grpo.loss`` joins them the way the actor loss does
 (``verl/workers/utils/losses.py`` ppo_loss: ``policy_loss = pg_loss + kl_loss * kl_loss_coef``,
-both aggregated with ``loss_agg_mode``). verl's package ``__init__`` imports Ray; it is skipped
+both aggregated with ``loss_agg_mode``); ``ppo.entropy_bonus`` is that function's entropy term
+(``policy_loss -= entropy_coeff * agg_loss(entropy, response_mask, loss_agg_mode)``). verl's package ``__init__`` imports Ray; it is skipped
 (Ray stands as a placeholder while core_algos imports) so that Ray need not be installed.
 Install: ``pip install --no-deps verl==0.9.1 tensordict==0.10.0 pyvers==0.1.0 cloudpickle orjson``
 then ``pip install omegaconf codetiming`` (or ``scripts/install-peers.sh``).
@@ -86,6 +87,11 @@ CONVENTIONS = [
       "each row by (|o_i| + 1e-8); fully masked rows are left out of every sequence mean"),
     C("grpo.aggregate", "mean_eps", (1e-8, 0.0), f"{CORE} agg_loss ('seq-mean-token-mean': torch.sum(loss_mat * "
       "loss_mask, dim=-1) / (seq_mask + 1e-8); the other modes have no per-row count, so any ε holds there)"),
+    C("ppo.entropy_bonus", "aggregation", ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                           "seq-mean-token-sum-norm"),
+      "verl/workers/utils/losses.py ppo_loss (entropy_loss = agg_loss(loss_mat=entropy, loss_mask=response_mask, "
+      "loss_agg_mode=loss_agg_mode): the policy term's mode)"),
+    C("ppo.entropy_bonus", "mean_eps", (1e-8, 0.0), f"{CORE} agg_loss (as grpo.aggregate)"),
     C("grpo.loss", "dual_clip", (3.0,), f"{CORE} compute_policy_loss_vanilla (clip_ratio_c=3.0)"),
     C("grpo.loss", "log_ratio_clamp", (20.0, None), f"{CORE} compute_policy_loss_vanilla, compute_policy_loss_cispo "
       "and compute_policy_loss_sapo (torch.clamp(negative_approx_kl, min=-20.0, max=20.0) before exp); "
@@ -161,6 +167,10 @@ ALTERNATIVES = {"grpo.advantages": [{"scale": "group", "std_ddof": 1, "eps": 1e-
                 "grpo.aggregate": [{"mode": "seq-mean-token-mean", "mean_eps": 1e-8},
                                    {"mode": [m for m in _LOSS_MODES if m != "seq-mean-token-mean"],
                                     "mean_eps": [0.0, 1e-8]}],
+                # ppo_loss reduces the entropy with the same agg_loss and the policy term's mode
+                "ppo.entropy_bonus": [{"aggregation": "seq-mean-token-mean", "mean_eps": 1e-8},
+                                      {"aggregation": [m for m in _LOSS_MODES if m != "seq-mean-token-mean"],
+                                       "mean_eps": [0.0, 1e-8]}],
                 "gae.kl_rewards": [{"kind": "k1", "clamp": None}, {"kind": "k2", "clamp": None},
                                    {"kind": "k3", "clamp": 10.0}],
                 "kl.estimator": [{"kind": "k3", "clamp": 10.0}, {"kind": "k1", "clamp": None},
@@ -501,6 +511,13 @@ def aggregate(values, mask, mode="seq-mean-token-mean", norm_length=None, mean_e
     ``mean_eps``: agg_loss's own + 1e-8 (declared)."""
     return _core().agg_loss(loss_mat=values, loss_mask=mask, loss_agg_mode=mode, loss_scale_factor=norm_length,
                             **(batch_info or {}))
+
+
+def entropy_bonus(entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None, mean_eps=0.0):
+    """The entropy term of verl/workers/utils/losses.py ppo_loss: ``entropy_loss = agg_loss(loss_mat=entropy,
+    loss_mask=response_mask, loss_agg_mode=loss_agg_mode)``, then ``policy_loss -= entropy_coeff *
+    entropy_loss`` (lines 124-128); agg_loss is verl's, the subtraction is that line's."""
+    return -coef * aggregate(entropy, mask, aggregation, norm_length)
 
 
 class _DrawnAs:
@@ -870,7 +887,7 @@ def target():
     version = require("verl", "verl", VERSION, INSTALL)
     load_or_explain(_core, "verl", INSTALL)  # fail now (exit 2), not in every case
     objectives = {"grpo.advantages": advantages, "gae.advantages": gae_advantages, "gae.kl_rewards": gae_kl_rewards,
-                  "grpo.clip": clip, "grpo.aggregate": aggregate,
+                  "grpo.clip": clip, "grpo.aggregate": aggregate, "ppo.entropy_bonus": entropy_bonus,
                   "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
                   "grpo.rollout_correction": rollout_correction, "distill.sparse_kl": sparse_kl, **_LM_PPO_OBJECTIVES}
     steps = {"grpo.loss": _step(grpo_loss, _GRPO_ARGS), "grpo.aggregate": _step(aggregate, _AGGREGATE_ARGS)}
