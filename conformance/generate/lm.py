@@ -345,7 +345,7 @@ def _lce_edges() -> list[Case]:
 
     h = [[1.0, -0.5, 2.0], [0.25, 0.75, -1.5]]
     add({"hidden": [[0.0, 0.0]] * 2, "weight": [[1.0, -2.0], [0.5, 0.25], [-1.0, 3.0]], "labels": [0, 2], "bias": [0.5, -1.0, 2.0]},
-        flags=("Bias",), comment="zero hidden states: the logits are the bias, log-softmax of (0.5, −1, 2)")
+        comment="zero hidden states: the logits are the bias, log-softmax of (0.5, −1, 2)")
     add({"hidden": [[3.0], [-2.0], [0.5]], "weight": [[1.0], [-1.0], [0.0], [2.5]], "labels": [0, 3, -100]},
         comment="H = 1: rank-one logits")
     add({"hidden": [[0.0, 0.0, 0.0]] * 2, "weight": [[0.5, 0.5, 0.5], [1.0, -1.0, 2.0], [0.0, 0.25, -3.0],
@@ -714,6 +714,10 @@ def _lce_scale(kwargs, outputs, grads):
             out["elements:grad:bias"] = top(want["bias"] + store.sum(axis=0) / K_ELEM)
         if not reduce:
             out["loss"] = max(values, default=mpmath.mpf(0)) / d_n
+            per_token = [mpmath.mpf(0)] * n     # an ignored token's loss is exactly 0
+            for (i, *_), term, st in zip(rows, terms, stored):
+                per_token[i] = term + st / K_ELEM
+            out["elements:loss"] = per_token
         else:
             out["loss"] = mpmath.fsum(values) / d_n
             out["elements:loss"] = mpmath.fsum(terms) + mpmath.fsum(stored) / K_ELEM
