@@ -166,7 +166,7 @@ RELEASED = {
         "kl.estimator": "39da85c962b74518c2127b3165dc1da5856a295b51142c0c513ae85b477ed21f",
         "lm.cross_entropy": "7c0e5dac125c2b52d0fef1b5bcc4944840eec7564865da60fdb75c502bc8d731",
         "lm.entropy": "bc3babedac838eb7fd4068468c5cd92fe90f3b33d1432a54d286833729c66414",
-        "lm.linear_cross_entropy": "f30cd4eea20282e028e396665ec7b6b964e55d2792f99891e043bc52cc5b3960",
+        "lm.linear_cross_entropy": "a0f944e935c79a074db0e4e421ff693d91de4be73c2eed23e99d22a6ab50887b",
         "lm.token_logprobs": "c84fcb7684e854501343029cd28defb407befc578495c7bfeb40a12065ee11ee",
         "moe.router_z_loss": "a8d48adcad7ef41e546aecbd4d22e47adacea7e47313da7a8df74fef3929fc2b",
         "ppo.value_loss": "efc40309d58bdbc90558ffa418c972cdf8b9bb2f295d7ac34632cf94f7e7638e",

@@ -227,15 +227,36 @@ def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: in
                              label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
                              reduction: str = "mean", normalizer: float | None = None, bias=None):
     """Gradients of Σ cotangent·loss: with G the logits' gradient (``cross_entropy_vjp``),
-    hidden: G·weight, weight: Gᵀ·hidden, bias: Σ_n G_n (only when a bias is given)."""
+    hidden: G·weight (summed without the cancellation of a saturated row, see below), weight:
+    Gᵀ·hidden, bias: Σ_n G_n (only when a bias is given)."""
     h, w, b, z = _linear_prepare(hidden, weight, bias)
     g = cross_entropy_vjp(cotangent, z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction,
                           normalizer)["logits"]
+    zc, dcap, y, counted, eps, zeta, reduction, denominator = _ce_prepare(
+        z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
     (n, hdim), v = h.shape, w.shape[0]
+    ct = mp.array("cotangent", cotangent)
+    weights = list(ct) if reduction == "none" else [ct.item() / denominator if reduction == "mean" else ct.item()] * n
     dh, dw = mp.zeros((n, hdim)), mp.zeros((v, hdim))
     for i in range(n):
+        if not counted[i]:
+            continue
+        # Σ_v G_v·w_vk sums a row of G whose entries cancel (Σ_v (q_v − t_v) = 0): with a saturated
+        # top token m, q_m = 1 − Σ_{v≠m} q_v is not representable and the product G·w would lose
+        # everything below q_m's rounding (a hidden gradient of e^−400 came out 0). With G_v =
+        # w·(a·q_v − t_v)·c_v, a = 1 + 2ζ·lse, c_v = sech²(z_v/s) or 1, t = (1−ε)e_y + ε/V, the same sum is
+        # a·c_m·w_mk − a·Σ_{v≠m} q_v·(c_m·w_mk − c_v·w_vk) − (1−ε)·c_y·w_yk − (ε/V)·Σ_v c_v·w_vk,
+        # every term formed from the data or from a small q_v.
+        r, yi = _Row(list(zc[i])), y[i]
+        m, a = r.k, 1 + 2 * zeta * r.lse
+        c = [dcap[i, j] if dcap is not None else mp.ONE for j in range(v)]
         for k in range(hdim):
-            dh[i, k] = mpmath.fdot(g[i], w[:, k])
+            top = c[m] * w[m, k]
+            terms = [top, -(1 - eps) * c[yi] * w[yi, k], 2 * zeta * r.lse * top]
+            terms += [-a * r.q[j] * (top - c[j] * w[j, k]) for j in range(v) if j != m]
+            if eps:
+                terms += [-(eps / v) * c[j] * w[j, k] for j in range(v)]
+            dh[i, k] = weights[i] * mpmath.fsum(terms)
     for j in range(v):
         for k in range(hdim):
             dw[j, k] = mpmath.fdot(g[:, j], h[:, k])
