@@ -551,7 +551,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         "liger_kernel/transformers/fused_linear_cross_entropy.py LigerFusedLinearCrossEntropyLoss and "
         "ops/fused_linear_cross_entropy.py; Wijmans et al. 2024, Cut Your Losses in Large-Vocabulary Language "
         "Models (Cut Cross-Entropy, arXiv 2411.09009) §3; torchtune modules/loss/ce_chunked_output_loss.py",
-        reduction="weight", k_base=8.0),
+        reduction="weight", k_base=8.0, docs_examples=(
+            "lm.linear_cross_entropy:d7b79e5c57658637",    # zero hidden states: the logits are the bias
+            "lm.linear_cross_entropy:e59494e16757abc0")),  # products ~1e3 cancelling to logits of order 1
     # --- issue 27: reward-model and critic losses (family reward, ppo)
     Objective(
         "reward.pairwise", "Bradley–Terry pairwise reward loss mean_b −log σ(r_c − r_r − m), plus "

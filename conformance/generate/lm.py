@@ -682,13 +682,14 @@ def _lce_scale(kwargs, outputs, grads):
         values, terms, stored = [], [], []
         for i, R, term, value, gbound in rows:
             y = kwargs["labels"][i]
-            c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct)) / (den if reduce else 1)
+            per = 1 / den if reduce else 1
+            c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct)) * per
             # |∂ℓ/∂z_j|: the exact gradient of the token's loss (without its cotangent)
             g0 = [R.q[j] * (1 + 2 * zeta * R.lse) - (1 - eps) * (j == y) - eps / v for j in range(v)]
             sens = [abs(g) * (1 if cap is None else 1 - mpmath.tanh(mpmath.mpf(z[i][j]) / cap) ** 2)
                     for j, g in enumerate(g0)]
-            per = 1 / den if reduce else 1
-            values.append(per * (k_base * D * value + (hd + 1) * mpmath.fsum(sj * float(M[i, j]) for j, sj in enumerate(sens))))
+            logit_error = (hd + 1) * mpmath.fsum(sj * float(M[i, j]) for j, sj in enumerate(sens))
+            values.append(per * (k_base * D * value + logit_error))
             terms.append(per * term)
             stored.append(per * mpmath.fsum(sj * abs(z[i][j]) for j, sj in enumerate(sens)))
             mmax = float(M[i].max())
@@ -705,7 +706,9 @@ def _lce_scale(kwargs, outputs, grads):
         # the low dtype: G_nv stored (u·|G_nv|) and the logits stored (u·|z_n|·|∂G_nv/∂z|), per element
         store = G + dG * zmax[:, None]
         want = {k: np.abs(np.asarray(g, dtype=float)) for k, g in grads.items()}
-        top = lambda a: mpmath.mpf(float(a.max())) if a.size else mpmath.mpf(0)   # noqa: E731
+
+        def top(a):
+            return mpmath.mpf(float(a.max())) if a.size else mpmath.mpf(0)
         out = {"grad:hidden": top(bound_h) / d_n, "grad:weight": top(bound_w) / d_n,
                "elements:grad:hidden": top(want["hidden"] + store @ aw / K_ELEM),
                "elements:grad:weight": top(want["weight"] + store.T @ ah / K_ELEM)}

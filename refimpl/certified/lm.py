@@ -20,8 +20,8 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.certified import _ball
 
-__all__ = ["cross_entropy", "cross_entropy_vjp", "linear_cross_entropy", "linear_cross_entropy_vjp",
-           "entropy", "entropy_vjp", "token_logprobs", "token_logprobs_vjp"]
+__all__ = ["cross_entropy", "cross_entropy_vjp", "entropy", "entropy_vjp", "linear_cross_entropy",
+           "linear_cross_entropy_vjp", "token_logprobs", "token_logprobs_vjp"]
 
 
 def _logits(logits):

@@ -200,7 +200,7 @@ def _linear_prepare(hidden, weight, bias):
     h = mp.array("hidden", hidden)
     w = mp.array("weight", weight)
     b = None if bias is None else mp.array("bias", bias)
-    n, hdim, v = validate.linear_shapes(h.shape, w.shape, None if b is None else b.shape)
+    n, _, v = validate.linear_shapes(h.shape, w.shape, None if b is None else b.shape)
     z = mp.zeros((n, v))
     for i in range(n):
         for j in range(v):
