@@ -104,6 +104,11 @@ class Objective:
         late = {p.name: p.default for p in self.params if p.convention and p.added}
         return {k: v for k, v in conventions.items() if k not in late or v != late[k]}
 
+    def grads_of(self, inputs: dict) -> tuple[str, ...]:
+        """The differentiated inputs a call or a vector holds: an optional one it omits (None or
+        absent: a bias not passed) has no gradient to expect."""
+        return tuple(g for g in self.grads if inputs.get(g) is not None)
+
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
 
@@ -534,6 +539,31 @@ OBJECTIVES: tuple[Objective, ...] = (
         "Shannon entropy of the token distribution; verl 0.9.1 verl/utils/torch_functional.py "
         "entropy_from_logits; TRL 1.16.0 trl/trainer/utils.py entropy_from_logits",
         reduction="logits", k_base=8.0, docs_examples=("lm.entropy:0a84d68906bcc33f",)),  # equal logits: log 7
+    Objective(
+        "lm.linear_cross_entropy",
+        "Fused-linear token cross-entropy: the logits z = hidden·weightᵀ (+ bias) [N, V], then exactly "
+        "lm.cross_entropy of z (softcap, label smoothing, z-loss, ignore_index, reduction, normalizer).",
+        (Input("hidden", "N,H"), Input("weight", "V,H"), Input("labels", "N", kind="int"),
+         Input("bias", "V", optional=True)),
+        (Param("ignore_index", -100, source="torch.nn.functional.cross_entropy (PyTorch 2.x) default"),
+         Param("label_smoothing", 0.0, source="none in PyTorch's default; PyTorch's definition (Szegedy et al. 2016 "
+               "§7, arXiv 1512.00567); Liger 0.8.5 LigerFusedLinearCrossEntropyLoss label_smoothing"),
+         Param("z_loss", 0.0, source="none in PyTorch; PaLM (arXiv 2204.02311) §5 uses 1e-4·log²Z; Liger 0.8.5 "
+               "LigerFusedLinearCrossEntropyLoss lse_square_scale"),
+         Param("softcap", None, source="none in PyTorch; Gemma 2 (arXiv 2408.00118) §2 final-logit soft-capping; "
+               "Liger 0.8.5 LigerFusedLinearCrossEntropyLoss softcap"),
+         Param("reduction", "mean", ("mean", "sum", "none"), "torch.nn.functional.cross_entropy default 'mean' "
+               "over the non-ignored tokens", convention=True),
+         Param("normalizer", None, source="none: the count of non-ignored tokens; transformers "
+               "loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch")),
+        ("loss",), ("hidden", "weight", "bias"),
+        "lm.cross_entropy of F.linear(hidden, weight, bias); Liger 0.8.5 "
+        "liger_kernel/transformers/fused_linear_cross_entropy.py LigerFusedLinearCrossEntropyLoss and "
+        "ops/fused_linear_cross_entropy.py; Wijmans et al. 2024, Cut Your Losses in Large-Vocabulary Language "
+        "Models (Cut Cross-Entropy, arXiv 2411.09009) §3; torchtune modules/loss/ce_chunked_output_loss.py",
+        reduction="weight", k_base=8.0, docs_examples=(
+            "lm.linear_cross_entropy:d7b79e5c57658637",    # zero hidden states: the logits are the bias
+            "lm.linear_cross_entropy:e59494e16757abc0")),  # products ~1e3 cancelling to logits of order 1
     # --- issue 27: reward-model and critic losses (family reward, ppo)
     Objective(
         "reward.pairwise", "Bradley–Terry pairwise reward loss mean_b −log σ(r_c − r_r − m), plus "

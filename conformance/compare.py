@@ -42,8 +42,12 @@ with ``scale_elem`` the sum of the magnitudes of the terms an element of the out
 reduced from — stored in the vector (``scale.elements``) for the outputs listed above
 (hinton's loss, the aggregate, the losses, the future cost per position), and |want|
 element by element everywhere else (a per-row divergence, a probability, a per-token value,
-every gradient: each is one float32 computation rounded once, and the gradient of a
-reduction of terms rounds each term's cotangent — the weight — once more). For an output
+every other gradient: each is one float32 computation rounded once, and the gradient of a
+reduction of terms rounds each term's cotangent — the weight — once more). The one gradient
+stored too (``scale.elements`` under ``grad:NAME``) is lm.linear_cross_entropy's: its
+gradients are matrix products of the logits' gradient G, which an implementation stores in the
+dtype before the product (one rounding of each G_nv, as F.linear's backward and Liger's kernel
+do), as it may store the logits (docs/lm.md). For an output
 that is not a reduction the bound is K_ELEM·u·|want| + ulp ≈ 2.5 to 4 ulps of the dtype, so
 two formulas whose values differ by more than about four ulps cannot both pass: a swapped KL
 direction, a cross-entropy for a KL, an untempered teacher or a missing T² fails wherever it
@@ -193,7 +197,8 @@ class CaseTolerance:
         scale = float(self.test["scale"]["grads" if kind == "grad" else "outputs"][name])
         elements = None
         if self.careful:
-            stored = self.test["scale"].get("elements", {}).get(name) if kind != "grad" else None
+            # a gradient's terms are stored under "grad:NAME" (lm.linear_cross_entropy's matrix products)
+            stored = self.test["scale"].get("elements", {}).get(label if kind == "grad" else name)
             elements = np.abs(np.asarray(want, dtype=np.float64)) if stored is None else np.asarray(
                 stored, dtype=np.float64)   # decimal strings, a scalar or want's shape
         return measure(got, want, scale, self.dtype, self.k, elements)

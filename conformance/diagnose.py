@@ -651,7 +651,7 @@ def _evaluate(spec, case, conventions: dict) -> dict | None:
             if vjp is not None and spec.grads and test.get("cotangents"):
                 ct = {k: decode_input(v) for k, v in test["cotangents"].items()}
                 grads = vjp(ct if len(spec.outputs) > 1 else ct[spec.outputs[0]], **kwargs)
-                values.update({f"grad:{name}": _floats(grads[name]) for name in spec.grads})
+                values.update({f"grad:{name}": _floats(grads[name]) for name in spec.grads_of(kwargs)})
     except (InputError, ValueError, TypeError, ZeroDivisionError, OverflowError):
         return None
     return values

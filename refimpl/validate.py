@@ -785,6 +785,26 @@ def lm_logit_rows(n: int, v: int) -> None:
         fail("logits", f"the vocabulary axis must not be empty, got shape ({n}, 0)")
 
 
+def linear_shapes(hidden: tuple, weight: tuple, bias: tuple | None) -> tuple[int, int, int]:
+    """lm.linear_cross_entropy's hidden [N, H], weight [V, H] and optional bias [V]: the ranks, a
+    shared H, a bias of length V, at least one row and one token. Returns (N, H, V)."""
+    rank("hidden", hidden, 2)
+    rank("weight", weight, 2)
+    if weight[1] != hidden[1]:
+        fail("weight", f"shape {tuple(weight)} does not match hidden shape {tuple(hidden)}: both need the "
+                       f"hidden size H on their last axis")
+    if bias is not None:
+        rank("bias", bias, 1)
+        if bias[0] != weight[0]:
+            fail("bias", f"length {bias[0]} does not match the vocabulary size V = {weight[0]} (weight rows)")
+    n, h = hidden
+    if n == 0:
+        fail("hidden", "needs at least one row, got shape (0, H)")
+    if weight[0] == 0:
+        fail("weight", f"the vocabulary axis must not be empty, got shape (0, {h})")
+    return n, h, weight[0]
+
+
 def empty_mean(reduction: str, normalizer, counted: int) -> None:
     """reduction='mean' without a normalizer over zero counted tokens is 0/0 (PyTorch returns NaN):
     refused, never a silent NaN."""

@@ -95,6 +95,9 @@ def valid_inputs(objective_id: str, seed: int) -> dict:
         return {"logits": rng.normal(size=(n, v)), "labels": np.array([v - 1, *rng.integers(0, v, size=n - 1)])}
     if objective_id == "lm.entropy":
         return {"logits": rng.normal(size=(n, v))}
+    if objective_id == "lm.linear_cross_entropy":
+        return {"hidden": rng.normal(size=(n, 2)), "weight": rng.normal(size=(v, 2)),
+                "labels": np.array([v - 1, *rng.integers(0, v, size=n - 1)]), "bias": rng.normal(size=v)}
     if objective_id == "moe.router_z_loss":
         return {"router_logits": rng.normal(size=(n, v)), "mask": np.array([1.0, 0.0, 1.0])}
     if objective_id == "moe.load_balancing":

@@ -111,7 +111,8 @@ BAD_PARAMS = {
     "seq_len": [0, -2, 1.5, "x", 4],      # 4: any value under the default form 'switch'
 }
 # a parameter whose range differs between objectives that share its name
-BAD_PARAMS_OF = {("lm.cross_entropy", "label_smoothing"): [-0.1, 1.5, NAN, INF]}
+BAD_PARAMS_OF = {("lm.cross_entropy", "label_smoothing"): [-0.1, 1.5, NAN, INF],
+                 ("lm.linear_cross_entropy", "label_smoothing"): [-0.1, 1.5, NAN, INF]}
 # dpo's and proximal_kl's beta must be > 0; grpo.loss's may be 0; the JSD's lies in [0, 1]
 EXTRA_BAD = {("dpo.loss", "beta"): [0.0], ("proximal_kl.loss", "beta"): [0.0],
              ("distill.generalized_jsd", "beta"): [1.5], ("distill.skew_kl", "alpha"): [0.0]}

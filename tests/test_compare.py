@@ -231,14 +231,17 @@ def test_stored_elements_bound_the_value_they_judge(vectors):
     every low-precision test of those objectives, and is at least |value|."""
     reducing = {"distill.hinton": "loss", "grpo.aggregate": "value", "grpo.loss": "loss",
                 "proximal_kl.loss": "loss", "proximal_kl.future_cost": "cost", "reward.pairwise": "loss",
-                "ppo.value_loss": "loss", "moe.router_z_loss": "loss", "lm.cross_entropy": "loss"}
+                "ppo.value_loss": "loss", "moe.router_z_loss": "loss", "lm.cross_entropy": "loss",
+                "lm.linear_cross_entropy": "loss"}
     seen = set()
     for case in vectors.cases():
         test = case.test
         elements = test.get("scale", {}).get("elements")
         low = bool({"bfloat16", "float16"} & set(test["dtypes"])) and test["result"] != "invalid"
-        # lm.cross_entropy reduces its token losses except under reduction='none' (one per token)
-        reduces = case.objective in reducing and case.conventions.get("reduction") != "none"
+        # lm.cross_entropy reduces its token losses except under reduction='none' (one per token);
+        # lm.linear_cross_entropy stores them always (each logit's rounding to the dtype, per token)
+        reduces = case.objective in reducing and (case.conventions.get("reduction") != "none"
+                                                  or case.objective == "lm.linear_cross_entropy")
         assert (elements is not None) == (low and reduces), case.uid
         if elements is None:
             continue
@@ -246,5 +249,9 @@ def test_stored_elements_bound_the_value_they_judge(vectors):
         e = np.asarray(elements[name], dtype=np.float64)
         want = np.abs(np.asarray(test["expected"][name], dtype=np.float64))
         assert e.shape in ((), want.shape) and np.all(e >= want * (1 - 1e-5)), case.uid
+        for grad in (k.removeprefix("grad:") for k in elements if k.startswith("grad:")):
+            # a gradient's stored terms (lm.linear_cross_entropy) bound its largest |value|
+            g = np.abs(np.asarray(test["grads"][grad], dtype=np.float64))
+            assert float(elements[f"grad:{grad}"]) >= g.max() * (1 - 1e-5), (case.uid, grad)
         seen.add(case.objective)
     assert seen == set(reducing)

@@ -123,7 +123,7 @@ def _evaluate(spec, fn, vjp, kwargs, cotangents):
         ct = {k: numbers.decode_input(v) for k, v in cotangents.items()}
         ct_arg = ct if len(spec.outputs) > 1 else ct[spec.outputs[0]]
         grads = vjp(ct_arg, **kwargs)
-        grads = {k: grads[k] for k in spec.grads}
+        grads = {k: grads[k] for k in spec.grads_of(kwargs)}
     return outputs, grads
 
 
@@ -175,6 +175,7 @@ def build_test(case: Case, scale_fn=None) -> dict:
             "grads": {k: numbers.encode_exact(scales.get(f"grad:{k}", _max_abs(v)), 6) for k, v in grads.items()},
         }
         elements = {k: scales[f"elements:{k}"] for k in outputs if f"elements:{k}" in scales}
+        elements.update({f"grad:{k}": scales[f"elements:grad:{k}"] for k in grads if f"elements:grad:{k}" in scales})
         if elements and set(test["dtypes"]) & {"bfloat16", "float16"}:
             test["scale"]["elements"] = {k: numbers.encode_exact(v, 6) for k, v in elements.items()}
     if case.tolerance:

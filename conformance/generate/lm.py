@@ -18,10 +18,11 @@ import mpmath
 import numpy as np
 
 from conformance import catalog, numbers
+from conformance.compare import K_ELEM
 from conformance.generate import sampling as S
 from conformance.generate.case import Case, generated
 
-CE, LP, ENT = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy"
+CE, LP, ENT, LCE = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy", "lm.linear_cross_entropy"
 NEG_INF = float("-inf")
 BIG_V = 128256     # Llama 3's vocabulary
 LOW_V = (2, 3, 4, 6, 8, 12, 16)   # vocabularies of the random low-precision cases
@@ -59,6 +60,11 @@ NOTES = {
                      "(float32 inside, the outputs rounded once)."},
     "Large": {"category": "random", "description": "A realistic vocabulary (V = 128256, Llama 3's) on the "
               "low-precision grids: mostly zero logits with a few hundred drawn ones."},
+    "Bias": {"category": "edge", "description": "lm.linear_cross_entropy with a bias [V] added to the logits "
+             "(F.linear's): its gradient Σ_n G_n is checked; a case without one expects no bias gradient."},
+    "Cancellation": {"category": "numerics", "description": "lm.linear_cross_entropy logits far below the "
+                     "products they are summed from (Σ_h |h·w| ≫ |z|): the matrix product's rounding, which the "
+                     "tolerance scales with Σ_h |h·w|, not with |z|."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the objective's domain; must be rejected."},
 }
 
@@ -84,14 +90,15 @@ def _cotangent_seed(objective: str, merged: dict) -> int:
     those, rebuild the cotangent a case was given."""
     spec = catalog.get(objective)
     content = {"objective": objective,
-               "inputs": {i.name: numbers.encode_input(merged[i.name]) for i in spec.inputs},
+               "inputs": {i.name: numbers.encode_input(merged[i.name]) for i in spec.inputs
+                          if merged.get(i.name) is not None},   # an optional input (a bias) absent: not hashed
                "params": {p.name: merged[p.name] for p in spec.params}}
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
 def _per_row(objective: str, merged: dict) -> bool:
-    return objective != CE or merged["reduction"] == "none"
+    return objective not in (CE, LCE) or merged["reduction"] == "none"
 
 
 def _cotangent(objective: str, merged: dict):
@@ -100,7 +107,7 @@ def _cotangent(objective: str, merged: dict):
     if not _per_row(objective, merged):
         return 1.0
     r = S.rng(_cotangent_seed(objective, merged))
-    n = len(merged["logits"])
+    n = len(merged["hidden"] if objective == LCE else merged["logits"])
     return (r.integers(1, 129, size=n) * r.choice([-1, 1], size=n) / 64.0).tolist()
 
 
@@ -295,6 +302,128 @@ def _ce_invalid() -> list[Case]:
             for inputs, params, conv, why in bad]
 
 
+# ----------------------------------------------------------------------------- lm.linear_cross_entropy
+#
+# hidden ~ N(0, σ_h²), weight ~ N(0, s²/H): logits of spread about σ_h·s, as the cross-entropy's. Sizes
+# stay small (V·H ≤ 256 for most cases: every weight element carries a 32-digit gradient); a few cases
+# reach H = 64 or V = 512.
+
+def _linear_inputs(r, n, h, v, bias: bool, grid=None):
+    sh, s = float(r.choice([0.5, 1.0, 2.0])), float(r.choice([0.5, 1.0, 3.0, 8.0]))
+    inputs = {"hidden": (r.normal(0.0, sh, size=(n, h))).tolist(),
+              "weight": (r.normal(0.0, s / math.sqrt(h), size=(v, h))).tolist()}
+    if bias:
+        inputs["bias"] = r.normal(0.0, 1.0, size=v).tolist()
+    return {k: (S.in_low(x, grid) if grid in S.LOW_GRIDS else S.rounded(x, grid)) for k, x in inputs.items()}
+
+
+def _lce_flags(params, inputs):
+    return _ce_flags(params) + (("Bias",) if "bias" in inputs else ())
+
+
+def _lce_random() -> list[Case]:
+    out = []
+    for i in range(40):
+        seed = 7000 + i
+        group, conv, params = _CE_SETS[i % len(_CE_SETS)]
+        r = S.rng(seed)
+        n, h, v = int(r.integers(1, 7)), int(r.integers(1, 9)), int(r.integers(2, 17))
+        inputs = _linear_inputs(r, n, h, v, bias=(i // len(_CE_SETS)) % 2 == 1, grid="float32" if i % 2 == 0 else None)
+        inputs["labels"] = _labels(r, n, v, 0.2)
+        p = _with_normalizer(params, inputs["labels"], r)
+        out.append(_case(LCE, inputs, p, conv, group, ("Random",) + _lce_flags(p, inputs),
+                         f"random N={n}, H={h}, V={v}{', bias' if 'bias' in inputs else ''}", seed,
+                         "normal hidden and weight (σ/√H), labels with ignore_index"))
+    return out
+
+
+def _lce_edges() -> list[Case]:
+    out = []
+
+    def add(inputs, params=None, conv=None, group="paper", flags=(), comment=""):
+        out.append(_case(LCE, inputs, params, conv, group, flags + _lce_flags(params or {}, inputs), comment))
+
+    h = [[1.0, -0.5, 2.0], [0.25, 0.75, -1.5]]
+    add({"hidden": [[0.0, 0.0]] * 2, "weight": [[1.0, -2.0], [0.5, 0.25], [-1.0, 3.0]], "labels": [0, 2], "bias": [0.5, -1.0, 2.0]},
+        comment="zero hidden states: the logits are the bias, log-softmax of (0.5, −1, 2)")
+    add({"hidden": [[3.0], [-2.0], [0.5]], "weight": [[1.0], [-1.0], [0.0], [2.5]], "labels": [0, 3, -100]},
+        comment="H = 1: rank-one logits")
+    add({"hidden": [[0.0, 0.0, 0.0]] * 2, "weight": [[0.5, 0.5, 0.5], [1.0, -1.0, 2.0], [0.0, 0.25, -3.0],
+                                                   [-2.0, 1.5, 0.0], [0.75, 0.0, 1.0]], "labels": [4, 1]},
+        flags=("Uniform",), comment="zero hidden states, no bias: equal logits, loss log 5, weight gradient 0")
+    add({"hidden": h, "weight": [[0.5, 0.5, 0.5]], "labels": [0, 0], "bias": [7.0]}, {"label_smoothing": 0.3},
+        group="liger-0.8.5", flags=("SingleToken",), comment="V = 1: loss 0, every gradient 0")
+    add({"hidden": h, "weight": [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0], [2.0, -2.0, 1.0], [0.0, 0.0, 1.0]],
+         "labels": [0, 3], "bias": [0.0, 1.0, -1.0, 0.5]}, {"ignore_index": 0}, {"reduction": "none"}, "none",
+        ("Ignored",), "ignore_index 0: the first token carries no loss and no gradient")
+    w4 = [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0], [2.0, -2.0, 1.0], [0.0, 0.0, 1.0]]
+    add({"hidden": h, "weight": w4, "labels": [-100, -100]}, conv={"reduction": "sum"}, group="sum",
+        flags=("EmptyBatch", "Ignored"), comment="all ignored: sum 0, every gradient 0")
+    add({"hidden": h, "weight": w4, "labels": [2, -100], "bias": [0.0, 1.0, -1.0, 0.5]}, {"normalizer": 16.0},
+        group="num-items", comment="one counted token over an accumulated count of 16")
+    big = [[100.0, -100.0, 50.0], [-80.0, 120.0, 10.0]]
+    add({"hidden": big, "weight": w4, "labels": [3, 1]}, flags=("HugeLogits",),
+        comment="logits in the hundreds: saturated rows, labels far below the maximum")
+    add({"hidden": big, "weight": w4, "labels": [3, 1], "bias": [1.0, -1.0, 0.0, 2.0]}, {"softcap": 30.0, "z_loss": 1e-4},
+        group="liger-0.8.5", flags=("HugeLogits",), comment="logits in the hundreds capped at 30 (Gemma 2)")
+    # the products are ~1e3, the logits ~1: Σ_h |h·w| sets the rounding
+    add({"hidden": [[1000.0, 1000.0, 1.0], [-500.0, 500.0, 2.0]],
+         "weight": [[1.0, -1.0, 0.5], [1.001, -1.0, 0.0], [0.999, -1.0, -0.5], [-1.0, 1.0, 1.0]], "labels": [1, 2]},
+        flags=("Cancellation",), comment="products ~1e3 cancelling to logits of order 1")
+    add({"hidden": [[1000.0, 1000.0, 1.0], [-500.0, 500.0, 2.0]],
+         "weight": [[1.0, -1.0, 0.5], [1.001, -1.0, 0.0], [0.999, -1.0, -0.5], [-1.0, 1.0, 1.0]], "labels": [1, 2],
+         "bias": [-0.5, 0.25, 0.0, 1.0]}, {"label_smoothing": 0.1}, group="liger-0.8.5",
+        flags=("Cancellation",), comment="cancelling products with a bias and smoothing")
+    return out
+
+
+def _lce_low() -> list[Case]:
+    out = []
+    for i in range(60):
+        seed, grid = 27000 + i, S.low_grid(i)
+        group, conv, params = _CE_SETS[i % len(_CE_SETS)]
+        r = S.rng(seed)
+        n, h, v = int(r.integers(1, 5)), int(r.choice((1, 2, 4, 8))), int(r.choice(LOW_V))
+        inputs = _linear_inputs(r, n, h, v, bias=i % 4 >= 2, grid=grid)
+        inputs["labels"] = _labels(r, n, v, 0.2)
+        p = _with_normalizer(params, inputs["labels"], r)
+        out.append(_case(LCE, inputs, p, conv, group, ("Random", "LowPrecision") + _lce_flags(p, inputs),
+                         f"random N={n}, H={h}, V={v}{', bias' if 'bias' in inputs else ''}, inputs exact in "
+                         f"{S.grid_note(grid)}", seed, f"normal hidden and weight rounded to the {grid} grid", low=True))
+    for k, (n, h, v, bias) in enumerate(((3, 64, 32, True), (2, 8, 512, False), (4, 32, 128, True))):
+        seed = 27100 + k
+        r = S.rng(seed)
+        inputs = _linear_inputs(r, n, h, v, bias=bias, grid=S.BOTH)
+        inputs["labels"] = _labels(r, n, v)
+        out.append(_case(LCE, inputs, {}, {}, "paper", ("Random", "LowPrecision") + _lce_flags({}, inputs),
+                         f"random N={n}, H={h}, V={v}{', bias' if bias else ''}, inputs exact in bfloat16 and "
+                         f"float16", seed, "normal hidden and weight rounded to the bf16+fp16 grid", low=True))
+    return out
+
+
+def _lce_invalid() -> list[Case]:
+    h, w = [[1.0, 2.0], [0.0, -0.5]], [[1.0, 0.5], [-1.0, 0.25], [0.0, 2.0]]
+    bad = [
+        ({"hidden": h, "weight": w, "labels": [3, 0]}, {}, {}, "label V = 3 is outside [0, V)"),
+        ({"hidden": h, "weight": w, "labels": [-1, 0]}, {}, {}, "label −1 is neither a token nor ignore_index"),
+        ({"hidden": h, "weight": [[1.0, 0.5, 0.0], [-1.0, 0.25, 1.0]], "labels": [0, 1]}, {}, {},
+         "weight rows of length 3, hidden rows of length 2"),
+        ({"hidden": h, "weight": w, "labels": [0, 1], "bias": [0.0, 1.0]}, {}, {}, "bias of length 2 for V = 3"),
+        ({"hidden": h, "weight": w, "labels": [0, 1], "bias": [[0.0, 1.0, 2.0]]}, {}, {}, "bias of rank 2"),
+        ({"hidden": [1.0, 2.0], "weight": w, "labels": [0]}, {}, {}, "hidden of rank 1"),
+        ({"hidden": h, "weight": w, "labels": [0]}, {}, {}, "labels shorter than the rows"),
+        ({"hidden": [[1.0, float("nan")], [0.0, 0.5]], "weight": w, "labels": [0, 0]}, {}, {}, "NaN in hidden"),
+        ({"hidden": h, "weight": [[1.0, float("-inf")], [0.0, 0.5], [1.0, 1.0]], "labels": [0, 0]}, {}, {},
+         "−inf in weight"),
+        ({"hidden": h, "weight": w, "labels": [-100, -100]}, {}, {}, "every token ignored with reduction 'mean'"),
+        ({"hidden": h, "weight": w, "labels": [0, 1]}, {"normalizer": 4.0}, {"reduction": "sum"},
+         "a normalizer with reduction 'sum'"),
+        ({"hidden": h, "weight": w, "labels": [0, 1]}, {"label_smoothing": 1.5}, {}, "label_smoothing > 1"),
+    ]
+    return [_case(LCE, inputs, params, conv, "invalid", ("InvalidInput",), why, result="invalid")
+            for inputs, params, conv, why in bad]
+
+
 # ----------------------------------------------------------------------------- token_logprobs, entropy
 
 def _large(objective, seed, params, conv) -> list[Case]:
@@ -391,6 +520,7 @@ def _tempered_invalid(objective) -> list[Case]:
 
 def cases() -> list[Case]:
     out = _ce_random() + _ce_edges() + _ce_low() + _ce_invalid()
+    out += _lce_random() + _lce_edges() + _lce_low() + _lce_invalid()
     for objective, seed in ((LP, 3000), (ENT, 5000)):
         out += _tempered_random(objective, seed, 20)
         out += _tempered_edges(objective)
@@ -432,32 +562,42 @@ def _cap(row, s):
     return [v if s is None else float(s) * math.tanh(v / float(s)) if math.isfinite(v) else -float(s) for v in row]
 
 
+def _ce_rows(kwargs, ct):
+    """Per counted row of a cross-entropy with cotangent ``ct``: (row index, its _RowScale, the term's
+    magnitude, its value bound, the gradient bound per logit)."""
+    eps, zeta = mpmath.mpf(kwargs["label_smoothing"]), mpmath.mpf(kwargs["z_loss"])
+    for i, (row, y) in enumerate(zip(kwargs["logits"], kwargs["labels"])):
+        if y == kwargs["ignore_index"]:
+            continue
+        R = _RowScale(_cap(row, kwargs["softcap"]), 1)
+        v = len(row)
+        nll = -R.logq[y]
+        smooth = mpmath.fsum(-lq for lq in R.logq) / v if eps else 0
+        lse_err = 2 * abs(R.lse) * (R.m + R.l1) / R.d
+        term = abs((1 - eps) * nll + eps * smooth + zeta * R.lse ** 2)
+        value = ((1 - eps) * (nll + R.A[y] / R.d) + eps * (smooth + mpmath.fsum(R.A) / (v * R.d))
+                 + zeta * (R.lse ** 2 + lse_err))
+        c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct))
+        grad = [c * (R.q[j] * (1 + 2 * zeta * abs(R.lse) + R.A[j] / R.d + 2 * zeta * (R.m + R.l1) / R.d)
+                     + (1 - eps) * (j == y) + eps / v) for j in range(v)]
+        yield i, R, term, value, grad
+
+
+def _ce_denominator(kwargs, counted: int):
+    if kwargs["reduction"] != "mean":
+        return 1
+    return mpmath.mpf(kwargs["normalizer"]) if kwargs["normalizer"] is not None else counted
+
+
 def _ce_scale(kwargs, outputs, grads):
     with mpmath.workdps(SCALE_DPS):
-        eps, zeta = mpmath.mpf(kwargs["label_smoothing"]), mpmath.mpf(kwargs["z_loss"])
-        reduction, ignore = kwargs["reduction"], kwargs["ignore_index"]
-        ct = _cotangent(CE, kwargs)
-        values, terms, gmax = [], [], []
-        for i, (row, y) in enumerate(zip(kwargs["logits"], kwargs["labels"])):
-            if y == ignore:
-                continue
-            R = _RowScale(_cap(row, kwargs["softcap"]), 1)
-            v = len(row)
-            nll = -R.logq[y]
-            smooth = mpmath.fsum(-lq for lq in R.logq) / v if eps else 0
-            lse_err = 2 * abs(R.lse) * (R.m + R.l1) / R.d
-            terms.append(abs((1 - eps) * nll + eps * smooth + zeta * R.lse ** 2))
-            values.append((1 - eps) * (nll + R.A[y] / R.d) + eps * (smooth + mpmath.fsum(R.A) / (v * R.d))
-                          + zeta * (R.lse ** 2 + lse_err))
-            c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct))
-            gmax.append(c * max(R.q[j] * (1 + 2 * zeta * abs(R.lse) + R.A[j] / R.d + 2 * zeta * (R.m + R.l1) / R.d)
-                                + (1 - eps) * (j == y) + eps / v for j in range(v)))
-        if reduction == "none":
+        rows = list(_ce_rows(kwargs, _cotangent(CE, kwargs)))
+        values = [value for *_, value, _ in rows]
+        gmax = [max(grad) for *_, grad in rows]
+        if kwargs["reduction"] == "none":
             return {"loss": max(values, default=mpmath.mpf(0)), "grad:logits": max(gmax, default=mpmath.mpf(0))}
-        den = 1
-        if reduction == "mean":
-            den = mpmath.mpf(kwargs["normalizer"]) if kwargs["normalizer"] is not None else len(terms)
-        return {"loss": mpmath.fsum(values) / den, "elements:loss": mpmath.fsum(terms) / den,
+        den = _ce_denominator(kwargs, len(rows))
+        return {"loss": mpmath.fsum(values) / den, "elements:loss": mpmath.fsum(term for _, _, term, _, _ in rows) / den,
                 "grad:logits": max(gmax, default=mpmath.mpf(0)) / den}
 
 
@@ -488,4 +628,103 @@ def _entropy_scale(kwargs, outputs, grads):
         return {"entropy": max(values), "grad:logits": max(gmax)}
 
 
-SCALES = {CE: _ce_scale, LP: _logprobs_scale, ENT: _entropy_scale}
+# lm.linear_cross_entropy: the logits z = h·wᵀ + b are formed by an implementation, not given. A careful
+# one forms each as a length-H dot product (a float32 one for bfloat16/float16 inputs, whose products
+# are exact in float32), so that |δz_nv| ≤ γ_{H+1}·M_nv ≈ (H+1)·u·M_nv with M_nv = Σ_h |h_nh·w_vh| + |b_v|
+# (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., §3.1, eq. 3.5; the bias is one
+# more term). In units of u, the bounds below are
+#   loss:  k_base·D·S_ce + Σ_n w_n·Σ_v |∂ℓ_n/∂z_nv|·(H+1)·M_nv       (the plain cross-entropy's bound at
+#          the exact logits, S_ce its scale, D = 1 + log2(N·V) its growth; then the logits' errors)
+#   G_nv:  k_base·D·g_nv + w_n·(H+1)·max_j M_nj·Σ_j |∂G_nv/∂z_nj|/max  (g_nv the cross-entropy's own
+#          per-logit gradient bound; the second-order change of the softmax with the logits' errors)
+#   hidden G·w:  Σ_v |w_vh|·e(G_nv) + V·Σ_v |G_nv·w_vh|   weight Gᵀ·h: Σ_n |h_nh|·e(G_nv) + N·Σ_n |G_nv·h_nh|
+#   bias Σ_n G_n: Σ_n e(G_nv) + N·Σ_n |G_nv|
+# and the scale is the bound divided by k_base·(1 + log2 n), n = V·H the reduction length the
+# tolerance grows with, so that the tolerance k·u·scale is the bound itself. For bfloat16/float16
+# (the careful model), the implementation may store the logits and G in the dtype (F.linear's output
+# and backward do; Liger 0.8.5 ops/fused_linear_cross_entropy.py keeps the chunk's logits and its
+# gradient in the input dtype): one rounding of each, u·|z_nv| and u·|G_nv|, which scale.elements
+# carries (÷ K_ELEM, since the careful model multiplies it by K_ELEM) beside the terms of the loss
+# and |want| of each gradient.
+
+def _softmax_jacobian_bound(R, g0, j, zeta, cap, z):
+    """Σ_j |∂G_v/∂z_j| per unit change of every logit (first order), for logit v = j here: the
+    softmax's q_v·(δ_vj − q_j) summed (≤ 2q_v), the z-loss's 2ζ·(lse·∂q + q·∂lse), and the cap's
+    d sech²(z/s)/dz = −(2/s)·sech²·tanh."""
+    q, lse = R.q[j], abs(R.lse)
+    if cap is None:
+        return q * (2 * (1 + 2 * zeta * lse) + 2 * zeta)
+    t = mpmath.tanh(mpmath.mpf(z) / cap)
+    sech2 = 1 - t * t
+    return q * (2 * (1 + 2 * zeta * lse) + 2 * zeta) * sech2 + abs(g0) * 2 / cap * sech2 * abs(t)
+
+
+def _lce_scale(kwargs, outputs, grads):
+    with mpmath.workdps(SCALE_DPS):
+        h, w = np.asarray(kwargs["hidden"], dtype=float), np.asarray(kwargs["weight"], dtype=float)
+        b = np.asarray(kwargs["bias"], dtype=float) if kwargs.get("bias") is not None else np.zeros(len(w))
+        n, hd = h.shape
+        v = w.shape[0]
+        z = [[math.fsum([float(h[i, k] * w[j, k]) for k in range(hd)] + [float(b[j])]) for j in range(v)]
+             for i in range(n)]
+        M = np.abs(h) @ np.abs(w).T + np.abs(b)
+        eps, zeta = mpmath.mpf(kwargs["label_smoothing"]), mpmath.mpf(kwargs["z_loss"])
+        cap = None if kwargs["softcap"] is None else mpmath.mpf(kwargs["softcap"])
+        ct = _cotangent(LCE, kwargs)
+        ce = {**kwargs, "logits": z}
+        rows = list(_ce_rows(ce, ct))
+        den = _ce_denominator(kwargs, len(rows))
+        reduce = kwargs["reduction"] != "none"
+        k_base = catalog.get(LCE).k_base
+        D = 1 + mpmath.log(n * v, 2)
+        G, eG = np.zeros((n, v)), np.zeros((n, v))       # |G| and its error bound (units of u)
+        dG = np.zeros((n, v))                            # G's change per unit change of the row's logits
+        values, terms, stored = [], [], []
+        for i, R, term, value, gbound in rows:
+            y = kwargs["labels"][i]
+            per = 1 / den if reduce else 1
+            c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct)) * per
+            # |∂ℓ/∂z_j|: the exact gradient of the token's loss (without its cotangent)
+            g0 = [R.q[j] * (1 + 2 * zeta * R.lse) - (1 - eps) * (j == y) - eps / v for j in range(v)]
+            sens = [abs(g) * (1 if cap is None else 1 - mpmath.tanh(mpmath.mpf(z[i][j]) / cap) ** 2)
+                    for j, g in enumerate(g0)]
+            logit_error = (hd + 1) * mpmath.fsum(sj * float(M[i, j]) for j, sj in enumerate(sens))
+            values.append(per * (k_base * D * value + logit_error))
+            terms.append(per * term)
+            stored.append(per * mpmath.fsum(sj * abs(z[i][j]) for j, sj in enumerate(sens)))
+            mmax = float(M[i].max())
+            for j in range(v):
+                G[i, j] = float(c * sens[j])
+                dG[i, j] = float(c * _softmax_jacobian_bound(R, g0[j], j, zeta, cap, z[i][j]))
+                eG[i, j] = float(k_base * D * gbound[j] * per) + (hd + 1) * mmax * dG[i, j]
+        zmax = np.array([max(abs(t) for t in row) for row in z])
+        d_n = k_base * (1 + math.log2(v * hd))
+        aw, ah = np.abs(w), np.abs(h)
+        bound_h = eG @ aw + v * (G @ aw)
+        bound_w = eG.T @ ah + n * (G.T @ ah)
+        bound_b = eG.sum(axis=0) + n * G.sum(axis=0)
+        # the low dtype: G_nv stored (u·|G_nv|) and the logits stored (u·|z_n|·|∂G_nv/∂z|), per element
+        store = G + dG * zmax[:, None]
+        want = {k: np.abs(np.asarray(g, dtype=float)) for k, g in grads.items()}
+
+        def top(a):
+            return mpmath.mpf(float(a.max())) if a.size else mpmath.mpf(0)
+        out = {"grad:hidden": top(bound_h) / d_n, "grad:weight": top(bound_w) / d_n,
+               "elements:grad:hidden": top(want["hidden"] + store @ aw / K_ELEM),
+               "elements:grad:weight": top(want["weight"] + store.T @ ah / K_ELEM)}
+        if "bias" in grads:
+            out["grad:bias"] = top(bound_b) / d_n
+            out["elements:grad:bias"] = top(want["bias"] + store.sum(axis=0) / K_ELEM)
+        if not reduce:
+            out["loss"] = max(values, default=mpmath.mpf(0)) / d_n
+            per_token = [mpmath.mpf(0)] * n     # an ignored token's loss is exactly 0
+            for (i, *_), term, st in zip(rows, terms, stored):
+                per_token[i] = term + st / K_ELEM
+            out["elements:loss"] = per_token
+        else:
+            out["loss"] = mpmath.fsum(values) / d_n
+            out["elements:loss"] = mpmath.fsum(terms) + mpmath.fsum(stored) / K_ELEM
+        return out
+
+
+SCALES = {CE: _ce_scale, LP: _logprobs_scale, ENT: _entropy_scale, LCE: _lce_scale}

@@ -150,6 +150,7 @@ RELEASED = {
     # grpo.clip: convention log_ratio_clamp (verl 0.9.1 / OpenRLHF 0.11.2 clamp log ρ to ±20); grpo.loss:
     # policy_loss 'clip-cov' and 'kl-cov' (arXiv 2505.22617 §4, the optional input `selected`, params
     # kl_cov_ratio and kl_cov_coef) and 'reinforce'.
+    # Issue 26 item 2: lm.linear_cross_entropy (the fused-linear cross-entropy, an optional bias).
     "1.5.0": {
         "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
         "distill.hinton": "bc860a527029db4e599d044522bbd755210227192dfc6a4368f935979fbd554c",
@@ -170,6 +171,7 @@ RELEASED = {
         "kl.estimator": "39da85c962b74518c2127b3165dc1da5856a295b51142c0c513ae85b477ed21f",
         "lm.cross_entropy": "7c0e5dac125c2b52d0fef1b5bcc4944840eec7564865da60fdb75c502bc8d731",
         "lm.entropy": "bc3babedac838eb7fd4068468c5cd92fe90f3b33d1432a54d286833729c66414",
+        "lm.linear_cross_entropy": "a0f944e935c79a074db0e4e421ff693d91de4be73c2eed23e99d22a6ab50887b",
         "lm.token_logprobs": "c84fcb7684e854501343029cd28defb407befc578495c7bfeb40a12065ee11ee",
         "moe.load_balancing": "af980216882834ad6381ca30d42c691f8cb27e43094bbffea8cc521586053124",
         "moe.router_z_loss": "a8d48adcad7ef41e546aecbd4d22e47adacea7e47313da7a8df74fef3929fc2b",

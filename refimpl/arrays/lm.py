@@ -1,5 +1,6 @@
 """Language-model token objectives over the array API: cross-entropy, the sampled token's
-log-probability, entropy.
+log-probability, entropy; the fused-linear cross-entropy (the logits hidden·weightᵀ + bias, then the
+cross-entropy).
 
 Same names, formulas and contract as ``refimpl.exact.lm`` (torch.nn.functional.cross_entropy with
 PyTorch's label smoothing, PaLM §5's z-loss, Gemma 2 §2's soft-capping and transformers'
@@ -13,7 +14,8 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.arrays import _xp
 
-__all__ = ["cross_entropy", "cross_entropy_vjp", "token_logprobs", "token_logprobs_vjp", "entropy", "entropy_vjp"]
+__all__ = ["cross_entropy", "cross_entropy_vjp", "linear_cross_entropy", "linear_cross_entropy_vjp",
+           "token_logprobs", "token_logprobs_vjp", "entropy", "entropy_vjp"]
 
 
 class _Soft:
@@ -160,6 +162,42 @@ def cross_entropy_vjp(cotangent, logits, labels, ignore_index: int = -100, label
         w = xp.reshape(ct, (1, 1)) / denominator if reduction == "mean" else xp.reshape(ct, (1, 1))
     # q_j = 0 at an impossible token, so g is 0 there; ignored rows get exactly 0
     return {"logits": _xp.masked(xp, counted[:, None], w * g)}
+
+
+# --------------------------------------------------------------------------- fused-linear cross-entropy
+
+def _linear_logits(hidden, weight, bias):
+    """z = hidden·weightᵀ (+ bias) in the working dtype (one matrix product, the bias added once)."""
+    xp = _xp.namespace(hidden, weight, bias)
+    dt = _xp.float_dtype(xp, hidden=hidden, weight=weight, bias=bias)
+    h, w = _xp.array(xp, "hidden", hidden, dt), _xp.array(xp, "weight", weight, dt)
+    b = None if bias is None else _xp.array(xp, "bias", bias, dt)
+    validate.linear_shapes(_xp.shape(h), _xp.shape(w), None if b is None else _xp.shape(b))
+    z = xp.matmul(h, xp.matrix_transpose(w))
+    return xp, dt, h, w, b, (z if b is None else z + b)
+
+
+def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
+                         normalizer: float | None = None, bias=None):
+    """``cross_entropy`` of the logits hidden·weightᵀ (+ bias) (Liger 0.8.5
+    LigerFusedLinearCrossEntropyLoss, computed unfused: the [N, V] logits are materialised)."""
+    *_, z = _linear_logits(hidden, weight, bias)
+    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+
+
+def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: int = -100,
+                             label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                             reduction: str = "mean", normalizer: float | None = None, bias=None):
+    """With G = ∂(Σ cotangent·loss)/∂z (``cross_entropy_vjp``): hidden G·weight, weight Gᵀ·hidden,
+    bias Σ_n G_n (only when a bias is given)."""
+    xp, _, h, w, b, z = _linear_logits(hidden, weight, bias)
+    g = cross_entropy_vjp(cotangent, z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                          normalizer)["logits"]
+    out = {"hidden": xp.matmul(g, w), "weight": xp.matmul(xp.matrix_transpose(g), h)}
+    if b is not None:
+        out["bias"] = xp.sum(g, axis=0)
+    return out
 
 
 # --------------------------------------------------------------------------- sampled-token log-probability

@@ -511,7 +511,8 @@ def pair(body, outputs: tuple, grads: tuple):
         values = {k: nested(out[k], value) for k in outputs}
         if not differentiate:
             return values, {}
-        return values, {g: _gradients(marked[g]) for g in grads}
+        # an optional differentiated input the call omits (a bias of None) was never marked: no gradient
+        return values, {g: _gradients(marked[g]) for g in grads if g in marked}
 
     params = list(inspect.signature(body).parameters.values())[1:]
     signature = inspect.Signature(params)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from refimpl import validate
 from refimpl.certified import _ball
 
-__all__ = ["cross_entropy", "cross_entropy_vjp", "entropy", "entropy_vjp", "token_logprobs", "token_logprobs_vjp"]
+__all__ = ["cross_entropy", "cross_entropy_vjp", "entropy", "entropy_vjp", "linear_cross_entropy",
+           "linear_cross_entropy_vjp", "token_logprobs", "token_logprobs_vjp"]
 
 
 def _logits(logits):
@@ -60,9 +61,8 @@ def _top(x) -> int:
     return max((j for j, v in enumerate(x) if v is not None), key=lambda j: _ball.mid_float(x[j]))
 
 
-def _cross_entropy(diff, logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                   reduction="mean", normalizer=None):
-    z, (n, v) = _logits(logits)
+def _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer):
+    """The cross-entropy's arguments checked against logits z (nested balls, None at −inf)."""
     y = _labels(labels, n)
     ignore = validate.ignore_index(ignore_index)
     eps = validate.ce_label_smoothing(label_smoothing)
@@ -74,7 +74,10 @@ def _cross_entropy(diff, logits, labels, ignore_index=-100, label_smoothing=0.0,
     if cap is None:
         _check_rows(z, y, counted, eps)
     validate.empty_mean(reduction, norm, sum(counted))
-    z = diff("logits", z)
+    return y, counted, eps, zeta, cap, reduction, norm
+
+
+def _ce_body(z, v, y, counted, eps, zeta, cap, reduction, norm):
     e, zl = _ball.ball(eps), _ball.ball(zeta)
     per_token = []
     for row, yi, c in zip(z, y, counted):
@@ -100,9 +103,36 @@ def _cross_entropy(diff, logits, labels, ignore_index=-100, label_smoothing=0.0,
     return {"loss": total / (_ball.ball(norm) if norm is not None else _ball.ball(sum(counted)))}
 
 
+def _cross_entropy(diff, logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                   reduction="mean", normalizer=None):
+    z, (n, v) = _logits(logits)
+    setup = _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    return _ce_body(diff("logits", z), v, *setup)
+
+
 cross_entropy, cross_entropy_vjp = _ball.pair(_cross_entropy, ("loss",), ("logits",))
 cross_entropy.__doc__ = ("Token cross-entropy with ignore_index, label smoothing, z-loss, soft-capping and "
                          "reduction (torch.nn.functional.cross_entropy; PaLM §5; Gemma 2 §2), as balls.")
+
+
+def _linear_cross_entropy(diff, hidden, weight, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
+                          softcap=None, reduction="mean", normalizer=None, bias=None):
+    h, w = _ball.balls("hidden", hidden), _ball.balls("weight", weight)
+    b = None if bias is None else _ball.balls("bias", bias)
+    n, _, v = validate.linear_shapes(_ball.shape(h), _ball.shape(w), None if b is None else _ball.shape(b))
+    h, w = diff("hidden", h), diff("weight", w)
+    b = None if b is None else diff("bias", b)
+    z = [[_ball.fsum([hk * wk for hk, wk in zip(hrow, wrow)] + ([b[j]] if b is not None else []))
+          for j, wrow in enumerate(w)] for hrow in h]
+    setup = _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    return _ce_body(z, v, *setup)
+
+
+linear_cross_entropy, linear_cross_entropy_vjp = _ball.pair(_linear_cross_entropy, ("loss",),
+                                                            ("hidden", "weight", "bias"))
+linear_cross_entropy.__doc__ = ("Fused-linear token cross-entropy: the cross-entropy of the logits hidden·weightᵀ "
+                                "(+ bias), each a ball sum of exact products (Liger 0.8.5 "
+                                "LigerFusedLinearCrossEntropyLoss; Cut Cross-Entropy, arXiv 2411.09009).")
 
 
 def _tempered(logits, temperature):

@@ -20,6 +20,11 @@ lse = log Σ_v e^{z_v}. A logit of −inf is an impossible token (probability ex
 
       ∂ℓ/∂z_j = w·[q_j − (1−ε)·δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s)   (the sech² only when capped).
 
+* ``linear_cross_entropy``: the fused-linear form (Liger 0.8.5 LigerFusedLinearCrossEntropyLoss; Cut
+  Cross-Entropy, Wijmans et al. 2024, arXiv 2411.09009; torchtune's chunked output loss): the logits
+  z = hidden·weightᵀ (+ bias), each formed exactly (one rounding of an exact dot product), then
+  ``cross_entropy`` of z. With G = ∂(Σ c·loss)/∂z (``cross_entropy_vjp``), the chain rule through
+  the linear map gives ∂/∂hidden = G·weight, ∂/∂weight = Gᵀ·hidden, ∂/∂bias = Σ_n G_n.
 * ``token_logprobs``: log q_y of softmax(z/T), TRL 1.16.0 selective_log_softmax and verl 0.9.1
   logprobs_from_logits; ∂/∂z_j = c·(δ_{jy} − q_j)/T.
 * ``entropy``: H = −Σ_v q_v log q_v of softmax(z/T) (verl 0.9.1 and TRL 1.16.0
@@ -39,7 +44,8 @@ import numpy as np
 from refimpl import validate
 from refimpl.exact import mp
 
-__all__ = ["cross_entropy", "cross_entropy_vjp", "token_logprobs", "token_logprobs_vjp", "entropy", "entropy_vjp"]
+__all__ = ["cross_entropy", "cross_entropy_vjp", "linear_cross_entropy", "linear_cross_entropy_vjp",
+           "token_logprobs", "token_logprobs_vjp", "entropy", "entropy_vjp"]
 
 
 class _Row:
@@ -186,6 +192,78 @@ def cross_entropy_vjp(cotangent, logits, labels, ignore_index: int = -100, label
                 gj *= dcap[i, j]
             grad[i, j] = w * gj
     return {"logits": grad}
+
+
+# --------------------------------------------------------------------------- fused-linear cross-entropy
+
+def _linear_prepare(hidden, weight, bias):
+    h = mp.array("hidden", hidden)
+    w = mp.array("weight", weight)
+    b = None if bias is None else mp.array("bias", bias)
+    n, _, v = validate.linear_shapes(h.shape, w.shape, None if b is None else b.shape)
+    z = mp.zeros((n, v))
+    for i in range(n):
+        for j in range(v):
+            # mpmath.fdot sums the products (and the bias, as bias·1) exactly and rounds once
+            z[i, j] = mpmath.fdot(list(h[i]) + ([b[j]] if b is not None else []),
+                                  list(w[j]) + ([mp.ONE] if b is not None else []))
+    return h, w, b, z
+
+
+@mp.exact
+def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
+                         normalizer: float | None = None, bias=None):
+    """``cross_entropy`` of the logits hidden·weightᵀ (+ bias) (module docstring). ``hidden`` [N, H],
+    ``weight`` [V, H], ``labels`` [N], ``bias`` [V] or None. Rejected: everything ``cross_entropy``
+    rejects; weight's last axis ≠ H; a bias whose length is not V; NaN or ±inf anywhere in hidden,
+    weight or bias (no token is impossible here)."""
+    _, _, _, z = _linear_prepare(hidden, weight, bias)
+    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+
+
+@mp.exact
+def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: int = -100,
+                             label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                             reduction: str = "mean", normalizer: float | None = None, bias=None):
+    """Gradients of Σ cotangent·loss: with G the logits' gradient (``cross_entropy_vjp``),
+    hidden: G·weight (summed without the cancellation of a saturated row, see below), weight:
+    Gᵀ·hidden, bias: Σ_n G_n (only when a bias is given)."""
+    h, w, b, z = _linear_prepare(hidden, weight, bias)
+    g = cross_entropy_vjp(cotangent, z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                          normalizer)["logits"]
+    zc, dcap, y, counted, eps, zeta, reduction, denominator = _ce_prepare(
+        z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    (n, hdim), v = h.shape, w.shape[0]
+    ct = mp.array("cotangent", cotangent)
+    weights = list(ct) if reduction == "none" else [ct.item() / denominator if reduction == "mean" else ct.item()] * n
+    dh, dw = mp.zeros((n, hdim)), mp.zeros((v, hdim))
+    for i in range(n):
+        if not counted[i]:
+            continue
+        # Σ_v G_v·w_vk sums a row of G whose entries cancel (Σ_v (q_v − t_v) = 0): with a saturated
+        # top token m, q_m = 1 − Σ_{v≠m} q_v is not representable and the product G·w would lose
+        # everything below q_m's rounding (a hidden gradient of e^−400 came out 0). With G_v =
+        # w·(a·q_v − t_v)·c_v, a = 1 + 2ζ·lse, c_v = sech²(z_v/s) or 1, t = (1−ε)e_y + ε/V, the same sum is
+        # a·c_m·w_mk − a·Σ_{v≠m} q_v·(c_m·w_mk − c_v·w_vk) − (1−ε)·c_y·w_yk − (ε/V)·Σ_v c_v·w_vk,
+        # every term formed from the data or from a small q_v.
+        r, yi = _Row(list(zc[i])), y[i]
+        m, a = r.k, 1 + 2 * zeta * r.lse
+        c = [dcap[i, j] if dcap is not None else mp.ONE for j in range(v)]
+        for k in range(hdim):
+            top = c[m] * w[m, k]
+            terms = [top, -(1 - eps) * c[yi] * w[yi, k], 2 * zeta * r.lse * top]
+            terms += [-a * r.q[j] * (top - c[j] * w[j, k]) for j in range(v) if j != m]
+            if eps:
+                terms += [-(eps / v) * c[j] * w[j, k] for j in range(v)]
+            dh[i, k] = weights[i] * mpmath.fsum(terms)
+    for j in range(v):
+        for k in range(hdim):
+            dw[j, k] = mpmath.fdot(g[:, j], h[:, k])
+    out = {"hidden": dh, "weight": dw}
+    if b is not None:
+        out["bias"] = _vector([mpmath.fsum(g[:, j]) for j in range(v)])
+    return out
 
 
 # --------------------------------------------------------------------------- sampled-token log-probability

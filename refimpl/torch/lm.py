@@ -1,5 +1,5 @@
-"""Language-model token objectives (PyTorch): cross-entropy, the sampled token's log-probability,
-entropy.
+"""Language-model token objectives (PyTorch): cross-entropy, the fused-linear cross-entropy, the
+sampled token's log-probability, entropy.
 
 Same names, formulas and contract as ``refimpl.exact.lm`` (torch.nn.functional.cross_entropy with
 PyTorch's label smoothing, PaLM §5's z-loss, Gemma 2 §2's soft-capping and transformers'
@@ -21,7 +21,7 @@ from refimpl.torch import _common, _fused_ce
 # the compiled CPU kernel where it applies); False: the plain path below (``_CrossEntropy``).
 FUSED = True
 
-__all__ = ["cross_entropy", "token_logprobs", "entropy"]
+__all__ = ["cross_entropy", "linear_cross_entropy", "token_logprobs", "entropy"]
 
 
 class _Soft:
@@ -163,6 +163,27 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     if reduction == "mean":
         total = total / (norm if norm is not None else count)
     return total.to(out_dtype)
+
+
+# --------------------------------------------------------------------------- fused-linear cross-entropy
+
+def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
+                         z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
+                         normalizer: float | None = None, bias=None):
+    """``cross_entropy`` of F.linear(hidden, weight, bias) (Liger 0.8.5 LigerFusedLinearCrossEntropyLoss,
+    here unfused: the [N, V] logits are materialised). bfloat16/float16 inputs are upcast to float32
+    first, so that each logit is a float32 dot product of exact products (never rounded to the input
+    dtype) and the gradients wrt hidden, weight and bias (autograd through F.linear) are float32
+    matrix products rounded once to the inputs' dtype."""
+    h = _common.array("hidden", hidden)
+    w = _common.array("weight", weight).to(h.device)
+    b = None if bias is None else _common.array("bias", bias).to(h.device)
+    validate.linear_shapes(tuple(h.shape), tuple(w.shape), None if b is None else tuple(b.shape))
+    out_dtype = _common.result_dtype(h, w) if b is None else _common.result_dtype(h, w, b)
+    work = _common.work_dtype(out_dtype)
+    z = torch.nn.functional.linear(_common.upcast(h, work), _common.upcast(w, work),
+                                   None if b is None else _common.upcast(b, work))
+    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer).to(out_dtype)
 
 
 # --------------------------------------------------------------------------- sampled-token log-probability

@@ -141,3 +141,50 @@ def test_the_capped_cross_entropy_accepts_neg_inf_everywhere():
     value = lm.cross_entropy([[NEG_INF, 1.0]], [0], softcap=2.0, label_smoothing=0.5)
     assert mpmath.isfinite(value) and value > 0
     assert mp.to_float(lm.cross_entropy_vjp(1.0, [[NEG_INF, 1.0]], [0], softcap=2.0)["logits"])[0, 0] == 0
+
+
+LCE_SETTINGS = [{}, {"reduction": "none"}, {"label_smoothing": 0.3, "z_loss": 0.01, "softcap": 2.0},
+                {"reduction": "sum", "ignore_index": 0}]
+
+
+@pytest.mark.parametrize("kwargs", LCE_SETTINGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()) or "mean")
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_cross_entropy_gradients_match_numerical_derivatives(kwargs, with_bias):
+    r = np.random.default_rng(3)
+    inputs = {"hidden": r.normal(0, 1.5, (3, 2)).tolist(), "weight": r.normal(0, 1, (4, 2)).tolist(),
+              "labels": [1, 0, 3], **kwargs}
+    if with_bias:
+        inputs["bias"] = r.normal(0, 1, 4).tolist()
+    ct = [0.5, -1.25, 2.0] if kwargs.get("reduction") == "none" else 1.5
+    grads = ["hidden", "weight"] + (["bias"] if with_bias else [])
+    assert_vjp_matches(lm.linear_cross_entropy, lm.linear_cross_entropy_vjp, inputs, grads, ct)
+    assert set(lm.linear_cross_entropy_vjp(ct, **inputs)) == set(grads)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"label_smoothing": 0.1}, {"z_loss": 1e-4, "softcap": 300.0}])
+def test_linear_hidden_gradient_of_a_saturated_row_keeps_its_digits(kwargs):
+    """Logits (50, −150, 450, 50), label 3: the hidden gradient's last component is
+    Σ_v G_v·w_v2 = q_0·(w_02 − w_22) + q_1·(w_12 − w_22) ≈ e^−400 (uncapped, unsmoothed), which G·w
+    formed from G loses under q_2's rounding; the certified enclosure holds the exact value."""
+    from refimpl.certified import lm as certified
+    inputs = {"hidden": [[100.0, -100.0, 50.0], [-80.0, 120.0, 10.0]],
+              "weight": [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0], [2.0, -2.0, 1.0], [0.0, 0.0, 1.0]],
+              "labels": [3, 1], **kwargs}
+    got = lm.linear_cross_entropy_vjp(1.0, **inputs)["hidden"]
+    balls = certified.linear_cross_entropy_vjp(1.0, **inputs)["hidden"]
+    for i in range(2):
+        for k in range(3):
+            assert mpmath.mpf(balls[i][k].mid()) - balls[i][k].rad() <= got[i, k] <= \
+                mpmath.mpf(balls[i][k].mid()) + balls[i][k].rad(), (i, k, got[i, k], balls[i][k])
+    if not kwargs:
+        assert mpmath.almosteq(got[0, 2], mpmath.exp(-400), rel_eps=1e-10)
+
+
+def test_linear_cross_entropy_bad_input():
+    w = [[1.0, 0.5], [-1.0, 0.25], [0.0, 2.0]]
+    with pytest.raises(validate.InputError, match="hidden size H"):
+        lm.linear_cross_entropy([[1.0, 2.0, 3.0]], w, [0])
+    with pytest.raises(validate.InputError, match="bias: length 2 does not match the vocabulary size V = 3"):
+        lm.linear_cross_entropy([[1.0, 2.0]], w, [0], bias=[0.0, 1.0])
+    with pytest.raises(validate.InputError, match="outside \\[0, 3\\)"):
+        lm.linear_cross_entropy([[1.0, 2.0]], w, [3])

@@ -1,13 +1,13 @@
 """Mutants of the ``lm`` family: ``lm.cross_entropy`` (torch.nn.functional.cross_entropy with label
 smoothing, z-loss, soft-capping and transformers' num_items_in_batch), ``lm.token_logprobs`` and
-``lm.entropy``; gradients with respect to the logits by autograd."""
+``lm.entropy``; ``lm.linear_cross_entropy`` (F.linear, then the cross-entropy); gradients by autograd."""
 from __future__ import annotations
 
 import torch
 
 from mutants import Pair, checked, export
 
-CE, LP, ENT = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy"
+CE, LP, ENT, LCE = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy", "lm.linear_cross_entropy"
 CE_CONVENTIONS = {"reduction": "*"}
 
 
@@ -130,6 +130,61 @@ def ce_float32_inside_float64(**kw):
     return _ce(float32=True)(**kw)
 
 
+def _lce(*, bias_detached=False, bfloat16_logits=False, normalizer_twice=False):
+    def fn(hidden, weight, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+           reduction="mean", normalizer=None, bias=None):
+        h, w, b = hidden, weight, bias
+        if bias_detached and b is not None:
+            b = b.detach()
+        if bfloat16_logits:
+            z = torch.nn.functional.linear(h.bfloat16(), w.bfloat16(), None if b is None else b.bfloat16())
+            z = z.to(hidden.dtype)
+        else:
+            z = torch.nn.functional.linear(h, w, b)
+        loss = cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+        if normalizer_twice and normalizer is not None:
+            loss = loss / normalizer
+        return loss
+    return fn
+
+
+@checked(LCE)
+def lce_twin(**kw):
+    """F.linear(hidden, weight, bias), then the cross-entropy above (Liger's unfused reference path)."""
+    return _lce()(**kw)
+
+
+@checked(LCE)
+def lce_bias_not_trained(**kw):
+    """The output bias added to the logits but left out of the backward: no gradient reaches it.
+
+    Seen: Liger 0.8.5 liger_kernel/ops/fused_linear_cross_entropy.py fused_linear_cross_entropy_forward
+    sums grad_bias only under `if bias is not None and input_requires_grad`, so a call whose hidden
+    states need no gradient (a frozen trunk, a probe of the head) leaves the bias gradient at 0."""
+    return _lce(bias_detached=True)(**kw)
+
+
+@checked(LCE)
+def lce_bfloat16_logits(**kw):
+    """The lm-head matmul run in bfloat16 whatever the inputs' dtype (logits rounded to 8 bits, then
+    upcast for the loss).
+
+    Seen: torch.autocast (PyTorch 2.x, "CUDA Ops that can autocast to float16/bfloat16": linear, matmul)
+    around a float32 model; transformers' ForCausalLMLoss upcasts logits that are already rounded."""
+    return _lce(bfloat16_logits=True)(**kw)
+
+
+@checked(LCE)
+def lce_normalizer_twice(**kw):
+    """The summed loss divided by num_items_in_batch, then by it once more.
+
+    Seen: transformers 5.25 trainer.py Trainer.training_step divides the loss by the accumulation steps
+    unless `loss_is_scaled_for_ga` (the model or compute_loss_func took num_items_in_batch): a loss
+    already divided by the accumulated count that the trainer does not recognise is normalised twice
+    (the gradient-accumulation bug class of PR #34191)."""
+    return _lce(normalizer_twice=True)(**kw)
+
+
 def token_logprobs(logits, labels, temperature, *, no_temperature=False, log_of_softmax=False):
     z = logits if no_temperature else logits / temperature
     logq = torch.log(torch.softmax(z, dim=-1)) if log_of_softmax else log_softmax(z)
@@ -195,6 +250,9 @@ PAIRS = [
     Pair("LM_CE_SMOOTHING_ON_IGNORED", CE, ce_smoothing_on_ignored_tokens, ce_twin, CE_CONVENTIONS),
     Pair("LM_CE_Z_LOSS_ON_IGNORED", CE, ce_z_loss_on_ignored_tokens, ce_twin, CE_CONVENTIONS),
     Pair("LM_CE_FLOAT32_INSIDE_FLOAT64", CE, ce_float32_inside_float64, ce_twin, CE_CONVENTIONS),
+    Pair("LM_LCE_BIAS_NOT_TRAINED", LCE, lce_bias_not_trained, lce_twin, CE_CONVENTIONS),
+    Pair("LM_LCE_BFLOAT16_LOGITS", LCE, lce_bfloat16_logits, lce_twin, CE_CONVENTIONS),
+    Pair("LM_LCE_NORMALIZER_TWICE", LCE, lce_normalizer_twice, lce_twin, CE_CONVENTIONS),
     Pair("LM_LOGPROBS_NO_TEMPERATURE", LP, logprobs_without_temperature, logprobs_twin),
     Pair("LM_LOGPROBS_LOG_OF_SOFTMAX", LP, logprobs_log_of_softmax, logprobs_twin),
     Pair("LM_ENTROPY_NAN_AT_NEG_INF", ENT, entropy_nan_at_neg_inf, entropy_twin),

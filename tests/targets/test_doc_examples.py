@@ -208,6 +208,7 @@ INPUT_RULES = (
     (r"^expected (at least )?\d+ dimensions?", "the wrong number of dimensions"),
     (r"^shape .* does not match|^expected shape", "a shape that does not match"),
     (r"^label -?\d+ at row \d+ is outside", "a label outside [0, V)"),
+    (r"^length \d+ does not match the vocabulary size", "a length other than the vocabulary size V"),
     (r"^selects no token", "a mask that selects no token"),
     (r"^must contain only 0 and 1", "mask values other than 0 and 1"),
     (r"^prefix .*: probabilities sum to", "a row that does not sum to 1"),

@@ -535,6 +535,15 @@ def cases() -> list[Case]:
     add(Case("lm.token_logprobs", "extreme:logits±1e4", {"logits": huge, "labels": np.array([3, 0, 1])}, {}, 4))
     add(Case("lm.entropy", "extreme:logits±1e4", {"logits": huge}, {}, 4))
     add(Case("lm.entropy", "equal logits", {"logits": np.full((2, 5), 1.5)}, {"temperature": 0.5}, 5))
+    # lm.linear_cross_entropy: every reduction with z-loss and the cap, with and without a bias
+    for i, p in enumerate(_grid(reduction=["mean", "sum", "none"], z_loss=[0.0, 0.01], softcap=[None, 3.0])
+                          + _grid(label_smoothing=[0.2], normalizer=[2.5, 40.0])):
+        rng = np.random.default_rng(1400 + i)
+        inputs = {"hidden": rng.normal(0.0, 1.5, (4, 3)), "weight": rng.normal(0.0, 1.0, (7, 3)),
+                  "labels": np.array([3, -100, 0, 6])}
+        if i % 2:
+            inputs["bias"] = rng.normal(0.0, 1.0, 7)
+        add(Case("lm.linear_cross_entropy", _label(p) + (",bias" if i % 2 else ""), inputs, p, 28))
     return out
 
 
@@ -612,7 +621,7 @@ def rounded_inputs(case: Case, dtype: torch.dtype, device: str):
         else:
             e_in[name] = np.asarray(x).tolist()
             t_in[name] = torch.tensor(np.asarray(x), dtype=torch.int64, device=device)
-    return t_in, e_in, list(spec.grads)
+    return t_in, e_in, list(spec.grads_of(case.inputs))
 
 
 def run(case: Case, dtype_name: str, device: str = "cpu", seed: int = 0) -> None:
