@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from refimpl import validate
-from refimpl.torch import _common, _fused_ce
+from refimpl.torch import _common, _fused_ce, _fused_linear
 
 # True: cross_entropy takes the fused path (``_fused_ce``: row chunks, no [N,V] intermediate,
 # the compiled CPU kernel where it applies); False: the plain path below (``_CrossEntropy``).
@@ -170,8 +170,9 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
 def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
                          normalizer: float | None = None, bias=None):
-    """``cross_entropy`` of F.linear(hidden, weight, bias) (Liger 0.8.5 LigerFusedLinearCrossEntropyLoss,
-    here unfused: the [N, V] logits are materialised). bfloat16/float16 inputs are upcast to float32
+    """``cross_entropy`` of F.linear(hidden, weight, bias): the fused path (``_fused_linear``: row chunks,
+    the gradients formed in forward as Liger 0.8.5 LigerFusedLinearCrossEntropyLoss does, no [N, V]
+    logits) when ``FUSED``, else unfused (the [N, V] logits materialised). Unfused, bfloat16/float16 inputs are upcast to float32
     first, so that each logit is a float32 dot product of exact products (never rounded to the input
     dtype) and the gradients wrt hidden, weight and bias (autograd through F.linear) are float32
     matrix products rounded once to the inputs' dtype."""
@@ -179,6 +180,9 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     w = _common.array("weight", weight).to(h.device)
     b = None if bias is None else _common.array("bias", bias).to(h.device)
     validate.linear_shapes(tuple(h.shape), tuple(w.shape), None if b is None else tuple(b.shape))
+    if FUSED:
+        return _fused_linear.linear_cross_entropy(h, w, labels, ignore_index, label_smoothing, z_loss, softcap,
+                                                  reduction, normalizer, b)
     out_dtype = _common.result_dtype(h, w) if b is None else _common.result_dtype(h, w, b)
     work = _common.work_dtype(out_dtype)
     z = torch.nn.functional.linear(_common.upcast(h, work), _common.upcast(w, work),

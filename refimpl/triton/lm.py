@@ -24,6 +24,8 @@ DECLINED = {
     "lm.token_logprobs": "no kernel here: logprobs.selective_log_softmax is the same computation (log q_y "
                          "at temperature T) and refimpl.torch.lm.token_logprobs serves the catalog objective",
     "lm.entropy": "no kernel: refimpl.torch.lm.entropy serves it",
+    "lm.linear_cross_entropy": "no fused-linear kernel here: refimpl.torch._fused_linear chunks the rows and "
+                               "runs the cross-entropy row kernel between the GEMMs (the torch backend)",
 }
 
 
