@@ -131,6 +131,14 @@ def rows(z: torch.Tensor, y: torch.Tensor, counted: torch.Tensor, c: Conventions
     return per
 
 
+def counted_labels(y: torch.Tensor, v: int, ignore) -> torch.Tensor:
+    """The rows whose label counts (not ``ignore``); a counted label outside [0, V) is an input error."""
+    counted = y != ignore if ignore is not None else torch.ones_like(y, dtype=torch.bool)
+    if (counted & ((y < 0) | (y >= v))).any():
+        validate.token_labels(y.tolist(), v, ignore)   # raises, naming the first row
+    return counted
+
+
 def check_rows(z: torch.Tensor, y: torch.Tensor, counted: torch.Tensor, eps: float) -> None:
     """``lm._check_rows`` without [N,V] masks: a row of −inf, −inf at a counted label, −inf in a
     counted row with smoothing; the same errors (validate.lm_rows)."""

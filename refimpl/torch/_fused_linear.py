@@ -133,10 +133,7 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     cap = validate.softcap(softcap)
     reduction = validate.lm_reduction(reduction)
     norm = validate.ce_normalizer(normalizer, reduction)
-    # Imported here, not at the top: refimpl.torch.lm can then import this module's function (the
-    # catalog's torch backend of lm.linear_cross_entropy) without an import cycle.
-    from refimpl.torch import lm
-    counted = lm._check_labels(y, v, ignore)
+    counted = _fused_ce.counted_labels(y, v, ignore)
     count = int(counted.sum())
     validate.empty_mean(reduction, norm, count)
     out_dtype = _common.result_dtype(h, W, *([b] if b is not None else []))

@@ -64,13 +64,6 @@ def _labels(labels, z: torch.Tensor) -> torch.Tensor:
     return y.to(z.device)
 
 
-def _check_labels(y: torch.Tensor, v: int, ignore) -> torch.Tensor:
-    counted = y != ignore if ignore is not None else torch.ones_like(y, dtype=torch.bool)
-    if (counted & ((y < 0) | (y >= v))).any():
-        validate.token_labels(y.tolist(), v, ignore)   # raises, naming the first row
-    return counted
-
-
 def _onehot(y, counted, v: int) -> torch.Tensor:
     safe = torch.where(counted, y, 0)
     return (torch.arange(v, device=y.device) == safe[:, None]) & counted[:, None]
@@ -140,7 +133,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     cap = validate.softcap(softcap)
     reduction = validate.lm_reduction(reduction)
     norm = validate.ce_normalizer(normalizer, reduction)
-    counted = _check_labels(y, v, ignore)
+    counted = _fused_ce.counted_labels(y, v, ignore)
     if FUSED:
         if cap is None:
             _fused_ce.check_rows(z, torch.where(counted, y, 0), counted, eps)
@@ -214,7 +207,7 @@ def token_logprobs(logits, labels, temperature: float = 1.0):
     n, v = z.shape
     T = validate.temperature(temperature)
     y = _labels(labels, z)
-    counted = _check_labels(y, v, None)
+    counted = _fused_ce.counted_labels(y, v, None)
     onehot = _onehot(y, counted, v)
     _check_rows(z, onehot, counted)
     out_dtype = _common.result_dtype(z)
