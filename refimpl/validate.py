@@ -733,6 +733,12 @@ def ce_label_smoothing(value) -> float:
     return in_range("label_smoothing", value, 0, 1)
 
 
+def entropy_coef(value) -> float:
+    """The entropy bonus's coefficient c of −c·agg(H): any finite real (a negative c penalises
+    entropy, which some recipes do on purpose)."""
+    return real("coef", value)
+
+
 def z_loss(value) -> float:
     """The coefficient ≥ 0 of log²Z (PaLM §5's z-loss; Liger's lse_square_scale)."""
     return nonnegative("z_loss", value)

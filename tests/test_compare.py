@@ -232,7 +232,7 @@ def test_stored_elements_bound_the_value_they_judge(vectors):
     reducing = {"distill.hinton": "loss", "grpo.aggregate": "value", "grpo.loss": "loss",
                 "proximal_kl.loss": "loss", "proximal_kl.future_cost": "cost", "reward.pairwise": "loss",
                 "ppo.value_loss": "loss", "moe.router_z_loss": "loss", "lm.cross_entropy": "loss",
-                "lm.linear_cross_entropy": "loss"}
+                "lm.linear_cross_entropy": "loss", "ppo.entropy_bonus": "loss", "moe.load_balancing": "loss"}
     seen = set()
     for case in vectors.cases():
         test = case.test

@@ -222,3 +222,13 @@ def test_objective_is_repeatable_and_as_paper_is_in_the_repro(tmp_path, capsys):
     assert {c["objective"] for c in doc["cases"]} == {"dpo.loss", "distill.token_kl"}
     failing = [c for c in doc["cases"] if c["status"] == "fail"]
     assert failing and all(c["repro"].endswith("--as-paper") for c in failing)
+
+
+def test_as_paper_says_when_nothing_deviates(tmp_path, capsys):
+    """A target that declares only paper defaults is told so before the run (nothing is re-judged)."""
+    path = tmp_path / "paper_only.py"
+    path.write_text("from refimpl.torch import lm\n"
+                    "TARGET = {'name': 'paper-only', 'framework': 'torch', 'objectives': {'lm.entropy': lm.entropy}}\n")
+    assert cli.main(["check", "--target", f"{path}:TARGET", "--as-paper", "--uid", "lm.entropy:0a84d68906bcc33f",
+                     "--quiet"]) == 0
+    assert "paper-only: declares the paper defaults (nothing deviates)" in capsys.readouterr().out

@@ -122,4 +122,4 @@ def load_balancing_vjp(cotangent, router_logits, top_k: int = 1, form: str = "sw
     if rest is not None:
         d = d * rest
     grad = ct * _xp.masked(xp, m[None, :, None] == 1, d)
-    return {"router_logits": grad if layered else grad[0]}
+    return {"router_logits": grad if layered else grad[0, ...]}

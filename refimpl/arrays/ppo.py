@@ -76,7 +76,7 @@ def _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps):
     validate.rank("entropy", _xp.shape(h), 2)
     validate.nonempty("entropy", _xp.shape(h))
     m = _xp.mask(xp, "mask", mask, _xp.shape(h), dt)
-    c = validate.real("coef", coef)
+    c = validate.entropy_coef(coef)
     norm = grpo.aggregate_params("aggregation", aggregation, norm_length, h.shape[1])
     return xp, dt, h, m, c, norm, validate.mean_eps(mean_eps)
 

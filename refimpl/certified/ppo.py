@@ -63,7 +63,7 @@ def _entropy_bonus(diff, entropy, mask, coef=0.01, aggregation="token-mean", nor
     validate.rank("entropy", shape, 2)
     validate.nonempty("entropy", shape)
     m = mask_rows("mask", mask, shape)
-    c = _ball.ball(validate.real("coef", coef))
+    c = _ball.ball(validate.entropy_coef(coef))
     validate.aggregation(aggregation)
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)

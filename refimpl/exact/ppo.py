@@ -106,7 +106,7 @@ def _entropy(entropy, coef, aggregation):
     validate.rank("entropy", h.shape, 2)
     validate.nonempty("entropy", h.shape)
     validate.aggregation(aggregation)   # named as this objective names it (grpo.aggregate says 'mode')
-    return h, mp.mpf(validate.real("coef", coef))
+    return h, mp.mpf(validate.entropy_coef(coef))
 
 
 @mp.exact

@@ -61,7 +61,7 @@ def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-m
     validate.rank("entropy", tuple(h.shape), 2)
     validate.nonempty("entropy", tuple(h.shape))
     m = _common.mask("mask", mask, tuple(h.shape))
-    c = validate.real("coef", coef)
+    c = validate.entropy_coef(coef)
     norm = grpo._aggregate_params("aggregation", aggregation, norm_length, h.shape[1])
     eps = validate.mean_eps(mean_eps)
     grpo._check_tokens(m)

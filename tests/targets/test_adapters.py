@@ -259,13 +259,11 @@ def test_a_new_failure_fails_the_run(name, objective, wrap, monkeypatch, tmp_pat
 def test_as_paper_lists_the_deviations(name, vs, capsys):
     target, module = _require(name)
     devs = target.deviations()
-    if not devs:
-        # transformers: its one convention (reduction 'mean', 'sum') has the paper's default first
-        assert all(c.default == c.paper for c in module.CONVENTIONS), name
-        cli.main(["check", "--target", name, "--as-paper", "--objective", next(iter(target.objectives)), "--quiet"])
-        assert f"{name}: declares the paper defaults (nothing deviates)" in capsys.readouterr().out
-        return
-    uid = next(c.uid for c in vs.cases("*") if c.objective == devs[0][0] and c.group == "paper")
+    assert devs, name
+    spec = catalog.get(devs[0][0])
+    paper = {p.name: p.default for p in spec.params if p.convention}
+    uid = next(c.uid for c in vs.cases(spec.id) if c.group == "paper"
+               or all(c.conventions.get(k, v) == v for k, v in paper.items()))
     cli.main(["check", "--target", name, "--as-paper", "--uid", uid, "--quiet"])
     out = capsys.readouterr().out
     assert "differ from the paper" in out

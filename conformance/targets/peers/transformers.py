@@ -69,8 +69,8 @@ PARAM_DEFAULTS = [
       "of the optimizer step)"),
 ]
 ARITHMETIC = [
-    A("moe.load_balancing", "native", f"{MIXTRAL} load_balancing_loss_func (softmax in the router logits' dtype; "
-      "the float32 sums start from those rounded probabilities)"),
+    A("moe.load_balancing", "native", f"{MIXTRAL}:522 load_balancing_loss_func (softmax in the router logits' "
+      f"dtype; the float32 sums, {MIXTRAL}:514, start from those rounded probabilities)"),
     A("lm.cross_entropy", "careful", f"{LOSS}:52 (logits.float(): the log-softmax, the sum and the division in "
       "float32 for bfloat16/float16 logits)"),
     A("moe.router_z_loss", "native", f"{SWITCH}:899-901 (logsumexp, its square, the token sum and the division in "
