@@ -30,27 +30,54 @@ def _at(flat: int, lead: tuple) -> tuple:
     return tuple(int(i) for i in np.unravel_index(flat, lead)) if lead else ()
 
 
+def _tensor(name: str, x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x
+    try:
+        return torch.as_tensor(x, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        validate.fail(name, "ragged nested lists (rows of different lengths)")
+
+
+def _dtype(name: str, x: torch.Tensor) -> None:
+    if x.dtype not in FLOATS:
+        validate.fail(name, f"dtype {x.dtype} is not supported; expected one of {', '.join(FLOATS.values())}")
+
+
+def _no_nan_or_inf(name: str, x: torch.Tensor, neg_inf: bool) -> None:
+    d = x.detach()
+    if bool(torch.isnan(d).any()):
+        validate.fail(name, "contains NaN")
+    if bool((d == float("inf")).any()):
+        validate.fail(name, "contains +inf")
+    if not neg_inf and bool((d == NEG_INF).any()):
+        validate.fail(name, "contains -inf")
+
+
 def logits(name: str, x, rank=None) -> torch.Tensor:
     """A floating tensor ([...,V], or of the given rank) without NaN or +inf (−inf marks an
     impossible token); lists convert as float64."""
-    if not isinstance(x, torch.Tensor):
-        try:
-            x = torch.as_tensor(x, dtype=torch.float64)
-        except (TypeError, ValueError, RuntimeError):
-            validate.fail(name, "ragged nested lists (rows of different lengths)")
-    if x.dtype not in FLOATS:
-        validate.fail(name, f"dtype {x.dtype} is not supported; expected one of {', '.join(FLOATS.values())}")
+    x = _tensor(name, x)
+    _dtype(name, x)
     if rank is not None:
         validate.rank(name, tuple(x.shape), rank)
     elif x.ndim < 1:
         validate.fail(name, "expected at least 1 dimension (the vocabulary axis), got a scalar")
     if x.shape[-1] == 0:
         validate.fail(name, f"the vocabulary axis must not be empty, got shape {tuple(x.shape)}")
-    d = x.detach()
-    if bool(torch.isnan(d).any()):
-        validate.fail(name, "contains NaN")
-    if bool((d == float("inf")).any()):
-        validate.fail(name, "contains +inf")
+    _no_nan_or_inf(name, x, neg_inf=True)
+    return x
+
+
+def finite(name: str, x) -> torch.Tensor:
+    """A floating tensor without NaN or ±inf (hidden states, weights: no value of them is
+    impossible), in the words of the torch backend's ``_common.array``; lists and integer
+    tensors convert as float64 (exact up to 2**53)."""
+    x = _tensor(name, x)
+    if x.dtype not in FLOATS and not (x.dtype == torch.bool or x.is_complex() or x.is_floating_point()):
+        x = x.to(torch.float64)
+    _dtype(name, x)
+    _no_nan_or_inf(name, x, neg_inf=False)
     return x
 
 

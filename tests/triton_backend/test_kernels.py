@@ -354,3 +354,77 @@ def test_cross_entropy_rejects_bad_input():
     zb[0] = NEG
     with pytest.raises(validate.InputError, match="row 0 is -inf everywhere"):
         lm.cross_entropy(zb, torch.tensor([-100, 1, 2], device=DEVICE))
+
+
+# ------------------------------------------------------------------------------ lm.linear_cross_entropy
+
+LINEAR_CONVENTIONS = [{}, {"label_smoothing": 0.1, "bias": True}, {"normalizer": 5.0, "z_loss": 1e-2},
+                      {"reduction": "none", "softcap": 3.0, "z_loss": 1e-3, "label_smoothing": 0.2, "bias": True},
+                      {"reduction": "sum", "ignore_index": 0}]
+
+
+@pytest.mark.parametrize("kw", LINEAR_CONVENTIONS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()) or "plain")
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])
+@pytest.mark.parametrize("cot_kind", ["unit", "scaled"])
+def test_linear_cross_entropy_over_several_chunks(kw, dtype, cot_kind, monkeypatch):
+    """N = 10 rows in chunks of 4 (chunks 0–3, 4–7, 8–9: two boundaries and a short last chunk),
+    V = 37 in vocabulary tiles of 16; ignored rows on both sides of the first boundary (rows 3
+    and 4) and in the last chunk; a saturated row. The cotangent 1 takes the gradients formed
+    in forward; a scaled one (1.5, or per row for 'none') the scaling or the rerun of backward.
+    Judged against ``refimpl.exact.lm.linear_cross_entropy`` and its VJP; the bounds are the
+    cross-entropy's (``_ce_case``) on the logit scale plus the GEMMs' rounding (H products per
+    logit), times the l1 norm of the other GEMM operand for dh, dW and db."""
+    kw = dict(kw)
+    with_bias = kw.pop("bias", False)
+    monkeypatch.setattr(_launch, "MAX_BLOCK", 16)
+    monkeypatch.setattr(_launch, "INTERPRETER_TILE_ELEMENTS", 64)
+    monkeypatch.setattr(lm, "CHUNK_ELEMENTS", 4 * 37)
+    rng = np.random.default_rng(23)
+    n, width, v = 10, 6, 37
+    hid = _np(_tensor(rng.standard_normal((n, width)), dtype))
+    w = _np(_tensor(rng.standard_normal((v, width)) * 0.7, dtype))
+    hid[5] = _np(_tensor(w[20] * 6, dtype))        # a saturated row: q ≈ 1 at token 20
+    b = _np(_tensor(rng.standard_normal(v), dtype)) if with_bias else None
+    ignore = kw.get("ignore_index", -100)
+    labels = rng.integers(1, v, n)
+    labels[5] = 20
+    labels[[3, 4, 9]] = ignore
+    cot = rng.uniform(-2, 2, n) if kw.get("reduction") == "none" else np.array(1.0 if cot_kind == "unit" else 1.5)
+    if kw.get("reduction") == "none" and cot_kind == "unit":
+        cot = np.ones(n)
+    args = dict(kw, bias=None if b is None else b.tolist())
+    want = np.atleast_1d(np.array(mp.to_float(exact_lm.linear_cross_entropy(hid.tolist(), w.tolist(), labels.tolist(),
+                                                                             **args)), dtype=np.float64))
+    gwant = {k: np.array(mp.to_float(x), dtype=np.float64) for k, x in exact_lm.linear_cross_entropy_vjp(
+        cot.tolist() if cot.ndim else float(cot), hid.tolist(), w.tolist(), labels.tolist(), **args).items()}
+    leaves = [_tensor(x, dtype, grad=True) for x in (hid, w) + ((b,) if b is not None else ())]
+    out = lm.linear_cross_entropy(leaves[0], leaves[1], torch.tensor(labels, device=DEVICE), **kw,
+                                  bias=leaves[2] if b is not None else None)
+    got = torch.autograd.grad(out, leaves, _tensor(cot, dtype).to(out.dtype))
+    assert out.dtype == getattr(torch, dtype) and all(g.dtype == out.dtype for g in got)
+    z = hid @ w.T + (b if b is not None else 0.0)
+    products = np.abs(hid) @ np.abs(w).T + (np.abs(b) if b is not None else 0.0)
+    s = _ce_scale(z, kw) + width * products.max()
+    c = np.abs(cot).max()
+    _judge(np.atleast_1d(_np(out)), want, _bound(dtype, v, s * c, want), f"value {kw}")
+    operand = {"hidden": np.abs(w).sum(0).max(), "weight": np.abs(hid).sum(0).max(), "bias": n}
+    for name, g in zip(("hidden", "weight", "bias"), got):
+        _judge(_np(g), gwant[name], _bound(dtype, v, s * c * operand[name], gwant[name]), f"{name} gradient {kw}")
+    ignored = labels == ignore
+    assert np.all(_np(got[0])[ignored] == 0), "an ignored row has a hidden gradient"
+
+
+def test_linear_cross_entropy_rejects_bad_input():
+    """The torch backend's checks, in its words; an overflow of the float32 logits is an error,
+    never a NaN."""
+    h = torch.zeros(2, 3, device=DEVICE)
+    w = torch.ones(4, 3, device=DEVICE)
+    y = torch.tensor([0, 1], device=DEVICE)
+    with pytest.raises(validate.InputError, match="hidden: contains -inf"):
+        lm.linear_cross_entropy(torch.full((2, 3), NEG, device=DEVICE), w, y)
+    with pytest.raises(validate.InputError, match="bias: length 3 does not match"):
+        lm.linear_cross_entropy(h, w, y, bias=torch.zeros(3, device=DEVICE))
+    with pytest.raises(validate.InputError, match="labels: label 4 at row 1"):
+        lm.linear_cross_entropy(h, w, torch.tensor([0, 4], device=DEVICE))
+    with pytest.raises(FloatingPointError, match="overflow the working dtype torch.float32"):
+        lm.linear_cross_entropy(torch.full((2, 3), 1e20, device=DEVICE), w * 1e20, y)

@@ -24,7 +24,8 @@ pytest.importorskip("triton", reason="refimpl.triton needs Triton (pip install t
 
 ROOT = Path(__file__).resolve().parents[2]
 OBJECTIVES = ("distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
-              "distill.symmetric_kl", "distill.skew_kl", "distill.tvd", "lm.cross_entropy")
+              "distill.symmetric_kl", "distill.skew_kl", "distill.tvd", "lm.cross_entropy",
+              "lm.linear_cross_entropy")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
