@@ -2,8 +2,11 @@
 
 Same module and function names as ``refimpl.torch`` (the catalog ids), for the objectives
 that read a whole vocabulary row: ``distill.softmax``, ``distill.hinton``,
-``distill.token_kl``, ``distill.generalized_jsd``; plus ``logprobs.selective_log_softmax``,
-the log-probability of the sampled token that the GRPO and Proximal KL losses take as input.
+``distill.token_kl``, ``distill.generalized_jsd``, ``distill.symmetric_kl``,
+``distill.skew_kl``, ``distill.tvd``, ``lm.cross_entropy``, and ``lm.linear_cross_entropy``
+(torch GEMMs over row chunks, the cross-entropy kernels on each chunk's logits: ``lm``); plus
+``logprobs.selective_log_softmax``, the log-probability of the sampled token that the GRPO
+and Proximal KL losses take as input.
 
 Each objective is a forward kernel (one pass over vocabulary tiles with an online maximum and
 normaliser: the row's value and statistics) and a backward kernel (one more pass: the
