@@ -215,13 +215,14 @@ class Target:
 
     def deviations(self) -> list[tuple[str, str, object, object]]:
         """(objective, convention, declared, paper default) for every declared convention whose
-        value — the first one of a list, the target's default — differs from the paper default."""
+        value — the first one of a list, the target's default — differs from the paper default
+        (``objective`` is the declaration key: ``objective[variant]`` for a variant's own)."""
         if self.conventions == ANY:
             return []
         out = []
         for oid, declared in self.conventions.items():
             first = declared[0] if isinstance(declared, list) and declared else declared
-            defaults = catalog.get(oid).defaults
+            defaults = catalog.get(objective_of(oid)).defaults
             for name, value in (first or {}).items():
                 default_value = value[0] if isinstance(value, (list, tuple)) and value else value
                 if value != ANY and default_value != defaults.get(name):

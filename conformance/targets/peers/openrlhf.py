@@ -634,8 +634,8 @@ _GPT_LM_LARGE_V = Finding(
     "openrlhf-gpt-lm-loss-cpu-log-softmax-large-vocabulary", "numerics",
     "GPTLMLoss is nn.CrossEntropyLoss, whose CPU log_softmax (torch 2.13) accumulates the V exponentials in vector "
     "lanes one after another: at V = 128256 the gradient softmax − onehot is 1630 ulps off in float64 and 740 in "
-    "float32 at its worst element, 2.3× and 1.95× the bound (SFTLoss, on log_probs_from_logits' gather − logsumexp, passes "
-    "the same case; as transformers-cross-entropy-float32-vocabulary-sum). Repro: lossproof check --target openrlhf "
+    "float32 at its worst element, 2.3× and 1.95× the bound (SFTLoss, on log_probs_from_logits' gather − "
+    "logsumexp, passes the same case; as transformers-cross-entropy-float32-vocabulary-sum). Repro: lossproof check --target openrlhf "
     "--uid lm.cross_entropy:6bd0583a796e8251 --dtype float64",
     f"{LOSS} GPTLMLoss.forward: loss = self.loss(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))",
     where(objectives=("lm.cross_entropy",), dtypes=("float64", "float32"), test=large_vocabulary),
