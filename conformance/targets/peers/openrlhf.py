@@ -541,8 +541,8 @@ RM = "openrlhf/trainer/rm_trainer.py"
 CONVENTIONS += [
     C("lm.cross_entropy", "reduction", ("mean",), f"{SFT} (loss_fn = SFTLoss(): {LOSS} aggregate_loss "
       "token_level_loss=True, −Σ log-probabilities of the loss-mask tokens / batch_num_tokens, the window's "
-      "all-reduced token count from openrlhf/utils/loss_utils.py get_loss_batch_info; GPTLMLoss, the variant "
-      "lm.cross_entropy[gpt-lm-loss], is exported but no trainer uses it)"),
+      "all-reduced token count from openrlhf/utils/loss_utils.py get_loss_batch_info; GPTLMLoss, "
+      "nn.CrossEntropyLoss(ignore_index=-100) mean, is exported but no trainer uses it)"),
     C("lm.cross_entropy[gpt-lm-loss]", "reduction", ("mean",), f"{LOSS}:50 GPTLMLoss (self.loss = "
       "nn.CrossEntropyLoss(ignore_index=self.IGNORE_INDEX): the mean over the labels other than -100; no "
       "normalizer, no other reduction)"),

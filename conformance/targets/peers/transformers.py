@@ -158,7 +158,7 @@ _LOAD_BALANCING_NO_MASK = Finding(
     "moe.load_balancing:4863e0d7fe2e0067 --dtype float32",
     f"{MIXTRAL}:524-531 load_balancing_loss_func (if attention_mask is None: router_prob_sum + "
     "routing_weights.float().sum(dim=0); total_rows + routing_weights.shape[0]), called from "
-    "MixtralForCausalLM.forward with its attention_mask (modeling_mixtral.py:626-631)",
+    f"MixtralForCausalLM.forward with its attention_mask ({MIXTRAL}:626-631)",
     where(objectives=("moe.load_balancing",), shows=_balance_no_mask_shows), variant="no-mask")
 FINDINGS = [_CAUSAL_LM_FLOAT32, _ROUTER_Z_NO_MASK, _LOG_SOFTMAX_FLOAT32_SUM, _LOAD_BALANCING_FLOAT32,
             _LOAD_BALANCING_NO_MASK]
