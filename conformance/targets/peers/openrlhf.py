@@ -11,7 +11,11 @@ token mean).
 ``lm.token_logprobs`` is ``models/utils.py log_probs_from_logits``, ``lm.entropy`` the body of its
 ``compute_entropy`` (a ``@torch.compile`` function), ``lm.cross_entropy`` the SFT trainer's ``SFTLoss`` on
 those log-probabilities, ``ppo.value_loss`` ``ValueLoss`` and ``reward.pairwise`` ``PairWiseLoss`` /
-``LogExpLoss``.
+``LogExpLoss``. The variant ``lm.cross_entropy[gpt-lm-loss]`` (reported as ``openrlhf[gpt-lm-loss]``) is
+``models/loss.py GPTLMLoss``, exported next to ``SFTLoss`` though no trainer calls it: plain
+``nn.CrossEntropyLoss(ignore_index=-100)`` on the logits shifted inside, in their own dtype (``native`` in
+bfloat16/float16; in float64/float32 its CPU log_softmax misses the V = 128256 case, finding
+``openrlhf-gpt-lm-loss-cpu-log-softmax-large-vocabulary``).
 
 OpenRLHF's modules import DeepSpeed, vLLM, flash-attn and Ray at import time (GPU-only or cluster
 packages). They are loaded with the package ``__init__`` files skipped and those packages replaced

@@ -25,6 +25,10 @@ Calls the library's own loss code:
   tensors (one layer for an ``[N, E]`` vector) and the attention mask as ``[1, N]``. The layers'
   counts and probabilities are pooled before the product (form ``concatenated``; one layer is
   ``switch``); per-layer sums and DeepSeek-V3's sequence-wise form are not what it computes.
+  The variant ``moe.load_balancing[no-mask]`` (reported as ``transformers[no-mask]``) is the same
+  call without the attention mask, what ``MixtralForCausalLM.forward`` passes when its caller
+  gives none: padding counts in f and P (finding ``transformers-load-balancing-no-mask``, of that
+  variant only).
 
 In low precision ``ForCausalLMLoss`` upcasts the logits (``logits.float()``, loss_utils.py:52) and
 returns a float32 loss; ``router_z_loss_func`` works in the logits' dtype (logsumexp, the square,
