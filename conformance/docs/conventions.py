@@ -18,7 +18,8 @@ from conformance import catalog, compare, harness
 from conformance.docs import Unavailable
 from conformance.docs.context import Context
 from conformance.results import summary
-from conformance.targets import PEERS, TargetError, load
+from conformance.targets import PEERS, TargetError, load, split_variants
+from conformance.targets.target import VARIANT
 from conformance.theorem import probe
 
 MAX_UIDS = 6
@@ -38,30 +39,42 @@ def _values(values) -> str:
     return "**" + _fmt(values[0]) + "**" + "".join(", " + _fmt(v) for v in values[1:])
 
 
-def paper_gaps(target, module) -> dict:
-    """{objective: [Convention]} for the objectives whose paper-default conventions (taken together)
-    the library cannot be set to, with the declared conventions that differ from the paper."""
+def _key(objective: str, target_name: str) -> str:
+    """The declaration key of an objective run by ``target_name``: ``objective[variant]`` for the
+    target ``name[variant]`` that ``split_variants`` makes of an adapter's variant."""
+    m = VARIANT.match(target_name)
+    return f"{objective}[{m['variant']}]" if m else objective
+
+
+def paper_gaps(parts, module) -> dict:
+    """{declaration key: [Convention]} for the objectives (and variants) whose paper-default
+    conventions (taken together) the library cannot be set to, with the declared conventions that
+    differ from the paper. ``parts``: the adapter's target split into its variants."""
     out = {}
-    for oid in target.objectives:
-        spec = catalog.get(oid)
-        if target.accepts(oid, {name: spec.defaults[name] for name in spec.conventions}):
-            continue
-        rows = [c for c in module.CONVENTIONS if c.objective == oid and c.default != c.paper]
-        out[oid] = rows or [c for c in module.CONVENTIONS if c.objective == oid]
+    for target in parts:
+        for oid in target.objectives:
+            spec, key = catalog.get(oid), _key(oid, target.name)
+            if target.accepts(oid, {name: spec.defaults[name] for name in spec.conventions}):
+                continue
+            # a variant without convention rows of its own has the plain objective's
+            own = [c for c in module.CONVENTIONS if c.objective == key] or \
+                [c for c in module.CONVENTIONS if c.objective == oid]
+            out[key] = [c for c in own if c.default != c.paper] or own
     return out
 
 
-def attribute(results, target, module, vs, as_paper: bool) -> dict:
+def attribute(results, parts, module, vs, as_paper: bool) -> dict:
     """{finding id | 'paper:<objective>' | 'unexplained' | 'stale': [results]} for the conformance
-    results that did not simply pass.
+    results that did not simply pass. ``parts``: the adapter's target split into its variants; a
+    finding of one variant (``Finding.variant``) explains that variant's results only.
 
     A known failure (``xfail``) belongs to the finding whose reason the adapter declared for it.
     A failure or an error belongs, under ``--as-paper``, to the paper conventions the library
     cannot be set to, else to a finding that covers its case, else it is unexplained. A declared
     known failure that passed (``xpass``) is stale."""
-    gaps = paper_gaps(target, module)
+    gaps = paper_gaps(parts, module)
+    by_name = {t.name: t for t in parts}
     by_reason = {f.reason: f.id for f in module.FINDINGS}
-    specific = [f for f in module.FINDINGS if not f.as_paper_only]
     out: dict = defaultdict(list)
     for r in results:
         if r.axis != "conformance" or r.status not in ("fail", "error", "xfail", "xpass"):
@@ -70,10 +83,13 @@ def attribute(results, target, module, vs, as_paper: bool) -> dict:
             hit = "stale"
         elif r.status == "xfail":
             hit = by_reason.get(r.known, "unexplained")
-        elif as_paper and gaps.get(r.objective):
-            hit = f"paper:{r.objective}"
+        elif as_paper and gaps.get(_key(r.objective, r.target)):
+            hit = f"paper:{_key(r.objective, r.target)}"
         else:
-            case = vs.by_uid(r.uid)
+            case, target = vs.by_uid(r.uid), by_name[r.target]
+            m = VARIANT.match(r.target)
+            specific = [f for f in module.FINDINGS if not f.as_paper_only
+                        and f.variant in (None, m["variant"] if m else None)]
             tolerance = compare.Tolerances({}).for_case(catalog.get(r.objective), case.test, r.dtype,
                                                         target.tolerance_model_for(r.objective))
             hit = next((f.id for f in specific if f.covers(case, r.dtype, tolerance)), "unexplained")
@@ -90,13 +106,14 @@ def run(name: str, target, vs) -> dict:
     """Both runs of one adapter (declared conventions, --as-paper), their attribution, and the
     stationary-policy probe of its grpo.loss (β > 0 on every built-in tree)."""
     module = importlib.import_module(f"conformance.targets.peers.{name}")
-    declared = harness.run(target, vs)
-    paper = harness.run(target, vs, as_paper=True)
+    parts = split_variants(target)
+    declared = [r for t in parts for r in harness.run(t, vs)]
+    paper = [r for t in parts for r in harness.run(t, vs, as_paper=True)]
     probes = (probe.probe_all(target, dtype=PROBE_DTYPE, objectives=["grpo.loss"])
               if "grpo.loss" in target.objectives else [])
-    return {"name": name, "target": target, "module": module, "declared": declared, "paper": paper,
-            "declared_by": attribute(declared, target, module, vs, False),
-            "paper_by": attribute(paper, target, module, vs, True), "probes": probes}
+    return {"name": name, "target": target, "parts": parts, "module": module, "declared": declared, "paper": paper,
+            "declared_by": attribute(declared, parts, module, vs, False),
+            "paper_by": attribute(paper, parts, module, vs, True), "probes": probes}
 
 
 def _probe_section(runs: list[dict]) -> list[str]:
@@ -130,15 +147,16 @@ def _probe_section(runs: list[dict]) -> list[str]:
 
 
 def _counts(results) -> dict:
-    """{objective: Counter} of conformance statuses, plus 'invalid' (invalid inputs judged) and
-    'rejected'."""
+    """{declaration key: Counter} of conformance statuses, plus 'invalid' (invalid inputs judged)
+    and 'rejected'."""
     by = defaultdict(Counter)
     for r in results:
+        key = _key(r.objective, r.target)
         if r.axis == "conformance":
-            by[r.objective][r.status] += 1
+            by[key][r.status] += 1
         elif r.status not in ("skip", "unsupported"):
-            by[r.objective]["invalid"] += 1
-            by[r.objective]["rejected"] += r.status == "rejected"
+            by[key]["invalid"] += 1
+            by[key]["rejected"] += r.status == "rejected"
     return by
 
 
@@ -151,8 +169,8 @@ def _totals(results) -> str:
 
 def _vectors_run(results) -> Counter:
     out = Counter()
-    for uid, objective in {(r.uid, r.objective) for r in results if r.status not in ("skip", "unsupported")}:
-        out[objective] += 1
+    for uid, key in {(r.uid, _key(r.objective, r.target)) for r in results if r.status not in ("skip", "unsupported")}:
+        out[key] += 1
     return out
 
 
@@ -297,7 +315,7 @@ def render(runs: list[dict], vs, torch_version: str) -> str:
                              f"{_uid_list(hits)}.")
         lines += ["", "### Deviations from the paper (`--as-paper`)", ""]
         devs = t.deviations()
-        gaps = paper_gaps(t, module)
+        gaps = paper_gaps(r["parts"], module)
         if not devs:
             lines.append("The declared defaults are the paper defaults.")
         for oid in dict.fromkeys(d[0] for d in devs):

@@ -55,6 +55,7 @@ class Target:
     params: dict = field(default_factory=dict)    # {objective: {param: [the only values it takes]}}
     known: dict = field(default_factory=dict)     # {uid glob, optionally "@dtype": reason and link}
     known_rules: tuple = ()                       # ((reason, predicate(case, dtype[, tolerance]) -> bool), ...)
+    variant_rules: dict = field(default_factory=dict)   # {variant: known rules of that variant only}
     tolerance_model: dict = field(default_factory=dict)   # {objective glob: "careful" | "native"}
     steps: dict = field(default_factory=dict)     # {objective: step(micro_batches, ctx)} (§11)
     sharded: dict = field(default_factory=dict)   # {objective: vocabulary-parallel fn(**shard, ctx=ctx)}
@@ -214,13 +215,14 @@ class Target:
 
     def deviations(self) -> list[tuple[str, str, object, object]]:
         """(objective, convention, declared, paper default) for every declared convention whose
-        value — the first one of a list, the target's default — differs from the paper default."""
+        value — the first one of a list, the target's default — differs from the paper default
+        (``objective`` is the declaration key: ``objective[variant]`` for a variant's own)."""
         if self.conventions == ANY:
             return []
         out = []
         for oid, declared in self.conventions.items():
             first = declared[0] if isinstance(declared, list) and declared else declared
-            defaults = catalog.get(oid).defaults
+            defaults = catalog.get(objective_of(oid)).defaults
             for name, value in (first or {}).items():
                 default_value = value[0] if isinstance(value, (list, tuple)) and value else value
                 if value != ANY and default_value != defaults.get(name):
@@ -269,6 +271,7 @@ def from_mapping(obj, spec: str) -> Target:
                   devices=tuple(get("devices", None) or ("cpu",)), version=str(get("version", "") or ""), spec=spec,
                   params=_params(get("params", {}) or {}, spec), known=_known(get("known", {}) or {}, spec),
                   known_rules=_known_rules(get("known_rules", ()) or (), spec, 2),
+                  variant_rules=_variant_rules(get("known_rules", ()) or (), objectives, spec),
                   tolerance_model=_tolerance_model(get("tolerance_model", {}) or {}, spec),
                   steps=steps, sharded=sharded, grad_reduction=grad_reduction,
                   known_splits=_known_rules(get("known_splits", ()) or (), spec, 3),
@@ -313,7 +316,10 @@ def split_variants(target: Target) -> list[Target]:
     ``name[variant]``, holding the objectives declared ``objective[variant]``. A variant's
     declaration (conventions, params, dtypes, vjps, temperature_free) is the one under its own
     key, else the one under the plain objective id; ``tolerance_model`` globs are matched
-    against the objective id, a variant's own key first."""
+    against the objective id, a variant's own key first. ``known_rules`` hold for the plain
+    objectives and every variant; a rule declared ``(reason, predicate, variant)`` for that
+    variant only (its function's own failure: the plain function passes those cases, which
+    would otherwise be reported as stale known failures)."""
     names = list(dict.fromkeys(v for v in map(_variant_of, target.objectives) if v is not None))
     if not names:
         return [target]
@@ -335,12 +341,14 @@ def _restricted(target: Target, variant: str | None) -> Target:
     objectives = {objective_of(k): f for k, f in target.objectives.items() if _variant_of(k) == variant}
     own_models = {objective_of(k): m for k, m in target.tolerance_model.items() if _variant_of(k) == variant} \
         if variant is not None else {}
+    plain_models = {k: m for k, m in target.tolerance_model.items() if _variant_of(k) is None and k not in own_models}
     free = [objective_of(k) for k in target.temperature_free if _variant_of(k) in (None, variant)]
     return dataclasses.replace(
         target, name=target.name if variant is None else f"{target.name}[{variant}]", objectives=objectives,
         conventions=pick(target.conventions), vjps=pick(target.vjps), params=pick(target.params),
         objective_dtypes=pick(target.objective_dtypes),
-        tolerance_model={**own_models, **{k: m for k, m in target.tolerance_model.items() if _variant_of(k) is None}},
+        tolerance_model={**own_models, **plain_models},
+        known_rules=target.known_rules + target.variant_rules.get(variant, ()), variant_rules={},
         temperature_free=tuple(dict.fromkeys(o for o in free if o in objectives or variant is None)),
         steps=target.steps if variant is None else {}, sharded=target.sharded if variant is None else {})
 
@@ -357,12 +365,31 @@ def rule_predicate(predicate, leading: int = 2):
 
 
 def _known_rules(rules, spec: str, leading: int) -> tuple:
+    """The rules ``(reason, predicate)`` that hold for every variant; a ``known_rules`` entry
+    ``(reason, predicate, variant)`` is one variant's (``_variant_rules``)."""
     out = []
+    variant = leading == 2   # known_splits are for the steps and sharded functions: no variant there
     for rule in rules:
-        if not (isinstance(rule, (tuple, list)) and len(rule) == 2 and isinstance(rule[0], str) and callable(rule[1])):
-            raise TargetError(f"{spec}: each known rule must be (reason, predicate), got {rule!r}")
-        out.append((rule[0], rule_predicate(rule[1], leading)))
+        if not (isinstance(rule, (tuple, list)) and (len(rule) == 2 or (variant and len(rule) == 3))
+                and isinstance(rule[0], str) and callable(rule[1])):
+            raise TargetError(f"{spec}: each known rule must be (reason, predicate)"
+                              + (" or (reason, predicate, variant)" if variant else "") + f", got {rule!r}")
+        if len(rule) == 2:
+            out.append((rule[0], rule_predicate(rule[1], leading)))
     return tuple(out)
+
+
+def _variant_rules(rules, objectives: dict, spec: str) -> dict:
+    """{variant: ((reason, predicate), ...)}: the ``known_rules`` entries ``(reason, predicate,
+    variant)``, each for a variant some ``objective[variant]`` key declares."""
+    variants = {v for v in map(_variant_of, objectives or {}) if v is not None}
+    out: dict = {}
+    for rule in (r for r in rules if isinstance(r, (tuple, list)) and len(r) == 3):
+        if rule[2] not in variants:
+            raise TargetError(f"{spec}: known rule {rule[0][:60]!r} is for variant {rule[2]!r}, which no "
+                              f"'objective[variant]' key declares (declared: {', '.join(sorted(variants)) or 'none'})")
+        out.setdefault(rule[2], []).append((rule[0], rule_predicate(rule[1], 2)))
+    return {v: tuple(r) for v, r in out.items()}
 
 
 def _callables(declared, key: str, allowed: tuple, spec: str) -> dict:

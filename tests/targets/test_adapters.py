@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from conformance import catalog, cli, compare, harness
-from conformance.targets import PEERS, TargetError, load
+from conformance.targets import PEERS, TargetError, load, split_variants
+from conformance.targets.peers._common import Finding, build, where
+from conformance.targets.target import objective_of
 from conformance.vectors.load import VectorSet
 
 LIBRARIES = {  # adapter: (import name, distribution, pinned version)
@@ -93,7 +95,7 @@ def test_declaration_cites_real_library_files(name):
     assert target.version == version
     root = Path(importlib.util.find_spec(import_name).submodule_search_locations[0]).parent
     for conv in module.CONVENTIONS + getattr(module, "PARAM_DEFAULTS", []):
-        spec = catalog.get(conv.objective)
+        spec = catalog.get(objective_of(conv.objective))
         assert conv.param in {p.name for p in spec.params}, conv
         for value in conv.values:
             choices = spec.param(conv.param).choices
@@ -116,13 +118,19 @@ def test_declaration_cites_real_library_files(name):
 @pytest.mark.parametrize("name", LIBRARIES)
 def test_tolerance_models_are_the_declared_arithmetic(name):
     """The target's low-precision tolerance model is its ``ARITHMETIC`` table: one row per
-    objective it implements, ``careful`` or ``native``."""
+    objective (or variant, ``objective[variant]``) it implements, ``careful`` or ``native``; a
+    variant without a row of its own is judged by the plain objective's."""
     target, module = _require(name)
-    objectives = [a.objective for a in module.ARITHMETIC]
-    assert len(objectives) == len(set(objectives)) and set(objectives) <= set(target.objectives), objectives
+    keys = [a.objective for a in module.ARITHMETIC]
+    assert len(keys) == len(set(keys)) and set(keys) <= set(target.objectives), keys
     assert all(a.model in compare.MODELS for a in module.ARITHMETIC)
-    assert {oid: target.tolerance_model_for(oid) for oid in objectives} == {a.objective: a.model
-                                                                           for a in module.ARITHMETIC}
+    declared = {a.objective: a.model for a in module.ARITHMETIC}
+    for part in split_variants(target):
+        variant = part.name[len(name):]   # "" or "[variant]"
+        for oid in part.objectives:
+            want = declared.get(oid + variant, declared.get(oid))
+            if want is not None:
+                assert part.tolerance_model_for(oid) == want, (part.name, oid)
 
 
 @pytest.mark.parametrize("name", LIBRARIES)
@@ -132,11 +140,15 @@ def test_findings_are_the_known_failures(name):
     target, module = _require(name)
     ids = [f.id for f in module.FINDINGS]
     assert len(ids) == len(set(ids)) and all(i.startswith(f"{name}-") for i in ids), ids
-    reasons = [reason for reason, _ in target.known_rules]
-    assert reasons == [f.reason for f in module.FINDINGS]
-    for finding, reason in zip(module.FINDINGS, reasons):
-        assert reason.startswith(f"{finding.id} ({finding.kind}): ") and finding.source in reason
+    for finding in module.FINDINGS:
+        assert finding.reason.startswith(f"{finding.id} ({finding.kind}): ") and finding.source in finding.reason
         assert finding.kind in ("bug", "deviation", "precision", "numerics"), finding
+    # a variant's finding is a known rule of that variant's target only, the others of every one
+    for part in split_variants(target):
+        variant = part.name[len(name) + 1:-1] or None
+        assert [reason for reason, _ in part.known_rules] == \
+            [f.reason for f in module.FINDINGS if f.variant is None] + \
+            [f.reason for f in module.FINDINGS if f.variant is not None and f.variant == variant], part.name
 
 
 def _triton_idle(module) -> tuple[set, set]:
@@ -171,7 +183,9 @@ def test_adapter_passes_as_shipped(name, tmp_path, capsys):
     xpass = [f"{c['uid']} ({c['dtype']}): {c['known'][:60]}" for c in cases if c["status"] == "xpass"]
     assert not xpass, "stale known failures:\n" + "\n".join(xpass)
     # Every objective the adapter implements passes on some vector.
-    assert {c["objective"] for c in cases if c["status"] == "pass"} == set(target.objectives) - idle_objectives
+    passing = {(c["target"], c["objective"]) for c in cases if c["status"] == "pass"}
+    assert {(p.name, oid) for p in split_variants(target) for oid in p.objectives} - passing == \
+        {(name, oid) for oid in idle_objectives}
 
 
 @pytest.mark.slow
@@ -198,9 +212,16 @@ def test_native_declarations_are_needed(name, vs):
     the looser bound is the library's arithmetic, not a convenience."""
     target, module = _require(name)
     native = [a.objective for a in module.ARITHMETIC if a.model == "native"]
-    results = harness.run(target, vs, objective=native, dtypes=["bfloat16", "float16"],
-                          tolerances=compare.Tolerances({}, "careful"))
-    rejected = {r.objective for r in results if r.axis == "conformance" and r.status in ("fail", "xfail")}
+    rejected = set()
+    for part in split_variants(target):   # a variant's row is judged on its own target, name[variant]
+        variant = part.name[len(name):]
+        own = [oid for oid in part.objectives if oid + variant in native]
+        if not own:
+            continue
+        results = harness.run(part, vs, objective=own, dtypes=["bfloat16", "float16"],
+                              tolerances=compare.Tolerances({}, "careful"))
+        rejected |= {r.objective + variant for r in results
+                     if r.axis == "conformance" and r.status in ("fail", "xfail")}
     assert set(native) <= rejected, f"{name}: native although careful passes: {sorted(set(native) - rejected)}"
 
 
@@ -269,6 +290,41 @@ def test_as_paper_lists_the_deviations(name, vs, capsys):
     assert "differ from the paper" in out
     for objective, param, value, paper in devs:
         assert f"{objective}:" in out and param in out
+
+
+def _router_z_loss(router_logits, mask=None):
+    """ST-MoE eq. 5 over the tokens ``mask`` selects (torch, float64 here)."""
+    import torch
+    lse = torch.logsumexp(router_logits, dim=-1)
+    m = torch.ones_like(lse) if mask is None else mask.to(lse.dtype)
+    return torch.where(m == 1, lse * lse, torch.zeros_like(lse)).sum() / m.sum()
+
+
+def test_a_variant_finding_explains_its_variant_only(vs):
+    """An adapter's second call form (``objective[variant]``, here the router z-loss without its
+    mask) is its own target ``name[variant]``; a finding declared for that variant
+    (``Finding(variant=...)``) explains that target's failures and is no known rule of the plain
+    one, whose cases it would otherwise mark known and report stale (xpass). An arithmetic row of
+    the variant key is the variant's tolerance model, not the plain objective's."""
+    pytest.importorskip("torch")
+    from conformance.targets.peers._common import Arithmetic
+    from conformance.targets.peers.transformers import _no_mask_shows
+
+    finding = Finding("lib-no-mask", "deviation", "the mask is not passed on", "lib.py z_loss",
+                      where(objectives=("moe.router_z_loss",), shows=_no_mask_shows), variant="no-mask")
+    target = build("lib", "1.0", {"moe.router_z_loss": _router_z_loss,
+                                  "moe.router_z_loss[no-mask]": lambda router_logits, mask=None:
+                                  _router_z_loss(router_logits)},
+                   [], [finding], [Arithmetic("moe.router_z_loss[no-mask]", "native", "lib.py:1")], dtypes=("float64",))
+    plain, variant = split_variants(target)
+    assert (plain.name, variant.name) == ("lib", "lib[no-mask]")
+    assert plain.known_rules == () and [r for r, _ in variant.known_rules] == [finding.reason]
+    assert (plain.tolerance_model_for("moe.router_z_loss"), variant.tolerance_model_for("moe.router_z_loss")) == \
+        (None, "native")
+    statuses = {t.name: {r.status for r in harness.run(t, vs, objective="moe.router_z_loss", dtypes=["float64"])
+                         if r.axis == "conformance"} for t in (plain, variant)}
+    assert statuses["lib"] == {"pass"}, statuses
+    assert statuses["lib[no-mask]"] == {"pass", "xfail"}, statuses
 
 
 def test_import_bare_removes_its_placeholders():

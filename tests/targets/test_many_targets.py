@@ -3,6 +3,7 @@ that checks nothing is a line, and the run is a usage error only when none check
 NotImplementedError is unsupported everywhere; dtypes per objective; several variants of one
 objective, each with its own declaration and its own name in the report."""
 import json
+import re
 import textwrap
 
 import pytest
@@ -122,6 +123,26 @@ def test_split_variants_keeps_each_declaration_with_its_variant(library):
     assert parts["lib[row]"].declared("grpo.aggregate") == {}
     assert parts["lib[row]"].dtypes_for("grpo.aggregate") == ("float64",)
     assert parts["lib[token]"].dtypes_for("grpo.aggregate") == ("float64", "float32")
+
+
+@pytest.mark.parametrize("rules, parts_or_error", [
+    ("[('every', yes), ('row only', yes, 'row')]", {"lib": ["every"], "lib[token]": ["every"],
+                                                    "lib[row]": ["every", "row only"]}),
+    ("[('x', yes, 'rows')]", "known rule 'x' is for variant 'rows', which no 'objective[variant]' key declares"),
+    ("[('x',)]", "each known rule must be (reason, predicate) or (reason, predicate, variant)"),
+])
+def test_a_known_rule_of_one_variant_holds_for_that_variant_only(library, tmp_path, rules, parts_or_error):
+    """``known_rules`` entries ``(reason, predicate)`` hold for the plain objectives and every
+    variant; ``(reason, predicate, variant)`` for that variant's target alone (its plain
+    sibling's cases are not its failures: marked known there, they would pass as stale)."""
+    path = tmp_path / "ruled.py"
+    path.write_text(f"from library import MEANS\nyes = lambda case, dtype: True\nT = {{**MEANS, 'known_rules': {rules}}}\n")
+    if isinstance(parts_or_error, str):
+        with pytest.raises(TargetError, match=re.escape(parts_or_error)):
+            load(f"{path}:T")
+        return
+    parts = {t.name: [reason for reason, _ in t.known_rules] for t in split_variants(load(f"{path}:T"))}
+    assert parts == parts_or_error
 
 
 @pytest.mark.parametrize("extra, message", [

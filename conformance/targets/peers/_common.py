@@ -7,6 +7,13 @@ low-precision arithmetic (with the library lines it is read from), the lazy impo
 library with a one-line install hint, and the documented findings (library bugs and deviations)
 that the adapters declare as known failures, with the predicates that say which cases each
 explains.
+
+An adapter that checks a second call form of the same objective (another function of the library,
+or the same one called another way) declares it as a variant, as a user target does
+(conformance/targets/target.py VARIANT): the key ``"objective[variant]"`` in ``objectives`` and in
+the rows of its ``Convention`` and ``Arithmetic`` tables (a variant without rows of its own takes
+the plain objective's), and ``Finding(..., variant=...)`` for a failure of that call form only.
+Each variant is checked and reported as the target ``name[variant]``.
 """
 from __future__ import annotations
 
@@ -20,7 +27,7 @@ import numpy as np
 from conformance import catalog
 from conformance.numbers import decode_input
 from conformance.targets.steps import global_test
-from conformance.targets.target import Target, TargetError, from_mapping, rule_predicate
+from conformance.targets.target import Target, TargetError, from_mapping, objective_of, rule_predicate
 from refimpl.arrays import dpo, grpo
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
@@ -30,7 +37,8 @@ INSTALL_ALL = "scripts/install-peers.sh"
 @dataclass(frozen=True)
 class Convention:
     """One convention of a library: the value(s) it can be configured to (the first is its
-    default), where that comes from, and a note when it needs one."""
+    default), where that comes from, and a note when it needs one. ``objective`` is the
+    declaration key: an objective id, or ``"objective[variant]"`` for a variant's own row."""
     objective: str
     param: str
     values: tuple            # accepted values, library default first
@@ -43,7 +51,7 @@ class Convention:
 
     @property
     def paper(self):
-        return catalog.get(self.objective).defaults[self.param]
+        return catalog.get(objective_of(self.objective)).defaults[self.param]
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,8 @@ class Arithmetic:
     careful model assumes float32 and that cancels there (k3 = e^x − x − 1, r − mean with a rounded
     mean, a vocabulary sum of rounded log-probabilities, a DPO margin formed from rounded
     log-ratios), or it accumulates gradient partials in that dtype. ``careful``: it upcasts, or
-    rounds to the dtype only what the careful model grants (a term, a partial sum, a weight)."""
+    rounds to the dtype only what the careful model grants (a term, a partial sum, a weight).
+    ``objective``: an objective id, or ``"objective[variant]"`` for a variant's own model."""
     objective: str
     model: str               # "careful" | "native"
     source: str              # library file(s) and the lines the model is read from
@@ -100,7 +109,10 @@ class Finding:
     passes shows up as a stale declaration (``xpass``). It is asked about the ``valid`` vectors
     only, unless ``results`` says otherwise: an ``acceptable`` vector passes whatever its values
     (only a narrower dtype or a gradient leak fails it there), and an ``invalid`` one is judged on
-    the validation axis, which needs no declaration."""
+    the validation axis, which needs no declaration. ``variant``: the finding is a failure of that
+    variant's call form only (``"objective[variant]"`` among the adapter's objectives) and explains
+    cases of the target ``name[variant]`` alone; without it, it holds for the plain objectives and
+    every variant alike."""
     id: str
     kind: str
     summary: str
@@ -108,6 +120,7 @@ class Finding:
     applies: Callable = field(compare=False, repr=False)   # (VectorCase, dtype[, tolerance]) -> bool
     results: tuple = ("valid",)
     as_paper_only: bool = False
+    variant: str | None = None
 
     @property
     def reason(self) -> str:
@@ -120,8 +133,9 @@ class Finding:
 
 
 def known_rules(findings: list[Finding]) -> tuple:
-    """A target's ``known_rules``: each finding's reason and predicate."""
-    return tuple((f.reason, f.covers) for f in findings)
+    """A target's ``known_rules``: each finding's reason and predicate, and its variant where it
+    has one (target.py _variant_rules)."""
+    return tuple((f.reason, f.covers) if f.variant is None else (f.reason, f.covers, f.variant) for f in findings)
 
 
 def split_rules(findings) -> tuple:

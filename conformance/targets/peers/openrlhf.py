@@ -11,7 +11,11 @@ token mean).
 ``lm.token_logprobs`` is ``models/utils.py log_probs_from_logits``, ``lm.entropy`` the body of its
 ``compute_entropy`` (a ``@torch.compile`` function), ``lm.cross_entropy`` the SFT trainer's ``SFTLoss`` on
 those log-probabilities, ``ppo.value_loss`` ``ValueLoss`` and ``reward.pairwise`` ``PairWiseLoss`` /
-``LogExpLoss``.
+``LogExpLoss``. The variant ``lm.cross_entropy[gpt-lm-loss]`` (reported as ``openrlhf[gpt-lm-loss]``) is
+``models/loss.py GPTLMLoss``, exported next to ``SFTLoss`` though no trainer calls it: plain
+``nn.CrossEntropyLoss(ignore_index=-100)`` on the logits shifted inside, in their own dtype (``native`` in
+bfloat16/float16; in float64/float32 its CPU log_softmax misses the V = 128256 case, finding
+``openrlhf-gpt-lm-loss-cpu-log-softmax-large-vocabulary``).
 
 OpenRLHF's modules import DeepSpeed, vLLM, flash-attn and Ray at import time (GPU-only or cluster
 packages). They are loaded with the package ``__init__`` files skipped and those packages replaced
@@ -543,6 +547,9 @@ CONVENTIONS += [
       "token_level_loss=True, −Σ log-probabilities of the loss-mask tokens / batch_num_tokens, the window's "
       "all-reduced token count from openrlhf/utils/loss_utils.py get_loss_batch_info; GPTLMLoss, "
       "nn.CrossEntropyLoss(ignore_index=-100) mean, is exported but no trainer uses it)"),
+    C("lm.cross_entropy[gpt-lm-loss]", "reduction", ("mean",), f"{LOSS}:50 GPTLMLoss (self.loss = "
+      "nn.CrossEntropyLoss(ignore_index=self.IGNORE_INDEX): the mean over the labels other than -100; no "
+      "normalizer, no other reduction)"),
     C("ppo.value_loss", "clip_range_value", (0.5, 0.2, None), f"{LOSS} ValueLoss(clip_eps) (--critic.value_clip, "
       f"default 0.5 in {CLI}; None: the plain squared error): old_values + (values − old_values).clamp(±clip_eps)"),
     C("ppo.value_loss", "half", (True,), f"{LOSS} ValueLoss.forward (return 0.5 * loss)"),
@@ -561,6 +568,9 @@ ARITHMETIC += [
       "dtype: two rounded terms of similar size cancel)"),
     A("lm.cross_entropy", "native", f"{LOSS}:87-113 (SFTLoss on the log-probabilities of {UTILS}:190-196, "
       "F.log_softmax in the logits' dtype, as lm.token_logprobs)"),
+    A("lm.cross_entropy[gpt-lm-loss]", "native", f"{LOSS}:79-82 (GPTLMLoss: nn.CrossEntropyLoss on the shifted "
+      "logits in their own dtype, no upcast: bfloat16/float16 rows through F.cross_entropy, whose CPU log_softmax "
+      "rounds log Σ to the dtype before (z − max) − log Σ, so log q_y near 0 cancels)"),
     A("ppo.value_loss", "native", f"{LOSS}:282-286 (ValueLoss: values_clipped = old_values + (values − "
       "old_values).clamp(±ε) in the dtype, two roundings that move an unclipped V_c off V, and V_c − R then cancels "
       "where R ≈ V)"),
@@ -624,7 +634,17 @@ _LOGEXP_LITERAL = Finding(
     "r_r) has neither problem",
     f"{LOSS} LogExpLoss.forward: torch.log(1 + torch.exp(reject_reward - chosen_reward))",
     where(objectives=("reward.pairwise",), conventions={"form": "log-exp"}, shows=_logexp_literal_shows))
-FINDINGS += [_ENTROPY_NEG_INF, _ENTROPY_LARGE_V, _LOGEXP_MARGIN, _LOGEXP_LITERAL]
+_GPT_LM_LARGE_V = Finding(
+    "openrlhf-gpt-lm-loss-cpu-log-softmax-large-vocabulary", "numerics",
+    "GPTLMLoss is nn.CrossEntropyLoss, whose CPU log_softmax (torch 2.13) accumulates the V exponentials in vector "
+    "lanes one after another: at V = 128256 the gradient softmax − onehot is 1630 ulps off in float64 and 740 in "
+    "float32 at its worst element, 2.3× and 1.95× the bound (SFTLoss, on log_probs_from_logits' gather − "
+    "logsumexp, passes the same case; as transformers-cross-entropy-float32-vocabulary-sum). Repro: lossproof check --target openrlhf "
+    "--uid lm.cross_entropy:6bd0583a796e8251 --dtype float64",
+    f"{LOSS} GPTLMLoss.forward: loss = self.loss(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))",
+    where(objectives=("lm.cross_entropy",), dtypes=("float64", "float32"), test=large_vocabulary),
+    variant="gpt-lm-loss")
+FINDINGS += [_ENTROPY_NEG_INF, _ENTROPY_LARGE_V, _LOGEXP_MARGIN, _LOGEXP_LITERAL, _GPT_LM_LARGE_V]
 
 
 def token_logprobs(logits, labels, temperature=1.0):
@@ -656,6 +676,25 @@ def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss
                                                         batch_num_tokens=normalizer)
     return _mod("models.loss").SFTLoss()(logps, counted.unsqueeze(0), dp_size=info["dp_size"],
                                          batch_num_tokens=info["batch_num_tokens"])
+
+
+def gpt_lm_loss(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean",
+                normalizer=None):
+    """GPTLMLoss()(logits, labels) (models/loss.py:42-84, no ring attention): it shifts inside
+    (logits[..., :-1, :] against labels[..., 1:]), so the vector's N rows are given as one sequence
+    with one more row after them and its labels after one more label before them: row t is scored
+    against label t, and the extra row, whose gradient is discarded, is scored against nothing."""
+    import torch
+    if label_smoothing or z_loss or softcap is not None:
+        raise NotImplementedError("OpenRLHF 0.11.2 GPTLMLoss has no label smoothing, z-loss or soft-capping")
+    if reduction != "mean" or normalizer is not None:
+        raise NotImplementedError("OpenRLHF 0.11.2 GPTLMLoss is nn.CrossEntropyLoss's mean: no other reduction "
+                                  "or normalizer")
+    if ignore_index != -100:
+        raise NotImplementedError("OpenRLHF 0.11.2 GPTLMLoss fixes IGNORE_INDEX = -100")
+    rows = torch.cat([logits, logits[-1:].detach()]).unsqueeze(0)
+    shifted = torch.cat([labels.new_full((1,), -100), labels.long()]).unsqueeze(0)
+    return _mod("models.loss").GPTLMLoss()(rows, shifted)
 
 
 def value_loss(values, old_values, returns, mask, clip_range_value=None, half=False, aggregation="token-mean"):
@@ -692,5 +731,6 @@ def target():
                   "grpo.clip": clip, "grpo.aggregate": aggregate, "grpo.loss": grpo_loss, "kl.estimator": kl_estimator,
                   "ppo.entropy_bonus": entropy_bonus,
                   "dpo.loss": dpo_loss, "grpo.rollout_correction": rollout_correction, **_LM_PPO_REWARD_OBJECTIVES}
+    objectives["lm.cross_entropy[gpt-lm-loss]"] = gpt_lm_loss
     return build("openrlhf", version, objectives, CONVENTIONS + CORRECTION, FINDINGS, ARITHMETIC,
                  alternatives=ALTERNATIVES)

@@ -25,6 +25,10 @@ Calls the library's own loss code:
   tensors (one layer for an ``[N, E]`` vector) and the attention mask as ``[1, N]``. The layers'
   counts and probabilities are pooled before the product (form ``concatenated``; one layer is
   ``switch``); per-layer sums and DeepSeek-V3's sequence-wise form are not what it computes.
+  The variant ``moe.load_balancing[no-mask]`` (reported as ``transformers[no-mask]``) is the same
+  call without the attention mask, what ``MixtralForCausalLM.forward`` passes when its caller
+  gives none: padding counts in f and P (finding ``transformers-load-balancing-no-mask``, of that
+  variant only).
 
 In low precision ``ForCausalLMLoss`` upcasts the logits (``logits.float()``, loss_utils.py:52) and
 returns a float32 loss; ``router_z_loss_func`` works in the logits' dtype (logsumexp, the square,
@@ -38,6 +42,7 @@ from conformance.targets.peers._common import Arithmetic as A
 from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
+    arguments,
     as_array,
     build,
     decoded,
@@ -132,7 +137,35 @@ _LOAD_BALANCING_FLOAT32 = Finding(
     "--dtype float64",
     f"{MIXTRAL} load_balancing_loss_func: router_prob_sum = torch.zeros(num_experts, dtype=torch.float32)",
     where(objectives=("moe.load_balancing",), dtypes=("float64",)), results=("valid", "acceptable"))
-FINDINGS = [_CAUSAL_LM_FLOAT32, _ROUTER_Z_NO_MASK, _LOG_SOFTMAX_FLOAT32_SUM, _LOAD_BALANCING_FLOAT32]
+
+
+def _balance_no_mask_shows(case, dtype: str, tolerance) -> bool:
+    """Whether counting the masked tokens in f and P (the loss without the mask) moves the loss or
+    its gradient beyond ``tolerance`` (refimpl/arrays with the vector's mask against without it)."""
+    inputs = decoded(case.test["inputs"])
+    if "mask" not in inputs or not (inputs["mask"] == 0).any():
+        return False
+    z, ct = inputs["router_logits"], decoded(case.test["cotangents"])["loss"]
+    kw = {k: v for k, v in arguments(case).items() if k in ("top_k", "form", "seq_len")}
+    exact, deviating = ({"loss": moe.load_balancing(z, mask=m, **kw),
+                         "grad:router_logits": moe.load_balancing_vjp(ct, z, mask=m, **kw)["router_logits"]}
+                        for m in (inputs["mask"], None))
+    return deviation_shows(tolerance, exact, deviating)
+
+
+_LOAD_BALANCING_NO_MASK = Finding(
+    "transformers-load-balancing-no-mask", "deviation",
+    "load_balancing_loss_func without attention_mask (MixtralForCausalLM.forward passes its own, None when the "
+    "caller gives none, as padding-free and packed batches do) counts every row it is given: padding tokens count in "
+    "the assignment fractions f, the mean router probabilities P and the token count, and get a gradient (Switch "
+    "eq. 4–6 average over the real tokens). Repro: lossproof check --target transformers --uid "
+    "moe.load_balancing:4863e0d7fe2e0067 --dtype float32",
+    f"{MIXTRAL}:524-531 load_balancing_loss_func (if attention_mask is None: router_prob_sum + "
+    "routing_weights.float().sum(dim=0); total_rows + routing_weights.shape[0]), called from "
+    f"MixtralForCausalLM.forward with its attention_mask ({MIXTRAL}:626-631)",
+    where(objectives=("moe.load_balancing",), shows=_balance_no_mask_shows), variant="no-mask")
+FINDINGS = [_CAUSAL_LM_FLOAT32, _ROUTER_Z_NO_MASK, _LOG_SOFTMAX_FLOAT32_SUM, _LOAD_BALANCING_FLOAT32,
+            _LOAD_BALANCING_NO_MASK]
 
 
 def _mods():
@@ -228,10 +261,16 @@ def load_balancing(router_logits, top_k=1, form="switch", seq_len=None, mask=Non
                                             attention_mask=attention)
 
 
+def load_balancing_no_mask(router_logits, top_k=1, form="switch", seq_len=None, mask=None):
+    """The variant ``moe.load_balancing[no-mask]``: load_balancing_loss_func as MixtralForCausalLM.forward
+    calls it without an attention mask (``mask`` is not passed on: finding transformers-load-balancing-no-mask)."""
+    return load_balancing(router_logits, top_k=top_k, form=form, seq_len=seq_len)
+
+
 def target():
     version = require("transformers", "transformers", VERSION, INSTALL)
     load_or_explain(_mods, "transformers", INSTALL)
     objectives = {"lm.cross_entropy": cross_entropy, "moe.router_z_loss": router_z_loss,
-                  "moe.load_balancing": load_balancing}
+                  "moe.load_balancing": load_balancing, "moe.load_balancing[no-mask]": load_balancing_no_mask}
     return build("transformers", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC,
                  steps={"lm.cross_entropy": causal_lm_step})
