@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import json
 import signal
 import threading
 import time

@@ -26,7 +26,6 @@ chunks below, which are the fallback everywhere.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
