@@ -811,6 +811,15 @@ def linear_shapes(hidden: tuple, weight: tuple, bias: tuple | None) -> tuple[int
     return n, h, weight[0]
 
 
+def lm_conventions(ignore_index_, label_smoothing, z_loss_, softcap_, reduction, normalizer):
+    """The conventions every lm cross-entropy backend takes, each through its own check:
+    (ignore_index, label_smoothing ε, z_loss ζ, softcap, reduction, normalizer)."""
+    ignore, eps, zeta, cap = (ignore_index(ignore_index_), ce_label_smoothing(label_smoothing), z_loss(z_loss_),
+                              softcap(softcap_))
+    reduction = lm_reduction(reduction)
+    return ignore, eps, zeta, cap, reduction, ce_normalizer(normalizer, reduction)
+
+
 def empty_mean(reduction: str, normalizer, counted: int) -> None:
     """reduction='mean' without a normalizer over zero counted tokens is 0/0 (PyTorch returns NaN):
     refused, never a silent NaN."""

@@ -91,12 +91,8 @@ def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, 
     z = _logits(xp, dt, logits)
     n, v = _xp.shape(z)
     y = _labels(xp, labels, n)
-    ignore = validate.ignore_index(ignore_index)
-    eps = validate.ce_label_smoothing(label_smoothing)
-    zeta = validate.z_loss(z_loss)
-    cap = validate.softcap(softcap)
-    reduction = validate.lm_reduction(reduction)
-    norm = validate.ce_normalizer(normalizer, reduction)
+    ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
+                                                                      softcap, reduction, normalizer)
     counted = _check_labels(xp, y, v, ignore)
     onehot = _onehot(xp, y, counted, v)
     if cap is None:

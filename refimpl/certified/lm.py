@@ -64,12 +64,8 @@ def _top(x) -> int:
 def _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer):
     """The cross-entropy's arguments checked against logits z (nested balls, None at −inf)."""
     y = _labels(labels, n)
-    ignore = validate.ignore_index(ignore_index)
-    eps = validate.ce_label_smoothing(label_smoothing)
-    zeta = validate.z_loss(z_loss)
-    cap = validate.softcap(softcap)
-    reduction = validate.lm_reduction(reduction)
-    norm = validate.ce_normalizer(normalizer, reduction)
+    ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
+                                                                      softcap, reduction, normalizer)
     counted = validate.token_labels(y, v, ignore)
     if cap is None:
         _check_rows(z, y, counted, eps)

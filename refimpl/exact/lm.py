@@ -108,12 +108,9 @@ def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, 
     z = _logits(logits)
     n, v = z.shape
     y = _labels(labels, n)
-    ignore = validate.ignore_index(ignore_index)
-    eps = mp.mpf(validate.ce_label_smoothing(label_smoothing))
-    zeta = mp.mpf(validate.z_loss(z_loss))
-    cap = validate.softcap(softcap)
-    reduction = validate.lm_reduction(reduction)
-    norm = validate.ce_normalizer(normalizer, reduction)
+    ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
+                                                                      softcap, reduction, normalizer)
+    eps, zeta = mp.mpf(eps), mp.mpf(zeta)
     counted = validate.token_labels(y, v, ignore)
     if cap is None:
         _rows(z, y, counted, float(eps))

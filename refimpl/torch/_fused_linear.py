@@ -110,29 +110,15 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     hidden, weight and bias; the result is in the inputs' promoted dtype (bfloat16/float16 run in
     float32)."""
     h = _common.array("hidden", hidden)
-    validate.rank("hidden", tuple(h.shape), 2)
-    W = _common.array("weight", weight)
-    validate.rank("weight", tuple(W.shape), 2)
-    n, width = h.shape
-    v = W.shape[0]
-    if W.shape[1] != width:
-        validate.fail("weight", f"shape {tuple(W.shape)} does not match hidden shape {tuple(h.shape)} "
-                                "(weight is [V, H], hidden [N, H])")
-    validate.lm_logit_rows(n, v)
-    b = None
-    if bias is not None:
-        b = _common.array("bias", bias)
-        validate.same_shape(**{"weight rows": (v,)}, bias=tuple(b.shape))
+    W = _common.array("weight", weight).to(h.device)
+    b = None if bias is None else _common.array("bias", bias).to(h.device)
+    n, _, v = validate.linear_shapes(tuple(h.shape), tuple(W.shape), None if b is None else tuple(b.shape))
     y = _common.int_array("labels", labels)
     validate.rank("labels", tuple(y.shape), 1)
     validate.same_shape(**{"hidden rows": (n,)}, labels=tuple(y.shape))
     y = y.to(h.device)
-    ignore = validate.ignore_index(ignore_index)
-    eps = validate.ce_label_smoothing(label_smoothing)
-    zeta = validate.z_loss(z_loss)
-    cap = validate.softcap(softcap)
-    reduction = validate.lm_reduction(reduction)
-    norm = validate.ce_normalizer(normalizer, reduction)
+    ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
+                                                                      softcap, reduction, normalizer)
     counted = _fused_ce.counted_labels(y, v, ignore)
     count = int(counted.sum())
     validate.empty_mean(reduction, norm, count)

@@ -127,12 +127,8 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     z = _logits(logits)
     n, v = z.shape
     y = _labels(labels, z)
-    ignore = validate.ignore_index(ignore_index)
-    eps = validate.ce_label_smoothing(label_smoothing)
-    zeta = validate.z_loss(z_loss)
-    cap = validate.softcap(softcap)
-    reduction = validate.lm_reduction(reduction)
-    norm = validate.ce_normalizer(normalizer, reduction)
+    ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
+                                                                      softcap, reduction, normalizer)
     counted = _fused_ce.counted_labels(y, v, ignore)
     if FUSED:
         if cap is None:
@@ -169,13 +165,13 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     first, so that each logit is a float32 dot product of exact products (never rounded to the input
     dtype) and the gradients wrt hidden, weight and bias (autograd through F.linear) are float32
     matrix products rounded once to the inputs' dtype."""
+    if FUSED:
+        return _fused_linear.linear_cross_entropy(hidden, weight, labels, ignore_index, label_smoothing, z_loss,
+                                                  softcap, reduction, normalizer, bias)
     h = _common.array("hidden", hidden)
     w = _common.array("weight", weight).to(h.device)
     b = None if bias is None else _common.array("bias", bias).to(h.device)
     validate.linear_shapes(tuple(h.shape), tuple(w.shape), None if b is None else tuple(b.shape))
-    if FUSED:
-        return _fused_linear.linear_cross_entropy(h, w, labels, ignore_index, label_smoothing, z_loss, softcap,
-                                                  reduction, normalizer, b)
     out_dtype = _common.result_dtype(h, w) if b is None else _common.result_dtype(h, w, b)
     work = _common.work_dtype(out_dtype)
     z = torch.nn.functional.linear(_common.upcast(h, work), _common.upcast(w, work),

@@ -318,12 +318,8 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     value on every rank."""
     z = _shard_logits(logits, group)
     y = torch.as_tensor(labels, dtype=torch.int64, device=z.device)
-    ignore = validate.ignore_index(ignore_index)
-    eps = validate.ce_label_smoothing(label_smoothing)
-    zeta = validate.z_loss(z_loss)
-    cap = validate.softcap(softcap)
-    reduction = validate.lm_reduction(reduction)
-    norm = validate.ce_normalizer(normalizer, reduction)
+    ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
+                                                                      softcap, reduction, normalizer)
     vocab = _vocab(z.shape[-1], z.device, group)
     counted = validate.token_labels(y.tolist(), vocab, ignore)
     counted = torch.tensor(counted, dtype=torch.bool, device=z.device)
