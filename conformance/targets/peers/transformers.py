@@ -43,10 +43,10 @@ from conformance.targets.peers._common import Convention as C
 from conformance.targets.peers._common import (
     Finding,
     arguments,
-    as_array,
     build,
     decoded,
     deviation_shows,
+    large_vocabulary,
     load_or_explain,
     require,
     where,
@@ -112,13 +112,6 @@ _ROUTER_Z_NO_MASK = Finding(
     "--uid moe.router_z_loss:f601ef1f9e93d335",
     f"{SWITCH} router_z_loss_func: torch.sum(z_loss) / (num_groups * tokens_per_group)",
     where(objectives=("moe.router_z_loss",), shows=_no_mask_shows))
-_VOCAB = 1 << 16
-
-
-def _large_vocabulary(case) -> bool:
-    return as_array(case.test["inputs"]["logits"]).shape[-1] >= _VOCAB
-
-
 _LOG_SOFTMAX_FLOAT32_SUM = Finding(
     "transformers-cross-entropy-float32-vocabulary-sum", "numerics",
     "fixed_cross_entropy calls torch.nn.functional.cross_entropy, whose CPU log_softmax (torch 2.13) accumulates the "
@@ -128,7 +121,7 @@ _LOG_SOFTMAX_FLOAT32_SUM = Finding(
     "lm.cross_entropy:6bd0583a796e8251 --dtype float32 (gradient 1.95× the bound at V = 128256)",
     f"{LOSS} fixed_cross_entropy: nn.functional.cross_entropy(source, target, ignore_index=ignore_index, "
     "reduction=reduction)",
-    where(objectives=("lm.cross_entropy",), dtypes=("float32",), test=_large_vocabulary))
+    where(objectives=("lm.cross_entropy",), dtypes=("float32",), test=large_vocabulary))
 _LOAD_BALANCING_FLOAT32 = Finding(
     "transformers-load-balancing-float32", "precision",
     "load_balancing_loss_func sums the assignment counts and router probabilities into float32 accumulators "
