@@ -1,19 +1,36 @@
-"""``lossproof infer``: the conventions declaration that fits a function (issue 25).
+"""``lossproof infer``: the conventions declaration that fits a function (issue 25, issue 36).
 
 The function is run over every convention group of the vectors as if it declared ``"*"`` (each
 vector with its own group's conventions). A group *fits* when at least one of its cases passes
 and none fails; a group the function does not compute (every case unsupported or skipped)
-neither fits nor rules anything out. A target's declared known failures still excuse failing
-cases, but an excused case (xfail) is no evidence *for* a group: a known failure is stated for
-the conventions the target declares, and a rule such as "float64 inputs give a float32 result"
-excuses any wrong value of every group alike (Liger's distillation in float64, verl's whitened
-advantages, whose ddof = 0 and ddof = 1 groups both failed only as known failures). A group whose
-judged cases are all excused is *undecided*: it neither fits nor is ruled out, and the text says
-so (another --dtype may decide it). The declaration proposed is the smallest one
-that accepts exactly the groups that fit, among the groups the vectors hold: one value or a
-list per convention when the fitting groups form such a product, otherwise a list of
-combinations (docs/targets.md). When no group fits, each group is named with the first case
-that rules it out.
+neither fits nor rules anything out, and the text gives the reason the harness gave (the wrapper
+does not take the convention, or raises NotImplementedError for its value). A target's declared
+known failures still excuse failing cases, but an excused case (xfail) is no evidence *for* a
+group: a known failure is stated for the conventions the target declares, and a rule such as
+"float64 inputs give a float32 result" excuses any wrong value of every group alike (Liger's
+distillation in float64, verl's whitened advantages, whose ddof = 0 and ddof = 1 groups both
+failed only as known failures). A group whose judged cases are all excused is *undecided*: it
+neither fits nor is ruled out, and the text says so (another --dtype may decide it).
+
+When no committed group fits, the search goes on beyond them, as ``check`` does for a declared
+combination no group holds (``conformance.derive``): each combination one convention away from a
+committed group (the convention set to another value some committed group or the catalog's
+choices hold: an eps of 1e-6 with the sample std and zeroed degenerate groups, although no
+group holds that combination) is given exact cases derived at run time, and the target runs on
+them declaring that combination, nearest groups first (those with the most passing cases). A
+derived combination whose cases all pass fits like a group.
+
+When float64 rules out a group only because the function returns a narrower dtype (every
+failing float64 run narrowed), the groups are judged again in float32, and the text says so:
+a function that computes in float32 on purpose declares the dtypes it serves.
+
+The declaration proposed is the smallest one that accepts exactly the groups that fit, among
+the groups judged: one value or a list per convention when the fitting groups form such a
+product, otherwise a list of combinations (docs/targets.md). A group it leaves out is never
+dropped silently: a group with passing cases whose failures the diagnosis names as a defect
+(any kind but ``convention`` and ``unexplained``) is listed first, as left out by that defect,
+not by a convention, so that the bug is fixed rather than declared away. When no group fits,
+each group is named with the first case that rules it out.
 """
 from __future__ import annotations
 
@@ -23,8 +40,13 @@ import inspect
 import json
 from dataclasses import dataclass, field
 
-from conformance import catalog, harness
+from conformance import catalog, derive, diagnose, harness
+from conformance.results import NOT_CALLED
 from conformance.targets.target import ANY, Target
+
+# Combinations next to the committed groups given derived cases, per objective: enough for the
+# nearest groups' neighbours, few enough that one inference stays within seconds to a minute.
+MAX_DERIVED = 48
 
 
 @dataclass
@@ -34,6 +56,11 @@ class Group:
     counts: dict = field(default_factory=dict)   # status -> case-runs
     against: str = ""                            # the first case that rules it out: uid and message
     excused: str = ""                            # the first declared known failure: uid and reason
+    why_not: str = ""                            # the first reason a case was not computed
+    derived: bool = False                        # judged on cases derived at run time
+    defect: str = ""                             # the defect that rules it out, when not a convention
+    narrowed: bool = False                       # every failing run returned a narrower dtype
+    not_called: bool = False                     # every failure: the function's signature refused the call
 
     @property
     def fits(self) -> bool:
@@ -54,27 +81,41 @@ class Inference:
     objective: str
     groups: list[Group]
     declaration: dict | list | None     # None: no group fits
+    notes: list[str] = field(default_factory=list)
 
     def text(self) -> str:
-        """The declaration to paste into a target file, or why none fits."""
+        """The declaration to paste into a target file, or why none is proposed."""
+        defects = [f"  left out by a defect, not a convention: {g.name} ({_assign(g.conventions)}): {g.defect}; "
+                   "fix it (or declare the failure a known one) rather than declare the group away"
+                   for g in self.groups if g.defect]
         if self.declaration is None:
-            lines = [f"{self.objective}: no convention group of the vectors fits"]
+            lines = [f"{self.objective}: no convention group of the vectors fits", *self.notes]
             lines += [f"  {g.name} ({_assign(g.conventions)}): ruled out by {g.against}"
-                      for g in self.groups if g.ruled_out]
+                      for g in self.groups if g.ruled_out and not g.derived]
+            tried = [g for g in self.groups if g.derived and not g.fits]
+            if tried:
+                lines.append(f"  {len(tried)} combination(s) next to the committed groups, judged on cases derived at "
+                             f"run time, are ruled out too, e.g. {tried[0].name}: {tried[0].against}")
             lines += [_undecided(g) for g in self.groups if g.undecided]
-            lines += [f"  {g.name}: not computed (every case unsupported or skipped)"
+            lines += [f"  {g.name}: not computed ({g.why_not or 'every case unsupported or skipped'})"
                       for g in self.groups if not g.ruled_out and not g.fits and not g.undecided]
             return "\n".join(lines)
-        fitting = ", ".join(g.name for g in self.groups if g.fits)
+        fitting = ", ".join(_label(g) for g in self.groups if g.fits)
         excused = ", ".join(f"{g.name} {g.counts['xfail']}" for g in self.groups if g.fits and g.counts.get("xfail"))
         out = [f"{self.objective}: fits the groups {fitting}"
                + (f" (case-runs excused as declared known failures, no evidence either way: {excused})" if excused else ""),
-               f'    "conventions": {{"{self.objective}": {_python(self.declaration)}}},']
+               f'    "conventions": {{"{self.objective}": {_python(self.declaration)}}},', *self.notes, *defects]
         for g in self.groups:
-            if g.ruled_out:
+            if g.ruled_out and not g.derived and not g.defect:
                 out.append(f"  not {g.name} ({_assign(g.conventions)}): ruled out by {g.against}")
         out += [_undecided(g) for g in self.groups if g.undecided]
+        out += [f"  {g.name}: not computed ({g.why_not})" for g in self.groups
+                if g.why_not and not g.ruled_out and not g.fits and not g.undecided]
         return "\n".join(out)
+
+
+def _label(g: Group) -> str:
+    return f"{g.name} (cases derived at run time: no committed group holds it)" if g.derived else g.name
 
 
 def _undecided(g: Group) -> str:
@@ -90,22 +131,120 @@ def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=N
     for oid in target.objectives:
         if not any(fnmatch.fnmatchcase(oid, g) for g in objectives):
             continue
+        notes = []
         results = harness.run(stripped, vs, objective=oid, dtypes=list(dtypes), progress=progress,
                               time_limit=time_limit)
-        groups: dict = {}
-        for r in results:
-            if r.axis != "conformance":
-                continue
-            key = json.dumps(r.conventions, sort_keys=True)
-            g = groups.setdefault(key, Group(r.group, r.conventions))
-            g.counts[r.status] = g.counts.get(r.status, 0) + 1
-            if r.status in ("fail", "error") and not g.against:
-                g.against = f"{r.uid} [{r.dtype}]: {r.message[:160]}"
-            if r.status == "xfail" and not g.excused:
-                g.excused = f"{r.uid} [{r.dtype}]: {(r.known or r.message)[:100]}"
-        listed = list(groups.values())
-        out.append(Inference(oid, listed, declaration(target, oid, listed)))
+        groups = _groups(results)
+        if _only_narrowing(groups) and "float32" not in dtypes and "float32" in target.dtypes:
+            narrowed = ", ".join(g.name for g in groups if g.narrowed)
+            notes.append(f"  in {', '.join(dtypes)} the groups {narrowed} are ruled out only because the function "
+                         "returns a narrower dtype than its inputs; judged in float32 instead. A function that "
+                         "computes in float32 on purpose declares the dtypes it serves (\"dtypes\" without "
+                         "float64); to serve float64, return float64")
+            results = harness.run(stripped, vs, objective=oid, dtypes=["float32"], progress=progress,
+                                  time_limit=time_limit)
+            groups = _groups(results)
+            dtypes_now = ["float32"]
+        else:
+            dtypes_now = list(dtypes)
+        if not any(g.fits for g in groups) and not all(g.not_called for g in groups):
+            groups += _search(target, vs, oid, groups, dtypes_now, time_limit, notes)
+        decl = declaration(target, oid, groups)
+        if decl is not None:
+            _name_defects(stripped, vs, groups, results)
+        out.append(Inference(oid, groups, decl, notes))
     return out
+
+
+def _groups(results) -> list[Group]:
+    groups: dict = {}
+    for r in results:
+        if r.axis != "conformance":
+            continue
+        key = json.dumps(r.conventions, sort_keys=True)
+        g = groups.setdefault(key, Group(r.group, r.conventions))
+        _count(g, r)
+    for g in groups.values():
+        bad = [r for r in results if r.axis == "conformance" and r.status in ("fail", "error")
+               and json.dumps(r.conventions, sort_keys=True) == json.dumps(g.conventions, sort_keys=True)]
+        g.narrowed = bool(bad) and all(r.probes.get("narrowed") for r in bad)
+        g.not_called = bool(bad) and all(r.message.startswith(NOT_CALLED) for r in bad)
+    return list(groups.values())
+
+
+def _count(g: Group, r) -> None:
+    g.counts[r.status] = g.counts.get(r.status, 0) + 1
+    if r.status in ("fail", "error") and not g.against:
+        g.against = f"{r.uid} [{r.dtype}]: {r.message[:160]}"
+    if r.status == "xfail" and not g.excused:
+        g.excused = f"{r.uid} [{r.dtype}]: {(r.known or r.message)[:100]}"
+    if r.status == "unsupported" and not g.why_not:
+        g.why_not = r.message[:200]
+
+
+def _only_narrowing(groups: list[Group]) -> bool:
+    """No group fits, and some group is ruled out only by returning a narrower dtype."""
+    return not any(g.fits for g in groups) and any(g.narrowed for g in groups)
+
+
+def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limit, notes) -> list[Group]:
+    """Combinations one convention away from the committed groups, judged on derived cases
+    (module docstring); the nearest groups' neighbours first."""
+    spec = catalog.get(oid)
+    committed = [g.conventions for g in groups]
+    values = {n: list(dict.fromkeys([json.dumps(spec.defaults[n])]
+                                    + [json.dumps(c.get(n, spec.defaults[n])) for c in committed]
+                                    + [json.dumps(v) for p in spec.params if p.name == n for v in p.choices]))
+              for n in spec.conventions}
+    nearest = sorted((g for g in groups if g.ruled_out), key=lambda g: -g.counts.get("pass", 0))
+    candidates: list[dict] = []
+    for g in nearest:
+        for n in spec.conventions:
+            for v in values[n]:
+                assignment = {**{k: g.conventions.get(k, spec.defaults[k]) for k in spec.conventions},
+                              n: json.loads(v)}
+                if (assignment not in candidates and derive.not_a_choice(spec, assignment) is None
+                        and not any(_same(assignment, c, spec) for c in committed)):
+                    candidates.append(assignment)
+    if len(candidates) > MAX_DERIVED:
+        notes.append(f"  {len(candidates) - MAX_DERIVED} combination(s) next to the committed groups not tried "
+                     f"(derived cases are built for the nearest {MAX_DERIVED})")
+    found = []
+    for assignment in candidates[:MAX_DERIVED]:
+        cases, _ = derive.derive(vs, oid, assignment)
+        if not cases:
+            continue
+        probe = dataclasses.replace(target, conventions={oid: assignment})
+        g = Group(derive.describe(assignment, spec), assignment, derived=True)
+        with harness.single_threaded(target.framework):
+            for case in cases:
+                for r in harness.run_case(probe, case, dtypes=list(dtypes), time_limit=time_limit):
+                    if r.axis == "conformance":
+                        _count(g, r)
+        found.append(g)
+    return found
+
+
+def _same(assignment: dict, conventions: dict, spec) -> bool:
+    return all(conventions.get(n, spec.defaults[n]) == assignment[n] for n in spec.conventions)
+
+
+def _name_defects(stripped: Target, vs, groups: list[Group], results) -> None:
+    """Marks each committed group left out of a declaration by a defect (module docstring):
+    ruled out, with passing cases, and failures the diagnosis names as a defect."""
+    suspects = [g for g in groups if g.ruled_out and not g.derived and g.counts.get("pass", 0)]
+    if not suspects:
+        return
+    found = diagnose.diagnose([r for r in results if r.axis == "conformance"], vs, [stripped])
+    key = {r.uid: json.dumps(r.conventions, sort_keys=True) for r in results if r.status in ("fail", "error")}
+    for g in suspects:
+        mine = json.dumps(g.conventions, sort_keys=True)
+        named = [d for d in found if any(key.get(u) == mine for u in d.uids)]
+        if named and all(d.kind == "convention" for d in named):
+            continue
+        causes = [d for d in named if d.kind not in ("convention", "unexplained")]
+        if causes:
+            g.defect = "; ".join(f"[{d.kind}] {d.defect}" for d in causes)[:300]
 
 
 def declaration(target: Target, oid: str, groups: list[Group]) -> dict | list | None:

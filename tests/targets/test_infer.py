@@ -1,7 +1,9 @@
 """`lossproof infer`: the declaration of each peer's GRPO advantage function, found from scratch
 (the adapter's conventions stripped), accepts every group the adapter declares, and pasted back
-into the adapter passes the check; a function that fits no group is told which cases rule each
-group out."""
+into the adapter passes the check; a function whose conventions no committed group holds gets
+its declaration from derived cases, and check agrees with it; a function that fits no group is
+told which cases rule each group out; float64 ruled out by narrowing only is judged in float32;
+a group not computed says why; a group a defect rules out is named as such."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the peers' functions are torch functions")
 
-from conformance import cli, harness, infer
-from conformance.targets import TargetError, load
+import infer_targets
+from conformance import cli, derive, harness, infer
+from conformance.targets import TargetError, from_mapping, load
 from conformance.vectors.load import VectorSet
 
 OBJECTIVE = "grpo.advantages"
@@ -117,3 +120,59 @@ def test_liger_distillation_is_decided_in_float32_not_in_float64(capsys):
     assert cli.main([*argv, "--dtype", "float32"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("distill.hinton: fits the groups no-t2\n") and "{'t2_scale': False}" in out
+
+
+def _checked(spec: dict, objective: str, declaration, vs) -> list:
+    """What ``lossproof check`` judges for the target declaring ``declaration``: the committed
+    groups it declares and the cases derived for each combination no group holds."""
+    target = from_mapping({**spec, "conventions": {objective: declaration}}, spec["name"])
+    results = harness.run(target, vs, objective=objective, dtypes=["float64"])
+    for assignment in derive.uncovered(target, vs, objective):
+        for case in derive.derive(vs, objective, assignment)[0]:
+            results += harness.run_case(target, case, dtypes=["float64"])
+    return results
+
+
+@pytest.mark.parametrize("name, expected", [("SAMPLE_STD_EPS_1E6", {"std_ddof": 1, "eps": 1e-6}),
+                                            ("RLOO_GROUP_STD", {"baseline": "leave-one-out"})])
+def test_a_combination_no_committed_group_holds_is_found_and_check_agrees(name, expected, vector_set):
+    """verl's eps and sample std with zeroed degenerate groups, and the leave-one-out baseline
+    scaled by the group std: no committed group holds either, every committed group rules the
+    function out, and the combinations next to them, judged on derived cases, find it."""
+    spec = getattr(infer_targets, name)
+    (found,) = infer.infer(from_mapping(spec, spec["name"]), vector_set, [OBJECTIVE])
+    assert found.declaration == expected, found.text()
+    assert not any(g.fits for g in found.groups if not g.derived)
+    assert [g.derived for g in found.groups if g.fits] == [True]
+    assert "(cases derived at run time: no committed group holds it)" in found.text()
+    checked = [r for r in _checked(spec, OBJECTIVE, found.declaration, vector_set) if r.axis == "conformance"]
+    assert not [r for r in checked if r.status in ("fail", "error")]
+    passed = [r for r in checked if r.status == "pass"]
+    assert len(passed) >= 10 and all(r.group == derive.GROUP for r in passed)
+
+
+def test_float64_ruled_out_by_narrowing_only_is_judged_in_float32(capsys):
+    assert cli.main(["infer", "--target", "infer_targets:KL_IN_FLOAT32", "--objective", "kl.estimator",
+                     "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "are ruled out only because the function returns a narrower dtype than its inputs; judged in float32" \
+        in out
+    assert "{'kind': ['k3', 'k1', 'k2', 'abs'], 'clamp': [None, 10.0]}" in out
+
+
+def test_a_group_not_computed_says_why(capsys):
+    assert cli.main(["infer", "--target", "infer_targets:KL_UNCLAMPED_ONLY", "--objective", "kl.estimator",
+                     "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "{'kind': ['k3', 'k1', 'k2', 'abs']}" in out
+    assert "  clamp10: not computed (" in out and "this library's KL has no clamp" in out
+
+
+def test_a_group_left_out_by_a_defect_is_named_not_dropped_silently(capsys):
+    """'abs' as √(x²): its gradient at 0 is NaN, a defect; the other kinds fit."""
+    assert cli.main(["infer", "--target", "infer_targets:KL_ABS_BY_SQUARE_ROOT", "--objective", "kl.estimator",
+                     "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "{'kind': ['k3', 'k1', 'k2'], 'clamp': [None, 10.0]}" in out
+    assert "  left out by a defect, not a convention: verl-0.9.1-abs (kind='abs', clamp=None): [" in out
+    assert "  not verl-0.9.1-abs" not in out
