@@ -67,72 +67,137 @@ NOTES = {
                 "probabilities (0.88, 0.12) at T = 1 and (0.73, 0.27) at T = 2; teacher (0.8, 0.2) and student "
                 "(0.4, 0.6) weighted by the teacher (forward KL) or the student (reverse KL); the full-vocabulary "
                 "reverse KL d_t = 0.5 log(0.5/0.6) + 0.2 log(0.2/0.3) + 0.3 log(0.3/0.1) ≈ 0.157. Logits are the "
-                "logarithms of the printed probabilities (binary64)."},
+                "logarithms of the printed probabilities (binary64).",
+                "bugType": "formula",
+                "effect": "An implementation of another formula than the published one disagrees with the number "
+                          "the source prints."},
     "Random": {"category": "random", "description": "Random logits from a fixed seed: V from 2 to 64, N up to 32 "
                "rows, logits ~ N(0, σ²) with σ ∈ {1, 3, 6}, the teacher either independent or the student plus "
                "N(0, 1) noise; T ∈ {0.5, 1, 2, 4}; α ∈ {0, 0.1, 0.5, 0.9, 1}, β ∈ {0.1, 0.5, 0.9}; half the "
-               "cases rounded to float32."},
+               "cases rounded to float32.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Large": {"category": "random", "description": "A realistic vocabulary (V from 1000 to 4096) with few rows: the "
-              "vocabulary reductions at their real length."},
+              "vocabulary reductions at their real length.",
+              "bugType": "precision",
+              "effect": "An accumulation that loses accuracy with the reduction length (naive sums, low-precision "
+                        "partial sums) drifts at realistic sizes."},
     "Ties": {"category": "edge", "description": "Equal logits in a row (uniform rows, tied maxima): the argmax is "
-             "not unique, and a stable log-softmax must not depend on which tied token it picks."},
+             "not unique, and a stable log-softmax must not depend on which tied token it picks.",
+             "bugType": "degenerate-input",
+             "effect": "A log-softmax that depends on which tied maximum it shifts by, or an argmax-based shortcut, "
+                       "changes the result on ties."},
     "EqualInputs": {"category": "edge", "description": "Student logits equal to the teacher's: every divergence "
-                    "and its gradient are exactly 0 (the Hinton loss is then its cross-entropy part)."},
+                    "and its gradient are exactly 0 (the Hinton loss is then its cross-entropy part).",
+                    "bugType": "degenerate-input",
+                    "effect": "Identical inputs must give exactly 0 and a zero gradient; a stray term or rounding "
+                              "leaves a spurious loss."},
     "HugeLogits": {"category": "numerics", "description": "Logits near ±1e4: every implementation must shift by "
                    "the row maximum (exp(1e4) overflows every dtype); probabilities e^−1e4 underflow to 0. With "
                    "T = 1e-3 and logits that differ by float32 spacings near 1e4 (2^−10), the exponents "
                    "(z − max)/T are of order 1: implementations that divide first and subtract the maximum "
-                   "afterwards lose about u·|z|/T in each exponent, which the stored scale allows for."},
+                   "afterwards lose about u·|z|/T in each exponent, which the stored scale allows for.",
+                   "bugType": "overflow",
+                   "effect": "exp of logits not shifted by the row maximum overflows; saturated rows lose their "
+                             "small terms unless formed with expm1/log1p."},
     "TinyTemperature": {"category": "numerics", "description": "T = 1e-3: logits that differ by about 1e-3 give "
-                        "exponents of order 1, larger differences give near one-hot rows; gradients carry 1/T."},
+                        "exponents of order 1, larger differences give near one-hot rows; gradients carry 1/T.",
+                        "bugType": "extreme-parameter",
+                        "effect": "Dividing by a tiny T without care overflows or loses the 1/T factor in the "
+                                  "gradient."},
     "NegInfLogits": {"category": "edge", "description": "−inf logits (impossible tokens, probability exactly 0) "
                      "on one or both sides, with supports for which the divergence is finite: 0·log 0 = 0 must "
                      "not become NaN, an impossible student token gets gradient 0, and a token impossible for "
                      "the weighting distribution but possible for the other contributes 0. Implementations that "
                      "evaluate p·(log p − log q) with p = 0 and log p = −inf "
-                     "(e.g. F.kl_div(..., log_target=True)) return NaN here."},
+                     "(e.g. F.kl_div(..., log_target=True)) return NaN here.",
+                     "bugType": "non-finite",
+                     "effect": "0·log 0 evaluated as 0·(−inf) = NaN at impossible tokens poisons the loss and "
+                               "gradient."},
     "Cancellation": {"category": "numerics", "description": "Teacher = student + noise of 1e-7 (binary64), or "
                      "+ one float32 spacing on some tokens (float32): the divergence is of order 1e-14 while its "
                      "terms are of order 1e-7 or 1; judged against the magnitude of the terms (the tolerance scales "
                      "of conformance/generate/distill.py): the difference of two log-softmaxes passes, a result "
-                     "that is not close to 0 fails."},
+                     "that is not close to 0 fails.",
+                     "bugType": "cancellation",
+                     "effect": "A tiny result formed as the difference of large terms loses its leading digits (use "
+                               "the stable form)."},
     "NearDeterministic": {"category": "numerics", "description": "Rows with one logit 38·T above N(0, 1) "
                           "others (1 − q_top ≈ e^−35, below binary64's u), or any logits at T = 1e-3: the KL "
                           "between two such rows with the same top token is tiny, with different top tokens large "
-                          "(~1/T)."},
+                          "(~1/T).",
+                          "bugType": "cancellation",
+                          "effect": "1 − q_top below the unit roundoff is lost when formed as 1 − q; the divergence "
+                                    "between near-one-hot rows comes out 0 or negative."},
     "AlphaEndpoint": {"category": "edge", "description": "α = 0 (cross-entropy only: the teacher is ignored) and "
-                      "α = 1 (distillation term only: the labels are ignored)."},
+                      "α = 1 (distillation term only: the labels are ignored).",
+                      "bugType": "extreme-parameter",
+                      "effect": "At α = 0 or 1 one term must vanish exactly; an implementation that still evaluates "
+                                "it can return NaN (0·inf) or a stray term."},
     "BetaNearEndpoint": {"category": "numerics", "description": "β = 1e-6 or 1 − 1e-6: the generalized JSD is of "
-                         "order β·(1−β); log β and log(1 − β) must keep their digits (log1p(−β))."},
+                         "order β·(1−β); log β and log(1 − β) must keep their digits (log1p(−β)).",
+                         "bugType": "cancellation",
+                         "effect": "log(1 − β) formed as log of a rounded 1 − β loses the digits of a divergence of "
+                                   "order β(1 − β)."},
     "BetaEndpointLimit": {"category": "convention", "description": "β = 0 or β = 1 with endpoints='limit' (the "
                           "continuous formula, GKD eq. 2): the mixture equals one of the two distributions and "
-                          "the value and its gradient are exactly 0."},
+                          "the value and its gradient are exactly 0.",
+                          "bugType": "convention",
+                          "effect": "At β = 0 or 1 the limit form must give the plain distributions; special-casing "
+                                    "them as KLs computes another convention."},
     "BetaEndpointKL": {"category": "convention", "description": "β = 0 or β = 1 with endpoints='kl', as TRL 1.16.0 "
                        "and Liger 0.8.5 special-case them: β = 0 gives the forward KL(p‖q), β = 1 the reverse "
-                       "KL(q‖p), without T²."},
+                       "KL(q‖p), without T².",
+                       "bugType": "convention",
+                       "effect": "The endpoints special-cased as forward/reverse KL (TRL, Liger) differ from the "
+                                 "continuous formula's limit: a declared-convention mismatch."},
     "CrossEntropySoftTerm": {"category": "convention", "description": "soft_term='cross_entropy': the "
                              "teacher-weighted term written as Hinton et al. 2015 §2 write it, −Σ p log q = KL(p‖q) + "
                              "H(p); the same gradient as the KL form, a value larger by the teacher's entropy H(p) "
-                             "(times α·s in Hinton's loss)."},
+                             "(times α·s in Hinton's loss).",
+                             "bugType": "convention",
+                             "effect": "The soft term written as a cross-entropy adds the teacher's entropy H(p) to "
+                                       "the value (same gradient): a loss that reports another number."},
     "ForwardWeightEndpoint": {"category": "edge", "description": "symmetric_kl with forward_weight w = 0 (the "
-                              "reverse KL(q‖p) only) or w = 1 (the forward KL(p‖q) only)."},
+                              "reverse KL(q‖p) only) or w = 1 (the forward KL(p‖q) only).",
+                              "bugType": "extreme-parameter",
+                              "effect": "At w = 0 or 1 one KL must vanish exactly; an implementation that evaluates "
+                                        "it anyway can return NaN."},
     "ForwardKL": {"category": "convention", "description": "direction='forward': KL(p‖q) weighted by the teacher "
-                  "(the soft term of classic distillation, without T²); gradient (q − p)/T."},
+                  "(the soft term of classic distillation, without T²); gradient (q − p)/T.",
+                  "bugType": "convention",
+                  "effect": "KL(p‖q) and KL(q‖p) swapped: the wrong direction of the divergence is trained."},
     "NoT2Scale": {"category": "convention", "description": "t2_scale=False: the soft term α·KL(p^(T)‖q^(T)) is not "
                   "multiplied by T² (Liger 0.8.5 chunked distillation, TRL 1.16.0 GKD); the hard-label term stays "
-                  "at T = 1."},
+                  "at T = 1.",
+                  "bugType": "scale-factor",
+                  "effect": "The soft term multiplied by T² (or not) against the declared convention: the loss and "
+                            "gradient are off by a factor T².",
+                  "links": ["https://github.com/IntelLabs/distiller/issues/122",
+                            "https://github.com/keras-team/keras-io/issues/869"]},
     "LowPrecision": {"category": "edge", "description": "Logits exactly representable in bfloat16 or float16 "
                      "(or both: bfloat16 values inside float16's range), judged in those dtypes: random shapes "
                      "up to V = 4096 (|z| ≤ 30, T from 0.05 to 64, teachers independent, near or close to the "
                      "student) and the edges low precision changes (ties, −inf logits, saturated rows, logits "
-                     "near ±1e4); see conformance/compare.py for the careful tolerance model."},
+                     "near ±1e4); see conformance/compare.py for the careful tolerance model.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain: "
                      "T ≤ 0, α or β outside [0, 1], unknown direction or endpoints, shapes that disagree, labels "
                      "out of range, NaN or +inf logits, a row that is −inf everywhere, an empty vocabulary, logits "
-                     "of the wrong rank (a scalar; 1-D where hinton needs [N, V]); must be rejected."},
+                     "of the wrong rank (a scalar; 1-D where hinton needs [N, V]); must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
     "InfiniteDivergence": {"category": "invalid", "description": "A −inf logit where the weighting distribution has "
                            "probability > 0 (support mismatch), or a −inf student logit at the label: the "
-                           "divergence (or cross-entropy) is +inf; must be rejected, not returned as inf or NaN."},
+                           "divergence (or cross-entropy) is +inf; must be rejected, not returned as inf or NaN.",
+                           "bugType": "input-validation",
+                           "effect": "An infinite divergence (support mismatch) is returned as a finite or NaN loss "
+                                     "instead of an error."},
 }
 
 GROUPS = {

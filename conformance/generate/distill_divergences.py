@@ -54,17 +54,29 @@ _THREE_T = [[math.log(0.6), math.log(0.3), math.log(0.1)]]
 
 NOTES = {
     "SkewAlphaOne": {"category": "edge", "description": "α = 1 in distill.skew_kl: the mixture is the first "
-                     "distribution itself, the value and its gradient are exactly 0."},
+                     "distribution itself, the value and its gradient are exactly 0.",
+                     "bugType": "extreme-parameter",
+                     "effect": "At α = 1 the mixture is the distribution itself: the loss and gradient must be "
+                               "exactly 0."},
     "SkewAlphaSmall": {"category": "numerics", "description": "α = 1e-6 or 0.01 in distill.skew_kl: the skew KL "
                        "approaches the plain KL but stays below −log α (finite also where the plain KL is "
-                       "infinite); log α and 1 − α must keep their digits."},
+                       "infinite); log α and 1 − α must keep their digits.",
+                       "bugType": "cancellation",
+                       "effect": "log α and 1 − α formed carelessly lose digits as the skew KL approaches the plain "
+                                 "KL."},
     "SkewReverse": {"category": "convention", "description": "direction='reverse' in distill.skew_kl: α-SRKL, "
-                    "KL(q‖αq + (1−α)p), weighted by the student (DistiLLM §3)."},
+                    "KL(q‖αq + (1−α)p), weighted by the student (DistiLLM §3).",
+                    "bugType": "convention",
+                    "effect": "The skew direction swapped: the other mixture is weighted, another divergence is "
+                              "trained."},
     "TieMargin": {"category": "edge", "description": "distill.tvd: every token is an exact tie (equal rows, or "
                   "impossible on both sides) or stays a margin away from one (1e-3 relative in float64/float32, "
                   "2^-5 in bfloat16/float16) unless its sign cannot move the gradient beyond the tolerance: the "
                   "subgradient sign(0) = 0 at ties is then the only choice left to a target, and it is the one "
-                  "torch.abs and Liger-Kernel take."},
+                  "torch.abs and Liger-Kernel take.",
+                  "bugType": "gradient",
+                  "effect": "The total variation's kink at ties: a gradient taken on the wrong side where the sign "
+                            "is decided by rounding."},
 }
 
 GROUPS = {

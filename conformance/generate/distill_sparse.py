@@ -29,18 +29,31 @@ CONVENTIONS = (("none", "paper"), ("teacher", "sparse-teacher"), ("both", "spars
 
 NOTES = {
     "SparseTopOne": {"category": "edge", "description": "distill.sparse_kl with K = 1: 'none' is −p_1·log q_{i_1} "
-                     "plus p_1 log p_1, 'teacher' is −log q_{i_1}, 'both' is exactly 0 with gradient 0."},
+                     "plus p_1 log p_1, 'teacher' is −log q_{i_1}, 'both' is exactly 0 with gradient 0.",
+                     "bugType": "degenerate-input",
+                     "effect": "K = 1 makes the renormalised distributions one-hot: careless renormalisation "
+                               "divides by zero or keeps a stray term."},
     "SparsePadding": {"category": "edge", "description": "distill.sparse_kl: some teacher ids carry log-probability "
                       "−inf (padding, as TRL fills a short top-k): no term, and 'both' leaves them out of the "
-                      "student's renormalisation."},
+                      "student's renormalisation.",
+                      "bugType": "masking",
+                      "effect": "Padded teacher ids with log-probability −inf counted as tokens: NaN from 0·(−inf) "
+                                "or mass on padding."},
     "SparseFullSupport": {"category": "edge", "description": "distill.sparse_kl with K = V and the teacher's whole "
-                          "softmax: every renormalize convention is the forward KL(p‖q)."},
+                          "softmax: every renormalize convention is the forward KL(p‖q).",
+                          "bugType": "convention",
+                          "effect": "With the teacher's whole softmax every renormalisation must equal the forward "
+                                    "KL; a different result reveals a renormalisation bug."},
     "SparseTailZero": {"category": "edge", "description": "distill.sparse_kl with renormalize='tail' and a one-hot "
                        "teacher (its one live log-probability is 0, K = V with padding ids): p_tail = 0, so the tail "
                        "term is 0 and the student's tail (its mass at the padding ids) only enters the gradient "
-                       "through q."},
+                       "through q.",
+                       "bugType": "non-finite",
+                       "effect": "A zero tail mass gives log 0 in the tail term: NaN or −inf instead of 0."},
     "SparseTinyTail": {"category": "edge", "description": "distill.sparse_kl with renormalize='tail' and a teacher "
-                       "whose top-k holds all but ~1e-9 of its mass (below TRL's clamp of log Σ p at −1e-7)."},
+                       "whose top-k holds all but ~1e-9 of its mass (below TRL's clamp of log Σ p at −1e-7).",
+                       "bugType": "cancellation",
+                       "effect": "A tail mass of 1e-9 formed as 1 − Σ p (or clamped) loses its digits."},
 }
 
 GROUPS = {

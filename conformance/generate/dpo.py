@@ -30,58 +30,105 @@ NOTES = {
     "InvalidNllTerm": {"category": "invalid", "description": "Arguments of the NLL term outside their domain "
                        "under the group's nll_aggregation (chosen_lengths missing, 0 or of another shape, an "
                        "unknown or missing aggregation while the weight is > 0); run for the targets that declare "
-                       "that nll_aggregation; must be rejected. A negative weight is InvalidInput."},
+                       "that nll_aggregation; must be rejected. A negative weight is InvalidInput.",
+                       "bugType": "input-validation",
+                       "effect": "A missing or malformed NLL-term argument is accepted and silently changes or "
+                                 "drops the term."},
     "Article": {"category": "article", "description": "A number printed in the source article: two pairs with "
-                "gains (+2, −1) and (−1, −4) have the same margin Δ = 3 and therefore the same loss."},
+                "gains (+2, −1) and (−1, −4) have the same margin Δ = 3 and therefore the same loss.",
+                "bugType": "formula",
+                "effect": "An implementation of another formula than the published one disagrees with the number "
+                          "the source prints."},
     "Random": {"category": "random", "description": "Random sequence log-probabilities (sums over tokens, down to "
                "about −300) with references drawn near them so that βΔ spans the logistic's curved region; "
-               "B up to 16 pairs; half the cases rounded to float32."},
+               "B up to 16 pairs; half the cases rounded to float32.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "DetachedRewards": {"category": "convention", "description": "chosen_rewards = β·(π_c − ref_c) and "
                         "rejected_rewards = β·(π_r − ref_r) are logged metrics that TRL, OpenRLHF and Liger "
                         "detach: their cotangents are zero, so the gradient comes from the losses alone "
-                        "(random cotangents)."},
+                        "(random cotangents).",
+                        "bugType": "gradient",
+                        "effect": "Logged rewards that carry a gradient add a second, unintended term to the "
+                                  "backward pass."},
     "LabelSmoothing": {"category": "convention", "description": "label_smoothing ε > 0 with loss_type 'sigmoid': "
                        "the conservative loss −(1−ε)·log σ(βΔ) − ε·log σ(−βΔ) (cDPO, as OpenRLHF 0.11.2 DPOLoss "
                        "applies it). TRL 1.16.0 and Liger 0.8.5 ignore label_smoothing for 'sigmoid': their "
-                       "adapters must not declare these cases."},
+                       "adapters must not declare these cases.",
+                       "bugType": "convention",
+                       "effect": "Label smoothing applied to another loss type or in another form (robust vs "
+                                 "conservative) trains another objective."},
     "HugeMargin": {"category": "numerics", "description": "βΔ = ±1e4: log σ must be formed without overflow "
-                   "(log σ(1e4) ≈ −e^−1e4 underflows to 0; log σ(−1e4) = −1e4 up to e^−1e4)."},
+                   "(log σ(1e4) ≈ −e^−1e4 underflows to 0; log σ(−1e4) = −1e4 up to e^−1e4).",
+                   "bugType": "overflow",
+                   "effect": "log σ formed as log(sigmoid(x)) or log(1 + exp(−x)) overflows or underflows to an "
+                             "infinite loss at large margins."},
     "ZeroMargin": {"category": "edge", "description": "Δ = 0 exactly (equal gains): sigmoid loss log 2, gradient "
-                   "±β/2 on the logistic losses."},
+                   "±β/2 on the logistic losses.",
+                   "bugType": "degenerate-input",
+                   "effect": "At Δ = 0 the loss is log 2; a hinge or branch taken on the wrong side gives another "
+                             "gradient."},
     "LargeLogps": {"category": "numerics", "description": "Sequence log-probabilities near −1e4 with a margin of "
                    "order 1: the gains cancel, and implementations that group the four terms differently "
-                   "(π_c − π_r) − (ref_c − ref_r) round differently; judged against the size of the terms."},
+                   "(π_c − π_r) − (ref_c − ref_r) round differently; judged against the size of the terms.",
+                   "bugType": "cancellation",
+                   "effect": "Sequence log-probabilities near −1e4 differ by O(1): grouping the four terms badly "
+                             "loses the margin's digits."},
     "HingeKink": {"category": "acceptable", "description": "βΔ at (or within rounding of) the hinge kink "
                   "1 − βΔ = 0: the loss is 0 either way, but the gradient is −β on the closed active branch "
-                  "(the exact reference) and 0 for torch.relu (TRL, Liger). Either is accepted."},
+                  "(the exact reference) and 0 for torch.relu (TRL, Liger). Either is accepted.",
+                  "bugType": "gradient",
+                  "effect": "At the hinge kink the gradient differs between branches: an implementation must pick "
+                            "one consistently."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
                      "(or both: bfloat16 values inside float16's range), judged in those dtypes: random batches "
                      "of up to 64 pairs with log-probabilities down to −300, margins of ±1e4, log-probabilities "
                      "near −1e4. A case judged in float16 keeps the margin Δ inside float16's range. See "
-                     "conformance/compare.py for the careful tolerance model."},
+                     "conformance/compare.py for the careful tolerance model.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the loss's domain "
                      "(NaN/inf log-probabilities, shapes that disagree, β ≤ 0, label_smoothing outside "
-                     "[0, 0.5), unknown loss type); must be rejected."},
+                     "[0, 0.5), unknown loss type); must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
     "InvalidForLossType": {"category": "invalid", "description": "A parameter outside the domain of the "
                            "group's loss type (label_smoothing = 0 for exo_pair, 0.5 for aot, discopop_tau ≤ 0, "
                            "β = 0 for sppo_hard); run for the targets that declare that loss type; must be "
-                           "rejected."},
+                           "rejected.",
+                           "bugType": "input-validation",
+                           "effect": "A parameter outside the loss type's domain (division by zero, log 0) returns "
+                                     "a number instead of an error."},
     "SortedBatch": {"category": "convention", "description": "aot / aot_unpaired (AOT, Melnyk et al. 2024 §3) "
                     "sort each side over the batch before forming the margins: losses[i] belongs to the i-th "
                     "sorted position (as TRL 1.16.0 returns it), and a target must see the whole batch in one "
                     "call. The sort keys are kept apart (no ties, no near-ties within rounding of the "
-                    "dtype), so the gradient's permutation is unique."},
+                    "dtype), so the gradient's permutation is unique.",
+                    "bugType": "convention",
+                    "effect": "AOT sorts over the batch before forming margins; unsorted or per-pair margins "
+                              "compute another loss."},
     "RewardShift": {"category": "convention", "description": "bco_pair with a reward shift δ ≠ 0: BCO (Jung "
                     "et al. 2024 §3) subtracts the running mean of the implicit rewards; TRL 1.16.0 and Liger "
-                    "0.8.5 use δ = 0 and their adapters must not declare these cases."},
+                    "0.8.5 use δ = 0 and their adapters must not declare these cases.",
+                    "bugType": "convention",
+                    "effect": "BCO's running reward shift omitted or misapplied changes the loss of every pair."},
     "NllTerm": {"category": "convention", "description": "rpo_alpha α > 0: each pair's loss adds α times the NLL "
                 "of its chosen response (RPO, Pang et al. 2024, arXiv 2404.19733 §2), normalised by "
                 "nll_aggregation: −c/n per pair ('seq-mean-token-mean': RPO, OpenRLHF 0.11.2 nll_loss_coef), −c "
                 "('seq-mean-token-sum'), or the pair's share −c·B/Σn of the batch token mean ('token-mean': TRL "
                 "1.16.0 loss_type 'sft', Liger 0.8.5 compute_nll_loss); c = policy_chosen_logps, n = chosen_lengths "
-                "(token counts). The mean of the losses over the pairs is the trainer's loss."},
+                "(token counts). The mean of the losses over the pairs is the trainer's loss.",
+                "bugType": "normalization",
+                "effect": "The RPO NLL term normalised by another count (tokens vs sequences) or weighted wrongly."},
     "DiscoPopTau": {"category": "convention", "description": "discopop with τ ≠ 0.05 (DiscoPOP eq. 5's value, "
-                    "TRL's DPOConfig.discopop_tau and Liger's default)."},
+                    "TRL's DPOConfig.discopop_tau and Liger's default).",
+                    "bugType": "constant",
+                    "effect": "A hard-coded τ instead of the given one changes the DiscoPOP mixing of the logistic "
+                              "and exponential losses."},
 }
 
 GROUPS = {

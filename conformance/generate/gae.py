@@ -17,21 +17,42 @@ ADV, REWARDS = "gae.advantages", "gae.kl_rewards"
 NOTES = {
     "Random": {"category": "random", "description": "Random token rewards (mostly 0, a score on the last valid "
                "token, small KL-like terms elsewhere), values and masks with trailing padding; B ≤ 6, T ≤ 12; half "
-               "the cases rounded to float32."},
+               "the cases rounded to float32.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "InteriorMask": {"category": "edge", "description": "Masked tokens between valid ones (observation tokens of a "
                      "multi-turn rollout): 'skip' steps over them, 'zero' takes them as steps of reward and value "
-                     "0, so the two conventions differ there."},
+                     "0, so the two conventions differ there.",
+                     "bugType": "masking",
+                     "effect": "Masked interior tokens treated as steps (or skipped) against the declared "
+                               "convention: advantages leak across observation tokens."},
     "PaperExample": {"category": "edge", "description": "γ = λ = 1 (the libraries' default): Â_t = Σ_{u≥t} r_u − V_t, "
-                     "the return minus the value; λ = 0: the one-step TD error; γ = 0: r_t − V_t."},
+                     "the return minus the value; λ = 0: the one-step TD error; γ = 0: r_t − V_t.",
+                     "bugType": "formula",
+                     "effect": "At γ, λ ∈ {0, 1} GAE reduces to closed forms; a wrong recursion or bootstrap shows "
+                               "there."},
     "SingleToken": {"category": "edge", "description": "One valid token in the batch (the whitening's variance is 0: "
-                    "the centred advantage is 0)."},
+                    "the centred advantage is 0).",
+                    "bugType": "degenerate-input",
+                    "effect": "One valid token makes the whitening variance 0: 0/0 = NaN instead of a zero centred "
+                              "advantage."},
     "KLClamped": {"category": "convention", "description": "KL estimates beyond the ±10 clamp (OpenRLHF 0.11.2 "
-                  "compute_approx_kl, verl 0.9.1 low_var_kl)."},
+                  "compute_approx_kl, verl 0.9.1 low_var_kl).",
+                  "bugType": "clamp",
+                  "effect": "A clamp on the KL estimate that is missing, at another bound, or passes a gradient "
+                            "where it holds."},
     "ScoreOnLastToken": {"category": "edge", "description": "A short row: the score sits on its last valid token, "
-                         "not on the last position of the padded row."},
+                         "not on the last position of the padded row.",
+                         "bugType": "masking",
+                         "effect": "The score placed on the last padded position instead of the last valid token of "
+                                   "a short row."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain (NaN/inf, "
                      "shapes that disagree, masks that are not 0/1 or select no token, γ or λ outside [0, 1], β < 0, "
-                     "unknown convention values); must be rejected."},
+                     "unknown convention values); must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 ADV_GROUPS = {

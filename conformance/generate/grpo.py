@@ -36,104 +36,193 @@ from conformance.generate.grpo_inputs import (
 NOTES = {
     "Article": {"category": "article", "description": "A number printed in the source article: rewards (0,1,1,0) "
                 "→ mean 0.5, population std 0.5, advantages (−1,1,1,−1); ratio 0.24/0.20 = 1.2; with ε = 0.2, "
-                "A = 1, ρ = 1.5 → C = 1.2 and A = −1, ρ = 0.5 → C = −0.8."},
+                "A = 1, ρ = 1.5 → C = 1.2 and A = −1, ρ = 0.5 → C = −0.8.",
+                "bugType": "formula",
+                "effect": "An implementation of another formula than the published one disagrees with the number "
+                          "the source prints."},
     "Random": {"category": "random", "description": "Random inputs from a fixed seed: rewards [B ≤ 16, G ≤ 64] "
                "(binary, Gaussian, graded or offset), per-token log-probabilities with ragged right-padded "
                "masks (T ≤ 256; most T ≤ 64), old and reference log-probabilities drawn near the policy's; "
                "half the cases rounded to float32. Random tokens stay 1e-4 (relative) away from the clip "
-               "band's edges, the dual-clip bound and the KL clamp, so that no side is decided by rounding."},
+               "band's edges, the dual-clip bound and the KL clamp, so that no side is decided by rounding.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Large": {"category": "random", "description": "A large random case (B = 16, T = 256): realistic sizes for "
-              "the reductions."},
+              "the reductions.",
+              "bugType": "precision",
+              "effect": "An accumulation that loses accuracy with the reduction length (naive sums, low-precision "
+                        "partial sums) drifts at realistic sizes."},
     "ZeroStd": {"category": "edge", "description": "Groups whose rewards are all equal (exactly representable "
                 "means): the formula is 0/0; 'zero' gives A = 0, 'drop' gives A = 0 and keep = 0, 'raw' "
-                "gives A = 0 for G > 1. With eps > 0 the exact value (r − mean)/(0 + eps) is 0 as well."},
+                "gives A = 0 for G > 1. With eps > 0 the exact value (r − mean)/(0 + eps) is 0 as well.",
+                "bugType": "degenerate-input",
+                "effect": "All-equal rewards make (r − mean)/std a 0/0: NaN or huge advantages unless the group is "
+                          "zeroed or dropped as declared."},
     "ZeroStdRounding": {"category": "numerics", "description": "All-equal groups whose floating-point mean is "
                         "not exactly the common value (0.1 or 0.7 seven times, 0.1 three times, in binary64; "
                         "float32 0.1, 0.7, 0.3 seven times): "
                         "the exact advantage is 0, so an implementation must decide the degenerate case on "
-                        "the rewards, not on a rounded std, and must not divide rounding noise by eps."},
+                        "the rewards, not on a rounded std, and must not divide rounding noise by eps.",
+                        "bugType": "degenerate-input",
+                        "effect": "All-equal groups whose float mean is not the common value: a rounded std of "
+                                  "~1e-17 blows the advantages up to ~1e16."},
     "SingletonGroup": {"category": "edge", "description": "G = 1: the group std is undefined; 'zero'/'drop' "
                        "give A = 0, verl's 'raw' gives mean 0, std 1: A = r/(1 + eps) (A = r without std "
-                       "scaling). With scale='batch' the batch std is used and the centred value is 0."},
+                       "scaling). With scale='batch' the batch std is used and the centred value is 0.",
+                       "bugType": "degenerate-input",
+                       "effect": "G = 1: the std is undefined (ddof 1 gives NaN); each library treats it "
+                                 "differently."},
     "TinyStd": {"category": "numerics", "description": "A group whose rewards differ by 2^−40 only: the "
                 "advantages are well defined (±1/√3, √3 with ddof 0) but formed from tiny differences; "
-                "judged against max|r|/(std + eps)."},
+                "judged against max|r|/(std + eps).",
+                "bugType": "cancellation",
+                "effect": "Rewards differing by 2^−40: advantages formed from tiny differences lose digits or are "
+                          "zeroed by an eps."},
     "LargeOffset": {"category": "numerics", "description": "Rewards near 1e6 that differ by units: r − mean "
-                    "cancels; judged against max|r|/(std + eps)."},
+                    "cancels; judged against max|r|/(std + eps).",
+                    "bugType": "cancellation",
+                    "effect": "Rewards near 1e6 differing by units: r − mean cancels; a one-pass variance loses "
+                              "every digit."},
     "ExtremeRatio": {"category": "numerics", "description": "log ρ = logp − old_logp = ±50 (ratios e^±50) and "
                      "log-probabilities near log(1e−300): the unclipped branch ρA is formed where it is "
                      "active only (no inf·0). verl 0.9.1 and OpenRLHF 0.11.2 clamp log ρ to ±20 first, which "
-                     "the catalog does not express (they differ where that clamp binds)."},
+                     "the catalog does not express (they differ where that clamp binds).",
+                     "bugType": "overflow",
+                     "effect": "exp of a large log-ratio overflows to inf; inf·0 on an inactive branch turns the "
+                               "loss or gradient into NaN."},
     "BoundaryUlps": {"category": "acceptable", "description": "Ratios within a few ulps of 1 − ε_low, 1 + ε_high "
                      "(or of the dual-clip bound c): the value is continuous there and must match, but which "
                      "branch is active — gradient ρA or 0 — is decided by rounding; either gradient is "
-                     "accepted."},
+                     "accepted.",
+                     "bugType": "clamp",
+                     "effect": "Which branch is active within ulps of a clip bound is decided by rounding: the "
+                               "value must still match."},
     "DualClipActive": {"category": "convention", "description": "A < 0 and ρ > c = 3: the dual clip bounds the "
                        "objective by c·A (flat, zero gradient); tokens with ρ just below c stay on the "
-                       "clipped branch."},
+                       "clipped branch.",
+                       "bugType": "clamp",
+                       "effect": "The dual clip bound c·A for negative advantages missing or applied to the wrong "
+                                 "side: the objective is unbounded for large ratios.",
+                       "links": ["https://github.com/RLinf/RLinf/issues/316",
+                                 "https://github.com/verl-project/verl/issues/783"]},
     "SingleTokenRows": {"category": "edge", "description": "Every row holds one token: a sequence ratio "
-                        "(GSPO's s_i, GMPO's geometric mean) is that token's ratio."},
+                        "(GSPO's s_i, GMPO's geometric mean) is that token's ratio.",
+                        "bugType": "degenerate-input",
+                        "effect": "One-token rows make sequence ratios equal token ratios; a wrong length count "
+                                  "shows here."},
     "SequenceBandEdge": {"category": "edge", "description": "Sequence ratios s_i = exp(mean log ρ) half and one and "
                          "a half times ε inside and outside the clip band (GSPO's ε = 3e−4 / 4e−4 among them), "
                          "formed from token log-ratios that spread around their mean; for GMPO, token log-ratios "
-                         "5 % either side of −ε_low and ε_high. Both signs of A."},
+                         "5 % either side of −ε_low and ε_high. Both signs of A.",
+                         "bugType": "clamp",
+                         "effect": "Sequence ratios just inside or outside GSPO's tiny band: a band applied to "
+                                   "token ratios or with another ε."},
     "LogRatioClamp": {"category": "convention", "description": "log ρ = ±19.5, ±20.5 and ±25 with A = ±1 under "
                       "log_ratio_clamp = 20 (verl 0.9.1 compute_policy_loss_vanilla, OpenRLHF 0.11.2 PolicyLoss): "
                       "beyond the clamp the ratio is the constant e^±20 and its gradient 0, where the unclipped "
-                      "branch is active (ρ tiny with A > 0; ρ huge with A < 0 and no dual clip)."},
+                      "branch is active (ρ tiny with A > 0; ρ huge with A < 0 and no dual clip).",
+                      "bugType": "clamp",
+                      "effect": "The ±20 clamp on log ρ missing or passing a gradient where it holds."},
     "ZeroAdvantage": {"category": "edge", "description": "A = 0: the objective and its gradient are exactly 0 "
-                      "whatever the ratio."},
+                      "whatever the ratio.",
+                      "bugType": "degenerate-input",
+                      "effect": "A = 0 must give exactly 0 and no gradient; ρ·0 with ρ = inf gives NaN."},
     "FullyMaskedRow": {"category": "edge", "description": "Rows with no token under a token mean: they add "
-                       "nothing to the numerator or the denominator."},
+                       "nothing to the numerator or the denominator.",
+                       "bugType": "masking",
+                       "effect": "A row without tokens counted in a token mean changes the denominator or gives 0/0 "
+                                 "= NaN."},
     "FullyMaskedRowSeqMean": {"category": "acceptable", "description": "Rows with no token under a "
                               "sequence-mean aggregation are 0/0 in the papers: the exact reference leaves them out "
                               "of the mean over rows (as verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss); "
                               "TRL 1.16.0 ('grpo', 'dr_grpo') and Liger 0.8.5 count them as zero-loss sequences "
-                              "(divide by B). Either is accepted, in every convention group."},
+                              "(divide by B). Either is accepted, in every convention group.",
+                              "bugType": "masking",
+                              "effect": "A row without tokens counted in the mean over rows divides by more rows "
+                                        "(or gives 0/0 = NaN)."},
     "MaskedValues": {"category": "edge", "description": "Masked positions hold large finite values (±1e30); "
-                     "they must not reach the result or its gradient."},
+                     "they must not reach the result or its gradient.",
+                     "bugType": "masking",
+                     "effect": "Values at masked positions that leak into the result or its gradient (multiplied by "
+                               "0 instead of replaced: 0·inf = NaN)."},
     "KLCancellation": {"category": "numerics", "description": "logp ≈ ref_logp (|log r| ≤ 1e−6) with A = 0: "
                        "the loss is β times a KL estimate of order 1e−13 or less, formed from terms of order 1 "
-                       "(k3 = e^x − x − 1); judged against the size of its terms."},
+                       "(k3 = e^x − x − 1); judged against the size of its terms.",
+                       "bugType": "cancellation",
+                       "effect": "k3 = e^x − x − 1 formed with exp instead of expm1 loses every digit for |x| ≤ "
+                                 "1e-6."},
     "KLClamped": {"category": "convention", "description": "KL estimates beyond the ±10 clamp (verl 0.9.1 "
                   "low_var_kl, OpenRLHF 0.11.2 compute_approx_kl): the penalty is constant there and its "
-                  "gradient is 0."},
+                  "gradient is 0.",
+                  "bugType": "clamp",
+                  "effect": "A clamp on the KL estimate that is missing, at another bound, or passes a gradient "
+                            "where it holds."},
     "BetaZero": {"category": "convention", "description": "β = 0 (TRL 1.16.0's default): no KL term at all, "
-                 "even where the KL estimate would be large."},
+                 "even where the KL estimate would be large.",
+                 "bugType": "extreme-parameter",
+                 "effect": "β = 0 must drop the KL term entirely; an implementation that still evaluates it can "
+                           "return NaN (0·inf)."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
                      "(or both: bfloat16 values inside float16's range), judged in those dtypes; random sizes "
                      "up to T = 256 (B·T ≤ 512, one 8 × 256), every convention group, tokens 2^−5 (relative) "
                      "away from every kink. A case judged in float16 keeps the plain formula's intermediates (ρ = "
                      "e^{log ρ}, the KL estimate before its clamp) inside float16's range; larger ones are "
-                     "bfloat16 only. See conformance/compare.py for the careful tolerance model."},
+                     "bfloat16 only. See conformance/compare.py for the careful tolerance model.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "ClipEdge": {"category": "edge", "description": "Ratios 4 % and 6 % either side of 1 − ε_low, 1 + ε_high "
                  "(and of the dual-clip bound c), with both signs of A, in low precision: the side of each edge "
                  "is decided by the inputs (a ratio formed in bfloat16 is off by about 1 %), so the clipped "
-                 "branch and its zero gradient must be exactly where the exact reference has them."},
+                 "branch and its zero gradient must be exactly where the exact reference has them.",
+                 "bugType": "clamp",
+                 "effect": "Ratios a few percent from the clip bounds in low precision: the side of each edge must "
+                           "be decided on the exact ratio."},
     "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
                           "rewards are all equal, e.g. every sample correct): the policy term vanishes there, "
-                          "the KL term does not."},
+                          "the KL term does not.",
+                          "bugType": "degenerate-input",
+                          "effect": "Rows whose advantage is exactly 0 must drop the policy term but keep the KL "
+                                    "term; a shortcut drops both."},
     "ArticleRewards": {"category": "edge", "description": "The article's group (0, 1, 1, 0) under a leave-one-out "
                        "baseline or the batch whitening: leave-one-out baselines 2/3 and 1/3, advantages ±4/3 before "
-                       "any scaling."},
+                       "any scaling.",
+                       "bugType": "formula",
+                       "effect": "The article's rewards under leave-one-out or whitening: a baseline computed over "
+                                 "the wrong set."},
     "WeightBound": {"category": "edge", "description": "CISPO: ratios 5 % and 0.1 % either side of each bound of the "
                     "IS weight (1 + ε_high, 1 − ε_low, or TRL's raw cap ε_high): the weight ŵ = clip(ρ) is continuous "
                     "there, and so is the gradient ŵ·A, so the side a rounded ratio falls on barely matters, but the "
-                    "value must follow the bound exactly."},
+                    "value must follow the bound exactly.",
+                    "bugType": "clamp",
+                    "effect": "CISPO's importance-weight bounds at another value or on the wrong side."},
     "SoftGateRange": {"category": "edge", "description": "SAPO: ratios e^−4 … e^4 for both signs of A: the gate "
                       "σ(τ(ρ − 1))·4/τ from its near-zero floor through 2/τ at ρ = 1 to its saturated 4/τ, where its "
-                      "gradient 4ρσ(1 − σ)·A vanishes."},
+                      "gradient 4ρσ(1 − σ)·A vanishes.",
+                      "bugType": "formula",
+                      "effect": "SAPO's gate evaluated with another temperature or scale across its range."},
     "AbsKink": {"category": "edge", "description": "The abs KL estimator |log r| (verl 0.9.1 kl_penalty 'abs') at "
                 "log r = 0 exactly, where the catalog defines its gradient as 0 (torch.abs's subgradient), and at "
-                "log r = ±2^−30 (gradient ∓1 per unit of β): the sign of ref_logp − logp is exact in every dtype."},
+                "log r = ±2^−30 (gradient ∓1 per unit of β): the sign of ref_logp − logp is exact in every dtype.",
+                "bugType": "gradient",
+                "effect": "The gradient of |x| at 0 differs between implementations (sqrt(x²) gives NaN, sign(x) "
+                          "gives 0): a NaN or a wrong subgradient."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
-                     "its range, dual clip ≤ 1, unknown convention values); must be rejected."},
+                     "its range, dual clip ≤ 1, unknown convention values); must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
     "InvalidForPolicyLoss": {"category": "invalid", "description": "A parameter or input outside the domain of the "
                              "group's policy loss only (ε_high = 0 as the raw cap of cispo_clip 'raw-upper', which "
                              "PPO's clip takes; Clip-Cov without `selected`; `selected` given to PPO's clip; "
                              "KL-Cov's top-k tied at the boundary); run for the targets that declare that policy "
-                             "loss; must be rejected."},
+                             "loss; must be rejected.",
+                             "bugType": "input-validation",
+                             "effect": "A parameter only the group's policy loss cannot take is accepted and gives "
+                                       "a meaningless loss."},
 }
 
 GROUPS = {

@@ -60,16 +60,28 @@ GROUPS = {
 NOTES = {
     "LogRatioClamped": {"category": "edge", "description": "Tokens with |logp − old_logp| > 20 next to tokens "
                         "inside the band: where the clamp holds, ρ = e^±20 is a constant (gradient 0); a target "
-                        "without the clamp differs in value (A < 0, ρ > e^20) or gradient (A > 0, ρ < e^−20)."},
+                        "without the clamp differs in value (A < 0, ρ > e^20) or gradient (A > 0, ρ < e^−20).",
+                        "bugType": "clamp",
+                        "effect": "Tokens beyond the ±20 clamp must be constant (gradient 0); an unclamped ratio "
+                                  "overflows."},
     "CovSelected": {"category": "random", "description": "Clip-Cov or KL-Cov with the token selection given as "
-                    "`selected` (Clip-Cov: valid tokens on PPO's unclipped branch, as verl 0.9.1 draws them)."},
+                    "`selected` (Clip-Cov: valid tokens on PPO's unclipped branch, as verl 0.9.1 draws them).",
+                    "bugType": "formula",
+                    "effect": "Clip-Cov/KL-Cov applied to another token selection changes which tokens lose their "
+                              "gradient or gain the penalty."},
     "CovTopK": {"category": "random", "description": "KL-Cov without `selected`: the reference selects the "
                 "k = max(1, ⌊N·kl_cov_ratio⌋) valid tokens of largest (A − Ā)(log π − mean log π); the k-th and "
-                "(k+1)-th covariances differ by 10⁻³ relative at least."},
+                "(k+1)-th covariances differ by 10⁻³ relative at least.",
+                "bugType": "formula",
+                "effect": "KL-Cov's top-k covariance selection with another k or ordering penalises other tokens."},
     "CovAllSelected": {"category": "edge", "description": "Clip-Cov with every valid token selected: the policy "
-                       "term vanishes, only the KL term is left."},
+                       "term vanishes, only the KL term is left.",
+                       "bugType": "degenerate-input",
+                       "effect": "Every token selected: the policy term must vanish, leaving only the KL term."},
     "CovAbsKink": {"category": "edge", "description": "KL-Cov's |log π − log π_old| on selected tokens at Δ = 0 "
-                   "exactly (gradient of the penalty 0, torch.abs's subgradient) and Δ = ±2^−30 (∓kl_cov_coef)."},
+                   "exactly (gradient of the penalty 0, torch.abs's subgradient) and Δ = ±2^−30 (∓kl_cov_coef).",
+                   "bugType": "gradient",
+                   "effect": "|Δ| at Δ = 0: a NaN or wrong subgradient in the KL-Cov penalty."},
 }
 
 

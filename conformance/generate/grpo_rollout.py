@@ -85,27 +85,52 @@ NOTES = {
     "RolloutRandom": {"category": "random", "description": "Random trainer log-probabilities (B ≤ 8, T ≤ 48, "
                       "ragged right-padded masks) and rollout log-probabilities drawn near them (log-ratio spread "
                       "0.02 to 1); half the cases rounded to float32. In the mask mode every unit keeps a relative "
-                      "distance 1e-4 from the band's edges."},
+                      "distance 1e-4 from the band's edges.",
+                      "bugType": "formula",
+                      "effect": "A wrong importance weight (level, correction or kept weight) between trainer and "
+                                "rollout log-probabilities."},
     "RolloutEdgeOfBand": {"category": "edge", "description": "Units exactly on a bound: tokens with old_logp = "
                           "rollout_logp (ratio exp(0) = 1) and rows whose log-ratios cancel exactly (Σ_t d_t = 0), "
-                          "with a bound 1: the band is closed, so they are kept (truncation leaves them at 1)."},
+                          "with a bound 1: the band is closed, so they are kept (truncation leaves them at 1).",
+                          "bugType": "clamp",
+                          "effect": "Ratios exactly on a bound: truncation or masking applied with the wrong "
+                                    "closedness."},
     "RolloutHugeLogRatio": {"category": "numerics", "description": "Log-ratios of ±50 to ±800 per token and sums "
                             "of several hundred per row: exp overflows binary64 beyond 709.8; truncation gives the "
-                            "bound, the mask drops the unit, a ±20 clamp gives e^±20."},
+                            "bound, the mask drops the unit, a ±20 clamp gives e^±20.",
+                            "bugType": "overflow",
+                            "effect": "exp of summed log-ratios overflows beyond 709.8; truncation must give the "
+                                      "bound, not inf or NaN."},
     "RolloutEmptyRows": {"category": "edge", "description": "Rows without valid tokens: "
                          "their weights and keep are 0; no 0/0 in a sequence mean (a mask with no token at all is "
-                         "rejected, as for every masked objective)."},
+                         "rejected, as for every masked objective).",
+                         "bugType": "masking",
+                         "effect": "Rows without valid tokens give 0/0 in a sequence mean unless left out."},
     "RolloutPadding": {"category": "edge", "description": "Padding positions hold log-ratios of ±1000: they must not "
-                       "reach a row's sum or mean, and their weight is 0."},
+                       "reach a row's sum or mean, and their weight is 0.",
+                       "bugType": "masking",
+                       "effect": "Padding log-ratios of ±1000 leaking into a row's sum overflow the sequence ratio."},
     "RolloutOnPolicy": {"category": "edge", "description": "rollout_logp = old_logp: every valid weight is 1 "
-                        "(the correction must vanish when the engines agree)."},
-    "RolloutSingleToken": {"category": "edge", "description": "T = 1: the sequence ratio is the token ratio."},
+                        "(the correction must vanish when the engines agree).",
+                        "bugType": "degenerate-input",
+                        "effect": "Equal engines must give weight 1 everywhere: any other value is a spurious "
+                                  "correction."},
+    "RolloutSingleToken": {"category": "edge", "description": "T = 1: the sequence ratio is the token ratio.",
+                           "bugType": "degenerate-input",
+                           "effect": "T = 1: a sequence ratio must equal the token ratio; a length miscount shows "
+                                     "here."},
     "RolloutLowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16, "
-                            "judged in those dtypes; units keep 2^−5 (relative) from the band's edges."},
+                            "judged in those dtypes; units keep 2^−5 (relative) from the band's edges.",
+                            "bugType": "precision",
+                            "effect": "Weights computed in bfloat16/float16 drift from the exact truncation or mask "
+                                      "decisions."},
     "InvalidCorrection": {"category": "invalid", "description": "Band or convention outside the domain (lower > "
                           "upper, both bounds None, upper ≤ 0, lower < 0, log_ratio_clamp ≤ 0, unknown level, correction, "
                           "seq_log_ratio or kept_weight), shapes that disagree, rank-1 inputs, masks that are not "
-                          "0/1 or select no token, NaN or infinite log-probabilities; must be rejected."},
+                          "0/1 or select no token, NaN or infinite log-probabilities; must be rejected.",
+                          "bugType": "input-validation",
+                          "effect": "A band or convention outside the domain is accepted and weights tokens "
+                                    "arbitrarily."},
 }
 
 LENGTHS = [1, 2, 3, 5, 8, 12, 16, 24, 32, 48]

@@ -11,25 +11,55 @@ from conformance.generate.case import Case, article, generated
 OBJ = "kl.estimator"
 
 NOTES = {
-    "Article": {"category": "article", "description": "A number printed in the source article."},
-    "Random": {"category": "random", "description": "Random sampled-token log-probabilities from a fixed seed."},
-    "EqualInputs": {"category": "edge", "description": "logp == ref_logp: every estimator is exactly 0."},
+    "Article": {"category": "article", "description": "A number printed in the source article.",
+                "bugType": "formula",
+                "effect": "An implementation of another formula than the published one disagrees with the number "
+                          "the source prints."},
+    "Random": {"category": "random", "description": "Random sampled-token log-probabilities from a fixed seed.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs.",
+               "links": ["https://github.com/Rolv-Arild/rocket-learn/pull/12",
+                         "https://github.com/areal-project/AReaL/pull/408"]},
+    "EqualInputs": {"category": "edge", "description": "logp == ref_logp: every estimator is exactly 0.",
+                    "bugType": "degenerate-input",
+                    "effect": "Identical inputs must give exactly 0 and a zero gradient; a stray term or rounding "
+                              "leaves a spurious loss."},
     "Cancellation": {"category": "numerics", "description": "|logp − ref_logp| ≤ 1e-6: k3 ≈ (log r)²/2 must be formed "
-                     "without cancellation (expm1), judged against the magnitude of its terms."},
+                     "without cancellation (expm1), judged against the magnitude of its terms.",
+                     "bugType": "cancellation",
+                     "effect": "A tiny result formed as the difference of large terms loses its leading digits (use "
+                               "the stable form)."},
     "ExtremeRatio": {"category": "numerics", "description": "|log r| up to 50 (ratios e^±50) and log-probabilities "
-                     "near log(1e-300)."},
+                     "near log(1e-300).",
+                     "bugType": "overflow",
+                     "effect": "exp of a large log-ratio overflows to inf; inf·0 on an inactive branch turns the "
+                               "loss or gradient into NaN."},
     "Clamped": {"category": "convention", "description": "Values beyond the clamp bound: the value is clipped and "
-                "its gradient is zero."},
+                "its gradient is zero.",
+                "bugType": "clamp",
+                "effect": "A clamp missing, at another bound, or passing a gradient where it holds changes the KL "
+                          "penalty beyond the bound."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
                      "(or both: bfloat16 values inside float16's range), judged in those dtypes: random lengths "
                      "up to 256, log-ratios from one grid step to ±28, values 2^−5 (relative) away from the "
                      "clamp. A case judged in float16 keeps r = e^{log r} inside float16's range (log r ≤ 11); "
                      "larger ratios are bfloat16 only. See conformance/compare.py for the careful tolerance "
-                     "model."},
+                     "model.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "AbsKink": {"category": "edge", "description": "abs at log r = 0 exactly (gradient 0 by definition, as "
                 "torch.abs) and at log r = ±2^−30, ±2^−60 (gradient ∓1): the sign of ref_logp − logp is exact in "
-                "every dtype, so the kink is never decided by rounding."},
-    "InvalidInput": {"category": "invalid", "description": "Input outside the estimator's domain; must be rejected."},
+                "every dtype, so the kink is never decided by rounding.",
+                "bugType": "gradient",
+                "effect": "The gradient of |x| at 0 differs between implementations (sqrt(x²) gives NaN, sign(x) "
+                          "gives 0): a NaN or a wrong subgradient."},
+    "InvalidInput": {"category": "invalid", "description": "Input outside the estimator's domain; must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 GROUPS = {

@@ -29,43 +29,106 @@ LOW_V = (2, 3, 4, 6, 8, 12, 16)   # vocabularies of the random low-precision cas
 
 NOTES = {
     "Random": {"category": "random", "description": "Random logits (normal, σ from 0.5 to 8) and labels from a "
-               "fixed seed; for lm.cross_entropy about one label in five is ignore_index."},
+               "fixed seed; for lm.cross_entropy about one label in five is ignore_index.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Ignored": {"category": "edge", "description": "Tokens whose label is ignore_index: no loss, no smoothing, no "
-                "z-loss, zero gradient; custom ignore_index values (0, −1) and every token ignored."},
+                "z-loss, zero gradient; custom ignore_index values (0, −1) and every token ignored.",
+                "bugType": "masking",
+                "effect": "Tokens at ignore_index counted in the loss, the smoothing term, the z-loss or the "
+                          "denominator.",
+                "links": ["https://github.com/pytorch/pytorch/issues/73205",
+                          "https://github.com/eladhoffer/utils.pytorch/issues/4"]},
     "EmptyBatch": {"category": "edge", "description": "Every token is ignore_index with reduction 'sum', 'none' or a "
                    "normalizer: the loss is exactly 0 (PyTorch's 'mean' would be 0/0 = NaN; the reference rejects "
-                   "that case, see InvalidInput)."},
+                   "that case, see InvalidInput).",
+                   "bugType": "degenerate-input",
+                   "effect": "A batch with every token ignored gives 0/0 = NaN under a token mean instead of 0."},
     "SingleToken": {"category": "edge", "description": "V = 1: q = 1, the cross-entropy, the log-probability and "
-                    "the entropy are 0 and so are their gradients (with label smoothing too)."},
+                    "the entropy are 0 and so are their gradients (with label smoothing too).",
+                    "bugType": "degenerate-input",
+                    "effect": "A single token or class is a 0/0 or empty reduction for careless code: NaN or a "
+                              "wrong count."},
     "Uniform": {"category": "edge", "description": "Equal logits: the loss is log V and the entropy's gradient is "
-                "exactly 0."},
+                "exactly 0.",
+                "bugType": "degenerate-input",
+                "effect": "Equal logits: the entropy's gradient must be exactly 0; a careless form leaves rounding "
+                          "noise."},
     "NegInf": {"category": "edge", "description": "−inf logits off the label (impossible tokens: probability 0, "
-               "gradient 0), under soft-capping −inf becomes −s."},
+               "gradient 0), under soft-capping −inf becomes −s.",
+               "bugType": "non-finite",
+               "effect": "0·log 0 evaluated as 0·(−inf) = NaN at impossible tokens; smoothing over −inf logits "
+                         "gives inf.",
+               "links": ["https://github.com/huggingface/trl/issues/7221",
+                         "https://github.com/kkirchheim/pytorch-ood/pull/85"]},
     "HugeLogits": {"category": "numerics", "description": "Logits of ±1e4 (float64) or ±8192 (low precision): "
                    "saturated rows where q_y − 1 ≈ −e^{−10^4} must come from expm1(log q_y), and a label far below "
-                   "the maximum."},
+                   "the maximum.",
+                   "bugType": "overflow",
+                   "effect": "exp of logits not shifted by the row maximum overflows; saturated rows lose their "
+                             "small terms unless formed with expm1/log1p."},
     "Temperature": {"category": "convention", "description": "Temperatures from 1e-3 (near one-hot) to 100 (near "
-                    "uniform); the logits are divided by T before the softmax."},
+                    "uniform); the logits are divided by T before the softmax.",
+                    "bugType": "extreme-parameter",
+                    "effect": "Logits not divided by T (or divided twice) at extreme temperatures change the loss "
+                              "and the 1/T in its gradient."},
     "LabelSmoothing": {"category": "convention", "description": "PyTorch's label smoothing ε: (1−ε)·(−log q_y) + "
-                       "ε·mean over all V of −log q_v, ε up to 1."},
+                       "ε·mean over all V of −log q_v, ε up to 1.",
+                       "bugType": "convention",
+                       "effect": "Smoothing spread over V − 1 classes, added as 1/V, or computed over a vocabulary "
+                                 "shard instead of PyTorch's ε·mean over all V.",
+                       "links": ["https://github.com/OpenNMT/OpenNMT-py/issues/1463",
+                                 "https://github.com/TimDettmers/ConvE/issues/55",
+                                 "https://github.com/NVIDIA/Megatron-LM/issues/7464"]},
     "ZLoss": {"category": "convention", "description": "z-loss ζ·lse² per counted token (PaLM §5: ζ = 1e-4; "
-              "Liger's lse_square_scale)."},
+              "Liger's lse_square_scale).",
+              "bugType": "formula",
+              "effect": "The z-loss as the square of the mean lse, without its square, or counted on ignored "
+                        "tokens.",
+              "links": ["https://github.com/mlfoundations/open_lm/pull/92"]},
     "Softcap": {"category": "convention", "description": "Final-logit soft-capping s·tanh(z/s) before the softmax "
-                "(Gemma 2: s = 30), also on logits far beyond s."},
+                "(Gemma 2: s = 30), also on logits far beyond s.",
+                "bugType": "formula",
+                "effect": "The soft cap missing, or formed as z·tanh(z/s) instead of s·tanh(z/s): logits are not "
+                          "capped.",
+                "links": ["https://github.com/unslothai/unsloth-zoo/pull/593",
+                          "https://github.com/apple/ml-cross-entropy/issues/48"]},
     "Normalizer": {"category": "convention", "description": "The summed loss divided by a given count "
                    "(transformers' num_items_in_batch: the tokens of the whole accumulated batch, so not the "
-                   "micro-batch's own count)."},
+                   "micro-batch's own count).",
+                   "bugType": "normalization",
+                   "effect": "The loss divided by the micro-batch's own token count instead of the accumulated "
+                             "batch's: gradient accumulation weighs tokens unequally.",
+                   "links": ["https://github.com/meta-pytorch/torchtune/pull/1875",
+                             "https://github.com/huggingface/transformers/pull/34191",
+                             "https://github.com/allenai/open-instruct/pull/1161"]},
     "LowPrecision": {"category": "edge", "description": "Logits exactly representable in bfloat16 and float16 (or "
                      "float16 only), judged in those dtypes under the careful model of conformance/compare.py "
-                     "(float32 inside, the outputs rounded once)."},
+                     "(float32 inside, the outputs rounded once).",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "Large": {"category": "random", "description": "A realistic vocabulary (V = 128256, Llama 3's) on the "
-              "low-precision grids: mostly zero logits with a few hundred drawn ones."},
+              "low-precision grids: mostly zero logits with a few hundred drawn ones.",
+              "bugType": "precision",
+              "effect": "An accumulation that loses accuracy with the reduction length (naive sums, low-precision "
+                        "partial sums) drifts at realistic sizes."},
     "Bias": {"category": "edge", "description": "lm.linear_cross_entropy with a bias [V] added to the logits "
-             "(F.linear's): its gradient Σ_n G_n is checked; a case without one expects no bias gradient."},
+             "(F.linear's): its gradient Σ_n G_n is checked; a case without one expects no bias gradient.",
+             "bugType": "gradient",
+             "effect": "The output bias left out of the backward: it never trains."},
     "Cancellation": {"category": "numerics", "description": "lm.linear_cross_entropy logits far below the "
                      "products they are summed from (Σ_h |h·w| ≫ |z|): the matrix product's rounding, which the "
-                     "tolerance scales with Σ_h |h·w|, not with |z|."},
-    "InvalidInput": {"category": "invalid", "description": "Input outside the objective's domain; must be rejected."},
+                     "tolerance scales with Σ_h |h·w|, not with |z|.",
+                     "bugType": "precision",
+                     "effect": "Logits far below the products they are summed from: a matrix product in low "
+                               "precision loses them."},
+    "InvalidInput": {"category": "invalid", "description": "Input outside the objective's domain; must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 GROUPS = {

@@ -20,21 +20,44 @@ ST_MOE = "2202.08906"
 
 NOTES = {
     "Random": {"category": "random", "description": "Random router logits from a fixed seed (a common offset per "
-               "token plus per-expert noise, several scales), up to 32 tokens and 32 experts."},
+               "token plus per-expert noise, several scales), up to 32 tokens and 32 experts.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Masked": {"category": "convention", "description": "A token mask: the mean runs over the selected tokens only; "
-               "masked rows hold far-off logits (±50, ±1e3) that must not reach the loss or its gradient."},
-    "SingleExpert": {"category": "edge", "description": "E = 1: lse(x) = x, loss mean x², gradient 2x/n."},
-    "EqualLogits": {"category": "edge", "description": "A row of equal logits c: lse = c + log E, softmax 1/E."},
+               "masked rows hold far-off logits (±50, ±1e3) that must not reach the loss or its gradient.",
+               "bugType": "masking",
+               "effect": "Masked tokens counted in the mean, or their far-off logits reaching the loss or gradient."},
+    "SingleExpert": {"category": "edge", "description": "E = 1: lse(x) = x, loss mean x², gradient 2x/n.",
+                     "bugType": "degenerate-input",
+                     "effect": "E = 1: lse(x) = x; a careless shift or mean over experts breaks it."},
+    "EqualLogits": {"category": "edge", "description": "A row of equal logits c: lse = c + log E, softmax 1/E.",
+                    "bugType": "degenerate-input",
+                    "effect": "Equal logits: lse = c + log E; an off-by-one expert count shows here."},
     "HugeLogits": {"category": "numerics", "description": "Router logits up to ±1e4: lse must be formed around the "
-                   "row's maximum (e^{1e4} overflows every dtype); lse² ~ 1e8."},
+                   "row's maximum (e^{1e4} overflows every dtype); lse² ~ 1e8.",
+                   "bugType": "overflow",
+                   "effect": "exp of logits not shifted by the row maximum overflows; saturated rows lose their "
+                             "small terms unless formed with expm1/log1p."},
     "LseNearZero": {"category": "numerics", "description": "Rows whose log-sum-exp is within 1e-16 of 0 (E equal logits "
                     "of −log E in binary64): lse² ~ 1e-33 comes from the cancellation of max and log Σ e^{x − max}, "
-                    "judged against the size of those terms."},
-    "SingleToken": {"category": "edge", "description": "N = 1."},
+                    "judged against the size of those terms.",
+                    "bugType": "cancellation",
+                    "effect": "lse² ~ 1e-33 formed from the cancellation of max and log Σ e^{x − max}."},
+    "SingleToken": {"category": "edge", "description": "N = 1.",
+                    "bugType": "degenerate-input",
+                    "effect": "N = 1: the mean over one token; a wrong count shows here."},
     "LowPrecision": {"category": "edge", "description": "Router logits exactly representable in bfloat16 and float16, "
                      "or float16 only, judged in those dtypes under the careful model (conformance/compare.py): up to "
-                     "32 tokens and 16 experts, logits within ±40."},
-    "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected."},
+                     "32 tokens and 16 experts, logits within ±40.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
+    "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 GROUPS = {

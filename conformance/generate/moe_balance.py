@@ -27,24 +27,47 @@ GAP = 0.125
 NOTES = {
     "BalanceRandom": {"category": "random", "description": "Random router logits from a fixed seed: per token a "
                       "permutation of distinct multiples of 1/8 (spread up to ±6) plus a common offset, so no two "
-                      "logits of a token are closer than 1/8 and top-k never hinges on a rounding; k from 1 to 4."},
+                      "logits of a token are closer than 1/8 and top-k never hinges on a rounding; k from 1 to 4.",
+                      "bugType": "formula",
+                      "effect": "f and P computed over the wrong set (top-k only, or not normalised by the token "
+                                "count) change the auxiliary loss.",
+                      "links": ["https://github.com/paiml/aprender/pull/2162"]},
     "BalanceMasked": {"category": "convention", "description": "A token mask: f and P run over the selected tokens "
                       "only; masked rows hold far-off logits (±30 alternating) that must not reach the counts, the "
                       "probabilities or the gradient (transformers' load_balancing_loss_func without its "
-                      "attention_mask counts them)."},
+                      "attention_mask counts them).",
+                      "bugType": "masking",
+                      "effect": "Masked tokens counted in f or P, or their logits reaching the gradient."},
     "BalanceLayers": {"category": "convention", "description": "Router logits of L = 2 or 3 layers [L, N, E]: pooled "
-                      "('concatenated': transformers) or summed layer by layer ('per-layer-sum', 'sequence')."},
+                      "('concatenated': transformers) or summed layer by layer ('per-layer-sum', 'sequence').",
+                      "bugType": "convention",
+                      "effect": "Layers pooled where they should be summed layer by layer (or the reverse).",
+                      "links": ["https://github.com/huggingface/transformers/issues/28255"]},
     "BalanceSequences": {"category": "convention", "description": "The 'sequence' form with seq_len: N/seq_len "
-                         "sequences, each with its own f and P (DeepSeek-V3 eq. 17–20), then their mean."},
+                         "sequences, each with its own f and P (DeepSeek-V3 eq. 17–20), then their mean.",
+                         "bugType": "normalization",
+                         "effect": "Sequence-wise balance computed over the whole batch, or averaged over another "
+                                   "count."},
     "BalanceUniform": {"category": "edge", "description": "Every expert gets the same count: G is the same for every "
-                       "expert and the gradient is exactly 0 (it is formed as a difference of equal terms)."},
+                       "expert and the gradient is exactly 0 (it is formed as a difference of equal terms).",
+                       "bugType": "degenerate-input",
+                       "effect": "Equal counts: the gradient must be exactly 0; a difference of equal terms formed "
+                                 "carelessly leaves noise."},
     "BalanceAllExperts": {"category": "edge", "description": "k = E: every expert is in every top-k, f is constant "
-                          "and the gradient 0 (Switch form: the loss is E·k·(1/E)·Σ P = k)."},
+                          "and the gradient 0 (Switch form: the loss is E·k·(1/E)·Σ P = k).",
+                          "bugType": "degenerate-input",
+                          "effect": "k = E: f is constant and the loss is k; a top-k over all experts mishandled "
+                                    "shows here."},
     "BalanceTopKTie": {"category": "edge", "description": "Two logits tie at the k-th place: the references take "
                        "the lower index; torch.topk promises no order among equal values, so the vector is "
-                       "acceptable."},
+                       "acceptable.",
+                       "bugType": "degenerate-input",
+                       "effect": "A tie at the k-th place: the choice of expert is implementation-defined."},
     "BalanceEmptySequence": {"category": "edge", "description": "The 'sequence' form with a sequence whose tokens are "
-                             "all masked: it leaves the mean over sequences."},
+                             "all masked: it leaves the mean over sequences.",
+                             "bugType": "masking",
+                             "effect": "A fully masked sequence counted in the mean over sequences: 0/0 or a wrong "
+                                       "denominator."},
 }
 # LowPrecision and InvalidInput are the family's (conformance.generate.moe).
 

@@ -25,35 +25,68 @@ MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-to
 
 NOTES = {
     "Random": {"category": "random", "description": "Random values, old values and returns from a fixed seed "
-               "(returns around the values; old values within a few ε of them), ragged right-padded masks."},
+               "(returns around the values; old values within a few ε of them), ragged right-padded masks.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Clipped": {"category": "convention", "description": "Tokens whose V − V_old lies outside [−ε, ε] and whose "
-                "clipped branch (V_c − R)² is the larger: their loss is the clipped square and their gradient 0."},
+                "clipped branch (V_c − R)² is the larger: their loss is the clipped square and their gradient 0.",
+                "bugType": "clamp",
+                "effect": "The clipped value loss missing, with another range, or passing a gradient where the "
+                          "clipped branch is taken."},
     "BandEdge": {"category": "edge", "description": "V − V_old = ±ε exactly (V_old ∈ {0, ±ε}: every difference exact in "
                  "binary64) with R on the inner side: (V − R)² is the larger on both sides of the edge, the loss is "
                  "differentiable and its gradient 2s·(V − R). An implementation whose clip or max splits the gradient "
-                 "at a tie (torch.max(torch.min(x, hi), lo); torch.max of two equal squares) returns a fraction of it."},
+                 "at a tie (torch.max(torch.min(x, hi), lo); torch.max of two equal squares) returns a fraction of it.",
+                 "bugType": "clamp",
+                 "effect": "V − V_old exactly at ±ε: the clip's closedness decides the branch."},
     "BandEdgeKink": {"category": "edge", "description": "V − V_old = ±ε exactly with R beyond the edge: moving V out "
                      "of the band towards R hands the max to the constant clipped square, so the one-sided "
                      "derivatives are 2s·(V − R) and 0. The vector stores the closed band's 2s·(V − R) and is "
-                     "acceptable."},
+                     "acceptable.",
+                     "bugType": "gradient",
+                     "effect": "At the band's edge the one-sided derivatives differ: either is acceptable, another "
+                               "is not."},
     "MaxTie": {"category": "edge", "description": "V outside the band and R halfway between V and V_c: (V − R)² = "
                "(V_c − R)², where the max has no derivative. Any gradient between 0 and 2s·(V − R) is a "
                "subgradient (torch.max splits it: s·(V − R)); the vector stores the unclipped branch's and is "
-               "acceptable."},
+               "acceptable.",
+               "bugType": "gradient",
+               "effect": "Equal branches of the max: any subgradient between them is acceptable, another is not."},
     "MaskedValues": {"category": "edge", "description": "Padding holds values, old values and returns far from the "
-                     "valid ones (±100, ±1000): they must not reach the loss or its gradient."},
+                     "valid ones (±100, ±1000): they must not reach the loss or its gradient.",
+                     "bugType": "masking",
+                     "effect": "Padding values reaching the loss or its gradient."},
     "FullyMaskedRow": {"category": "edge", "description": "Rows without tokens under token-mean: they contribute "
-                       "nothing."},
+                       "nothing.",
+                       "bugType": "masking",
+                       "effect": "A row without tokens counted in a token mean changes the denominator or gives 0/0 "
+                                 "= NaN."},
     "FullyMaskedRowSeqMean": {"category": "edge", "description": "Rows without tokens under a sequence-mean "
                               "aggregation: left out of the mean over rows (verl 0.9.1 agg_loss); an implementation "
-                              "that counts them divides by more rows, so the vector is acceptable."},
-    "SingleToken": {"category": "edge", "description": "B = T = 1."},
+                              "that counts them divides by more rows, so the vector is acceptable.",
+                              "bugType": "masking",
+                              "effect": "A row without tokens counted in the mean over rows divides by more rows."},
+    "SingleToken": {"category": "edge", "description": "B = T = 1.",
+                    "bugType": "degenerate-input",
+                    "effect": "A single token or class is a 0/0 or empty reduction for careless code: NaN or a "
+                              "wrong count."},
     "Cancellation": {"category": "numerics", "description": "Values within 1e-9 of large returns (|R| ~ 1e3): the "
-                     "squared error is ~1e-18, formed from the exact difference of the inputs."},
+                     "squared error is ~1e-18, formed from the exact difference of the inputs.",
+                     "bugType": "cancellation",
+                     "effect": "Values within 1e-9 of large returns: the squared error must be formed from the "
+                               "exact difference."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 and float16, or "
                      "float16 only, judged in those dtypes under the careful model (conformance/compare.py): batch "
-                     "up to 8 rows of up to 32 tokens, kinks kept a relative 2^−5 away."},
-    "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected."},
+                     "up to 8 rows of up to 32 tokens, kinks kept a relative 2^−5 away.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
+    "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 GROUPS = {

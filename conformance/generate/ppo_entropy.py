@@ -23,19 +23,32 @@ COEFS = (0.01, 0.001, 0.05, 1.0, 0.0025)
 NOTES = {
     "EntropyRandom": {"category": "random", "description": "Random per-token entropies from a fixed seed (uniform "
                       "up to log V for V between 2 and 128256, a share near 0), ragged right-padded masks, the "
-                      "coefficient c among 0.01, 0.001, 0.05, 1 and 0.0025."},
+                      "coefficient c among 0.01, 0.001, 0.05, 1 and 0.0025.",
+                      "bugType": "formula",
+                      "effect": "A wrong sign, coefficient or aggregation of the entropy bonus."},
     "EntropyMaskedValues": {"category": "edge", "description": "Padding holds entropies far from the valid ones (1e4): "
-                            "they must not reach the loss or its gradient."},
+                            "they must not reach the loss or its gradient.",
+                            "bugType": "masking",
+                            "effect": "Padding entropies reaching the loss or its gradient."},
     "EntropyFullyMaskedRow": {"category": "edge", "description": "A row without tokens under token-mean: it "
-                              "contributes nothing."},
+                              "contributes nothing.",
+                              "bugType": "masking",
+                              "effect": "A row without tokens counted in the token mean."},
     "EntropyFullyMaskedRowSeqMean": {"category": "edge", "description": "A row without tokens under a sequence-mean "
                                      "aggregation: left out of the mean over rows (verl 0.9.1 agg_loss); an "
                                      "implementation that counts it divides by more rows, so the vector is "
-                                     "acceptable."},
+                                     "acceptable.",
+                                     "bugType": "masking",
+                                     "effect": "A row without tokens counted in the mean over rows divides by more "
+                                               "rows."},
     "EntropyZeroCoef": {"category": "edge", "description": "c = 0 (verl 0.9.1 and TRL 1.16.0's default: no bonus): "
-                        "loss 0 and gradient 0."},
+                        "loss 0 and gradient 0.",
+                        "bugType": "extreme-parameter",
+                        "effect": "c = 0 must give loss 0 and gradient 0 exactly."},
     "EntropyNormLength": {"category": "convention", "description": "'seq-mean-token-sum-norm' with a constant L "
-                          "(norm_length; verl 0.9.1 loss_scale_factor) in place of the padded T."},
+                          "(norm_length; verl 0.9.1 loss_scale_factor) in place of the padded T.",
+                          "bugType": "normalization",
+                          "effect": "The Dr. GRPO constant L replaced by the padded or longest length."},
 }
 # LowPrecision and InvalidInput are the family's (conformance.generate.ppo).
 

@@ -23,34 +23,66 @@ NOTES = {
     "InvalidNllTerm": {"category": "invalid", "description": "Arguments of the NLL term outside their domain "
                        "under the group's nll_aggregation (chosen_lengths missing, 0 or of another shape, an "
                        "unknown or missing aggregation while the weight is > 0); run for the targets that declare "
-                       "that nll_aggregation; must be rejected. A negative weight is InvalidInput."},
+                       "that nll_aggregation; must be rejected. A negative weight is InvalidInput.",
+                       "bugType": "input-validation",
+                       "effect": "A missing or malformed NLL-term argument is accepted and silently changes or "
+                                 "drops the term."},
     "Random": {"category": "random", "description": "Random log-probabilities (sequence sums down to about −300, "
-               "or per-token averages for ORPO), batches of up to 16; half the cases rounded to float32."},
+               "or per-token averages for ORPO), batches of up to 16; half the cases rounded to float32.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "DetachedMetrics": {"category": "convention", "description": "The logged rewards (SimPO, CPO, ORPO) and KTO's "
                         "reference point z0 are detached in TRL 1.16.0 and Liger 0.8.5: their cotangents are zero "
-                        "and the gradient comes from the losses alone."},
+                        "and the gradient comes from the losses alone.",
+                        "bugType": "gradient",
+                        "effect": "Logged rewards or KTO's z0 that carry a gradient add unintended terms to the "
+                                  "backward pass."},
     "LengthNormalised": {"category": "edge", "description": "SimPO divides each sequence log-probability by its "
                          "length: pairs whose sums favour one response and whose per-token averages favour the "
-                         "other (the length bias SimPO removes)."},
+                         "other (the length bias SimPO removes).",
+                         "bugType": "normalization",
+                         "effect": "SimPO's per-token average replaced by the sum (or the reverse): the length bias "
+                                   "the method removes comes back."},
     "HugeMargin": {"category": "numerics", "description": "The logistic's argument at about ±1e4: log σ must be "
-                   "formed without overflow."},
+                   "formed without overflow.",
+                   "bugType": "overflow",
+                   "effect": "log σ formed as log(sigmoid(x)) or log(1 + exp(−x)) overflows or underflows to an "
+                             "infinite loss at large margins."},
     "NearCertain": {"category": "numerics", "description": "ORPO: average log-probabilities within 1e-6 of 0, where "
-                    "log(1 − e^p) must be formed as log(−expm1(p)) (1 − exp(p) loses every digit)."},
+                    "log(1 − e^p) must be formed as log(−expm1(p)) (1 − exp(p) loses every digit).",
+                    "bugType": "cancellation",
+                    "effect": "log(1 − e^p) formed as log(1 − exp(p)) or with an offset loses every digit as p → 0.",
+                    "links": ["https://github.com/axolotl-ai-cloud/axolotl/pull/3910",
+                              "https://github.com/hpcaitech/ColossalAI/pull/6407"]},
     "ClampedReference": {"category": "edge", "description": "KTO: the batch KL estimate is negative, so z0 = 0 "
-                         "(clamped, as TRL 1.16.0 computes it)."},
+                         "(clamped, as TRL 1.16.0 computes it).",
+                         "bugType": "clamp",
+                         "effect": "KTO's z0 = max(0, KL) without the clamp, or with a gradient through it."},
     "ClassWeights": {"category": "convention", "description": "KTO with λ_D ≠ λ_U (the paper's weights for imbalanced "
-                     "desirable/undesirable counts)."},
+                     "desirable/undesirable counts).",
+                     "bugType": "convention",
+                     "effect": "λ_D and λ_U swapped or ignored: the classes are weighted otherwise."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 (or "
-                     "both), judged in those dtypes."},
+                     "both), judged in those dtypes.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "NllTerm": {"category": "convention", "description": "cpo_alpha α > 0: each pair's loss adds α times the NLL "
                 "of its chosen response (CPO §3: L_prefer + L_NLL), normalised by nll_aggregation: −c "
                 "('seq-mean-token-sum', the paper's −log π(y_w|x)), −c/n per pair ('seq-mean-token-mean'), or the "
                 "pair's share −c·B/Σn of the batch token mean ('token-mean': TRL 1.16.0 CPOTrainer's cross-entropy "
-                "on the chosen tokens, Liger 0.8.5 compute_nll_loss); c = chosen_logps (sums), n = chosen_lengths."},
+                "on the chosen tokens, Liger 0.8.5 compute_nll_loss); c = chosen_logps (sums), n = chosen_lengths.",
+                "bugType": "normalization",
+                "effect": "The CPO NLL term normalised by another count or weighted wrongly."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain (NaN "
                      "or inf log-probabilities, shapes that disagree, β ≤ 0, lengths < 1, γ < 0, an average "
                      "log-probability of 0 for ORPO, a desirable flag other than 0/1, class weights ≤ 0); must be "
-                     "rejected."},
+                     "rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 GROUPS = {

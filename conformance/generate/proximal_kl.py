@@ -26,61 +26,118 @@ NOTES = {
                "masks (B ≤ 16, T ≤ 64; a few T = 128 or 256), behaviour and reference log-probabilities drawn "
                "near the policy's, advantages N(0, 1) per row, β among 0.01, 0.04, 0.1, 0.5, 1; half the cases "
                "rounded to float32. Tokens stay 1e-4 (relative) away from the ratio cap and the clip band's "
-               "edges, so that no branch is decided by rounding."},
+               "edges, so that no branch is decided by rounding.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Large": {"category": "random", "description": "A large random case (B = 16, T = 256, or B = 8, T = 128): "
-              "the future cost sums up to 255 later tokens."},
+              "the future cost sums up to 255 later tokens.",
+              "bugType": "precision",
+              "effect": "An accumulation that loses accuracy with the reduction length (naive sums, low-precision "
+                        "partial sums) drifts at realistic sizes."},
     "FullyMaskedRow": {"category": "edge", "description": "Rows with no token: their future cost is 0; under the "
-                       "token mean they contribute nothing (and, for the cost, F_t = 0 along the row)."},
+                       "token mean they contribute nothing (and, for the cost, F_t = 0 along the row).",
+                       "bugType": "masking",
+                       "effect": "A row without tokens counted in a token mean changes the denominator or gives 0/0 "
+                                 "= NaN."},
     "FullyMaskedRowSeqMean": {"category": "acceptable", "description": "Rows with no token under a sequence-mean "
                               "aggregation: the exact reference (as grpo.aggregate, verl 0.9.1 agg_loss) leaves "
                               "them out of the mean over rows; an implementation that counts them as zero-loss "
-                              "sequences (divides by B, as TRL 1.16.0 does for GRPO) is accepted."},
+                              "sequences (divides by B, as TRL 1.16.0 does for GRPO) is accepted.",
+                              "bugType": "masking",
+                              "effect": "A row without tokens counted in the mean over rows divides by more rows "
+                                        "(or gives 0/0 = NaN)."},
     "SingleToken": {"category": "edge", "description": "One token in the whole batch (T = 1, or a single unmasked "
-                    "position): F = 0 there, so ℓ = −ρ·(A − β·k)."},
+                    "position): F = 0 there, so ℓ = −ρ·(A − β·k).",
+                    "bugType": "degenerate-input",
+                    "effect": "A single token or class is a 0/0 or empty reduction for careless code: NaN or a "
+                              "wrong count."},
     "ExtremeRatio": {"category": "numerics", "description": "log ρ = logp − behavior_logp = ±50 (ratios e^±50) "
                      "and log-probabilities near log(1e−300), with a moderate KL: ρ·X must be formed without "
-                     "overflow or loss of the small ratios."},
+                     "overflow or loss of the small ratios.",
+                     "bugType": "overflow",
+                     "effect": "exp of a large log-ratio overflows to inf; inf·0 on an inactive branch turns the "
+                               "loss or gradient into NaN."},
     "ExtremeLogprob": {"category": "numerics", "description": "Log-probabilities near log(1e−300) and per-token "
-                       "KL terms k = ±50: the future cost sums large terms exactly as given."},
+                       "KL terms k = ±50: the future cost sums large terms exactly as given.",
+                       "bugType": "overflow",
+                       "effect": "Log-probabilities near log(1e−300) and KL terms of ±50: the future cost must sum "
+                                 "them exactly."},
     "BetaExtreme": {"category": "edge", "description": "β = 1e−6 (the KL terms barely enter) or β = 10 and 100 "
-                    "(the KL terms dominate the advantage)."},
+                    "(the KL terms dominate the advantage).",
+                    "bugType": "extreme-parameter",
+                    "effect": "β near 0 or large: a KL term dropped or dominating through a wrong coefficient."},
     "FutureCancellation": {"category": "numerics", "description": "Later KL terms that cancel: F_t = 0 exactly "
                            "or of order 2^−40 (binary64) / 2^−20 (float32) while its terms are of order 1; "
-                           "judged against the size of the terms (Σ |logp| + |ref_logp| over the later tokens)."},
+                           "judged against the size of the terms (Σ |logp| + |ref_logp| over the later tokens).",
+                           "bugType": "cancellation",
+                           "effect": "Later KL terms that cancel: F_t formed with a cumulative sum in the wrong "
+                                     "order loses its digits."},
     "CoefficientCancellation": {"category": "numerics", "description": "A = β·(k_t + F_t) up to rounding at "
                                 "some tokens: the coefficient X_t = A − β·(k_t + F_t) is tiny and formed from "
-                                "terms of order 1; judged against the size of its terms."},
+                                "terms of order 1; judged against the size of its terms.",
+                                "bugType": "cancellation",
+                                "effect": "A − β(k + F) tiny from terms of order 1: the coefficient must be formed "
+                                          "from the exact terms."},
     "FutureClipActive": {"category": "convention", "description": "Future costs beyond ±c with a future clip c: "
-                         "F_t is replaced by ±c (the clip changes the detached coefficient only)."},
+                         "F_t is replaced by ±c (the clip changes the detached coefficient only).",
+                         "bugType": "clamp",
+                         "effect": "The future-cost clip missing or applied to the gradient instead of the detached "
+                                   "coefficient."},
     "OnPolicy": {"category": "edge", "description": "behavior_logp = logp (ρ = 1 exactly): the update is "
-                 "−(A − β·(k_t + F_t))·∇log π, the on-policy policy gradient of E[r] − β·KL."},
+                 "−(A − β·(k_t + F_t))·∇log π, the on-policy policy gradient of E[r] − β·KL.",
+                 "bugType": "degenerate-input",
+                 "effect": "ρ = 1: the update must be the on-policy gradient; a stray ratio term shows here."},
     "MaskHoles": {"category": "edge", "description": "Masks with interior zeros (e.g. tool output inside a "
                   "response): masked positions are skipped by F_t = Σ_{u>t} m_u·k_u and by the aggregate, and "
-                  "hold large KL terms (|k| ≈ 20) that must not leak in."},
+                  "hold large KL terms (|k| ≈ 20) that must not leak in.",
+                  "bugType": "masking",
+                  "effect": "Masked interior positions included in the future cost or the aggregate."},
     "MaskHolesCost": {"category": "acceptable", "description": "Masks with interior zeros: the catalog defines "
                       "F_t = Σ_{u>t} m_u·k_u at every position, masked or not, and the exact reference returns "
                       "it there too; an implementation that returns 0 at masked positions (where F is never "
-                      "used) is accepted. Unmasked positions must match either way."},
+                      "used) is accepted. Unmasked positions must match either way.",
+                      "bugType": "masking",
+                      "effect": "The cost at masked positions is implementation-defined; the value at valid "
+                                "positions is not."},
     "MaskedPadding": {"category": "edge", "description": "Padding positions hold logp = 0 and behaviour / "
                       "reference log-probabilities −30 (ρ = e^30, k = 30 there): they must not reach F, the "
-                      "loss or its gradient."},
+                      "loss or its gradient.",
+                      "bugType": "masking",
+                      "effect": "Padding with ρ = e^30 leaking into the future cost, the loss or its gradient."},
     "TrailingPadding": {"category": "edge", "description": "Every row at most half the padded length T (padding "
                         "to a fixed length such as max_completion_length): 'seq-mean-token-sum-norm' divides by T, "
-                        "not by the longest row."},
+                        "not by the longest row.",
+                        "bugType": "normalization",
+                        "effect": "'seq-mean-token-sum-norm' divided by the longest row instead of the padded "
+                                  "length T."},
     "BoundaryUlps": {"category": "acceptable", "description": "Ratios within a few ulps of the ratio cap C or of "
                      "1 ± ε: the value is continuous there and must match, but whether the gradient is ρ·X or 0 "
-                     "is decided by rounding; either gradient is accepted."},
+                     "is decided by rounding; either gradient is accepted.",
+                     "bugType": "clamp",
+                     "effect": "Which branch is active within ulps of a clip bound is decided by rounding: the "
+                               "value must still match."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 "
                      "(or both: bfloat16 values inside float16's range), judged in those dtypes; random sizes "
                      "up to T = 256 (B·T ≤ 512, one 8 × 256), every convention group, ratios 2^−5 (relative) "
                      "away from the cap and the clip band; see conformance/compare.py for the careful tolerance "
-                     "model."},
+                     "model.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
     "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
-                          "rewards are all equal): the coefficient is −β·(k_t + F_t) alone."},
+                          "rewards are all equal): the coefficient is −β·(k_t + F_t) alone.",
+                          "bugType": "degenerate-input",
+                          "effect": "Rows whose advantage is exactly 0 must drop the policy term but keep the KL "
+                                    "term; a shortcut drops both."},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(window < 1 or not an integer, clip ≤ 0, ratio_cap ≤ 0, ratio_clip outside (0, 1), β ≤ 0, "
                      "unknown aggregation, shapes that disagree, masks that are not 0/1 or select no token, "
-                     "NaN/inf inputs); must be rejected."},
+                     "NaN/inf inputs); must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 # future_cost: name -> (clip, window)

@@ -19,27 +19,56 @@ INSTRUCTGPT = "2203.02155"
 
 NOTES = {
     "Random": {"category": "random", "description": "Random reward pairs from a fixed seed: chosen rewards drawn "
-               "around the rejected ones (mostly ordered, some inverted), several scales, batch sizes 1 to 32."},
+               "around the rejected ones (mostly ordered, some inverted), several scales, batch sizes 1 to 32.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
     "Margin": {"category": "convention", "description": "A per-pair margin m subtracted from r_c − r_r (TRL 1.16.0's "
-               "'margin' column; OpenRLHF 0.11.2 --model.margin_loss_enable); it is a constant, not differentiated."},
+               "'margin' column; OpenRLHF 0.11.2 --model.margin_loss_enable); it is a constant, not differentiated.",
+               "bugType": "formula",
+               "effect": "The margin added instead of subtracted, placed outside the sigmoid, or broadcast against "
+                         "the wrong axis.",
+               "links": ["https://github.com/modelscope/ms-swift/pull/9927"]},
     "Centring": {"category": "convention", "description": "The centring term c·mean_b (r_c + r_r)² of Eisenstein et al. "
                  "(arXiv 2312.09244) eq. 2 as TRL 1.16.0 adds it: averaged over the B pairs, gradient "
-                 "2c·(r_c + r_r)/B to both rewards."},
+                 "2c·(r_c + r_r)/B to both rewards.",
+                 "bugType": "normalization",
+                 "effect": "The centring term summed instead of averaged, or without its square."},
     "EqualRewards": {"category": "edge", "description": "r_c = r_r (and m = 0): every pair contributes log 2 exactly and "
-                     "gradients ∓1/(2B)."},
-    "SinglePair": {"category": "edge", "description": "B = 1: the mean is the pair's own loss."},
+                     "gradients ∓1/(2B).",
+                     "bugType": "degenerate-input",
+                     "effect": "r_c = r_r: every pair contributes log 2 exactly."},
+    "SinglePair": {"category": "edge", "description": "B = 1: the mean is the pair's own loss.",
+                   "bugType": "degenerate-input",
+                   "effect": "B = 1: the mean is the pair's own loss; a wrong count shows here."},
     "HugeDifference": {"category": "numerics", "description": "|r_c − r_r| up to 2·10^4: −log σ(d) is ≈ −d or "
                        "≈ e^{−|d|}; σ(±d) and the log must be formed without overflow (e^{10^4} is infinite in "
-                       "every dtype)."},
+                       "every dtype).",
+                       "bugType": "overflow",
+                       "effect": "σ and its log formed naively overflow or underflow at differences of 1e4."},
     "LogExpOverflow": {"category": "numerics", "description": "r_r − r_c above 88.7 (float32) or 709.8 (float64): the "
-                       "literal log(1 + exp(r_r − r_c)) is infinite there; the loss is r_r − r_c + log1p(e^{r_c − r_r})."},
+                       "literal log(1 + exp(r_r − r_c)) is infinite there; the loss is r_r − r_c + log1p(e^{r_c − r_r}).",
+                       "bugType": "overflow",
+                       "effect": "log(1 + exp(x)) overflows to inf beyond x = 709.8 (88.7 in float32); "
+                                 "−log(sigmoid(d)) likewise once σ underflows.",
+                       "links": ["https://github.com/deepspeedai/DeepSpeedExamples/issues/423"]},
     "LogExpAbsorption": {"category": "numerics", "description": "r_c − r_r between 17 and 60: e^{r_r − r_c} is below the "
-                         "unit roundoff, so the literal log(1 + exp(·)) rounds the pair's loss to 0; log1p keeps it."},
+                         "unit roundoff, so the literal log(1 + exp(·)) rounds the pair's loss to 0; log1p keeps it.",
+                         "bugType": "cancellation",
+                         "effect": "log(1 + exp(x)) with e^x below the unit roundoff rounds the loss to 0; log1p "
+                                   "keeps it."},
     "LowPrecision": {"category": "edge", "description": "Rewards (and margins) exactly representable in bfloat16 and "
                      "float16, or float16 only, judged in those dtypes under the careful model "
                      "(conformance/compare.py): batch sizes 1 to 100, differences from one grid step to ±30, "
-                     "rewards within ±30 so that (r_c + r_r)² stays inside float16's range."},
-    "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected."},
+                     "rewards within ±30 so that (r_c + r_r)² stays inside float16's range.",
+                     "bugType": "precision",
+                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
+                               "rounding intermediates, gives results far from the exact ones in the training "
+                               "dtypes."},
+    "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 GROUPS = {

@@ -39,43 +39,75 @@ NOTES = {
                      "lexicographically — starting with the empty prefix. rewards is an [L] array, one per leaf, "
                      "listing for each prefix in that order its children s·a that end the sequence, by token a. "
                      "Outputs indexed by prefix (policy, reach, token_kl, update) use the same row order; "
-                     "per_step[t] sums the prefixes of length t. Every probability row sums to 1 exactly."},
+                     "per_step[t] sums the prefixes of length t. Every probability row sums to 1 exactly.",
+                     "bugType": "formula",
+                     "effect": "The tree read with another encoding (eos, horizon) computes expectations over other "
+                               "sequences."},
     "BuiltinTree": {"category": "edge", "description": "One of the three built-in trees of the stationary-policy "
                     "table (lossproof theorem): worked-v2h2 (V = 2, H = 2, β = 0.5), random-v3h3 (V = 3, H = 3, "
                     "β = 0.3), eos-v3h3 (V = 3 with eos = 2, H = 3, β = 0.5); probabilities rounded to the "
-                    "2^−53 grid, rewards k/10 as binary64."},
+                    "2^−53 grid, rewards k/10 as binary64.",
+                    "bugType": "formula",
+                    "effect": "A wrong backup on a small hand-checkable tree."},
     "Random": {"category": "random", "description": "A random tree from a fixed seed (V ≤ 3, H ≤ 3, with and "
                "without eos; π_ref rows from uniform weights; rewards uniform in [0, 1], binary, graded k/4 or "
-               "N(0, 2)) or a random policy on a tree."},
-    "ConstantReward": {"category": "edge", "description": "All rewards equal to c: π* = π_ref and β·log Z = c."},
+               "N(0, 2)) or a random policy on a tree.",
+               "bugType": "formula",
+               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
+                         "inputs."},
+    "ConstantReward": {"category": "edge", "description": "All rewards equal to c: π* = π_ref and β·log Z = c.",
+                       "bugType": "degenerate-input",
+                       "effect": "Constant rewards: π* = π_ref and β log Z = c exactly."},
     "ExtremeExponent": {"category": "numerics", "description": "r/β up to 1000 (β = 1e−3 with rewards in {0, 1}, "
                         "or rewards ±1000 with β = 1): exp(r/β) overflows binary64, so the backup must be done "
-                        "in log space; π* has probabilities below 1e−300 (judged against 1)."},
-    "LargeBeta": {"category": "edge", "description": "β = 1000: π* is within 1e−3 of π_ref and β·log Z ≈ E_ref[r]."},
+                        "in log space; π* has probabilities below 1e−300 (judged against 1).",
+                        "bugType": "overflow",
+                        "effect": "exp(r/β) overflows binary64 unless the backup is done in log space."},
+    "LargeBeta": {"category": "edge", "description": "β = 1000: π* is within 1e−3 of π_ref and β·log Z ≈ E_ref[r].",
+                  "bugType": "extreme-parameter",
+                  "effect": "β = 1000: π* within 1e−3 of π_ref; a careless exponent loses the difference."},
     "EqualPolicies": {"category": "edge", "description": "π = ρ: the KL and every term of its decomposition "
-                      "are exactly 0."},
+                      "are exactly 0.",
+                      "bugType": "degenerate-input",
+                      "effect": "π = ρ: the KL and every term must be exactly 0."},
     "TinyKL": {"category": "numerics", "description": "ρ within 1e−8 (relative) of π: the KL is of order 1e−16, "
                "formed from terms of order 1 when computed as Σ p·(log p − log q); judged against the size of "
-               "those terms, so an implementation need not use the cancellation-free φ(p/q) form."},
+               "those terms, so an implementation need not use the cancellation-free φ(p/q) form.",
+               "bugType": "cancellation",
+               "effect": "A KL of order 1e−16 formed as Σ p(log p − log q) from terms of order 1."},
     "SmallProbabilities": {"category": "numerics", "description": "Probabilities down to 2^−53 ≈ 1.1e−16: log "
-                           "ratios of about 36 and reach probabilities of 1e−32."},
+                           "ratios of about 36 and reach probabilities of 1e−32.",
+                           "bugType": "precision",
+                           "effect": "Probabilities near 2^−53: log ratios of 36 and reach probabilities of 1e−32 "
+                                     "must keep their digits."},
     "AtOptimum": {"category": "edge", "description": "π = π* of the tree, rounded to the 2^−53 grid: an unbiased "
                   "rule's update is of the order of that rounding (≈ 1e−16) and formed from terms of order 1 "
                   "(judged against their size); a rule that moves the rest point gives an update of the order "
                   "of its bias. Which rules are unbiased on which tree: refimpl/exact/_tree.py RULES and "
-                  "unbiased_on (future_window with W = 1 is unbiased on trees with H ≤ 2)."},
+                  "unbiased_on (future_window with W = 1 is unbiased on trees with H ≤ 2).",
+                  "bugType": "cancellation",
+                  "effect": "At the optimum an unbiased update is of the order of rounding; a biased rule is not."},
     "RandomPolicy": {"category": "random", "description": "The update at a random full-support policy π "
-                     "(integer weights 1..99 per prefix), behaviour μ = the tree's (or a random one)."},
+                     "(integer weights 1..99 per prefix), behaviour μ = the tree's (or a random one).",
+                     "bugType": "formula",
+                     "effect": "A biased update rule shows at a random full-support policy."},
     "OnPolicyRule": {"category": "convention", "description": "A *_on_policy rule: sequences are sampled from π "
                      "itself (held constant), the advantage's baseline is E_π[r]; the input mu is ignored (the "
-                     "vectors pass mu = pi)."},
+                     "vectors pass mu = pi).",
+                     "bugType": "convention",
+                     "effect": "Sampling from π instead of μ (or the reverse) and another baseline."},
     "BaselineNone": {"category": "convention", "description": "baseline 'none': A = r(y) without subtracting "
                      "the mean reward; unchanged updates for the per-token-ratio rules (Σ_a π(a|s)·(e_a − π) "
-                     "= 0), changed for the rules without a ratio."},
+                     "= 0), changed for the rules without a ratio.",
+                     "bugType": "convention",
+                     "effect": "The mean-reward baseline subtracted where the rule takes none (or the reverse)."},
     "InvalidInput": {"category": "invalid", "description": "A bad tree or parameter: probabilities that do not "
                      "sum to 1 (beyond 1e−9), are negative or 0 (full support is required), arrays of the wrong "
                      "shape for (V, H, eos), NaN/inf, vocab < 2, horizon < 1, eos out of range, β ≤ 0, unknown "
-                     "rule or baseline, constant rewards under σ-normalisation; must be rejected."},
+                     "rule or baseline, constant rewards under σ-normalisation; must be rejected.",
+                     "bugType": "input-validation",
+                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
+                               "silently returns a number instead of an error."},
 }
 
 _THEOREM = ("the stationary-policy theorem of Proximal KL (summary [proximal-kl-summary], reconstructed) and FRPO arXiv "

@@ -28,6 +28,9 @@ MANIFEST_SCHEMA = "lossproof-manifest/1"
 LARGE_FLAG = "Large"
 BULKY_BYTES = 32_000    # a test line longer than this is stored in the compressed part
 LARGE_SUFFIX = ".large.json.gz"
+# A flag's note, after Project Wycheproof's notes: what the flag exercises (category,
+# description) and the bug it guards against (bugType, effect, links to public reports of it).
+NOTE_KEYS = ("category", "description", "bugType", "effect", "links")
 TEST_KEYS = ("tcId", "uid", "comment", "flags", "result", "dtypes", "inputs", "params", "expected",
              "cotangents", "grads", "scale", "tolerance", "error", "provenance")
 
@@ -46,6 +49,7 @@ def serialize(doc: dict) -> bytes:
     lines.append(' "notes": {')
     notes = list(doc.get("notes", {}).items())
     for i, (flag, note) in enumerate(notes):
+        note = {k: note[k] for k in NOTE_KEYS if k in note}
         lines.append(f"  {json.dumps(flag)}: {_compact(note)}{',' if i < len(notes) - 1 else ''}")
     lines.append(" },")
     lines.append(' "testGroups": [')

@@ -339,3 +339,11 @@ class VectorSet:
         if rel is None:
             raise StopIteration(objective)
         return self._doc(rel)["notes"]
+
+    def note(self, objective: str, flag: str) -> dict:
+        """One flag's note with every field (format.NOTE_KEYS) present: ``bugType`` and ``effect``
+        None and ``links`` empty where a file written before they existed lacks them."""
+        found = self.notes(objective).get(flag)
+        if found is None:
+            raise KeyError(f"{objective} has no flag {flag!r}")
+        return {"bugType": None, "effect": None, "links": [], **found}

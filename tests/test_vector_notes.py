@@ -1,0 +1,95 @@
+"""Bug knowledge in the vector files' notes (issue 36): every flag a generator defines names the
+bug class it guards against (``bugType``), its effect and, where one was found, public reports of
+the bug (``links``); the fields are optional in the format, so a file written before them still
+loads, and ``VectorSet.note`` gives every field either way."""
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from conformance import generate
+from conformance._io import write_tree
+from conformance.vectors.format import MANIFEST, NOTE_KEYS, manifest_bytes, serialize
+from conformance.vectors.lint import lint
+from conformance.vectors.load import SCHEMA_DIR, VectorError, VectorSet
+
+NOTE_SCHEMA = json.loads((SCHEMA_DIR / "vectors-1.json").read_text())["properties"]["notes"]["additionalProperties"]
+
+
+def _all_notes():
+    for family in generate.available_families():
+        for flag, note in generate.family_module(family).NOTES.items():
+            yield family, flag, note
+
+
+@pytest.mark.parametrize("family, flag, note", list(_all_notes()), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_flag_names_the_bug_it_guards_against(family, flag, note):
+    jsonschema.validate(note, NOTE_SCHEMA)
+    assert note.get("bugType") and note.get("effect"), f"{family} {flag}: no bugType or effect"
+    assert note["effect"] != note["description"]
+
+
+def test_links_point_at_public_reports():
+    links = [link for _, _, note in _all_notes() for link in note.get("links", [])]
+    assert len(links) >= 20
+    assert all(link.startswith("https://github.com/") and ("/issues/" in link or "/pull/" in link) for link in links)
+
+
+@pytest.fixture(scope="module")
+def kl_files():
+    return generate.generate(["kl"], workers=1)
+
+
+def _directory(tmp_path, files):
+    write_tree(tmp_path, files, last=MANIFEST)
+    return VectorSet(tmp_path)
+
+
+def test_generated_notes_carry_the_fields_in_canonical_order(tmp_path, kl_files):
+    vs = _directory(tmp_path, kl_files)
+    assert lint(vs) == []
+    notes = vs.notes("kl.estimator")
+    assert all(list(note) == [k for k in NOTE_KEYS if k in note] for note in notes.values())
+    clamped = vs.note("kl.estimator", "Clamped")
+    assert clamped["bugType"] == "clamp" and clamped["effect"] and clamped["links"] == []
+    assert vs.note("kl.estimator", "Random")["links"]
+    with pytest.raises(KeyError, match="no flag 'Nope'"):
+        vs.note("kl.estimator", "Nope")
+
+
+def _rewritten(files, edit):
+    doc = json.loads(files["kl/estimator.json"])
+    edit(doc["notes"])
+    out = {**files, "kl/estimator.json": serialize(doc)}
+    return {**out, MANIFEST: manifest_bytes(out)}
+
+
+def test_a_file_written_before_the_fields_still_loads(tmp_path, kl_files):
+    def strip(notes):
+        for note in notes.values():
+            for key in ("bugType", "effect", "links"):
+                note.pop(key, None)
+    vs = _directory(tmp_path, _rewritten(kl_files, strip))
+    assert lint(vs) == []
+    assert vs.note("kl.estimator", "Clamped") == {
+        "bugType": None, "effect": None, "links": [], "category": "convention",
+        "description": "Values beyond the clamp bound: the value is clipped and its gradient is zero."}
+
+
+def test_serialising_puts_the_note_fields_in_canonical_order(kl_files):
+    doc = json.loads(kl_files["kl/estimator.json"])
+    doc["notes"] = {flag: dict(reversed(list(note.items()))) for flag, note in doc["notes"].items()}
+    assert serialize(doc) == kl_files["kl/estimator.json"]
+
+
+@pytest.mark.parametrize("edit, where", [
+    (lambda notes: notes["Clamped"].update(bugType="typo"), "bugType"),
+    (lambda notes: notes["Clamped"].update(links=["http://example.com/x"]), "links"),
+    (lambda notes: notes["Clamped"].update(effect=""), "effect"),
+])
+def test_a_malformed_field_is_a_schema_error(tmp_path, kl_files, edit, where):
+    with pytest.raises(VectorError) as info:
+        _directory(tmp_path, _rewritten(kl_files, edit))
+    assert "$.notes.Clamped" in str(info.value) and where in str(info.value)
