@@ -162,3 +162,28 @@ def entropy_zero_times_log_zero(logits, temperature=1.0):
     rows with impossible tokens."""
     logq = torch.log_softmax(logits / temperature, dim=-1)
     return -(logq.exp() * logq).sum(-1)
+
+
+def token_logprobs(logits, labels, temperature=1.0):
+    """z_y − lse(z) with z = logits/T shifted by its row maximum (torch.log_softmax loses about
+    four times the tolerance over Llama 3's 128256 logits in float64)."""
+    z = logits / temperature
+    z = z - z.max(dim=-1, keepdim=True).values.detach()
+    return z.gather(-1, labels.long()[:, None])[:, 0] - torch.logsumexp(z, dim=-1)
+
+
+def token_logprobs_no_temperature(logits, labels, temperature=1.0):
+    """slime before PR #557: the trainer's log-probabilities ignore the sampling temperature."""
+    return token_logprobs(logits, labels, 1.0)
+
+
+def token_logprobs_temperature_twice(logits, labels, temperature=1.0):
+    """RL-Kernel issue #81: the logits are divided by the temperature once for every backend
+    and again inside one backend's branch: softmax(z/T²)."""
+    return token_logprobs(logits / temperature, labels, temperature)
+
+
+def token_logprobs_temperature_after_log_softmax(logits, labels, temperature=1.0):
+    """Kimi-Audio PR #161: the temperature applied after log_softmax (log q / T), which is not
+    log softmax(z / T): the result is not normalised."""
+    return token_logprobs(logits, labels, 1.0) / temperature
