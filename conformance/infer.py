@@ -85,9 +85,6 @@ class Inference:
 
     def text(self) -> str:
         """The declaration to paste into a target file, or why none is proposed."""
-        defects = [f"  left out by a defect, not a convention: {g.name} ({_assign(g.conventions)}): {g.defect}; "
-                   "fix it (or declare the failure a known one) rather than declare the group away"
-                   for g in self.groups if g.defect]
         if self.declaration is None:
             lines = [f"{self.objective}: no convention group of the vectors fits", *self.notes]
             lines += [f"  {g.name} ({_assign(g.conventions)}): ruled out by {g.against}"
@@ -100,6 +97,9 @@ class Inference:
             lines += [f"  {g.name}: not computed ({g.why_not or 'every case unsupported or skipped'})"
                       for g in self.groups if not g.ruled_out and not g.fits and not g.undecided]
             return "\n".join(lines)
+        defects = [f"  left out by a defect, not a convention: {g.name} ({_assign(g.conventions)}): {g.defect}; "
+                   "fix it (or declare the failure a known one) rather than declare the group away"
+                   for g in self.groups if g.defect]
         fitting = ", ".join(_label(g) for g in self.groups if g.fits)
         excused = ", ".join(f"{g.name} {g.counts['xfail']}" for g in self.groups if g.fits and g.counts.get("xfail"))
         out = [f"{self.objective}: fits the groups {fitting}"
@@ -158,17 +158,17 @@ def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=N
 
 def _groups(results) -> list[Group]:
     groups: dict = {}
+    bad: dict = {}
     for r in results:
         if r.axis != "conformance":
             continue
         key = json.dumps(r.conventions, sort_keys=True)
-        g = groups.setdefault(key, Group(r.group, r.conventions))
-        _count(g, r)
-    for g in groups.values():
-        bad = [r for r in results if r.axis == "conformance" and r.status in ("fail", "error")
-               and json.dumps(r.conventions, sort_keys=True) == json.dumps(g.conventions, sort_keys=True)]
-        g.narrowed = bool(bad) and all(r.probes.get("narrowed") for r in bad)
-        g.not_called = bool(bad) and all(r.message.startswith(NOT_CALLED) for r in bad)
+        _count(groups.setdefault(key, Group(r.group, r.conventions)), r)
+        if r.status in ("fail", "error"):
+            bad.setdefault(key, []).append(r)
+    for key, runs in bad.items():
+        groups[key].narrowed = all(r.probes.get("narrowed") for r in runs)
+        groups[key].not_called = all(r.message.startswith(NOT_CALLED) for r in runs)
     return list(groups.values())
 
 
