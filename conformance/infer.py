@@ -4,7 +4,8 @@ The function is run over every convention group of the vectors as if it declared
 vector with its own group's conventions). A group *fits* when at least one of its cases passes
 and none fails; a group the function does not compute (every case unsupported or skipped)
 neither fits nor rules anything out, and the text gives the reason the harness gave (the wrapper
-does not take the convention, or raises NotImplementedError for its value). A target's declared
+does not take the convention: the call is refused, which is no evidence against the group; or
+it raises NotImplementedError for the value). A target's declared
 known failures still excuse failing cases, but an excused case (xfail) is no evidence *for* a
 group: a known failure is stated for the conventions the target declares, and a rule such as
 "float64 inputs give a float32 result" excuses any wrong value of every group alike (Liger's
@@ -167,8 +168,12 @@ def _groups(results) -> list[Group]:
         if r.status in ("fail", "error"):
             bad.setdefault(key, []).append(r)
     for key, runs in bad.items():
-        groups[key].narrowed = all(r.probes.get("narrowed") for r in runs)
-        groups[key].not_called = all(r.message.startswith(NOT_CALLED) for r in runs)
+        g = groups[key]
+        g.narrowed = all(r.probes.get("narrowed") for r in runs)
+        g.not_called = all(r.message.startswith(NOT_CALLED) for r in runs)
+        if g.not_called:    # the signature refused the call: no evidence against the conventions
+            g.counts["unsupported"] = g.counts.get("unsupported", 0) + g.counts.pop("fail", 0) + g.counts.pop("error", 0)
+            g.why_not, g.against = runs[0].message[:200], ""
     return list(groups.values())
 
 
@@ -306,5 +311,6 @@ def _assign(conventions: dict) -> str:
 
 
 def checked_anything(inferences: list[Inference]) -> bool:
-    return any(g.fits or g.ruled_out or g.undecided for i in inferences for g in i.groups)
+    """Whether there is anything to report: a group judged, or the reason one was not computed."""
+    return any(g.fits or g.ruled_out or g.undecided or g.why_not for i in inferences for g in i.groups)
 

@@ -1,6 +1,7 @@
 """Targets for ``lossproof infer`` (tests/targets/test_infer.py): functions whose conventions
 form a combination no committed vector group holds, a function that computes in float32 on
-purpose, a wrapper that cannot compute one convention's values, and one with a defect in one branch.
+purpose, wrappers that cannot compute a convention's values or do not take it, and one with a defect in one
+branch.
 
     PYTHONPATH=tests lossproof infer --target infer_targets:SAMPLE_STD_EPS_1E6 --objective grpo.advantages
 """
@@ -73,3 +74,13 @@ def kl_unclamped_only(logp, ref_logp, kind="k3", clamp=None):
 
 KL_UNCLAMPED_ONLY = {"name": "kl-unclamped-only", "framework": "torch",
                      "objectives": {"kl.estimator": kl_unclamped_only}, "dtypes": ["float64"]}
+
+
+def kl_without_clamp(logp, ref_logp, kind="k3"):
+    """A wrapper that does not take the clamp convention at all."""
+    x = ref_logp - logp
+    return {"k1": -x, "k2": x * x / 2, "k3": torch.expm1(x) - x, "abs": x.abs()}[kind]
+
+
+KL_WITHOUT_CLAMP = {"name": "kl-without-clamp", "framework": "torch",
+                    "objectives": {"kl.estimator": kl_without_clamp}, "dtypes": ["float64"]}

@@ -168,6 +168,15 @@ def test_a_group_not_computed_says_why(capsys):
     assert "  clamp10: not computed (" in out and "this library's KL has no clamp" in out
 
 
+def test_a_wrapper_without_the_parameter_computes_nothing_and_is_told_so(capsys):
+    assert cli.main(["infer", "--target", "infer_targets:KL_WITHOUT_CLAMP", "--objective", "kl.estimator",
+                     "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("kl.estimator: no convention group of the vectors fits")
+    assert "  paper: not computed (not called: kl_without_clamp() does not take 'clamp'" in out
+    assert "ruled out" not in out
+
+
 def test_a_group_left_out_by_a_defect_is_named_not_dropped_silently(capsys):
     """'abs' as √(x²): its gradient at 0 is NaN, a defect; the other kinds fit."""
     assert cli.main(["infer", "--target", "infer_targets:KL_ABS_BY_SQUARE_ROOT", "--objective", "kl.estimator",
