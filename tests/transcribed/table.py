@@ -14,7 +14,7 @@ test, ``test_transcribed.py``, asserts that every defect fails and every twin pa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from transcribed import distill, lm, prefs, rl
 
