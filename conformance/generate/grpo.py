@@ -66,7 +66,8 @@ NOTES = {
                         "the rewards, not on a rounded std, and must not divide rounding noise by eps.",
                         "bugType": "degenerate-input",
                         "effect": "All-equal groups whose float mean is not the common value: a rounded std of "
-                                  "~1e-17 blows the advantages up to ~1e16."},
+                                  "~1e-17 blows the advantages up to ~1e16.",
+                        "links": ["https://github.com/NVIDIA-NeMo/RL/pull/4161"]},
     "SingletonGroup": {"category": "edge", "description": "G = 1: the group std is undefined; 'zero'/'drop' "
                        "give A = 0, verl's 'raw' gives mean 0, std 1: A = r/(1 + eps) (A = r without std "
                        "scaling). With scale='batch' the batch std is used and the centred value is 0.",

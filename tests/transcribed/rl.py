@@ -64,6 +64,19 @@ def advantages_first_group_stats(rewards, scale="group", std_ddof=0, eps=0.0, de
         return {"advantages": adv, "keep": torch.ones(rewards.shape[0], dtype=rewards.dtype)}
 
 
+def advantages_one_pass_variance(rewards, scale="group", std_ddof=0, eps=0.0, degenerate="zero", baseline="mean"):
+    """NeMo-RL calculate_baseline_and_std_per_prompt (PR #4161): the std as √(E[x²] − E[x]²), one
+    pass: for an all-equal group whose rewards are not exact binary fractions the difference of
+    the two rounded means is a residue of ~1e-16 relative, not 0, and near 1e6 every digit of the
+    variance is lost."""
+    with torch.no_grad():
+        mean = rewards.mean(dim=1, keepdim=True)
+        std = ((rewards ** 2).mean(dim=1, keepdim=True) - mean ** 2).clamp(min=0).sqrt()
+        flat = std == 0
+        adv = torch.where(flat, torch.zeros_like(rewards), (rewards - mean) / (torch.where(flat, 1.0, std) + eps))
+        return {"advantages": adv, "keep": torch.ones(rewards.shape[0], dtype=rewards.dtype)}
+
+
 def _surrogate(log_ratio, adv, lower, upper, dual, times_advantage=True):
     """min(ρA, clip(ρ)·A) (then max with c·A where A < 0), differentiable through the unclipped
     branch only where it is the one taken; a flat branch is built without a graph, so that an

@@ -122,6 +122,12 @@ DEFECTS = (
            "The reward mean and standard deviation come from the first rollouts only and are applied "
            "to every group.",
            "condition", "grpo.advantages", rl.advantages_first_group_stats, rl.advantages),
+    Defect("nemo-rl-one-pass-variance", "NeMo-RL", "calculate_baseline_and_std_per_prompt",
+           "https://github.com/NVIDIA-NeMo/RL/pull/4161",
+           "The group std as √(E[x²] − E[x]²): a rounding residue where the std is 0, every digit lost for "
+           "rewards far from 0.",
+           "cancellation", "grpo.advantages", rl.advantages_one_pass_variance, rl.advantages,
+           also=("degenerate-group",)),
     Defect("rlinf-dual-clip-ignored", "RLinf", "policy_loss (file not named in the report)",
            "https://github.com/RLinf/RLinf/issues/316",
            "clip_ratio_c (the dual clip) is accepted but not used by the policy loss.",
