@@ -4,7 +4,7 @@ Each case runs in every dtype that both the vector and the target support. A tar
 raises, returns NaN or the wrong shape, mutates its inputs, answers differently on a second
 call, or overruns the per-case time limit is reported with a message and the run goes on.
 The limit is CPU time, so a loaded machine does not change a verdict, and a case that
-overruns it is run once more before it is reported (docs/targets.md#time-limit).
+overruns it is run once more before it is reported (docs/performance.md#time-limit-and-load).
 
 Two more misbehaviours are failures even on ``acceptable`` vectors, because no numerical
 convention excuses them:
