@@ -26,13 +26,11 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
-import signal
-import threading
 import time
 
 import numpy as np
 
-from conformance import catalog, compare, verdict
+from conformance import catalog, compare, timelimit, verdict
 from conformance.numbers import decode_input
 from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult, not_implemented
 from conformance.targets import signature
@@ -43,61 +41,7 @@ from conformance.vectors.load import VectorCase, VectorSet
 LEAK_PROBE_SEED = 20261201
 
 
-# The per-case limit is CPU time (all threads of this process): what the case costs, whatever
-# else the machine runs. A function that waits without computing (a sleep, a lock, a child
-# process) uses no CPU time; a wall clock ends it: every WALL_FACTOR times the limit, the case
-# is stopped if this process used less than WAITING of that time on the CPU (a computing
-# process gets far more, even on a machine loaded 10× over its cores), else it goes on.
-WALL_FACTOR = 10
-WAITING = 0.01
-
-
-class _Timeout(BaseException):
-    """The per-case time limit ran out. A BaseException, like KeyboardInterrupt: a target's own
-    ``except Exception`` (or a compiler's, which wraps what it catches) must not turn it into
-    the function raising."""
-
-    def __init__(self, limit: float, clock: str):
-        super().__init__(limit, clock)
-        self.limit, self.clock = limit, clock
-
-    def describe(self) -> str:
-        if self.clock == "cpu":
-            return f"exceeded lossproof's per-case limit of {self.limit:g} s CPU time"
-        return (f"waited {self.limit * WALL_FACTOR:g} s without computing (lossproof's per-case limit: "
-                f"{self.limit:g} s CPU time, and {WALL_FACTOR:g}× that of wall time spent waiting)")
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float):
-    if not seconds or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    period = seconds * WALL_FACTOR
-    used = [time.process_time()]
-
-    def handler(signum, frame):
-        if signum == signal.SIGPROF:
-            raise _Timeout(seconds, "cpu")
-        now = time.process_time()
-        if now - used[0] < WAITING * period:
-            raise _Timeout(seconds, "wall")
-        used[0] = now
-        signal.setitimer(signal.ITIMER_REAL, period)   # computing, on a busy machine: look again later
-    previous = signal.signal(signal.SIGPROF, handler), signal.signal(signal.SIGALRM, handler)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
-    signal.setitimer(signal.ITIMER_REAL, period)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_PROF, 0)
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGPROF, previous[0])
-        signal.signal(signal.SIGALRM, previous[1])
-
-
-def _timed_out(res: CaseResult, err: _Timeout, what: str = "") -> CaseResult:
+def _timed_out(res: CaseResult, err: timelimit.Timeout, what: str = "") -> CaseResult:
     """A case that ran out of lossproof's time limit: an error of lossproof's limit, never the
     function raising; ``probes["timeout"]`` holds the limit (seconds of CPU time)."""
     res.status, res.message = "error", what + err.describe()
@@ -233,9 +177,9 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
     """Validation: a bad input must be rejected with an exception. NotImplementedError says the
     target does not take these arguments at all (unsupported), not that it checked them."""
     try:
-        with _time_limit(time_limit):
+        with timelimit.limit(time_limit):
             returned = outputs_by_name(spec, fn(**kwargs))
-    except _Timeout as err:
+    except timelimit.Timeout as err:
         return _timed_out(res, err)
     except NotImplementedError as err:
         res.status, res.message = "unsupported", not_implemented(err)
@@ -272,10 +216,10 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
     test = case.test
     before = fw.snapshot(inputs)
     try:
-        with _time_limit(time_limit):
+        with timelimit.limit(time_limit):
             returned = outputs_by_name(spec, fn(**kwargs))
             again = outputs_by_name(spec, fn(**kwargs))
-    except _Timeout as err:
+    except timelimit.Timeout as err:
         return _timed_out(res, err)
     except NotImplementedError as err:
         res.status, res.message = "unsupported", not_implemented(err)
@@ -323,10 +267,10 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
         unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
         declined = ""
         try:
-            with _time_limit(time_limit):
+            with timelimit.limit(time_limit):
                 grads = None if unchecked else _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
             msg = ""
-        except _Timeout as err:
+        except timelimit.Timeout as err:
             return _timed_out(res, err, "the gradient ")
         except NotImplementedError as err:   # the values stand; the gradient is declined, not wrong
             grads, msg, declined = None, "", f"gradients not checked: the gradient {not_implemented(err)}"
@@ -353,7 +297,7 @@ def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, toleran
     if target.framework == "torch" and spec.detached:
         try:
             leaks = _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit)
-        except _Timeout as err:
+        except timelimit.Timeout as err:
             return _timed_out(res, err, "the gradient-leak probe ")
         for output, leak in leaks:
             res.probes.setdefault("leak", []).append(output)
@@ -380,7 +324,7 @@ def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
     leaves = {name: t for name, t in probe.items() if t.requires_grad}
     generator = torch.Generator().manual_seed(LEAK_PROBE_SEED)
     try:
-        with _time_limit(time_limit):
+        with timelimit.limit(time_limit):
             returned = outputs_by_name(spec, fn(**{**kwargs, **probe}))
             out = []
             for oname, o in returned.items():
