@@ -18,14 +18,22 @@ cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)
 work=$(mktemp -d)
 export LOSSPROOF_CACHE="$work/cache"   # empty: the first run builds the compiled kernel
 load=()
+runs=()
+status=0
 
 stop_load() {
     for pid in "${load[@]}"; do kill "$pid" 2>/dev/null; done
     for pid in "${load[@]}"; do wait "$pid" 2>/dev/null; done
     load=()
 }
-trap 'stop_load; rm -rf "$work"' EXIT
-trap 'exit 130' INT TERM
+finish() {
+    stop_load
+    for pid in "${runs[@]}"; do pkill -TERM -P "$pid" 2>/dev/null; kill "$pid" 2>/dev/null; done
+    rm -rf "$LOSSPROOF_CACHE"
+    if [ "$status" = 0 ]; then rm -rf "$work"; else echo "logs: $work"; fi
+}
+trap finish EXIT
+trap 'status=130; exit 130' INT TERM
 
 # The compiler processes of this kernel (the c++ driver, cc1plus, the linker): their command
 # lines name its source or this run's cache; other compilers on a shared machine are not counted.
@@ -41,7 +49,6 @@ done
 echo "load: ${#load[@]} busy processes on $cores cores; kernel cache $LOSSPROOF_CACHE (empty)"
 
 start=$(date +%s)
-runs=()
 for run in 1 2; do
     ( t0=$(date +%s)
       $LOSSPROOF check --quiet "$@" >"$work/run$run.log" 2>&1
@@ -50,9 +57,9 @@ for run in 1 2; do
 done
 wait "${runs[@]}"
 stop_load
+runs=()
 echo "both runs done in $(( $(date +%s) - start )) s; load stopped"
 
-status=0
 for run in 1 2; do
     read -r code seconds <"$work/run$run.status"
     echo "run $run: exit $code after $seconds s"
