@@ -290,6 +290,26 @@ def _verdict_options(args) -> tuple:
     return tuple(out)
 
 
+def _setup() -> str:
+    """One-time setup of the built-in torch backend: its compiled CPU kernel, built (or loaded
+    from the cache; one process builds, the others wait for it) before the first case, so that
+    no case's time limit measures it. The line that says what it found."""
+    from refimpl.torch import _compiled
+    status = _compiled.status()
+    if not status["available"]:
+        return f"compiled CPU kernel unavailable, the torch fused path is used: {status['reason']}"
+    return (f"compiled CPU kernel {'loaded' if status['cached'] else 'built'} in {status['seconds']:.1f} s: "
+            f"{status['path']}")
+
+
+def cmd_setup(args):
+    if "torch" in builtin.available():
+        print(_setup())
+    else:
+        print("PyTorch is not installed: the built-in torch backend needs no setup")
+    return 0
+
+
 def cmd_check(args):
     plan = run.prepare(run.Selection(
         backends=list(args.backend or []), targets=list(args.target or []), objectives=args.objective or ["*"],
@@ -299,6 +319,8 @@ def cmd_check(args):
         time_limit=args.time_limit, as_paper=args.as_paper, options=_verdict_options(args)))
     vs = _vector_set(args)   # reads MANIFEST.json only: the files of the selection are read when first needed
     run.cases(plan, vs)
+    if any(t.spec == "torch" for t in plan.targets):
+        _setup()
     targets = plan.targets
     start = time.perf_counter()
     results = run.execute(plan, vs, progress=lambda label: bar(label, args.quiet),
@@ -620,6 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(for --known), each with its diagnosis as the reason")
     chk.add_argument("--quiet", action="store_true")
     chk.set_defaults(fn=cmd_check)
+    sub.add_parser("setup", help="build the built-in torch backend's compiled CPU kernel (check does it "
+                   "before its first case)").set_defaults(fn=cmd_setup)
     sc = sub.add_parser("scaffold", help="write a target file for a library's function, from its signature")
     sc.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mylib.losses:dpo_loss")
     sc.add_argument("--objective", required=True, metavar="ID", help="the catalog objective it implements")

@@ -24,7 +24,7 @@ RANKS = (
     ("refimpl.*", 2),
     ("conformance", 0),
     ("conformance.errors", 1), ("conformance._io", 1), ("conformance._host", 1), ("conformance.numbers", 1),
-    ("conformance.catalog", 1), ("conformance.results", 1), ("conformance.progress", 1),
+    ("conformance.catalog", 1), ("conformance.results", 1), ("conformance.progress", 1), ("conformance.timelimit", 1),
     ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2),
     ("conformance.vectors.certify", 3), ("conformance.vectors.*", 2),
     ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),

@@ -229,6 +229,8 @@ def _dispatch(run: _Run, pool, case, test, task, conventions, label, split, dtyp
         outs = run.dispatch(pool, task)
     except RankFailure as err:
         r = run.result(case, dtype, "error", f"{err} {where}", conventions, label, time.perf_counter() - started)
+        if err.timeout is not None:
+            r.probes["timeout"] = err.timeout
         _known(run, r, case, dtype, label, split, tolerance)
         return None
     r = run.result(case, dtype, "pass", "", conventions, label)

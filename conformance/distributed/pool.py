@@ -3,7 +3,10 @@ task at a time (the same task to every rank).
 
 gloo on CPU; NCCL when the run's device is CUDA and there is a device per rank. The processes
 are forked where the platform allows it (they inherit the loaded target, no re-import of torch),
-else spawned. A task that a rank fails (raises, overruns the time limit, or dies) leaves the
+else spawned. Each rank runs a task under lossproof's per-case limit of CPU time
+(``conformance.timelimit``); the pool waits WALL_FACTOR times the limit (and 30 s for the
+ranks' own wall clocks to act first) for a rank stuck where no signal reaches Python, such as
+a collective whose peer is gone. A task that a rank fails (raises, overruns the limit, or dies) leaves the
 others in an unknown state — possibly blocked in a collective that will never complete — so
 the whole pool is killed and a fresh one starts for the next task. ``close`` (also on any
 exception of the caller, as a context manager) stops every process: none outlives the run.
@@ -17,17 +20,20 @@ import time
 import traceback
 from datetime import timedelta
 
+from conformance import timelimit
 from conformance._host import pool_context
 from conformance.results import not_implemented
 
 READY_TIMEOUT = 120.0   # starting R processes on a loaded 2-core machine
+GRACE = 30.0            # seconds past a rank's own wall clock before the pool gives up on it
 
 
 class RankFailure(Exception):
-    """One task could not be completed by every rank: ``ranks`` {rank: why}."""
+    """One task could not be completed by every rank: ``ranks`` {rank: why}; ``timeout``: the
+    per-case limit (s) where a rank ran out of it, else None."""
 
-    def __init__(self, ranks: dict):
-        self.ranks = ranks
+    def __init__(self, ranks: dict, timeout: float | None = None):
+        self.ranks, self.timeout = ranks, timeout
         super().__init__("; ".join(f"rank {r}: {why}" for r, why in sorted(ranks.items())))
 
 
@@ -39,8 +45,9 @@ def _backend(device: str, world: int) -> str:
     return "gloo"
 
 
-def _worker(rank: int, world: int, init_file: str, device: str, timeout: float, run_task, tasks, replies):
-    """Join the group, then run tasks until ``None``; every reply is (rank, task id, result)."""
+def _worker(rank: int, world: int, init_file: str, device: str, limit: float, run_task, tasks, replies):
+    """Join the group, then run tasks until ``None``, each under the per-case ``limit``; every
+    reply is (rank, task id, result)."""
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
@@ -49,7 +56,8 @@ def _worker(rank: int, world: int, init_file: str, device: str, timeout: float, 
         # NCCL needs a device per rank; gloo also reduces CUDA tensors, which then share one device
         dev = f"cuda:{rank}" if backend == "nccl" else ("cuda:0" if device.startswith("cuda") else "cpu")
         dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world,
-                                timeout=timedelta(seconds=timeout))
+                                # a collective outwaits the ranks' own limits (a slow peer on a busy machine)
+                                timeout=timedelta(seconds=limit * timelimit.WALL_FACTOR + 2 * GRACE))
         replies.put((rank, "ready", None))
     except Exception as err:
         replies.put((rank, "ready", f"{type(err).__name__}: {err}"))
@@ -59,7 +67,10 @@ def _worker(rank: int, world: int, init_file: str, device: str, timeout: float, 
         if task is None:
             break
         try:
-            out = run_task(task, rank, world, dist.group.WORLD, dev)
+            with timelimit.limit(limit):
+                out = run_task(task, rank, world, dist.group.WORLD, dev)
+        except timelimit.Timeout as err:
+            out = {"status": "error", "message": err.describe(), "timeout": err.limit}
         except NotImplementedError as err:
             out = {"status": "unsupported", "message": not_implemented(err)}
         except Exception as err:
@@ -92,7 +103,7 @@ class RankPool:
         self.replies = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(self.world)]
         self.procs = [ctx.Process(target=_worker, daemon=True,
-                                  args=(r, self.world, init_file, self.device, self.time_limit + 30.0,
+                                  args=(r, self.world, init_file, self.device, self.time_limit,
                                         self.run_task, self.tasks[r], self.replies))
                       for r in range(self.world)]
         for p in self.procs:
@@ -131,20 +142,26 @@ class RankPool:
             self._start()
         for q in self.tasks:
             q.put(task)
-        got = self._collect(task["id"], self.time_limit)
+        wall = self.time_limit * timelimit.WALL_FACTOR + GRACE
+        got = self._collect(task["id"], wall)
         if len(got) == self.world and all(o["status"] == "ok" for o in got.values()):
             return [got[r] for r in range(self.world)]
         if len(got) == self.world and all(o["status"] == "unsupported" for o in got.values()):
             return [got[r] for r in range(self.world)]
-        why = {}
+        why, timeout = {}, None
         for r in range(self.world):
             if r in got and got[r]["status"] != "ok":
                 why[r] = got[r]["message"]
+                timeout = got[r].get("timeout", timeout)
+            elif r not in got and not self.procs[r].is_alive():
+                why[r] = "exited without a reply"
+            elif r not in got and any(o["status"] != "ok" for o in got.values()):
+                why[r] = "no reply after another rank failed"
             elif r not in got:
-                why[r] = ("exited without a reply" if not self.procs[r].is_alive()
-                          else f"did not finish within the {self.time_limit:g} s time limit")
+                why[r] = f"did not finish within lossproof's backstop of {wall:g} s wall time"
+                timeout = self.time_limit
         self.close(keep_dir=True)
-        raise RankFailure(why)
+        raise RankFailure(why, timeout)
 
     def close(self, keep_dir: bool = False) -> None:
         procs, self.procs = self.procs, []

@@ -22,18 +22,29 @@ Build and cache. The shared library is built once per source, compiler and machi
 ``$LOSSPROOF_CACHE`` (default ``$XDG_CACHE_HOME/lossproof`` or ``~/.cache/lossproof``; a
 temporary directory if that is not writable), keyed by a hash of the source, the flags, the
 compiler's version and the CPU's flags, and loaded from there afterwards. Where no compiler
-is found, the build fails, or ``LOSSPROOF_COMPILED=0`` is set, ``library()`` is None, the
-reason is logged once (logger ``refimpl.torch``) and kept in ``status()``, and every call
-takes the torch fused path: the same results within its own rounding, and the same errors.
+is found, the build fails or is interrupted, or ``LOSSPROOF_COMPILED=0`` is set, ``library()``
+is None, the reason is logged once (logger ``refimpl.torch``) and kept in ``status()`` (no
+second try in the same process), and every call takes the torch fused path: the same results
+within its own rounding, and the same errors.
+
+The build is one-time setup, not part of any computation: ``lossproof check`` and ``lossproof
+setup`` build it before the first case, outside the per-case time limit. Processes that need
+the same library take an exclusive lock on a file next to it (``fcntl.flock``) and build it
+once between them: the others wait, then load it. The compiler runs in a session of its own,
+and any exception while it runs (a time limit's signal, KeyboardInterrupt, the build's own
+time-out) kills that whole process group: the driver and the ``cc1plus`` it started, so no
+compiler outlives an interrupted build.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import logging
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -43,11 +54,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+try:
+    import fcntl
+except ImportError:   # Windows: no flock; concurrent builds of one key still write the same bytes
+    fcntl = None
+
 SOURCE = Path(__file__).with_name("_kernels.cpp")
 # -fno-math-errno, -fno-trapping-math: no errno, no floating-point traps, so that the loops'
 # selects and rint vectorise (neither changes a result: no value depends on errno or traps).
 FLAGS = ("-O3", "-march=native", "-fopenmp-simd", "-fno-math-errno", "-fno-trapping-math", "-std=c++17",
          "-shared", "-fPIC")
+BUILD_TIMEOUT = 600.0   # seconds of wall time for one build (about 8 s of CPU, more on a loaded machine)
 _DTYPES = {torch.float64: 0, torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}
 # The kernels of _kernels.cpp (its Kind): JSD for 0 < β < 1 (p1 = β), Hinton with p1 = α,
 # p2 = the soft term's scale.
@@ -97,6 +114,65 @@ def _private(folder: Path) -> bool:
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
+def _run(args: list, timeout: float) -> tuple[int, str, str]:
+    """(return code, stdout, stderr) of ``args`` run in a session of its own. On any exception
+    while it runs — its time-out, a signal's exception, KeyboardInterrupt — the whole process
+    group is killed and reaped before the exception goes on: ``subprocess.run`` kills only the
+    process it started, and the compiler driver's ``cc1plus`` would be left running."""
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:   # the group has already ended
+            pass
+        proc.communicate()
+        # The driver is reaped; its children die asynchronously (init reaps them): wait until
+        # the group is empty, so that no compiler is seen running after this returns.
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.01)
+        raise
+    return proc.returncode, out, err
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """Exclusive use of ``path`` among processes: a lock on ``path.lock`` (POSIX ``flock``,
+    released when the file is closed, also by a process that dies holding it)."""
+    if fcntl is None:
+        yield
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
+def _compile(cxx: str, path: Path) -> str:
+    """Build ``path`` unless it exists (another process may have built it while this one waited
+    for the lock); the reason it could not, or ""."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    try:
+        code, _, err = _run([cxx, *FLAGS, str(SOURCE), "-o", str(tmp)], BUILD_TIMEOUT)
+    except BaseException as error:
+        tmp.unlink(missing_ok=True)   # what a killed compiler may have begun to write
+        if isinstance(error, (OSError, subprocess.SubprocessError)):
+            return f"{cxx} failed: {error}"
+        raise
+    if code != 0:
+        tmp.unlink(missing_ok=True)
+        first = (err.strip().splitlines() or ["no message"])[0]
+        return f"{cxx} could not build {SOURCE.name}: {first}"
+    os.replace(tmp, path)   # atomic: a process loading it sees the whole file or none
+    return ""
+
+
 def _build() -> dict:
     if not ENABLED:
         return {"lib": None, "reason": "disabled (LOSSPROOF_COMPILED=0 or _compiled.ENABLED = False)"}
@@ -104,7 +180,7 @@ def _build() -> dict:
     if cxx is None:
         return {"lib": None, "reason": "no C++ compiler found (CXX, c++, g++, clang++)"}
     try:
-        version = subprocess.run([cxx, "--version"], check=False, capture_output=True, text=True, timeout=30).stdout
+        version = _run([cxx, "--version"], 30)[1]
     except (OSError, subprocess.SubprocessError) as err:
         return {"lib": None, "reason": f"{cxx} --version failed: {err}"}
     source = SOURCE.read_bytes()
@@ -118,20 +194,14 @@ def _build() -> dict:
             continue
         if not _private(folder):
             continue
-        cached = path.is_file()
         start = time.perf_counter()
+        cached = path.is_file()
         if not cached:
-            tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
-            try:
-                done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", str(tmp)], check=False, capture_output=True,
-                                      text=True, timeout=300)
-            except (OSError, subprocess.SubprocessError) as err:
-                return {"lib": None, "reason": f"{cxx} failed: {err}"}
-            if done.returncode != 0:
-                tmp.unlink(missing_ok=True)
-                first = (done.stderr.strip().splitlines() or ["no message"])[0]
-                return {"lib": None, "reason": f"{cxx} could not build {SOURCE.name}: {first}"}
-            os.replace(tmp, path)  # atomic: a concurrent build of the same key writes the same bytes
+            with _locked(path):
+                cached = path.is_file()
+                why = "" if cached else _compile(cxx, path)
+            if why:
+                return {"lib": None, "reason": why}
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as err:
@@ -160,7 +230,12 @@ def library():
     if "lib" not in _state:
         with _lock:
             if "lib" not in _state:
-                _state.update(_build())
+                try:
+                    _state.update(_build())
+                except BaseException as err:   # remembered: the next case must not start the build again
+                    _state.update(lib=None, reason=f"the build was interrupted ({type(err).__name__})")
+                    _LOG.info("compiled CPU kernels unavailable, using the torch fused path: %s", _state["reason"])
+                    raise
                 if _state["lib"] is None:
                     _LOG.info("compiled CPU kernels unavailable, using the torch fused path: %s", _state["reason"])
                 else:

@@ -4,7 +4,6 @@ are errors that name the rank, and no process outlives a run. A few vectors each
 runs are `lossproof check --partition 2x2` and `--shard-vocab 2`)."""
 import multiprocessing
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -225,9 +224,10 @@ def _raises_on_rank_1(micro_batches, ctx):
     return global_mean(grpo.loss)(micro_batches, ctx)
 
 
-def _hangs_on_rank_1(micro_batches, ctx):
-    if ctx.rank == 1:
-        time.sleep(120)
+def _computes_forever_on_rank_1(micro_batches, ctx):
+    if ctx.rank == 1:   # CPU time, not a sleep: the limit is the rank's CPU time, whatever the load
+        while True:
+            pass
     return global_mean(grpo.loss)(micro_batches, ctx)
 
 
@@ -239,7 +239,8 @@ def _wrong_shape_on_rank_1(micro_batches, ctx):
 
 
 @pytest.mark.parametrize("step,words", [(_raises_on_rank_1, "rank 1: raised RuntimeError: boom"),
-                                        (_hangs_on_rank_1, "rank 1: did not finish within the 3 s time limit"),
+                                        (_computes_forever_on_rank_1,
+                                         "rank 1: exceeded lossproof's per-case limit of 3 s CPU time"),
                                         (_wrong_shape_on_rank_1,
                                          "rank 1: the gradient of logp in micro-batch 0 has shape (3,)")])
 def test_a_failing_rank_is_an_error_naming_it_and_leaves_no_process(step, words):
@@ -248,6 +249,7 @@ def test_a_failing_rank_is_an_error_naming_it_and_leaves_no_process(step, words)
                                 dtypes=["float64"], time_limit=3.0)
     assert [r.status for r in results] == ["error"]
     assert words in results[0].message
+    assert results[0].probes.get("timeout") == (3.0 if step is _computes_forever_on_rank_1 else None)
     assert set(_children()) <= before
 
 
