@@ -1,8 +1,10 @@
 """Run a target over the vectors and judge every case (DESIGN §6–§8).
 
-Each case runs in every dtype that both the vector and the target support. A target that
-raises, returns NaN or the wrong shape, mutates its inputs, answers differently on a second
-call, or overruns the per-case time limit is reported with a message and the run goes on.
+Each case runs as its plan says (``conformance.plan``: the dtypes that both the vector and the
+target support, the call's arguments, the bound, the known failure); the harness makes the calls
+and judges what they return. A target that raises, returns NaN or the wrong shape, mutates its
+inputs, answers differently on a second call, or overruns the per-case time limit is reported
+with a message and the run goes on.
 
 Two more misbehaviours are failures even on ``acceptable`` vectors, because no numerical
 convention excuses them:
@@ -33,7 +35,7 @@ import numpy as np
 
 from conformance import catalog, compare, plan, verdict
 from conformance.numbers import decode_input
-from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult, not_implemented
+from conformance.results import MISSING_MODULE, CaseResult, not_implemented
 from conformance.targets import signature
 from conformance.targets.imports import missing_module
 from conformance.targets.target import Target
