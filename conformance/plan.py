@@ -92,7 +92,7 @@ def plan(target: Target, case: VectorCase, asked: Asked) -> list[CasePlan]:
     for dt in dtypes:
         bound = None if case.result == "invalid" else asked.tolerances.for_case(spec, case.test, dt, model)
         out.append(CasePlan(case, dt, status, why, conventions, kwargs, case.test, bound,
-                            known_failure(target, case, dt, bound)))
+                            _known_failure(target, case, dt, bound)))
     return out
 
 
@@ -131,14 +131,14 @@ def _split_plan(target: Target, case: VectorCase, asked: Asked) -> list[CasePlan
                    else _shards(spec, inputs, *asked.split[1:]))
     dtypes = _dtypes(target, case, asked.dtypes)
     if not dtypes and (splits or (option == "--shard-vocab" and why != NOT_A_MATRIX)):
-        why = NO_DTYPE   # a vocabulary split is looked for only in dtypes the run has
+        why = NO_DTYPE   # a [N,V] vector in no dtype of the run: that, before how its vocabulary splits
     if not splits or not dtypes:
         return [CasePlan(case, status="skip", why=why, conventions=conventions)]
     kwargs = call_kwargs(target, case.objective, conventions, case.test["params"])
     model = target.tolerance_model_for(case.objective)
     bounds = {dt: asked.tolerances.for_case(spec, test, dt, model) for dt in dtypes}
     # the in-process declarations judge by the vector's own bound (dpo.loss: not the global mean's)
-    alone = {dt: known_failure(target, case, dt, bounds[dt] if test is case.test
+    alone = {dt: _known_failure(target, case, dt, bounds[dt] if test is case.test
                                else asked.tolerances.for_case(spec, case.test, dt, model)) for dt in dtypes}
     return [CasePlan(case, dt, "run", "", conventions, kwargs, test, bounds[dt],
                      _known_split(target, case, dt, label, split, bounds[dt]), alone[dt], split, label, where, inputs)
@@ -281,7 +281,7 @@ def call_kwargs(target: Target, objective_id: str, conventions: dict, params: di
     temperature-free function, ``temperature`` (``_refused_params`` holds it at 1)."""
     spec = catalog.get(objective_id)
     late = {p.name: p.default for p in spec.params if p.convention and p.added}
-    takes = accepted_keywords(target.objectives.get(objective_id))
+    takes = _accepted_keywords(target.objectives.get(objective_id))
     out = {k: v for k, v in conventions.items()
            if not (k in late and v == late[k] and not _names(target, objective_id, k)
                    and not (takes is not ANY and k in takes))}
@@ -299,7 +299,7 @@ def untaken(target: Target, objective_id: str, names, error: Exception | None = 
     spec = catalog.get(objective_id)
     later = {p.name: f"added to the catalog in {p.added}" for p in spec.params if p.added}
     later.update({i.name: "an optional input" for i in spec.inputs if i.optional})
-    takes = accepted_keywords(target.objectives.get(objective_id))
+    takes = _accepted_keywords(target.objectives.get(objective_id))
     if error is not None:
         if not isinstance(error, TypeError) or takes is not ANY:
             return None
@@ -326,7 +326,7 @@ def _unfit_cached(fn, objective_id: str, names: frozenset) -> str | None:
     return signature.mismatches(fn, catalog.get(objective_id), names)
 
 
-def accepted_keywords(fn):
+def _accepted_keywords(fn):
     """The keyword names ``fn`` takes, ANY if it takes ``**kwargs`` or has no inspectable
     signature, or an empty set when there is no function."""
     if fn is None:
@@ -342,7 +342,7 @@ def accepted_keywords(fn):
 
 # --- known failures ------------------------------------------------------------------------
 
-def known_failure(target: Target, case, dtype: str, tolerance) -> str | None:
+def _known_failure(target: Target, case, dtype: str, tolerance) -> str | None:
     """The declared reason why this case is expected to fail in ``dtype``, or None.
     ``tolerance`` is the bound the case is judged by in this run (the run's tolerance model
     and overrides included; None for an invalid vector): a rule that predicts whether a

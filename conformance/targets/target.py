@@ -19,10 +19,8 @@ ANY = "*"
 # a trainer that all-reduces with SUM (or scales by the world size itself) declares "sum".
 GRAD_REDUCTIONS = ("mean", "sum")
 # The objectives a step (``--partition``) and a vocabulary-parallel function (``--shard-vocab``)
-# may be declared for, and the batch losses no step can reproduce with why: views of the catalog
-# (``Objective.step``, ``vocab_sharded``, ``not_step``).
+# may be declared for: views of the catalog (``Objective.step``, ``vocab_sharded``).
 STEP_OBJECTIVES = tuple(o.id for o in catalog.OBJECTIVES if o.step)
-NOT_STEP_OBJECTIVES = {o.id: o.not_step for o in catalog.OBJECTIVES if o.not_step}
 SHARDED_OBJECTIVES = tuple(o.id for o in catalog.OBJECTIVES if o.vocab_sharded)
 # A variant of an objective: ``"grpo.aggregate[per-row]"`` names a second function for the same
 # objective, with its own declaration under the same key; each variant is checked and reported as
