@@ -29,6 +29,18 @@ class Param:
     added: str | None = None     # the vector-set version that introduced it, if it came later
 
 
+@dataclass(frozen=True)
+class Coupling:
+    """A setting under which a batch loss couples the rows of a vector, so that no row partition
+    reproduces it: ``param`` holding one of ``values``, and why."""
+    param: str
+    values: tuple
+    why: str
+
+
+# How a step objective's global mean is normalised (``Objective.step``); "" for no step objective.
+STEP_MEANS = ("", "count", "labels", "terms")
+
 # The fast built-in backends a catalog entry can claim (refimpl.arrays: NumPy/CuPy; refimpl.torch).
 FAST_BACKENDS = ("arrays", "torch")
 
@@ -58,11 +70,28 @@ class Objective:
     generator: str = ""          # module of conformance.generate that builds its vectors; "" = its family
     docs_page: str = ""          # the page that documents it; "" = docs/<family>.md
     docs_examples: tuple[str, ...] = ()   # uids of the worked examples its page shows (none: chosen by the page)
+    # The distributed checks (DESIGN §11). ``step``: how the global mean of a batch loss whose rows
+    # trainers split (``--partition``) is normalised — "count" (the mask's tokens or sequences as its
+    # aggregation says, the rows where there is no mask: conformance.targets.steps.normaliser_of),
+    # "labels" (the labels that are not ignore_index), "terms" (the policy and the KL term, each by its
+    # own count); "" for an objective no step is declared for. ``step_loss``: the output a step's
+    # logged loss is judged against. ``not_step``: why a batch loss is no step objective.
+    # ``split_coupled``: the settings under which a vector's rows cannot be split at all.
+    # ``vocab_sharded``: a full-vocabulary function a vocabulary-parallel one (``--shard-vocab``) may be
+    # declared for.
+    step: str = ""
+    step_loss: str = ""
+    not_step: str = ""
+    split_coupled: tuple[Coupling, ...] = ()
+    vocab_sharded: bool = False
 
     def __post_init__(self):
         if not self.k_base > 0:
             raise ValueError(f"catalog entry {self.id}: k_base must be a positive number of roundings "
                              f"(conformance.compare's tolerance base), got {self.k_base!r}")
+        if self.step not in STEP_MEANS or bool(self.step) != bool(self.step_loss) or (self.step and self.not_step):
+            raise ValueError(f"catalog entry {self.id}: a step objective states step (one of "
+                             f"{', '.join(m for m in STEP_MEANS if m)}) and step_loss, and no not_step")
         unknown = set(self.backends) - set(FAST_BACKENDS)
         if unknown:
             raise ValueError(f"catalog entry {self.id}: unknown backend(s) {sorted(unknown)} "
@@ -159,7 +188,8 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("t2_scale", True, (True, False), "Hinton et al. 2015 §2 (T² keeps gradient scale)", convention=True),
          Param("soft_term", "kl", ("kl", "cross_entropy"), _SOFT_TERM_SOURCE, convention=True, added="1.3.0")),
         ("loss",), ("student_logits",), "Hinton et al. 2015 §2; [reading-math-3] §Destilación clásica",
-        reduction="student_logits", k_base=8.0),
+        reduction="student_logits", k_base=8.0,
+        vocab_sharded=True),
     Objective(
         "distill.token_kl",
         "Full-vocabulary token KL: reverse Σ q log(q/p) (student first) or forward Σ p log(p/q).",
@@ -169,7 +199,8 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("soft_term", "kl", ("kl", "cross_entropy"), _SOFT_TERM_SOURCE + "; 'cross_entropy' only with "
                "direction='forward'", convention=True, added="1.3.0")),
         ("kl",), ("student_logits",), "MiniLLM §2.1 eq. 1; [reading-math-3] §Destilación on-policy",
-        reduction="student_logits", k_base=8.0),
+        reduction="student_logits", k_base=8.0,
+        vocab_sharded=True),
     Objective(
         "distill.symmetric_kl",
         "w·KL(p‖q) + (1−w)·KL(q‖p) per row (p teacher, q student, both at temperature T).",
@@ -189,7 +220,8 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("endpoints", "limit", ("limit", "kl"),
                "the continuous formula; TRL/Liger special-case β=0 → KL(p‖q), β=1 → KL(q‖p)", convention=True)),
         ("jsd",), ("student_logits",), "Agarwal et al. 2024 (GKD) §3 eq. 2 (generalized JSD)",
-        reduction="student_logits", k_base=8.0),
+        reduction="student_logits", k_base=8.0,
+        vocab_sharded=True),
     Objective(
         "distill.skew_kl",
         "Skew KL: forward KL(p‖αp + (1−α)q) or reverse KL(q‖αq + (1−α)p) (p teacher, q student, both at T), "
@@ -260,7 +292,15 @@ OBJECTIVES: tuple[Objective, ...] = (
         "Rafailov et al. 2023 (DPO) §4 eq. 7; IPO (Azar et al. 2023) eq. 17; cDPO (Mitchell 2023); "
         "robust DPO (Chowdhury et al. 2024) eq. 8; EXO (arXiv 2402.00856) eq. 16; NCA (arXiv 2402.05369) §4; "
         "BCO (arXiv 2404.04656) §3; SPPO (arXiv 2405.00675) eq. 4.7; AOT (arXiv 2406.05882) §3; "
-        "APO (arXiv 2408.06266) eqs. 7-8; DiscoPOP (arXiv 2406.08414) eq. 5", k_base=8.0),
+        "APO (arXiv 2408.06266) eqs. 7-8; DiscoPOP (arXiv 2406.08414) eq. 5", k_base=8.0,
+        step="count", step_loss="loss",
+        # AOT sorts the margins over the whole batch (Melnyk et al. 2024, §3); each pair's NLL share
+        # −c_i·B/Σn under 'token-mean' divides by the whole batch's token count
+        split_coupled=(Coupling("loss_type", ("aot", "aot_unpaired"),
+                                "sorts over the whole batch: no row partition preserves it"),
+                       Coupling("nll_aggregation", ("token-mean",),
+                                "divides by the whole batch's token count: a per-pair mean over micro-batches "
+                                "does not preserve it"))),
     Objective(
         "preference.simpo", "SimPO per pair: −log σ(β·(c/|y_c| − r/|y_r|) − γ), reference-free and length-normalised.",
         (Input("chosen_logps", "B"), Input("rejected_logps", "B"), Input("chosen_lengths", "B", kind="int"),
@@ -336,7 +376,8 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("mean_eps", 0.0, source="DeepSeekMath eq. 3 divides by |o_i|; verl 0.9.1 agg_loss and OpenRLHF "
                "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
         ("value",), ("values",), "DeepSeekMath §4.1.1 eq. 3; DAPO §3.3; Dr. GRPO §3",
-        reduction="values", k_base=4.0),
+        reduction="values", k_base=4.0,
+        step="count", step_loss="value"),
     Objective(
         "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL term "
         "reduced by kl_aggregation when given).",
@@ -380,7 +421,8 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("kl_cov_coef", 1.0, source="KL-Cov's weight of |log π − log π_old| on the selected tokens; verl "
                "0.9.1 policy_loss.ppo_kl_coef (1.0)", added="1.5.0")),
         ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO; Clip-Cov/KL-Cov; REINFORCE",
-        reduction="logp", k_base=8.0),
+        reduction="logp", k_base=8.0,
+        step="terms", step_loss="loss"),
     Objective(
         "gae.advantages", "GAE Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γV_{t+1} − V_t, per row of token rewards and "
         "values; returns Â + V; optional batch whitening over the valid tokens; 0 at masked tokens; detached.",
@@ -457,7 +499,8 @@ OBJECTIVES: tuple[Objective, ...] = (
             "proximal_kl.loss:607d50d196800a54",   # B = T = 1
             "proximal_kl.loss:1dc30c70283439a3",   # future cost cancelling to 0 or 2^−40
             "proximal_kl.loss:b56c3eba90994ffd"),  # masked padding
-        k_base=8.0),
+        k_base=8.0,
+        step="count", step_loss="loss"),
     Objective(
         "tabular.optimum", "Optimum of E[r] − β·KL(π‖π_ref) on a token tree: π*(a|s) = π_ref(a|s)·"
         "exp((V*(s·a) − V*(s))/β) by the soft Bellman backup V*(s) = β·log Σ_a π_ref(a|s)·exp(V*(s·a)/β), "
@@ -518,7 +561,10 @@ OBJECTIVES: tuple[Objective, ...] = (
         "num_items_in_batch: transformers PR #34191",
         reduction="logits", k_base=8.0,
         docs_examples=("lm.cross_entropy:50b0ad65fab0f6fd",    # equal logits: log 7
-                       "lm.cross_entropy:0a976d743b1c028f")),  # a micro-batch over the accumulated count
+                       "lm.cross_entropy:0a976d743b1c028f"),  # a micro-batch over the accumulated count
+        step="labels", step_loss="loss", vocab_sharded=True,
+        split_coupled=(Coupling("reduction", ("none",),
+                                "returns one loss per token: there is no scalar loss to accumulate"),)),
     Objective(
         "lm.token_logprobs",
         "Log-probability of the sampled token under softmax(z/T): log q_y = z_y/T − log Σ_v e^{z_v/T}, per row.",
@@ -528,7 +574,8 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("logp",), ("logits",),
         "log-softmax at the sampled token: TRL 1.16.0 trl/trainer/utils.py selective_log_softmax; verl 0.9.1 "
         "verl/utils/torch_functional.py logprobs_from_logits",
-        reduction="logits", k_base=4.0, docs_examples=("lm.token_logprobs:0b8c216db0ded76e",)),  # T = 1e-3
+        reduction="logits", k_base=4.0, docs_examples=("lm.token_logprobs:0b8c216db0ded76e",),
+        vocab_sharded=True),  # T = 1e-3
     Objective(
         "lm.entropy",
         "Token entropy of softmax(z/T): H = −Σ_v q_v log q_v = lse − Σ_v q_v·z_v/T, per row.",
@@ -538,7 +585,8 @@ OBJECTIVES: tuple[Objective, ...] = (
         ("entropy",), ("logits",),
         "Shannon entropy of the token distribution; verl 0.9.1 verl/utils/torch_functional.py "
         "entropy_from_logits; TRL 1.16.0 trl/trainer/utils.py entropy_from_logits",
-        reduction="logits", k_base=8.0, docs_examples=("lm.entropy:0a84d68906bcc33f",)),  # equal logits: log 7
+        reduction="logits", k_base=8.0, docs_examples=("lm.entropy:0a84d68906bcc33f",),
+        vocab_sharded=True),  # equal logits: log 7
     Objective(
         "lm.linear_cross_entropy",
         "Fused-linear token cross-entropy: the logits z = hidden·weightᵀ (+ bias) [N, V], then exactly "
@@ -585,7 +633,8 @@ OBJECTIVES: tuple[Objective, ...] = (
             "reward.pairwise:c74436746e50ae61",   # one comparison, d = 1
             "reward.pairwise:d09363e7260451e0",   # equal rewards: log 2
             "reward.pairwise:2260736ed023fd55",   # margins equal to the differences, centring 0.01
-            "reward.pairwise:1cb99ffa72f54078")),  # log-exp form where e^{r_r − r_c} overflows
+            "reward.pairwise:1cb99ffa72f54078"),
+        step="count", step_loss="loss"),  # log-exp form where e^{r_r − r_c} overflows
     Objective(
         "ppo.value_loss", "PPO critic loss: aggregate over tokens of s·max((V − R)², (V_old + clip(V − V_old, −ε, ε) − "
         "R)²), or s·(V − R)² when clip_range_value ε is None; s = ½ when half.",
@@ -605,7 +654,8 @@ OBJECTIVES: tuple[Objective, ...] = (
             "ppo.value_loss:6abca7b4e4d04191",   # PPO eq. 9: errors −1 and 1
             "ppo.value_loss:5db3e534d250f8e7",   # the clipped branch the larger: gradient 0
             "ppo.value_loss:9bf562d7fc462333",   # V − V_old = ±ε exactly, differentiable
-            "ppo.value_loss:2f4a3046b2a65cf6")),  # the tie of the two squares (acceptable)
+            "ppo.value_loss:2f4a3046b2a65cf6"),
+        step="count", step_loss="loss"),  # the tie of the two squares (acceptable)
     Objective(
         "ppo.entropy_bonus", "The policy loss's entropy term: −c·aggregate(H_t) over the tokens the mask selects, "
         "H_t the per-token entropy (e.g. lm.entropy).",
@@ -627,7 +677,8 @@ OBJECTIVES: tuple[Objective, ...] = (
             "ppo.entropy_bonus:62b938876495ac19",   # PPO eq. 9 with c₂ = 0.01: −0.01·4/3
             "ppo.entropy_bonus:e6615841b2cc2c08",   # a row without tokens under token-mean
             "ppo.entropy_bonus:a2de484e84416d9f",   # the same under verl's seq-mean-token-mean (acceptable)
-            "ppo.entropy_bonus:ad676abb8134d8ca")),  # c = 0 (the libraries' default): loss 0
+            "ppo.entropy_bonus:ad676abb8134d8ca"),
+        step="count", step_loss="loss"),  # c = 0 (the libraries' default): loss 0
     Objective(
         "moe.router_z_loss", "ST-MoE router z-loss: the mean over (unmasked) tokens of (log Σ_e exp(x_e))², x the "
         "token's router logits.",
@@ -640,7 +691,8 @@ OBJECTIVES: tuple[Objective, ...] = (
             "moe.router_z_loss:90e7e27ad2a4cb76",   # two tokens, two experts
             "moe.router_z_loss:436e9d21d625754f",   # logits ±1e4
             "moe.router_z_loss:14ca1f29fb8dc97e",   # lse ≈ 1e-17 from cancellation
-            "moe.router_z_loss:f601ef1f9e93d335")),  # a mask: the mean over the selected tokens
+            "moe.router_z_loss:f601ef1f9e93d335"),
+        step="count", step_loss="loss"),  # a mask: the mean over the selected tokens
     Objective(
         "moe.load_balancing", "Auxiliary load-balancing loss over router logits [N, E] (or [L, N, E] for L layers): "
         "E·Σ_e f_e·P_e, f_e the fraction of (unmasked) tokens whose top-k experts include e (not "
@@ -663,7 +715,9 @@ OBJECTIVES: tuple[Objective, ...] = (
             "moe.load_balancing:4c3c24a336a67d4f",   # Switch eq. 4, N = 3, E = 2: f = (2/3, 1/3)
             "moe.load_balancing:bc733ff80c789f38",   # DeepSeek-V3 eq. 17–20, one sequence
             "moe.load_balancing:90be683a355f945d",   # uniform counts: loss 1, gradient exactly 0
-            "moe.load_balancing:dbb7297cad4ab833")),  # a tie at the top (acceptable)
+            "moe.load_balancing:dbb7297cad4ab833"),  # a tie at the top (acceptable)
+        not_step="its f and P are means over the whole batch, and their product is not a sum of per-micro-batch "
+                 "terms: averaging two micro-batches' losses is off by ¼(f¹−f²)(P¹−P²) (docs/distributed.md)"),
 )
 
 BY_ID = {o.id: o for o in OBJECTIVES}

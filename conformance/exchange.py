@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance import catalog, compare, numbers, verdict
+from conformance import catalog, compare, numbers, plan, verdict
 from conformance._io import write_atomically
 from conformance.results import CaseResult
 from conformance.vectors.load import VectorError, VectorSet
@@ -69,6 +69,7 @@ def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = 
         if case is None:
             raise VectorError(path, f"$.responses[{uid!r}]", "no vector with this uid")
         spec, test = catalog.get(case.objective), case.test
+        p = plan.response(case, dtype, tolerances)
         res = CaseResult(uid, case.objective, name, dtype, "-", "pass", test["flags"],
                                  repro=f"lossproof validate {path}", result=test["result"])
         results.append(res)
@@ -86,15 +87,15 @@ def validate(vs: VectorSet, path: Path, tolerances: compare.Tolerances | None = 
         if "error" in response:
             res.status, res.message = "error", f"reported error: {str(response['error'])[:300]}"
             continue
-        if dtype not in test["dtypes"]:
-            res.status, res.message = "skip", f"inputs are not exactly representable in {dtype}"
+        if p.status != "run":
+            res.status, res.message = p.status, p.why
             continue
         outputs, grads = response.get("outputs", {}), response.get("grads")
         if spec.outputs[0] not in outputs:
             res.status, res.message = "error", (f"the response has no primary output {spec.outputs[0]!r} "
                                                 f"({spec.id} outputs: {', '.join(spec.outputs)})")
             continue
-        judged = verdict.Judgement(res, tolerances.for_case(spec, test, dtype))
+        judged = verdict.Judgement(res, p.tolerance)
         for out in spec.outputs:
             if out not in outputs:
                 judged.missing(out)

@@ -1,10 +1,12 @@
 """Run a target over the vectors and judge every case (DESIGN §6–§8).
 
-Each case runs in every dtype that both the vector and the target support. A target that
-raises, returns NaN or the wrong shape, mutates its inputs, answers differently on a second
-call, or overruns the per-case time limit is reported with a message and the run goes on.
-The limit is CPU time, so a loaded machine does not change a verdict, and a case that
-overruns it is run once more before it is reported (docs/performance.md#time-limit-and-load).
+Each case runs as its plan says (``conformance.plan``: the dtypes that both the vector and the
+target support, the call's arguments, the bound, the known failure); the harness makes the calls
+and judges what they return. A target that raises, returns NaN or the wrong shape, mutates its
+inputs, answers differently on a second call, or overruns the per-case time limit is reported
+with a message and the run goes on. The limit is CPU time, so a loaded machine does not change
+a verdict, and a case that overruns it is run once more before it is reported
+(docs/performance.md#time-limit-and-load).
 
 Two more misbehaviours are failures even on ``acceptable`` vectors, because no numerical
 convention excuses them:
@@ -27,15 +29,16 @@ import contextlib
 import fnmatch
 import functools
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
-from conformance import catalog, compare, timelimit, verdict
+from conformance import catalog, compare, plan, timelimit, verdict
 from conformance.numbers import decode_input
-from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult, not_implemented
+from conformance.results import MISSING_MODULE, CaseResult, not_implemented
 from conformance.targets import signature
 from conformance.targets.imports import missing_module
-from conformance.targets.target import ANY, Target
+from conformance.targets.target import Target
 from conformance.vectors.load import VectorCase, VectorSet
 
 LEAK_PROBE_SEED = 20261201
@@ -128,15 +131,26 @@ def _repro(target: Target, case: VectorCase, dtype: str, device: str, options: t
 
 # --- one case ---------------------------------------------------------------------------
 
-def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, device: str,
-           tolerances: compare.Tolerances, time_limit: float, fw: _Framework, options: tuple,
+@dataclass
+class _Call:
+    """One case-run's call: the target's function on the inputs (``inputs``, as the framework holds
+    them) and the conventions and parameters of the plan (``kwargs`` holds both)."""
+    target: Target
+    spec: catalog.Objective
+    fn: object
+    fw: _Framework
+    inputs: dict
+    kwargs: dict
+    time_limit: float
+
+
+def _judge(target: Target, p: plan.CasePlan, device: str, fw: _Framework, time_limit: float, options: tuple,
            observe=None) -> CaseResult:
+    case, test, dtype = p.case, p.test, p.dtype
     spec = catalog.get(case.objective)
-    test = case.test
     res = CaseResult(case.uid, case.objective, target.name, dtype, device, "pass", test["flags"],
                      repro=_repro(target, case, dtype, device, options), result=test["result"],
-                     group=case.group, conventions=conventions)
-    fn = target.objectives[case.objective]
+                     group=case.group, conventions=p.conventions)
     autograd = target.framework == "torch"
     kinds = {i.name: i.kind for i in spec.inputs}
     try:
@@ -146,46 +160,37 @@ def _judge(target: Target, case: VectorCase, conventions: dict, dtype: str, devi
     except (TypeError, ValueError, OverflowError) as err:
         res.status, res.message = "skip", f"inputs not representable on this backend: {err}"
         return res
-    kwargs = {**inputs, **target.call_kwargs(case.objective, conventions, test["params"])}
-    untaken = target.untaken(case.objective, kwargs)
-    if untaken:
-        res.status, res.message = "unsupported", untaken
+    if p.status != "run":   # the plan refused the call (an argument the function does not take)
+        res.status, res.message = p.status, p.why
         return res
-    unfit = _unfit(fn, case.objective, frozenset(kwargs))
-    if unfit:
-        res.status, res.message = "error", NOT_CALLED + unfit
-        return res
+    call = _Call(target, spec, target.objectives[case.objective], fw, inputs, {**inputs, **p.kwargs}, time_limit)
     if test["result"] == "invalid":
-        return _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test)
-    return _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit, observe)
+        return _judge_invalid(res, call, test)
+    return _judge_valid(res, call, p, observe)
 
 
-def _unfit(fn, objective_id: str, names: frozenset) -> str | None:
-    """``signature.mismatches``, once per function and set of argument names."""
-    try:
-        return _unfit_cached(fn, objective_id, names)
-    except TypeError:   # an unhashable callable: not cached
-        return signature.mismatches(fn, catalog.get(objective_id), names)
+def _raised(call: _Call, err: Exception) -> tuple[str, str]:
+    """(status, message) of a call that raised ``err`` on a valid vector."""
+    if untaken := plan.untaken(call.target, call.spec.id, call.kwargs, err):
+        return "unsupported", untaken
+    if missing := missing_module(err):   # the environment's, not the target's
+        return "error", MISSING_MODULE + missing
+    return "error", f"raised {type(err).__name__}: {str(err)[:300]}"
 
 
-@functools.lru_cache(maxsize=1024)
-def _unfit_cached(fn, objective_id: str, names: frozenset) -> str | None:
-    return signature.mismatches(fn, catalog.get(objective_id), names)
-
-
-def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseResult:
+def _judge_invalid(res, call: _Call, test: dict) -> CaseResult:
     """Validation: a bad input must be rejected with an exception. NotImplementedError says the
     target does not take these arguments at all (unsupported), not that it checked them."""
     try:
-        with timelimit.limit(time_limit):
-            returned = outputs_by_name(spec, fn(**kwargs))
+        with timelimit.limit(call.time_limit):
+            returned = outputs_by_name(call.spec, call.fn(**call.kwargs))
     except timelimit.Timeout as err:
         return _timed_out(res, err)
     except NotImplementedError as err:
         res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
-        if untaken := target.untaken(spec.id, kwargs, err):
+        if untaken := plan.untaken(call.target, call.spec.id, call.kwargs, err):
             res.status, res.message = "unsupported", untaken
             return res
         if missing := missing_module(err):   # the environment's, not a rejection of the input
@@ -199,7 +204,7 @@ def _judge_invalid(res, target, fn, kwargs, spec, fw, time_limit, test) -> CaseR
     finite = True
     for value in returned.values():
         try:
-            finite = finite and bool(np.isfinite(fw.to_numpy(value)).all())
+            finite = finite and bool(np.isfinite(call.fw.to_numpy(value)).all())
         except TypeError:
             continue
     return verdict.judge_invalid(res, None, finite, test)
@@ -211,98 +216,100 @@ def _widens(got: str, want: str) -> bool:
                                           ("float64", "float16"), ("float64", "float32")}
 
 
-def _judge_valid(res, target, case, fn, kwargs, inputs, spec, fw, dtype, tolerances, time_limit,
-                 observe=None) -> CaseResult:
-    test = case.test
-    before = fw.snapshot(inputs)
+def _judge_valid(res, call: _Call, p: plan.CasePlan, observe=None) -> CaseResult:
+    test = p.test
+    before = call.fw.snapshot(call.inputs)
     try:
-        with timelimit.limit(time_limit):
-            returned = outputs_by_name(spec, fn(**kwargs))
-            again = outputs_by_name(spec, fn(**kwargs))
+        with timelimit.limit(call.time_limit):
+            returned = outputs_by_name(call.spec, call.fn(**call.kwargs))
+            again = outputs_by_name(call.spec, call.fn(**call.kwargs))
     except timelimit.Timeout as err:
         return _timed_out(res, err)
     except NotImplementedError as err:
         res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
-        untaken, missing = target.untaken(spec.id, kwargs, err), missing_module(err)
-        res.status, res.message = (("unsupported", untaken) if untaken
-                                   else ("error", MISSING_MODULE + missing) if missing
-                                   else ("error", f"raised {type(err).__name__}: {str(err)[:300]}"))
+        res.status, res.message = _raised(call, err)
         return res
-
-    after = fw.snapshot(inputs)
-    for name in inputs:
+    after = call.fw.snapshot(call.inputs)
+    for name in call.inputs:
         if not np.array_equal(before[name], after[name], equal_nan=True):
             res.status, res.message = "fail", f"mutated its input {name!r} in place"
             return res
-
-    tolerance = tolerances.for_case(spec, test, dtype, target.tolerance_model_for(case.objective))
-    selected = _selection(spec, test)
-    judged = verdict.Judgement(res, tolerance, observe)
-    failures = judged.failures
-
-    def check(label, got, want_strings):
-        try:
-            g = fw.to_numpy(got)
-        except TypeError as err:
-            judged.fail(f"{label}: {err}")
-            return
-        got_dtype = fw.dtype_of(got)
-        if got_dtype is not None and not _widens(got_dtype, dtype):
-            res.probes.setdefault("narrowed", {})[label] = got_dtype
-            judged.fail_hard(f"{label}: dtype {got_dtype}, narrower than the inputs' {dtype}")
-        judged.output(label, g, want_strings, selected.get(label.rpartition(":")[2]))
-
+    judged = verdict.Judgement(res, p.tolerance, observe)
+    check = functools.partial(_check, judged, call.fw, p.dtype, _selection(call.spec, test))
     for name in returned:
         check(name, returned[name], test["expected"][name])
         try:
-            a, b = fw.to_numpy(returned[name]), fw.to_numpy(again[name])
+            a, b = call.fw.to_numpy(returned[name]), call.fw.to_numpy(again[name])
         except TypeError:
             continue  # already reported by check()
         if a.shape != b.shape or not np.array_equal(a, b, equal_nan=True):
             judged.fail(f"{name}: a second call on the same inputs returned different values")
-
-    if test.get("grads"):
-        unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
-        declined = ""
+    if test.get("grads") and not _judge_gradients(judged, call, returned, test, p.dtype, check):
+        return res
+    if call.target.framework == "torch" and call.spec.detached:
         try:
-            with timelimit.limit(time_limit):
-                grads = None if unchecked else _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype)
-            msg = ""
-        except timelimit.Timeout as err:
-            return _timed_out(res, err, "the gradient ")
-        except NotImplementedError as err:   # the values stand; the gradient is declined, not wrong
-            grads, msg, declined = None, "", f"gradients not checked: the gradient {not_implemented(err)}"
-        except Exception as err:
-            grads, msg = None, f"gradient raised {type(err).__name__}: {str(err)[:300]}"
-        if unchecked:
-            res.message = (f"gradients not checked: the vector's cotangent weights output(s) "
-                           f"{', '.join(unchecked)}, which the target does not return")
-        elif grads is None and target.framework != "torch" and case.objective not in target.vjps:
-            res.message = f"gradients not checked: the target declares no vjp for {case.objective}"
-        elif grads is None and declined:
-            res.message = declined
-        elif grads is None:
-            res.status, res.message = "error", msg
-            return res
-        else:
-            grads, detached = grads
-            for name in spec.grads_of(test["inputs"]):
-                check(f"grad:{name}", grads[name], test["grads"][name])
-            if detached and any(f.startswith("grad:") for f in failures):
-                failures.insert(0, f"output(s) {', '.join(detached)} carry no gradient (computed under "
-                                   f"torch.no_grad() or detached?)")
-
-    if target.framework == "torch" and spec.detached:
-        try:
-            leaks = _leaks(fw, fn, kwargs, inputs, {i.name: i.kind for i in spec.inputs}, spec, time_limit)
+            leaks = _leaks(call)
         except timelimit.Timeout as err:
             return _timed_out(res, err, "the gradient-leak probe ")
         for output, leak in leaks:
             res.probes.setdefault("leak", []).append(output)
             judged.fail_hard(leak)
     return judged.decide(test["result"])
+
+
+def _check(judged: verdict.Judgement, fw: _Framework, dtype: str, selected: dict, label: str, got,
+           want_strings) -> None:
+    """Judge one returned output or gradient: its dtype (no narrower than the inputs'), its values."""
+    try:
+        g = fw.to_numpy(got)
+    except TypeError as err:
+        judged.fail(f"{label}: {err}")
+        return
+    got_dtype = fw.dtype_of(got)
+    if got_dtype is not None and not _widens(got_dtype, dtype):
+        judged.res.probes.setdefault("narrowed", {})[label] = got_dtype
+        judged.fail_hard(f"{label}: dtype {got_dtype}, narrower than the inputs' {dtype}")
+    judged.output(label, g, want_strings, selected.get(label.rpartition(":")[2]))
+
+
+def _judge_gradients(judged: verdict.Judgement, call: _Call, returned: dict, test: dict, dtype: str,
+                     check) -> bool:
+    """Judge the gradients of a valid case, or say why they are not checked; False when that
+    decides the case (the gradient could not be computed: an error)."""
+    res, failures = judged.res, judged.failures
+    unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
+    declined = ""
+    try:
+        with timelimit.limit(call.time_limit):
+            grads = None if unchecked else _gradients(call, returned, test, dtype)
+        msg = ""
+    except timelimit.Timeout as err:
+        _timed_out(res, err, "the gradient ")
+        return False
+    except NotImplementedError as err:   # the values stand; the gradient is declined, not wrong
+        grads, msg, declined = None, "", f"gradients not checked: the gradient {not_implemented(err)}"
+    except Exception as err:
+        grads, msg = None, f"gradient raised {type(err).__name__}: {str(err)[:300]}"
+    if unchecked:
+        res.message = (f"gradients not checked: the vector's cotangent weights output(s) "
+                       f"{', '.join(unchecked)}, which the target does not return")
+    elif grads is None and call.target.framework != "torch" and call.spec.id not in call.target.vjps:
+        res.message = f"gradients not checked: the target declares no vjp for {call.spec.id}"
+    elif grads is None and declined:
+        res.message = declined
+    elif grads is None:
+        res.status, res.message = "error", msg
+        return False
+    else:
+        grads, detached = grads
+        for name in call.spec.grads_of(test["inputs"]):
+            check(f"grad:{name}", grads[name], test["grads"][name])
+        if detached and any(f.startswith("grad:") for f in failures):
+            failures.insert(0, f"output(s) {', '.join(detached)} carry no gradient (computed under "
+                               f"torch.no_grad() or detached?)")
+    return True
 
 
 def _selection(spec: catalog.Objective, test: dict) -> dict:
@@ -314,18 +321,19 @@ def _selection(spec: catalog.Objective, test: dict) -> dict:
     return {name: mask for name in spec.outputs if np.shape(verdict.expected(test["expected"][name])) == mask.shape}
 
 
-def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
+def _leaks(call: _Call) -> list:
     """(output name, message) for the outputs of a detached objective that carry a gradient to a floating
     input. The probe's cotangent is random, not ones: a leak through a mean-centred output
     (group-normalised advantages sum to zero) is invisible to a cotangent of ones."""
-    torch = fw.torch
+    torch, spec = call.fw.torch, call.spec
+    kinds = {i.name: i.kind for i in spec.inputs}
     probe = {name: (t.detach().clone().requires_grad_(True) if kinds.get(name) == "float" and t.is_floating_point()
-                    else t) for name, t in inputs.items()}
+                    else t) for name, t in call.inputs.items()}
     leaves = {name: t for name, t in probe.items() if t.requires_grad}
     generator = torch.Generator().manual_seed(LEAK_PROBE_SEED)
     try:
-        with timelimit.limit(time_limit):
-            returned = outputs_by_name(spec, fn(**{**kwargs, **probe}))
+        with timelimit.limit(call.time_limit):
+            returned = outputs_by_name(spec, call.fn(**{**call.kwargs, **probe}))
             out = []
             for oname, o in returned.items():
                 if not (isinstance(o, torch.Tensor) and o.requires_grad):
@@ -341,11 +349,12 @@ def _leaks(fw, fn, kwargs, inputs, kinds, spec, time_limit) -> list:
         return []   # a target that cannot run on inputs requiring grad: the probe cannot judge it
 
 
-def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):
+def _gradients(call: _Call, returned: dict, test: dict, dtype: str):
     """(gradients by input name, names of returned outputs that carry no gradient although
     their cotangent is nonzero); None for a values-only target."""
+    spec, fw, inputs = call.spec, call.fw, call.inputs
     cotangents = {name: fw.array(v, dtype) for name, v in test["cotangents"].items() if name in returned}
-    if target.framework == "torch":
+    if call.target.framework == "torch":
         torch = fw.torch
         outs, cts, detached = [], [], []
         for name, ct in cotangents.items():
@@ -360,81 +369,45 @@ def _gradients(target, spec, fw, fn, kwargs, inputs, returned, test, dtype):
         got = torch.autograd.grad(outs, wrt, cts, allow_unused=True) if outs else [None] * len(wrt)
         return {name: (g if g is not None else torch.zeros_like(inputs[name]))
                 for name, g in zip(names, got)}, detached
-    vjp = target.vjps.get(spec.id)
+    vjp = call.target.vjps.get(spec.id)
     if vjp is None:
         return None
     ct_arg = cotangents if len(spec.outputs) > 1 else cotangents[spec.outputs[0]]
-    return vjp(ct_arg, **kwargs), []
+    return vjp(ct_arg, **call.kwargs), []
 
 
 # --- the run ----------------------------------------------------------------------------
-
-def conventions_for(target: Target, case: VectorCase, as_paper: bool) -> tuple[dict | None, str]:
-    """The conventions to call the target with, or (None, why the case does not run).
-
-    Valid vectors run when their group's conventions are ones the target declares. An input
-    that is invalid whatever the conventions (flag ``InvalidInput``: NaN, a wrong shape, a bad
-    parameter) runs under the target's own conventions, so every target is asked to reject it;
-    an invalid value of a convention runs only for targets that declare that convention; any
-    other invalid case (an input invalid under its conventions only, e.g. an infinite
-    divergence in one direction) runs for targets that accept its conventions."""
-    spec = catalog.get(case.objective)
-    declared = Target(target.name, target.framework, target.objectives, {} if as_paper else target.conventions)
-    culprit = case.test.get("error", "").partition(":")[0].strip()
-    if case.result == "invalid" and culprit in spec.conventions:
-        if not declared.declares(case.objective, culprit):
-            return None, f"invalid value of convention {culprit}, which the target does not declare"
-        return case.conventions, ""
-    if case.result == "invalid" and "InvalidInput" in case.flags and declared.conventions != ANY:
-        return {**case.conventions, **declared.default_conventions(case.objective)}, ""
-    if not declared.accepts(case.objective, case.conventions):
-        return None, "conventions differ from the target's declaration"
-    return case.conventions, ""
-
 
 def run_case(target: Target, case: VectorCase, *, dtypes=None, device: str | None = None,
              tolerances: compare.Tolerances | None = None, time_limit: float = 30.0,
              as_paper: bool = False, frameworks: dict | None = None, options: tuple = (),
              observe=None) -> list[CaseResult]:
-    """Judge one vector on a target: one result per dtype (and device) it runs in. ``options``
-    are the command-line options that changed the verdict, for the repro line. ``observe(res,
-    label, got)``, when given, sees every output and gradient compared (float64 numpy)."""
-    tolerances = tolerances or compare.Tolerances({})
+    """Judge one vector on a target: one result per dtype (and device) it runs in, as the case
+    plan has them. ``options`` are the command-line options that changed the verdict, for the
+    repro line. ``observe(res, label, got)``, when given, sees every output and gradient
+    compared (float64 numpy)."""
+    asked = plan.Asked(tuple(dtypes or ()), tolerances or compare.Tolerances({}), as_paper)
+    plans = plan.plan(target, case, asked)
     devices = [device] if device else list(target.devices[:1])
-    base = dict(uid=case.uid, objective=case.objective, target=target.name, flags=case.flags, result=case.result,
-                group=case.group)
-    if case.objective not in target.objectives:
-        return [CaseResult(dtype="-", device="-", status="unsupported",
-                           message="the target does not implement this objective", **base)]
-    conventions, why = conventions_for(target, case, as_paper)
-    if conventions is None:
-        return [CaseResult(dtype="-", device="-", status="skip", message=why, conventions=case.conventions, **base)]
-    refused = target.refused_params(case.objective, {**conventions, **case.test["params"]})
-    if refused:
-        return [CaseResult(dtype="-", device="-", status="unsupported", message=refused, conventions=conventions,
-                           **base)]
-    run_dtypes = [d for d in case.test["dtypes"] if d in target.dtypes_for(case.objective)
-                  and (not dtypes or d in dtypes)]
-    if not run_dtypes:
-        return [CaseResult(dtype="-", device="-", status="skip", conventions=conventions,
-                           message="no dtype shared by the vector, the target and --dtype", **base)]
+    if plans[0].dtype == "-":
+        p = plans[0]
+        return [CaseResult(case.uid, case.objective, target.name, "-", "-", p.status, case.flags, message=p.why,
+                           result=case.result, group=case.group,
+                           **({} if p.conventions is None else {"conventions": p.conventions}))]
     frameworks = frameworks or {d: _Framework(target.framework, d) for d in devices}
     results = []
     for dev in devices:
-        for dt in run_dtypes:
+        for p in plans:
             started = time.perf_counter()
-            r = _judge(target, case, conventions, dt, dev, tolerances, time_limit, frameworks[dev], options, observe)
+            r = _judge(target, p, dev, frameworks[dev], time_limit, options, observe)
             if "timeout" in r.probes:
                 # Once more, at once and alone, before it is reported: a first call's one-time
                 # work (a torch.compile warm-up, a lazy import or build) is not the case's cost.
-                r = _judge(target, case, conventions, dt, dev, tolerances, time_limit, frameworks[dev], options,
-                           observe)
+                r = _judge(target, p, dev, frameworks[dev], time_limit, options, observe)
                 if "timeout" in r.probes:
                     r.message += " (twice)"
             r.seconds = time.perf_counter() - started
-            bound = (None if case.result == "invalid" else tolerances.for_case(
-                catalog.get(case.objective), case.test, dt, target.tolerance_model_for(case.objective)))
-            apply_known(r, target.known_failure(case, dt, bound))
+            apply_known(r, p.known)
             results.append(r)
     return results
 

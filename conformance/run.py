@@ -21,7 +21,6 @@ from conformance.distributed import partitions
 from conformance.errors import UsageError
 from conformance.results import CHECKED, CaseResult
 from conformance.targets import Target, builtin, load, split_variants
-from conformance.targets.target import NOT_STEP_OBJECTIVES
 from conformance.vectors.load import VectorSet
 
 
@@ -206,8 +205,8 @@ def execute(plan: Plan, vs: VectorSet, *, progress: Callable | None = None,
         results += ran
         if split and not ran:
             declared = target.steps if split[0] == "--partition" else target.sharded
-            refused = [f"{oid} is not eligible: {why}" for oid, why in NOT_STEP_OBJECTIVES.items()
-                       if split[0] == "--partition" and oid in objectives_of(plan)]
+            refused = [f"{o.id} is not eligible: {o.not_step}" for o in catalog.OBJECTIVES
+                       if o.not_step and split[0] == "--partition" and o.id in objectives_of(plan)]
             idle.append(f"{split[0]} checks {', '.join(distributed.ELIGIBLE[split[0]])}: " + (
                 "; ".join(refused) if declared and refused else "the selection holds none of them" if declared else
                 f"target {target.name} declares no {'steps' if split[0] == '--partition' else 'sharded'} "

@@ -45,6 +45,11 @@ def _missing(spec: catalog.Objective) -> list[str]:
     for backend in spec.backends:
         if not callable(_function(f"refimpl.{backend}", spec)):
             out.append(f"a refimpl.{backend}.{spec.id} (the catalog entry claims backend {backend!r})")
+    if spec.step and not callable(_function("refimpl.torch", spec)):
+        out.append(f"a refimpl.torch.{spec.id} (the built-in --partition step is made of it: step={spec.step!r})")
+    if spec.vocab_sharded and not callable(getattr(importlib.import_module("refimpl.torch.vocab_parallel"),
+                                                   spec.name, None)):
+        out.append(f"a refimpl.torch.vocab_parallel.{spec.name} (the catalog entry marks it vocab_sharded)")
     module = spec.generator_module
     try:
         generator = importlib.import_module(module)
@@ -100,6 +105,21 @@ def test_a_missing_piece_is_named():
     assert any(m.startswith("a generator module conformance.generate.toy") for m in missing)
     assert any(m.startswith("vectors toy/square.json") for m in missing)
     assert any(m.startswith("a docs page docs/toy.md") for m in missing)
+    split = catalog.Objective("toy.square", "x²", (catalog.Input("x", "N"),), (), ("value",), ("x",), "none",
+                              k_base=2.0, step="count", step_loss="value", vocab_sharded=True)
+    missing = _missing(split)
+    assert "a refimpl.torch.toy.square (the built-in --partition step is made of it: step='count')" in missing
+    assert "a refimpl.torch.vocab_parallel.square (the catalog entry marks it vocab_sharded)" in missing
+
+
+def test_a_step_objective_states_its_mean_and_its_loss():
+    with pytest.raises(ValueError, match="toy.square: a step objective states step"):
+        catalog.Objective("toy.square", "", (), (), ("value",), (), "", k_base=1.0, step="count")
+    with pytest.raises(ValueError, match="toy.square: a step objective states step"):
+        catalog.Objective("toy.square", "", (), (), ("value",), (), "", k_base=1.0, step="tokens", step_loss="value")
+    with pytest.raises(ValueError, match="toy.square: a step objective states step"):
+        catalog.Objective("toy.square", "", (), (), ("value",), (), "", k_base=1.0, step="count", step_loss="value",
+                          not_step="why")
 
 
 def test_an_entry_states_its_tolerance_base_and_known_backends():

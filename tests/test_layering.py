@@ -28,7 +28,8 @@ RANKS = (
     ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2),
     ("conformance.vectors.certify", 3), ("conformance.vectors.*", 2),
     ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
-    ("conformance.verdict", 3),
+    ("conformance.verdict", 3), ("conformance.distributed.partitions", 3),
+    ("conformance.plan", 3.5),   # the case plan: between the targets and the runners
     ("conformance.harness", 4), ("conformance.derive", 4),
     ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
     ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.diagnose", 5),

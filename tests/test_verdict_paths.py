@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from conformance import catalog, compare, exchange, harness, verdict
+from conformance import catalog, exchange, harness, plan, verdict
 from conformance.distributed import check
 from conformance.distributed.pool import RankFailure
 from conformance.numbers import encode_input
@@ -116,10 +116,9 @@ class _Pool:
 
 def _distributed_status(case, response) -> CaseResult:
     target = Target("t", "torch", {}, ANY, sharded={OBJECTIVE: None}, dtypes=("float64",))
-    run = check._Run(target, compare.Tolerances({}), 30.0, (), "--shard-vocab", 1.0, "cpu")
-    inputs = {k: check.decode_input(v) for k, v in case.test["inputs"].items()}
-    vocab = np.shape(inputs["student_logits"])[1]
-    check._judge_shard(run, _Pool(response), case, inputs, case.conventions, "vocab1:even", [(0, vocab)], "float64")
+    run = check._Run(target, 30.0, (), "--shard-vocab", 1.0, "cpu")
+    [p] = plan.plan(target, case, plan.Asked(("float64",), split=("--shard-vocab", 1, "even")))
+    check._judge_shard(run, _Pool(response), p)
     [res] = run.results
     return res
 

@@ -1,5 +1,6 @@
-"""docs/distributed.md: the figure of gradient accumulation's bias and the results of the
-distributed checks (the built-in backend and the peer adapters, run for real)."""
+"""docs/distributed.md: the objectives each split is for (from the catalog), the figure of gradient
+accumulation's bias and the results of the distributed checks (the built-in backend and the peer
+adapters, run for real)."""
 from __future__ import annotations
 
 import contextlib
@@ -8,6 +9,7 @@ import os
 import tempfile
 from collections import Counter
 
+from conformance import catalog
 from conformance.docs import Unavailable
 from conformance.docs.context import Context
 from conformance.docs.figures import BLUE, GREY, RED, new_figure
@@ -15,6 +17,28 @@ from conformance.docs.figures import BLUE, GREY, RED, new_figure
 TOKENS, MICRO = 64, 2     # the figure: one rank, two micro-batches sharing 64 tokens
 RUNS = (("torch", "--partition 2x2"), ("torch", "--shard-vocab 2"), ("trl", "--partition 2x2"),
         ("verl", "--partition 2x2"))
+
+
+# what the built-in torch step of each kind of Objective.step divides by (conformance.targets.steps)
+STEP_MEANS = {"count": "the unmasked tokens, sequences or rows its aggregation counts (`global_mean`)",
+              "labels": "the labels that are not `ignore_index` (`global_token_normalizer`)",
+              "terms": "the policy term and the KL term, each its own count (`global_mean_terms`)"}
+
+
+def eligible(_ctx: Context) -> str:
+    """The objectives ``--partition`` and ``--shard-vocab`` are for, and the settings refused, as the
+    catalog states them (``Objective.step``, ``step_loss``, ``split_coupled``, ``not_step``,
+    ``vocab_sharded``)."""
+    lines = ["| objective | `--partition`: the global count a step divides by | logged loss | not split when | "
+             "`--shard-vocab` |", "|---|---|---|---|---|"]
+    for o in catalog.OBJECTIVES:
+        if not (o.step or o.not_step or o.vocab_sharded):
+            continue
+        step = STEP_MEANS[o.step] if o.step else f"not eligible: {o.not_step}" if o.not_step else "—"
+        coupled = "; ".join(f"{c.param} {' or '.join(repr(v) for v in c.values)}" for c in o.split_coupled)
+        lines.append(f"| `{o.id}` | {step} | {f'`{o.step_loss}`' if o.step_loss else '—'} | {coupled or '—'} | "
+                     f"{'yes' if o.vocab_sharded else '—'} |")
+    return "\n".join(lines)
 
 
 def _torch():

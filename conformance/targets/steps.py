@@ -18,6 +18,7 @@ of the global objective with respect to that row. The logged losses are reduced 
 """
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -25,12 +26,13 @@ import mpmath
 
 from conformance import catalog, compare
 from conformance.numbers import decode_input, encode_exact
+from refimpl import validate
 from refimpl.exact import dpo as exact_dpo
 from refimpl.exact import mp
 
-__all__ = ["ShardContext", "StepContext", "builtin_torch", "global_mean", "global_mean_terms", "global_test",
-           "global_token_normalizer", "labelled", "micro_batch_mean", "normaliser_of", "rows", "sequences",
-           "tokens", "vocab_parallel"]
+__all__ = ["ShardContext", "StepContext", "builtin_torch", "global_kl_cov_selection", "global_mean",
+           "global_mean_terms", "global_test", "global_token_normalizer", "labelled", "micro_batch_mean",
+           "normaliser_of", "rows", "sequences", "tokens", "vocab_parallel"]
 
 
 @dataclass(frozen=True)
@@ -106,22 +108,6 @@ def _empty(mb: dict) -> bool:
 
 
 # --- the global objective a step is judged against ----------------------------------------
-
-def batch_coupling(objective: str, conventions: dict) -> str | None:
-    """Why a vector's rows cannot be split over micro-batches at all, or None: AOT's loss types
-    sort the margins over the whole batch (Melnyk et al. 2024, §3), so each pair's loss depends on
-    every other pair and the global objective is not a sum of per-row terms that a partition could
-    reproduce."""
-    if objective == "dpo.loss" and conventions.get("loss_type") in ("aot", "aot_unpaired"):
-        return f"loss_type {conventions['loss_type']!r} sorts over the whole batch: no row partition preserves it"
-    if objective == "lm.cross_entropy" and conventions.get("reduction") == "none":
-        return "reduction 'none' returns one loss per token: there is no scalar loss to accumulate"
-    if objective in ("dpo.loss", "preference.cpo") and conventions.get("nll_aggregation") == "token-mean":
-        # each pair's share −c_i·B/Σn divides by the whole batch's token count
-        return "nll_aggregation 'token-mean' divides by the whole batch's token count: a per-pair mean over " \
-               "micro-batches does not preserve it"
-    return None
-
 
 def global_test(case, conventions: dict) -> dict:
     """The vector as a test of the global objective: itself for the scalar losses; for dpo.loss
@@ -238,7 +224,8 @@ def global_mean_terms(objective):
     the KL term are two global means, each divided by its own count (OpenRLHF 0.11.2 ppo_actor.py
     aggregates the KL loss with the global token count whatever loss_agg_mode is). The policy term
     alone is the loss at β = 0; the KL term alone is the loss at A = 0, where the policy term is
-    exactly 0 with a zero gradient, reduced by the KL term's mode."""
+    exactly 0 with a zero gradient, reduced by the KL term's mode. KL-Cov without ``selected``
+    selects over the whole batch first (``global_kl_cov_selection``)."""
     whole = global_mean(objective)
     policy = global_mean(lambda **mb: objective(**{**mb, "beta": 0.0}))
 
@@ -250,11 +237,58 @@ def global_mean_terms(objective):
     penalty = global_mean(penalty_alone, count=lambda mb: normaliser_of({**mb, "aggregation": mb["kl_aggregation"]}))
 
     def step(micro_batches, ctx):
+        micro_batches = global_kl_cov_selection(micro_batches, ctx)
         first = micro_batches[0]
         if first.get("kl_aggregation") in (None, first.get("aggregation")) or first.get("beta") == 0:
             return whole(micro_batches, ctx)
         return policy(micro_batches, ctx) + penalty(micro_batches, ctx)
     return step
+
+
+def global_kl_cov_selection(micro_batches: list, ctx) -> list:
+    """The micro-batches of a grpo.loss step with KL-Cov's selection made over the whole batch. KL-Cov
+    without ``selected`` takes the k = max(1, ⌊N·kl_cov_ratio⌋) valid tokens of largest covariance
+    (A_t − Ā)·(log π_t − mean log π) over the batch's N valid tokens (Cui et al. 2025, arXiv
+    2505.22617 §4; refimpl.torch.grpo): means and top-k are statistics of the batch, so a step that
+    selects within its micro-batch computes another objective (verl's finding
+    ``verl-cov-micro-batch-selection``). Every rank gathers every rank's valid tokens, makes the
+    batch's selection in the working dtype, and passes each micro-batch its part as ``selected``.
+    Any other case is returned as it is."""
+    first = micro_batches[0]
+    if first.get("policy_loss") != "kl-cov" or first.get("selected") is not None:
+        return micro_batches
+    import torch
+    import torch.distributed as dist
+
+    device = first["logp"].device
+    masks = [mb["mask"].detach().ne(0) for mb in micro_batches]
+    mine = torch.cat([torch.stack([mb["logp"].detach()[m], mb["advantages"].detach()[:, None].expand_as(m)[m]])
+                      .to(torch.float64) for mb, m in zip(micro_batches, masks)], dim=1)   # [2, own tokens]
+    counts = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(ctx.world_size)]
+    dist.all_gather(counts, torch.tensor([mine.shape[1]], dtype=torch.int64, device=device), group=ctx.group)
+    counts = [int(c) for c in counts]
+    padded = torch.zeros(2, max(counts), dtype=torch.float64, device=device)
+    padded[:, :mine.shape[1]] = mine
+    gathered = [torch.empty_like(padded) for _ in counts]
+    dist.all_gather(gathered, padded, group=ctx.group)
+    work = torch.float64 if first["logp"].dtype == torch.float64 else torch.float32
+    lp, a = torch.cat([g[:, :n] for g, n in zip(gathered, counts)], dim=1).to(work)
+    cov = (a - a.mean()) * (lp - lp.mean())
+    ratio = first.get("kl_cov_ratio", catalog.get("grpo.loss").param("kl_cov_ratio").default)
+    k = validate.kl_cov_count(ratio, cov.numel())
+    ordered, index = torch.sort(cov, descending=True, stable=True)
+    validate.top_k_untied(k < cov.numel() and bool(ordered[k - 1] == ordered[k]), k)
+    picked = torch.zeros(cov.numel(), dtype=torch.bool, device=device)
+    picked[index[:k]] = True
+    picked = picked[sum(counts[:ctx.rank]):][:mine.shape[1]]
+    out, at = [], 0
+    for mb, m in zip(micro_batches, masks):
+        n = int(m.sum())
+        selected = torch.zeros_like(m)
+        selected[m] = picked[at:at + n]
+        out.append({**mb, "selected": selected})
+        at += n
+    return out
 
 
 def vocab_parallel(fn, needs_vocab_start: bool = False):
@@ -267,21 +301,14 @@ def vocab_parallel(fn, needs_vocab_start: bool = False):
 
 
 def builtin_torch() -> tuple[dict, dict]:
-    """(steps, sharded) of the built-in torch backend: the global normaliser for every batch
-    objective, refimpl.torch.vocab_parallel for every full-vocabulary divergence and lm objective."""
-    from refimpl.torch import dpo, grpo, lm, moe, ppo, proximal_kl, reward
+    """(steps, sharded) of the built-in torch backend, for the objectives the catalog marks
+    (``Objective.step``, ``vocab_sharded``): the global normaliser of each step objective's mean,
+    refimpl.torch.vocab_parallel for every full-vocabulary function (told its first token id where
+    it takes labels)."""
     from refimpl.torch import vocab_parallel as vp
-    steps = {"grpo.loss": global_mean_terms(grpo.loss), "grpo.aggregate": global_mean(grpo.aggregate),
-             "proximal_kl.loss": global_mean(proximal_kl.loss), "dpo.loss": global_mean(dpo.loss),
-             "lm.cross_entropy": global_token_normalizer(lm.cross_entropy),
-             # token or sequence means like grpo.aggregate's; the pairs' mean; the unmasked tokens' mean
-             "ppo.value_loss": global_mean(ppo.value_loss), "ppo.entropy_bonus": global_mean(ppo.entropy_bonus),
-             "reward.pairwise": global_mean(reward.pairwise),
-             "moe.router_z_loss": global_mean(moe.router_z_loss)}
-    sharded = {"distill.token_kl": vocab_parallel(vp.token_kl),
-               "distill.generalized_jsd": vocab_parallel(vp.generalized_jsd),
-               "distill.hinton": vocab_parallel(vp.hinton, needs_vocab_start=True),
-               "lm.cross_entropy": vocab_parallel(vp.cross_entropy, needs_vocab_start=True),
-               "lm.token_logprobs": vocab_parallel(vp.token_logprobs, needs_vocab_start=True),
-               "lm.entropy": vocab_parallel(vp.entropy)}
+    means = {"count": global_mean, "labels": global_token_normalizer, "terms": global_mean_terms}
+    steps = {o.id: means[o.step](getattr(importlib.import_module(f"refimpl.torch.{o.family}"), o.name))
+             for o in catalog.OBJECTIVES if o.step}
+    sharded = {o.id: vocab_parallel(getattr(vp, o.name), needs_vocab_start=any(i.kind == "int" for i in o.inputs))
+               for o in catalog.OBJECTIVES if o.vocab_sharded}
     return steps, sharded

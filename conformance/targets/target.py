@@ -19,17 +19,9 @@ ANY = "*"
 # a trainer that all-reduces with SUM (or scales by the world size itself) declares "sum".
 GRAD_REDUCTIONS = ("mean", "sum")
 # The objectives a step (``--partition``) and a vocabulary-parallel function (``--shard-vocab``)
-# may be declared for: the batch losses whose rows trainers split (each a sum of per-row terms
-# over a count that a step can all-reduce), and the full-vocabulary functions of the logits.
-STEP_OBJECTIVES = ("grpo.loss", "grpo.aggregate", "proximal_kl.loss", "dpo.loss", "lm.cross_entropy",
-                   "ppo.value_loss", "ppo.entropy_bonus", "reward.pairwise", "moe.router_z_loss")
-# Batch losses that no accumulated step can reproduce exactly, and why (shown to a user who asks).
-NOT_STEP_OBJECTIVES = {
-    "moe.load_balancing": "its f and P are means over the whole batch, and their product is not a sum of "
-                          "per-micro-batch terms: averaging two micro-batches' losses is off by ¼(f¹−f²)(P¹−P²) "
-                          "(docs/distributed.md)"}
-SHARDED_OBJECTIVES = ("distill.token_kl", "distill.generalized_jsd", "distill.hinton", "lm.cross_entropy",
-                      "lm.token_logprobs", "lm.entropy")
+# may be declared for: views of the catalog (``Objective.step``, ``vocab_sharded``).
+STEP_OBJECTIVES = tuple(o.id for o in catalog.OBJECTIVES if o.step)
+SHARDED_OBJECTIVES = tuple(o.id for o in catalog.OBJECTIVES if o.vocab_sharded)
 # A variant of an objective: ``"grpo.aggregate[per-row]"`` names a second function for the same
 # objective, with its own declaration under the same key; each variant is checked and reported as
 # a target of its own, named ``<target name>[<variant>]`` (``split_variants``).
@@ -64,16 +56,14 @@ class Target:
     temperature_free: tuple = ()                  # objectives whose function has no temperature (T = 1 only)
     objective_dtypes: dict = field(default_factory=dict)   # {objective: dtypes} where not ``dtypes``
 
-    def dtypes_for(self, objective_id: str) -> tuple:
-        """The dtypes the target checks an objective in: its own declaration, else ``dtypes``."""
-        return tuple(self.objective_dtypes.get(objective_id, self.dtypes))
-
     def all_dtypes(self) -> tuple:
         """Every dtype some objective (or step, or sharded function) of the target runs in."""
         oids = [*self.objectives, *self.steps, *self.sharded]
-        return tuple(dict.fromkeys(d for oid in oids for d in self.dtypes_for(oid))) or tuple(self.dtypes)
+        return tuple(dict.fromkeys(d for oid in oids for d in self.objective_dtypes.get(oid, self.dtypes))) \
+            or tuple(self.dtypes)
 
     def declared(self, objective_id: str) -> dict:
+        """The conventions declared for an objective ({} for a ``"*"`` target)."""
         if self.conventions == ANY:
             return {}
         return self.conventions.get(objective_id, {})
@@ -81,137 +71,13 @@ class Target:
     def accepts(self, objective_id: str, conventions: dict) -> bool:
         """Whether a vector group's conventions are ones this target declares
         (an undeclared convention means the paper default)."""
-        if self.conventions == ANY:
-            return True
-        spec = catalog.get(objective_id)
-        declared = self.declared(objective_id)
-        if isinstance(declared, list):  # alternative combinations (conventions that do not vary independently)
-            return any(Target(self.name, self.framework, self.objectives, {objective_id: d}).accepts(
-                objective_id, conventions) for d in declared)
-        for name, value in conventions.items():
-            allowed = declared.get(name, spec.defaults.get(name))
-            if allowed == ANY:
-                continue
-            if isinstance(allowed, (list, tuple)):
-                if value not in allowed:
-                    return False
-            elif value != allowed:
-                return False
-        return True
-
-    def declares(self, objective_id: str, name: str) -> bool:
-        """Whether the target states convention ``name`` itself (it can then be asked to reject
-        an invalid value of it); an undeclared convention is fixed at the paper default."""
-        if self.conventions == ANY:
-            return True
-        declared = self.declared(objective_id)
-        combos = declared if isinstance(declared, list) else [declared]
-        return any(name in combo for combo in combos)
-
-    def names(self, objective_id: str, name: str) -> bool:
-        """Whether the declaration states ``name`` by name: unlike ``declares``, a ``"*"``
-        declaration names nothing."""
-        return self.conventions != ANY and self.declared(objective_id) != ANY and self.declares(objective_id, name)
-
-    def default_conventions(self, objective_id: str) -> dict:
-        """The conventions the target runs with by default: the first value of each declared
-        convention (the first combination of a list), the paper default for the others. A
-        convention declared ``"*"`` has no default: it is left out."""
-        spec = catalog.get(objective_id)
-        declared = self.declared(objective_id)
-        first = (declared[0] if declared else {}) if isinstance(declared, list) else declared
-        out = {}
-        for name in spec.conventions:
-            value = first.get(name, spec.defaults[name])
-            if isinstance(value, (list, tuple)):
-                value = value[0]
-            if value != ANY:
-                out[name] = value
-        return out
-
-    def refused_params(self, objective_id: str, values: dict) -> str | None:
-        """Why the target cannot be called with these parameter values (its ``params``
-        declaration lists the only values it takes, its ``temperature_free`` ones take no
-        temperature), or None."""
-        if objective_id in self.temperature_free:
-            T = values.get("temperature", 1.0)
-            if T != 1.0:
-                return (f"temperature={T!r}: the target declares {objective_id} temperature-free (T = 1 only; "
-                        "its function has no temperature to divide the logits by)")
-        for name, allowed in self.params.get(objective_id, {}).items():
-            if name in values and values[name] not in allowed:
-                return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
-        return None
-
-    def call_kwargs(self, objective_id: str, conventions: dict, params: dict) -> dict:
-        """The conventions and parameters the target's function is called with. Left out: a
-        convention the catalog added later (``Param.added``) while it holds its paper default, when
-        the target neither names it in its declaration (``"*"`` does not name it) nor has a function
-        that takes it by name — functions written before it existed compute that default, and a
-        ``**kwargs`` function is most often a wrapper that forwards to one — and, for a
-        temperature-free function, ``temperature`` (``refused_params`` holds it at 1)."""
-        spec = catalog.get(objective_id)
-        late = {p.name: p.default for p in spec.params if p.convention and p.added}
-        takes = _accepted_keywords(self.objectives.get(objective_id))
-        out = {k: v for k, v in conventions.items()
-               if not (k in late and v == late[k] and not self.names(objective_id, k)
-                       and not (takes is not ANY and k in takes))}
-        free = objective_id in self.temperature_free
-        out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
-        return out
-
-    def untaken(self, objective_id: str, kwargs: dict, error: Exception | None = None) -> str | None:
-        """Why the target's function cannot compute a case that needs an argument the catalog
-        gained after it was written (a convention or parameter with ``Param.added``, an optional
-        input): the function does not take it by name and the target does not declare it — or,
-        for a ``**kwargs`` wrapper, the call raised ``error``, the TypeError of a function that
-        does not take it. None when neither holds (then any error is the target's own)."""
-        spec = catalog.get(objective_id)
-        later = {p.name: f"added to the catalog in {p.added}" for p in spec.params if p.added}
-        later.update({i.name: "an optional input" for i in spec.inputs if i.optional})
-        takes = _accepted_keywords(self.objectives.get(objective_id))
-        if error is not None:
-            if not isinstance(error, TypeError) or takes is not ANY:
-                return None
-            names = [k for k in kwargs if f"unexpected keyword argument '{k}'" in str(error)]
-        else:
-            names = [] if takes is ANY else [k for k in kwargs if k not in takes]
-        for k in names:
-            if k in later and not self.names(objective_id, k):
-                return (f"the function does not take {k!r} ({later[k]}), which this case sets; "
-                        "declare it or take it as an argument to have these cases checked")
-        return None
+        declared = ANY if self.conventions == ANY else self.declared(objective_id)
+        return conventions_admit(declared, catalog.get(objective_id), conventions)
 
     def tolerance_model_for(self, objective_id: str) -> str | None:
         """The low-precision tolerance model the target declares for an objective ("native":
         it computes and reduces in the inputs' dtype), or None."""
         return next((m for g, m in self.tolerance_model.items() if fnmatch.fnmatchcase(objective_id, g)), None)
-
-    def known_failure(self, case, dtype: str, tolerance) -> str | None:
-        """The declared reason why this case is expected to fail in ``dtype``, or None.
-        ``tolerance`` is the bound the case is judged by in this run (the run's tolerance model
-        and overrides included; None for an invalid vector): a rule that predicts whether a
-        deviation shows must measure it against that bound, not against one it assumes."""
-        for pattern, reason in self.known.items():
-            if fnmatch.fnmatchcase(case.uid, pattern) or fnmatch.fnmatchcase(f"{case.uid}@{dtype}", pattern):
-                return reason
-        for reason, predicate in self.known_rules:
-            if predicate(case, dtype, tolerance):
-                return reason
-        return None
-
-    def known_split_failure(self, case, dtype: str, partition: str, split, tolerance) -> str | None:
-        """The declared reason why a distributed case is expected to fail: a ``known`` pattern
-        ``uid@dtype@partition`` (e.g. ``"*@*@2x2:uneven"``) or a ``known_splits`` rule, which sees
-        the split itself (rows per rank and micro-batch, or vocabulary ranges) and ``tolerance``,
-        the bound of the global objective the case is judged by."""
-        for pattern, reason in self.known.items():
-            if pattern.count("@") == 2 and fnmatch.fnmatchcase(f"{case.uid}@{dtype}@{partition}", pattern):
-                return reason
-        for reason, predicate in self.known_splits:
-            if predicate(case, dtype, split, tolerance):
-                return reason
-        return None
 
     def deviations(self) -> list[tuple[str, str, object, object]]:
         """(objective, convention, declared, paper default) for every declared convention whose
@@ -228,6 +94,26 @@ class Target:
                 if value != ANY and default_value != defaults.get(name):
                     out.append((oid, name, value, defaults.get(name)))
         return out
+
+
+def conventions_admit(declared, spec: catalog.Objective, conventions: dict) -> bool:
+    """Whether a declaration (ANY, a dict, or a list of alternative combinations: conventions that
+    do not vary independently) admits a vector group's conventions; an undeclared convention
+    means the paper default."""
+    if declared == ANY:
+        return True
+    if isinstance(declared, list):
+        return any(conventions_admit(d, spec, conventions) for d in declared)
+    for name, value in conventions.items():
+        allowed = declared.get(name, spec.defaults.get(name))
+        if allowed == ANY:
+            continue
+        if isinstance(allowed, (list, tuple)):
+            if value not in allowed:
+                return False
+        elif value != allowed:
+            return False
+    return True
 
 
 def from_mapping(obj, spec: str) -> Target:
@@ -464,17 +350,3 @@ def _known(known, spec: str) -> dict:
                                               for k, v in known.items()):
         raise TargetError(f"{spec}: 'known' must be a dict {{uid or glob: reason}} with a non-empty reason each")
     return dict(known)
-
-
-def _accepted_keywords(fn):
-    """The keyword names ``fn`` takes, ANY if it takes ``**kwargs`` or has no inspectable
-    signature, or an empty set when there is no function."""
-    if fn is None:
-        return frozenset()
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return ANY
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return ANY
-    return frozenset(params)

@@ -11,8 +11,8 @@ from conformance import cli
     (["--partition", "2x2:bogus"], "unknown partition kind 'bogus'"),
     (["--shard-vocab", "1"], "--shard-vocab: K must be between 2 and 8"),
     (["--partition", "2x2", "--shard-vocab", "2"], "give one of them"),
-    (["--partition", "2x2", "--objective", "distill.*"], "--partition checks grpo.loss, grpo.aggregate"),
-    (["--shard-vocab", "2", "--objective", "grpo.loss"], "--shard-vocab checks distill.token_kl"),
+    (["--partition", "2x2", "--objective", "distill.*"], "--partition checks dpo.loss, grpo.aggregate, grpo.loss"),
+    (["--shard-vocab", "2", "--objective", "grpo.loss"], "--shard-vocab checks distill.hinton, distill.token_kl"),
     (["--partition", "2x2", "--backend", "numpy"], "target numpy is a numpy target"),
     (["--partition", "4x4", "--uid", "dpo.loss:a9353e73841056c2"], "no partition over 4×4 slots"),
 ])

@@ -4,12 +4,15 @@ are errors that name the rank, and no process outlives a run. A few vectors each
 runs are `lossproof check --partition 2x2` and `--shard-vocab 2`)."""
 import multiprocessing
 import os
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch", reason="the distributed checks run torch.distributed")
 
+from conformance import compare, plan
 from conformance.distributed import check
 from conformance.targets import from_mapping, load
 from conformance.targets.steps import (
@@ -68,6 +71,36 @@ def test_builtin_steps_pass_every_partition():
     assert {u for u, _, _ in statuses} == STEP_UIDS
     assert set(statuses.values()) == {"pass"}, [r.message for r in results if r.status != "pass"]
     assert all(r.repro.endswith(f"--partition {r.partition}") for r in results if r.partition)
+
+
+# KL-Cov without `selected`: the top-k covariance tokens of the whole batch (the last one's k is 2)
+KL_COV_UIDS = {"grpo.loss:7e4447a81044c2d0", "grpo.loss:0fef39a136e31c22", "grpo.loss:1d522b4fff580deb",
+               "grpo.loss:a28175c73c99d693"}
+
+
+def test_the_builtin_step_selects_kl_cov_over_the_batch():
+    """Every split of the batch gets the batch's selection (a micro-batch's own top-k is another
+    objective: it failed three of these splits and tied in three more)."""
+    assert all(VS.by_uid(u).conventions["policy_loss"] == "kl-cov" and "selected" not in VS.by_uid(u).test["inputs"]
+               for u in KL_COV_UIDS)
+    results = check.partitioned(load("torch"), VS, 2, 2, uids=KL_COV_UIDS)
+    statuses = _statuses(results)
+    assert {u for u, _, _ in statuses} == KL_COV_UIDS
+    assert set(statuses.values()) == {"pass"}, [r.message for r in results if r.status != "pass"]
+    # the helper without the batch's selection: each micro-batch selects its own tokens
+    per_micro_batch = _target(steps={"grpo.loss": global_mean(grpo.loss)})
+    assert "fail" in _statuses(check.partitioned(per_micro_batch, VS, 2, 2, uids=KL_COV_UIDS)).values()
+
+
+def test_a_case_is_planned_once_and_bounded_once_per_dtype(monkeypatch):
+    """The runner asks the case plan once per vector; the bound of each dtype serves every split."""
+    calls = Counter()
+    ask, bound = plan.plan, compare.Tolerances.for_case
+    monkeypatch.setattr(plan, "plan", lambda *a, **k: calls.update(["plan"]) or ask(*a, **k))
+    monkeypatch.setattr(compare.Tolerances, "for_case", lambda *a, **k: calls.update(["bound"]) or bound(*a, **k))
+    statuses = _statuses(check.partitioned(load("torch"), VS, 2, 2, uids={BALANCED}, dtypes=["float64"]))
+    assert len(statuses) > 1 and set(statuses.values()) == {"pass"}
+    assert calls == {"plan": 1, "bound": 1}
 
 
 def test_sum_reduction_is_honoured():

@@ -6,7 +6,7 @@ A ``**kwargs`` function counts as not taking it (most are wrappers that forward 
 not); only the TypeError of the forwarded call shows it."""
 from __future__ import annotations
 
-from conformance import catalog
+from conformance import catalog, plan
 from conformance.targets.target import ANY, Target
 
 SPEC = catalog.get("grpo.advantages")   # 'baseline' was added in vector set 1.3.0
@@ -27,7 +27,7 @@ def anything(rewards, **conventions):
 
 def _passed(fn, conventions, declared=ANY):
     target = Target("t", "numpy", {SPEC.id: fn}, ANY if declared is ANY else {SPEC.id: declared})
-    return target.call_kwargs(SPEC.id, conventions, {})
+    return plan.call_kwargs(target, SPEC.id, conventions, {})
 
 
 def test_a_late_convention_at_its_default_is_left_out_for_an_older_function():
@@ -55,16 +55,16 @@ def test_a_value_other_than_the_default_is_always_passed():
 
 def test_a_function_that_cannot_take_it_makes_the_case_unsupported():
     kwargs = {"rewards": None, **GROUP, "baseline": "leave-one-out"}
-    reason = Target("t", "numpy", {SPEC.id: old}, ANY).untaken(SPEC.id, kwargs)
+    reason = plan.untaken(Target("t", "numpy", {SPEC.id: old}, ANY), SPEC.id, kwargs)
     assert "'baseline' (added to the catalog in 1.3.0)" in reason
-    assert Target("t", "numpy", {SPEC.id: new}, ANY).untaken(SPEC.id, kwargs) is None
+    assert plan.untaken(Target("t", "numpy", {SPEC.id: new}, ANY), SPEC.id, kwargs) is None
     wrapper = Target("t", "numpy", {SPEC.id: anything}, ANY)
-    assert wrapper.untaken(SPEC.id, kwargs) is None   # only the call can tell
+    assert plan.untaken(wrapper, SPEC.id, kwargs) is None   # only the call can tell
     forwarded = TypeError("old() got an unexpected keyword argument 'baseline'")
-    assert "'baseline'" in wrapper.untaken(SPEC.id, kwargs, forwarded)
-    assert wrapper.untaken(SPEC.id, kwargs, TypeError("unsupported operand type(s)")) is None
+    assert "'baseline'" in plan.untaken(wrapper, SPEC.id, kwargs, forwarded)
+    assert plan.untaken(wrapper, SPEC.id, kwargs, TypeError("unsupported operand type(s)")) is None
     declared = Target("t", "numpy", {SPEC.id: old}, {SPEC.id: {"baseline": ["mean", "leave-one-out"]}})
-    assert declared.untaken(SPEC.id, kwargs) is None   # declared: a TypeError is the target's own error
+    assert plan.untaken(declared, SPEC.id, kwargs) is None   # declared: a TypeError is the target's own error
 
 
 def test_an_optional_input_the_function_does_not_take_makes_the_case_unsupported():
@@ -76,7 +76,8 @@ def test_an_optional_input_the_function_does_not_take_makes_the_case_unsupported
 
     kwargs = dict.fromkeys(("policy_chosen_logps", "policy_rejected_logps", "reference_chosen_logps",
                             "reference_rejected_logps", "chosen_lengths"))
-    assert "'chosen_lengths' (an optional input)" in Target("t", "torch", {spec.id: dpo}, ANY).untaken(spec.id, kwargs)
+    reason = plan.untaken(Target("t", "torch", {spec.id: dpo}, ANY), spec.id, kwargs)
+    assert "'chosen_lengths' (an optional input)" in reason
 
 
 def test_conventions_from_the_start_are_always_passed():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import harness, targets
+from conformance import harness, plan, targets
 from conformance.targets.target import ANY, Target, TargetError
 from conformance.vectors.load import VectorSet
 from refimpl.arrays import distill
@@ -74,12 +74,12 @@ def test_a_late_convention_at_its_default_is_passed_only_to_targets_that_declare
                       {"distill.token_kl": {"direction": "forward", "soft_term": ["kl", "cross_entropy"]}})
     builtin = Target("t", "numpy", {"distill.token_kl": kl_without_temperature}, ANY)
     conventions, params = {"direction": "forward", "soft_term": "kl"}, {"temperature": 2.0}
-    assert undeclared.call_kwargs("distill.token_kl", conventions, params) == {"direction": "forward",
+    assert plan.call_kwargs(undeclared, "distill.token_kl", conventions, params) == {"direction": "forward",
                                                                                "temperature": 2.0}
-    assert declared.call_kwargs("distill.token_kl", conventions, params) == {**conventions, **params}
+    assert plan.call_kwargs(declared, "distill.token_kl", conventions, params) == {**conventions, **params}
     # "*" (the built-in backends, whose functions default to the paper) does not name it either
-    assert builtin.call_kwargs("distill.token_kl", conventions, params) == {"direction": "forward",
+    assert plan.call_kwargs(builtin, "distill.token_kl", conventions, params) == {"direction": "forward",
                                                                             "temperature": 2.0}
     # a value other than the default is always passed (a target only runs it if it declares it)
     ce = {"direction": "forward", "soft_term": "cross_entropy"}
-    assert undeclared.call_kwargs("distill.token_kl", ce, {}) == ce
+    assert plan.call_kwargs(undeclared, "distill.token_kl", ce, {}) == ce

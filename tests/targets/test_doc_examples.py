@@ -30,7 +30,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the page's examples are torch targets")
 
-from conformance import catalog, cli, harness, testing, verdict  # noqa: E402
+from conformance import catalog, cli, harness, plan, testing, verdict  # noqa: E402
 from conformance.docs.blocks import read_blocks, replace_blocks  # noqa: E402
 from conformance.docs.sessions import equivalent  # noqa: E402
 from conformance.targets import Target, load  # noqa: E402
@@ -384,7 +384,8 @@ def test_the_detached_objectives_and_quoted_messages_are_the_harness(page):
     sentence = re.search(r"the outputs of ((?:`[a-z_.]+`(?:, | and ))+`[a-z_.]+`) are", " ".join(page.split()))
     assert sentence, "the page no longer names the detached objectives"
     assert set(re.findall(r"`([a-z_.]+)`", sentence.group(1))) == {o.id for o in catalog.OBJECTIVES if o.detached}
-    sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (harness, verdict, sys.modules[Target.__module__],
+    sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (harness, plan, verdict,
+                                                                            sys.modules[Target.__module__],
                                                                             sys.modules["conformance.report"],
                                                                             sys.modules["conformance.results"]))
     for quoted in (" ".join(q.split()) for q in re.findall(r"«([^»]+)»", page)):

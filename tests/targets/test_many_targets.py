@@ -121,8 +121,9 @@ def test_split_variants_keeps_each_declaration_with_its_variant(library):
     assert set(parts["lib"].objectives) == {"kl.estimator"}
     assert parts["lib[token]"].declared("grpo.aggregate") == {"mode": "token-mean"}
     assert parts["lib[row]"].declared("grpo.aggregate") == {}
-    assert parts["lib[row]"].dtypes_for("grpo.aggregate") == ("float64",)
-    assert parts["lib[token]"].dtypes_for("grpo.aggregate") == ("float64", "float32")
+    assert parts["lib[row]"].objective_dtypes["grpo.aggregate"] == ("float64",)
+    assert "grpo.aggregate" not in parts["lib[token]"].objective_dtypes
+    assert parts["lib[token]"].dtypes == ("float64", "float32")
 
 
 @pytest.mark.parametrize("rules, parts_or_error", [
