@@ -4,7 +4,6 @@ are errors that name the rank, and no process outlives a run. A few vectors each
 runs are `lossproof check --partition 2x2` and `--shard-vocab 2`)."""
 import multiprocessing
 import os
-import time
 from collections import Counter
 from pathlib import Path
 
