@@ -182,7 +182,8 @@ def _rounded_inside(fn, low):
     @functools.wraps(fn)
     def run(**kw):
         dtype = next(v.dtype for v in kw.values() if isinstance(v, torch.Tensor) and v.is_floating_point())
-        out = fn(**{k: v.to(low) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in kw.items()})
+        out = fn(**{k: v.to(low) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                    for k, v in kw.items()})
         return out.to(dtype)
     return run
 

@@ -152,8 +152,8 @@ def cases_table(ctx: Context, uids) -> str:
 
 def tolerance_table(_ctx: Context) -> str:
     """The tolerance policy's constants (conformance.compare), for docs/vectors.md."""
-    lines = ["| objective | `k_base` | n = length of | k_base·(1 + log2 n) at n = 1 | at n = 1024 | V = length of "
-             "| k_base + ⌈V/4⌉ + 2 at V = 128256 |", "|---|---:|---|---:|---:|---|---:|"]
+    lines = [("| objective | `k_base` | n = length of | k_base·(1 + log2 n) at n = 1 | at n = 1024 | V = length of "
+              "| k_base + ⌈V/4⌉ + 2 at V = 128256 |"), "|---|---:|---|---:|---:|---|---:|"]
     for spec in catalog.OBJECTIVES:
         kb = spec.k_base
         n_of = "—" if not spec.reduction else (f"last axis of `{spec.reduction}`" if spec.family == "distill"
