@@ -69,16 +69,33 @@ def symmetric_kl(student_logits, teacher_logits, forward_weight=0.5, temperature
     return value.to(student_logits.dtype)
 
 
-# The distillation objectives: the kill table's twins (tests/mutants), each a torch.log_softmax or
-# torch.softmax of the logits over the vocabulary, with the conventions they implement.
-_TWINS = {p.objective: p for p in distill.PAIRS + distill_divergences.PAIRS}
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize="none", temperature=1.0):
+    """Σ_k p_k·(log p_k − log q_{i_k}) with log q = F.log_softmax(z/T); 'teacher' renormalizes p over its
+    top-k, 'both' p and q over the ids, 'tail' is the kill table's twin (a (K+1)-th bucket)."""
+    z, lp = _work(student_logits), _work(teacher_logps)
+    if renormalize == "tail":
+        return distill_divergences.sparse_tail_kl(z, teacher_ids, lp, temperature).to(student_logits.dtype)
+    live = lp > -torch.inf
+    lq = F.log_softmax(z / temperature, dim=-1).gather(-1, teacher_ids)
+    if renormalize in ("teacher", "both"):
+        lp = lp - torch.logsumexp(lp, dim=-1, keepdim=True)
+    if renormalize == "both":
+        lq = lq - torch.logsumexp(torch.where(live, lq, -torch.inf), dim=-1, keepdim=True)
+    zero = torch.zeros_like(lp)
+    kl = torch.where(live, lp.exp() * (torch.where(live, lp, zero) - torch.where(live, lq, zero)), zero).sum(-1)
+    return kl.to(student_logits.dtype)
+
+
+# The other distillation objectives: the kill table's twins (tests/mutants), each a torch.log_softmax
+# or torch.softmax of the logits over the vocabulary, with the conventions they implement.
+_TWINS = {p.objective: p for p in distill.PAIRS + distill_divergences.PAIRS if p.objective != "distill.sparse_kl"}
 
 TORCH = {
     "name": "torch-standard-kernels", "framework": "torch",
     "objectives": {"lm.cross_entropy": cross_entropy, "lm.token_logprobs": token_logprobs, "lm.entropy": entropy,
-                   "distill.symmetric_kl": symmetric_kl,
+                   "distill.symmetric_kl": symmetric_kl, "distill.sparse_kl": sparse_kl,
                    **{objective: _in_float32(p.twin) for objective, p in _TWINS.items()}},
-    "conventions": {"lm.cross_entropy": {"reduction": "*"},
+    "conventions": {"lm.cross_entropy": {"reduction": "*"}, "distill.sparse_kl": {"renormalize": "*"},
                     **{objective: p.conventions for objective, p in _TWINS.items()}},
     # F.cross_entropy has neither a z-loss nor a soft cap
     "params": {"lm.cross_entropy": {"z_loss": [0.0], "softcap": [None]}},
