@@ -21,22 +21,21 @@ named ``V`` of the reduced input, 1 where there is none) accumulated lane-wise, 
 standard kernels do: PyTorch's CPU ``softmax``/``log_softmax`` (and ``cross_entropy``, which
 calls it) keep one running sum per vector lane and add the V exponentials to it one after
 another, then add up the lanes. A recursive sum of m + 1 terms has a relative error of at most
-γ_m = m·u/(1 − m·u) (Higham, Accuracy and Stability of Numerical Algorithms, 2nd ed., 2002,
-§4.2, eq. 4.4, for any order of the additions); the longest chain of additions here is ⌈V/L⌉ − 1
-in a lane plus L − 1 across the lanes, so log Z, a log-probability and a probability inherit
-an error of at most (⌈V/L⌉ + L − 2)·u, which ``scale`` (at least the magnitude with which log Z
-enters the result) turns into the bound. L = 4 is the fewest lanes of those kernels (PyTorch's
-``Vectorized<double>``: 4 in its generic and AVX2 builds, 8 with AVX-512; float32 twice as
-many); NumPy's pairwise ``np.sum`` and JAX's CPU reductions (measured) and PyTorch's CUDA
-softmax (one running sum per thread of a block, then a tree: read from its source, not measured
-here) have far shorter chains. The rounding errors of such a sum are not independent — the V − 256
-zero logits of a Llama-3-sized row give V − 256 equal terms, which round the same way until the
-running sum crosses a power of two — so the probabilistic λ·√V·u bound (Higham and Mary, SIAM J.
-Sci. Comput. 41(5), 2019), which assumes independent errors of mean zero, does not hold for them:
-measured with torch 2.13 (docs/vectors.md, Tolerance policy), log Z is off by up to 0.59 of the
-lane bound (608 u at V = 4096, 10576 u at V = 128256, float64 on 4 lanes), linear in V/L. The
-term exceeds the pairwise one only from V ≈ 4·k_base·log2 n on: the small vocabularies keep
-their bound.
+γ_m = m·u/(1 − m·u) ([higham2002] §4.2, eq. 4.4, for any order of the additions); the longest
+chain of additions here is ⌈V/L⌉ − 1 in a lane plus L − 1 across the lanes, so log Z, a
+log-probability and a probability inherit an error of at most (⌈V/L⌉ + L − 2)·u, which
+``scale`` (at least the magnitude with which log Z enters the result) turns into the bound.
+L = 4 is the fewest lanes of those kernels (PyTorch's ``Vectorized<double>``: 4 in its generic
+and AVX2 builds, 8 with AVX-512; float32 twice as many); NumPy's pairwise ``np.sum`` and JAX's
+CPU reductions (measured) and PyTorch's CUDA softmax (one running sum per thread of a block,
+then a tree: read from its source, not measured here) have far shorter chains. The rounding
+errors of such a sum are not independent — the V − 256 zero logits of a Llama-3-sized row give
+V − 256 equal terms, which round the same way until the running sum crosses a power of two —
+so the probabilistic λ·√V·u bound ([higham-mary2019]), which assumes independent errors of
+mean zero, does not hold for them: measured with torch 2.13 (docs/vectors.md, Tolerance
+policy), log Z is off by up to 0.59 of the lane bound (608 u at V = 4096, 10576 u at
+V = 128256, float64 on 4 lanes), linear in V/L. The term exceeds the pairwise one only from
+V ≈ 4·k_base·log2 n on (one row of V ≤ 64 keeps its bound for every k_base).
 
 bfloat16 and float16 outputs, model ``careful`` (the default). Every implementation meant
 for training (torch's own reductions, Liger's kernels, refimpl/torch) accumulates a
