@@ -7,13 +7,35 @@ rounded result can do (plus a little, since the value is rounded once more at th
 
 float64 and float32 outputs (both models)::
 
-    tol = k · u(dtype) · scale + ulp_dtype(want)        k = k_base · (1 + log2 n)
+    tol = k · u(dtype) · scale + ulp_dtype(want)
+    k = max(k_base · (1 + log2 n),  k_base + ⌈V/L⌉ + L − 2)        L = LANES = 4
 
 u is the unit roundoff of the dtype, n the length of the objective's reduction, and
 ``scale`` the magnitude stored with the vector: the size of the terms that rounding errors
 are proportional to, so that near-zero results that come from cancellation are judged
 against their terms, not against themselves. ``k_base``, declared on each catalog entry, counts
 the roundings on the critical path; the log grows with the reduction (a pairwise or blocked sum).
+
+The second term is the vocabulary sum of a softmax, log-softmax or log-sum-exp (V: the axis
+named ``V`` of the reduced input, 1 where there is none) accumulated lane-wise, as the
+standard kernels do: PyTorch's CPU ``softmax``/``log_softmax`` (and ``cross_entropy``, which
+calls it) keep one running sum per vector lane and add the V exponentials to it one after
+another, then add up the lanes. A recursive sum of m + 1 terms has a relative error of at most
+γ_m = m·u/(1 − m·u) ([higham2002] §4.2, eq. 4.4, for any order of the additions); the longest
+chain of additions here is ⌈V/L⌉ − 1 in a lane plus L − 1 across the lanes, so log Z, a
+log-probability and a probability inherit an error of at most (⌈V/L⌉ + L − 2)·u, which
+``scale`` (at least the magnitude with which log Z enters the result) turns into the bound.
+L = 4 is the fewest lanes of those kernels (PyTorch's ``Vectorized<double>``: 4 in its generic
+and AVX2 builds, 8 with AVX-512; float32 twice as many); NumPy's pairwise ``np.sum`` and JAX's
+CPU reductions (measured) and PyTorch's CUDA softmax (one running sum per thread of a block,
+then a tree: read from its source, not measured here) have far shorter chains. The rounding
+errors of such a sum are not independent — the V − 256 zero logits of a Llama-3-sized row give
+V − 256 equal terms, which round the same way until the running sum crosses a power of two —
+so the probabilistic λ·√V·u bound ([higham-mary2019]), which assumes independent errors of
+mean zero, does not hold for them: measured with torch 2.13 (docs/vectors.md, Tolerance
+policy), log Z is off by up to 0.59 of the lane bound (608 u at V = 4096, 10576 u at
+V = 128256, float64 on 4 lanes), linear in V/L. The term exceeds the pairwise one only from
+V ≈ 4·k_base·log2 n on (one row of V ≤ 64 keeps its bound for every k_base).
 
 bfloat16 and float16 outputs, model ``careful`` (the default). Every implementation meant
 for training (torch's own reductions, Liger's kernels, refimpl/torch) accumulates a
@@ -95,6 +117,9 @@ MODELS = ("careful", "native")
 # Roundings to the low dtype the careful model grants per term: the term, one partial result
 # (a per-row sum) and the reduction's weight (see the module docstring).
 K_ELEM = 3.0
+# Running sums the standard softmax kernels keep for the vocabulary sum, at the fewest (see the
+# module docstring): the vocabulary term of k is ⌈V/LANES⌉ + LANES − 2 roundings.
+LANES = 4
 
 
 
@@ -114,6 +139,23 @@ def reduction_length(spec: catalog.Objective, inputs: dict) -> int:
         return 1
     shape = np.shape(inputs[spec.reduction])
     return int(shape[-1]) if len(shape) == 1 or spec.family == "distill" else int(np.prod(shape))
+
+
+def vocabulary_length(spec: catalog.Objective, inputs: dict) -> int:
+    """V: the length of the reduced input's axis named ``V`` in the catalog (the vocabulary a softmax
+    sums over), or 1 where it has none."""
+    if not spec.reduction or spec.reduction not in inputs:
+        return 1
+    axes = next(i.shape for i in spec.inputs if i.name == spec.reduction).split(",")
+    shape = np.shape(inputs[spec.reduction])
+    if "V" not in axes or len(shape) < len(axes) - axes.index("V"):
+        return 1
+    return int(shape[axes.index("V") - len(axes)])
+
+
+def lane_chain(v: int) -> int:
+    """The additions on the longest chain of a V-term sum kept in LANES running sums (module docstring)."""
+    return math.ceil(v / LANES) + LANES - 2 if v > 1 else 0
 
 
 def bound(want, dtype: str, k: float, scale: float, elements=None) -> np.ndarray:
@@ -166,22 +208,24 @@ class Tolerances:
                     return float(value)
         return None
 
-    def k(self, spec: catalog.Objective, dtype: str, n: int, case_k: float | None) -> float:
+    def k(self, spec: catalog.Objective, dtype: str, n: int, case_k: float | None, v: int = 1) -> float:
+        """k for a reduction of length n whose vocabulary axis (if any) has length v."""
         value = self.override(spec, dtype)
         if value is not None:
             return value
         if case_k is not None:
             return float(case_k)
-        return spec.k_base * (1.0 + math.log2(max(n, 1)))
+        return max(spec.k_base * (1.0 + math.log2(max(n, 1))), spec.k_base + lane_chain(v))
 
     def for_case(self, spec: catalog.Objective, test: dict, dtype: str, declared: str | None = None) -> CaseTolerance:
         """The bound for every output and gradient of one vector judged in ``dtype``; ``declared``:
         the model the target declares for this objective (the run's model, if set, wins)."""
-        n = reduction_length(spec, {name: numbers.decode_input(v) for name, v in test["inputs"].items()})
+        inputs = {name: numbers.decode_input(v) for name, v in test["inputs"].items()}
+        n, v = reduction_length(spec, inputs), vocabulary_length(spec, inputs)
         model = self.model or declared or "careful"
         careful = (model == "careful" and dtype in LOW_PRECISION
                    and self.override(spec, dtype) is None)
-        return CaseTolerance(test, dtype, self.k(spec, dtype, n, test.get("tolerance", {}).get("k")), careful)
+        return CaseTolerance(test, dtype, self.k(spec, dtype, n, test.get("tolerance", {}).get("k"), v), careful)
 
 
 @dataclass

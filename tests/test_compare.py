@@ -48,6 +48,30 @@ def test_tolerance_grows_with_the_log_of_the_reduction_length():
     assert t.k(spec, "float32", 1024, 3.0) == 3.0
 
 
+def test_vocabulary_sums_get_the_lane_chain_and_small_vocabularies_keep_their_bound():
+    """k = max(k_base·(1 + log2 n), k_base + ⌈V/4⌉ + 2): a lane-wise vocabulary sum (docs/vectors.md)."""
+    t = compare.Tolerances({})
+    ce, tkl = catalog.get("lm.cross_entropy"), catalog.get("distill.token_kl")
+    assert compare.lane_chain(128256) == 32064 + 2 and compare.lane_chain(1) == 0
+    assert t.k(ce, "float64", 2 * 128256, None, 128256) == ce.k_base + 32066
+    assert t.k(ce, "float64", 4 * 16, None, 16) == ce.k_base * 7          # the pairwise model is larger
+    assert t.k(tkl, "float32", 256, None, 256) == tkl.k_base + 66         # 72 vs 74: barely
+    assert t.k(tkl, "float32", 128, None, 128) == tkl.k_base * 8
+    assert t.k(ce, "float64", 2 * 128256, 5.0, 128256) == 5.0             # a case's k still wins
+
+
+@pytest.mark.parametrize("objective, inputs, v", [
+    ("lm.cross_entropy", {"logits": np.zeros((3, 7)), "labels": np.zeros(3)}, 7),
+    ("lm.linear_cross_entropy", {"hidden": np.zeros((2, 5)), "weight": np.zeros((11, 5)), "labels": np.zeros(2)}, 11),
+    ("distill.softmax", {"logits": np.zeros((2, 3, 9))}, 9),
+    ("distill.softmax", {"logits": np.zeros(())}, 1),                  # malformed: no vocabulary axis
+    ("grpo.loss", {"logp": np.zeros((2, 5))}, 1),
+    ("kl.estimator", {"logp": np.zeros(4)}, 1),
+])
+def test_vocabulary_length_is_the_axis_named_v(objective, inputs, v):
+    assert compare.vocabulary_length(catalog.get(objective), inputs) == v
+
+
 def test_target_override_file(tmp_path):
     path = tmp_path / "tol.json"
     path.write_text('{"grpo.*": {"bfloat16": 100}}')

@@ -233,12 +233,6 @@ def has_neg_inf_logits(case) -> bool:
     return bool(np.isneginf(as_array(case.test["inputs"]["logits"])).any())
 
 
-def large_vocabulary(case) -> bool:
-    """Whether an lm.* case's rows are of Llama-3 size (V ≥ 2^16), where PyTorch's CPU softmax and
-    log_softmax kernels are about 100 ulps off (docs/lm.md, Pitfalls)."""
-    return as_array(case.test["inputs"]["logits"]).shape[-1] >= 2 ** 16
-
-
 def as_array(value) -> np.ndarray:
     """An input (or cotangent) of a vector as a float64 array."""
     return np.asarray(decode_input(value), dtype=np.float64)

@@ -14,8 +14,7 @@ those log-probabilities, ``ppo.value_loss`` ``ValueLoss`` and ``reward.pairwise`
 ``LogExpLoss``. The variant ``lm.cross_entropy[gpt-lm-loss]`` (reported as ``openrlhf[gpt-lm-loss]``) is
 ``models/loss.py GPTLMLoss``, exported next to ``SFTLoss`` though no trainer calls it: plain
 ``nn.CrossEntropyLoss(ignore_index=-100)`` on the logits shifted inside, in their own dtype (``native`` in
-bfloat16/float16; in float64/float32 its CPU log_softmax misses the V = 128256 case, finding
-``openrlhf-gpt-lm-loss-cpu-log-softmax-large-vocabulary``).
+bfloat16/float16).
 
 OpenRLHF's modules import DeepSpeed, vLLM, flash-attn and Ray at import time (GPU-only or cluster
 packages). They are loaded with the package ``__init__`` files skipped and those packages replaced
@@ -43,7 +42,6 @@ from conformance.targets.peers._common import (
     equal_group_mean_inexact,
     has_empty_row,
     has_neg_inf_logits,
-    large_vocabulary,
     load_or_explain,
     log_ratio_clamp_changes,
     loss_mask_labels,
@@ -620,12 +618,6 @@ def _logexp_literal_shows(case, dtype: str, tolerance) -> bool:
     return deviation_shows(tolerance, {"loss": exact}, {"loss": np.asarray(literal)})
 
 
-_ENTROPY_LARGE_V = Finding(
-    "openrlhf-entropy-cpu-softmax-large-vocabulary", "numerics",
-    "compute_entropy takes torch.nn.functional.softmax, whose CPU kernel is about 100 ulps off on a Llama-3-sized "
-    "row (V = 128256; docs/lm.md): Σ p·z, and the entropy, are 12× the bound off in float64 and float32",
-    f"{UTILS} compute_entropy: pd = torch.nn.functional.softmax(logits, dim=-1)",
-    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=large_vocabulary))
 _LOGEXP_LITERAL = Finding(
     "openrlhf-logexp-overflow-absorption", "numerics",
     "LogExpLoss evaluates log(1 + exp(r_r − r_c)) literally: exp overflows to inf (loss and gradients inf/NaN) once "
@@ -634,17 +626,7 @@ _LOGEXP_LITERAL = Finding(
     "r_r) has neither problem",
     f"{LOSS} LogExpLoss.forward: torch.log(1 + torch.exp(reject_reward - chosen_reward))",
     where(objectives=("reward.pairwise",), conventions={"form": "log-exp"}, shows=_logexp_literal_shows))
-_GPT_LM_LARGE_V = Finding(
-    "openrlhf-gpt-lm-loss-cpu-log-softmax-large-vocabulary", "numerics",
-    "GPTLMLoss is nn.CrossEntropyLoss, whose CPU log_softmax (torch 2.13) accumulates the V exponentials in vector "
-    "lanes one after another: at V = 128256 the gradient softmax − onehot is 1630 ulps off in float64 and 740 in "
-    "float32 at its worst element, 2.3× and 1.95× the bound (SFTLoss, on log_probs_from_logits' gather − "
-    "logsumexp, passes the same case; as transformers-cross-entropy-float32-vocabulary-sum). Repro: lossproof check --target openrlhf "
-    "--uid lm.cross_entropy:6bd0583a796e8251 --dtype float64",
-    f"{LOSS} GPTLMLoss.forward: loss = self.loss(shift_logits.view(-1, shift_logits.size(-1)), shift_labels.view(-1))",
-    where(objectives=("lm.cross_entropy",), dtypes=("float64", "float32"), test=large_vocabulary),
-    variant="gpt-lm-loss")
-FINDINGS += [_ENTROPY_NEG_INF, _ENTROPY_LARGE_V, _LOGEXP_MARGIN, _LOGEXP_LITERAL, _GPT_LM_LARGE_V]
+FINDINGS += [_ENTROPY_NEG_INF, _LOGEXP_MARGIN, _LOGEXP_LITERAL]
 
 
 def token_logprobs(logits, labels, temperature=1.0):

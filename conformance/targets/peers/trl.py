@@ -65,7 +65,6 @@ from conformance.targets.peers._common import (
     deviation_shows,
     equal_group_mean_inexact,
     label_smoothing_ignored_shows,
-    large_vocabulary,
     load_or_explain,
     micro_batch_mean_shows,
     per_element,
@@ -386,17 +385,8 @@ _ENTROPY_NEG_INF = Finding(
     where(objectives=("lm.entropy",), flags=("NegInf",)))
 
 
-_ENTROPY_VOCAB_SUM = Finding(
-    "trl-entropy-log-softmax-vocabulary-sum", "numerics",
-    "entropy_from_logits takes F.log_softmax of the row, whose CPU kernel (torch 2.13) accumulates the V exponentials "
-    "in vector lanes one after another: at V = 128256 the log-probabilities, hence the entropy and its gradient, are "
-    "off by ~1e-13 relative in float64 and ~8e-5 in float32 (hundreds of ulp; torch.logsumexp of the same row is "
-    "ulp-accurate). Repro: lossproof check --target trl --uid lm.entropy:ea1f41cf3869eb39 --dtype float64 (5.3× the "
-    "bound; float32: 7.0×)",
-    "trl/trainer/utils.py entropy_from_logits: logps = F.log_softmax(chunk, dim=-1)",
-    where(objectives=("lm.entropy",), dtypes=("float64", "float32"), test=large_vocabulary))
 FINDINGS = [_ORPO_FLOAT32, _CDPO, _ZERO_STD, _NANSTD, _KL_DIV_NEG_INF, _SELECTIVE_1D, _EXO_FLOAT32_EPS, _DISCOPOP_OVERFLOW,
-            _SAPO_FLOAT32_TAU, _TAIL_FLOOR, _TAIL_CANCELLATION, _ENTROPY_NEG_INF, _ENTROPY_VOCAB_SUM]
+            _SAPO_FLOAT32_TAU, _TAIL_FLOOR, _TAIL_CANCELLATION, _ENTROPY_NEG_INF]
 
 
 def rows_differ(split) -> bool:
