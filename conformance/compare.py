@@ -8,7 +8,7 @@ rounded result can do (plus a little, since the value is rounded once more at th
 float64 and float32 outputs (both models)::
 
     tol = k · u(dtype) · scale + ulp_dtype(want)
-    k = max(k_base · (1 + log2 n),  k_base + ⌈V/L⌉ + L − 2)        L = LANES = 4
+    k = max(k_base · (1 + log2 n),  k_base + ⌈V/L⌉ + L − 2)        L = LANES[dtype]
 
 u is the unit roundoff of the dtype, n the length of the objective's reduction, and
 ``scale`` the magnitude stored with the vector: the size of the terms that rounding errors
@@ -25,17 +25,20 @@ another, then add up the lanes. A recursive sum of m + 1 terms has a relative er
 chain of additions here is ⌈V/L⌉ − 1 in a lane plus L − 1 across the lanes, so log Z, a
 log-probability and a probability inherit an error of at most (⌈V/L⌉ + L − 2)·u, which
 ``scale`` (at least the magnitude with which log Z enters the result) turns into the bound.
-L = 4 is the fewest lanes of those kernels (PyTorch's ``Vectorized<double>``: 4 in its generic
-and AVX2 builds, 8 with AVX-512; float32 twice as many); NumPy's pairwise ``np.sum`` and JAX's
+L is the fewest lanes of those kernels: a 128-bit vector register, PyTorch's aarch64 build
+(NEON, ``aten/src/ATen/cpu/vec/vec128``: ``Vectorized<double>`` holds 2, ``Vectorized<float>``
+4), against 4 and 8 in its generic and AVX2 builds and 8 and 16 with AVX-512; a low-precision
+computation sums in float32 (4). NumPy's pairwise ``np.sum`` and JAX's
 CPU reductions (measured) and PyTorch's CUDA softmax (one running sum per thread of a block,
 then a tree: read from its source, not measured here) have far shorter chains. The rounding
 errors of such a sum are not independent — the V − 256 zero logits of a Llama-3-sized row give
 V − 256 equal terms, which round the same way until the running sum crosses a power of two —
 so the probabilistic λ·√V·u bound ([higham-mary2019]), which assumes independent errors of
 mean zero, does not hold for them: measured with torch 2.13 (docs/vectors.md, Tolerance
-policy), log Z is off by up to 0.59 of the lane bound (608 u at V = 4096, 10576 u at
-V = 128256, float64 on 4 lanes), linear in V/L. The term exceeds the pairwise one only from
-V ≈ 4·k_base·log2 n on (one row of V ≤ 64 keeps its bound for every k_base).
+policy), log Z is off by up to 0.59 of the bound with L = 4 on an x86 machine whose float64
+kernel keeps 4 lanes (608 u at V = 4096, 10576 u at V = 128256), linear in V/L; hence L = 2 for
+float64, the lanes of an aarch64 build. The term exceeds the pairwise one only from
+V ≈ L·k_base·log2 n on.
 
 bfloat16 and float16 outputs, model ``careful`` (the default). Every implementation meant
 for training (torch's own reductions, Liger's kernels, refimpl/torch) accumulates a
@@ -117,9 +120,10 @@ MODELS = ("careful", "native")
 # Roundings to the low dtype the careful model grants per term: the term, one partial result
 # (a per-row sum) and the reduction's weight (see the module docstring).
 K_ELEM = 3.0
-# Running sums the standard softmax kernels keep for the vocabulary sum, at the fewest (see the
-# module docstring): the vocabulary term of k is ⌈V/LANES⌉ + LANES − 2 roundings.
-LANES = 4
+# Running sums the standard softmax kernels keep for the vocabulary sum, at the fewest: a 128-bit
+# register (see the module docstring); bfloat16/float16 sum in float32. The vocabulary term of k
+# is ⌈V/L⌉ + L − 2 roundings.
+LANES = {"float64": 2, "float32": 4}
 
 
 
@@ -153,9 +157,11 @@ def vocabulary_length(spec: catalog.Objective, inputs: dict) -> int:
     return int(shape[axes.index("V") - len(axes)])
 
 
-def lane_chain(v: int) -> int:
-    """The additions on the longest chain of a V-term sum kept in LANES running sums (module docstring)."""
-    return math.ceil(v / LANES) + LANES - 2 if v > 1 else 0
+def lane_chain(v: int, dtype: str) -> int:
+    """The additions on the longest chain of a V-term sum in ``dtype`` kept in LANES running sums
+    (module docstring)."""
+    lanes = LANES.get(dtype, LANES["float32"])
+    return math.ceil(v / lanes) + lanes - 2 if v > 1 else 0
 
 
 def bound(want, dtype: str, k: float, scale: float, elements=None) -> np.ndarray:
@@ -215,7 +221,7 @@ class Tolerances:
             return value
         if case_k is not None:
             return float(case_k)
-        return max(spec.k_base * (1.0 + math.log2(max(n, 1))), spec.k_base + lane_chain(v))
+        return max(spec.k_base * (1.0 + math.log2(max(n, 1))), spec.k_base + lane_chain(v, dtype))
 
     def for_case(self, spec: catalog.Objective, test: dict, dtype: str, declared: str | None = None) -> CaseTolerance:
         """The bound for every output and gradient of one vector judged in ``dtype``; ``declared``:

@@ -49,11 +49,14 @@ def test_tolerance_grows_with_the_log_of_the_reduction_length():
 
 
 def test_vocabulary_sums_get_the_lane_chain_and_small_vocabularies_keep_their_bound():
-    """k = max(k_base·(1 + log2 n), k_base + ⌈V/4⌉ + 2): a lane-wise vocabulary sum (docs/vectors.md)."""
+    """k = max(k_base·(1 + log2 n), k_base + ⌈V/L⌉ + L − 2), L = 2 in float64 and 4 in float32 and the
+    low dtypes: a lane-wise vocabulary sum in 128-bit registers (docs/vectors.md)."""
     t = compare.Tolerances({})
     ce, tkl = catalog.get("lm.cross_entropy"), catalog.get("distill.token_kl")
-    assert compare.lane_chain(128256) == 32064 + 2 and compare.lane_chain(1) == 0
-    assert t.k(ce, "float64", 2 * 128256, None, 128256) == ce.k_base + 32066
+    assert compare.lane_chain(128256, "float32") == 32064 + 2 and compare.lane_chain(1, "float32") == 0
+    assert compare.lane_chain(128256, "float64") == 64128 and compare.lane_chain(128256, "bfloat16") == 32066
+    assert t.k(ce, "float64", 2 * 128256, None, 128256) == ce.k_base + 64128
+    assert t.k(ce, "float32", 2 * 128256, None, 128256) == ce.k_base + 32066
     assert t.k(ce, "float64", 4 * 16, None, 16) == ce.k_base * 7          # the pairwise model is larger
     assert t.k(tkl, "float32", 256, None, 256) == tkl.k_base + 66         # 72 vs 74: barely
     assert t.k(tkl, "float32", 128, None, 128) == tkl.k_base * 8

@@ -94,11 +94,12 @@ def _spike_rows_worst(v: int, dtype: torch.dtype, count: int = 40) -> float:
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_lane_chain_covers_the_cpu_log_softmax_and_the_pairwise_model_does_not(dtype):
-    """Measured worst rows of PyTorch's CPU kernel: within ⌈V/4⌉ + 2 roundings (the lane model), and at
+    """Measured worst rows of PyTorch's CPU kernel: within ⌈V/L⌉ + L − 2 roundings (the lane model), and at
     V = 128256 beyond the pairwise model's k_base·(1 + log2 V) (which is why the term exists)."""
     for v in (4096, 16384, 128256):
         worst = _spike_rows_worst(v, dtype)
-        assert worst <= compare.lane_chain(v), f"V = {v}: {worst:.0f} u > {compare.lane_chain(v)} u"
+        chain = compare.lane_chain(v, str(dtype).removeprefix("torch."))
+        assert worst <= chain, f"V = {v}: {worst:.0f} u > {chain} u"
     k_base = catalog.get("lm.token_logprobs").k_base
     assert worst > k_base * (1 + math.log2(128256))
 

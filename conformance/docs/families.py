@@ -153,7 +153,7 @@ def cases_table(ctx: Context, uids) -> str:
 def tolerance_table(_ctx: Context) -> str:
     """The tolerance policy's constants (conformance.compare), for docs/vectors.md."""
     lines = [("| objective | `k_base` | n = length of | k_base·(1 + log2 n) at n = 1 | at n = 1024 | V = length of "
-              "| k_base + ⌈V/4⌉ + 2 at V = 128256 |"), "|---|---:|---|---:|---:|---|---:|"]
+              "| k_base + ⌈V/L⌉ + L − 2 at V = 128256, float64 / float32 |"), "|---|---:|---|---:|---:|---|---:|"]
     for spec in catalog.OBJECTIVES:
         kb = spec.k_base
         n_of = "—" if not spec.reduction else (f"last axis of `{spec.reduction}`" if spec.family == "distill"
@@ -162,7 +162,7 @@ def tolerance_table(_ctx: Context) -> str:
         axes = next((i.shape.split(",") for i in spec.inputs if i.name == spec.reduction), [])
         v_of, lane = ("—", "—") if "V" not in axes else (
             f"{'last' if axes[-1] == 'V' else 'first'} axis of `{spec.reduction}`",
-            f"{kb + compare.lane_chain(128256):g}")
+            f"{kb + compare.lane_chain(128256, 'float64'):g} / {kb + compare.lane_chain(128256, 'float32'):g}")
         lines.append(f"| `{spec.id}` | {kb:g} | {n_of} | {kb:g} | {big} | {v_of} | {lane} |")
     lines += ["", "| dtype | unit roundoff u |", "|---|---|"]
     lines += [f"| {d} | 2^−{-int(math.log2(u))} ≈ {u:.3g} |" for d, u in compare.UNIT_ROUNDOFF.items()]
