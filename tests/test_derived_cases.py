@@ -140,7 +140,8 @@ def test_rows_without_tokens_follow_the_committed_rule():
     assert SEQ_MEAN not in [c.conventions for c in vs.cases(VALUE)]
     cases, _ = derive.derive(vs, VALUE, SEQ_MEAN)
     empty = [c for c in cases if any("FullyMaskedRow" in f for f in c.flags)]
-    assert empty and all(list(c.flags) == ["Derived", "FullyMaskedRowSeqMean"] and c.result == "acceptable" for c in empty)
+    assert empty and all(list(c.flags) == ["Derived", "FullyMaskedRowSeqMean"] and c.result == "acceptable"
+                         for c in empty)
     assert all(c.result == "valid" for c in cases if c not in empty)
     token_mean, _ = derive.derive(vs, VALUE, {**SEQ_MEAN, "aggregation": "token-mean"})
     rows = [c for c in token_mean if any("FullyMaskedRow" in f for f in c.flags)]

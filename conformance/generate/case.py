@@ -41,9 +41,9 @@ def rows_without_tokens(conventions: dict, flag: str = "FullyMaskedRow") -> tupl
     """The flag and result of a case whose mask empties some rows, under the conventions that
     reduce it (``aggregation``, or ``mode`` for grpo.aggregate; an objective without one is
     token-level). Under a token mean (or a sum) such a row adds nothing to the numerator or the
-    denominator: ``flag``, valid. Under a sequence mean (``seq-mean-*``) it is 0/0 in the papers; the exact reference leaves it
-    out of the mean over rows and other libraries count it as a zero-loss row, so the case is
-    acceptable in every group: ``flag + "SeqMean"``. Committed and derived cases
-    (conformance.derive) alike take their result from here."""
+    denominator: ``flag``, valid. Under a sequence mean (``seq-mean-*``) it is 0/0 in the papers;
+    the exact reference leaves it out of the mean over rows and other libraries count it as a
+    zero-loss row, so the case is acceptable in every group: ``flag + "SeqMean"``. Committed and
+    derived cases (conformance.derive) alike take their result from here."""
     aggregation = conventions.get("aggregation", conventions.get("mode")) or "token-mean"
     return (flag + "SeqMean", "acceptable") if aggregation.startswith("seq-mean") else (flag, "valid")

@@ -296,8 +296,8 @@ def sequence_cases() -> list[Case]:
         lp = sequence_away(lp, old, ref, mask, adv, {}, conv, None)
         flag, result = rows_without_tokens(conv)
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                             {}, (flag,), "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                             result=result))
+                             {}, (flag,), "rows 1 and 3 without tokens", seed,
+                             "logprobs; ragged mask with emptied rows", result=result))
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
     bad = [
