@@ -18,6 +18,7 @@ import conformance
 from conformance import (
     catalog,
     compare,
+    derive,
     diagnose,
     exchange,
     generate,
@@ -213,14 +214,39 @@ def cmd_certify(args):
     return 1 if findings else 0
 
 
+def _derived_case(vs, uid: str, spec: str | None):
+    """The case ``lossproof check`` derived with this uid for the target's declared conventions
+    (conformance.derive: a repro line prints its uid), derived again: the golden set does not hold it."""
+    objective = uid.split(":", 1)[0]
+    if spec is None:
+        raise UsageError(f"no vector with uid {uid!r} in {vs.directory}; a case derived at run time for a "
+                         "target's declared conventions (group 'derived') opens with --target SPEC, the target "
+                         "it was derived for")
+    if objective not in catalog.BY_ID:
+        raise UsageError(f"no vector with uid {uid!r}: {objective!r} is not an objective")
+    target = load(spec)
+    spec_ = catalog.get(objective)
+    for assignment in derive.uncovered(target, vs, objective)[:derive.MAX_COMBINATIONS]:
+        if derive.not_a_choice(spec_, assignment) is None:
+            case = next((c for c in derive.derive(vs, objective, assignment)[0] if c.uid == uid), None)
+            if case is not None:
+                return case
+    raise UsageError(f"no vector with uid {uid!r} in {vs.directory}, and {target.name} derives no case with it")
+
+
 def cmd_show(args):
     vs = _vector_set(args)
-    case = _find(vs, args.uid)
+    try:
+        case = vs.by_uid(args.uid)
+    except KeyError:
+        case = _derived_case(vs, args.uid, args.target)
+    derived = case.group == derive.GROUP
     t = case.test
-    print(f"{case.uid}  ({case.objective}, {case.file} tcId {t['tcId']})")
+    print(f"{case.uid}  ({case.objective}, " + ("derived at run time: not in the golden set)" if derived
+                                               else f"{case.file} tcId {t['tcId']})"))
     print(f"  comment:     {t['comment']}")
     print(f"  result:      {t['result']}   dtypes: {', '.join(t['dtypes'])}")
-    notes = vs.notes(case.objective)
+    notes = {**vs.notes(case.objective), derive.FLAG: {"description": derive.NOTE}}
     print("  flags:       " + ("-" if not t["flags"] else "\n               ".join(
         f"{flag}: {notes[flag]['description']}" for flag in t["flags"])))
     print(f"  group:       {case.group}   conventions: {json.dumps(case.conventions)}")
@@ -232,7 +258,9 @@ def cmd_show(args):
     if "error" in t:
         print(f"  must raise:  {t['error']}")
     print(f"  provenance:  {json.dumps(t['provenance'], ensure_ascii=False)}")
-    print(f"  digits:      {certificates.summary(vs, case)}")
+    print("  digits:      " + (("certified when derived (arb)" if t["provenance"].get("certified")
+                                   else "not certified: the ball-arithmetic reference does not cover it")
+                                  if derived else certificates.summary(vs, case)))
     return 0
 
 
@@ -689,6 +717,8 @@ def build_parser() -> argparse.ArgumentParser:
     cer.set_defaults(fn=cmd_certify)
     show = with_vectors(sub.add_parser("show", help="print one vector"))
     show.add_argument("uid")
+    show.add_argument("--target", metavar="SPEC", help="a uid that is not in the golden set: the target whose "
+                      "declared conventions it was derived for (a repro line of group 'derived')")
     show.set_defaults(fn=cmd_show)
     c = with_vectors(sub.add_parser("cite", help="citation for one vector"))
     c.add_argument("uid")

@@ -19,7 +19,7 @@ import json
 
 from conformance import catalog, compare, numbers, report
 from conformance.generate.build import GenerationError, build_test
-from conformance.generate.case import Case
+from conformance.generate.case import ROWS_WITHOUT_TOKENS, Case, rows_without_tokens
 from conformance.targets.target import ANY, Target
 from conformance.vectors import certify
 from conformance.vectors.format import LARGE_FLAG
@@ -27,6 +27,8 @@ from conformance.vectors.load import VectorCase
 from refimpl import validate
 
 FLAG = "Derived"
+NOTE = ("Derived at run time for a declared convention combination that no committed group holds, from the "
+        "committed test its provenance names (conformance/derive.py): not a golden vector.")
 GROUP = report.DERIVED_GROUP
 PER_COMBINATION = 12          # cases derived for one combination: enough to see a defect, cheap enough to build
 LOW_PRECISION_SHARE = 6       # of which taken from low-precision tests, so bfloat16/float16 are judged too
@@ -126,6 +128,18 @@ def _flags(base: VectorCase, conventions: dict, convention_flags: dict, notes: d
     return tuple(sorted(keep | {FLAG}))
 
 
+def _result(flags: tuple, conventions: dict) -> tuple[tuple, str]:
+    """The flags and result of the derived case: where the base empties rows, the generators' own
+    rule (``rows_without_tokens``) under the derived conventions, so that such a case is acceptable
+    under a sequence mean here exactly as in the committed groups; else valid, as its base."""
+    for flag in flags:
+        plain = flag.removesuffix("SeqMean")
+        if plain in ROWS_WITHOUT_TOKENS:
+            now, result = rows_without_tokens(conventions, plain)
+            return tuple(sorted(set(flags) - {flag} | {now})), result
+    return flags, "valid"
+
+
 def _scale_function(spec: catalog.Objective):
     return getattr(importlib.import_module(spec.generator_module), "SCALES", {}).get(spec.id)
 
@@ -140,9 +154,9 @@ def derive(vs, objective_id: str, assignment: dict) -> tuple[list[VectorCase], l
     cases, dropped = [], []
     for base in _bases(vs, objective_id, assignment):
         conventions = {k: (base.conventions[k] if v == ANY else v) for k, v in assignment.items()}
+        flags, result = _result(_flags(base, conventions, convention_flags, notes), conventions)
         case = Case(objective_id, {k: numbers.decode_input(v) for k, v in base.test["inputs"].items()},
-                    params=dict(base.test["params"]), conventions=conventions,
-                    flags=_flags(base, conventions, convention_flags, notes),
+                    params=dict(base.test["params"]), conventions=conventions, flags=flags, result=result,
                     comment=f"derived from {base.uid} ({base.test['comment']})",
                     provenance={"kind": "derived", "from": base.uid}, low_precision=_low_precision(base), group=GROUP,
                     # the base's own cotangents (exact in its dtypes), so that the derived case

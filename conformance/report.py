@@ -272,10 +272,12 @@ def _table(results: list[CaseResult], out) -> None:
             skip = sum(r.status == "skip" for r in conf)
             worst = "  ".join(f"{dt} {v['err_over_tol']:.2g}"
                               for dt, v in sorted(table.get((target, objective), {}).items()))
-            derived = sum(r.group == DERIVED_GROUP and r.status in CHECKED for r in conf)
-            if derived:   # checked on cases that are not golden vectors: say how many
-                committed = sum(r.group != DERIVED_GROUP and r.status in CHECKED for r in conf)
-                worst += f"   ({committed} committed + {derived} derived)"
+            # checked on cases that are not golden vectors: say how many, each case once (the
+            # columns count case-runs, one per dtype)
+            derived = len({r.uid for r in conf if r.group == DERIVED_GROUP and r.status in CHECKED})
+            if derived:
+                committed = len({r.uid for r in conf if r.group != DERIVED_GROUP and r.status in CHECKED})
+                worst += f"   ({committed} committed + {derived} derived cases)"
             print(f"{'':{len(target) + 2}}{objective:24} {c['pass']:5} {c['fail']:5} {c['error'] - sum(r.status == 'error' for r in val):5} "
                   f"{c['xfail']:5} {unsup:5} {skip:5} │ {c['rejected']:4} {c['non-finite']:4} {c['accepted']:4}   {worst}",
                   file=out)

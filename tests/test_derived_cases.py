@@ -81,7 +81,7 @@ def test_a_correct_implementation_passes_the_derived_cases(agg_file, tmp_path, c
     derived = [c for c in json.loads(report.read_text())["cases"] if c["group"] == derive.GROUP]
     assert derived and all(c["status"] == "pass" and derive.FLAG in c["flags"] for c in derived)
     assert {c["dtype"] for c in derived} == {"float64", "float32", "bfloat16", "float16"}
-    assert "committed + " in out and " derived)" in out
+    assert "committed + " in out and " derived cases)" in out
 
 
 def test_a_wrong_implementation_fails_them(agg_file, capsys):
@@ -96,3 +96,89 @@ def test_with_a_uid_selection_the_combination_is_named_not_derived(agg_file, cap
     uid = next(c.uid for c in vs.cases(AGG) if c.conventions["mode"] == "seq-mean-token-sum" and c.result == "valid")
     code, out, err = _check(capsys, "--target", f"{agg_file}:DECLARED", "--uid", uid, "--quiet")
     assert "not checked (cases are derived for it only when no --uid is given)" in err
+
+
+VALUE = "ppo.value_loss"
+# The unclipped squared error under a per-sequence mean, written the way TRL and Liger reduce it: a
+# row without tokens is a zero-loss sequence that the mean over rows counts (divide by B), where the
+# exact reference leaves it out; the catalog accepts either (FullyMaskedRowSeqMean).
+VALUE_LOSS = '''
+import torch
+
+
+def value_loss(values, old_values, returns, mask, clip_range_value=None, half=False, aggregation="token-mean"):
+    v = values.float() if values.dtype in (torch.bfloat16, torch.float16) else values
+    m = mask.to(v.dtype)
+    per_row = ((v - returns.to(v.dtype)) ** 2 * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return per_row.mean().to(values.dtype)
+
+
+DECLARED = {"name": "seqmean", "framework": "torch", "objectives": {"ppo.value_loss": value_loss},
+            "dtypes": ["float64", "float32", "bfloat16", "float16"],
+            "conventions": {"ppo.value_loss": {"aggregation": "seq-mean-token-mean", "clip_range_value": None,
+                                               "half": False}}}
+'''
+SEQ_MEAN = {"clip_range_value": None, "half": False, "aggregation": "seq-mean-token-mean"}
+
+
+@pytest.fixture
+def value_file(tmp_path):
+    path = tmp_path / "value.py"
+    path.write_text(VALUE_LOSS)
+    return path
+
+
+def test_rows_without_tokens_follow_the_committed_rule():
+    """A base that empties rows, derived under a sequence mean, is acceptable with the flag the
+    committed sequence-mean groups carry; derived under a token mean it stays valid."""
+    vs = VectorSet(objectives=[VALUE], validate=False)
+    committed = {(c.conventions["aggregation"], f, c.result) for c in vs.cases(VALUE) for f in c.flags
+                 if "FullyMaskedRow" in f}
+    assert committed == {("token-mean", "FullyMaskedRow", "valid"),
+                         *{(a, "FullyMaskedRowSeqMean", "acceptable") for a in
+                           ("seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")}}
+    assert SEQ_MEAN not in [c.conventions for c in vs.cases(VALUE)]
+    cases, _ = derive.derive(vs, VALUE, SEQ_MEAN)
+    empty = [c for c in cases if any("FullyMaskedRow" in f for f in c.flags)]
+    assert empty and all(list(c.flags) == ["Derived", "FullyMaskedRowSeqMean"] and c.result == "acceptable"
+                         for c in empty)
+    assert all(c.result == "valid" for c in cases if c not in empty)
+    token_mean, _ = derive.derive(vs, VALUE, {**SEQ_MEAN, "aggregation": "token-mean"})
+    rows = [c for c in token_mean if any("FullyMaskedRow" in f for f in c.flags)]
+    assert rows and all("FullyMaskedRow" in c.flags and c.result == "valid" for c in rows)
+
+
+def test_a_library_that_counts_empty_rows_passes_the_derived_cases(value_file, tmp_path, capsys):
+    report = tmp_path / "report.json"
+    code, out, err = _check(capsys, "--target", f"{value_file}:DECLARED", "--objective", VALUE,
+                            "--report-json", str(report))
+    derived = [c for c in json.loads(report.read_text())["cases"] if c["group"] == derive.GROUP]
+    assert code == 0, out + err
+    assert derived and all(c["status"] == "pass" for c in derived)
+    assert any("FullyMaskedRowSeqMean" in c["flags"] for c in derived)
+
+
+def test_the_table_counts_each_derived_case_once(agg_file, tmp_path, capsys):
+    """The pass/fail columns count case-runs (one per dtype); the committed/derived note counts
+    cases, each once whatever the number of dtypes it ran in."""
+    report = tmp_path / "report.json"
+    code, out, err = _check(capsys, "--target", f"{agg_file}:DECLARED", "--objective", AGG,
+                            "--report-json", str(report))
+    runs = [c for c in json.loads(report.read_text())["cases"] if c["group"] == derive.GROUP]
+    uids = {c["uid"] for c in runs}
+    assert code == 0 and len(runs) > len(uids) == derive.PER_COMBINATION
+    assert f"+ {len(uids)} derived cases)" in out
+
+
+def test_show_opens_a_derived_uid(agg_file, tmp_path, capsys):
+    report = tmp_path / "report.json"
+    _check(capsys, "--target", f"{agg_file}:DECLARED", "--objective", AGG, "--report-json", str(report))
+    run = next(c for c in json.loads(report.read_text())["cases"] if c["group"] == derive.GROUP)
+    uid = run["repro"].split("--uid ")[1].split()[0]
+    assert uid == run["uid"]
+    assert cli.main(["show", uid, "--target", f"{agg_file}:DECLARED"]) == 0
+    out = capsys.readouterr().out
+    assert f"{uid}  ({AGG}, derived at run time: not in the golden set)" in out
+    assert "Derived" in out and "certified when derived" in out
+    assert cli.main(["show", uid]) == 2
+    assert "opens with --target SPEC" in capsys.readouterr().err

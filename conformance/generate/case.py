@@ -30,3 +30,20 @@ def paper(arxiv: str, where: str) -> dict:
 
 def generated(seed: int, recipe: str) -> dict:
     return {"kind": "generated", "seed": seed, "recipe": recipe}
+
+
+# The flags of a case whose mask empties some rows, as a token mean judges it (the sequence-mean
+# counterpart adds "SeqMean"): what conformance.derive re-judges under the conventions it derives for.
+ROWS_WITHOUT_TOKENS = ("FullyMaskedRow", "EntropyFullyMaskedRow")
+
+
+def rows_without_tokens(conventions: dict, flag: str = "FullyMaskedRow") -> tuple[str, str]:
+    """The flag and result of a case whose mask empties some rows, under the conventions that
+    reduce it (``aggregation``, or ``mode`` for grpo.aggregate; an objective without one is
+    token-level). Under a token mean (or a sum) such a row adds nothing to the numerator or the
+    denominator: ``flag``, valid. Under a sequence mean (``seq-mean-*``) it is 0/0 in the papers;
+    the exact reference leaves it out of the mean over rows and other libraries count it as a
+    zero-loss row, so the case is acceptable in every group: ``flag + "SeqMean"``. Committed and
+    derived cases (conformance.derive) alike take their result from here."""
+    aggregation = conventions.get("aggregation", conventions.get("mode")) or "token-mean"
+    return (flag + "SeqMean", "acceptable") if aggregation.startswith("seq-mean") else (flag, "valid")

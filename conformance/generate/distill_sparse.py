@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 
 from conformance.generate import sampling as S
@@ -25,6 +26,9 @@ from refimpl import validate
 # Low-precision cases per convention: two in three on the bfloat16+float16 grid, so that the three
 # conventions together give at least 40 valid vectors per low dtype (tests/generate/test_low_precision.py).
 LOW_PER_CONVENTION = 21
+# Digits at which exp and log are evaluated before their one rounding to binary64: far beyond the
+# 17 that binary64 needs, so that the rounding is that of the exact value.
+ROUNDED_ONCE_DPS = 40
 CONVENTIONS = (("none", "paper"), ("teacher", "sparse-teacher"), ("both", "sparse-both"))
 
 NOTES = {
@@ -72,8 +76,15 @@ GROUPS = {
 
 
 def _log_softmax(t: np.ndarray) -> np.ndarray:
+    """t − m − log Σ exp(t − m) per row, the way a library forms it, with each exp and the log
+    rounded once from mpmath: NumPy's float64 exp and log take the SIMD path the CPU offers (AVX-512
+    or not), whose last bit differs, and the teacher's log-probabilities are stored inputs. The rest
+    are IEEE operations (the row sum is NumPy's pairwise order, which no dispatch changes)."""
     m = t.max(axis=-1, keepdims=True)
-    return t - m - np.log(np.exp(t - m).sum(axis=-1, keepdims=True))
+    with mpmath.workdps(ROUNDED_ONCE_DPS):
+        e = np.vectorize(lambda x: S.nearest(mpmath.exp(x)), otypes=[float])(t - m)
+        log_sum = np.vectorize(lambda x: S.nearest(mpmath.log(x)), otypes=[float])(e.sum(axis=-1, keepdims=True))
+    return t - m - log_sum
 
 
 def _top_k(r, t: list, k: int, shuffle: bool) -> tuple[list, list]:

@@ -12,7 +12,7 @@ import math
 
 from conformance.generate import grpo_cov, grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
 from conformance.generate import sampling as S
-from conformance.generate.case import Case, article, generated
+from conformance.generate.case import Case, article, generated, rows_without_tokens
 from conformance.generate.grpo_inputs import (
     ADV,
     ADV_BASELINE_GROUPS,
@@ -642,9 +642,7 @@ def _agg_cases() -> list[Case]:
     lengths = [1, 2, 5, 8, 16, 32, 64, 100]
     for gi, group in enumerate(AGG_GROUPS):
         norm = group == "seq-mean-token-sum-norm"
-        seq_mean = AGG_GROUPS[group] != "token-mean"
-        empty_result = "acceptable" if seq_mean else "valid"
-        empty_flag = "FullyMaskedRowSeqMean" if seq_mean else "FullyMaskedRow"
+        empty_flag, empty_result = rows_without_tokens({"mode": AGG_GROUPS[group]})
         for i in range(20):
             seed = 9000 + 100 * gi + i
             r = S.rng(seed)

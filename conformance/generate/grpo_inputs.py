@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from conformance.generate.case import Case, generated, rows_without_tokens
 
 ADV, CLIP, AGG, LOSS = "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss"
 ROLLOUT = "grpo.rollout_correction"
@@ -295,11 +295,11 @@ def empty_rows_case(group, seed, params) -> Case:
     old = S.logprobs_near(r, lp, 0.1)
     ref = S.logprobs_near(r, lp, 0.3)
     lp = loss_away(lp, old, ref, params, conv, None)
-    seq_mean = conv["aggregation"] != "token-mean"
+    flag, result = rows_without_tokens(conv)
     return loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": r.normal(0, 1, 5).tolist(),
                              "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, params,
-                     ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",), "rows 1 and 3 without tokens",
-                     seed, "logprobs; ragged mask with emptied rows", result="acceptable" if seq_mean else "valid")
+                     (flag,), "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                     result=result)
 
 
 def row_log_ratios(lp, old, mask, adv, params, conv):

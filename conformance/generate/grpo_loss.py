@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from conformance.generate.case import Case, generated, rows_without_tokens
 from conformance.generate.grpo_inputs import (
     CLIP_PARAMS,
     LIBRARY_LOSS_GROUPS,
@@ -62,7 +62,6 @@ def token_cases() -> list[Case]:
     large = {"paper", "trl-1.16", "verl-0.9.1"}
     for gi, group in enumerate(LOSS_GROUPS):
         conv = LOSS_GROUPS[group]
-        seq_mean = conv["aggregation"] != "token-mean"
         for i in range(5):
             out.append(_random_loss(group, gi, i))
         if group in large:
@@ -83,12 +82,11 @@ def token_cases() -> list[Case]:
         ref = S.logprobs_near(r, lp, 0.3)
         lp = loss_away(lp, old, ref, {}, conv, None)
         mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
-        empty_acceptable = seq_mean
+        flag, result = rows_without_tokens(conv)
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
                                      "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, {},
-                              ("FullyMaskedRowSeqMean",) if empty_acceptable else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if empty_acceptable else "valid"))
+                             (flag,), "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                             result=result))
     # Extreme ratios (log ρ = ±50) with modest KL, under the paper, TRL (ρ-weighted KL) and verl (dual clip).
     for group in ("paper", "trl-1.16", "verl-0.9.1", "openrlhf-0.11.2"):
         lp = [[0.0, -50.0, -1e-3, -690.0], [-50.0, 0.0, -640.0, -2.0]]
@@ -296,11 +294,10 @@ def sequence_cases() -> list[Case]:
         adv = r.normal(0, 1, 5).tolist()
         mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
         lp = sequence_away(lp, old, ref, mask, adv, {}, conv, None)
-        seq_mean = conv["aggregation"] != "token-mean"
+        flag, result = rows_without_tokens(conv)
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref, "advantages": adv, "mask": mask},
-                             {}, ("FullyMaskedRowSeqMean",) if seq_mean else ("FullyMaskedRow",),
-                             "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                             result="acceptable" if seq_mean else "valid"))
+                             {}, (flag,), "rows 1 and 3 without tokens", seed,
+                             "logprobs; ragged mask with emptied rows", result=result))
     ok = {"logp": [[-1.0, -2.0]], "old_logp": [[-1.1, -2.1]], "ref_logp": [[-1.2, -1.9]], "advantages": [1.0],
           "mask": [[1, 1]]}
     bad = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from conformance.generate import sampling as S
-from conformance.generate.case import Case
+from conformance.generate.case import Case, rows_without_tokens
 from conformance.generate.grpo_inputs import (
     ADV_GROUPS,
     AGG_GROUPS,
@@ -155,13 +155,11 @@ def _low_agg_cases() -> list[Case]:
     for gi, group in enumerate(groups):
         seed = 23500 + 10 * gi
         r = S.rng(seed)
-        empty = AGG_GROUPS[group] != "token-mean"
+        flag, result = rows_without_tokens({"mode": AGG_GROUPS[group]})
         values = S.in_low(r.normal(0, 1, (6, 12)).tolist(), S.BOTH)
         mask = S.with_empty_rows(S.mask(r, 6, 12), [1, 4])
-        out.append(agg_case(group, values, mask, ("FullyMaskedRowSeqMean" if empty else "FullyMaskedRow",
-                                                  "LowPrecision"), "rows without tokens among ragged rows", seed,
-                             "normal values, ragged mask, emptied rows", result="acceptable" if empty else "valid",
-                             low=True))
+        out.append(agg_case(group, values, mask, (flag, "LowPrecision"), "rows without tokens among ragged rows", seed,
+                            "normal values, ragged mask, emptied rows", result=result, low=True))
         for k, (big, grid) in enumerate(((1e30, "bfloat16"), (65280.0, S.BOTH))):
             r = S.rng(seed + 1 + k)
             values = r.normal(0, 1, (3, 8)).tolist()
@@ -228,12 +226,11 @@ def _low_loss_cases() -> list[Case]:
         old = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
         ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
         lp = loss_away(lp, old, ref, {}, conv, S.BOTH)
-        empty_acceptable = conv["aggregation"] != "token-mean"
+        flag, result = rows_without_tokens(conv)
         out.append(loss_case(group, {"logp": lp, "old_logp": old, "ref_logp": ref,
                                      "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH), "mask": mask}, {},
-                              ("FullyMaskedRowSeqMean" if empty_acceptable else "FullyMaskedRow", "LowPrecision"),
-                              "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if empty_acceptable else "valid", low=True))
+                             (flag, "LowPrecision"), "rows 1 and 3 without tokens", seed + 1,
+                             "logprobs; ragged mask with emptied rows", result=result, low=True))
         if conv["kl_clamp"]:
             out.append(loss_case(group, {"logp": [[-20.0, -1.0, -2.0], [-0.5, -17.0, -3.0]],
                                          "old_logp": [[-20.125, -1.0625, -1.875], [-0.4375, -17.25, -3.125]],

@@ -13,7 +13,7 @@ import math
 import mpmath
 
 from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, paper
+from conformance.generate.case import Case, generated, paper, rows_without_tokens
 from refimpl.exact import grpo as exact_grpo
 
 OBJ = "ppo.entropy_bonus"
@@ -122,13 +122,12 @@ def _random(group: str, gi: int, i: int) -> Case:
 
 
 def _edges(group: str) -> list[Case]:
-    seq_mean = conventions(group)["aggregation"] != "token-mean"
+    flag, result = rows_without_tokens(conventions(group), "EntropyFullyMaskedRow")
     out = [_case(group, {"entropy": [[0.6931471805599453]], "mask": [[1]]}, {}, (), "B = T = 1, H = log 2", 0,
                  "fixed")]
     out.append(_case(group, {"entropy": [[1.5, 0.25, 9.0], [3.0, 3.0, 3.0], [2.0, 9.0, 9.0]],
                              "mask": [[1, 1, 0], [0, 0, 0], [1, 0, 0]]}, {"coef": 0.01},
-                     ("EntropyFullyMaskedRowSeqMean" if seq_mean else "EntropyFullyMaskedRow",),
-                     "the middle row has no token", 0, "fixed", result="acceptable" if seq_mean else "valid"))
+                     (flag,), "the middle row has no token", 0, "fixed", result=result))
     out.append(_case(group, {"entropy": [[1.25, 0.5], [2.0, 0.0]], "mask": [[1, 1], [1, 0]]}, {"coef": 0.0},
                      ("EntropyZeroCoef",), "c = 0: loss 0, gradient 0", 0, "fixed"))
     return out

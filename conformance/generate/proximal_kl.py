@@ -14,7 +14,7 @@ import math
 import mpmath
 
 from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from conformance.generate.case import Case, generated, rows_without_tokens
 from conformance.generate.grpo_scales import aggregation_weights
 
 FC, LOSS = "proximal_kl.future_cost", "proximal_kl.loss"
@@ -431,7 +431,6 @@ def _low_precision_loss(group, gi, dtype, k=0) -> Case:
 
 def _loss_cases() -> list[Case]:
     out = []
-    seq_mean = {g for g, c in LOSS_GROUPS.items() if c["aggregation"] != "token-mean"}
     large = {"paper": (16, 256), "bounded": (8, 128), "clipped-bounded-seq-mean": (8, 128)}
     for gi, group in enumerate(LOSS_GROUPS):
         n_random = 14 if group == "paper" else 4
@@ -451,12 +450,11 @@ def _loss_cases() -> list[Case]:
         ref = S.logprobs_near(r, lp, 0.3)
         lp = _away(lp, bp, LOSS_GROUPS[group], None)
         mask = S.with_empty_rows(S.mask(r, 5, 6), [1, 3])
-        acceptable = group in seq_mean
+        flag, result = rows_without_tokens(LOSS_GROUPS[group])
         out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref,
                                       "advantages": r.normal(0, 1, 5).tolist(), "mask": mask}, 0.04,
-                              ("FullyMaskedRowSeqMean",) if acceptable else ("FullyMaskedRow",),
-                              "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if acceptable else "valid"))
+                              (flag,), "rows 1 and 3 without tokens", seed, "logprobs; ragged mask with emptied rows",
+                              result=result))
         if LOSS_GROUPS[group]["future_clip"] is not None:
             c = LOSS_GROUPS[group]["future_clip"]
             kk = 0.75 * c
@@ -733,7 +731,6 @@ def _low_loss_cases() -> list[Case]:
                               + (f", {len(zero_rows)} rows with A = 0" if zero_rows else ""), seed,
                               f"logprobs; behaviour/ref = logp + normal offsets; rounded to the {grid} grid",
                               low=True))
-    seq_mean = {g for g, c in LOSS_GROUPS.items() if c["aggregation"] != "token-mean"}
     for gi, group in enumerate(groups):
         conv = LOSS_GROUPS[group]
         seed = 24300 + 10 * gi
@@ -750,13 +747,12 @@ def _low_loss_cases() -> list[Case]:
         bp = S.in_low(S.logprobs_near(r, lp, 0.1), S.BOTH)
         ref = S.in_low(S.logprobs_near(r, lp, 0.3), S.BOTH)
         lp = _away(lp, bp, conv, S.BOTH)
-        acceptable = group in seq_mean
+        flag, result = rows_without_tokens(conv)
         out.append(_loss_case(group, {"logp": lp, "behavior_logp": bp, "ref_logp": ref,
                                       "advantages": S.in_low(r.normal(0, 1, 5).tolist(), S.BOTH),
                                       "mask": S.with_empty_rows(S.mask(r, 5, 6), [1, 3])}, 0.04,
-                              ("FullyMaskedRowSeqMean" if acceptable else "FullyMaskedRow", "LowPrecision"),
-                              "rows 1 and 3 without tokens", seed + 1, "logprobs; ragged mask with emptied rows",
-                              result="acceptable" if acceptable else "valid", low=True))
+                              (flag, "LowPrecision"), "rows 1 and 3 without tokens", seed + 1,
+                              "logprobs; ragged mask with emptied rows", result=result, low=True))
         if conv["ratio_cap"] != 1.0:   # ρ = 1 sits on a cap of 1 (BoundaryUlps in _loss_cases)
             lp = S.in_low(S.logprobs(r, (3, 8)), S.BOTH)
             ref = S.in_low(S.logprobs_near(r, lp, 0.4), S.BOTH)

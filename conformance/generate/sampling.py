@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import math
 
+import mpmath
 import numpy as np
 
 from conformance import numbers
+
+
+def nearest(x: mpmath.mpf) -> float:
+    """``x`` rounded to the nearest binary64 (``float(x)`` rounds toward zero): an input formed by a
+    transcendental function in mpmath at its working precision, rounded once, is the same on every
+    platform, where NumPy's and libm's own last bit are not."""
+    return mpmath.libmp.to_float(x._mpf_, rnd=mpmath.libmp.round_nearest)
 
 
 def rng(seed: int) -> np.random.Generator:

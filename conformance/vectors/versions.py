@@ -151,12 +151,14 @@ RELEASED = {
     # policy_loss 'clip-cov' and 'kl-cov' (arXiv 2505.22617 §4, the optional input `selected`, params
     # kl_cov_ratio and kl_cov_coef) and 'reinforce'.
     # Issue 26 item 2: lm.linear_cross_entropy (the fused-linear cross-entropy, an optional bias).
+    # Issue 38: distill.sparse_kl's teacher log-probabilities formed with exp and log rounded once
+    # (NumPy's AVX-512 path had given tcId 88 another last bit): uid fc5d47a924a03fc0 is now 20f99ec195896c21.
     "1.5.0": {
         "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
         "distill.hinton": "bc860a527029db4e599d044522bbd755210227192dfc6a4368f935979fbd554c",
         "distill.skew_kl": "b8aeb460261fcf9ae18ca87fbb8eb3d3434e9d55b37116a6082a28dece1680f4",
         "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
-        "distill.sparse_kl": "b4b6aa3c4e2d912e0bae6219c59efc5453b22d4565da6a99c91e25d7a87dc87f",
+        "distill.sparse_kl": "160909ea085194046313fee446935a8ca262c930af83abeef1c1c49612746f38",
         "distill.symmetric_kl": "164442d776ffad2f63908ffb5c8bea2562d16c501b12351912ff67571421d6af",
         "distill.token_kl": "b74962eaf725d8c714af982242c3d45862cc94d97f7332af9a9b05ffd99f09c3",
         "distill.tvd": "f41e4d8f7474c810e1c5e966a514fab8c5b8ee96254530650ec6091f9ddb5a4d",

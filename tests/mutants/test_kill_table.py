@@ -15,6 +15,13 @@ from conformance.vectors.load import VectorSet
 from mutants import all_pairs, diagnoses, killtable
 
 PAIRS = all_pairs()
+# Diagnoses that the CPU decides, not the mutant: {slug: {expected entry: what another CPU gives in
+# its place}}. SPARSE_TAIL_ONE_MINUS_SUM forms the student's tail as 1 − Σ q over the teacher's ids,
+# which cancels; on distill.sparse_kl:c78707657d021f7e (float64) its kl fails by 1.58× the bound
+# where ATen's exp and sum take the AVX-512 path, and passes on AVX2 or without SIMD
+# (ATEN_CPU_CAPABILITY=avx2 or default), while its gradient fails by 1.02× on all three: the runs
+# left after the non-finite HugeLogits cases are 'unexplained' there and 'gradient-only' here.
+ON_ANOTHER_CPU = {"SPARSE_TAIL_ONE_MINUS_SUM": {diagnoses.UNEXPLAINED: [("gradient-only", "the values are right")]}}
 HAVE = killtable.objectives_with_vectors()
 
 
@@ -51,7 +58,8 @@ def test_mutant_gets_its_diagnosis_and_twin_none(result, pair):
     expected = diagnoses.EXPECTED[pair.slug]
     unmatched = list(got)
     for kind, fragment in expected:
-        hit = next((g for g in unmatched if g[0] == kind and fragment in g[1]), None)
+        options = [(kind, fragment), *ON_ANOTHER_CPU.get(pair.slug, {}).get((kind, fragment), [])]
+        hit = next((g for g in unmatched if any(g[0] == k and f in g[1] for k, f in options)), None)
         assert hit, f"{pair.slug}: no [{kind}] diagnosis with {fragment!r}; got {got}"
         unmatched.remove(hit)
     assert not unmatched, f"{pair.slug}: diagnoses beyond the expected ones: {unmatched}"
