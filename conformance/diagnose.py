@@ -239,7 +239,7 @@ class _Objective:
         return _merge(found, lambda r: (self.size(r), r.uid, r.dtype))
 
     STRATUM_RULES = ("float32_inside", "cancellation", "native", "degenerate_group", "non_finite", "convention")
-    CLUSTER_RULES = ("convention", "factor", "clamp")
+    CLUSTER_RULES = ("convention", "factor", "parameter", "clamp")
     SYMPTOM_RULES = ("gradient", "value_only", "float32_intermediate")
 
     def _strata(self, left) -> list[list]:
@@ -640,6 +640,50 @@ class _Objective:
                         f"(group{'s' if len(groups) > 1 else ''} {', '.join(groups)})",
                         "find the factor in the formula (a missing or extra ½, 2, sign or normaliser)"), rs
 
+    def parameter(self, left):
+        """A numeric parameter computed as another function of its value than the identity (1/T
+        for T, 1 − α for α, ε·V/(V−1) for ε, 0, a square), or as one constant whatever it is
+        called with (found by solving for it on the smallest case): the exact reference
+        re-evaluated so matches every failing case of the cluster and the passing cases tried."""
+        small = sorted((r for r in left if self.size(r) <= MAX_ELEMENTS and r.got), key=lambda r: (self.size(r), r.uid))
+        if len(small) < MIN_CONDITION or time.monotonic() > self.deadline:
+            return
+        search = _Search(self, left)
+        for p in self.spec.params:
+            if p.convention or isinstance(p.default, (str, bool)) or p.default is None and not p.choices:
+                continue
+            if any(not isinstance(search.called(r, p.name), (int, float)) or isinstance(search.called(r, p.name), bool)
+                   for r in small):
+                continue
+            for what, f in _TRANSFORMS:
+                if time.monotonic() > self.deadline:
+                    return
+                if all(self._fits_value(r, p.name, f(search.called(r, p.name), self._classes(r))) for r in small):
+                    passing = [r for r in self.passing() if r.dtype in {x.dtype for x in left}
+                               and self.size(r) <= MAX_ELEMENTS][:PASSING_SAMPLE]
+                    # where the transform is the identity (α = ½ for 1 − α) the passing case shows nothing
+                    if all(self._fits_value(r, p.name, _or(f(search.called(r, p.name), self._classes(r)),
+                                                           search.called(r, p.name))) for r in passing):
+                        rs = small + [r for r in left if r not in small]
+                        yield self.make("convention", rs, f"computes {p.name} as {what.format(p.name)} of the value it is "
+                                        "called with",
+                                        f"the exact reference with {p.name} replaced by {what.format(p.name)} matches "
+                                        f"{len(small)}/{len(small)} failing case-runs re-evaluated and the passing "
+                                        "case-runs tried",
+                                        f"use {p.name} as the catalog defines it ({self.spec.id}), not "
+                                        f"{what.format(p.name)}", cause=f"parameter: {p.name} as {what}"), rs
+                        return
+
+    def _classes(self, r) -> int | None:
+        inputs = diagnose_inputs.arrays(self.case(r).test)
+        return next((v.shape[-1] for k, v in inputs.items() if "logits" in k and v.ndim >= 2), None)
+
+    def _fits_value(self, r, name, value) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        ex = self.exact(r, {name: value})
+        return ex is not None and self.fits(r, ex, rescale=True)
+
     def condition(self, left):
         """A predicate over the inputs that every failure of the cluster is confined to and
         that most passing case-runs of the same dtypes lack: padding or ignored labels present,
@@ -896,6 +940,30 @@ class _Search:
     def _fits(self, r, names, alt) -> bool:
         ex = self.obj.exact(r, {n: _unkey(v) for n, v in zip(names, alt)})
         return ex is not None and self.obj.fits(r, ex, rescale=True)
+
+
+def _or(value, default):
+    return default if value is None else value
+
+
+def _safe(f):
+    def g(x, v):
+        try:
+            return float(f(x, v))
+        except (ZeroDivisionError, TypeError, OverflowError, ValueError):
+            return None
+    return g
+
+
+# What a parameter x is computed as instead of itself ({} stands for its name); V: the classes.
+_TRANSFORMS = tuple((what, _safe(f)) for what, f in (
+    ("1/{}", lambda x, v: 1 / x if x != 1 else None),
+    ("1 − {}", lambda x, v: 1 - x if x != 0.5 else None),
+    ("{}·V/(V−1) (spread over V−1 classes)", lambda x, v: x * v / (v - 1) if x else None),
+    ("{}²", lambda x, v: x * x if x not in (0, 1) else None),
+    ("√{}", lambda x, v: math.sqrt(x) if x > 0 and x != 1 else None),
+    ("0 (the parameter ignored)", lambda x, v: 0.0 if x else None),
+))
 
 
 def _merge(found, order) -> list[Diagnosis]:
