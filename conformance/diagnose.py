@@ -66,6 +66,8 @@ MAX_ELEMENTS = 20000
 PASSING_SAMPLE = 8
 # Time for the search over pairs of conventions, per (target, objective).
 SEARCH_SECONDS = 30.0
+# The harness's probes: defects beside the values, named even where the values fail too.
+PROBES = ("leak", "narrow-dtype")
 # Failing case-runs below which a condition they share may be chance.
 MIN_CONDITION = 3
 # The constant factors a formula gains or loses: a missing ½ or an extra 2, a sign.
@@ -211,6 +213,7 @@ class _Objective:
         Lines that name the same cause in several clusters become one."""
         self.bad = bad
         self.deadline = time.monotonic() + SEARCH_SECONDS
+        self.explained = []   # (names, values) a convention search accepted
         found, left = [], list(bad)
         for rule in (self.timeout, self.raises, self.in_place, self.leak, self.narrow):
             left = self._apply(rule, left, found)
@@ -251,8 +254,10 @@ class _Objective:
 
     def _apply(self, rule, left, found) -> list:
         for diagnosis, claimed in rule(left):
-            if claimed:
-                found.append((diagnosis, claimed))
+            if claimed or diagnosis.kind in PROBES:
+                # a probe's finding stands beside what the values show: its line counts only the
+                # case-runs it alone explains, so that the counts partition the failures
+                found.append((dataclasses.replace(diagnosis, count=len(claimed)), claimed))
                 ids = {id(c) for c in claimed}
                 left = [r for r in left if id(r) not in ids]
         return left
@@ -886,6 +891,11 @@ class _Search:
             return None
         large = [r for r in runs if self.obj.size(r) > MAX_ELEMENTS]
         partial = set()
+        # what explained another stratum or cluster first: one cause, one line
+        for names, chosen in self.obj.explained:
+            found = self.explains(names, small, set(), only=[chosen])
+            if found:
+                return names, found[0], found[1], found[2] + large, len(large)
         for name in self.values:
             found = self.explains((name,), small, partial)
             if found:
@@ -904,7 +914,7 @@ class _Search:
                 return names, found[0], found[1], found[2] + large, len(large)
         return None
 
-    def explains(self, names, small, partial: set):
+    def explains(self, names, small, partial: set, only=None):
         """({name: called value, or the list of them}, {name: computed value}, the runs it
         explains) when one assignment of ``names`` matches every run of ``small`` that carries
         no edge or numerics flag (every run, when all carry one); the flagged runs it does not
@@ -917,7 +927,7 @@ class _Search:
                    and f not in NOT_A_CLASS}
         core = [r for r in small if not classes & set(r.flags)] or small
         # a pair must change both names: one that keeps a value is a single, tried before
-        options = [a for a in itertools.product(*[self.values[n] for n in names])]
+        options = only or [a for a in itertools.product(*[self.values[n] for n in names])]
         for r in core:
             c = called(r)
             options = [a for a in options if all(x != y for x, y in zip(a, c)) and self._fits(r, names, a)]
@@ -932,6 +942,8 @@ class _Search:
         if not options:
             return None
         chosen = options[0]
+        if (names, chosen) not in self.obj.explained:
+            self.obj.explained.append((names, chosen))
         explained = core + [r for r in small if r not in core and called(r) in calls and self._fits(r, names, chosen)]
         was = {n: [_unkey(v) for v in sorted({c[i] for c in calls}, key=str)] for i, n in enumerate(names)}
         return ({n: v[0] if len(v) == 1 else v for n, v in was.items()},
@@ -979,7 +991,7 @@ def _merge(found, order) -> list[Diagnosis]:
             out.append(group[0][0])
             continue
         rs = [r for _, claimed in group for r in claimed]
-        first = min(group, key=lambda p: min(order(r) for r in p[1]))[0]
+        first = min(group, key=lambda p: min((order(r) for r in p[1]), default=(math.inf,)))[0]
         dtypes = sorted({r.dtype for r in rs})
         out.append(dataclasses.replace(first, count=len(rs), uids=sorted({r.uid for r in rs}),
                                        evidence=f"{first.evidence} (the same cause on {len(rs)} case-run(s) in all, "
