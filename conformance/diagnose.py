@@ -709,8 +709,9 @@ class _Objective:
             grain = max(grains)
             # confined to the marked rows or elements, the failures point at the condition even where
             # it holds on passing cases too (a bug that needs a parameter to show); confined only to
-            # the cases, the passing cases must mostly lack it
-            if len(left) < MIN_CONDITION or not lacks or (grain == 3 and 2 * len(holds) > len(left)):
+            # the cases, the passing cases must mostly lack it and most of the dtype's failures show it
+            if len(left) < MIN_CONDITION or not lacks or (grain == 3 and (2 * len(holds) > len(left)
+                                                                           or 2 * len(left) < len(self.stratum))):
                 continue
             where = ("on the elements" if grain == 1 else "on the rows" if grain == 2 else "on the cases")
             yield self.make("condition", left, f"fails only {where} with {cond.name}",
@@ -746,9 +747,9 @@ class _Objective:
             elif (off.ndim and m.ndim and off.shape[0] == m.shape[0]
                   and not off.reshape(off.shape[0], -1).any(axis=1)[~m.reshape(m.shape[0], -1).any(axis=1)].any()):
                 grain = min(grain, 2)
-            else:
+            elif off.ndim:
                 coarse = True   # this array shows the failure only case by case
-        return 3 if coarse else grain
+        return 3 if coarse else grain   # a scalar output locates nothing: the other arrays decide
 
     def _off_elements(self, r, label, relative: bool = False) -> np.ndarray:
         """Per element of ``label``: whether it is out of its bound (or not finite where the exact
