@@ -68,6 +68,9 @@ PASSING_SAMPLE = 8
 SEARCH_SECONDS = 30.0
 # The harness's probes: defects beside the values, named even where the values fail too.
 PROBES = ("leak", "narrow-dtype")
+# The kinds found by fitting the failures: named again in float32 or bfloat16, where float64 ran,
+# only as the same cause.
+SEARCHED = ("convention", "factor", "clamp", "condition")
 # Failing case-runs below which a condition they share may be chance.
 MIN_CONDITION = 3
 # The constant factors a formula gains or loses: a missing ½ or an extra 2, a sign.
@@ -217,7 +220,11 @@ class _Objective:
         found, left = [], list(bad)
         for rule in (self.timeout, self.raises, self.in_place, self.leak, self.narrow):
             left = self._apply(rule, left, found)
+        self.authority = None
+        ran_float64 = any(r.dtype == "float64" for r in self.runs)
         for stratum in self._strata(left):
+            if stratum[0].dtype != "float64" and ran_float64 and self.authority is None:
+                self.authority = set()   # float64 ran and passed: the other dtypes add no cause
             self.stratum = stratum
             rest = stratum
             for rule in self.STRATUM_RULES:
@@ -239,6 +246,11 @@ class _Objective:
                 found.append((self.make("unexplained", rest, "failing case-runs that no test explains",
                                         _first_message(rest), "read the per-case lines (--cases) of the repro"),
                               rest))
+            if stratum[0].dtype == "float64":
+                # float64 tells causes apart best: where it ran, the wider bounds of the other dtypes
+                # may confirm its causes but not add their own (a convention that happens to fit two
+                # bfloat16 runs), so that the same causes are named whichever dtypes ran
+                self.authority = {d.cause for d, _ in found} | {d.kind for d, _ in found}
         return _merge(found, lambda r: (self.size(r), r.uid, r.dtype))
 
     STRATUM_RULES = ("float32_inside", "cancellation", "native", "degenerate_group", "non_finite", "convention")
@@ -254,6 +266,8 @@ class _Objective:
 
     def _apply(self, rule, left, found) -> list:
         for diagnosis, claimed in rule(left):
+            if self.authority is not None and not self._confirmed(diagnosis):
+                continue
             if claimed or diagnosis.kind in PROBES:
                 # a probe's finding stands beside what the values show: its line counts only the
                 # case-runs it alone explains, so that the counts partition the failures
@@ -261,6 +275,13 @@ class _Objective:
                 ids = {id(c) for c in claimed}
                 left = [r for r in left if id(r) not in ids]
         return left
+
+    def _confirmed(self, d) -> bool:
+        """Whether float64 named this cause (its kind, for the kinds whose line differs only in
+        what the dtype shows), or it is one only a low dtype can show (``native``)."""
+        if d.kind in ("native", "raises", "timeout", "in-place", "leak", "narrow-dtype"):
+            return True
+        return d.cause in self.authority or (d.kind not in SEARCHED and d.kind in self.authority)
 
     def _clusters(self, left) -> list[list]:
         """The failures of one dtype split by symptom: which arrays fail (the values, the
@@ -937,7 +958,9 @@ class _Search:
             if not options:
                 return None
         calls = {called(r) for r in core}
-        same = [r for r in self.obj.passing() if r.conventions == small[0].conventions and called(r) in calls]
+        dtypes = {r.dtype for r in small}
+        same = [r for r in self.obj.passing() if r.conventions == small[0].conventions and called(r) in calls
+                and r.dtype in dtypes]
         for r in sorted(same, key=self.obj.size)[:PASSING_SAMPLE]:
             options = [a for a in options if self._fits(r, names, a)]
         if not options:
