@@ -217,10 +217,10 @@ class _Objective:
         self.bad = bad
         self.deadline = time.monotonic() + SEARCH_SECONDS
         self.explained = []   # (names, values) a convention search accepted
+        self.authority = None  # the causes float64 named, once its stratum is explained
         found, left = [], list(bad)
         for rule in (self.timeout, self.raises, self.in_place, self.leak, self.narrow):
             left = self._apply(rule, left, found)
-        self.authority = None
         ran_float64 = any(r.dtype == "float64" for r in self.runs)
         for stratum in self._strata(left):
             if stratum[0].dtype != "float64" and ran_float64 and self.authority is None:
