@@ -22,7 +22,8 @@ What none explains is reported ``unexplained``. The failures go through three st
    ``convention`` (the exact reference under another value of one or two conventions or
    parameters matches every failing case);
 3. then per symptom cluster of the stratum (the values fail, the gradients only, both, a
-   non-finite value): ``convention`` again, ``factor`` (got = c·exact, c a named constant or the
+   non-finite value): ``convention`` again, and as a parameter computed as a function of its
+   value (1/T for T, 1 − α for α, ε·V/(V−1), 0), ``factor`` (got = c·exact, c a named constant or the
    case's own count or parameter — T², 1/K, V/(V−1), the share of ignored labels — matched within
    each dtype's precision), ``clamp`` (the failing elements are exactly those where |log ratio|
    exceeds some c, located between two bounds), ``condition`` (the failures are confined to

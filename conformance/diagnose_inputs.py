@@ -5,15 +5,13 @@ ignored tokens). Pure functions of one case's inputs and parameters; ``conforman
 decides which of them separates the failing case-runs from the passing ones."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from conformance.numbers import decode_input
 
-# The vocabulary size from which a vocabulary counts as large (kernels switch to a chunked path).
-LARGE_VOCABULARY = 2 ** 16
 # Pairs of inputs whose difference is a log ratio, (numerator, denominator).
 LOG_RATIOS = (("logp", "old_logp"), ("logp", "ref_logp"), ("logp", "behavior_logp"), ("ref_logp", "logp"))
 
@@ -125,6 +123,3 @@ def factors(spec, test: dict) -> dict:
                 out[f"positions/tokens ({name})"] = v.size / tokens
     return out
 
-
-def large_vocabulary(inputs: dict) -> bool:
-    return any(v.ndim >= 2 and v.shape[-1] >= LARGE_VOCABULARY for k, v in inputs.items() if "logits" in k)
