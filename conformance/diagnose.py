@@ -6,33 +6,35 @@ list of :class:`Diagnosis` records, each with its count, the evidence, the fix o
 declaration to make, and the repro line of its smallest failing vector.
 
 Every diagnosis is decided by a test on the numbers the harness recorded (``CaseResult.got``,
-``CaseResult.probes``), never by reading messages, and claims only the case-runs that test holds
-on; the rules run in this order, each on what the earlier ones left, and what none explains is
-reported ``unexplained``:
+``CaseResult.probes``), and claims only the case-runs that test holds on; the harness's own
+messages are read only for what it reports no other way (a time-out, an input changed in place).
+What none explains is reported ``unexplained``. The failures go through three stages:
 
-- ``raises``: the function raised (grouped by exception type);
-- ``leak``, ``narrow-dtype``: the harness's gradient-leak probe; an output dtype narrower than
-  the inputs';
-- ``float32-inside``: a float64 case within the float32 bound returns, bit for bit, what the
-  function returns on the same vector in float32, where the exact values are not float32
-  numbers (once proven, the other float64 failures that are float32 numbers within that bound
-  join);
-- ``native``: bfloat16/float16 cases fail the careful model and pass ``native``, and the
-  float64/float32 runs of the same vectors pass: the target computes in the low dtype itself;
-- ``degenerate-group``: ``grpo.advantages`` off only in all-equal groups whose mean is inexact
-  in the dtype, where the exact advantage is 0;
-- ``non-finite``: NaN or ±inf where the exact value is finite, only in rows the inputs mark
-  (−inf logits, an empty mask row, an all-equal or single group) or on cases covered by at
-  most three edge/numerics flags;
-- ``convention``: per combination of conventions the target was called with, the exact
-  reference re-evaluated under another value of one catalog convention or parameter (then of
-  two) matches every failing case without an edge flag, and the passing cases tried agree;
-- ``factor``: got = c·exact on every array of at least half the remaining cases, c one of a
-  few named constants (2, ½, −1, ...), or the case's T² or 1/T² on all of them;
-- ``no-gradient``, ``gradient-only``: every remaining case passes its values and fails a
-  gradient (a stop-gradient placed differently from the formula);
-- ``cancellation``: at least half the failures carry a flag that marks cancellation, whose
-  description names the stable form.
+1. what no formula causes, on every failure: ``timeout`` (lossproof's per-case limit, never
+   ``raises``), ``raises`` (grouped by exception type), ``in-place`` (an input overwritten),
+   ``leak`` and ``narrow-dtype`` (the harness's probes);
+2. then per dtype stratum (float64, float32, the low dtypes; float64 first), so that a cause seen
+   in float64 is named whatever bfloat16 does: ``float32-inside`` (a float64 case returns bit for
+   bit what the function returns in float32), ``cancellation`` (most of the stratum's failures
+   carry a flag that marks cancellation; ranked before ``native``, whose fix would hide it),
+   ``native`` (bfloat16/float16 cases pass the native model and their float64/float32 runs pass),
+   ``degenerate-group``, ``non-finite`` (NaN or ±inf confined to marked rows or a few edge flags),
+   ``convention`` (the exact reference under another value of one or two conventions or
+   parameters matches every failing case);
+3. then per symptom cluster of the stratum (the values fail, the gradients only, both, a
+   non-finite value): ``convention`` again, and as a parameter computed as a function of its
+   value (1/T for T, 1 − α for α, ε·V/(V−1), 0), ``factor`` (got = c·exact, c a named constant or the
+   case's own count or parameter — T², 1/K, V/(V−1), the share of ignored labels — matched within
+   each dtype's precision), ``clamp`` (the failing elements are exactly those where |log ratio|
+   exceeds some c, located between two bounds), ``condition`` (the failures are confined to
+   elements, rows or cases with padding, ignored labels, an advantage sign, −inf logits, and
+   passing cases lack it); and, for a symptom shared by at least half of the stratum's failures,
+   ``non-finite`` / ``gradient-rounded`` / ``no-gradient`` / ``gradient-only`` (the values pass,
+   the gradients do not), ``value-only`` (the gradients pass, a value does not: the loss reported
+   is not the loss trained), ``float32-inside`` (float64 runs within the float32 bound).
+
+Lines that name the same cause in several strata or clusters become one, with the summed count;
+its evidence and repro are those of the part whose repro is the smallest case.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ import importlib
 import itertools
 import json
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -48,7 +51,7 @@ from dataclasses import dataclass, field
 import mpmath
 import numpy as np
 
-from conformance import catalog, compare, harness, verdict
+from conformance import catalog, compare, diagnose_inputs, harness, verdict
 from conformance.numbers import decode_input
 from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult
 from refimpl.exact import mp
@@ -64,6 +67,13 @@ MAX_ELEMENTS = 20000
 PASSING_SAMPLE = 8
 # Time for the search over pairs of conventions, per (target, objective).
 SEARCH_SECONDS = 30.0
+# The harness's probes: defects beside the values, named even where the values fail too.
+PROBES = ("leak", "narrow-dtype")
+# The kinds found by fitting the failures: named again in float32 or bfloat16, where float64 ran,
+# only as the same cause.
+SEARCHED = ("convention", "factor", "clamp", "condition")
+# Failing case-runs below which a condition they share may be chance.
+MIN_CONDITION = 3
 # The constant factors a formula gains or loses: a missing ½ or an extra 2, a sign.
 FACTORS = {2.0: "2", 0.5: "1/2", -1.0: "−1 (the sign)", -2.0: "−2", -0.5: "−1/2", 4.0: "4", 0.25: "1/4"}
 EDGE_CATEGORIES = ("edge", "numerics")
@@ -83,6 +93,7 @@ class Diagnosis:
     repro: str                    # the command that reruns its smallest failing vector
     declare: dict | None = None   # the conventions to declare, when that is the fix
     uids: list = field(default_factory=list)
+    cause: str = field(default="", repr=False)   # what makes two lines one cause (default: kind + defect)
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "target": self.target, "objective": self.objective, "count": self.count,
@@ -189,9 +200,9 @@ class _Objective:
     def repro(self, rs) -> str:
         return min(rs, key=lambda r: (self.size(r), r.uid, r.dtype)).repro
 
-    def make(self, kind, rs, defect, evidence, fix, declare=None) -> Diagnosis:
+    def make(self, kind, rs, defect, evidence, fix, declare=None, cause="") -> Diagnosis:
         return Diagnosis(kind, self.target.name, self.spec.id, len(rs), defect, evidence, fix, self.repro(rs),
-                         declare, sorted({r.uid for r in rs}))
+                         declare, sorted({r.uid for r in rs}), cause or f"{kind}: {defect}")
 
     def passing(self) -> list:
         return [r for r in self.runs if r.status == "pass" and r.got]
@@ -199,18 +210,126 @@ class _Objective:
     # --- the rules, in order -----------------------------------------------------------------
 
     def explain(self, bad: list) -> list[Diagnosis]:
-        out, left = [], list(bad)
-        for rule in (self.raises, self.leak, self.narrow, self.float32_inside, self.native, self.degenerate_group,
-                     self.non_finite, self.convention, self.factor, self.gradient, self.cancellation):
-            if not left:
-                break
-            for diagnosis, claimed in rule(left):
-                out.append(diagnosis)
-                left = [r for r in left if id(r) not in {id(c) for c in claimed}]
-        if left:
-            out.append(self.make("unexplained", left, "failing case-runs that no test explains",
-                                 _first_message(left), "read the per-case lines (--cases) of the repro"))
-        return out
+        """The failures are first sorted by what no formula can cause (a time-out, an exception,
+        an input changed in place, the probes' findings); the rest are split into clusters by
+        dtype and symptom, each explained on its own, so that a second defect on a few cases
+        does not hide the first, and a cause seen in float64 is named whatever bfloat16 does.
+        Lines that name the same cause in several clusters become one."""
+        self.bad = bad
+        self.deadline = time.monotonic() + SEARCH_SECONDS
+        self.explained = []   # (names, values) a convention search accepted
+        self.authority = None  # the causes float64 named, once its stratum is explained
+        found, left = [], list(bad)
+        for rule in (self.timeout, self.raises, self.in_place, self.leak, self.narrow):
+            left = self._apply(rule, left, found)
+        ran_float64 = any(r.dtype == "float64" for r in self.runs)
+        for stratum in self._strata(left):
+            if stratum[0].dtype != "float64" and ran_float64 and self.authority is None:
+                self.authority = set()   # float64 ran and passed: the other dtypes add no cause
+            self.stratum = stratum
+            rest = stratum
+            for rule in self.STRATUM_RULES:
+                rest = self._apply(getattr(self, rule), rest, found) if rest else rest
+            clusters = []
+            for cluster in self._clusters(rest):
+                for rule in self.CLUSTER_RULES:
+                    cluster = self._apply(getattr(self, rule), cluster, found) if cluster else cluster
+                clusters.append(cluster)
+            # a symptom named as the cause (the gradient alone, the value alone) only where most of
+            # the dtype's failures show it: a wrong formula also fails a few gradients alone
+            rest = []
+            for cluster in clusters:
+                if 2 * len(cluster) >= len(stratum):
+                    for rule in self.SYMPTOM_RULES:
+                        cluster = self._apply(getattr(self, rule), cluster, found) if cluster else cluster
+                rest += self._apply(self.condition, cluster, found) if cluster else cluster
+            if rest:
+                found.append((self.make("unexplained", rest, "failing case-runs that no test explains",
+                                        _first_message(rest), "read the per-case lines (--cases) of the repro"),
+                              rest))
+            if stratum[0].dtype == "float64":
+                # float64 tells causes apart best: where it ran, the wider bounds of the other dtypes
+                # may confirm its causes but not add their own (a convention that happens to fit two
+                # bfloat16 runs), so that the same causes are named whichever dtypes ran
+                self.authority = {d.cause for d, _ in found} | {d.kind for d, _ in found}
+        return _merge(found, lambda r: (self.size(r), r.uid, r.dtype))
+
+    STRATUM_RULES = ("float32_inside", "cancellation", "native", "degenerate_group", "non_finite", "convention")
+    CLUSTER_RULES = ("convention", "factor", "parameter", "clamp")
+    SYMPTOM_RULES = ("gradient", "value_only", "float32_intermediate")
+
+    def _strata(self, left) -> list[list]:
+        """float64 first: its causes are the least blurred by rounding."""
+        out = defaultdict(list)
+        for r in left:
+            out[("float64", "float32").index(r.dtype) if r.dtype in ("float64", "float32") else 2].append(r)
+        return [out[k] for k in sorted(out)]
+
+    def _apply(self, rule, left, found) -> list:
+        for diagnosis, claimed in rule(left):
+            if self.authority is not None and not self._confirmed(diagnosis):
+                continue
+            if claimed or diagnosis.kind in PROBES:
+                # a probe's finding stands beside what the values show: its line counts only the
+                # case-runs it alone explains, so that the counts partition the failures
+                found.append((dataclasses.replace(diagnosis, count=len(claimed)), claimed))
+                ids = {id(c) for c in claimed}
+                left = [r for r in left if id(r) not in ids]
+        return left
+
+    def _confirmed(self, d) -> bool:
+        """Whether float64 named this cause (its kind, for the kinds whose line differs only in
+        what the dtype shows), or it is one only a low dtype can show (``native``)."""
+        if d.kind in ("native", "raises", "timeout", "in-place", "leak", "narrow-dtype"):
+            return True
+        return d.cause in self.authority or (d.kind not in SEARCHED and d.kind in self.authority)
+
+    def _clusters(self, left) -> list[list]:
+        """The failures of one dtype split by symptom: which arrays fail (the values, the
+        gradients only, or both), and whether a value is NaN or ±inf where the exact one is finite."""
+        out = defaultdict(list)
+        for r in left:
+            out[self._symptom(r)].append(r)
+        return [out[k] for k in sorted(out)]
+
+    def _symptom(self, r) -> str:
+        if not r.got:
+            return "none"
+        if any(_non_finite(got, self.want(r, label)) for label, got in r.got.items()):
+            return "non-finite"
+        values = self._values_pass(r, {label: self.want(r, label) for label in r.got})
+        grads = [label for label in r.got if label.startswith("grad:")]
+        if values:
+            return "gradient"
+        if grads and all(self._passes(r, g) for g in grads):
+            return "value"
+        return "both"
+
+    def _passes(self, r, label) -> bool:
+        got, want = r.got[label], self.want(r, label)
+        return (np.shape(got) == np.shape(want) and not _non_finite(got, want)
+                and self.tolerance(r).measure(label, got, want).passed)
+
+    def timeout(self, left):
+        """lossproof's own per-case limit, not the function's failure: its own kind."""
+        rs = [r for r in left if r.status == "error" and (r.probes.get("timeout") or _TIME_LIMIT.search(r.message))]
+        if rs:
+            limits = sorted({float(r.probes.get("timeout") or _TIME_LIMIT.search(r.message).group(1)) for r in rs})
+            yield self.make("timeout", rs, f"exceeded lossproof's per-case time limit ({', '.join(f'{t:g}' for t in limits)}"
+                            f" s) on {len(rs)} case-run(s)",
+                            f"the call (or its gradient) did not return within {limits[-1]:g} s; a first call that "
+                            "compiles (torch.compile, Triton autotuning) counts",
+                            "raise the limit (--time-limit SECONDS), or warm the function up before the check"), rs
+
+    def in_place(self, left):
+        rs = [r for r in left if r.status == "fail" and not r.got and _IN_PLACE.match(r.message)]
+        if rs:
+            names = sorted({_IN_PLACE.match(r.message).group(1) for r in rs})
+            yield self.make("in-place", rs, f"overwrites its input {', '.join(names)} in place",
+                            f"after the call, {', '.join(names)} differ(s) from what was passed, on {len(rs)} "
+                            "case-run(s)",
+                            "work on a copy (x = x.clone(), out-of-place operations: x = x - m, not x -= m, "
+                            "x.sub_(m), x[...] = ...): the caller's tensor is data the training step reuses"), rs
 
     def raises(self, left):
         errors = defaultdict(list)
@@ -239,7 +358,9 @@ class _Objective:
             pairs = sorted({f"{d} for {r.dtype} inputs" for r in rs for d in r.probes["narrowed"].values()})
             yield self.make("narrow-dtype", rs, f"returns {', '.join(pairs)}",
                             f"{len(rs)} case-run(s) return a narrower floating dtype than their inputs",
-                            "return the inputs' dtype (and compute in it)"), \
+                            "return the inputs' dtype (and compute in it); a function that computes in a narrower "
+                            "dtype on purpose declares the dtypes it supports without the wider ones (\"dtypes\": "
+                            "[\"float32\", \"bfloat16\"], docs/targets.md)"), \
                 [r for r in rs if self.fits(r, {label: self.want(r, label) for label in r.got},
                                             dtype=min(r.probes["narrowed"].values(), key=_precision))]
 
@@ -295,14 +416,36 @@ class _Objective:
         return True
 
     def gradient(self, left):
-        """Every failing case passes its values and fails a gradient: a stop-gradient placed
-        differently from the formula; 'no-gradient' when every such gradient is exactly 0.
-        Only for the whole remainder: a wrong formula also fails some gradients alone, where
-        it happens not to move the value."""
+        """Every failing case of the cluster passes its values and fails a gradient: a
+        non-finite gradient, a gradient rounded to a narrower dtype, no gradient at all, or a
+        stop-gradient placed differently from the formula. On a whole cluster only: a wrong
+        formula also fails some gradients alone, where it happens not to move the value."""
         grads = {id(r): [label for label in r.got if label.startswith("grad:")] for r in left}
         if not all(grads[id(r)] and self._values_pass(r, {label: self.want(r, label) for label in r.got})
                    for r in left):
             return
+        bad = [r for r in left if any(_non_finite(r.got[g], self.want(r, g)) for g in grads[id(r)])]
+        if bad:
+            yield self.make("non-finite", bad, "NaN or inf in the gradient where the exact one is finite (the values "
+                            "are right)",
+                            f"on {len(bad)} case-run(s) the values pass and a gradient is not finite",
+                            "the derivative of the form computed overflows or divides by zero where the loss is "
+                            "finite (log1p(−exp(c)) near c = 0, sqrt or log at 0, exp of a large argument): use a "
+                            "form whose derivative is finite there, or mask it with torch.where on the input side"), bad
+            left = [r for r in left if r not in bad]
+            if not left:
+                return
+        narrower = self._rounded_gradient(left)
+        if narrower:
+            dtype, rs = narrower
+            yield self.make("gradient-rounded", rs, f"the gradient is rounded to {dtype}",
+                            f"on {len(rs)} case-run(s) every gradient element is a {dtype} number (the exact ones "
+                            f"are not) while the inputs are {'/'.join(sorted({r.dtype for r in rs}))}; the values pass",
+                            f"compute the backward in the inputs' dtype (a custom autograd Function or kernel that "
+                            f"stores or returns {dtype} gradients: cast them back before rounding, not after)"), rs
+            left = [r for r in left if r not in rs]
+            if not left:
+                return
         if all(not np.any(r.got[g]) and np.any(self.want(r, g)) for r in left for g in grads[id(r)]):
             yield self.make("no-gradient", left, "no gradient: the gradient is zero where the exact one is not",
                             f"on all {len(left)} failing case-run(s) the values pass and every gradient is exactly 0",
@@ -312,8 +455,31 @@ class _Objective:
         yield self.make("gradient-only", left, "the values are right and the gradients are not",
                         f"on all {len(left)} failing case-run(s) every output passes and a gradient fails",
                         "check which factors are detached: the value is the formula's, its derivative is not "
-                        "(a stop-gradient missing or extra, or a score-function gradient in place of the "
-                        "pathwise one)"), left
+                        "(a stop-gradient missing or extra, a term computed under torch.no_grad(), or a "
+                        "score-function gradient in place of the pathwise one)"), left
+
+    def _rounded_gradient(self, left):
+        """(dtype, runs) when every gradient of every run is a number of one dtype narrower than
+        the run's (bfloat16, float16 or float32) and some exact gradient element is not."""
+        for dtype in ("bfloat16", "float16", "float32"):
+            rs = [r for r in left if _precision(dtype) < _precision(r.dtype) and any(
+                np.any(r.got[g]) for g in r.got if g.startswith("grad:")) and all(
+                _numbers_of(r.got[g], dtype) for g in r.got if g.startswith("grad:"))
+                and any(not _numbers_of(self.want(r, g), dtype) for g in r.got if g.startswith("grad:"))]
+            if rs and len(rs) == len(left):
+                return dtype, rs
+        return None
+
+    def value_only(self, left):
+        """The values fail and every gradient passes, on the whole cluster: the loss reported is
+        not the loss differentiated."""
+        if not all(r.got and any(g.startswith("grad:") for g in r.got) and self._symptom(r) == "value" for r in left):
+            return
+        yield self.make("value-only", left, "the value is wrong and the gradient is right: the loss reported is not "
+                        "the loss trained",
+                        f"on all {len(left)} failing case-run(s) every gradient passes and a value fails",
+                        "find the term or factor applied to the returned value only (a scaling added after the "
+                        "backward's graph, a detached term added for logging, a value computed by a second path)"), left
 
     def _values_pass(self, r, values) -> bool:
         tol = self.tolerance(r)
@@ -343,7 +509,7 @@ class _Objective:
             yield self.make("float32-inside", rs, "computed in float32 although the inputs are float64",
                             f"on {len(rs)} float64 case-run(s) it returns, bit for bit, what it returns for the same "
                             f"inputs in float32: within the float32 bound, up to {worst:.3g}× the float64 one",
-                            "compute in the inputs' dtype (a .float() or dtype=torch.float32 inside)"), rs
+                            _FLOAT32_FIX), rs
 
     def _rounding_shows(self, r) -> bool:
         """Whether some element out of the float64 bound has an exact value that float32 cannot
@@ -379,7 +545,7 @@ class _Objective:
             return
         # a vector whose float64/float32 run fails too has a formula off: the low dtype is not the
         # explanation there (a wide failure another rule explained, float32 inside, does not count)
-        wide_bad = {r.uid for r in left if r.dtype not in compare.LOW_PRECISION and r.status in ("fail", "error")}
+        wide_bad = {r.uid for r in self.bad if r.dtype not in compare.LOW_PRECISION}
         rs = [r for r in low if r.uid not in wide_bad and self.fits(r, {label: self.want(r, label) for label in r.got}, model="native")]
         if rs:
             yield self.make("native", rs, "computes in the low dtype itself",
@@ -461,39 +627,224 @@ class _Objective:
                 where = "" if len(rs) == every else f" of group {', '.join(sorted(groups))}"
                 yield self.make("convention", rs, f"matches {' + '.join(f'{n}={_value(v)}' for n, v in alt.items())} "
                                 f"on {checked}/{checked} failing cases{where} (declared {_assign(called)})", evidence,
-                                fix, declarable or None), rs
+                                fix, declarable or None, cause=f"convention: {_assign(alt)} for {_assign(called)}"), rs
                 continue
             lines = "; ".join(f"called with {_assign(c)}, it computes {_assign(a)} ({n} case-runs, group "
                               f"{', '.join(sorted(g))})" for c, a, n, g in changes.values())
             yield self.make("convention", rs, f"computes another {' and '.join(names)} than it is called with: "
-                            f"{lines}", evidence, f"make the function honour {' and '.join(names)} as called"), rs
+                            f"{lines}", evidence, f"make the function honour {' and '.join(names)} as called",
+                            cause=f"convention: {' and '.join(names)} as called"), rs
 
     def factor(self, left):
-        """got = c·exact on every array of a case, with one named c (2, ½, −1, ...) on at least
-        half the failing cases left, or c = the case's T² or 1/T² on all of them."""
+        """got = c·exact on every array of a case: c one named constant (2, ½, −1, ...) on at least
+        half the cluster's cases, or c the case's own count or parameter (T², 1/K, V/(V−1), the
+        share of ignored tokens) on all of them. c is matched within the precision of each
+        run's dtype, so that bfloat16 and float32 runs count as float64 ones do."""
         ratios = {id(r): q for r in left if (q := self._ratio(r)) is not None}
-        temps = {id(r): self.case(r).test["params"].get("temperature", 1.0) for r in left}
-        for power, name in ((2, "T²"), (-2, "1/T²")):
-            rs = [r for r in left if id(r) in ratios and temps[id(r)] != 1.0
-                  and math.isclose(ratios[id(r)], temps[id(r)] ** power, rel_tol=1e-6)]
-            if len(rs) == len(left):
-                yield self.make("factor", rs, f"off by a factor {name}",
-                                f"got = {name} × exact on every element of all {len(rs)} failing case-run(s)",
-                                f"apply (or drop) the {name} scaling as the declared conventions say"), rs
+        if not ratios:
+            return
+        tracked = {id(r): diagnose_inputs.factors(self.spec, self.case(r).test) for r in left}
+        names = set.intersection(*(set(tracked[id(r)]) for r in left))
+        for name in sorted(names):
+            if all(id(r) in ratios and _close(ratios[id(r)], tracked[id(r)][name], r.dtype) for r in left):
+                yield self.make("factor", left, f"off by a factor that tracks {name}",
+                                f"got = c × exact on every element of all {len(left)} failing case-run(s), with c the "
+                                f"case's {name} (it varies from case to case)",
+                                f"the formula gains or loses {name}: find the normaliser or scaling that applies it",
+                                cause=f"factor: {name}"), left
                 return
-        counts = Counter(c for q in ratios.values() for c in FACTORS if math.isclose(q, c, rel_tol=1e-9))
+        counts = Counter(c for r in left if id(r) in ratios for c in FACTORS if _close(ratios[id(r)], c, r.dtype))
         if not counts:
             return
         c, n = counts.most_common(1)[0]
         if 2 * n < len(left):
             return   # a factor on a few cases is a coincidence of their values, not the defect
-        rs = [r for r in left if id(r) in ratios and math.isclose(ratios[id(r)], c, rel_tol=1e-9)]
+        rs = [r for r in left if id(r) in ratios and _close(ratios[id(r)], c, r.dtype)]
         what = FACTORS[c]
         groups = sorted({r.group for r in rs})
         yield self.make("factor", rs, f"off by a constant factor {what}",
                         f"got = {c:.6g} × exact on every element of {len(rs)} failing case-run(s) "
                         f"(group{'s' if len(groups) > 1 else ''} {', '.join(groups)})",
                         "find the factor in the formula (a missing or extra ½, 2, sign or normaliser)"), rs
+
+    def parameter(self, left):
+        """A numeric parameter computed as another function of its value than the identity (1/T
+        for T, 1 − α for α, ε·V/(V−1) for ε, 0, a square), or as one constant whatever it is
+        called with (found by solving for it on the smallest case): the exact reference
+        re-evaluated so matches every failing case of the cluster and the passing cases tried."""
+        small = sorted((r for r in left if self.size(r) <= MAX_ELEMENTS and r.got), key=lambda r: (self.size(r), r.uid))
+        if len(small) < MIN_CONDITION or time.monotonic() > self.deadline:
+            return
+        search = _Search(self, left)
+        for p in self.spec.params:
+            if p.convention or isinstance(p.default, (str, bool)) or p.default is None and not p.choices:
+                continue
+            if any(not isinstance(search.called(r, p.name), (int, float)) or isinstance(search.called(r, p.name), bool)
+                   for r in small):
+                continue
+            for what, f in _TRANSFORMS:
+                if time.monotonic() > self.deadline:
+                    return
+                if all(self._fits_value(r, p.name, f(search.called(r, p.name), self._classes(r))) for r in small):
+                    passing = [r for r in self.passing() if r.dtype in {x.dtype for x in left}
+                               and self.size(r) <= MAX_ELEMENTS][:PASSING_SAMPLE]
+                    # where the transform is the identity (α = ½ for 1 − α) the passing case shows nothing
+                    if all(self._fits_value(r, p.name, _or(f(search.called(r, p.name), self._classes(r)),
+                                                           search.called(r, p.name))) for r in passing):
+                        rs = small + [r for r in left if r not in small]
+                        yield self.make("convention", rs, f"computes {p.name} as {what.format(p.name)} of the value it is "
+                                        "called with",
+                                        f"the exact reference with {p.name} replaced by {what.format(p.name)} matches "
+                                        f"{len(small)}/{len(small)} failing case-runs re-evaluated and the passing "
+                                        "case-runs tried",
+                                        f"use {p.name} as the catalog defines it ({self.spec.id}), not "
+                                        f"{what.format(p.name)}", cause=f"parameter: {p.name} as {what}"), rs
+                        return
+
+    def _classes(self, r) -> int | None:
+        inputs = diagnose_inputs.arrays(self.case(r).test)
+        return next((v.shape[-1] for k, v in inputs.items() if "logits" in k and v.ndim >= 2), None)
+
+    def _fits_value(self, r, name, value) -> bool:
+        if value is None or not math.isfinite(value):
+            return False
+        ex = self.exact(r, {name: value})
+        return ex is not None and self.fits(r, ex, rescale=True)
+
+    def condition(self, left):
+        """A predicate over the inputs that every failure of the cluster is confined to and
+        that most passing case-runs of the same dtypes lack: padding or ignored labels present,
+        the sign of an advantage, −inf logits; at the finest grain the arrays allow (the
+        elements of a gradient or per-token output, the rows, else the case)."""
+        dtypes = {r.dtype for r in left}
+        passing = [r for r in self.passing() if r.dtype in dtypes]
+        names = None
+        for r in left:
+            here = {c.name for c in diagnose_inputs.conditions(self.spec, self.case(r).test)}
+            names = here if names is None else names & here
+        for cond in (c for c in diagnose_inputs.conditions(self.spec, self.case(left[0]).test) if c.name in names):
+            grains = [self._confined_to(r, cond) for r in left]
+            if not all(grains):
+                continue
+            holds = [r for r in passing if self._holds(r, cond)]
+            lacks = len(passing) - len(holds)
+            grain = max(grains)
+            # confined to the marked rows or elements, the failures point at the condition even where
+            # it holds on passing cases too (a bug that needs a parameter to show); confined only to
+            # the cases, the passing cases must mostly lack it and most of the dtype's failures show it
+            if len(left) < MIN_CONDITION or not lacks or (grain == 3 and (2 * len(holds) > len(left)
+                                                                           or 2 * len(left) < len(self.stratum))):
+                continue
+            where = ("on the elements" if grain == 1 else "on the rows" if grain == 2 else "on the cases")
+            yield self.make("condition", left, f"fails only {where} with {cond.name}",
+                            f"every out-of-bound element of the {len(left)} failing case-run(s) lies {where} with "
+                            f"{cond.name}; {lacks} of the {len(passing)} passing case-run(s) have none, "
+                            f"{len(holds)} have some", cond.fix, cause=f"condition: {cond.name}"), left
+            return
+
+    def _holds(self, r, cond) -> bool:
+        test = self.case(r).test
+        try:
+            return bool(np.any(cond.mask(diagnose_inputs.arrays(test), test["params"])))
+        except KeyError:
+            return False
+
+    def _confined_to(self, r, cond) -> int:
+        """0 when some out-of-bound element of ``r`` lies outside ``cond``; else the grain that
+        shows it: 1 elements, 2 rows, 3 the whole case."""
+        test = self.case(r).test
+        try:
+            m = np.asarray(cond.mask(diagnose_inputs.arrays(test), test["params"]), dtype=bool)
+        except KeyError:
+            return 0
+        if not r.got or not m.any():
+            return 0
+        grain, coarse = 3, False
+        for label in r.got:
+            off = self._off_elements(r, label)
+            if not off.any():
+                continue
+            if off.shape == m.shape and off.ndim and not off[~m].any():
+                grain = min(grain, 1)
+            elif (off.ndim and m.ndim and off.shape[0] == m.shape[0]
+                  and not off.reshape(off.shape[0], -1).any(axis=1)[~m.reshape(m.shape[0], -1).any(axis=1)].any()):
+                grain = min(grain, 2)
+            elif off.ndim:
+                coarse = True   # this array shows the failure only case by case
+        return 3 if coarse else grain   # a scalar output locates nothing: the other arrays decide
+
+    def _off_elements(self, r, label, relative: bool = False) -> np.ndarray:
+        """Per element of ``label``: whether it is out of its bound (or not finite where the exact
+        value is). ``relative``: also where the error exceeds 2^-20 of the element's own exact
+        value (a bound scaled to the array's largest element hides a wrong small one)."""
+        got, want = np.asarray(r.got[label], dtype=np.float64), self.want(r, label)
+        if got.shape != want.shape:
+            return np.ones(got.shape, dtype=bool)
+        name = label.rpartition(":")[2]
+        selected = harness._selection(self.spec, self.case(r).test)
+        if not label.startswith("grad:") and name in selected:
+            got = np.where(selected[name], got, want)
+        tol = self.tolerance(r)
+        kind = "grads" if label.startswith("grad:") else "outputs"
+        scale = float(tol.test["scale"][kind][name])
+        elements = None
+        if tol.careful:
+            stored = tol.test["scale"].get("elements", {}).get(label if kind == "grads" else name)
+            elements = np.abs(want) if stored is None else np.asarray(stored, dtype=np.float64)
+        bound = compare.bound(want, r.dtype, tol.k, scale, elements)
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.where(np.isinf(want) & (got == want), 0.0, np.abs(got - want))
+            off = ~(err <= bound)
+            if relative:
+                off |= ~(err <= 2.0**-20 * np.abs(want) + compare.ulp(want, r.dtype))
+        return off
+
+    def clamp(self, left):
+        """Every out-of-bound element of the cluster lies where |log ratio| exceeds some c, and
+        every element within bound (failing and passing case-runs alike) where it does not: a
+        clamp or cut-off of the log ratio at c, which the bounds of c locate."""
+        dtypes = {r.dtype for r in left}
+        # passing runs called as the failing ones were (a declared clamp of the value hides the other)
+        called = {json.dumps(r.conventions, sort_keys=True, default=str) for r in left}
+        lo, hi, seen = 0.0, math.inf, False
+        for r in left + [r for r in self.passing() if r.dtype in dtypes
+                         and json.dumps(r.conventions, sort_keys=True, default=str) in called]:
+            inputs = diagnose_inputs.arrays(self.case(r).test)
+            pair = diagnose_inputs.log_ratio(self.spec, inputs)
+            if pair is None:
+                return
+            num, den, lr = pair
+            for label in r.got:
+                off = self._off_elements(r, label, relative=True)
+                if off.shape != lr.shape:
+                    if off.any() and r in left:
+                        return   # an array that cannot show where it fails
+                    continue
+                seen = seen or bool(off.any())
+                if off.any():
+                    hi = min(hi, float(lr[off].min()))
+                if (~off).any():
+                    lo = max(lo, float(lr[~off].max()))
+        if not seen or not lo < hi:
+            return
+        yield self.make("clamp", left, f"fails only where |{num} − {den}| > c, c between {lo:.4g} and {hi:.4g}: "
+                        "a clamp of the log ratio",
+                        f"every out-of-bound element of the {len(left)} failing case-run(s) has |{num} − {den}| ≥ "
+                        f"{hi:.4g}, every element within bound (passing case-runs too) ≤ {lo:.4g}",
+                        f"find the clamp (or cut-off) of {num} − {den} near that value: remove it, or declare it "
+                        f"(log_ratio_clamp) where the catalog has one", cause="clamp: log ratio"), left
+
+    def float32_intermediate(self, left):
+        """float64 runs that fail the float64 bound and meet the float32 one, on the whole
+        cluster: a float32 step inside a float64 computation (float32_inside proves the whole
+        computation is float32 where it can; this is the weaker mark)."""
+        if not all(r.dtype == "float64" and r.got and self._rounding_shows(r)
+                   and self.fits(r, {label: self.want(r, label) for label in r.got}, dtype="float32") for r in left):
+            return
+        yield self.make("float32-inside", left, "a float32 intermediate inside the float64 computation",
+                        f"on all {len(left)} failing float64 case-run(s) the error is within the float32 bound "
+                        "(about 2^-24 of the scale), orders above the float64 one",
+                        _FLOAT32_FIX), left
 
     def _ratio(self, r) -> float | None:
         """The constant c with got = c·exact within the case's bound on every array, if any."""
@@ -510,19 +861,18 @@ class _Objective:
         if q is None or q == 1.0 or q == 0.0:
             return None
         scaled = {label: q * self.want(r, label) for label in r.got}
-        return q if self.fits(r, scaled) and not math.isclose(q, 1.0, rel_tol=1e-9) else None
+        return q if self.fits(r, scaled) and not _close(q, 1.0, r.dtype) else None
 
     def cancellation(self, left):
         """The remaining failures that carry a flag marking cancellation, when they are most of
         the objective's failures (a few flagged cases among many are the other defect's)."""
         flags = [f for f, note in self.notes.items() if note.get("category") == "numerics"
                  and ("Cancellation" in f or f in CANCELLATION)]
-        every = sum(r.status in ("fail", "error") for r in self.runs)
         for f in flags:
             rs = [r for r in left if f in r.flags]
-            if rs and 2 * len(rs) >= every:
+            if rs and 2 * len(rs) >= len(self.stratum):
                 yield self.make("cancellation", rs, f"digits lost to cancellation on the {f} cases",
-                                f"{len(rs)} of the {every} failing case-run(s) carry {f}, the vectors' mark of a "
+                                f"{len(rs)} of the {len(self.stratum)} failing case-run(s) carry {f}, the vectors' mark of a "
                                 "value formed from terms that cancel",
                                 f"use the cancellation-free form the vectors describe: "
                                 f"{self.notes[f].get('description', '')}"), rs
@@ -564,6 +914,11 @@ class _Search:
             return None
         large = [r for r in runs if self.obj.size(r) > MAX_ELEMENTS]
         partial = set()
+        # what explained another stratum or cluster first: one cause, one line
+        for names, chosen in self.obj.explained:
+            found = self.explains(names, small, set(), only=[chosen])
+            if found:
+                return names, found[0], found[1], found[2] + large, len(large)
         for name in self.values:
             found = self.explains((name,), small, partial)
             if found:
@@ -582,7 +937,7 @@ class _Search:
                 return names, found[0], found[1], found[2] + large, len(large)
         return None
 
-    def explains(self, names, small, partial: set):
+    def explains(self, names, small, partial: set, only=None):
         """({name: called value, or the list of them}, {name: computed value}, the runs it
         explains) when one assignment of ``names`` matches every run of ``small`` that carries
         no edge or numerics flag (every run, when all carry one); the flagged runs it does not
@@ -595,7 +950,7 @@ class _Search:
                    and f not in NOT_A_CLASS}
         core = [r for r in small if not classes & set(r.flags)] or small
         # a pair must change both names: one that keeps a value is a single, tried before
-        options = [a for a in itertools.product(*[self.values[n] for n in names])]
+        options = only or [a for a in itertools.product(*[self.values[n] for n in names])]
         for r in core:
             c = called(r)
             options = [a for a in options if all(x != y for x, y in zip(a, c)) and self._fits(r, names, a)]
@@ -604,12 +959,16 @@ class _Search:
             if not options:
                 return None
         calls = {called(r) for r in core}
-        same = [r for r in self.obj.passing() if r.conventions == small[0].conventions and called(r) in calls]
+        dtypes = {r.dtype for r in small}
+        same = [r for r in self.obj.passing() if r.conventions == small[0].conventions and called(r) in calls
+                and r.dtype in dtypes]
         for r in sorted(same, key=self.obj.size)[:PASSING_SAMPLE]:
             options = [a for a in options if self._fits(r, names, a)]
         if not options:
             return None
         chosen = options[0]
+        if (names, chosen) not in self.obj.explained:
+            self.obj.explained.append((names, chosen))
         explained = core + [r for r in small if r not in core and called(r) in calls and self._fits(r, names, chosen)]
         was = {n: [_unkey(v) for v in sorted({c[i] for c in calls}, key=str)] for i, n in enumerate(names)}
         return ({n: v[0] if len(v) == 1 else v for n, v in was.items()},
@@ -620,11 +979,65 @@ class _Search:
         return ex is not None and self.obj.fits(r, ex, rescale=True)
 
 
+def _or(value, default):
+    return default if value is None else value
+
+
+def _safe(f):
+    def g(x, v):
+        try:
+            return float(f(x, v))
+        except (ZeroDivisionError, TypeError, OverflowError, ValueError):
+            return None
+    return g
+
+
+# What a parameter x is computed as instead of itself ({} stands for its name); V: the classes.
+_TRANSFORMS = tuple((what, _safe(f)) for what, f in (
+    ("1/{}", lambda x, v: 1 / x if x != 1 else None),
+    ("1 − {}", lambda x, v: 1 - x if x != 0.5 else None),
+    ("{}·V/(V−1) (spread over V−1 classes)", lambda x, v: x * v / (v - 1) if x else None),
+    ("{}²", lambda x, v: x * x if x not in (0, 1) else None),
+    ("√{}", lambda x, v: math.sqrt(x) if x > 0 and x != 1 else None),
+    ("0 (the parameter ignored)", lambda x, v: 0.0 if x else None),
+))
+
+
+def _merge(found, order) -> list[Diagnosis]:
+    """One line per cause: the clusters' lines of one cause joined, counts summed; the line
+    keeps the defect, evidence and repro of the part whose repro is the smallest case, so that
+    evidence and repro speak of the same case."""
+    parts = defaultdict(list)
+    for d, claimed in found:
+        parts[d.cause].append((d, claimed))
+    out = []
+    for group in parts.values():
+        if len(group) == 1:
+            out.append(group[0][0])
+            continue
+        rs = [r for _, claimed in group for r in claimed]
+        first = min(group, key=lambda p: min((order(r) for r in p[1]), default=(math.inf,)))[0]
+        dtypes = sorted({r.dtype for r in rs})
+        out.append(dataclasses.replace(first, count=len(rs), uids=sorted({r.uid for r in rs}),
+                                       evidence=f"{first.evidence} (the same cause on {len(rs)} case-run(s) in all, "
+                                                f"{'/'.join(dtypes)})"))
+    return out
+
+
 def _partition(runs, key) -> list[list]:
     out = defaultdict(list)
     for r in runs:
         out[key(r)].append(r)
     return list(out.values())
+
+
+_TIME_LIMIT = re.compile(r"exceeded the ([0-9.e+]+) s time limit")
+_IN_PLACE = re.compile(r"mutated its input '?([^' ]+)'? in place")
+
+
+_FLOAT32_FIX = ("compute in the inputs' dtype (a .float(), a float32 constant or buffer, dtype=torch.float32 inside); "
+                "a function that computes in float32 on purpose declares it: \"dtypes\": [\"float32\", \"bfloat16\"] "
+                "(leave float64 out: docs/targets.md, dtypes)")
 
 
 def _key(value):
@@ -692,6 +1105,27 @@ _ROW_CLASSES = (("groups whose rewards are all equal (or single)", "a group whos
 def _non_finite(got, want) -> bool:
     got, want = np.asarray(got), np.asarray(want)
     return got.shape == want.shape and bool((np.isnan(got) | (np.isinf(got) & ~np.isinf(want))).any())
+
+
+def _close(q: float, c: float, dtype: str) -> bool:
+    """q and c agree within what a ratio of two values of ``dtype`` can tell apart."""
+    return math.isclose(q, c, rel_tol=max(1e-9, 16 * compare.UNIT_ROUNDOFF.get(dtype, 2.0**-53)))
+
+
+def _numbers_of(got, dtype: str) -> bool:
+    """Whether every finite element of ``got`` is a number of ``dtype``."""
+    g = np.asarray(got, dtype=np.float64)
+    finite = g[np.isfinite(g)]
+    if dtype == "float32":
+        return _float32_numbers(finite)
+    f32 = finite.astype(np.float32)
+    if not np.array_equal(f32.astype(np.float64), finite):
+        return False
+    bits = f32.view(np.uint32)
+    if dtype == "bfloat16":
+        return bool(np.all(bits & 0xFFFF == 0))
+    with np.errstate(over="ignore"):
+        return bool(np.array_equal(finite.astype(np.float16).astype(np.float64), finite))
 
 
 def _float32_numbers(got) -> bool:

@@ -33,6 +33,7 @@ RANKS = (
     ("conformance.harness", 4), ("conformance.derive", 4),
     ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
     ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.diagnose", 5),
+    ("conformance.diagnose_inputs", 2),
     ("conformance.infer", 6),
     ("conformance.run", 6),
     ("conformance.testing", 7), ("conformance.docs", 7), ("conformance.docs.*", 7), ("conformance.bench", 7),

@@ -51,3 +51,58 @@ def orpo_log1p_exp(chosen_logps, rejected_logps, beta=0.1):
 
 ORPO_LOG1P_EXP = {"name": "orpo-log1p-exp", "framework": "torch", "objectives": {"preference.orpo": orpo_log1p_exp},
                   "dtypes": ["float64", "float32"]}
+
+
+def kl_in_place(logp, ref_logp, kind="k3", clamp=None):
+    """k3 with the log ratio formed in the caller's tensor (``ref_logp.sub_(logp)``): right
+    values, and the caller's reference log-probs overwritten."""
+    with torch.no_grad():
+        ref_logp.sub_(logp)
+    x = ref_logp
+    k = {"k1": -x, "k2": x * x / 2, "k3": torch.expm1(x) - x, "abs": x.abs()}[kind]
+    return k if clamp is None else k.clamp(-clamp, clamp)
+
+
+KL_IN_PLACE = {"name": "kl-in-place", "framework": "torch", "objectives": {"kl.estimator": kl_in_place},
+               "dtypes": ["float64"]}
+
+
+class _Bfloat16Backward(torch.autograd.Function):
+    """The identity whose backward rounds the incoming gradient to bfloat16 (a fused kernel
+    that stores its gradient buffer in bfloat16 whatever the inputs)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).to(g.dtype)
+
+
+def kl_bfloat16_gradient(logp, ref_logp, kind="k3", clamp=None):
+    x = ref_logp - _Bfloat16Backward.apply(logp)
+    k = {"k1": -x, "k2": x * x / 2, "k3": torch.expm1(x) - x, "abs": x.abs()}[kind]
+    return k if clamp is None else k.clamp(-clamp, clamp)
+
+
+KL_BFLOAT16_GRADIENT = {"name": "kl-bf16-grad", "framework": "torch",
+                        "objectives": {"kl.estimator": kl_bfloat16_gradient}, "dtypes": ["float64", "float32"]}
+
+
+def ce_mean_over_all_positions(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
+                               reduction="mean", normalizer=None):
+    """Cross-entropy whose mean divides by every position, ignored ones included (the sum is
+    right: ignored positions contribute 0)."""
+    kw = {"ignore_index": ignore_index, "label_smoothing": label_smoothing}
+    if reduction != "mean":
+        return F.cross_entropy(logits, labels.long(), reduction=reduction, **kw)
+    valid = (labels != ignore_index).sum()
+    return F.cross_entropy(logits, labels.long(), **kw) * valid / labels.numel()
+
+
+CE_ALL_POSITIONS = {"name": "ce-all-positions", "framework": "torch",
+                    "objectives": {"lm.cross_entropy": ce_mean_over_all_positions}, "dtypes": ["float64", "float32"],
+                    "params": {"lm.cross_entropy": {"z_loss": [0.0], "softcap": [None], "normalizer": [None],
+                                                  "label_smoothing": [0.0]}},
+                    "conventions": {"lm.cross_entropy": {"reduction": "*"}}}

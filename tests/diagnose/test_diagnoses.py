@@ -146,3 +146,47 @@ def test_write_known_turns_a_run_into_a_known_failures_file_with_the_diagnoses(t
     assert cli.main([*argv, "--known", str(known), "--report-json", str(report)]) == 0
     statuses = [c["status"] for c in json.loads(report.read_text())["cases"]]
     assert statuses.count("xfail") == len(entries) and "fail" not in statuses
+
+
+def test_an_input_overwritten_in_place_is_named_with_the_input():
+    results, found = _diagnoses(targets.KL_IN_PLACE, "kl.estimator")
+    failing = [r for r in results if r.status == "fail"]
+    assert failing and [d.kind for d in found] == ["in-place"]
+    assert "ref_logp" in found[0].defect and found[0].count == len(failing)
+    assert "clone" in found[0].fix
+
+
+def test_a_time_out_of_the_check_s_own_limit_is_its_own_kind_never_raises():
+    """The harness marks a time-out by its message and (from issue 36 on) by probes["timeout"]."""
+    spec = {"name": "torch-kl", "framework": "torch", "dtypes": ["float64"],
+            "objectives": {"kl.estimator": __import__("refimpl.torch.kl", fromlist=["estimator"]).estimator}}
+    results, found = _diagnoses(spec, "kl.estimator")
+    assert found == []
+    by_message, by_probe = [r for r in results if r.axis == "conformance" and r.status == "pass"][:2]
+    by_message.status, by_message.message = "error", "exceeded the 30 s time limit"
+    by_probe.status, by_probe.message, by_probe.probes = "error", "gradient exceeded the 30 s time limit", {"timeout": 30}
+    target = from_mapping(spec, spec["name"])
+    found = diagnose.diagnose(results, VectorSet(None, ["kl.estimator"], validate=False), [target])
+    assert [(d.kind, d.count) for d in found] == [("timeout", 2)]
+    assert "30 s" in found[0].defect and "--time-limit" in found[0].fix
+
+
+def test_a_gradient_rounded_to_bfloat16_is_named_not_a_stop_gradient():
+    for dtypes in (("float64",), ("float64", "float32")):
+        results, found = _diagnoses(targets.KL_BFLOAT16_GRADIENT, "kl.estimator", dtypes=dtypes)
+        failing = [r for r in results if r.status == "fail"]
+        assert failing and [d.kind for d in found] == ["gradient-rounded"], (dtypes, found)
+        assert found[0].defect == "the gradient is rounded to bfloat16" and found[0].count == len(failing)
+
+
+def test_a_mean_over_every_position_is_a_factor_that_tracks_the_ignored_labels():
+    """loss·valid/all: the factor changes from case to case, and the line says what it tracks,
+    in float32 runs as in float64 ones."""
+    results, found = _diagnoses(targets.CE_ALL_POSITIONS, "lm.cross_entropy", dtypes=("float64", "float32"))
+    # F.cross_entropy itself misses the bound at V = 128256 (the Large cases): that is torch's, not the bug's
+    failing = [r for r in results if r.status == "fail" and "Large" not in r.flags]
+    assert failing and {r.dtype for r in failing} == {"float64", "float32"}
+    factor = found[0]
+    assert factor.kind == "factor" and "the denominator counts ignored labels" in factor.defect
+    assert set(factor.uids) == {r.uid for r in failing} and factor.count == len(failing)
+    assert all(d.kind == "unexplained" for d in found[1:])

@@ -62,13 +62,17 @@ class Pair:
             out.append(ln)
         return " ".join(out)[len("Seen:"):].strip()
 
-    def target(self, which: str) -> dict:
-        """The target mapping of the mutant (``which='mutant'``) or of its twin."""
+    def target(self, which: str, dtypes=("float64",)) -> dict:
+        """The target mapping of the mutant (``which='mutant'``) or of its twin, declared for
+        ``dtypes``; with a low dtype, under the native model (the twins compute in the inputs'
+        dtype)."""
         mutant = which == "mutant"
         fn = self.mutant if mutant else self.twin
         spec = {"name": self.slug if mutant else f"{self.slug}__TWIN", "framework": self.framework,
                 "objectives": {self.objective: fn}, "conventions": {self.objective: self.conventions},
-                "dtypes": ["float64"], "version": "mutant" if mutant else "twin"}
+                "dtypes": list(dtypes), "version": "mutant" if mutant else "twin"}
+        if any(d in ("bfloat16", "float16") for d in dtypes):
+            spec["tolerance_model"] = "native"
         vjp = self.mutant_vjp if mutant else self.twin_vjp
         if vjp is not None:
             spec["vjps"] = {self.objective: vjp}
@@ -103,11 +107,11 @@ def checked(objective: str, framework: str = "torch"):
     return wrap
 
 
-def export(namespace: dict, pairs: list[Pair]) -> None:
+def export(namespace: dict, pairs: list[Pair], dtypes=("float64",)) -> None:
     """Make every pair's mutant and twin a module attribute (for ``--target module:NAME``)."""
     for p in pairs:
-        namespace[p.slug] = p.target("mutant")
-        namespace[f"{p.slug}__TWIN"] = p.target("twin")
+        namespace[p.slug] = p.target("mutant", dtypes)
+        namespace[f"{p.slug}__TWIN"] = p.target("twin", dtypes)
 
 
 def all_pairs() -> list[Pair]:

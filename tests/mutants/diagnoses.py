@@ -1,8 +1,10 @@
 """The diagnosis every mutant should get (conformance/diagnose.py), and none for its twin.
 
 ``EXPECTED[slug]`` lists every diagnosis the mutant's float64 check gets, as (kind, a fragment
-of its defect line). ``unexplained`` is an explicit expectation: the bug is a formula that no
-catalog convention, parameter, factor or probe expresses (a ratio inverted, a mask ignored),
+of its defect line); each name was checked by hand against what the mutant does (a mask ignored
+is a ``condition`` on padding or a ``factor`` that tracks the share of padding; swapped weights
+a parameter computed as 1 − α). ``unexplained`` is an explicit expectation: the bug is a formula
+that no catalog convention, parameter, factor, condition or probe expresses (a ratio inverted),
 so naming a cause would be a guess. Where a mutant gets two, the second is what its bug also
 does on a class of inputs (NaN at −inf logits) or on cases no single test explains.
 """
@@ -14,7 +16,7 @@ EXPECTED = {
     # kl
     "KL_K3_ARGS_SWAPPED": [("factor", "−1 (the sign)"), UNEXPLAINED],   # k1 is odd: −k1 exactly; k3 is not
     "KL_UNDECLARED_CLAMP": [("convention", "called with clamp=None, it computes clamp=10.0")],
-    "KL_UNDECLARED_LOG_RATIO_CLAMP": [UNEXPLAINED],   # the catalog's kl.estimator has no log-ratio clamp
+    "KL_UNDECLARED_LOG_RATIO_CLAMP": [("clamp", "fails only where |logp − ref_logp| > c, c between 20 and 22")],
     "KL_K3_SCORE_FUNCTION_GRAD": [("gradient-only", "the values are right")],
     "KL_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
     "KL_K2_WITHOUT_HALF": [("factor", "factor 2"), UNEXPLAINED],         # the clamped k2 cases are not 2×
@@ -43,7 +45,7 @@ EXPECTED = {
     "CLIP_MAX_INSTEAD_OF_MIN": [UNEXPLAINED],
     "CLIP_GRADIENT_THROUGH_OLD": [("no-gradient", "the gradient is zero")],
     "CLIP_SYMMETRIC_NOT_HIGHER": [("convention", "it computes eps_high=None")],
-    "CLIP_DUAL_ON_POSITIVE_ADV": [UNEXPLAINED],
+    "CLIP_DUAL_ON_POSITIVE_ADV": [("condition", "fails only on the elements with advantages > 0")],
     "CLIP_RATIO_INVERTED": [UNEXPLAINED],
     # the mutant's ±10 is no vector's value of log_ratio_clamp (20): no convention matches
     "CLIP_UNDECLARED_LOG_RATIO_CLAMP": [UNEXPLAINED],
@@ -51,11 +53,12 @@ EXPECTED = {
     # differ by orders of magnitude from −e^20·|A|, which no single test explains
     "CLIP_DECLARED_LOG_RATIO_CLAMP_IGNORED": [("convention", "matches log_ratio_clamp=None"), UNEXPLAINED],
     # grpo.aggregate: dividing by B·T is seq-mean-token-sum-norm with the padded length
-    "AGG_PADDED_DENOMINATOR": [("convention", "it computes mode='seq-mean-token-sum-norm'"), UNEXPLAINED],
-    "AGG_IGNORES_MASK": [UNEXPLAINED],
-    "NP_AGG_IGNORES_MASK": [UNEXPLAINED],
+    "AGG_PADDED_DENOMINATOR": [("convention", "it computes mode='seq-mean-token-sum-norm'"),
+                               ("factor", "tracks tokens/positions (mask: the denominator counts padding)")],
+    "AGG_IGNORES_MASK": [("condition", "fails only on the cases with padding (mask = 0)")],
+    "NP_AGG_IGNORES_MASK": [("condition", "fails only on the cases with padding (mask = 0)")],
     "AGG_LOCAL_TOKEN_DENOMINATOR": [UNEXPLAINED],
-    "AGG_MAX_LENGTH_NORM": [UNEXPLAINED],
+    "AGG_MAX_LENGTH_NORM": [("factor", "tracks longest row/padded length")],
     # grpo.loss
     "LOSS_GRADIENT_THROUGH_REFERENCE": [("gradient-only", "the values are right")],
     "LOSS_KL_OVER_PADDING": [UNEXPLAINED],
@@ -66,7 +69,7 @@ EXPECTED = {
     "LOSS_CISPO_WEIGHT_ATTACHED": [("gradient-only", "the values are right")],
     # grpo.loss, vector set 1.5.0: Clip-Cov, KL-Cov, REINFORCE (formulas no convention expresses)
     "KL_COV_PENALTY_WITHOUT_ABS": [UNEXPLAINED],
-    "CLIP_COV_VALUE_KEPT": [UNEXPLAINED],
+    "CLIP_COV_VALUE_KEPT": [("value-only", "the loss reported is not the loss trained")],
     "KL_COV_CLIPPED_RATIO": [UNEXPLAINED],
     "KL_COV_TOP_K_OVER_PADDING": [UNEXPLAINED],
     "REINFORCE_WITH_RATIO": [UNEXPLAINED],
@@ -74,10 +77,10 @@ EXPECTED = {
     "GAE_WHITEN_MEAN_RESTORED": [("convention", "called with whiten='centred', it computes whiten='keep-mean'")],
     # distill
     "SOFTMAX_WITHOUT_MAX_SHIFT": [("non-finite", "HugeLogits")],
-    "SOFTMAX_TEMPERATURE_MULTIPLIED": [UNEXPLAINED],
+    "SOFTMAX_TEMPERATURE_MULTIPLIED": [("convention", "computes temperature as 1/temperature"), UNEXPLAINED],
     "HINTON_MISSING_T2": [("convention", "called with t2_scale=True, it computes t2_scale=False")],
     "HINTON_CE_AT_TEMPERATURE": [UNEXPLAINED],
-    "HINTON_ALPHA_SWAPPED": [UNEXPLAINED],
+    "HINTON_ALPHA_SWAPPED": [("convention", "computes alpha as 1 − alpha")],
     "TOKEN_KL_DIRECTION_SWAPPED": [("non-finite", "−inf logits"),
                                    ("convention", "called with direction='reverse', it computes direction='forward'")],
     # forward: the soft cross-entropy is a catalog convention; reverse: −Σ q·log p is none
@@ -89,15 +92,17 @@ EXPECTED = {
     "JSD_MIXTURE_OF_LOG_PROBS": [("non-finite", "−inf logits"), UNEXPLAINED],
     "JSD_PROBABILITY_SPACE_UNDERFLOW": [("non-finite", "NegInfLogits"), UNEXPLAINED],
     "JSD_ENDPOINTS_SPECIAL_CASED": [("convention", "called with endpoints='limit', it computes endpoints='kl'")],
-    "SKEW_KL_SOFT_CROSS_ENTROPY": [UNEXPLAINED],
-    "SKEW_KL_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), UNEXPLAINED],
+    "SKEW_KL_SOFT_CROSS_ENTROPY": [("value-only", "the loss reported is not the loss trained"), UNEXPLAINED],
+    # swapped weights are α ↔ 1 − α: named where the search reaches it, the rest left unexplained
+    "SKEW_KL_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), ("convention", "computes alpha as 1 − alpha"),
+                                        UNEXPLAINED],
     "TVD_TEACHER_NOT_TEMPERED": [UNEXPLAINED],
     "TVD_L1_DISTANCE": [("factor", "factor 2"), UNEXPLAINED],   # a tie case moves by a kink, not by 2
     # the tail bucket's cancellation is not flagged by the sparse_kl vectors: only its −inf shows
     "SPARSE_TAIL_ONE_MINUS_SUM": [("non-finite", "HugeLogits"), UNEXPLAINED],
     # proximal_kl
     "FUTURE_INCLUDES_CURRENT": [UNEXPLAINED],
-    "FUTURE_IGNORES_MASK": [UNEXPLAINED],
+    "FUTURE_IGNORES_MASK": [("condition", "fails only on the rows with padding (mask = 0)")],
     "FUTURE_LEAKS_GRADIENT": [("leak", "cost carry a gradient")],
     "PKL_BEHAVIOUR_RATIO_INVERTED": [UNEXPLAINED],
     "PKL_BEHAVIOUR_RATIO_DROPPED": [UNEXPLAINED],
@@ -107,10 +112,10 @@ EXPECTED = {
     # lm
     "LM_CE_NORMALIZER_IGNORED": [("non-finite", "EmptyBatch cases only"),
                                  ("convention", "computes another normalizer than it is called with")],
-    "LM_CE_MEAN_OVER_ALL_TOKENS": [UNEXPLAINED],        # the count of ignored tokens is no convention
+    "LM_CE_MEAN_OVER_ALL_TOKENS": [("factor", "the denominator counts ignored labels")],
     "LM_CE_SMOOTHING_OVER_V_MINUS_1": [UNEXPLAINED],    # fairseq's ε/(V−1) is not the catalog's ε/V
-    "LM_CE_SMOOTHING_ON_IGNORED": [UNEXPLAINED],
-    "LM_CE_Z_LOSS_ON_IGNORED": [UNEXPLAINED],
+    "LM_CE_SMOOTHING_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
+    "LM_CE_Z_LOSS_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
     "LM_LCE_BIAS_NOT_TRAINED": [("gradient-only", "the values are right")],
     "LM_LCE_BFLOAT16_LOGITS": [UNEXPLAINED],           # 8-bit logits: no float32-inside twin to match
@@ -129,9 +134,9 @@ EXPECTED = {
     "PPO_VALUE_STALE_OLD": [("convention", "it computes clip_range_value=None")],
     "PPO_VALUE_SPLIT_AT_EDGE": [("gradient-only", "the values are right")],
     "PPO_ENTROPY_SIGN": [("factor", "−1 (the sign)")],
-    "PPO_ENTROPY_OVER_PADDING": [UNEXPLAINED],          # the mask is an input, not a convention
+    "PPO_ENTROPY_OVER_PADDING": [("condition", "fails only on the cases with padding (mask = 0)")],
     # moe
-    "MOE_Z_PADDING_COUNTED": [UNEXPLAINED],             # the mask is an input, not a convention
-    "MOE_LB_PADDING_COUNTED": [UNEXPLAINED],
+    "MOE_Z_PADDING_COUNTED": [("factor", "tracks tokens/positions (mask: the denominator counts padding)")],
+    "MOE_LB_PADDING_COUNTED": [("condition", "fails only on the cases with padding (mask = 0)")],
     "MOE_LB_TOP_K_PROBABILITIES": [UNEXPLAINED],        # P over the top-k only is no form of the catalog
 }

@@ -7,6 +7,7 @@ twin run. The output is deterministic: rows sorted by objective and slug, flags 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import tempfile
 from collections import Counter, defaultdict
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from conformance import cli, harness
 from conformance.vectors.load import VectorError, VectorSet, default_dir, read_manifest
-from mutants import Pair, all_pairs, module_of
+from mutants import Pair, all_pairs, export, module_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "mutation.md"
@@ -41,9 +42,23 @@ def twin_name(pair: Pair, pairs: list[Pair]) -> str:
     return f"{first.slug}__TWIN"
 
 
-def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
+@contextlib.contextmanager
+def declared(pairs: list[Pair], dtypes):
+    """Every mutant and twin module attribute declared for ``dtypes`` while inside."""
+    modules = {importlib.import_module(module_of(p)) for p in pairs}
+    for m in modules:
+        export(vars(m), m.PAIRS, dtypes)
+    try:
+        yield
+    finally:
+        for m in modules:
+            export(vars(m), m.PAIRS)
+
+
+def run(pairs: list[Pair], vector_set: VectorSet | None = None, dtypes=("float64",)) -> dict:
     """{"cases": {target name: [report cases]}, "diagnoses": {target name: [report diagnoses]},
-    "exit": {objective: exit status}}."""
+    "exit": {objective: exit status}}. ``dtypes``: declared by every mutant and twin, all checked
+    (the kill table's own run is float64)."""
     vs = vector_set or VectorSet()
     by_objective = defaultdict(list)
     for p in pairs:
@@ -52,7 +67,7 @@ def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
     original = cli._vector_set
     cli._vector_set = lambda args: vs   # load the vectors once, not once per objective
     try:
-        with harness.single_threaded("torch"), tempfile.TemporaryDirectory() as tmp:
+        with harness.single_threaded("torch"), tempfile.TemporaryDirectory() as tmp, declared(pairs, dtypes):
             for objective, group in sorted(by_objective.items()):
                 specs = []
                 for p in group:
@@ -61,7 +76,7 @@ def run(pairs: list[Pair], vector_set: VectorSet | None = None) -> dict:
                         if spec not in specs:
                             specs.append(spec)
                 report = Path(tmp) / f"{objective}.json"
-                argv = ["check", "--objective", objective, "--dtype", "float64", "--strict", "--quiet",
+                argv = ["check", "--objective", objective, "--dtype", ",".join(dtypes), "--strict", "--quiet",
                         "--report-json", str(report)]
                 for spec in specs:
                     argv += ["--target", spec]

@@ -6,6 +6,8 @@ vectors appear the marker's condition turns false and the pair becomes a real ch
 silent skip, and no stale marker either."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="most mutants are torch functions")
@@ -39,6 +41,40 @@ def vector_set():
 @pytest.fixture(scope="module")
 def result(vector_set):
     return killtable.run([p for p in PAIRS if p.objective in HAVE], vector_set)
+
+
+# Every dtype a torch target may claim but float16 (the twins' float16 runs add nothing bfloat16 does not).
+ALL_DTYPES = ("float64", "float32", "bfloat16")
+
+
+@pytest.fixture(scope="module")
+def result_all_dtypes(vector_set):
+    return killtable.run([p for p in PAIRS if p.objective in HAVE], vector_set, dtypes=ALL_DTYPES)
+
+
+def _causes(result, slug) -> set:
+    """The causes named: the kind, and for a convention the values it computes (the lines'
+    counts, groups and flag lists follow the case-runs, which more dtypes multiply)."""
+    out = set()
+    for d in result["diagnoses"].get(slug, []):
+        if d["kind"] == "convention":
+            values = (re.findall(r"it computes (.+?) \(\d+ case-runs", d["defect"])
+                      or re.findall(r"^matches (.+?) on \d", d["defect"]) or [d["defect"]])
+            out.add(("convention", *sorted(set(values))))
+        elif d["kind"] != "unexplained":
+            out.add((d["kind"],))
+    return out
+
+
+@pytest.mark.parametrize("pair", [_param(p) for p in PAIRS])
+def test_the_same_cause_whether_every_dtype_or_float64_ran(result, result_all_dtypes, pair):
+    """A cause named in float64 is named when bfloat16 and float32 run too, and the other dtypes
+    name no cause the float64 run does not (their rounding is no defect); a twin gets none."""
+    assert pair.objective in HAVE, f"no vectors for {pair.objective}"
+    alone, every = _causes(result, pair.slug), _causes(result_all_dtypes, pair.slug)
+    assert alone == every, f"{pair.slug}: float64 alone names {sorted(alone)}, every dtype {sorted(every)}"
+    twin = killtable.twin_name(pair, PAIRS)
+    assert result_all_dtypes["diagnoses"].get(twin, []) == [], f"twin {twin} got a diagnosis with every dtype"
 
 
 @pytest.mark.parametrize("pair", [_param(p) for p in PAIRS])
