@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytest_benchmark")
 
-from conformance.bench import methods  # noqa: E402
+from lossproof.conformance.bench import methods  # noqa: E402
 
 N, V = (int(x) for x in os.environ.get("LOSSPROOF_BENCH_SIZE", "256x32768").lower().split("x"))
 RUNNERS = methods.Runners(methods.DEFAULT_METHODS)

@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("pytest_benchmark")
 
-from conformance.bench import linear  # noqa: E402
+from lossproof.conformance.bench import linear  # noqa: E402
 
 SIZE = linear.parse_size(os.environ.get("LOSSPROOF_BENCH_LINEAR", "512x512x16384"))
 

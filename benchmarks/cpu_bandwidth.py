@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conformance.bench import methods, run, timing  # noqa: E402
+from lossproof.conformance.bench import methods, run, timing  # noqa: E402
 
 
 def measure(n: int, v: int, rounds: int, kernel: str, names, log=print) -> dict:

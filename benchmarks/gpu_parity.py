@@ -169,7 +169,7 @@ def cuda_device(no_device: bool) -> tuple[bool, str]:
 
 
 def environment(limit: float, gpu: bool) -> dict:
-    import conformance
+    from lossproof import conformance
     env = {"python": platform.python_version(), "platform": platform.platform(), "lossproof": conformance.__version__,
            "torch": _version("torch"), "numpy": _version("numpy"), "cupy": _version("cupy"),
            "triton": _version("triton"), "trl": _version("trl"), "liger_kernel": _version("liger_kernel", "liger-kernel"),
@@ -183,7 +183,7 @@ def environment(limit: float, gpu: bool) -> dict:
             env["device"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
                              "memory_bytes": props.total_memory, "multiprocessors": props.multi_processor_count,
                              "count": torch.cuda.device_count()}
-        from refimpl.torch import _compiled
+        from lossproof.refimpl.torch import _compiled
         env["compiled_cpu_kernel"] = _compiled.status()
     except Exception as err:  # recorded: the other stages say what they can do without it
         env["torch_error"] = f"{type(err).__name__}: {err}"
@@ -205,7 +205,7 @@ def cuda_test_files() -> list[str]:
     files = []
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         text = path.read_text(encoding="utf-8", errors="replace")
-        if "mark.cuda" in text or "import cupy" in text or "refimpl.triton" in text:
+        if "mark.cuda" in text or "import cupy" in text or "lossproof.refimpl.triton" in text:
             files.append(str(path.relative_to(ROOT)))
     return files
 
@@ -274,9 +274,9 @@ def check_worker(backend: str, device: str, objective: str, path: Path) -> int:
     """In a child process: every selected vector (``objective``: globs joined by commas) on one
     backend or third-party adapter and device; writes the verdicts
     and every output and gradient the harness compared (numpy, float64) to ``path``."""
-    from conformance import harness
-    from conformance.targets import builtin, load
-    from conformance.vectors.load import VectorSet
+    from lossproof.conformance import harness
+    from lossproof.conformance.targets import builtin, load
+    from lossproof.conformance.vectors.load import VectorSet
 
     outputs = {}
 
@@ -301,7 +301,7 @@ def check_worker(backend: str, device: str, objective: str, path: Path) -> int:
 def _available(backend: str) -> tuple[bool, str]:
     """Whether a built-in backend loads here, and why not."""
     try:
-        from conformance.targets import builtin
+        from lossproof.conformance.targets import builtin
         if backend not in builtin.BUILTINS:
             return False, f"not available: no built-in backend {backend!r} in this version"
         builtin.load(backend)
@@ -313,7 +313,7 @@ def _available(backend: str) -> tuple[bool, str]:
 def _peer_available(name: str) -> tuple[bool, str]:
     """Whether a third-party adapter (``--target NAME``) loads here, and why not."""
     try:
-        from conformance.targets import load
+        from lossproof.conformance.targets import load
         load(name)
     except Exception as err:  # TargetError with the install line, or an import failure
         return False, f"not available: {err}"
@@ -401,7 +401,7 @@ def check(limit: float, out: Path, gpu: bool, why_not: str, objective: str, log)
     if not gpu:
         backends["liger-cuda"] = {"status": "skipped", "reason": why_not}
     else:
-        from conformance.targets.peers import liger as liger_adapter
+        from lossproof.conformance.targets.peers import liger as liger_adapter
         kernels = [o for o in liger_adapter.TRITON_ONLY if fnmatch.fnmatchcase(o, objective)]
         ok, why = _peer_available("liger") if kernels else (False, "no Liger Triton-kernel objective selected")
         if ok:
@@ -472,7 +472,7 @@ def bench(limit: float, out: Path, gpu: bool, why_not: str, cfg: dict, cpu_sizes
             break
         label = ",".join(f"{n}x{v}" for n, v in sizes)
         path = out / f"bench-{device}-{dtype}-{label.replace(',', '_')}.json"
-        cmd = [sys.executable, "-m", "conformance", "bench", "--device", device, "--dtype", dtype,
+        cmd = [sys.executable, "-m", "lossproof", "bench", "--device", device, "--dtype", dtype,
                "--sizes", label, "--reps", str(cfg["reps"]), "--no-exact", "--json", str(path)]
         for m in cfg["methods"] + (["lossproof-tiles"] if device == "cpu" else []):
             cmd += ["--method", m]
@@ -594,7 +594,7 @@ def markdown(doc: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 def _sizes(text: str) -> list[tuple[int, int]]:
-    from conformance.bench.run import parse_sizes
+    from lossproof.conformance.bench.run import parse_sizes
     return parse_sizes(text)
 
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.docs.performance import RESULTS, RUNS, command
+from lossproof.conformance.docs.performance import RESULTS, RUNS, command
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +26,7 @@ def run(names) -> int:
     (ROOT / RESULTS).mkdir(parents=True, exist_ok=True)
     for name in names:
         print("$", command(name), flush=True)
-        rc = subprocess.call([sys.executable, "-m", "conformance", "bench", *RUNS[name], "--json",
+        rc = subprocess.call([sys.executable, "-m", "lossproof", "bench", *RUNS[name], "--json",
                               str(ROOT / RESULTS / name)], cwd=ROOT)
         if rc:
             return rc

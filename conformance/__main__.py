@@ -1,5 +1,5 @@
 import sys
 
-from conformance.cli import main
+from lossproof.conformance.cli import main
 
 sys.exit(main())

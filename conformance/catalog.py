@@ -88,7 +88,7 @@ class Objective:
     def __post_init__(self):
         if not self.k_base > 0:
             raise ValueError(f"catalog entry {self.id}: k_base must be a positive number of roundings "
-                             f"(conformance.compare's tolerance base), got {self.k_base!r}")
+                             f"(lossproof.conformance.compare's tolerance base), got {self.k_base!r}")
         if self.step not in STEP_MEANS or bool(self.step) != bool(self.step_loss) or (self.step and self.not_step):
             raise ValueError(f"catalog entry {self.id}: a step objective states step (one of "
                              f"{', '.join(m for m in STEP_MEANS if m)}) and step_loss, and no not_step")
@@ -103,7 +103,7 @@ class Objective:
 
     @property
     def generator_module(self) -> str:
-        return f"conformance.generate.{self.generator or self.family}"
+        return f"lossproof.conformance.generate.{self.generator or self.family}"
 
     @property
     def page(self) -> str:

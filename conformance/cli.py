@@ -1,4 +1,4 @@
-"""Command line: ``lossproof`` (same as ``python -m conformance``). Parsing and printing only."""
+"""Command line: ``lossproof`` (same as ``python -m lossproof``). Parsing and printing only."""
 from __future__ import annotations
 
 import argparse
@@ -14,8 +14,8 @@ import mpmath
 from rich.console import Console
 from rich.table import Table
 
-import conformance
-from conformance import (
+from lossproof import conformance
+from lossproof.conformance import (
     catalog,
     compare,
     derive,
@@ -26,23 +26,23 @@ from conformance import (
     report,
     run,
 )
-from conformance._host import usable_cores
-from conformance._io import write_atomically
-from conformance.bench import methods as bench_methods
-from conformance.bench import run as bench
-from conformance.distributed import partitions
-from conformance.docs import build as docs_build
-from conformance.errors import LossproofError, UsageError
-from conformance.progress import bar
-from conformance.results import failed
-from conformance.targets import ANY, builtin, known_file, load, scaffold
-from conformance.theorem import probe
-from conformance.theorem import table as theorem
-from conformance.vectors import certificates, cite, examples
-from conformance.vectors.format import MANIFEST
-from conformance.vectors.lint import lint
-from conformance.vectors.load import VectorSet, default_dir
-from refimpl.validate import InputError
+from lossproof.conformance._host import usable_cores
+from lossproof.conformance._io import write_atomically
+from lossproof.conformance.bench import methods as bench_methods
+from lossproof.conformance.bench import run as bench
+from lossproof.conformance.distributed import partitions
+from lossproof.conformance.docs import build as docs_build
+from lossproof.conformance.errors import LossproofError, UsageError
+from lossproof.conformance.progress import bar
+from lossproof.conformance.results import failed
+from lossproof.conformance.targets import ANY, builtin, known_file, load, scaffold
+from lossproof.conformance.theorem import probe
+from lossproof.conformance.theorem import table as theorem
+from lossproof.conformance.vectors import certificates, cite, examples
+from lossproof.conformance.vectors.format import MANIFEST
+from lossproof.conformance.vectors.lint import lint
+from lossproof.conformance.vectors.load import VectorSet, default_dir
+from lossproof.refimpl.validate import InputError
 
 DEFAULT_TIME_LIMIT = 30.0
 
@@ -117,7 +117,7 @@ def _printed(case) -> cite.Printed | None:
         return None
     if not reals:
         return cite.Printed("")
-    from conformance.vectors import certify   # python-flint, only for an article example
+    from lossproof.conformance.vectors import certify   # python-flint, only for an article example
     try:
         values, bits = certify.at_printed(case, reals)
     except ValueError as err:
@@ -184,7 +184,7 @@ def cmd_lint(args):
 
 def cmd_certify(args):
     # imported here: only certifying needs python-flint; list/show/cite read the certificate files
-    from conformance.vectors import certify
+    from lossproof.conformance.vectors import certify
     vs = _vector_set(args)
     if not any(True for _ in vs.cases(args.objective)):
         raise UsageError(f"--objective {args.objective!r} matches no objective in {vs.directory}")
@@ -322,7 +322,7 @@ def _setup() -> str:
     """One-time setup of the built-in torch backend: its compiled CPU kernel, built (or loaded
     from the cache; one process builds, the others wait for it) before the first case, so that
     no case's time limit measures it. The line that says what it found."""
-    from refimpl.torch import _compiled
+    from lossproof.refimpl.torch import _compiled
     status = _compiled.status()
     if not status["available"]:
         return f"compiled CPU kernel unavailable, the torch fused path is used: {status['reason']}"
@@ -574,7 +574,7 @@ def cmd_docs(args):
 
 def _bench_linear(args):
     """``lossproof bench --kernel linear_cross_entropy`` (conformance.bench.linear)."""
-    from conformance.bench import linear
+    from lossproof.conformance.bench import linear
     if len(args.kernel) > 1:
         raise UsageError("--kernel linear_cross_entropy runs alone (its inputs are hidden states and a weight, "
                          "not logits)")

@@ -110,7 +110,7 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance import catalog, numbers
+from lossproof.conformance import catalog, numbers
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "bfloat16": 2.0**-8, "float16": 2.0**-11}
 # (mantissa bits incl. the implicit one, smallest normal exponent)

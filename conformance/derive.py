@@ -17,14 +17,14 @@ from __future__ import annotations
 import importlib
 import json
 
-from conformance import catalog, compare, numbers, report
-from conformance.generate.build import GenerationError, build_test
-from conformance.generate.case import ROWS_WITHOUT_TOKENS, Case, rows_without_tokens
-from conformance.targets.target import ANY, Target
-from conformance.vectors import certify
-from conformance.vectors.format import LARGE_FLAG
-from conformance.vectors.load import VectorCase
-from refimpl import validate
+from lossproof.conformance import catalog, compare, numbers, report
+from lossproof.conformance.generate.build import GenerationError, build_test
+from lossproof.conformance.generate.case import ROWS_WITHOUT_TOKENS, Case, rows_without_tokens
+from lossproof.conformance.targets.target import ANY, Target
+from lossproof.conformance.vectors import certify
+from lossproof.conformance.vectors.format import LARGE_FLAG
+from lossproof.conformance.vectors.load import VectorCase
+from lossproof.refimpl import validate
 
 FLAG = "Derived"
 NOTE = ("Derived at run time for a declared convention combination that no committed group holds, from the "

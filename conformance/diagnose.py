@@ -51,11 +51,11 @@ from dataclasses import dataclass, field
 import mpmath
 import numpy as np
 
-from conformance import catalog, compare, diagnose_inputs, harness, verdict
-from conformance.numbers import decode_input
-from conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult
-from refimpl.exact import mp
-from refimpl.validate import InputError
+from lossproof.conformance import catalog, compare, diagnose_inputs, harness, verdict
+from lossproof.conformance.numbers import decode_input
+from lossproof.conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult
+from lossproof.refimpl.exact import mp
+from lossproof.refimpl.validate import InputError
 
 # The exact reference re-evaluated at modest precision: a candidate convention is accepted or
 # refused by differences many orders above 1e-20.
@@ -1050,7 +1050,7 @@ def _unkey(value):
 
 
 def _evaluate(spec, case, conventions: dict) -> dict | None:
-    module = importlib.import_module(f"refimpl.exact.{spec.family}")
+    module = importlib.import_module(f"lossproof.refimpl.exact.{spec.family}")
     fn, vjp = getattr(module, spec.name), getattr(module, f"{spec.name}_vjp", None)
     test = case.test
     # ``conventions`` carries the override, which may name a parameter the case sets

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance.numbers import decode_input
+from lossproof.conformance.numbers import decode_input
 
 # Pairs of inputs whose difference is a log ratio, (numerator, denominator).
 LOG_RATIOS = (("logp", "old_logp"), ("logp", "ref_logp"), ("logp", "behavior_logp"), ("ref_logp", "logp"))

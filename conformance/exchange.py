@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from conformance import catalog, compare, numbers, plan, verdict
-from conformance._io import write_atomically
-from conformance.results import CaseResult
-from conformance.vectors.load import VectorError, VectorSet
+from lossproof.conformance import catalog, compare, numbers, plan, verdict
+from lossproof.conformance._io import write_atomically
+from lossproof.conformance.results import CaseResult
+from lossproof.conformance.vectors.load import VectorError, VectorSet
 
 PROMPTS_SCHEMA = "lossproof-prompts/1"
 RESPONSES_SCHEMA = "lossproof-responses/1"

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from conformance import catalog, compare, plan, timelimit, verdict
-from conformance.numbers import decode_input
-from conformance.results import MISSING_MODULE, CaseResult, not_implemented
-from conformance.targets import signature
-from conformance.targets.imports import missing_module
-from conformance.targets.target import Target
-from conformance.vectors.load import VectorCase, VectorSet
+from lossproof.conformance import catalog, compare, plan, timelimit, verdict
+from lossproof.conformance.numbers import decode_input
+from lossproof.conformance.results import MISSING_MODULE, CaseResult, not_implemented
+from lossproof.conformance.targets import signature
+from lossproof.conformance.targets.imports import missing_module
+from lossproof.conformance.targets.target import Target
+from lossproof.conformance.vectors.load import VectorCase, VectorSet
 
 LEAK_PROBE_SEED = 20261201
 

@@ -41,9 +41,9 @@ import inspect
 import json
 from dataclasses import dataclass, field
 
-from conformance import catalog, derive, diagnose, harness
-from conformance.results import NOT_CALLED
-from conformance.targets.target import ANY, Target
+from lossproof.conformance import catalog, derive, diagnose, harness
+from lossproof.conformance.results import NOT_CALLED
+from lossproof.conformance.targets.target import ANY, Target
 
 # Combinations next to the committed groups given derived cases, per objective: enough for the
 # nearest groups' neighbours, few enough that one inference stays within seconds to a minute.

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import catalog, compare
-from conformance.distributed import partitions
-from conformance.numbers import decode_input
-from conformance.results import NOT_CALLED
-from conformance.targets import signature
-from conformance.targets.steps import global_test
-from conformance.targets.target import ANY, Target, conventions_admit
-from conformance.vectors.load import VectorCase
+from lossproof.conformance import catalog, compare
+from lossproof.conformance.distributed import partitions
+from lossproof.conformance.numbers import decode_input
+from lossproof.conformance.results import NOT_CALLED
+from lossproof.conformance.targets import signature
+from lossproof.conformance.targets.steps import global_test
+from lossproof.conformance.targets.target import ANY, Target, conventions_admit
+from lossproof.conformance.vectors.load import VectorCase
 
 NO_DTYPE = "no dtype shared by the vector, the target and --dtype"
 NOT_A_MATRIX = "not a [N,V] vector"

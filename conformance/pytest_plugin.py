@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.errors import LossproofError
+from lossproof.conformance.errors import LossproofError
 
 # pytest loads this plugin in every session of every project where lossproof is installed, so
 # the harness (numpy, the vectors) is imported only once a lossproof option asks for it.
@@ -38,7 +38,7 @@ class LossproofItem(pytest.Item):
         self.target_case = target_case
 
     def runtest(self):
-        from conformance import testing
+        from lossproof.conformance import testing
         strict, known = self.config.getoption("lossproof_strict"), self.config.getoption("lossproof_known")
         options = ((f"--known {known}",) if known else ()) + (("--strict",) if strict else ())
         results = testing.check(self.target_case, options=options)
@@ -65,7 +65,7 @@ class LossproofCollector(pytest.Collector):
         self.target_spec = target_spec
 
     def collect(self):
-        from conformance import testing
+        from lossproof.conformance import testing
         config = self.config
         for tc in testing.cases(self.target_spec, config.getoption("lossproof_vectors"),
                                 config.getoption("lossproof_objective"),

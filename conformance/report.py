@@ -7,8 +7,8 @@ import sys
 from collections import Counter, defaultdict
 from xml.etree import ElementTree as ET
 
-from conformance._io import write_atomically
-from conformance.results import CHECKED, MISSING_MODULE, NOT_CALLED, CaseResult, failed, summary
+from lossproof.conformance._io import write_atomically
+from lossproof.conformance.results import CHECKED, MISSING_MODULE, NOT_CALLED, CaseResult, failed, summary
 
 REPORT_SCHEMA = "lossproof-report/3"
 DERIVED_GROUP = "derived"   # the group of cases derived at run time (conformance.derive, which imports this)

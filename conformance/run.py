@@ -15,13 +15,13 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from conformance import catalog, compare, derive, harness, report
-from conformance.distributed import check as distributed
-from conformance.distributed import partitions
-from conformance.errors import UsageError
-from conformance.results import CHECKED, CaseResult
-from conformance.targets import Target, builtin, load, split_variants
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, compare, derive, harness, report
+from lossproof.conformance.distributed import check as distributed
+from lossproof.conformance.distributed import partitions
+from lossproof.conformance.errors import UsageError
+from lossproof.conformance.results import CHECKED, CaseResult
+from lossproof.conformance.targets import Target, builtin, load, split_variants
+from lossproof.conformance.vectors.load import VectorSet
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Use the vectors from your own test code.
 
-    from conformance import testing
+    from lossproof.conformance import testing
     for case in testing.cases("my_pkg.losses:TARGET", objective="grpo.*"):
         results = testing.check(case)         # one CaseResult per dtype
         assert not testing.failed(results), results
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conformance import compare, harness, run, targets
-from conformance.results import failed
-from conformance.vectors.load import VectorCase, VectorSet
+from lossproof.conformance import compare, harness, run, targets
+from lossproof.conformance.results import failed
+from lossproof.conformance.vectors.load import VectorCase, VectorSet
 
 
 @dataclass(frozen=True)

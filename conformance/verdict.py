@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from conformance import compare
-from conformance.results import CaseResult
+from lossproof.conformance import compare
+from lossproof.conformance.results import CaseResult
 
 ACCEPTABLE_PREFIX = "acceptable difference: "
 

@@ -31,7 +31,7 @@ pip install --quiet "pillow==13.0.0"
 
 "$PYTHON" - <<'PY'
 import torch
-from conformance.targets import load
+from lossproof.conformance.targets import load
 for name in ("trl", "verl", "openrlhf", "liger", "transformers"):
     t = load(name)
     print(f"{name} {t.version}: {len(t.objectives)} objectives (torch {torch.__version__})")

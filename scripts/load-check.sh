@@ -6,7 +6,7 @@
 #
 #   scripts/load-check.sh                              # the full check of the built-in backends
 #   scripts/load-check.sh --objective 'distill.*'      # any `lossproof check` options
-#   LOSSPROOF="python -m conformance" scripts/load-check.sh ...   # a source checkout
+#   LOSSPROOF="python -m lossproof" scripts/load-check.sh ...   # a source checkout
 # (PYTHON: the interpreter that runs lossproof, default python: it names the kernel's source.)
 #
 # Prints each run's time, exit status and summary; exits 0 when both runs exit 0 and no
@@ -37,7 +37,7 @@ trap 'status=130; exit 130' INT TERM
 
 # The compiler processes of this kernel (the c++ driver, cc1plus, the linker): their command
 # lines name its source or this run's cache; other compilers on a shared machine are not counted.
-source=$(${PYTHON:-python} -c 'from refimpl.torch import _compiled; print(_compiled.SOURCE)') || exit 1
+source=$(${PYTHON:-python} -c 'from lossproof.refimpl.torch import _compiled; print(_compiled.SOURCE)') || exit 1
 compilers() {
     ps -eo pid=,ppid=,etime=,args= | grep -F -e "$source" -e "$LOSSPROOF_CACHE" | grep -v -e grep -e load-check
 }

@@ -12,7 +12,7 @@ try:
 except ImportError:   # without torch, the "torch" cases skip with a reason (tests/conftest.py)
     torch = None
 
-from conformance import catalog
+from lossproof.conformance import catalog
 
 BACKENDS = ("exact", "arrays", "torch")
 
@@ -20,7 +20,7 @@ BACKENDS = ("exact", "arrays", "torch")
 def function(backend: str, objective_id: str, vjp: bool = False):
     """``refimpl.<backend>.<family>.<name>`` (``_vjp`` appended when ``vjp``), or None."""
     spec = catalog.get(objective_id)
-    module = importlib.import_module(f"refimpl.{backend}.{spec.family}")
+    module = importlib.import_module(f"lossproof.refimpl.{backend}.{spec.family}")
     return getattr(module, spec.name + ("_vjp" if vjp else ""), None)
 
 

@@ -17,7 +17,7 @@ import inspect
 
 import pytest
 
-from conformance import catalog
+from lossproof.conformance import catalog
 
 FAMILIES = tuple(dict.fromkeys(o.family for o in catalog.OBJECTIVES))
 
@@ -40,8 +40,8 @@ EMPTY = inspect.Parameter.empty
 
 def _module(backend: str, family: str):
     if "needs" in BACKENDS[backend]:
-        pytest.importorskip(BACKENDS[backend]["needs"], reason=f"refimpl.{backend} needs {BACKENDS[backend]['needs']}")
-    return importlib.import_module(f"refimpl.{backend}.{family}")
+        pytest.importorskip(BACKENDS[backend]["needs"], reason=f"lossproof.refimpl.{backend} needs {BACKENDS[backend]['needs']}")
+    return importlib.import_module(f"lossproof.refimpl.{backend}.{family}")
 
 
 def _objectives(family: str, module=None, backend: str = "exact"):
@@ -82,11 +82,11 @@ def test_all_lists_exactly_the_catalog_functions(backend, family):
         want.add(spec.name)
         if BACKENDS[backend]["vjps"] and spec.grads:
             want.add(f"{spec.name}_vjp")
-    assert hasattr(module, "__all__"), f"refimpl.{backend}.{family} has no __all__"
+    assert hasattr(module, "__all__"), f"lossproof.refimpl.{backend}.{family} has no __all__"
     assert sorted(module.__all__) == sorted(want)
     assert len(module.__all__) == len(set(module.__all__))
     for name in module.__all__:
-        assert callable(getattr(module, name)), f"refimpl.{backend}.{family}.{name}"
+        assert callable(getattr(module, name)), f"lossproof.refimpl.{backend}.{family}.{name}"
 
 
 @pytest.mark.parametrize("backend, family", PAIRS, ids=[f"{b}.{f}" for b, f in PAIRS])
@@ -94,15 +94,15 @@ def test_signatures_match_the_catalog(backend, family):
     module = _module(backend, family)
     for spec in _objectives(family, module, backend):
         fn = getattr(module, spec.name)
-        assert fn.__name__ == spec.name, f"refimpl.{backend}.{spec.id} is {fn.__qualname__}"
+        assert fn.__name__ == spec.name, f"lossproof.refimpl.{backend}.{spec.id} is {fn.__qualname__}"
         assert _same(_actual(fn), _expected(spec, False)), (
-            f"refimpl.{backend}.{spec.id}: {_actual(fn)} != catalog {_expected(spec, False)}")
+            f"lossproof.refimpl.{backend}.{spec.id}: {_actual(fn)} != catalog {_expected(spec, False)}")
         vjp = getattr(module, f"{spec.name}_vjp", None)
         if BACKENDS[backend]["vjps"] and spec.grads:
-            assert vjp is not None, f"refimpl.{backend}.{spec.id}: no {spec.name}_vjp"
+            assert vjp is not None, f"lossproof.refimpl.{backend}.{spec.id}: no {spec.name}_vjp"
         if vjp is not None:
             assert _same(_actual(vjp), _expected(spec, True)), (
-                f"refimpl.{backend}.{spec.id}_vjp: {_actual(vjp)} != catalog {_expected(spec, True)}")
+                f"lossproof.refimpl.{backend}.{spec.id}_vjp: {_actual(vjp)} != catalog {_expected(spec, True)}")
 
 
 @pytest.mark.parametrize("backend, family", PAIRS, ids=[f"{b}.{f}" for b, f in PAIRS])
@@ -112,11 +112,11 @@ def test_declined_objectives_say_why(backend, family):
     module = _module(backend, family)
     declined = getattr(module, "DECLINED", {})
     if declined:
-        assert BACKENDS[backend].get("partial"), f"refimpl.{backend}.{family} declines {sorted(declined)}"
+        assert BACKENDS[backend].get("partial"), f"lossproof.refimpl.{backend}.{family} declines {sorted(declined)}"
     for oid, why in declined.items():
         spec = catalog.get(oid)
         assert spec.family == family and len(why) > 40, (oid, why)
-        assert not hasattr(module, spec.name), f"refimpl.{backend}.{family} declines and defines {oid}"
+        assert not hasattr(module, spec.name), f"lossproof.refimpl.{backend}.{family} declines and defines {oid}"
 
 
 def test_every_catalog_objective_has_a_reference_backend():

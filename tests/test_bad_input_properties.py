@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 
 import records
 from backend_inputs import BACKENDS, function, required_params, to_backend, torch, valid_inputs
-from conformance import catalog, cli
-from conformance._io import write_tree
-from conformance.vectors.format import MANIFEST, manifest_bytes
-from refimpl import validate
+from lossproof.conformance import catalog, cli
+from lossproof.conformance._io import write_tree
+from lossproof.conformance.vectors.format import MANIFEST, manifest_bytes
+from lossproof.refimpl import validate
 
 OBJECTIVES = [o for o in catalog.OBJECTIVES if o.family != "tabular"]
 SETTINGS = settings(max_examples=150,
@@ -389,7 +389,7 @@ BAD_ARGS = [
     (["check", "--dtype", "float8"], "--dtype"),
     (["check", "--backend", "numpy", "--device", "tpu"], "--device"),
     (["check", "--target", "no/such/file.py:T"], "no/such/file.py"),
-    (["check", "--target", "conformance.catalog:NOPE"], "NOPE"),
+    (["check", "--target", "lossproof.conformance.catalog:NOPE"], "NOPE"),
     (["check", "--backend", "numpy", "--tolerances", "{tmp}/missing.json"], "--tolerances"),
     (["check", "--backend", "numpy", "--tolerances", "{tmp}/not-json.json"], "--tolerances"),
     (["check", "--backend", "numpy", "--tolerances", "{tmp}/wrong-shape.json"], "--tolerances"),
@@ -434,7 +434,7 @@ def test_failed_report_write_leaves_the_previous_report_intact(tmp_path, monkeyp
 
 
 def test_failed_generation_leaves_the_vectors_intact(tmp_path, monkeypatch, capsys):
-    from conformance import generate
+    from lossproof.conformance import generate
     files = {"kl/estimator.json": b"{}\n"}
     files["MANIFEST.json"] = manifest_bytes(files)
     write_tree(tmp_path, files, last=MANIFEST)

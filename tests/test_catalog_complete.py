@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance import catalog
-from conformance.generate import FAMILY_MODULES
-from conformance.vectors import certificates
-from conformance.vectors.format import is_large
-from conformance.vectors.load import default_dir, objective_of, read_manifest
+from lossproof.conformance import catalog
+from lossproof.conformance.generate import FAMILY_MODULES
+from lossproof.conformance.vectors import certificates
+from lossproof.conformance.vectors.format import is_large
+from lossproof.conformance.vectors.load import default_dir, objective_of, read_manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 IDS = [o.id for o in catalog.OBJECTIVES]
@@ -35,21 +35,21 @@ def _function(package: str, spec: catalog.Objective):
 def _missing(spec: catalog.Objective) -> list[str]:
     """What the objective lacks, one phrase each, in the order a contributor adds them."""
     out = []
-    if not callable(_function("refimpl.exact", spec)):
-        out.append(f"an exact reference refimpl.exact.{spec.id}")
-    exact = importlib.import_module(f"refimpl.exact.{spec.family}") if _function("refimpl.exact", spec) else None
+    if not callable(_function("lossproof.refimpl.exact", spec)):
+        out.append(f"an exact reference lossproof.refimpl.exact.{spec.id}")
+    exact = importlib.import_module(f"lossproof.refimpl.exact.{spec.family}") if _function("lossproof.refimpl.exact", spec) else None
     if exact and spec.grads and not callable(getattr(exact, f"{spec.name}_vjp", None)):
-        out.append(f"an analytic gradient refimpl.exact.{spec.id}_vjp")
-    if not callable(_function("refimpl.certified", spec)):
-        out.append(f"a certified reference refimpl.certified.{spec.id}")
+        out.append(f"an analytic gradient lossproof.refimpl.exact.{spec.id}_vjp")
+    if not callable(_function("lossproof.refimpl.certified", spec)):
+        out.append(f"a certified reference lossproof.refimpl.certified.{spec.id}")
     for backend in spec.backends:
-        if not callable(_function(f"refimpl.{backend}", spec)):
-            out.append(f"a refimpl.{backend}.{spec.id} (the catalog entry claims backend {backend!r})")
-    if spec.step and not callable(_function("refimpl.torch", spec)):
-        out.append(f"a refimpl.torch.{spec.id} (the built-in --partition step is made of it: step={spec.step!r})")
-    if spec.vocab_sharded and not callable(getattr(importlib.import_module("refimpl.torch.vocab_parallel"),
+        if not callable(_function(f"lossproof.refimpl.{backend}", spec)):
+            out.append(f"a lossproof.refimpl.{backend}.{spec.id} (the catalog entry claims backend {backend!r})")
+    if spec.step and not callable(_function("lossproof.refimpl.torch", spec)):
+        out.append(f"a lossproof.refimpl.torch.{spec.id} (the built-in --partition step is made of it: step={spec.step!r})")
+    if spec.vocab_sharded and not callable(getattr(importlib.import_module("lossproof.refimpl.torch.vocab_parallel"),
                                                    spec.name, None)):
-        out.append(f"a refimpl.torch.vocab_parallel.{spec.name} (the catalog entry marks it vocab_sharded)")
+        out.append(f"a lossproof.refimpl.torch.vocab_parallel.{spec.name} (the catalog entry marks it vocab_sharded)")
     module = spec.generator_module
     try:
         generator = importlib.import_module(module)
@@ -59,7 +59,7 @@ def _missing(spec: catalog.Objective) -> list[str]:
         if not callable(getattr(generator, "cases", None)):
             out.append(f"a cases() function in {module}")
         elif module.rpartition(".")[2] not in FAMILY_MODULES:
-            out.append(f"{module} among conformance.generate.FAMILY_MODULES")
+            out.append(f"{module} among lossproof.conformance.generate.FAMILY_MODULES")
     manifest = read_manifest(default_dir())
     if spec.vector_file not in manifest:
         out.append(f"vectors {spec.vector_file} (lossproof vectors generate)")
@@ -99,17 +99,17 @@ def test_a_missing_piece_is_named():
     toy = catalog.Objective("toy.square", "x²", (catalog.Input("x", "N"),), (), ("value",), ("x",), "none",
                             k_base=2.0)
     missing = _missing(toy)
-    assert missing[0] == "an exact reference refimpl.exact.toy.square"
+    assert missing[0] == "an exact reference lossproof.refimpl.exact.toy.square"
     assert any(m.startswith("a certified reference") for m in missing)
     assert any("claims backend 'torch'" in m for m in missing)
-    assert any(m.startswith("a generator module conformance.generate.toy") for m in missing)
+    assert any(m.startswith("a generator module lossproof.conformance.generate.toy") for m in missing)
     assert any(m.startswith("vectors toy/square.json") for m in missing)
     assert any(m.startswith("a docs page docs/toy.md") for m in missing)
     split = catalog.Objective("toy.square", "x²", (catalog.Input("x", "N"),), (), ("value",), ("x",), "none",
                               k_base=2.0, step="count", step_loss="value", vocab_sharded=True)
     missing = _missing(split)
-    assert "a refimpl.torch.toy.square (the built-in --partition step is made of it: step='count')" in missing
-    assert "a refimpl.torch.vocab_parallel.square (the catalog entry marks it vocab_sharded)" in missing
+    assert "a lossproof.refimpl.torch.toy.square (the built-in --partition step is made of it: step='count')" in missing
+    assert "a lossproof.refimpl.torch.vocab_parallel.square (the catalog entry marks it vocab_sharded)" in missing
 
 
 def test_a_step_objective_states_its_mean_and_its_loss():

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from flint import arb
 
-from conformance import catalog, cli
-from conformance.vectors import certificates, certify
-from conformance.vectors.format import MANIFEST, manifest_bytes
-from conformance.vectors.load import VectorSet, default_dir
-from refimpl.certified import _ball
+from lossproof.conformance import catalog, cli
+from lossproof.conformance.vectors import certificates, certify
+from lossproof.conformance.vectors.format import MANIFEST, manifest_bytes
+from lossproof.conformance.vectors.load import VectorSet, default_dir
+from lossproof.refimpl.certified import _ball
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = 4   # vectors per objective recomputed here; CI recomputes all (vectors certify --check)

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the CLI is exercised with the torch backend and torch targets")
 
-from conformance import cli
+from lossproof.conformance import cli
 
 BUGGY = '''
 def clip(logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_clip=None):
@@ -56,7 +56,7 @@ def test_no_matching_vector_is_a_usage_error(capsys):
 @pytest.mark.parametrize("command", ["check", "probe"])
 def test_a_cuda_only_target_on_a_machine_without_cuda_is_a_usage_error(tmp_path, capsys, command):
     path = tmp_path / "gpu.py"
-    path.write_text("from refimpl.torch import proximal_kl\n"
+    path.write_text("from lossproof.refimpl.torch import proximal_kl\n"
                     "T = {'name': 'gpu', 'framework': 'torch', 'devices': ['cuda'],\n"
                     "     'objectives': {'proximal_kl.loss': proximal_kl.loss}}\n")
     argv = [command, "--target", f"{path}:T", "--quiet"] + (["--device", "cuda"] if command == "probe" else [])

@@ -4,9 +4,9 @@ import dataclasses
 
 import pytest
 
-from conformance import cli
-from conformance.vectors import cite
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import cli
+from lossproof.conformance.vectors import cite
+from lossproof.conformance.vectors.load import VectorSet
 
 UID = "dpo.loss:724cb4d082c94475"
 
@@ -55,7 +55,7 @@ def test_a_number_the_vector_does_not_hold_is_a_usage_error(argv, message, capsy
 
 
 def test_every_released_vector_set_has_a_year():
-    from conformance.vectors import versions
+    from lossproof.conformance.vectors import versions
     assert set(versions.YEARS) == set(versions.RELEASED)
 
 
@@ -66,7 +66,7 @@ KL_UID = "distill.token_kl:f54e6621a6e1b392"   # forward KL, teacher (0.8, 0.2),
 
 @pytest.fixture(scope="module")
 def article():
-    from conformance.vectors import examples
+    from lossproof.conformance.vectors import examples
     vs = VectorSet(objectives=["distill.*", "grpo.*", "dpo.loss", "kl.estimator"], validate=False)
     return {c.uid: c for c in vs.cases() if examples.is_article(c)}
 
@@ -81,7 +81,7 @@ def test_the_printed_reals_round_to_the_stored_inputs(article):
     reals of these very vectors, and every article example with an input that is not exact as
     printed (a non-integer) has an entry."""
     import mpmath
-    from conformance.vectors import examples
+    from lossproof.conformance.vectors import examples
     assert set(examples.PRINTED) <= set(article)
     for uid, case in article.items():
         reals = examples.PRINTED.get(uid, {})
@@ -106,7 +106,7 @@ def _flat(x):
 
 
 def test_parameters_stand_for_their_shortest_decimal(article):
-    from conformance.vectors import examples
+    from lossproof.conformance.vectors import examples
     assert examples.printed_reals(article["dpo.loss:19ddf3dcdf2a7002"]) == {"beta": ("", "0.1")}
     # T = 1.0 and α = 0.5 are exact: only the logits and the skew's α = 0.1 stand for other reals
     assert set(examples.printed_reals(article["distill.skew_kl:122a3ab51e9b20f1"])) == {
@@ -136,8 +136,8 @@ def _independent():
 
 def test_the_value_at_the_printed_reals_is_proven_and_matches_the_formulas(article):
     import mpmath
-    from conformance import numbers
-    from conformance.vectors import certify, examples
+    from lossproof.conformance import numbers
+    from lossproof.conformance.vectors import certify, examples
     with mpmath.workdps(50):
         expected = {uid: (out, numbers.encode_exact(v)) for uid, (out, v) in _independent().items()}
     for uid, (output, digits) in expected.items():
@@ -148,7 +148,7 @@ def test_the_value_at_the_printed_reals_is_proven_and_matches_the_formulas(artic
 def test_the_printed_reals_move_the_digits_from_the_17th_on(article):
     """KL(teacher (0.8, 0.2) ‖ student (0.4, 0.6)): the values at the stored binary64 logits and at
     log 0.8, … share 15 significant digits, and the 16th differs (a relative change of 1.7e-16)."""
-    from conformance.vectors import certify, examples
+    from lossproof.conformance.vectors import certify, examples
     case = article[KL_UID]
     at, _ = certify.at_printed(case, examples.printed_reals(case))
     stored, printed = case.test["expected"]["kl"][0], at["kl"][0]
@@ -158,7 +158,7 @@ def test_the_printed_reals_move_the_digits_from_the_17th_on(article):
 def test_an_example_on_a_kink_is_not_proven_and_says_why(article):
     """ρ = 0.24/0.20 = 1.2 = 1 + ε exactly at the printed reals: the clip's branch is undecidable in
     balls (the binary64 ratio, 1.1999999999999997927…, lies inside the band)."""
-    from conformance.vectors import certify, examples
+    from lossproof.conformance.vectors import certify, examples
     case = article["grpo.clip:feae24b8480c7fd5"]
     with pytest.raises(ValueError, match="not proven at 40000 bits: the printed reals sit on a kink"):
         certify.at_printed(case, examples.printed_reals(case))
@@ -167,7 +167,7 @@ def test_an_example_on_a_kink_is_not_proven_and_says_why(article):
 def test_standing_for_is_scoped_and_validation_sees_the_binary64_numbers():
     from flint import arb
 
-    from refimpl.certified import _ball, kl
+    from lossproof.refimpl.certified import _ball, kl
     x = -0.6931471805599453
     with _ball.precision(192), _ball.standing_for({x: lambda: -arb(2).log()}):
         assert _ball.ball(x).overlaps(-arb(2).log()) and not _ball.ball(x).contains(arb(x))
@@ -214,7 +214,7 @@ def test_every_article_example_has_its_printed_value_or_says_why(article, capsys
 def test_an_article_example_whose_printed_reals_are_not_recorded_claims_nothing(article, capsys):
     """A new article example with non-integer inputs and no PRINTED entry: cite says nothing about
     the printed inputs rather than calling the binary64 numbers exact."""
-    from conformance.vectors import examples
+    from lossproof.conformance.vectors import examples
     case = article["distill.tvd:517e60d49c00485b"]
     unknown = dataclasses.replace(case, test={**case.test, "uid": "distill.tvd:0000000000000000"})
     assert examples.printed_reals(unknown) is None and cli._printed(unknown) is None

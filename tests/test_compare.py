@@ -7,9 +7,9 @@ import pytest
 import scipy.special
 import torch
 
-from conformance import catalog, compare, numbers
-from conformance.vectors.load import VectorSet
-from refimpl.torch import distill as tdistill
+from lossproof.conformance import catalog, compare, numbers
+from lossproof.conformance.vectors.load import VectorSet
+from lossproof.refimpl.torch import distill as tdistill
 
 
 @pytest.mark.parametrize("dtype, np_dtype", [("float64", np.float64), ("float32", np.float32),

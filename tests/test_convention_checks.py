@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from backend_inputs import backends_of, function, required_params, to_backend, valid_inputs
-from conformance import catalog
-from refimpl import validate
-from refimpl.exact import _tree
+from lossproof.conformance import catalog
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import _tree
 
 NAN, INF = math.nan, math.inf
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from conformance import cli, derive
-from conformance.targets.target import Target
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import cli, derive
+from lossproof.conformance.targets.target import Target
+from lossproof.conformance.vectors.load import VectorSet
 
 torch = pytest.importorskip("torch", reason="the targets under test are torch functions")
 

@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("matplotlib", reason="the docs build draws its figures with matplotlib (in the [test] extra)")
 
-from conformance import catalog, cli  # noqa: E402
-from conformance.docs import DocsError, blocks, build, families, figures, sessions  # noqa: E402
-from conformance.docs.context import Context  # noqa: E402
+from lossproof.conformance import catalog, cli  # noqa: E402
+from lossproof.conformance.docs import DocsError, blocks, build, families, figures, sessions  # noqa: E402
+from lossproof.conformance.docs.context import Context  # noqa: E402
 
 ROOT = build.ROOT
 FAST_FIGURES = [a for a in build.ARTIFACTS if a.kind == "figure" and not a.slow]
@@ -303,8 +303,8 @@ def test_the_package_imports_without_matplotlib(tmp_path):
     it, and the build must say how to install it."""
     import subprocess
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from conformance import cli\n"
-            "from conformance.docs import DocsError, figures\n"
+            "from lossproof.conformance import cli\n"
+            "from lossproof.conformance.docs import DocsError, figures\n"
             "try:\n    figures.require_matplotlib()\nexcept DocsError as err:\n    print(err)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "pip install 'lossproof[docs]'" in out

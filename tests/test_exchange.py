@@ -1,8 +1,8 @@
 """Out-of-process mode: export the prompts, compute responses elsewhere, validate them."""
 import json
 
-from conformance import cli
-from refimpl.exact import kl
+from lossproof.conformance import cli
+from lossproof.refimpl.exact import kl
 
 
 def _responses(prompts, dtype="float64", swap=False):

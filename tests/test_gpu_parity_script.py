@@ -58,8 +58,8 @@ def test_environment_and_tests(run):
     # without a GPU every CUDA test skips for that reason; the Triton modules skip whole when Triton
     # is not installed (the README's install leaves it out), with their importorskip reasons
     missing_triton = importlib.util.find_spec("triton") is None
-    assert set(t["skip_reasons"]) - {"no CUDA device"} == ({"refimpl.triton needs Triton",
-                                                            "refimpl.triton needs Triton (pip install triton)"}
+    assert set(t["skip_reasons"]) - {"no CUDA device"} == ({"lossproof.refimpl.triton needs Triton",
+                                                            "lossproof.refimpl.triton needs Triton (pip install triton)"}
                                                            if missing_triton else set())
 
 

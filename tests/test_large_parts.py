@@ -7,13 +7,13 @@ import shutil
 
 import pytest
 
-from conformance import catalog, cli
-from conformance.generate import first_difference
-from conformance.vectors import certificates
-from conformance.vectors.format import (LARGE_FLAG, MANIFEST, is_bulky, content, is_large, large_path_for, manifest_bytes,
+from lossproof.conformance import catalog, cli
+from lossproof.conformance.generate import first_difference
+from lossproof.conformance.vectors import certificates
+from lossproof.conformance.vectors.format import (LARGE_FLAG, MANIFEST, is_bulky, content, is_large, large_path_for, manifest_bytes,
                                         merge_large, serialize, split_large, stored)
-from conformance.vectors.lint import lint
-from conformance.vectors.load import VectorError, VectorSet, default_dir
+from lossproof.conformance.vectors.lint import lint
+from lossproof.conformance.vectors.load import VectorError, VectorSet, default_dir
 
 STEM = "distill/hinton"
 BUDGET_BYTES = 40_000_000     # DESIGN §5: vectors/, certificates included

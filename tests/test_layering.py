@@ -19,28 +19,28 @@ PACKAGES = ("refimpl", "conformance")
 
 # (glob over dotted module names, rank): the first matching glob wins.
 RANKS = (
-    ("refimpl", 0), ("refimpl.validate", 0),
-    ("refimpl.exact.mp", 1),
-    ("refimpl.*", 2),
-    ("conformance", 0),
-    ("conformance.errors", 1), ("conformance._io", 1), ("conformance._host", 1), ("conformance.numbers", 1),
-    ("conformance.catalog", 1), ("conformance.results", 1), ("conformance.progress", 1), ("conformance.timelimit", 1),
-    ("conformance.compare", 2), ("conformance.report", 2), ("conformance.vectors", 2),
-    ("conformance.vectors.certify", 3), ("conformance.vectors.*", 2),
-    ("conformance.generate", 3), ("conformance.generate.*", 3), ("conformance.targets", 3), ("conformance.targets.*", 3),
-    ("conformance.verdict", 3), ("conformance.distributed.partitions", 3),
-    ("conformance.plan", 3.5),   # the case plan: between the targets and the runners
-    ("conformance.harness", 4), ("conformance.derive", 4),
-    ("conformance.theorem", 5), ("conformance.theorem.*", 5), ("conformance.distributed", 5),
-    ("conformance.distributed.*", 5), ("conformance.exchange", 5), ("conformance.diagnose", 5),
-    ("conformance.diagnose_inputs", 2),
-    ("conformance.infer", 6),
-    ("conformance.run", 6),
-    ("conformance.testing", 7), ("conformance.docs", 7), ("conformance.docs.*", 7), ("conformance.bench", 7),
-    ("conformance.bench.*", 7),
-    ("conformance.pytest_plugin", 8),
-    ("conformance.cli", 9),
-    ("conformance.__main__", 10),
+    ("lossproof.refimpl", 0), ("lossproof.refimpl.validate", 0),
+    ("lossproof.refimpl.exact.mp", 1),
+    ("lossproof.refimpl.*", 2),
+    ("lossproof.conformance", 0),
+    ("lossproof.conformance.errors", 1), ("lossproof.conformance._io", 1), ("lossproof.conformance._host", 1), ("lossproof.conformance.numbers", 1),
+    ("lossproof.conformance.catalog", 1), ("lossproof.conformance.results", 1), ("lossproof.conformance.progress", 1), ("lossproof.conformance.timelimit", 1),
+    ("lossproof.conformance.compare", 2), ("lossproof.conformance.report", 2), ("lossproof.conformance.vectors", 2),
+    ("lossproof.conformance.vectors.certify", 3), ("lossproof.conformance.vectors.*", 2),
+    ("lossproof.conformance.generate", 3), ("lossproof.conformance.generate.*", 3), ("lossproof.conformance.targets", 3), ("lossproof.conformance.targets.*", 3),
+    ("lossproof.conformance.verdict", 3), ("lossproof.conformance.distributed.partitions", 3),
+    ("lossproof.conformance.plan", 3.5),   # the case plan: between the targets and the runners
+    ("lossproof.conformance.harness", 4), ("lossproof.conformance.derive", 4),
+    ("lossproof.conformance.theorem", 5), ("lossproof.conformance.theorem.*", 5), ("lossproof.conformance.distributed", 5),
+    ("lossproof.conformance.distributed.*", 5), ("lossproof.conformance.exchange", 5), ("lossproof.conformance.diagnose", 5),
+    ("lossproof.conformance.diagnose_inputs", 2),
+    ("lossproof.conformance.infer", 6),
+    ("lossproof.conformance.run", 6),
+    ("lossproof.conformance.testing", 7), ("lossproof.conformance.docs", 7), ("lossproof.conformance.docs.*", 7), ("lossproof.conformance.bench", 7),
+    ("lossproof.conformance.bench.*", 7),
+    ("lossproof.conformance.pytest_plugin", 8),
+    ("lossproof.conformance.cli", 9),
+    ("lossproof.conformance.__main__", 10),
 )
 
 
@@ -126,8 +126,8 @@ def test_imports_run_downward(module):
 
 
 def test_refimpl_imports_nothing_from_conformance():
-    bad = [f"{m} -> {t}" for m, edges in EDGES.items() if m.startswith("refimpl")
-           for t, _, _ in edges if t.startswith("conformance")]
+    bad = [f"{m} -> {t}" for m, edges in EDGES.items() if m.startswith("lossproof.refimpl")
+           for t, _, _ in edges if t.startswith("lossproof.conformance")]
     assert not bad
 
 
@@ -137,11 +137,11 @@ def test_backends_are_independent_of_each_other():
     bad = []
     for module, edges in EDGES.items():
         unit = _subpackage(module)
-        if not unit.startswith("refimpl.") or unit == "refimpl.validate":
+        if not unit.startswith("lossproof.refimpl.") or unit == "lossproof.refimpl.validate":
             continue
         for target, line, _ in edges:
             other = _subpackage(target)
-            if other not in (unit, "refimpl.validate") and not (target == "refimpl.exact.mp" and unit != "refimpl.certified"):
+            if other not in (unit, "lossproof.refimpl.validate") and not (target == "lossproof.refimpl.exact.mp" and unit != "lossproof.refimpl.certified"):
                 bad.append(f"{module}:{line} -> {target}")
     assert not bad, "\n".join(bad)
 
@@ -150,9 +150,9 @@ def test_the_certified_reference_never_imports_the_exact_one():
     """refimpl.certified is a second, independent derivation: no import of refimpl.exact at all
     (not even its precision helper), function-local imports included."""
     bad = [f"{MODULES[m].relative_to(ROOT)}:{line}: imports {t}" for m, edges in EDGES.items()
-           if m.startswith("refimpl.certified") for t, line, _ in edges if t.startswith("refimpl.exact")]
+           if m.startswith("lossproof.refimpl.certified") for t, line, _ in edges if t.startswith("lossproof.refimpl.exact")]
     assert not bad, "\n".join(bad)
-    assert any(m.startswith("refimpl.certified.") for m in MODULES)
+    assert any(m.startswith("lossproof.refimpl.certified.") for m in MODULES)
 
 
 def test_no_import_cycles():

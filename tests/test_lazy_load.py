@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from conformance import cli
-from conformance.vectors.format import MANIFEST, manifest_bytes, serialize
-from conformance.vectors.load import VectorError, VectorSet, default_dir
+from lossproof.conformance import cli
+from lossproof.conformance.vectors.format import MANIFEST, manifest_bytes, serialize
+from lossproof.conformance.vectors.load import VectorError, VectorSet, default_dir
 
 OBJECTIVES = ("kl/estimator", "dpo/loss")
 

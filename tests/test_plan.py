@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from conformance import compare, harness, plan
-from conformance.targets import load
-from conformance.targets.target import ANY, Target
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import compare, harness, plan
+from lossproof.conformance.targets import load
+from lossproof.conformance.targets.target import ANY, Target
+from lossproof.conformance.vectors.load import VectorSet
 
 VS = VectorSet(None, ["kl.estimator", "dpo.loss"])
 

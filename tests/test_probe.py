@@ -13,12 +13,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conformance import cli  # noqa: E402
-from conformance.targets import Target, TargetError  # noqa: E402
-from conformance.theorem import probe  # noqa: E402
-from refimpl.exact import _fixed_point, _tree, mp  # noqa: E402
-from refimpl.torch import proximal_kl as torch_proximal_kl  # noqa: E402
-from refimpl.validate import InputError  # noqa: E402
+from lossproof.conformance import cli  # noqa: E402
+from lossproof.conformance.targets import Target, TargetError  # noqa: E402
+from lossproof.conformance.theorem import probe  # noqa: E402
+from lossproof.refimpl.exact import _fixed_point, _tree, mp  # noqa: E402
+from lossproof.refimpl.torch import proximal_kl as torch_proximal_kl  # noqa: E402
+from lossproof.refimpl.validate import InputError  # noqa: E402
 
 TREES = list(_tree.BUILTIN_TREES)
 
@@ -36,7 +36,7 @@ def no_ratio_loss(logp, behavior_logp, ref_logp, advantages, mask, beta=0.04, ra
 
 MUTANT_FILE = '''
 import torch
-from refimpl.torch import proximal_kl
+from lossproof.refimpl.torch import proximal_kl
 
 def loss(logp, behavior_logp, ref_logp, advantages, mask, **params):
     # mutant: the behaviour log-probs are detached copies of logp (ρ ≡ 1, μ ignored)
@@ -148,7 +148,7 @@ def test_cli_probe(tmp_path, capsys):
 
 
 def test_variants_accept_every_declaration_form():
-    from refimpl.torch import grpo as torch_grpo
+    from lossproof.refimpl.torch import grpo as torch_grpo
     combos = Target("combos", "torch", {"grpo.loss": torch_grpo.loss},
                     {"grpo.loss": [{"aggregation": "token-mean", "kl_ratio_weight": False},
                                    {"aggregation": "seq-mean-token-mean", "kl_ratio_weight": True}]})
@@ -160,7 +160,7 @@ def test_variants_accept_every_declaration_form():
 
 
 def test_a_declared_kl_clamp_is_probed_unclamped_when_it_can_be_and_refused_otherwise():
-    from refimpl.torch import grpo as torch_grpo
+    from lossproof.refimpl.torch import grpo as torch_grpo
     optional = Target("opt", "torch", {"grpo.loss": torch_grpo.loss}, {"grpo.loss": {"kl_clamp": [10.0, None]}})
     assert all(v["kl_clamp"] is None and "refused" not in v for v in probe.variants(optional, "grpo.loss"))
     always = Target("always", "torch", {"grpo.loss": torch_grpo.loss}, {"grpo.loss": {"kl_clamp": 10.0}})

@@ -3,15 +3,15 @@ import pytest
 
 pytest.importorskip("torch", reason="the plugin is exercised with torch targets")
 
-from conformance import testing  # noqa: E402
-from conformance.targets import from_mapping  # noqa: E402
-from conformance.vectors.load import VectorSet  # noqa: E402
-from refimpl.torch import kl  # noqa: E402
+from lossproof.conformance import testing  # noqa: E402
+from lossproof.conformance.targets import from_mapping  # noqa: E402
+from lossproof.conformance.vectors.load import VectorSet  # noqa: E402
+from lossproof.refimpl.torch import kl  # noqa: E402
 
 pytest_plugins = ["pytester"]
 
 TARGETS = '''
-from refimpl.torch import kl
+from lossproof.refimpl.torch import kl
 
 def swapped(logp, ref_logp, kind="k3", clamp=None):
     return kl.estimator(ref_logp, logp, kind, clamp)   # k3 arguments swapped: KL(π_ref‖π)

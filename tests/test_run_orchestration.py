@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import cli, run, testing
-from conformance.errors import LossproofError
+from lossproof.conformance import cli, run, testing
+from lossproof.conformance.errors import LossproofError
 
 pytest_plugins = ["pytester"]
 

@@ -15,8 +15,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the standard kernels under test are PyTorch's")
 
-from conformance import catalog, cli, compare
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, cli, compare
+from lossproof.conformance.vectors.load import VectorSet
 
 VOCABULARY_OBJECTIVES = ("lm.cross_entropy", "lm.token_logprobs", "lm.entropy", "distill.*")
 DTYPES = ("float64", "float32", "bfloat16", "float16")

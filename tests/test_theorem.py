@@ -6,9 +6,9 @@ import json
 import mpmath
 import pytest
 
-from conformance.theorem import table as theorem
-from refimpl.exact import _tree
-from refimpl.validate import InputError
+from lossproof.conformance.theorem import table as theorem
+from lossproof.refimpl.exact import _tree
+from lossproof.refimpl.validate import InputError
 
 
 @pytest.fixture(scope="module")

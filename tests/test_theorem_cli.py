@@ -6,9 +6,9 @@ import json
 
 import mpmath
 
-from conformance import cli
-from conformance.docs import theorem_page
-from conformance.theorem import table as theorem
+from lossproof.conformance import cli
+from lossproof.conformance.docs import theorem_page
+from lossproof.conformance.theorem import table as theorem
 
 
 def test_theorem_reduced_writes_the_table_and_exits_0(tmp_path, capsys):

@@ -9,11 +9,11 @@ import json
 import jsonschema
 import pytest
 
-from conformance import generate
-from conformance._io import write_tree
-from conformance.vectors.format import MANIFEST, NOTE_KEYS, manifest_bytes, serialize
-from conformance.vectors.lint import lint
-from conformance.vectors.load import SCHEMA_DIR, VectorError, VectorSet
+from lossproof.conformance import generate
+from lossproof.conformance._io import write_tree
+from lossproof.conformance.vectors.format import MANIFEST, NOTE_KEYS, manifest_bytes, serialize
+from lossproof.conformance.vectors.lint import lint
+from lossproof.conformance.vectors.load import SCHEMA_DIR, VectorError, VectorSet
 
 NOTE_SCHEMA = json.loads((SCHEMA_DIR / "vectors-1.json").read_text())["properties"]["notes"]["additionalProperties"]
 

@@ -4,12 +4,12 @@ import shutil
 
 import pytest
 
-from conformance import cli, generate
-from conformance._io import write_tree
-from conformance.vectors import versions
-from conformance.vectors.format import MANIFEST, manifest_bytes, serialize
-from conformance.vectors.lint import lint
-from conformance.vectors.load import VectorError, VectorSet, default_dir
+from lossproof.conformance import cli, generate
+from lossproof.conformance._io import write_tree
+from lossproof.conformance.vectors import versions
+from lossproof.conformance.vectors.format import MANIFEST, manifest_bytes, serialize
+from lossproof.conformance.vectors.lint import lint
+from lossproof.conformance.vectors.load import VectorError, VectorSet, default_dir
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from conformance import catalog, exchange, harness, plan, verdict
-from conformance.distributed import check
-from conformance.distributed.pool import RankFailure
-from conformance.numbers import encode_input
-from conformance.results import CaseResult
-from conformance.targets.target import ANY, Target
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, exchange, harness, plan, verdict
+from lossproof.conformance.distributed import check
+from lossproof.conformance.distributed.pool import RankFailure
+from lossproof.conformance.numbers import encode_input
+from lossproof.conformance.results import CaseResult
+from lossproof.conformance.targets.target import ANY, Target
+from lossproof.conformance.vectors.load import VectorSet
 
 OBJECTIVE = "distill.token_kl"
 

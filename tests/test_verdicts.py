@@ -11,8 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the targets under test are torch functions")
 
-from conformance import cli  # noqa: E402
-from conformance.vectors.load import VectorSet  # noqa: E402
+from lossproof.conformance import cli  # noqa: E402
+from lossproof.conformance.vectors.load import VectorSet  # noqa: E402
 
 
 def _flat(x):
@@ -227,7 +227,7 @@ def test_objective_is_repeatable_and_as_paper_is_in_the_repro(tmp_path, capsys):
 def test_as_paper_says_when_nothing_deviates(tmp_path, capsys):
     """A target that declares only paper defaults is told so before the run (nothing is re-judged)."""
     path = tmp_path / "paper_only.py"
-    path.write_text("from refimpl.torch import lm\n"
+    path.write_text("from lossproof.refimpl.torch import lm\n"
                     "TARGET = {'name': 'paper-only', 'framework': 'torch', 'objectives': {'lm.entropy': lm.entropy}}\n")
     assert cli.main(["check", "--target", f"{path}:TARGET", "--as-paper", "--uid", "lm.entropy:0a84d68906bcc33f",
                      "--quiet"]) == 0

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import time
 
-from conformance import generate, harness
-from conformance._host import usable_cores
-from conformance.generate.build import build_test
-from conformance.results import summary
-from conformance.targets import builtin
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import generate, harness
+from lossproof.conformance._host import usable_cores
+from lossproof.conformance.generate.build import build_test
+from lossproof.conformance.results import summary
+from lossproof.conformance.targets import builtin
+from lossproof.conformance.vectors.load import VectorSet
 
 
 def _time_family_sample(family, cases, scales, sample: int, workers: int, log) -> dict:

@@ -36,7 +36,7 @@ import gc
 import statistics
 import time
 
-from conformance.bench import memory
+from lossproof.conformance.bench import memory
 
 METHODS = ("gemms", "lossproof", "lossproof-tiles", "naive", "torch-chunked", "liger", "verl")
 DEFAULT_SIZE = (2048, 1024, 32768)
@@ -75,7 +75,7 @@ def _gemms(G):
 
 def _lossproof(compiled: bool):
     def run(hid, w, y):
-        from refimpl.torch import _compiled, _fused_linear
+        from lossproof.refimpl.torch import _compiled, _fused_linear
         saved = _compiled.ENABLED
         _compiled.ENABLED = compiled and saved
         try:
@@ -171,7 +171,7 @@ def run(size=DEFAULT_SIZE, methods=None, reps: int = 3, dtype_name: str = "float
         lower_mmap_threshold: bool = True) -> dict:
     """One run (module docstring): the rows, the summary and the targets."""
     import torch  # optional dependency
-    from conformance.bench.run import machine
+    from lossproof.conformance.bench.run import machine
     n, h, v = size
     dtype = getattr(torch, dtype_name)
     methods = list(methods or METHODS)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from importlib.metadata import version
 
-import conformance
+from lossproof import conformance
 
 KERNELS = ("token_kl.reverse", "token_kl.forward", "generalized_jsd", "hinton")
 METHODS = ("lossproof", "lossproof-tiles", "lossproof-plain", "naive", "trl", "liger")
@@ -149,7 +149,7 @@ def _naive(kernel, z, t, y):
 
 
 def _ours(kernel, z, t, y, fused=True, compiled=True):
-    from refimpl.torch import _compiled, distill  # optional dependency: refimpl.torch imports torch
+    from lossproof.refimpl.torch import _compiled, distill  # optional dependency: refimpl.torch imports torch
     saved, distill.FUSED = distill.FUSED, fused
     saved_compiled, _compiled.ENABLED = _compiled.ENABLED, compiled and _compiled.ENABLED
     try:
@@ -169,7 +169,7 @@ def _ours(kernel, z, t, y, fused=True, compiled=True):
 
 def compiled_differs(kernel: str, device: str) -> str:
     """Why ``lossproof-tiles`` would measure the same code as ``lossproof`` here ('' if not)."""
-    from refimpl.torch import _compiled  # optional dependency
+    from lossproof.refimpl.torch import _compiled  # optional dependency
     if kernel not in COMPILED_KERNELS:
         return f"same code as lossproof: no compiled kernel for {kernel}"
     if device != "cpu":

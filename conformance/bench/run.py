@@ -30,11 +30,11 @@ import re
 import statistics
 import time
 
-from conformance._host import usable_cores
-from conformance._io import write_atomically
-from conformance.bench import memory, timing
-from conformance.bench.exact import bench_exact
-from conformance.bench.methods import (
+from lossproof.conformance._host import usable_cores
+from lossproof.conformance._io import write_atomically
+from lossproof.conformance.bench import memory, timing
+from lossproof.conformance.bench.exact import bench_exact
+from lossproof.conformance.bench.methods import (
     COMPILED_KERNELS,
     DEFAULT_METHODS,
     HINTON,
@@ -44,7 +44,7 @@ from conformance.bench.methods import (
     Runners,
     inputs,
 )
-from conformance.errors import LossproofError, UsageError
+from lossproof.conformance.errors import LossproofError, UsageError
 
 QUICK = {"sizes": [(128, 32768), (128, 131072)], "reps": 2}
 FULL = {"sizes": [(4096, 32768), (4096, 65536), (4096, 131072), (4096, 152064)], "reps": 3}
@@ -217,7 +217,7 @@ def compiled_kernel(device: str, log) -> dict:
     reported, never part of a timed run."""
     if device != "cpu":
         return {"available": False, "reason": "the compiled kernel is for CPUs"}
-    from refimpl.torch import _compiled  # optional dependency: imports torch
+    from lossproof.refimpl.torch import _compiled  # optional dependency: imports torch
     st = _compiled.status()
     if st["available"]:
         st["kernels"] = list(COMPILED_KERNELS)

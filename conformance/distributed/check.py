@@ -21,13 +21,13 @@ import time
 
 import numpy as np
 
-from conformance import catalog, compare, harness, plan, verdict
-from conformance.distributed.pool import RankFailure, RankPool
-from conformance.numbers import decode_input
-from conformance.results import CaseResult
-from conformance.targets.steps import ShardContext, StepContext
-from conformance.targets.target import SHARDED_OBJECTIVES, STEP_OBJECTIVES, Target
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, compare, harness, plan, verdict
+from lossproof.conformance.distributed.pool import RankFailure, RankPool
+from lossproof.conformance.numbers import decode_input
+from lossproof.conformance.results import CaseResult
+from lossproof.conformance.targets.steps import ShardContext, StepContext
+from lossproof.conformance.targets.target import SHARDED_OBJECTIVES, STEP_OBJECTIVES, Target
+from lossproof.conformance.vectors.load import VectorSet
 
 # the objectives each distributed check runs (views of the catalog)
 ELIGIBLE = {"--partition": STEP_OBJECTIVES, "--shard-vocab": SHARDED_OBJECTIVES}

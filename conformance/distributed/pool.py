@@ -20,9 +20,9 @@ import time
 import traceback
 from datetime import timedelta
 
-from conformance import timelimit
-from conformance._host import pool_context
-from conformance.results import not_implemented
+from lossproof.conformance import timelimit
+from lossproof.conformance._host import pool_context
+from lossproof.conformance.results import not_implemented
 
 READY_TIMEOUT = 120.0   # starting R processes on a loaded 2-core machine
 GRACE = 30.0            # seconds past a rank's own wall clock before the pool gives up on it

@@ -17,7 +17,7 @@ registry of what is generated, from which inputs, is ``conformance.docs.build.AR
 """
 from __future__ import annotations
 
-from conformance.errors import LossproofError
+from lossproof.conformance.errors import LossproofError
 
 
 class DocsError(LossproofError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from conformance.docs import DocsError
+from lossproof.conformance.docs import DocsError
 
 # A marker is a whole line (so a page can mention one in running text or code).
 _ANY = re.compile(r"^<!-- (/?)generated:([A-Za-z0-9_.-]+) -->[ \t]*$", re.M)

@@ -26,10 +26,10 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_compl
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance import catalog
-from conformance._host import pool_context
-from conformance._io import write_atomically
-from conformance.docs import (
+from lossproof.conformance import catalog
+from lossproof.conformance._host import pool_context
+from lossproof.conformance._io import write_atomically
+from lossproof.conformance.docs import (
     DocsError,
     Unavailable,
     conventions,
@@ -40,10 +40,10 @@ from conformance.docs import (
     sessions,
     theorem_page,
 )
-from conformance.docs.blocks import read_blocks, replace_blocks
-from conformance.docs.context import Context
-from conformance.docs.figures import png_bytes, require_matplotlib, same_figure, style
-from conformance.targets import PEERS
+from lossproof.conformance.docs.blocks import read_blocks, replace_blocks
+from lossproof.conformance.docs.context import Context
+from lossproof.conformance.docs.figures import png_bytes, require_matplotlib, same_figure, style
+from lossproof.conformance.targets import PEERS
 
 ROOT = Path(__file__).resolve().parents[2]      # the source checkout this module lives in
 
@@ -203,7 +203,7 @@ def _family_pages(slow: bool = False) -> tuple[Artifact, ...]:
 # --------------------------------------------------------------------------- the registry
 
 VECTORS = "the vector files (catalog, groups, worked examples)"
-EXACT = "the exact reference (refimpl.exact) and the vectors"
+EXACT = "the exact reference (lossproof.refimpl.exact) and the vectors"
 RESULTS = f"{performance.RESULTS}/*.json (python benchmarks/performance.py)"
 
 # Fast artifacts first; the slow ones (--fast leaves them out) last.
@@ -232,7 +232,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
              f"{performance.RESULTS}/{performance.SWEEP}", needs=(performance.RESULTS,), shown_on="performance.md",
              what="peak additional memory of the distillation kernels against the vocabulary size"),
     Artifact("docs/figures/gradient_accumulation.png", "figure", _figure(distributed.fig_accumulation),
-             "the step helpers of conformance.targets.steps on refimpl.torch, one gloo process", needs=("torch",),
+             "the step helpers of lossproof.conformance.targets.steps on lossproof.refimpl.torch, one gloo process", needs=("torch",),
              what="gradient error of a per-micro-batch token mean vs the global normaliser, against the spread of "
                   "token counts", shown_on="distributed.md"),
     *_family_pages(),
@@ -241,7 +241,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
     Artifact("docs/vectors.md", "page", _page({"tolerances": Block(families.tolerance_table),
                                                "show-grpo-group": _session("show-grpo-group"),
                                                "cite-clip": _session("cite-clip")}),
-             "the tolerance policy (conformance.compare); console sessions (slow)"),
+             "the tolerance policy (lossproof.conformance.compare); console sessions (slow)"),
     Artifact("docs/validate-your-implementation.md", "page", _page({
         "first-target": _example("docs/examples/first/my_grpo.py"),
         "fixed-target": _example("docs/examples/fixed/my_grpo.py"),
@@ -253,7 +253,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
                                          ("check-torch-distill", "show-softmax", "cite-softmax-latex")}),
              "console sessions (slow, torch)", needs=("torch",)),
     Artifact("docs/figures/theorem_convergence.png", "figure", _theorem_figure,
-             "the exact fixed-point iteration (refimpl.exact.tabular, 30 digits)", slow=True,
+             "the exact fixed-point iteration (lossproof.refimpl.exact.tabular, 30 digits)", slow=True,
              what="exact fixed-point iteration of several update rules (the stationary-policy theorem)",
              shown_on="proximal_kl.md", note="iterating the exact updates of 8 rules at 30 digits (about 10 s)"),
     *_family_pages(slow=True),

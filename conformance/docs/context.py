@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.docs import DocsError
-from conformance.vectors.format import MANIFEST, sha256
-from conformance.vectors.load import VectorCase, VectorSet, default_dir
+from lossproof.conformance.docs import DocsError
+from lossproof.conformance.vectors.format import MANIFEST, sha256
+from lossproof.conformance.vectors.load import VectorCase, VectorSet, default_dir
 
 # Loading and validating every vector file takes seconds: keep one VectorSet per manifest.
 _VECTOR_SETS: dict[tuple[str, str], VectorSet] = {}

@@ -14,13 +14,13 @@ import importlib
 import warnings
 from collections import Counter, defaultdict
 
-from conformance import catalog, compare, harness
-from conformance.docs import Unavailable
-from conformance.docs.context import Context
-from conformance.results import summary
-from conformance.targets import PEERS, TargetError, load, split_variants
-from conformance.targets.target import VARIANT
-from conformance.theorem import probe
+from lossproof.conformance import catalog, compare, harness
+from lossproof.conformance.docs import Unavailable
+from lossproof.conformance.docs.context import Context
+from lossproof.conformance.results import summary
+from lossproof.conformance.targets import PEERS, TargetError, load, split_variants
+from lossproof.conformance.targets.target import VARIANT
+from lossproof.conformance.theorem import probe
 
 MAX_UIDS = 6
 
@@ -105,7 +105,7 @@ PROBE_DTYPE = "float32"
 def run(name: str, target, vs) -> dict:
     """Both runs of one adapter (declared conventions, --as-paper), their attribution, and the
     stationary-policy probe of its grpo.loss (β > 0 on every built-in tree)."""
-    module = importlib.import_module(f"conformance.targets.peers.{name}")
+    module = importlib.import_module(f"lossproof.conformance.targets.peers.{name}")
     parts = split_variants(target)
     declared = [r for t in parts for r in harness.run(t, vs)]
     paper = [r for t in parts for r in harness.run(t, vs, as_paper=True)]

@@ -9,10 +9,10 @@ import os
 import tempfile
 from collections import Counter
 
-from conformance import catalog
-from conformance.docs import Unavailable
-from conformance.docs.context import Context
-from conformance.docs.figures import BLUE, GREY, RED, new_figure
+from lossproof.conformance import catalog
+from lossproof.conformance.docs import Unavailable
+from lossproof.conformance.docs.context import Context
+from lossproof.conformance.docs.figures import BLUE, GREY, RED, new_figure
 
 TOKENS, MICRO = 64, 2     # the figure: one rank, two micro-batches sharing 64 tokens
 RUNS = (("torch", "--partition 2x2"), ("torch", "--shard-vocab 2"), ("trl", "--partition 2x2"),
@@ -66,8 +66,8 @@ def accumulation_errors() -> tuple[list, list, list]:
     micro-batches of 32 ± d tokens; spread = (n_max − n_min)/(N/M). Each error is measured by
     running the step helpers of conformance.targets.steps on refimpl.torch's grpo.aggregate."""
     torch = _torch()
-    from conformance.targets.steps import StepContext, global_mean, micro_batch_mean
-    from refimpl.torch import grpo
+    from lossproof.conformance.targets.steps import StepContext, global_mean, micro_batch_mean
+    from lossproof.refimpl.torch import grpo
     steps = (micro_batch_mean(grpo.aggregate), global_mean(grpo.aggregate))
     spread, errors = [], ([], [])
     with _one_process_group() as group:
@@ -109,8 +109,8 @@ def results(ctx: Context) -> str:
     missing = [name for name in ("trl", "verl") if importlib.util.find_spec(name) is None]
     if missing:
         raise Unavailable(f"{', '.join(missing)} not installed: the peer steps run the libraries' code")
-    from conformance.distributed import check
-    from conformance.targets import load
+    from lossproof.conformance.distributed import check
+    from lossproof.conformance.targets import load
     lines = ["| target | check | cases | pass | known failure | fail | error | not eligible |", "|---|---|---|---|---|---|---|---|"]
     findings: dict[str, object] = {}
     for name, option in RUNS:

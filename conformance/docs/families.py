@@ -15,12 +15,12 @@ from decimal import Decimal
 
 import mpmath
 
-from conformance import catalog, compare
-from conformance.docs import DocsError
-from conformance.docs.context import Context
-from conformance.docs.figures import BLUE, GREEN, GREY, ORANGE, RED, new_figure
-from conformance.vectors.load import VectorCase
-from refimpl.exact import distill, grpo, preference
+from lossproof.conformance import catalog, compare
+from lossproof.conformance.docs import DocsError
+from lossproof.conformance.docs.context import Context
+from lossproof.conformance.docs.figures import BLUE, GREEN, GREY, ORANGE, RED, new_figure
+from lossproof.conformance.vectors.load import VectorCase
+from lossproof.refimpl.exact import distill, grpo, preference
 
 DIGITS = 20                      # significant digits printed in the worked-example tables
 # The source articles of the worked examples by their key in docs/references.md: a vector's

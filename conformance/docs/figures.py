@@ -21,7 +21,7 @@ import struct
 
 import numpy as np
 
-from conformance.docs import DocsError
+from lossproof.conformance.docs import DocsError
 
 CONTENT_KEY = "lossproof-content"
 BLUE, ORANGE, GREEN, RED, GREY = "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#7f7f7f"

@@ -14,8 +14,8 @@ import io
 import sys
 from pathlib import Path
 
-from conformance.docs import DocsError, Unavailable
-from conformance.docs.context import Context
+from lossproof.conformance.docs import DocsError, Unavailable
+from lossproof.conformance.docs.context import Context
 
 MUTANTS = "tests/mutants"     # relative to the root of the checkout
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from conformance.docs import Unavailable
-from conformance.docs.context import Context
-from conformance.docs.figures import new_figure
+from lossproof.conformance.docs import Unavailable
+from lossproof.conformance.docs.context import Context
+from lossproof.conformance.docs.figures import new_figure
 
 RESULTS = "benchmarks/results"           # relative to the root of the checkout
 TARGET, SWEEP, EXACT = "cpu_4096x131072.json", "cpu_vocab_sweep.json", "exact.json"

@@ -3,7 +3,7 @@ came, so that what a reader sees is what the command prints today.
 
 A session is one or more commands, shown after ``$ ``, each run in a fresh temporary directory
 (a copy of ``workdir`` from the checkout when the session needs files, e.g. a target file the
-page shows) as a separate process: ``lossproof`` is ``python -m conformance`` of this
+page shows) as a separate process: ``lossproof`` is ``python -m lossproof`` of this
 interpreter, ``python`` is this interpreter. Only stdout is shown (progress goes to stderr);
 ``| head -n K`` and ``| tail -n K`` keep the first or last K lines. Each command must end
 with its declared exit status, or the build fails.
@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.docs import DocsError, Unavailable
+from lossproof.conformance.docs import DocsError, Unavailable
 
 TIMEOUT_S = 300
 _TIMINGS = (
@@ -86,7 +86,7 @@ SESSIONS: dict[str, Session] = {
 
 def _argv(words: list[str]) -> list[str]:
     if words[0] == "lossproof":
-        return [sys.executable, "-m", "conformance", *words[1:]]
+        return [sys.executable, "-m", "lossproof", *words[1:]]
     if words[0] == "python":
         return [sys.executable, *words[1:]]
     raise DocsError(f"a session runs lossproof or python, not {words[0]!r}")

@@ -17,11 +17,11 @@ import importlib.util
 
 import mpmath
 
-from conformance.docs import Unavailable
-from conformance.docs.figures import new_figure, png_bytes, style
-from conformance.theorem import probe
-from conformance.theorem import table as theorem
-from refimpl.exact import _fixed_point, _tree, mp
+from lossproof.conformance.docs import Unavailable
+from lossproof.conformance.docs.figures import new_figure, png_bytes, style
+from lossproof.conformance.theorem import probe
+from lossproof.conformance.theorem import table as theorem
+from lossproof.refimpl.exact import _fixed_point, _tree, mp
 
 FIGURE = "figures/theorem_convergence.png"     # relative to docs/
 RANDOM_BEHAVIOURS = 20       # random μ per tree for the "every behaviour" line

@@ -14,22 +14,22 @@ from pathlib import Path
 import mpmath
 import numpy as np
 
-import conformance
-from conformance import catalog
-from conformance._host import pool_context, usable_cores
-from conformance._io import write_tree
-from conformance.generate.build import build_test
-from conformance.vectors import certificates, versions
-from conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, SCHEMA_ID, content, large_path_for, manifest_bytes,
+from lossproof import conformance
+from lossproof.conformance import catalog
+from lossproof.conformance._host import pool_context, usable_cores
+from lossproof.conformance._io import write_tree
+from lossproof.conformance.generate.build import build_test
+from lossproof.conformance.vectors import certificates, versions
+from lossproof.conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, SCHEMA_ID, content, large_path_for, manifest_bytes,
                                         serialize, split_large, stored)
-from refimpl.exact import mp
+from lossproof.refimpl.exact import mp
 
 # The generator modules, one per family, in catalog order (``catalog.Objective.generator_module``).
 FAMILY_MODULES = tuple(dict.fromkeys(o.generator_module.rpartition(".")[2] for o in catalog.OBJECTIVES))
 
 
 def family_module(family: str):
-    return importlib.import_module(f"conformance.generate.{family}")
+    return importlib.import_module(f"lossproof.conformance.generate.{family}")
 
 
 def available_families() -> list[str]:
@@ -38,7 +38,7 @@ def available_families() -> list[str]:
         try:
             family_module(family)
         except ModuleNotFoundError as err:
-            if err.name not in (f"conformance.generate.{family}", f"refimpl.exact.{family}"):
+            if err.name not in (f"lossproof.conformance.generate.{family}", f"lossproof.refimpl.exact.{family}"):
                 raise
             continue
         out.append(family)

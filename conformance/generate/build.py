@@ -21,12 +21,12 @@ import random
 import mpmath
 import numpy as np
 
-from conformance import catalog, numbers
-from conformance.errors import LossproofError
-from conformance.generate.case import Case
-from conformance.vectors.format import uid
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.errors import LossproofError
+from lossproof.conformance.generate.case import Case
+from lossproof.conformance.vectors.format import uid
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 CHECK_EXTRA_DPS = 30
 
@@ -37,7 +37,7 @@ class GenerationError(LossproofError):
 
 def exact_functions(objective_id: str):
     family, name = objective_id.split(".")
-    module = importlib.import_module(f"refimpl.exact.{family}")
+    module = importlib.import_module(f"lossproof.refimpl.exact.{family}")
     return getattr(module, name), getattr(module, f"{name}_vjp", None)
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import distill_divergences, distill_low, distill_sparse
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, article, generated
-from conformance.generate.distill_inputs import (
+from lossproof.conformance.generate import distill_divergences, distill_low, distill_sparse
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, article, generated
+from lossproof.conformance.generate.distill_inputs import (
     ALPHAS,
     BETAS,
     HIN,
@@ -54,7 +54,7 @@ from conformance.generate.distill_inputs import (
     support_sets,
     with_cotangents,
 )
-from conformance.generate.distill_scales import SCALES  # the family module's contract
+from lossproof.conformance.generate.distill_scales import SCALES  # the family module's contract
 
 SEC_CLASSIC = "Destilación clásica: una temperatura en ambas funciones softmax"
 SEC_ONPOLICY = "Destilación on-policy: el alumno ocupa el primer lugar en la KL"

@@ -21,10 +21,10 @@ import math
 import mpmath
 import numpy as np
 
-from conformance.generate import distill_low
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, article, generated
-from conformance.generate.distill_inputs import (
+from lossproof.conformance.generate import distill_low
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, article, generated
+from lossproof.conformance.generate.distill_inputs import (
     HUGE_STUDENT,
     HUGE_TEACHER,
     INF,
@@ -40,7 +40,7 @@ from conformance.generate.distill_inputs import (
     random_pairs,
     support_sets,
 )
-from conformance.generate.distill_scales import SCALE_DPS, softmax_rows
+from lossproof.conformance.generate.distill_scales import SCALE_DPS, softmax_rows
 
 ALPHAS_SKEW = (0.1, 0.01, 0.25, 0.5, 0.9, 1.0)
 

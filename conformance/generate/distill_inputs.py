@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from conformance import catalog, numbers
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
 
 SM, HIN, TKL, JSD = "distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd"
 SYM = "distill.symmetric_kl"

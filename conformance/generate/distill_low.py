@@ -1,9 +1,9 @@
 """Low-precision distillation vectors (bfloat16 and float16), explained below."""
 from __future__ import annotations
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case
-from conformance.generate.distill_inputs import (
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case
+from lossproof.conformance.generate.distill_inputs import (
     ALPHAS,
     BETAS,
     INF,

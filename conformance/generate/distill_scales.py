@@ -4,7 +4,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from conformance.generate.distill_inputs import (
+from lossproof.conformance.generate.distill_inputs import (
     HIN,
     INF,
     JSD,

@@ -18,10 +18,10 @@ import math
 import mpmath
 import numpy as np
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
-from conformance.generate.distill_inputs import INF, SPK, TEMPERATURES, VOCABS
-from refimpl import validate
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
+from lossproof.conformance.generate.distill_inputs import INF, SPK, TEMPERATURES, VOCABS
+from lossproof.refimpl import validate
 
 # Low-precision cases per convention: two in three on the bfloat16+float16 grid, so that the three
 # conventions together give at least 40 valid vectors per low dtype (tests/generate/test_low_precision.py).

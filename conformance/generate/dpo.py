@@ -18,9 +18,9 @@ import math
 import mpmath
 import numpy as np
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, article, generated
-from refimpl.exact import dpo as exact_dpo
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, article, generated
+from lossproof.refimpl.exact import dpo as exact_dpo
 
 OBJ = "dpo.loss"
 INPUTS = ("policy_chosen_logps", "policy_rejected_logps", "reference_chosen_logps", "reference_rejected_logps")

@@ -9,8 +9,8 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
 
 ADV, REWARDS = "gae.advantages", "gae.kl_rewards"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import grpo_cov, grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, article, generated, rows_without_tokens
-from conformance.generate.grpo_inputs import (
+from lossproof.conformance.generate import grpo_cov, grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, article, generated, rows_without_tokens
+from lossproof.conformance.generate.grpo_inputs import (
     ADV,
     ADV_BASELINE_GROUPS,
     ADV_GROUPS,

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
-from conformance.generate.grpo_inputs import (
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
+from lossproof.conformance.generate.grpo_inputs import (
     CLIP_CLAMP_GROUPS,
     CLIP_PARAMS,
     COV_LOSS_GROUPS,

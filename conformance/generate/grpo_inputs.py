@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, rows_without_tokens
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, rows_without_tokens
 
 ADV, CLIP, AGG, LOSS = "grpo.advantages", "grpo.clip", "grpo.aggregate", "grpo.loss"
 ROLLOUT = "grpo.rollout_correction"

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, rows_without_tokens
-from conformance.generate.grpo_inputs import (
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, rows_without_tokens
+from lossproof.conformance.generate.grpo_inputs import (
     CLIP_PARAMS,
     LIBRARY_LOSS_GROUPS,
     LOSS,

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, rows_without_tokens
-from conformance.generate.grpo_inputs import (
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, rows_without_tokens
+from lossproof.conformance.generate.grpo_inputs import (
     ADV_GROUPS,
     AGG_GROUPS,
     CLIP_GROUPS,

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import math
 
-from conformance import catalog
-from conformance.generate import sampling as S
-from conformance.generate.build import uid_of
-from conformance.generate.case import Case, generated
-from conformance.generate.grpo_inputs import ROLLOUT
+from lossproof.conformance import catalog
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.build import uid_of
+from lossproof.conformance.generate.case import Case, generated
+from lossproof.conformance.generate.grpo_inputs import ROLLOUT
 
 NEAR = 1e-4
 TRL = "TRL 1.16.0 trainer/grpo_trainer.py _generate_and_score_completions (vllm_importance_sampling_mode="

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import mpmath
 
-from conformance.generate.grpo_inputs import ADV, AGG, CLIP, LOSS, ROLLOUT, row_log_ratios
+from lossproof.conformance.generate.grpo_inputs import ADV, AGG, CLIP, LOSS, ROLLOUT, row_log_ratios
 
 
 def _adv_scale(kwargs, outputs, grads):

@@ -5,8 +5,8 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, article, generated
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, article, generated
 
 OBJ = "kl.estimator"
 

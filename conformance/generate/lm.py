@@ -17,10 +17,10 @@ import math
 import mpmath
 import numpy as np
 
-from conformance import catalog, numbers
-from conformance.compare import K_ELEM
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.compare import K_ELEM
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
 
 CE, LP, ENT, LCE = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy", "lm.linear_cross_entropy"
 NEG_INF = float("-inf")

@@ -11,9 +11,9 @@ import math
 
 import mpmath
 
-from conformance.generate import moe_balance
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, paper
+from lossproof.conformance.generate import moe_balance
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, paper
 
 OBJ = "moe.router_z_loss"
 ST_MOE = "2202.08906"

@@ -16,8 +16,8 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, paper
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, paper
 
 OBJ = "moe.load_balancing"
 SWITCH, V3 = "2101.03961", "2412.19437"

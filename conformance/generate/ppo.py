@@ -14,10 +14,10 @@ import math
 
 import mpmath
 
-from conformance.generate import ppo_entropy
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, paper, rows_without_tokens
-from refimpl.exact import grpo as exact_grpo
+from lossproof.conformance.generate import ppo_entropy
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, paper, rows_without_tokens
+from lossproof.refimpl.exact import grpo as exact_grpo
 
 OBJ = "ppo.value_loss"
 PPO = "1707.06347"

@@ -12,9 +12,9 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, paper, rows_without_tokens
-from refimpl.exact import grpo as exact_grpo
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, paper, rows_without_tokens
+from lossproof.refimpl.exact import grpo as exact_grpo
 
 OBJ = "ppo.entropy_bonus"
 PPO = "1707.06347"

@@ -16,8 +16,8 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
 
 NOTES = {
     "InvalidNllTerm": {"category": "invalid", "description": "Arguments of the NLL term outside their domain "

@@ -13,9 +13,9 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, rows_without_tokens
-from conformance.generate.grpo_scales import aggregation_weights
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, rows_without_tokens
+from lossproof.conformance.generate.grpo_scales import aggregation_weights
 
 FC, LOSS = "proximal_kl.future_cost", "proximal_kl.loss"
 NEAR = 1e-4   # random tokens keep this relative distance from the ratio cap and the clip band's edges

@@ -11,8 +11,8 @@ import math
 
 import mpmath
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated, paper
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated, paper
 
 OBJ = "reward.pairwise"
 INSTRUCTGPT = "2203.02155"

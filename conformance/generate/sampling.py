@@ -6,7 +6,7 @@ import math
 import mpmath
 import numpy as np
 
-from conformance import numbers
+from lossproof.conformance import numbers
 
 
 def nearest(x: mpmath.mpf) -> float:

@@ -20,10 +20,10 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 
-from conformance.generate import sampling as S
-from conformance.generate.case import Case, generated
-from refimpl.exact import _tree
-from refimpl.exact import tabular as tb
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.case import Case, generated
+from lossproof.refimpl.exact import _tree
+from lossproof.refimpl.exact import tabular as tb
 
 OPT, SKL, UPD = "tabular.optimum", "tabular.sequence_kl", "tabular.expected_update"
 # Rules added in vector set 1.3.0: their cases follow every earlier case (and its tcId).

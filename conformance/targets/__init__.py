@@ -23,9 +23,9 @@ import re
 import sys
 from pathlib import Path
 
-from conformance.targets import builtin
-from conformance.targets.imports import missing_module
-from conformance.targets.target import (
+from lossproof.conformance.targets import builtin
+from lossproof.conformance.targets.imports import missing_module
+from lossproof.conformance.targets.target import (
     ANY,
     Target,
     TargetError,
@@ -101,5 +101,5 @@ def load(spec: str) -> Target:
     if spec in builtin.BUILTINS:
         return builtin.load(spec)
     if spec in PEERS:
-        return importlib.import_module(f"conformance.targets.peers.{spec}").target()
+        return importlib.import_module(f"lossproof.conformance.targets.peers.{spec}").target()
     return from_mapping(_import_object(spec), spec)

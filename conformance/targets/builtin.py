@@ -6,9 +6,9 @@ import importlib
 import importlib.util
 import os
 
-from conformance import catalog
-from conformance.targets.steps import builtin_torch
-from conformance.targets.target import ANY, Target, TargetError
+from lossproof.conformance import catalog
+from lossproof.conformance.targets.steps import builtin_torch
+from lossproof.conformance.targets.target import ANY, Target, TargetError
 
 BUILTINS = ("numpy", "torch", "cupy", "triton")
 
@@ -68,24 +68,24 @@ def triton_available() -> tuple[bool, str]:
 
 def load(name: str) -> Target:
     if name == "numpy":
-        from refimpl import arrays
-        objectives, vjps = _functions("refimpl.arrays")
+        from lossproof.refimpl import arrays
+        objectives, vjps = _functions("lossproof.refimpl.arrays")
         return Target("numpy", "numpy", objectives, ANY, vjps=vjps, dtypes=tuple(arrays.SUPPORTED_DTYPES),
                       devices=("cpu",), version=_version("numpy"), spec="numpy")
     if name == "cupy":
         ok, why = cupy_available()
         if not ok:
             raise TargetError(f"--target cupy: {why}")
-        from refimpl import arrays
-        objectives, vjps = _functions("refimpl.arrays")
+        from lossproof.refimpl import arrays
+        objectives, vjps = _functions("lossproof.refimpl.arrays")
         return Target("cupy", "cupy", objectives, ANY, vjps=vjps, dtypes=tuple(arrays.SUPPORTED_DTYPES),
                       devices=("cuda",), version=_version("cupy"), spec="cupy")
     if name == "triton":
         ok, why = triton_available()
         if not ok:
             raise TargetError(f"--target triton: {why}")
-        from refimpl import triton as rtriton
-        objectives, _ = _functions("refimpl.triton")
+        from lossproof.refimpl import triton as rtriton
+        objectives, _ = _functions("lossproof.refimpl.triton")
         devices = ("cpu",) if triton_interpreted() else ("cuda",)
         return Target("triton", "torch", objectives, ANY, dtypes=tuple(rtriton.SUPPORTED_DTYPES), devices=devices,
                       version=_version("triton"), spec="triton")
@@ -93,8 +93,8 @@ def load(name: str) -> Target:
         import torch  # noqa: F401
     except ImportError:
         raise TargetError("--target torch: PyTorch is not installed (pip install torch)") from None
-    from refimpl import torch as rtorch
-    objectives, _ = _functions("refimpl.torch")
+    from lossproof.refimpl import torch as rtorch
+    objectives, _ = _functions("lossproof.refimpl.torch")
     devices = ("cpu", "cuda") if cuda_available() else ("cpu",)
     steps, sharded = builtin_torch()
     return Target("torch", "torch", objectives, ANY, dtypes=tuple(rtorch.SUPPORTED_DTYPES), devices=devices,

@@ -17,7 +17,7 @@ import sys
 import types
 from contextlib import contextmanager
 
-from conformance.targets.target import TargetError
+from lossproof.conformance.targets.target import TargetError
 
 __all__ = ["MOVED", "import_bare", "missing_module"]
 
@@ -157,7 +157,7 @@ def import_bare(module: str, packages=(), absent=(), stand_ins=None):
     For a library whose package ``__init__`` imports what this machine lacks (a GPU runtime,
     a cluster framework) while its loss module needs none of it::
 
-        from conformance.targets.imports import import_bare
+        from lossproof.conformance.targets.imports import import_bare
         core_algos = import_bare("verl.trainer.ppo.core_algos",
                                  packages=("verl", "verl.trainer", "verl.trainer.ppo"),
                                  absent=("vllm",),
@@ -172,15 +172,15 @@ def import_bare(module: str, packages=(), absent=(), stand_ins=None):
 # Modules lossproof used to have, and where their contents went: a target file written against an
 # older release is told where to look instead of getting a bare ModuleNotFoundError.
 MOVED = {
-    "conformance.targets._peers": "conformance.targets.imports (import_bare) and conformance.targets.peers._common "
+    "lossproof.conformance.targets._peers": "lossproof.conformance.targets.imports (import_bare) and lossproof.conformance.targets.peers._common "
                                   "(the adapters' helpers)",
-    "conformance.targets.trl": "conformance.targets.peers.trl",
-    "conformance.targets.verl": "conformance.targets.peers.verl",
-    "conformance.targets.openrlhf": "conformance.targets.peers.openrlhf",
-    "conformance.targets.liger": "conformance.targets.peers.liger",
-    "conformance.probe": "conformance.theorem.probe",
-    "conformance.cite": "conformance.vectors.cite",
-    "conformance.examples": "conformance.vectors.examples",
+    "lossproof.conformance.targets.trl": "lossproof.conformance.targets.peers.trl",
+    "lossproof.conformance.targets.verl": "lossproof.conformance.targets.peers.verl",
+    "lossproof.conformance.targets.openrlhf": "lossproof.conformance.targets.peers.openrlhf",
+    "lossproof.conformance.targets.liger": "lossproof.conformance.targets.peers.liger",
+    "lossproof.conformance.probe": "lossproof.conformance.theorem.probe",
+    "lossproof.conformance.cite": "lossproof.conformance.vectors.cite",
+    "lossproof.conformance.examples": "lossproof.conformance.vectors.examples",
 }
 
 # Import names whose distribution (what pip installs) is called otherwise.

@@ -16,9 +16,9 @@ import importlib
 import inspect
 import re
 
-from conformance import catalog
-from conformance.targets.imports import missing_module
-from conformance.targets.target import TargetError
+from lossproof.conformance import catalog
+from lossproof.conformance.targets.imports import missing_module
+from lossproof.conformance.targets.target import TargetError
 
 # Names libraries give the catalog's arguments, beyond the spellings _normal makes equal.
 ALIASES = {

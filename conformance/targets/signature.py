@@ -17,7 +17,7 @@ import json
 import re
 import typing
 
-from conformance import catalog
+from lossproof.conformance import catalog
 
 # What CPython says when the arguments of a call do not fit the parameters of the callee. These
 # are raised before the callee runs, so they reject the call, never the values passed.

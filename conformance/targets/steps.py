@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import mpmath
 
-from conformance import catalog, compare
-from conformance.numbers import decode_input, encode_exact
-from refimpl import validate
-from refimpl.exact import dpo as exact_dpo
-from refimpl.exact import mp
+from lossproof.conformance import catalog, compare
+from lossproof.conformance.numbers import decode_input, encode_exact
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import dpo as exact_dpo
+from lossproof.refimpl.exact import mp
 
 __all__ = ["ShardContext", "StepContext", "builtin_torch", "global_kl_cov_selection", "global_mean",
            "global_mean_terms", "global_test", "global_token_normalizer", "labelled", "micro_batch_mean",
@@ -305,9 +305,9 @@ def builtin_torch() -> tuple[dict, dict]:
     (``Objective.step``, ``vocab_sharded``): the global normaliser of each step objective's mean,
     refimpl.torch.vocab_parallel for every full-vocabulary function (told its first token id where
     it takes labels)."""
-    from refimpl.torch import vocab_parallel as vp
+    from lossproof.refimpl.torch import vocab_parallel as vp
     means = {"count": global_mean, "labels": global_token_normalizer, "terms": global_mean_terms}
-    steps = {o.id: means[o.step](getattr(importlib.import_module(f"refimpl.torch.{o.family}"), o.name))
+    steps = {o.id: means[o.step](getattr(importlib.import_module(f"lossproof.refimpl.torch.{o.family}"), o.name))
              for o in catalog.OBJECTIVES if o.step}
     sharded = {o.id: vocab_parallel(getattr(vp, o.name), needs_vocab_start=any(i.kind == "int" for i in o.inputs))
                for o in catalog.OBJECTIVES if o.vocab_sharded}

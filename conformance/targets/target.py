@@ -10,8 +10,8 @@ import re
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
-from conformance import catalog
-from conformance.errors import LossproofError
+from lossproof.conformance import catalog
+from lossproof.conformance.errors import LossproofError
 
 FRAMEWORKS = ("torch", "numpy", "cupy")
 ANY = "*"

@@ -41,11 +41,11 @@ from typing import Callable, Iterable
 import mpmath
 import numpy as np
 
-from conformance import catalog
-from conformance.results import not_implemented
-from conformance.targets import ANY, Target, TargetError, load
-from refimpl import validate
-from refimpl.exact import _fixed_point, _tree, mp
+from lossproof.conformance import catalog
+from lossproof.conformance.results import not_implemented
+from lossproof.conformance.targets import ANY, Target, TargetError, load
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import _fixed_point, _tree, mp
 
 OBJECTIVES = ("proximal_kl.loss", "grpo.loss")
 ON_POLICY = "on-policy"

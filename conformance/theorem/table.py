@@ -31,8 +31,8 @@ from typing import Callable, Iterable
 
 import mpmath
 
-from refimpl import validate
-from refimpl.exact import _fixed_point, _tree, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import _fixed_point, _tree, mp
 
 SCHEMA = "lossproof-theorem/1"
 EXTRA_DPS = 20   # fixed points, KL and J are computed this much beyond dps, then printed at dps

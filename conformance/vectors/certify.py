@@ -23,13 +23,13 @@ from fractions import Fraction
 import flint
 import mpmath
 
-from conformance import catalog, numbers
-from conformance._host import pool_context, usable_cores
-from conformance._io import write_tree
-from conformance.vectors import certificates
-from conformance.vectors.format import MANIFEST, manifest_bytes
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance._host import pool_context, usable_cores
+from lossproof.conformance._io import write_tree
+from lossproof.conformance.vectors import certificates
+from lossproof.conformance.vectors.format import MANIFEST, manifest_bytes
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 # Working precisions in bits: 32 digits need ~107 bits; sums of 10^4 terms, cancellation and
 # logits of ±1e4 (probabilities e^−10^4 next to 1: ~14,500 bits) need more.
@@ -44,7 +44,7 @@ class Wrong(Exception):
 
 def functions(objective_id: str):
     family, name = objective_id.split(".")
-    return getattr(importlib.import_module(f"refimpl.certified.{family}"), name)
+    return getattr(importlib.import_module(f"lossproof.refimpl.certified.{family}"), name)
 
 
 def arguments(case) -> dict:

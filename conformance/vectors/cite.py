@@ -13,9 +13,9 @@ import json
 import re
 from dataclasses import dataclass
 
-import conformance
-from conformance.vectors.load import VectorCase
-from conformance.vectors.versions import YEARS
+from lossproof import conformance
+from lossproof.conformance.vectors.load import VectorCase
+from lossproof.conformance.vectors.versions import YEARS
 
 AS_STORED = ("the digits are those of the exact value at the binary64 inputs and parameters as stored "
              "(lossproof show {uid}), not at shorter decimal inputs")

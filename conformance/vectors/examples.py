@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from conformance.vectors.load import VectorCase, VectorSet
+from lossproof.conformance.vectors.load import VectorCase, VectorSet
 
 # Article part 3, "Destilación on-policy": teacher (0.8, 0.2) and student (0.4, 0.6) over cat, dog.
 _CAT_DOG = {"student_logits": ("log", [["0.4", "0.6"]]), "teacher_logits": ("log", [["0.8", "0.2"]])}

@@ -20,7 +20,7 @@ import gzip
 import hashlib
 import json
 
-from conformance import numbers
+from lossproof.conformance import numbers
 
 SCHEMA_ID = "lossproof-vectors/1"
 MANIFEST = "MANIFEST.json"

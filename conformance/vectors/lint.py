@@ -3,10 +3,10 @@ match their content, tcIds in order, representable low-precision inputs, 30 digi
 tests in the objective's compressed part and nowhere else)."""
 from __future__ import annotations
 
-from conformance import catalog, numbers
-from conformance.vectors import versions
-from conformance.vectors.format import cases_digest, json_path, serialize, split_large, uid
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.vectors import versions
+from lossproof.conformance.vectors.format import cases_digest, json_path, serialize, split_large, uid
+from lossproof.conformance.vectors.load import VectorSet
 
 
 def lint(vs: VectorSet) -> list[str]:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import jsonschema
 
-from conformance import numbers
-from conformance.errors import LossproofError
-from conformance.vectors import certificates
-from conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, MANIFEST_SCHEMA, content, is_large, json_path,
+from lossproof.conformance import numbers
+from lossproof.conformance.errors import LossproofError
+from lossproof.conformance.vectors import certificates
+from lossproof.conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, MANIFEST_SCHEMA, content, is_large, json_path,
                                         large_path_for, merge_large, sha256)
 
 SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schema"

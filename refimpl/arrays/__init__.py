@@ -8,6 +8,6 @@ Same module and function names as ``refimpl.exact`` (``family.name`` is ``name``
 argument checks and InputError messages (``refimpl.validate``). Like every fast backend it
 is a conformance target, checked against the exact reference, never trusted.
 """
-from refimpl.arrays import distill, dpo, gae, grpo, kl, lm, moe, ppo, preference, proximal_kl, reward  # noqa: F401
-from refimpl.arrays._xp import SUPPORTED_DTYPES  # noqa: F401
+from lossproof.refimpl.arrays import distill, dpo, gae, grpo, kl, lm, moe, ppo, preference, proximal_kl, reward  # noqa: F401
+from lossproof.refimpl.arrays._xp import SUPPORTED_DTYPES  # noqa: F401
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import array_api_compat
 
-from refimpl import validate
+from lossproof.refimpl import validate
 
 SUPPORTED_DTYPES = ("float64", "float32")
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
-from refimpl import validate
-from refimpl.arrays import _xp
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
            "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp", "skew_kl", "skew_kl_vjp",

@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import math
 
-from refimpl import validate
-from refimpl.arrays import _xp
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
 
 __all__ = ["loss", "loss_vjp"]
 

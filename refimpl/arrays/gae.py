@@ -4,8 +4,8 @@ arXiv 1506.02438) eqs. 10 and 16, computed backwards over the tokens, all rows a
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp, kl
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp, kl
 
 __all__ = ["advantages", "kl_rewards"]
 

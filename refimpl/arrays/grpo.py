@@ -14,9 +14,9 @@ Same names and contract as ``refimpl.exact.grpo``; ``loss`` is composed from the
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp, kl
-from refimpl.arrays._rollout import rollout_correction
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp, kl
+from lossproof.refimpl.arrays._rollout import rollout_correction
 
 __all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp",
            "rollout_correction"]

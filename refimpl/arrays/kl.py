@@ -10,8 +10,8 @@ Same names and contract as ``refimpl.exact.kl``; computed in the inputs' dtype.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
 
 __all__ = ["estimator", "estimator_vjp"]
 

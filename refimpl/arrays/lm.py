@@ -11,8 +11,8 @@ Each row is shifted by its largest logit first: −log q_y = (max − z_y) + log
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
 
 __all__ = ["cross_entropy", "cross_entropy_vjp", "linear_cross_entropy", "linear_cross_entropy_vjp",
            "token_logprobs", "token_logprobs_vjp", "entropy", "entropy_vjp"]

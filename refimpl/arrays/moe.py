@@ -15,8 +15,8 @@ the lowest index wins a tie, as in the exact reference. Gradient q_j·(G_j − �
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
 
 __all__ = ["router_z_loss", "router_z_loss_vjp", "load_balancing", "load_balancing_vjp"]
 

@@ -12,8 +12,8 @@ larger or equal (V inside the band included), 0 where the clipped branch is.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp, grpo
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp, grpo
 
 __all__ = ["value_loss", "value_loss_vjp", "entropy_bonus", "entropy_bonus_vjp"]
 

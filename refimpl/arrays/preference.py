@@ -11,9 +11,9 @@ Same names, formulas and contract as ``refimpl.exact.preference`` (papers cited 
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp
-from refimpl.arrays.dpo import chosen_nll
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
+from lossproof.refimpl.arrays.dpo import chosen_nll
 
 __all__ = ["simpo", "simpo_vjp", "cpo", "cpo_vjp", "orpo", "orpo_vjp", "kto", "kto_vjp"]
 

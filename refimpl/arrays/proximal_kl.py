@@ -12,8 +12,8 @@ reused from ``refimpl.arrays.grpo``, as is the PPO clip of ``ratio_clip``).
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp, grpo
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp, grpo
 
 __all__ = ["future_cost", "loss", "loss_vjp"]
 

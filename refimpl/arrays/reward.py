@@ -12,8 +12,8 @@ to 1 once e^{−d} is below the unit roundoff.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.arrays import _xp
+from lossproof.refimpl import validate
+from lossproof.refimpl.arrays import _xp
 
 __all__ = ["pairwise", "pairwise_vjp"]
 

@@ -32,7 +32,7 @@ import math
 
 from flint import arb, ctx
 
-from refimpl import validate
+from lossproof.refimpl import validate
 
 ZERO = arb(0)
 ONE = arb(1)

@@ -10,8 +10,8 @@ exp(0) = 1, is exact), or the certificate reports a straddle.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["rollout_correction"]
 

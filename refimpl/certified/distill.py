@@ -27,8 +27,8 @@ tape) gives the true gradient.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["generalized_jsd", "generalized_jsd_vjp", "hinton", "hinton_vjp", "skew_kl", "skew_kl_vjp",
            "softmax", "softmax_vjp", "sparse_kl", "sparse_kl_vjp", "symmetric_kl", "symmetric_kl_vjp", "token_kl",

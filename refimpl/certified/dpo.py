@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import functools
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["loss", "loss_vjp"]
 

@@ -8,10 +8,10 @@ reward (verl 0.9.1 apply_kl_penalty, OpenRLHF 0.11.2 compute_reward): r_t = scor
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
-from refimpl.certified._ball import mask_rows
-from refimpl.certified.kl import penalty
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
+from lossproof.refimpl.certified._ball import mask_rows
+from lossproof.refimpl.certified.kl import penalty
 
 __all__ = ["advantages", "kl_rewards"]
 

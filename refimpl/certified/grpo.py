@@ -16,11 +16,11 @@ sign of A (an exact binary64 input).
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
-from refimpl.certified._ball import mask_rows
-from refimpl.certified._rollout import rollout_correction
-from refimpl.certified.kl import penalty
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
+from lossproof.refimpl.certified._ball import mask_rows
+from lossproof.refimpl.certified._rollout import rollout_correction
+from lossproof.refimpl.certified.kl import penalty
 
 __all__ = ["advantages", "aggregate", "aggregate_vjp", "clip", "clip_vjp", "loss", "loss_vjp",
            "rollout_correction"]

@@ -7,8 +7,8 @@ zero gradient; one on a bound passes it).
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["estimator", "estimator_vjp", "penalty"]
 

@@ -17,8 +17,8 @@ The gradient comes from ``_ball``'s tape, so it is the derivative of exactly the
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["cross_entropy", "cross_entropy_vjp", "entropy", "entropy_vjp", "linear_cross_entropy",
            "linear_cross_entropy_vjp", "token_logprobs", "token_logprobs_vjp"]

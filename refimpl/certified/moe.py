@@ -15,8 +15,8 @@ the sequences that hold a token, summed over the layers.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["router_z_loss", "router_z_loss_vjp", "load_balancing", "load_balancing_vjp"]
 

@@ -14,9 +14,9 @@ same masked reduction (``aggregate_rows``) with its ``norm_length`` and ``mean_e
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
-from refimpl.certified.grpo import aggregate_rows, mask_rows
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
+from lossproof.refimpl.certified.grpo import aggregate_rows, mask_rows
 
 __all__ = ["value_loss", "value_loss_vjp", "entropy_bonus", "entropy_bonus_vjp"]
 

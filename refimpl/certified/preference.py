@@ -18,9 +18,9 @@ Written from the papers, as refimpl/exact/preference.py is, sharing only refimpl
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
-from refimpl.certified.dpo import chosen_nll
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
+from lossproof.refimpl.certified.dpo import chosen_nll
 
 __all__ = ["simpo", "simpo_vjp", "cpo", "cpo_vjp", "orpo", "orpo_vjp", "kto", "kto_vjp"]
 

@@ -12,9 +12,9 @@ Source: Proximal KL (H. Bai, J. Yao, T. Zhang) as summarised in [proximal-kl-sum
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
-from refimpl.certified.grpo import aggregate_rows, mask_rows
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
+from lossproof.refimpl.certified.grpo import aggregate_rows, mask_rows
 
 __all__ = ["future_cost", "loss", "loss_vjp"]
 

@@ -8,8 +8,8 @@ log(1 + e^{−d_b}) is the same function (``form='log-exp'``), so it is written 
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["pairwise", "pairwise_vjp"]
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from flint import arb
 
-from refimpl import validate
-from refimpl.certified import _ball
+from lossproof.refimpl import validate
+from lossproof.refimpl.certified import _ball
 
 __all__ = ["expected_update", "optimum", "sequence_kl"]
 

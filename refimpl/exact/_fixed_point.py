@@ -8,8 +8,8 @@ from typing import Mapping, Sequence
 
 import mpmath
 
-from refimpl import validate
-from refimpl.exact import _tree, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import _tree, mp
 
 
 def residual(update: Mapping[tuple, Sequence]) -> mpmath.mpf:

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import mpmath
 
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 __all__ = ["rollout_correction"]
 

@@ -43,8 +43,8 @@ from typing import Mapping, Sequence
 
 import mpmath
 
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 # --------------------------------------------------------------------------- trees
 

@@ -25,8 +25,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 __all__ = ["softmax", "softmax_vjp", "hinton", "hinton_vjp", "token_kl", "token_kl_vjp",
            "symmetric_kl", "symmetric_kl_vjp", "generalized_jsd", "generalized_jsd_vjp", "skew_kl", "skew_kl_vjp",

@@ -52,8 +52,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 __all__ = ["loss", "loss_vjp"]
 

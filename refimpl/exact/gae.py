@@ -17,8 +17,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import kl, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import kl, mp
 
 __all__ = ["advantages", "kl_rewards"]
 

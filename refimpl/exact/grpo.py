@@ -17,9 +17,9 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import kl, mp
-from refimpl.exact._rollout import rollout_correction
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import kl, mp
+from lossproof.refimpl.exact._rollout import rollout_correction
 
 __all__ = ["advantages", "clip", "clip_vjp", "aggregate", "aggregate_vjp", "loss", "loss_vjp",
            "rollout_correction"]

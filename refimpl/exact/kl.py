@@ -15,8 +15,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 __all__ = ["estimator", "estimator_vjp"]
 

@@ -41,8 +41,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
 
 __all__ = ["cross_entropy", "cross_entropy_vjp", "linear_cross_entropy", "linear_cross_entropy_vjp",
            "token_logprobs", "token_logprobs_vjp", "entropy", "entropy_vjp"]

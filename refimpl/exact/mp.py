@@ -13,7 +13,7 @@ import functools
 import mpmath
 import numpy as np
 
-from refimpl import validate
+from lossproof.refimpl import validate
 
 DEFAULT_DPS = 50
 _dps = DEFAULT_DPS

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import grpo, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import grpo, mp
 
 __all__ = ["value_loss", "value_loss_vjp", "entropy_bonus", "entropy_bonus_vjp"]
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import mp
-from refimpl.exact.dpo import chosen_nll
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import mp
+from lossproof.refimpl.exact.dpo import chosen_nll
 
 __all__ = ["simpo", "simpo_vjp", "cpo", "cpo_vjp", "orpo", "orpo_vjp", "kto", "kto_vjp"]
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl import validate
-from refimpl.exact import grpo, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import grpo, mp
 
 __all__ = ["future_cost", "loss", "loss_vjp"]
 

@@ -12,8 +12,8 @@ arrays, compute on the tree, and return arrays in the same orders.
 """
 from __future__ import annotations
 
-from refimpl import validate
-from refimpl.exact import _tree, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import _tree, mp
 
 __all__ = ["optimum", "sequence_kl", "expected_update"]
 

@@ -3,7 +3,7 @@
 Same modules, function names and keyword arguments as ``refimpl.exact`` (and the catalog,
 ``conformance/catalog.py``), meant for training code::
 
-    from refimpl.torch.grpo import loss
+    from lossproof.refimpl.torch.grpo import loss
 
 Inputs are tensors on any device (the computation follows them); outputs are tensors in the
 input dtype (a dict by output name for multi-output objectives). Every input outside the

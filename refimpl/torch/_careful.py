@@ -23,8 +23,8 @@ import math
 import torch
 from torch.autograd.function import once_differentiable
 
-from refimpl.torch import _common
-from refimpl.torch.kl import k3
+from lossproof.refimpl.torch import _common
+from lossproof.refimpl.torch.kl import k3
 
 # Logits per chunk of rows (forward, backward and the input checks); None: by device, small
 # enough on a CPU for the chunk's temporaries to stay in cache, large enough on a GPU for the

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
+from lossproof.refimpl import validate
 
 CHECK_CHUNK = 1 << 24  # elements per slice of a value check
 

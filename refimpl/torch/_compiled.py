@@ -69,7 +69,7 @@ _DTYPES = {torch.float64: 0, torch.float32: 1, torch.bfloat16: 2, torch.float16:
 # The kernels of _kernels.cpp (its Kind): JSD for 0 < β < 1 (p1 = β), Hinton with p1 = α,
 # p2 = the soft term's scale.
 KINDS = {"reverse": 0, "forward": 1, "jsd": 2, "hinton": 3}
-_LOG = logging.getLogger("refimpl.torch")
+_LOG = logging.getLogger("lossproof.refimpl.torch")
 
 # False: every call takes the torch fused path (LOSSPROOF_COMPILED=0 sets it at import).
 ENABLED = os.environ.get("LOSSPROOF_COMPILED", "1") != "0"

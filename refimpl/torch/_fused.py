@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
-from refimpl.torch import _common, _compiled
+from lossproof.refimpl.torch import _common, _compiled
 
 # Logits per tile; None: by device (CPU: the tile's buffers stay in L2/L3; GPU: big enough for
 # the launches not to dominate).

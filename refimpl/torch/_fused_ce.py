@@ -29,8 +29,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from refimpl import validate
-from refimpl.torch import _common, _compiled
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common, _compiled
 
 # Logits per row chunk of the torch path: its ~8 [R,V] intermediates stay a few MiB on a CPU.
 CHUNK_ELEMENTS = 1 << 18

@@ -24,8 +24,8 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from refimpl import validate
-from refimpl.torch import _common, _fused_ce
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common, _fused_ce
 
 # Logits per row chunk ([R,V] working-dtype buffer, 16 MiB in float32), R = CHUNK_ELEMENTS // V:
 # 128 rows at V = 32768, 1/16 of the [N,V] logits at N = 2048. Smaller chunks make the three

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
-from refimpl.torch import _common
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common
 
 __all__ = ["rollout_correction"]
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from refimpl import validate
-from refimpl.torch import _careful, _common, _fused
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _careful, _common, _fused
 
 __all__ = ["softmax", "hinton", "token_kl", "symmetric_kl", "generalized_jsd", "skew_kl", "tvd", "sparse_kl"]
 

@@ -44,8 +44,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from refimpl import validate
-from refimpl.torch import _common
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common
 
 __all__ = ["loss"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
-from refimpl.torch import _common, kl
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common, kl
 
 __all__ = ["advantages", "kl_rewards"]
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
-from refimpl.torch import _common, kl
-from refimpl.torch._rollout import rollout_correction
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common, kl
+from lossproof.refimpl.torch._rollout import rollout_correction
 
 __all__ = ["advantages", "clip", "aggregate", "loss", "rollout_correction"]
 

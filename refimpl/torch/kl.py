@@ -13,8 +13,8 @@ import math
 
 import torch
 
-from refimpl import validate
-from refimpl.torch import _common
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common
 
 __all__ = ["estimator"]
 

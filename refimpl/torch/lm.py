@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
-from refimpl.torch import _common, _fused_ce, _fused_linear
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common, _fused_ce, _fused_linear
 
 # True: cross_entropy takes the fused path (``_fused_ce``: row chunks, no [N,V] intermediate,
 # the compiled CPU kernel where it applies); False: the plain path below (``_CrossEntropy``).

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from refimpl import validate
-from refimpl.torch import _common
-from refimpl.torch.dpo import chosen_nll
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common
+from lossproof.refimpl.torch.dpo import chosen_nll
 
 __all__ = ["simpo", "cpo", "orpo", "kto"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
-from refimpl.torch import _common, grpo
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common, grpo
 
 __all__ = ["future_cost", "loss"]
 

@@ -49,8 +49,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from refimpl import validate
-from refimpl.torch import _common
+from lossproof.refimpl import validate
+from lossproof.refimpl.torch import _common
 
 __all__ = ["cross_entropy", "entropy", "generalized_jsd", "hinton", "token_kl", "token_logprobs"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from refimpl import validate
+from lossproof.refimpl import validate
 
 FLOATS = {torch.float64: "float64", torch.float32: "float32", torch.bfloat16: "bfloat16",
           torch.float16: "float16"}

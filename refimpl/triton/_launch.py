@@ -11,7 +11,7 @@ import triton.language as tl
 from torch.autograd.function import once_differentiable
 from triton.runtime.jit import JITFunction
 
-from refimpl.triton import _kernels
+from lossproof.refimpl.triton import _kernels
 
 # Tokens per tile row, and logits per tile ([ROWS, BLOCK]). On a GPU a tile of 4096 float32
 # logits per model is 16 values per thread and operand for 8 warps, held in registers; a
@@ -51,7 +51,7 @@ def check_device(*tensors: torch.Tensor) -> None:
     for t in tensors:
         if t.device.type == "cuda" or (t.device.type == "cpu" and interpreted()):
             continue
-        raise TypeError(f"refimpl.triton: a tensor on {t.device} needs a CUDA device, or "
+        raise TypeError(f"lossproof.refimpl.triton: a tensor on {t.device} needs a CUDA device, or "
                         "TRITON_INTERPRET=1 (the Triton interpreter) for CPU tensors")
 
 
@@ -76,7 +76,7 @@ def require_finite(values: torch.Tensor, check) -> None:
     overflow of the kernel in its working dtype, raised as such: never a silent NaN."""
     if not bool(torch.isfinite(values).all()):
         check()
-        raise FloatingPointError("refimpl.triton: a kernel returned a non-finite value for inputs that "
+        raise FloatingPointError("lossproof.refimpl.triton: a kernel returned a non-finite value for inputs that "
                                  "pass every check (an overflow in the working dtype)")
 
 

@@ -20,15 +20,15 @@ import math
 
 import torch
 
-from refimpl import validate
-from refimpl.triton import _checks, _kernels, _launch
+from lossproof.refimpl import validate
+from lossproof.refimpl.triton import _checks, _kernels, _launch
 
 __all__ = ["generalized_jsd", "hinton", "skew_kl", "softmax", "symmetric_kl", "token_kl", "tvd"]
 
 # Catalog objectives of the family this backend has no kernel for (tests/test_backend_catalog.py).
 DECLINED = {
     "distill.sparse_kl": "no kernel: the teacher is K stored log-probabilities, not a logit row, so the only "
-                         "vocabulary-wide work is the student's log-sum-exp; refimpl.torch.distill.sparse_kl "
+                         "vocabulary-wide work is the student's log-sum-exp; lossproof.refimpl.torch.distill.sparse_kl "
                          "(autograd through log_softmax) serves it",
 }
 

@@ -27,15 +27,15 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-from refimpl import validate
-from refimpl.triton import _checks, _kernels, _launch
+from lossproof.refimpl import validate
+from lossproof.refimpl.triton import _checks, _kernels, _launch
 
 __all__ = ["cross_entropy", "linear_cross_entropy"]
 
 DECLINED = {
     "lm.token_logprobs": "no kernel here: logprobs.selective_log_softmax is the same computation (log q_y "
-                         "at temperature T) and refimpl.torch.lm.token_logprobs serves the catalog objective",
-    "lm.entropy": "no kernel: refimpl.torch.lm.entropy serves it",
+                         "at temperature T) and lossproof.refimpl.torch.lm.token_logprobs serves the catalog objective",
+    "lm.entropy": "no kernel: lossproof.refimpl.torch.lm.entropy serves it",
 }
 
 # Logits per row chunk of linear_cross_entropy ([R,V] working-dtype buffer, 16 MiB in float32),

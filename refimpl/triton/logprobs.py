@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from refimpl import validate
-from refimpl.triton import _checks, _kernels, _launch
+from lossproof.refimpl import validate
+from lossproof.refimpl.triton import _checks, _kernels, _launch
 
 __all__ = ["selective_log_softmax"]
 

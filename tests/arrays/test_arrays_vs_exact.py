@@ -17,21 +17,21 @@ import mpmath
 import numpy as np
 import pytest
 
-from conformance import catalog
-from refimpl import arrays
-from refimpl.exact import distill as ex_distill
-from refimpl.exact import dpo as ex_dpo
-from refimpl.exact import gae as ex_gae
-from refimpl.exact import grpo as ex_grpo
-from refimpl.exact import kl as ex_kl
-from refimpl.exact import lm as ex_lm
-from refimpl.exact import moe as ex_moe
-from refimpl.exact import mp
-from refimpl.exact import ppo as ex_ppo
-from refimpl.exact import preference as ex_preference
-from refimpl.exact import proximal_kl as ex_proximal_kl
-from refimpl.exact import reward as ex_reward
-from refimpl.validate import InputError
+from lossproof.conformance import catalog
+from lossproof.refimpl import arrays
+from lossproof.refimpl.exact import distill as ex_distill
+from lossproof.refimpl.exact import dpo as ex_dpo
+from lossproof.refimpl.exact import gae as ex_gae
+from lossproof.refimpl.exact import grpo as ex_grpo
+from lossproof.refimpl.exact import kl as ex_kl
+from lossproof.refimpl.exact import lm as ex_lm
+from lossproof.refimpl.exact import moe as ex_moe
+from lossproof.refimpl.exact import mp
+from lossproof.refimpl.exact import ppo as ex_ppo
+from lossproof.refimpl.exact import preference as ex_preference
+from lossproof.refimpl.exact import proximal_kl as ex_proximal_kl
+from lossproof.refimpl.exact import reward as ex_reward
+from lossproof.refimpl.validate import InputError
 
 EXACT = {"distill": ex_distill, "kl": ex_kl, "dpo": ex_dpo, "preference": ex_preference, "grpo": ex_grpo,
          "gae": ex_gae, "proximal_kl": ex_proximal_kl, "lm": ex_lm, "reward": ex_reward,

@@ -7,7 +7,7 @@ import mpmath
 import pytest
 from flint import arb
 
-from refimpl.certified import _ball, distill
+from lossproof.refimpl.certified import _ball, distill
 
 
 def _contains(ball, exact: mpmath.mpf) -> bool:

@@ -7,7 +7,7 @@ import mpmath
 import pytest
 from flint import arb
 
-from refimpl.certified import _ball
+from lossproof.refimpl.certified import _ball
 
 
 def _contains(ball, exact) -> bool:

@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the targets under diagnosis are torch functions")
 
-from conformance import cli, diagnose, harness
-from conformance.targets import from_mapping
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import cli, diagnose, harness
+from lossproof.conformance.targets import from_mapping
+from lossproof.conformance.vectors.load import VectorSet
 from diagnose import targets
 
 
@@ -64,7 +64,7 @@ def test_float32_inside_with_float64_inputs_is_told_in_one_line():
 
 def test_a_correct_target_gets_no_diagnosis():
     spec = {"name": "torch-kl", "framework": "torch", "dtypes": ["float64", "float32"],
-            "objectives": {"kl.estimator": __import__("refimpl.torch.kl", fromlist=["estimator"]).estimator},
+            "objectives": {"kl.estimator": __import__("lossproof.refimpl.torch.kl", fromlist=["estimator"]).estimator},
             "conventions": {"kl.estimator": {"kind": ["k3", "k1", "k2", "abs"], "clamp": "*"}}}
     results, found = _diagnoses(spec, "kl.estimator", dtypes=("float64", "float32"))
     assert any(r.status == "pass" for r in results) and found == []
@@ -159,7 +159,7 @@ def test_an_input_overwritten_in_place_is_named_with_the_input():
 def test_a_time_out_of_the_check_s_own_limit_is_its_own_kind_never_raises():
     """The harness marks a time-out by its message and (from issue 36 on) by probes["timeout"]."""
     spec = {"name": "torch-kl", "framework": "torch", "dtypes": ["float64"],
-            "objectives": {"kl.estimator": __import__("refimpl.torch.kl", fromlist=["estimator"]).estimator}}
+            "objectives": {"kl.estimator": __import__("lossproof.refimpl.torch.kl", fromlist=["estimator"]).estimator}}
     results, found = _diagnoses(spec, "kl.estimator")
     assert found == []
     by_message, by_probe = [r for r in results if r.axis == "conformance" and r.status == "pass"][:2]

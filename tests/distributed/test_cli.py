@@ -2,7 +2,7 @@
 one-line usage error (exit 2), before any rank process starts."""
 import pytest
 
-from conformance import cli
+from lossproof.conformance import cli
 
 
 @pytest.mark.parametrize("argv,words", [

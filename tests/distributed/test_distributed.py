@@ -11,16 +11,16 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the distributed checks run torch.distributed")
 
-from conformance import compare, plan
-from conformance.distributed import check
-from conformance.targets import from_mapping, load
-from conformance.targets.steps import (
+from lossproof.conformance import compare, plan
+from lossproof.conformance.distributed import check
+from lossproof.conformance.targets import from_mapping, load
+from lossproof.conformance.targets.steps import (
     global_mean,
     global_token_normalizer,
     micro_batch_mean,
 )
-from conformance.vectors.load import VectorSet
-from refimpl.torch import distill, grpo, lm, moe, ppo, reward, vocab_parallel
+from lossproof.conformance.vectors.load import VectorSet
+from lossproof.refimpl.torch import distill, grpo, lm, moe, ppo, reward, vocab_parallel
 
 VS = VectorSet(None)
 # token-mean, row token counts [3,1,1,3,2,1,2,3]: the even 2x2 split holds 4 tokens per micro-batch
@@ -169,7 +169,7 @@ def test_the_entropy_bonus_is_a_global_token_mean():
 
 
 def test_load_balancing_is_refused_with_its_reason(capsys):
-    from conformance import cli
+    from lossproof.conformance import cli
     assert cli.main(["check", "--backend", "torch", "--objective", "moe.load_balancing", "--partition", "2x2"]) == 2
     err = capsys.readouterr().err
     assert "moe.load_balancing is not eligible: its f and P are means over the whole batch" in err
@@ -297,7 +297,7 @@ def _sharded_error(task, rank, world, group, device):
     """Call a vocab-parallel lm function on this rank's half of ``task['logits']``: its InputError."""
     import numpy as np
 
-    from refimpl import validate
+    from lossproof.refimpl import validate
     z = np.asarray(task["logits"], dtype=np.float64)
     half = z.shape[1] // 2
     kwargs = dict(task["kwargs"])
@@ -320,8 +320,8 @@ def _sharded_error(task, rank, world, group, device):
 ])
 def test_lm_vocab_parallel_rejects_what_the_single_process_function_rejects_on_every_rank(fn, logits, kwargs,
                                                                                          rejected):
-    from conformance.distributed.pool import RankPool
-    from refimpl import validate
+    from lossproof.conformance.distributed.pool import RankPool
+    from lossproof.refimpl import validate
     try:
         getattr(lm, fn)(torch.tensor(logits, dtype=torch.float64), **kwargs)
         expected = ""

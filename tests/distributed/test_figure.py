@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the figure runs the torch step helpers")
 
-from conformance.docs import distributed
+from lossproof.conformance.docs import distributed
 
 
 def test_accumulation_errors_follow_the_formula():

@@ -3,7 +3,7 @@ kind is what its name says."""
 import numpy as np
 import pytest
 
-from conformance.distributed import partitions
+from lossproof.conformance.distributed import partitions
 
 
 @pytest.mark.parametrize("counts", [[3, 1, 1, 3, 2, 1, 2, 3], [5, 0, 4, 0, 2, 7, 1], [1] * 9, [4, 4, 4, 4]])

@@ -9,7 +9,7 @@ from __future__ import annotations
 import mpmath
 import numpy as np
 
-from refimpl.exact import mp
+from lossproof.refimpl.exact import mp
 
 import records
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.exact import distill, mp
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import distill, mp
+from lossproof.refimpl.validate import InputError
 
 NINF = float("-inf")
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.exact import distill
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import distill
+from lossproof.refimpl.validate import InputError
 
 NINF = float("-inf")
 

@@ -10,8 +10,8 @@ import mpmath
 import numpy as np
 import pytest
 
-from refimpl.exact import distill
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import distill
+from lossproof.refimpl.validate import InputError
 
 NINF = float("-inf")
 CONVENTIONS = ("none", "teacher", "both", "tail")

@@ -9,8 +9,8 @@ from gradcheck import assert_vjp_matches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.exact import dpo, mp
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import dpo, mp
+from lossproof.refimpl.validate import InputError
 
 WRT = ["policy_chosen_logps", "policy_rejected_logps"]
 DIGITS: list[float] = []  # worst agreement of every gradient check, summarised at module end

@@ -6,8 +6,8 @@ from __future__ import annotations
 import mpmath
 import pytest
 
-from refimpl import validate
-from refimpl.exact import gae
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import gae
 
 TINY = mpmath.mpf("1e-40")
 R = [[0.0, 0.125, 0.0, 1.0, 0.0], [0.0, -0.25, 0.5, 0.0, 0.0]]

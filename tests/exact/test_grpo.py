@@ -13,8 +13,8 @@ from gradcheck import AGREE_DIGITS, agreement_digits, assert_vjp_matches, numeri
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.exact import grpo, kl, mp
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import grpo, kl, mp
+from lossproof.refimpl.validate import InputError
 
 DIGITS: list[float] = []  # worst agreement of every gradient check, summarised at module end
 TINY = mpmath.mpf(10) ** -40

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl.exact import grpo
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import grpo
+from lossproof.refimpl.validate import InputError
 
 TINY = mpmath.mpf(10) ** -40
 MASK = [[1, 1, 1], [1, 1, 0], [1, 0, 0], [0, 0, 0]]
@@ -194,7 +194,7 @@ def test_kl_cov_top_k_is_the_largest_covariance():
 def test_kl_cov_count_is_the_exact_floor():
     # 0.29 in binary64 is 0.28999999999999998…: ⌊100·0.29⌋ = 28 exactly, as int(100 * 0.29) in
     # Python; 0.57 · 100 rounds to 56.99999999999999 in binary64 and 0.57 is below 0.57 too
-    from refimpl.validate import kl_cov_count
+    from lossproof.refimpl.validate import kl_cov_count
     assert kl_cov_count(0.29, 100) == 28 and kl_cov_count(0.57, 100) == 56
     assert kl_cov_count(0.0002, 5) == 1 and kl_cov_count(1.0, 7) == 7
 

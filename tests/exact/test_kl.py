@@ -9,7 +9,7 @@ from gradcheck import assert_vjp_matches
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from refimpl.exact import kl, mp
+from lossproof.refimpl.exact import kl, mp
 
 KINDS = ("k1", "k2", "k3", "abs")
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl import validate
-from refimpl.exact import lm, mp
+from lossproof.refimpl import validate
+from lossproof.refimpl.exact import lm, mp
 
 NEG_INF = float("-inf")
 
@@ -166,7 +166,7 @@ def test_linear_hidden_gradient_of_a_saturated_row_keeps_its_digits(kwargs):
     """Logits (50, −150, 450, 50), label 3: the hidden gradient's last component is
     Σ_v G_v·w_v2 = q_0·(w_02 − w_22) + q_1·(w_12 − w_22) ≈ e^−400 (uncapped, unsmoothed), which G·w
     formed from G loses under q_2's rounding; the certified enclosure holds the exact value."""
-    from refimpl.certified import lm as certified
+    from lossproof.refimpl.certified import lm as certified
     inputs = {"hidden": [[100.0, -100.0, 50.0], [-80.0, 120.0, 10.0]],
               "weight": [[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0], [2.0, -2.0, 1.0], [0.0, 0.0, 1.0]],
               "labels": [3, 1], **kwargs}

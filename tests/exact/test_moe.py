@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl.exact import moe
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import moe
+from lossproof.refimpl.validate import InputError
 
 
 def close(got, want) -> bool:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl.exact import grpo, ppo
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import grpo, ppo
+from lossproof.refimpl.validate import InputError
 
 MODES = grpo.MODES
 
@@ -150,7 +150,7 @@ def test_entropy_bonus_is_grpo_aggregate_times_minus_c(mode):
 
 def test_entropy_bonus_chained_with_lm_entropy_is_the_logit_gradient():
     # d(−c·mean H)/dz = −c/n·∂H/∂z with ∂H/∂z_v = −p_v(log p_v + H): the two VJPs compose
-    from refimpl.exact import lm
+    from lossproof.refimpl.exact import lm
     z = [[0.5, -1.0, 2.0], [0.0, 0.25, -0.75]]
     h = lm.entropy(z)
     dh = ppo.entropy_bonus_vjp(1.0, [list(h)], [[1, 1]], coef=0.2)["entropy"][0]

@@ -8,8 +8,8 @@ import mpmath
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl.exact import preference as P
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import preference as P
+from lossproof.refimpl.validate import InputError
 
 
 def _logps(rng, n, low=-40.0, high=-0.5):

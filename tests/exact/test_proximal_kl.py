@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl.exact import mp, proximal_kl
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import mp, proximal_kl
+from lossproof.refimpl.validate import InputError
 
 DIGITS: list[float] = []
 

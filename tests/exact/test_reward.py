@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from gradcheck import assert_vjp_matches
 
-from refimpl.exact import reward
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import reward
+from lossproof.refimpl.validate import InputError
 
 
 def close(got, want) -> bool:

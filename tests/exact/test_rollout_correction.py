@@ -10,9 +10,9 @@ import random
 import mpmath
 import pytest
 
-from refimpl.certified import grpo as certified
-from refimpl.exact import grpo, mp
-from refimpl.validate import InputError
+from lossproof.refimpl.certified import grpo as certified
+from lossproof.refimpl.exact import grpo, mp
+from lossproof.refimpl.validate import InputError
 
 MASK = [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]]
 CONVENTIONS = [dict(level=level, correction=correction, seq_log_ratio=seq, kept_weight=kept, log_ratio_clamp=clamp)

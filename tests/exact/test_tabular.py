@@ -8,8 +8,8 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from refimpl.exact import _fixed_point, _tree, mp, proximal_kl
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import _fixed_point, _tree, mp, proximal_kl
+from lossproof.refimpl.validate import InputError
 
 TREES = list(_tree.BUILTIN_TREES.values())
 EXACT = mpmath.mpf(10) ** -45      # agreement demanded between two exact computations (50 digits)

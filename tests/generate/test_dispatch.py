@@ -16,13 +16,13 @@ import sys
 
 import numpy._core._multiarray_umath as umath
 
-from conformance.vectors.load import VectorSet
+from lossproof.conformance.vectors.load import VectorSet
 
 UIDS = """
 import json
-from conformance import catalog
-from conformance.generate import FAMILY_MODULES, family_module
-from conformance.generate.build import uid_of
+from lossproof.conformance import catalog
+from lossproof.conformance.generate import FAMILY_MODULES, family_module
+from lossproof.conformance.generate.build import uid_of
 print(json.dumps(sorted(uid_of(catalog.get(c.objective), c) for f in FAMILY_MODULES for c in family_module(f).cases())))
 """
 

@@ -10,9 +10,9 @@ import mpmath
 import numpy as np
 import pytest
 
-from conformance import catalog, numbers
-from conformance.generate import distill, distill_inputs
-from conformance.generate.build import build_test, call_kwargs
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.generate import distill, distill_inputs
+from lossproof.conformance.generate.build import build_test, call_kwargs
 
 CATEGORIES = {"article", "random", "edge", "convention", "invalid", "acceptable", "numerics"}
 

@@ -6,8 +6,8 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from conformance import catalog, numbers
-from conformance.generate import dpo, gae, grpo
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.generate import dpo, gae, grpo
 
 MODULES = {"dpo": dpo, "grpo": grpo, "gae": gae}
 

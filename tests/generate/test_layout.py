@@ -15,18 +15,18 @@ MAX_LINES = 800
 
 
 def _private_uses(path: Path) -> list[str]:
-    """``from conformance.generate.X import _name`` and ``X._name`` where X is a generator module."""
+    """``from lossproof.conformance.generate.X import _name`` and ``X._name`` where X is a generator module."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     modules, out = set(), []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("conformance.generate"):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lossproof.conformance.generate"):
             for alias in node.names:
                 if alias.name.startswith("_"):
                     out.append(f"{path.name}:{node.lineno}: imports {node.module}.{alias.name}")
-                if node.module == "conformance.generate":
+                if node.module == "lossproof.conformance.generate":
                     modules.add(alias.asname or alias.name)
         elif isinstance(node, ast.Import):
-            modules.update(a.asname or a.name for a in node.names if a.name.startswith("conformance.generate"))
+            modules.update(a.asname or a.name for a in node.names if a.name.startswith("lossproof.conformance.generate"))
     for node in ast.walk(tree):
         if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
                 and isinstance(node.value, ast.Name) and node.value.id in modules):
@@ -51,7 +51,7 @@ def test_no_module_is_over_the_size_limit(path):
 
 def test_the_checks_see_a_private_import(tmp_path):
     module = tmp_path / "bad.py"
-    module.write_text("from conformance.generate import grpo_inputs\n"
-                      "from conformance.generate.grpo_inputs import _near\n"
+    module.write_text("from lossproof.conformance.generate import grpo_inputs\n"
+                      "from lossproof.conformance.generate.grpo_inputs import _near\n"
                       "x = grpo_inputs._cotangent\n")
     assert len(_private_uses(module)) == 2

@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from conformance import catalog, compare, numbers
-from conformance.generate import lm
-from conformance.generate.build import build_test
+from lossproof.conformance import catalog, compare, numbers
+from lossproof.conformance.generate import lm
+from lossproof.conformance.generate.build import build_test
 
 LCE = "lm.linear_cross_entropy"
 SPEC = catalog.get(LCE)
@@ -52,7 +52,7 @@ def test_scale_covers_a_float32_matrix_product_and_fails_bfloat16_logits(cases):
     """A logit error of (H+1)·u32·Σ|h·w| in the direction that moves the loss most stays within the
     float32 bound the vector stores; the logits rounded to bfloat16 do not (except where the products
     cancel so far that the float32 allowance (H+1)·u32·Σ|h·w| reaches bfloat16's u·|z|)."""
-    from refimpl.exact import lm as exact
+    from lossproof.refimpl.exact import lm as exact
     judged = _judged(cases)
     assert any("Cancellation" in c.flags for c in judged) and any("Random" in c.flags for c in judged)
     for case in judged:

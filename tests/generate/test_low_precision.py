@@ -6,12 +6,12 @@ from collections import Counter
 
 import pytest
 
-from conformance import catalog, numbers
-from conformance.generate import sampling as S
-from conformance.generate.build import build_test
-from conformance.generate.case import Case, generated
-from conformance.vectors.load import VectorSet
-from refimpl import torch as rtorch
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.generate import sampling as S
+from lossproof.conformance.generate.build import build_test
+from lossproof.conformance.generate.case import Case, generated
+from lossproof.conformance.vectors.load import VectorSet
+from lossproof.refimpl import torch as rtorch
 
 LOW = ("bfloat16", "float16")
 

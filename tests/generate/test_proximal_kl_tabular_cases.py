@@ -9,11 +9,11 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from conformance import catalog, numbers
-from conformance.generate import build, proximal_kl, tabular
-from refimpl.exact import _tree
-from refimpl.exact import tabular as tb
-from refimpl.validate import InputError
+from lossproof.conformance import catalog, numbers
+from lossproof.conformance.generate import build, proximal_kl, tabular
+from lossproof.refimpl.exact import _tree
+from lossproof.refimpl.exact import tabular as tb
+from lossproof.refimpl.validate import InputError
 
 MODULES = {"proximal_kl": proximal_kl, "tabular": tabular}
 MIN_VALID = {"proximal_kl": 60, "tabular": 30}   # enumerated trees are small: 30 per tabular objective

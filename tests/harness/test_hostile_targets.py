@@ -5,9 +5,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the hostile targets are torch functions")
 
-from conformance import harness, targets, timelimit
-from conformance.vectors.load import VectorSet
-from refimpl.torch import kl
+from lossproof.conformance import harness, targets, timelimit
+from lossproof.conformance.vectors.load import VectorSet
+from lossproof.refimpl.torch import kl
 
 
 @pytest.fixture(scope="module")

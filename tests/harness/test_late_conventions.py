@@ -6,8 +6,8 @@ A ``**kwargs`` function counts as not taking it (most are wrappers that forward 
 not); only the TypeError of the forwarded call shows it."""
 from __future__ import annotations
 
-from conformance import catalog, plan
-from conformance.targets.target import ANY, Target
+from lossproof.conformance import catalog, plan
+from lossproof.conformance.targets.target import ANY, Target
 
 SPEC = catalog.get("grpo.advantages")   # 'baseline' was added in vector set 1.3.0
 GROUP = {"scale": "group", "std_ddof": 0, "eps": 0.0, "degenerate": "zero"}

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from conformance import harness, plan, targets
-from conformance.targets.target import ANY, Target, TargetError
-from conformance.vectors.load import VectorSet
-from refimpl.arrays import distill
+from lossproof.conformance import harness, plan, targets
+from lossproof.conformance.targets.target import ANY, Target, TargetError
+from lossproof.conformance.vectors.load import VectorSet
+from lossproof.refimpl.arrays import distill
 
 
 @pytest.fixture(scope="module")

@@ -81,7 +81,7 @@ def assert_reference_matches(expect: dict, got: dict) -> None:
     with mpmath.workdps(RECOMPUTE_DPS):
         for where, want, have in _pairs(expect, got):
             assert abs(want - have) <= rel * abs(want) + ABS_FLOOR, \
-                f"{where}: refimpl.exact {mpmath.nstr(have, 45)} != literal {mpmath.nstr(want, 45)}"
+                f"{where}: lossproof.refimpl.exact {mpmath.nstr(have, 45)} != literal {mpmath.nstr(want, 45)}"
 
 
 def exact_params(params: dict) -> dict:

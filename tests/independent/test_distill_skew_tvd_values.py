@@ -16,7 +16,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import distill
+from lossproof.refimpl.exact import distill
 
 
 def probabilities(logits, T):

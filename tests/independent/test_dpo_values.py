@@ -59,7 +59,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import dpo
+from lossproof.refimpl.exact import dpo
 
 
 def sigma(x):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import gae
+from lossproof.refimpl.exact import gae
 
 
 def _steps(row_mask, masked_tokens):

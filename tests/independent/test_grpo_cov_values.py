@@ -22,7 +22,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import grpo
+from lossproof.refimpl.exact import grpo
 
 # ------------------------------------------------------------------------------ grpo.clip, log ρ clamped
 

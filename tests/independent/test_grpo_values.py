@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from decimal_tables import RECOMPUTE_DPS, Table, over_rows
 
-from refimpl.exact import grpo
+from lossproof.refimpl.exact import grpo
 
 # ------------------------------------------------------------------------------ advantages
 

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import lm, mp
+from lossproof.refimpl.exact import lm, mp
 
 
 def _row(z):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import moe
+from lossproof.refimpl.exact import moe
 
 
 def _lse(row):

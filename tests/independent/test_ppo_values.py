@@ -21,7 +21,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import ppo
+from lossproof.refimpl.exact import ppo
 
 
 def _clipped(v, old, eps):

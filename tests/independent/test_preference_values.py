@@ -15,7 +15,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import preference
+from lossproof.refimpl.exact import preference
 
 
 def sigma(x):

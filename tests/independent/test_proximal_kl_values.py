@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import proximal_kl
+from lossproof.refimpl.exact import proximal_kl
 
 
 def future_cost_values(logp, ref_logp, mask, clip, window):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import mpmath as mpm
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import reward
+from lossproof.refimpl.exact import reward
 
 
 def pairwise_values(chosen_rewards, rejected_rewards, center_rewards_coefficient=None, form="sigmoid", margin=None):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import mpmath
 from decimal_tables import Table, over_rows
 
-from refimpl.exact import grpo
+from lossproof.refimpl.exact import grpo
 
 
 def correction_values(old_logp, rollout_logp, mask, level, correction, lower, upper, seq_log_ratio,

@@ -18,7 +18,7 @@ import pytest
 import scipy.special as sc
 import scipy.stats
 
-from refimpl.exact import distill, dpo, grpo, kl, mp, proximal_kl
+from lossproof.refimpl.exact import distill, dpo, grpo, kl, mp, proximal_kl
 
 EPS = np.finfo(np.float64).eps
 

@@ -26,7 +26,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
-from conformance import catalog
+from lossproof.conformance import catalog
 
 FAMILY_MODULES = ("kl", "dpo", "grpo", "grpo_cov", "gae", "distill", "distill_divergences", "proximal_kl",
                   "numpy_targets", "lm", "reward", "ppo", "moe")
@@ -89,7 +89,7 @@ def checked(objective: str, framework: str = "torch"):
     The reference (``refimpl.torch`` or, for NumPy targets, ``refimpl.arrays``) is called on
     detached copies, without a graph; its result is discarded."""
     spec = catalog.get(objective)
-    package = "refimpl.torch" if framework == "torch" else "refimpl.arrays"
+    package = "lossproof.refimpl.torch" if framework == "torch" else "lossproof.refimpl.arrays"
     reference = getattr(importlib.import_module(f"{package}.{spec.family}"), spec.name)
 
     def wrap(fn):

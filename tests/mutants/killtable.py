@@ -13,8 +13,8 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from conformance import cli, harness
-from conformance.vectors.load import VectorError, VectorSet, default_dir, read_manifest
+from lossproof.conformance import cli, harness
+from lossproof.conformance.vectors.load import VectorError, VectorSet, default_dir, read_manifest
 from mutants import Pair, all_pairs, export, module_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,11 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the probed targets are torch functions")
 
-from conformance import catalog, harness, targets
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, harness, targets
+from lossproof.conformance.vectors.load import VectorSet
 from mutants import proximal_kl as pkl
-from refimpl.arrays import kl as np_kl
-from refimpl.torch import grpo, kl
+from lossproof.refimpl.arrays import kl as np_kl
+from lossproof.refimpl.torch import grpo, kl
 
 
 @pytest.fixture(scope="module")

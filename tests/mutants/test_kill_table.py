@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="most mutants are torch functions")
 
-from conformance import catalog, cli
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, cli
+from lossproof.conformance.vectors.load import VectorSet
 from mutants import all_pairs, diagnoses, killtable
 
 PAIRS = all_pairs()

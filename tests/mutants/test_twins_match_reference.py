@@ -7,10 +7,10 @@ import itertools
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="the twins are compared with refimpl.torch")
+torch = pytest.importorskip("torch", reason="the twins are compared with lossproof.refimpl.torch")
 
 from mutants import proximal_kl as pkl
-from refimpl.torch import proximal_kl as ref
+from lossproof.refimpl.torch import proximal_kl as ref
 
 FUTURE_GRID = list(itertools.product([None, 0.5], [None, 1, 3]))
 LOSS_GRID = list(itertools.product([None, 0.2], [None, 1.1], [None, 0.7], [None, 2], pkl.MODES))

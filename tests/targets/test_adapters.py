@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance import catalog, cli, compare, harness
-from conformance.targets import PEERS, TargetError, load, split_variants
-from conformance.targets.peers._common import Finding, build, where
-from conformance.targets.target import objective_of
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import catalog, cli, compare, harness
+from lossproof.conformance.targets import PEERS, TargetError, load, split_variants
+from lossproof.conformance.targets.peers._common import Finding, build, where
+from lossproof.conformance.targets.target import objective_of
+from lossproof.conformance.vectors.load import VectorSet
 
 LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "trl": ("trl", "trl", "1.16.0"),
@@ -38,7 +38,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
 
 def _module(name):
-    return importlib.import_module(f"conformance.targets.peers.{name}")
+    return importlib.import_module(f"lossproof.conformance.targets.peers.{name}")
 
 
 def _require(name):
@@ -196,7 +196,7 @@ def test_liger_triton_kernel_under_the_interpreter(tmp_path):
     _require("liger")
     report = tmp_path / "report.json"
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(DOC.parents[1])}
-    run = subprocess.run([sys.executable, "-m", "conformance", "check", "--target", "liger", "--objective",
+    run = subprocess.run([sys.executable, "-m", "lossproof", "check", "--target", "liger", "--objective",
                           "lm.cross_entropy", "--quiet", "--report-json", str(report)],
                          env=env, capture_output=True, text=True, timeout=900, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -307,8 +307,8 @@ def test_a_variant_finding_explains_its_variant_only(vs):
     one, whose cases it would otherwise mark known and report stale (xpass). An arithmetic row of
     the variant key is the variant's tolerance model, not the plain objective's."""
     pytest.importorskip("torch")
-    from conformance.targets.peers._common import Arithmetic
-    from conformance.targets.peers.transformers import _no_mask_shows
+    from lossproof.conformance.targets.peers._common import Arithmetic
+    from lossproof.conformance.targets.peers.transformers import _no_mask_shows
 
     finding = Finding("lib-no-mask", "deviation", "the mask is not passed on", "lib.py z_loss",
                       where(objectives=("moe.router_z_loss",), shows=_no_mask_shows), variant="no-mask")
@@ -329,7 +329,7 @@ def test_a_variant_finding_explains_its_variant_only(vs):
 
 def test_import_bare_removes_its_placeholders():
     _require("openrlhf")
-    from conformance.targets.peers import openrlhf
+    from lossproof.conformance.targets.peers import openrlhf
     openrlhf._load()
     for name in ("deepspeed", "vllm", "flash_attn"):
         module = sys.modules.get(name)
@@ -357,9 +357,9 @@ def test_transformers_trainer_step_is_the_global_token_mean(tmp_path):
     import torch
     import torch.distributed as dist
 
-    from conformance.targets.peers.transformers import causal_lm_step
-    from conformance.targets.steps import StepContext
-    from refimpl.arrays import lm
+    from lossproof.conformance.targets.peers.transformers import causal_lm_step
+    from lossproof.conformance.targets.steps import StepContext
+    from lossproof.refimpl.arrays import lm
     z = np.random.default_rng(7).normal(size=(7, 5))
     y = np.array([1, -100, 3, 0, -100, 4, 2])
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'init'}", rank=0, world_size=1)

@@ -22,8 +22,8 @@ from test_doc_examples import (
     _run,  # tests/targets is on sys.path: docs/targets.md's session runner
 )
 
-from conformance.docs.blocks import read_blocks, replace_blocks
-from conformance.docs.sessions import equivalent
+from lossproof.conformance.docs.blocks import read_blocks, replace_blocks
+from lossproof.conformance.docs.sessions import equivalent
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "ci.md"

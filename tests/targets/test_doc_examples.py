@@ -30,11 +30,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the page's examples are torch targets")
 
-from conformance import catalog, cli, harness, plan, testing, verdict  # noqa: E402
-from conformance.docs.blocks import read_blocks, replace_blocks  # noqa: E402
-from conformance.docs.sessions import equivalent  # noqa: E402
-from conformance.targets import Target, load  # noqa: E402
-from conformance.vectors.load import VectorSet  # noqa: E402
+from lossproof.conformance import catalog, cli, harness, plan, testing, verdict  # noqa: E402
+from lossproof.conformance.docs.blocks import read_blocks, replace_blocks  # noqa: E402
+from lossproof.conformance.docs.sessions import equivalent  # noqa: E402
+from lossproof.conformance.targets import Target, load  # noqa: E402
+from lossproof.conformance.vectors.load import VectorSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "targets.md"
@@ -386,8 +386,8 @@ def test_the_detached_objectives_and_quoted_messages_are_the_harness(page):
     assert set(re.findall(r"`([a-z_.]+)`", sentence.group(1))) == {o.id for o in catalog.OBJECTIVES if o.detached}
     sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (harness, plan, verdict,
                                                                             sys.modules[Target.__module__],
-                                                                            sys.modules["conformance.report"],
-                                                                            sys.modules["conformance.results"]))
+                                                                            sys.modules["lossproof.conformance.report"],
+                                                                            sys.modules["lossproof.conformance.results"]))
     for quoted in (" ".join(q.split()) for q in re.findall(r"«([^»]+)»", page)):
         assert quoted in sources, f"the page quotes «{quoted}», which the code no longer says"
 

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the targets here are torch functions")
 
-from conformance import catalog, cli  # noqa: E402
-from conformance.targets import signature  # noqa: E402
+from lossproof.conformance import catalog, cli  # noqa: E402
+from lossproof.conformance.targets import signature  # noqa: E402
 
 AUTHOR = textwrap.dedent('''
     import torch

@@ -14,9 +14,9 @@ import pytest
 torch = pytest.importorskip("torch", reason="the peers' functions are torch functions")
 
 import infer_targets
-from conformance import cli, derive, harness, infer
-from conformance.targets import TargetError, from_mapping, load
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import cli, derive, harness, infer
+from lossproof.conformance.targets import TargetError, from_mapping, load
+from lossproof.conformance.vectors.load import VectorSet
 
 OBJECTIVE = "grpo.advantages"
 # The peers whose adapter implements grpo.advantages (Liger-Kernel ships no advantage function).

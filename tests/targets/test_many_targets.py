@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the targets here are torch functions")
 
-from conformance import cli, run  # noqa: E402
-from conformance.targets import TargetError, load, split_variants  # noqa: E402
+from lossproof.conformance import cli, run  # noqa: E402
+from lossproof.conformance.targets import TargetError, load, split_variants  # noqa: E402
 
 LIBRARY = textwrap.dedent('''
     import torch
@@ -162,7 +162,7 @@ def test_bad_declarations_are_one_line_errors(library, tmp_path, extra, message)
 
 
 def test_the_api_runs_every_variant(library):
-    from conformance import testing
+    from lossproof.conformance import testing
     cases = testing.cases(f"{library}:MEANS", objective="grpo.aggregate")
     assert {tc.target.name for tc in cases} == {"lib[token]", "lib[row]"}
     assert run.prepare(run.Selection(targets=[f"{library}:MEANS"])).targets[0].name == "lib"

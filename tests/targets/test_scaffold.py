@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the library functions here are torch functions")
 
-from conformance import cli  # noqa: E402
-from conformance.targets import scaffold  # noqa: E402
+from lossproof.conformance import cli  # noqa: E402
+from lossproof.conformance.targets import scaffold  # noqa: E402
 
 LIBRARY = textwrap.dedent('''
     import torch

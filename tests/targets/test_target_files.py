@@ -6,9 +6,9 @@ import textwrap
 
 import pytest
 
-from conformance import cli
-from conformance.targets import TargetError, load
-from conformance.targets.imports import import_bare
+from lossproof.conformance import cli
+from lossproof.conformance.targets import TargetError, load
+from lossproof.conformance.targets.imports import import_bare
 
 
 def test_a_target_file_imports_its_siblings(tmp_path, monkeypatch):
@@ -105,9 +105,9 @@ def test_a_stand_in_object_replaces_a_module_while_the_loss_module_imports(tmp_p
 
 
 @pytest.mark.parametrize("how", [
-    "from conformance.targets.imports import import_bare\nm = import_bare('mylibxyz.losses', packages=('mylibxyz',))\n",
+    "from lossproof.conformance.targets.imports import import_bare\nm = import_bare('mylibxyz.losses', packages=('mylibxyz',))\n",
     "import importlib\nm = importlib.import_module('mylibxyz.losses')\n",
-    "from conformance.targets.imports import import_bare\n"
+    "from lossproof.conformance.targets.imports import import_bare\n"
     "m = import_bare('other.losses', packages=['mylibxyz', 'other']) if False else __import__('json')\n"
     "m.kl = len\n",
     "import mylibxyz.losses as m\n",
@@ -142,9 +142,9 @@ def test_a_package_shadowed_by_a_module_is_named(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("source, hint", [
-    ("from conformance.targets._peers import import_bare\n",
-     "conformance.targets._peers no longer exists: use conformance.targets.imports (import_bare)"),
-    ("import conformance.targets.trl\n", "use conformance.targets.peers.trl"),
+    ("from lossproof.conformance.targets._peers import import_bare\n",
+     "lossproof.conformance.targets._peers no longer exists: use lossproof.conformance.targets.imports (import_bare)"),
+    ("import lossproof.conformance.targets.trl\n", "use lossproof.conformance.targets.peers.trl"),
     ("import PIL_absent_xyz.Image\n",
      "needs the package PIL_absent_xyz, which is not installed: pip install PIL_absent_xyz"),
 ])
@@ -156,7 +156,7 @@ def test_a_missing_module_at_load_time_says_what_to_do(tmp_path, capsys, source,
 
 
 def test_a_missing_module_at_call_time_is_one_line(tmp_path, capsys, monkeypatch):
-    from conformance.targets import imports
+    from lossproof.conformance.targets import imports
     monkeypatch.setitem(imports.DISTRIBUTIONS, "PILxyz", "Pillowxyz")
     (tmp_path / "t.py").write_text("def kl(logp, ref_logp, kind='k3', clamp=None):\n"
                                    "    import PILxyz.Image\n"

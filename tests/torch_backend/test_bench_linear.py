@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch", reason="lossproof bench measures torch code
 
 import numpy as np  # noqa: E402
 
-from conformance.bench import linear, memory  # noqa: E402
+from lossproof.conformance.bench import linear, memory  # noqa: E402
 
 
 def test_bench_linear_reports_every_row():
@@ -36,7 +36,7 @@ def test_bench_linear_reports_every_row():
 
 
 def test_bench_linear_command_line(tmp_path, capsys):
-    from conformance import cli
+    from lossproof.conformance import cli
     out = tmp_path / "l.json"
     assert cli.main(["bench", "--kernel", "linear_cross_entropy", "--sizes", "8x4x64", "--method", "lossproof",
                      "--reps", "1", "--quiet", "--json", str(out)]) == 0

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch", reason="the compiled kernel is the torch backend's")
 
-from refimpl.torch import _compiled
+from lossproof.refimpl.torch import _compiled
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL = _compiled._compiler()
@@ -40,7 +40,7 @@ def test_parallel_processes_build_once(tmp_path):
     # -O0: the same source and symbols in a fraction of the -O3 build's time
     cxx = _fake_compiler(tmp_path, f'exec {REAL} $(echo "$@" | sed "s/-O3/-O0/; s/-march=native//")\n')
     env = {**os.environ, "CXX": str(cxx), "LOSSPROOF_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    code = "import json; from refimpl.torch import _compiled; print(json.dumps(_compiled.status()))"
+    code = "import json; from lossproof.refimpl.torch import _compiled; print(json.dumps(_compiled.status()))"
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
     statuses = [json.loads(p.communicate(timeout=600)[0]) for p in procs]

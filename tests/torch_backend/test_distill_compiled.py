@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from test_distill_tiled import DTYPES, KERNELS, _close, _evaluate, _inputs
 
-from refimpl.torch import _compiled, _fused, distill
+from lossproof.refimpl.torch import _compiled, _fused, distill
 
 # Every kernel of the tiled tests, and the JSD's interior β under endpoints='kl' (the same
 # formula as 'limit' there: the conventions differ only at β = 0 and 1).
@@ -63,9 +63,9 @@ def spies(monkeypatch):
 
 
 def _distill_vectors(objectives=OBJECTIVES):
-    from conformance import harness
-    from conformance.targets import builtin
-    from conformance.vectors.load import VectorSet
+    from lossproof.conformance import harness
+    from lossproof.conformance.targets import builtin
+    from lossproof.conformance.vectors.load import VectorSet
     return harness.run(builtin.load("torch"), VectorSet(), objective=list(objectives))
 
 
@@ -88,9 +88,9 @@ def test_every_distill_vector_passes_through_the_compiled_path(compiled, spies):
     vector says), and each that passes was computed by the compiled kernel, never by the torch
     tiles — all but the JSD's β = 0, 1 under endpoints='limit' (zero by definition: no kernel
     runs)."""
-    from conformance import harness
-    from conformance.targets import builtin
-    from conformance.vectors.load import VectorSet
+    from lossproof.conformance import harness
+    from lossproof.conformance.targets import builtin
+    from lossproof.conformance.vectors.load import VectorSet
     target = builtin.load("torch")
     served = collections.Counter()
     results = []
@@ -119,7 +119,7 @@ def test_every_distill_vector_passes_without_a_compiler(monkeypatch, tmp_path, s
     monkeypatch.setenv("LOSSPROOF_CACHE", str(tmp_path))
     _compiled.reset()
     try:
-        with caplog.at_level(logging.INFO, logger="refimpl.torch"):
+        with caplog.at_level(logging.INFO, logger="lossproof.refimpl.torch"):
             results = _distill_vectors()
         status = _compiled.status()
         assert not status["available"] and status["reason"].startswith("no C++ compiler found")

@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from conformance import catalog  # noqa: E402
-from refimpl.exact import distill as e_distill  # noqa: E402
-from refimpl.torch import _careful, _fused, distill  # noqa: E402
+from lossproof.conformance import catalog  # noqa: E402
+from lossproof.refimpl.exact import distill as e_distill  # noqa: E402
+from lossproof.refimpl.torch import _careful, _fused, distill  # noqa: E402
 
 CALLS = {
     "distill.skew_kl": lambda z, t: distill.skew_kl(z, t, 0.25, "reverse", 0.7),

@@ -24,8 +24,8 @@ import zlib
 import numpy as np
 import torch
 
-from refimpl.torch import _fused, distill
-from refimpl.validate import InputError
+from lossproof.refimpl.torch import _fused, distill
+from lossproof.refimpl.validate import InputError
 
 NEG_INF = -math.inf
 DTYPES = {"float64": torch.float64, "float32": torch.float32,
@@ -345,7 +345,7 @@ def test_fused_on_cuda_matches_cpu(dtype):
 
 def test_bench_reports_every_row(tmp_path):
     """``lossproof bench``'s machinery on a tiny size (structure only: speed is not asserted)."""
-    from conformance.bench import memory, methods, run
+    from lossproof.conformance.bench import memory, methods, run
     doc = run.run(sizes=[(8, 64)], methods=["lossproof", "naive"], reps=1, exact=False, log=lambda *a: None,
                   lower_mmap_threshold=False)
     rows = doc["rows"]
@@ -370,8 +370,8 @@ def test_bench_methods_compute_the_same_gradient(method):
     analytic one of the NumPy backend in float64 (refimpl.arrays, checked against the exact
     vectors) within float32 rounding of a V-term log-sum-exp. The TRL and Liger rows run those
     libraries through adapters that could otherwise drift."""
-    from conformance.bench import methods
-    from refimpl.arrays import distill as np_distill
+    from lossproof.conformance.bench import methods
+    from lossproof.refimpl.arrays import distill as np_distill
     runners = methods.Runners([method])
     z, t, y = methods.inputs(48, 3000, torch.float32)
     z64, t64, y64 = z.detach().double().numpy(), t.double().numpy(), y.numpy()
@@ -399,7 +399,7 @@ def test_bench_methods_compute_the_same_gradient(method):
 def test_bench_without_proc_says_memory_is_not_measured(monkeypatch):
     """Where the resident set cannot be read (no /proc: macOS, Windows) and the C library is
     not glibc, the run completes: timings as usual, memory reported as not measured."""
-    from conformance.bench import memory, run
+    from lossproof.conformance.bench import memory, run
     monkeypatch.setattr(memory, "_STATM", "/nonexistent/statm")
     monkeypatch.setattr(memory, "_glibc", lambda: None)
     doc = run.run(sizes=[(8, 64)], kernels=["token_kl.reverse"], methods=["lossproof", "naive"], reps=1,
@@ -421,9 +421,9 @@ def test_bench_in_bfloat16_records_the_compiled_kernel(tmp_path, capsys):
     build or load is recorded apart from the timings, and the torch tiles are measured only
     where they are not the same code as the default path (every kernel, where the compiled
     kernel is available)."""
-    from conformance import cli
-    from conformance.bench import methods
-    from refimpl.torch import _compiled
+    from lossproof.conformance import cli
+    from lossproof.conformance.bench import methods
+    from lossproof.refimpl.torch import _compiled
     out = tmp_path / "b.json"
     assert cli.main(["bench", "--sizes", "8x64", "--dtype", "bfloat16", "--method", "lossproof", "--method",
                      "lossproof-tiles", "--reps", "1", "--no-exact", "--quiet", "--json", str(out)]) == 0

@@ -32,9 +32,9 @@ import mpmath
 import numpy as np
 import torch
 
-from refimpl.exact import lm as e_lm
-from refimpl.torch import _compiled, _fused_ce, _fused_linear, lm
-from refimpl.validate import InputError
+from lossproof.refimpl.exact import lm as e_lm
+from lossproof.refimpl.torch import _compiled, _fused_ce, _fused_linear, lm
+from lossproof.refimpl.validate import InputError
 
 K = 4
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -31,7 +31,7 @@ def test_matches_exact_on_cuda(case, dtype):
 
 def test_large_vocabulary_rows_in_chunks_on_cuda():
     """A realistic row size in bfloat16: finite, in the input dtype, grads on the device."""
-    from refimpl.torch import distill
+    from lossproof.refimpl.torch import distill
     g = torch.Generator(device="cuda").manual_seed(0)
     z = (torch.randn(64, 32768, device="cuda", generator=g) * 3).to(torch.bfloat16).requires_grad_()
     t = (torch.randn(64, 32768, device="cuda", generator=g) * 3).to(torch.bfloat16)

@@ -17,14 +17,14 @@ import numpy as np
 import torch
 import torchcheck
 
-from refimpl import torch as rt
-from refimpl.exact import distill as e_distill
-from refimpl.exact import dpo as e_dpo
-from refimpl.exact import grpo as e_grpo
-from refimpl.exact import kl as e_kl
-from refimpl.exact import proximal_kl as e_prox
-from refimpl.torch import _careful, distill, dpo, grpo, kl, proximal_kl
-from refimpl.validate import InputError
+from lossproof.refimpl import torch as rt
+from lossproof.refimpl.exact import distill as e_distill
+from lossproof.refimpl.exact import dpo as e_dpo
+from lossproof.refimpl.exact import grpo as e_grpo
+from lossproof.refimpl.exact import kl as e_kl
+from lossproof.refimpl.exact import proximal_kl as e_prox
+from lossproof.refimpl.torch import _careful, distill, dpo, grpo, kl, proximal_kl
+from lossproof.refimpl.validate import InputError
 
 CASES = torchcheck.cases()
 PAIRS = [(c, d) for c in CASES for d in torchcheck.DTYPES if torchcheck.supports_dtype(c, d)]
@@ -42,7 +42,7 @@ def test_matches_exact(case, dtype):
 
 
 def test_every_objective_and_convention_is_covered():
-    from conformance import catalog
+    from lossproof.conformance import catalog
     covered = {c.objective for c in CASES}
     assert covered == {o.id for o in catalog.OBJECTIVES if o.family != "tabular"}
     for o in catalog.OBJECTIVES:

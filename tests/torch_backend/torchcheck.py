@@ -28,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from conformance import catalog
+from lossproof.conformance import catalog
 
 NEG_INF = -math.inf
 K_UNITS = 4
@@ -554,11 +554,11 @@ def _logits_lm(rng, shape):
 # ------------------------------------------------------------------------------ running
 
 def _exact_module(family):
-    return importlib.import_module(f"refimpl.exact.{family}")
+    return importlib.import_module(f"lossproof.refimpl.exact.{family}")
 
 
 def _torch_module(family):
-    return importlib.import_module(f"refimpl.torch.{family}")
+    return importlib.import_module(f"lossproof.refimpl.torch.{family}")
 
 
 def _to_float(a) -> np.ndarray:

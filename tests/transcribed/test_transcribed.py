@@ -8,9 +8,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the transcribed functions are torch functions")
 
-from conformance import harness
-from conformance.targets import from_mapping
-from conformance.vectors.load import VectorSet
+from lossproof.conformance import harness
+from lossproof.conformance.targets import from_mapping
+from lossproof.conformance.vectors.load import VectorSet
 from transcribed.table import DEFECTS
 
 

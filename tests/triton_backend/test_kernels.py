@@ -24,8 +24,8 @@ import mpmath
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="refimpl.triton runs on torch tensors")
-pytest.importorskip("triton", reason="refimpl.triton needs Triton")
+torch = pytest.importorskip("torch", reason="lossproof.refimpl.triton runs on torch tensors")
+pytest.importorskip("triton", reason="lossproof.refimpl.triton needs Triton")
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 pytestmark = pytest.mark.skipif(
@@ -34,12 +34,12 @@ pytestmark = pytest.mark.skipif(
            "under the interpreter in a subprocess)")
 DEVICE = "cpu" if INTERPRETED else "cuda"
 
-from conformance import compare
-from refimpl import arrays, validate
-from refimpl.exact import distill as exact
-from refimpl.exact import lm as exact_lm
-from refimpl.exact import mp
-from refimpl.triton import _launch, distill, lm, logprobs
+from lossproof.conformance import compare
+from lossproof.refimpl import arrays, validate
+from lossproof.refimpl.exact import distill as exact
+from lossproof.refimpl.exact import lm as exact_lm
+from lossproof.refimpl.exact import mp
+from lossproof.refimpl.triton import _launch, distill, lm, logprobs
 
 NEG = float("-inf")
 
@@ -244,7 +244,7 @@ def test_selective_log_softmax_matches_the_exact_reference(dtype, v, T):
 
 
 def test_selective_log_softmax_rejects_bad_input():
-    from refimpl.validate import InputError
+    from lossproof.refimpl.validate import InputError
     z = _tensor(np.zeros((2, 5)), "float32")
     with pytest.raises(InputError, match="index"):
         logprobs.selective_log_softmax(z, torch.tensor([0, 5], device=DEVICE))

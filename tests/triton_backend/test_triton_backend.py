@@ -1,6 +1,6 @@
 """The ``triton`` built-in backend (refimpl.triton) without a GPU.
 
-- Every vector the backend claims, through ``python -m conformance check --backend triton``
+- Every vector the backend claims, through ``python -m lossproof check --backend triton``
   under ``TRITON_INTERPRET=1`` (Triton's CPU interpreter), in a subprocess: the setting must
   be in the environment before Triton is imported, and it must not reach the other tests
   (the ``triton`` backend would join every default ``check`` run).
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch", reason="refimpl.triton runs on torch tensors")
-pytest.importorskip("triton", reason="refimpl.triton needs Triton (pip install triton)")
+pytest.importorskip("torch", reason="lossproof.refimpl.triton runs on torch tensors")
+pytest.importorskip("triton", reason="lossproof.refimpl.triton needs Triton (pip install triton)")
 
 ROOT = Path(__file__).resolve().parents[2]
 OBJECTIVES = ("distill.softmax", "distill.hinton", "distill.token_kl", "distill.generalized_jsd",
@@ -40,7 +40,7 @@ def _run(args, interpret: bool, timeout: int):
 
 def test_every_claimed_vector_passes_under_the_interpreter(tmp_path):
     report = tmp_path / "triton.json"
-    done = _run(["-m", "conformance", "check", "--backend", "triton", "--quiet", "--strict",
+    done = _run(["-m", "lossproof", "check", "--backend", "triton", "--quiet", "--strict",
                  "--report-json", str(report)], interpret=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     results = json.loads(report.read_text())["cases"]
@@ -65,7 +65,7 @@ def test_kernels_compile_for_a_gpu_without_one():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from refimpl.triton import _kernels
+    from lossproof.refimpl.triton import _kernels
 
     target = GPUTarget("cuda", 90, 32)
     flags = {"token_kl_forward": {"FORWARD": True}, "token_kl_backward": {"FORWARD": False},
@@ -96,7 +96,7 @@ def test_kernels_compile_for_a_gpu_without_one():
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is present: the backend is available")
 def test_unavailable_backend_is_a_one_line_usage_error():
-    done = _run(["-m", "conformance", "check", "--backend", "triton"], interpret=False, timeout=300)
+    done = _run(["-m", "lossproof", "check", "--backend", "triton"], interpret=False, timeout=300)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     lines = [line for line in (done.stderr + done.stdout).splitlines() if "triton" in line]

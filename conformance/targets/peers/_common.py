@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from conformance import catalog
-from conformance.numbers import decode_input
-from conformance.targets.steps import global_test
-from conformance.targets.target import Target, TargetError, from_mapping, objective_of, rule_predicate
-from refimpl.arrays import dpo, grpo
+from lossproof.conformance import catalog
+from lossproof.conformance.numbers import decode_input
+from lossproof.conformance.targets.steps import global_test
+from lossproof.conformance.targets.target import Target, TargetError, from_mapping, objective_of, rule_predicate
+from lossproof.refimpl.arrays import dpo, grpo
 
 # One command installs every pinned library next to the core install (see docs/conventions.md).
 INSTALL_ALL = "scripts/install-peers.sh"
@@ -337,7 +337,7 @@ def _row_terms(case, counts) -> np.ndarray:
     if case.objective == "dpo.loss":
         return np.asarray(dpo.loss(**inputs, **args)["losses"], dtype=np.float64)
     family, name = case.objective.split(".")
-    fn = getattr(importlib.import_module(f"refimpl.arrays.{family}"), name)
+    fn = getattr(importlib.import_module(f"lossproof.refimpl.arrays.{family}"), name)
     return np.array([float(fn(**{k: v[i:i + 1] for k, v in inputs.items()}, **args)) if counts[i] else 0.0
                      for i in range(len(counts))])
 

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from conformance import catalog
-from conformance.targets.peers._common import Arithmetic as A
-from conformance.targets.peers._common import Convention as C
-from conformance.targets.peers._common import (
+from lossproof.conformance import catalog
+from lossproof.conformance.targets.peers._common import Arithmetic as A
+from lossproof.conformance.targets.peers._common import Convention as C
+from lossproof.conformance.targets.peers._common import (
     Finding,
     as_array,
     build,
@@ -408,8 +408,8 @@ ARITHMETIC += [
 def _ce_float32_shows(case, dtype: str, tolerance) -> bool:
     """Whether computing lm.cross_entropy in float32 (refimpl/arrays/lm.py on the logits rounded to
     float32) moves its loss or gradient beyond ``tolerance``, the float64 bound."""
-    from conformance.numbers import decode_exact
-    from refimpl.arrays import lm as exact_lm
+    from lossproof.conformance.numbers import decode_exact
+    from lossproof.refimpl.arrays import lm as exact_lm
     inputs, kw = decoded(case.test["inputs"]), dict(case.test["params"], **case.conventions)
     labels = inputs["labels"].astype(np.int64)
     cotangent = decoded(case.test["cotangents"])["loss"].astype(np.float32)

@@ -28,11 +28,11 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from conformance.numbers import decode_exact
-from conformance.targets.imports import import_bare
-from conformance.targets.peers._common import Arithmetic as A
-from conformance.targets.peers._common import Convention as C
-from conformance.targets.peers._common import (
+from lossproof.conformance.numbers import decode_exact
+from lossproof.conformance.targets.imports import import_bare
+from lossproof.conformance.targets.peers._common import Arithmetic as A
+from lossproof.conformance.targets.peers._common import Convention as C
+from lossproof.conformance.targets.peers._common import (
     Finding,
     arguments,
     as_array,
@@ -49,8 +49,8 @@ from conformance.targets.peers._common import (
     require,
     where,
 )
-from refimpl.arrays import grpo as exact_grpo
-from refimpl.arrays import kl as exact_kl
+from lossproof.refimpl.arrays import grpo as exact_grpo
+from lossproof.refimpl.arrays import kl as exact_kl
 
 VERSION = "0.11.2"
 INSTALL = "pip install --no-deps openrlhf==0.11.2 transformers"
@@ -580,7 +580,7 @@ ARITHMETIC += [
 def _margin_ignored_shows(case, dtype: str, tolerance) -> bool:
     """Whether dropping the margins (LogExpLoss) moves the loss or a gradient of a log-exp case beyond
     ``tolerance`` (refimpl/arrays/reward.py with and without them)."""
-    from refimpl.arrays import reward as exact_reward
+    from lossproof.refimpl.arrays import reward as exact_reward
     inputs, declared = decoded(case.test["inputs"]), arguments(case)
     if "margin" not in inputs or not np.any(inputs["margin"]):
         return False

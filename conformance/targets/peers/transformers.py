@@ -38,9 +38,9 @@ Install: ``pip install transformers==5.25.0`` (``pip install trl==1.16.0`` bring
 """
 from __future__ import annotations
 
-from conformance.targets.peers._common import Arithmetic as A
-from conformance.targets.peers._common import Convention as C
-from conformance.targets.peers._common import (
+from lossproof.conformance.targets.peers._common import Arithmetic as A
+from lossproof.conformance.targets.peers._common import Convention as C
+from lossproof.conformance.targets.peers._common import (
     Finding,
     arguments,
     build,
@@ -50,7 +50,7 @@ from conformance.targets.peers._common import (
     require,
     where,
 )
-from refimpl.arrays import moe
+from lossproof.refimpl.arrays import moe
 
 VERSION = "5.25.0"
 INSTALL = "pip install transformers==5.25.0"

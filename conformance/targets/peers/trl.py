@@ -53,10 +53,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from conformance.compare import UNIT_ROUNDOFF
-from conformance.targets.peers._common import Arithmetic as A
-from conformance.targets.peers._common import Convention as C
-from conformance.targets.peers._common import (
+from lossproof.conformance.compare import UNIT_ROUNDOFF
+from lossproof.conformance.targets.peers._common import Arithmetic as A
+from lossproof.conformance.targets.peers._common import Convention as C
+from lossproof.conformance.targets.peers._common import (
     Finding,
     arguments,
     as_array,
@@ -73,7 +73,7 @@ from conformance.targets.peers._common import (
     trl_loss_type,
     where,
 )
-from conformance.targets.steps import micro_batch_mean
+from lossproof.conformance.targets.steps import micro_batch_mean
 
 VERSION = "1.16.0"
 INSTALL = "pip install trl==1.16.0"
@@ -330,7 +330,7 @@ def _tail_buckets(case, tolerance, clamp: bool) -> bool:
         p_t = np.maximum(1 - s, 0.0)
         q_t = q_off * (1 + 4 * UNIT_ROUNDOFF[tolerance.dtype] * q / np.maximum(q_off, np.finfo(float).tiny))
         through = np.ones_like(s, dtype=bool)
-    from refimpl.arrays import distill
+    from lossproof.refimpl.arrays import distill
     c = decoded(case.test["cotangents"])["kl"]
     kw = {"renormalize": "tail", "temperature": T}
     exact = {"kl": distill.sparse_kl(z, ids, lp, **kw),

@@ -33,10 +33,10 @@ from unittest import mock
 
 import numpy as np
 
-from conformance.targets.imports import import_bare
-from conformance.targets.peers._common import Arithmetic as A
-from conformance.targets.peers._common import Convention as C
-from conformance.targets.peers._common import (
+from lossproof.conformance.targets.imports import import_bare
+from lossproof.conformance.targets.peers._common import Arithmetic as A
+from lossproof.conformance.targets.peers._common import Convention as C
+from lossproof.conformance.targets.peers._common import (
     Finding,
     arguments,
     as_array,
@@ -770,7 +770,7 @@ def _temperature_float32_shows(case, dtype: str, tolerance) -> bool:
     """Whether dividing by float32(T) instead of T (the engine's temperature tensor) moves an output
     or gradient of an lm.token_logprobs / lm.entropy case beyond ``tolerance`` (refimpl/arrays/lm.py
     at both temperatures, in float64)."""
-    from refimpl.arrays import lm as exact_lm
+    from lossproof.refimpl.arrays import lm as exact_lm
     t = arguments(case)["temperature"]
     if t is None or float(np.float32(t)) == t:
         return False
