@@ -9,6 +9,22 @@ from hypothesis import settings
 sys.path.insert(0, str(Path(__file__).parent / "exact"))
 sys.path.insert(0, str(Path(__file__).parent / "harness"))
 
+
+class _OldNames:
+    """lossproof installs one package, ``lossproof``; from a checkout's root its folders
+    conformance/ and refimpl/ would also import as top-level packages, a second copy of every
+    module (other classes, other caches). Importing them by those names is a mistake: say so."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name in ("conformance", "refimpl"):
+            raise ModuleNotFoundError(f"import lossproof.{name}, not {name} (lossproof's modules are "
+                                      "lossproof.*; an old editable install? pip install -e .)", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _OldNames)
+
 # HYPOTHESIS_PROFILE=ci (the default, and what .ci/run sets): derandomized, no example database,
 # so every run tries the same examples. HYPOTHESIS_PROFILE=dev: random examples, and failures
 # are kept in .hypothesis/ and replayed first on the next run.

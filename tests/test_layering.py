@@ -1,9 +1,10 @@
 """Imports run one way, downward, with no circles (DESIGN §3).
 
-An AST walk of every module of ``refimpl`` and ``conformance`` collects every import edge,
-function-local ones included, and checks it against the rank table below: an edge must go to
-a strictly lower rank, or stay inside one subpackage (``conformance.vectors.lint`` may import
-``conformance.vectors.load``). The module graph must also be free of cycles, inside
+An AST walk of every module of the one installed package ``lossproof`` (the face in
+``lossproof/``, ``lossproof.conformance`` in ``conformance/``, ``lossproof.refimpl`` in
+``refimpl/``) collects every import edge, function-local ones included, and checks it against
+the rank table below: an edge must go to a strictly lower rank, or stay inside one subpackage
+(``lossproof.conformance.vectors.lint`` may import ``lossproof.conformance.vectors.load``). The module graph must also be free of cycles, inside
 subpackages too.
 """
 from __future__ import annotations
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("refimpl", "conformance")
+# each folder and the package name it is installed as (setup.py)
+PACKAGES = {"lossproof": "lossproof", "conformance": "lossproof.conformance", "refimpl": "lossproof.refimpl"}
 
 # (glob over dotted module names, rank): the first matching glob wins.
 RANKS = (
@@ -40,18 +42,18 @@ RANKS = (
     ("lossproof.conformance.bench.*", 7),
     ("lossproof.conformance.pytest_plugin", 8),
     ("lossproof.conformance.cli", 9),
-    ("lossproof.conformance.__main__", 10),
+    ("lossproof", 10), ("lossproof.__main__", 11),
 )
 
 
 def _modules() -> dict[str, Path]:
     out = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
+    for folder, package in PACKAGES.items():
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            parts = path.relative_to(ROOT / folder).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            out[".".join(parts)] = path
+            out[".".join((package, *parts))] = path
     return out
 
 
@@ -84,7 +86,7 @@ def _edges(module: str, path: Path) -> list[tuple[str, int, bool]]:
         else:
             continue
         for name in names:
-            if name.split(".")[0] in PACKAGES:
+            if name.split(".")[0] == "lossproof":
                 target = _resolve(name)
                 if target != module:
                     out.append((target, node.lineno, id(node) in local))
@@ -102,9 +104,10 @@ def rank(module: str) -> int:
 
 
 def _subpackage(module: str) -> str:
-    """The unit inside which same-rank imports are allowed: the first two name parts
-    (``conformance.vectors``, ``refimpl.exact``); a top-level module is a unit of its own."""
-    return ".".join(module.split(".")[:2])
+    """The unit inside which same-rank imports are allowed: the first three name parts
+    (``lossproof.conformance.vectors``, ``lossproof.refimpl.exact``); a module directly in
+    ``lossproof.conformance`` is a unit of its own."""
+    return ".".join(module.split(".")[:3])
 
 
 def test_every_module_has_a_rank():

@@ -172,6 +172,10 @@ def import_bare(module: str, packages=(), absent=(), stand_ins=None):
 # Modules lossproof used to have, and where their contents went: a target file written against an
 # older release is told where to look instead of getting a bare ModuleNotFoundError.
 MOVED = {
+    # the two top-level packages of the first releases, now inside the one package lossproof (an
+    # unrelated package on the public index is called conformance: never suggest installing it)
+    "conformance": "lossproof (from lossproof import import_bare; the public names: docs/targets.md)",
+    "refimpl": "lossproof.refimpl",
     "lossproof.conformance.targets._peers": "lossproof.conformance.targets.imports (import_bare) and lossproof.conformance.targets.peers._common "
                                   "(the adapters' helpers)",
     "lossproof.conformance.targets.trl": "lossproof.conformance.targets.peers.trl",

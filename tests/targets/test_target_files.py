@@ -145,6 +145,10 @@ def test_a_package_shadowed_by_a_module_is_named(tmp_path, monkeypatch):
     ("from lossproof.conformance.targets._peers import import_bare\n",
      "lossproof.conformance.targets._peers no longer exists: use lossproof.conformance.targets.imports (import_bare)"),
     ("import lossproof.conformance.targets.trl\n", "use lossproof.conformance.targets.peers.trl"),
+    # the first releases' top-level packages (each line names an old name on purpose)
+    ("from conformance.targets.imports import import_bare\n",   # old name on purpose
+     "conformance no longer exists: use lossproof (from lossproof import import_bare"),
+    ("from refimpl.torch import kl\n", "refimpl no longer exists: use lossproof.refimpl"),   # old name on purpose
     ("import PIL_absent_xyz.Image\n",
      "needs the package PIL_absent_xyz, which is not installed: pip install PIL_absent_xyz"),
 ])

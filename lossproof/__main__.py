@@ -1,3 +1,4 @@
+"""``python -m lossproof``: the ``lossproof`` command."""
 import sys
 
 from lossproof.conformance.cli import main
