@@ -33,6 +33,15 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(scope="session")
+def bundled_vectors():
+    """The bundled vector set, lazily: a file is read, sha256-checked against the manifest and
+    parsed when a test first needs it, once per session. Schema validation of every file is
+    ``lossproof vectors lint`` (.ci/run), not a side effect of a fixture."""
+    from lossproof.conformance.vectors.load import VectorSet
+    return VectorSet(validate=False)
+
+
 def pytest_terminal_summary(terminalreporter):
     import records   # tests/ is on sys.path when pytest loads this conftest
     lines = records.summary_lines()

@@ -21,8 +21,8 @@ SAMPLE = 4   # vectors per objective recomputed here; CI recomputes all (vectors
 
 
 @pytest.fixture(scope="module")
-def bundled():
-    return VectorSet()
+def bundled(bundled_vectors):
+    return bundled_vectors
 
 
 def _kl_dir(tmp_path: Path) -> Path:

@@ -8,7 +8,6 @@ import scipy.special
 import torch
 
 from lossproof.conformance import catalog, compare, numbers
-from lossproof.conformance.vectors.load import VectorSet
 from lossproof.refimpl.torch import distill as tdistill
 
 
@@ -146,8 +145,8 @@ def test_float64_and_float32_do_not_depend_on_the_model(dtype):
 # ------------------------------------------------------------------------------ on the real vectors
 
 @pytest.fixture(scope="module")
-def vectors():
-    return VectorSet()
+def vectors(bundled_vectors):
+    return bundled_vectors
 
 
 def _log_softmax(z, T):

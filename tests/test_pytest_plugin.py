@@ -5,7 +5,6 @@ pytest.importorskip("torch", reason="the plugin is exercised with torch targets"
 
 from lossproof.conformance import testing  # noqa: E402
 from lossproof.conformance.targets import from_mapping  # noqa: E402
-from lossproof.conformance.vectors.load import VectorSet  # noqa: E402
 from lossproof.refimpl.torch import kl  # noqa: E402
 
 pytest_plugins = ["pytester"]
@@ -47,9 +46,9 @@ def test_unloadable_target_is_a_usage_error(user_suite):
     result.stderr.fnmatch_lines(["*lossproof: --target 'nope.py:X': file nope.py not found*"])
 
 
-def test_testing_api_yields_one_case_per_vector():
+def test_testing_api_yields_one_case_per_vector(bundled_vectors):
     spec = {"name": "api", "framework": "torch", "objectives": {"kl.estimator": kl.estimator}}
     tcs = testing.cases(from_mapping(spec, "api"), objective="kl.*")
-    assert len(tcs) == sum(1 for _ in VectorSet().cases("kl.*"))
+    assert len(tcs) == sum(1 for _ in bundled_vectors.cases("kl.*"))
     statuses = {r.status for tc in tcs[:20] for r in testing.check(tc)}
     assert statuses <= {"pass", "skip"}

@@ -21,14 +21,13 @@ from lossproof.conformance.distributed.pool import RankFailure
 from lossproof.conformance.numbers import encode_input
 from lossproof.conformance.results import CaseResult
 from lossproof.conformance.targets.target import ANY, Target
-from lossproof.conformance.vectors.load import VectorSet
 
 OBJECTIVE = "distill.token_kl"
 
 
 @pytest.fixture(scope="module")
-def cases():
-    all_cases = list(VectorSet().cases(OBJECTIVE))
+def cases(bundled_vectors):
+    all_cases = list(bundled_vectors.cases(OBJECTIVE))
     valid = next(c for c in all_cases if c.result == "valid" and "float64" in c.test["dtypes"]
                  and np.ndim(c.test["inputs"]["student_logits"]) == 2
                  and all(float(v) != 0 for v in c.test["expected"]["kl"]))

@@ -12,7 +12,6 @@ import pytest
 torch = pytest.importorskip("torch", reason="the targets under test are torch functions")
 
 from lossproof.conformance import cli  # noqa: E402
-from lossproof.conformance.vectors.load import VectorSet  # noqa: E402
 
 
 def _flat(x):
@@ -141,7 +140,7 @@ def test_an_output_computed_under_no_grad_is_named_as_such(tmp_path, capsys):
     assert "[no-gradient] no gradient: the gradient is zero where the exact one is not" in out
 
 
-def test_a_gradient_leak_is_caught_on_every_case(tmp_path, capsys):
+def test_a_gradient_leak_is_caught_on_every_case(tmp_path, capsys, bundled_vectors):
     """Without no_grad the advantages carry a gradient to the rewards. A cotangent of ones
     would not see it (normalised advantages sum to zero); the probe's random cotangent does.
     Groups of two are left out: (a, b) ↦ (±1, ∓1) is locally constant, no leak can show."""
@@ -151,7 +150,7 @@ def test_a_gradient_leak_is_caught_on_every_case(tmp_path, capsys):
                             "--quiet")
     assert code == 1
     judged = [c for c in doc["cases"] if c["axis"] == "conformance" and c["status"] in ("pass", "fail")]
-    vs = VectorSet()
+    vs = bundled_vectors
     moving = [c for c in judged if len(vs.by_uid(c["uid"]).test["inputs"]["rewards"][0]) > 2
               and any(float(a) != 0 for a in _flat(vs.by_uid(c["uid"]).test["expected"]["advantages"]))]
     assert len(moving) > 15 and all("leaks gradient to input 'rewards'" in c["message"] for c in moving)

@@ -10,17 +10,16 @@ from lossproof.conformance import catalog, numbers
 from lossproof.conformance.generate import sampling as S
 from lossproof.conformance.generate.build import build_test
 from lossproof.conformance.generate.case import Case, generated
-from lossproof.conformance.vectors.load import VectorSet
 from lossproof.refimpl import torch as rtorch
 
 LOW = ("bfloat16", "float16")
 
 
-def test_every_low_precision_objective_has_40_valid_vectors_per_dtype():
+def test_every_low_precision_objective_has_40_valid_vectors_per_dtype(bundled_vectors):
     """Every objective a built-in backend claims in bfloat16 and float16 (refimpl.torch claims
     all four dtypes) and whose catalog entry has low-precision vectors."""
     counts = Counter()
-    for case in VectorSet().cases():
+    for case in bundled_vectors.cases():
         if case.result == "valid":
             counts.update((case.objective, d) for d in case.test["dtypes"] if d in LOW)
     claimed = [o.id for o in catalog.OBJECTIVES if o.low_precision and "torch" in o.backends]

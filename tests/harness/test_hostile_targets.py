@@ -6,13 +6,12 @@ import pytest
 torch = pytest.importorskip("torch", reason="the hostile targets are torch functions")
 
 from lossproof.conformance import harness, targets, timelimit
-from lossproof.conformance.vectors.load import VectorSet
 from lossproof.refimpl.torch import kl
 
 
 @pytest.fixture(scope="module")
-def vs():
-    return VectorSet()
+def vs(bundled_vectors):
+    return bundled_vectors
 
 
 def _run(vs, fn, time_limit=2.0, **extra):

@@ -9,13 +9,12 @@ import pytest
 
 from lossproof.conformance import harness, plan, targets
 from lossproof.conformance.targets.target import ANY, Target, TargetError
-from lossproof.conformance.vectors.load import VectorSet
 from lossproof.refimpl.arrays import distill
 
 
 @pytest.fixture(scope="module")
-def vs():
-    return VectorSet()
+def vs(bundled_vectors):
+    return bundled_vectors
 
 
 def kl_without_temperature(student_logits, teacher_logits, direction="reverse"):

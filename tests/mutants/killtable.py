@@ -59,7 +59,7 @@ def run(pairs: list[Pair], vector_set: VectorSet | None = None, dtypes=("float64
     """{"cases": {target name: [report cases]}, "diagnoses": {target name: [report diagnoses]},
     "exit": {objective: exit status}}. ``dtypes``: declared by every mutant and twin, all checked
     (the kill table's own run is float64)."""
-    vs = vector_set or VectorSet()
+    vs = vector_set or VectorSet(validate=False)
     by_objective = defaultdict(list)
     for p in pairs:
         by_objective[p.objective].append(p)
@@ -170,7 +170,7 @@ def _cell(text: str) -> str:
 
 def page(vector_set: VectorSet | None = None) -> str:
     """docs/mutation.md: every mutant and twin whose objective has vectors, run over them."""
-    vs = vector_set or VectorSet()
+    vs = vector_set or VectorSet(validate=False)
     pairs = all_pairs()
     have = objectives_with_vectors(vs.directory)
     return markdown(pairs, run([p for p in pairs if p.objective in have], vs), have) + "\n"

@@ -8,15 +8,14 @@ import pytest
 torch = pytest.importorskip("torch", reason="the probed targets are torch functions")
 
 from lossproof.conformance import catalog, harness, targets
-from lossproof.conformance.vectors.load import VectorSet
 from mutants import proximal_kl as pkl
 from lossproof.refimpl.arrays import kl as np_kl
 from lossproof.refimpl.torch import grpo, kl
 
 
 @pytest.fixture(scope="module")
-def vs():
-    return VectorSet()
+def vs(bundled_vectors):
+    return bundled_vectors
 
 
 @pytest.fixture(autouse=True, scope="module")

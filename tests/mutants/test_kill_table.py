@@ -13,7 +13,6 @@ import pytest
 torch = pytest.importorskip("torch", reason="most mutants are torch functions")
 
 from lossproof.conformance import catalog, cli
-from lossproof.conformance.vectors.load import VectorSet
 from mutants import all_pairs, diagnoses, killtable
 
 PAIRS = all_pairs()
@@ -34,8 +33,8 @@ def _param(pair):
 
 
 @pytest.fixture(scope="module")
-def vector_set():
-    return VectorSet()
+def vector_set(bundled_vectors):
+    return bundled_vectors
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from lossproof.conformance import catalog, cli, compare, harness
 from lossproof.conformance.targets import PEERS, TargetError, load, split_variants
 from lossproof.conformance.targets.peers._common import Finding, build, where
 from lossproof.conformance.targets.target import objective_of
-from lossproof.conformance.vectors.load import VectorSet
 
 LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "trl": ("trl", "trl", "1.16.0"),
@@ -60,8 +59,8 @@ def _check(argv, tmp_path, capsys) -> tuple[int, dict, str]:
 
 
 @pytest.fixture(scope="module")
-def vs():
-    return VectorSet()
+def vs(bundled_vectors):
+    return bundled_vectors
 
 
 def test_the_adapters_are_the_peers():

@@ -34,6 +34,7 @@ from lossproof.conformance import catalog, cli, harness, plan, testing, verdict 
 from lossproof.conformance.docs.blocks import read_blocks, replace_blocks  # noqa: E402
 from lossproof.conformance.docs.sessions import equivalent  # noqa: E402
 from lossproof.conformance.targets import Target, load  # noqa: E402
+from lossproof.conformance.vectors import load as vectors_load  # noqa: E402
 from lossproof.conformance.vectors.load import VectorSet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,16 +115,17 @@ _TIMINGS = ((re.compile(r"^(\d+ target\(s\)), \d+(?:\.\d+)? s$", re.M), r"\1, â€
 
 @cache
 def _vector_set() -> VectorSet:
-    return VectorSet()
+    return VectorSet(validate=False)
 
 
 @contextlib.contextmanager
 def _shared_vectors():
-    """Every command of the page reads the bundled vectors: load and validate them once (a second
-    or more each time) instead of once per command, for the CLI and for the pytest plugin."""
+    """Every command of the page reads the bundled vectors: one lazy set, each file read once,
+    instead of one per command, for the CLI (which imports VectorSet when a command runs) and for
+    the pytest plugin."""
     def shared(directory=None, *_, **__):   # the selection and validate=: the shared set holds every file
         return VectorSet(directory) if directory else _vector_set()
-    with mock.patch.object(cli, "VectorSet", shared), mock.patch.object(testing, "VectorSet", shared):
+    with mock.patch.object(vectors_load, "VectorSet", shared), mock.patch.object(testing, "VectorSet", shared):
         yield
 
 

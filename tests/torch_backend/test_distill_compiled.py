@@ -66,7 +66,8 @@ def _distill_vectors(objectives=OBJECTIVES):
     from lossproof.conformance import harness
     from lossproof.conformance.targets import builtin
     from lossproof.conformance.vectors.load import VectorSet
-    return harness.run(builtin.load("torch"), VectorSet(), objective=list(objectives))
+    return harness.run(builtin.load("torch"), VectorSet(None, list(objectives), validate=False),
+                       objective=list(objectives))
 
 
 def _verdicts(results):
@@ -94,9 +95,7 @@ def test_every_distill_vector_passes_through_the_compiled_path(compiled, spies):
     target = builtin.load("torch")
     served = collections.Counter()
     results = []
-    for case in VectorSet().cases():
-        if case.objective not in OBJECTIVES:
-            continue
+    for case in VectorSet(None, list(OBJECTIVES), validate=False).cases():
         for dtype in [d for d in case.test["dtypes"] if d in target.dtypes]:
             spies["compiled"].clear()
             spies["tiles"].clear()
