@@ -1,4 +1,8 @@
-"""Command line: ``lossproof`` (same as ``python -m lossproof``). Parsing and printing only."""
+"""Command line: ``lossproof`` (same as ``python -m lossproof``). Parsing and printing only.
+
+Each command imports what it runs, inside its function, and a command's options are defined
+only when that command is parsed (:class:`_Command`): ``lossproof --version``, ``list``,
+``show`` and ``cite`` load neither the harness, the generator nor the certifier."""
 from __future__ import annotations
 
 import argparse
@@ -10,39 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-import mpmath
-from rich.console import Console
-from rich.table import Table
-
 from lossproof import conformance
-from lossproof.conformance import (
-    catalog,
-    compare,
-    derive,
-    diagnose,
-    exchange,
-    generate,
-    infer,
-    report,
-    run,
-)
-from lossproof.conformance._host import usable_cores
-from lossproof.conformance._io import write_atomically
-from lossproof.conformance.bench import methods as bench_methods
-from lossproof.conformance.bench import run as bench
-from lossproof.conformance.distributed import partitions
-from lossproof.conformance.docs import build as docs_build
 from lossproof.conformance.errors import LossproofError, UsageError
-from lossproof.conformance.progress import bar
-from lossproof.conformance.results import failed
-from lossproof.conformance.targets import ANY, builtin, known_file, load, scaffold
-from lossproof.conformance.theorem import probe
-from lossproof.conformance.theorem import table as theorem
-from lossproof.conformance.vectors import certificates, cite, examples
-from lossproof.conformance.vectors.format import MANIFEST
-from lossproof.conformance.vectors.lint import lint
-from lossproof.conformance.vectors.load import VectorSet, default_dir
-from lossproof.refimpl.validate import InputError
 
 DEFAULT_TIME_LIMIT = 30.0
 
@@ -53,6 +26,29 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _Command(_Parser):
+    """A subcommand whose ``options(parser)`` are added when it is first parsed or its help
+    printed: they name constants of the modules the command runs (tolerance models, partition
+    kinds, generator families, benchmark kernels), which the other commands then never import."""
+
+    def __init__(self, *args, options=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._options = options
+
+    def _define(self):
+        options, self._options = self._options, None
+        if options is not None:
+            options(self)
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._define()
+        return super().parse_known_args(args, namespace)
+
+    def format_help(self):
+        self._define()
+        return super().format_help()
 
 
 def _positive(kind):
@@ -70,6 +66,7 @@ def _positive(kind):
 
 
 def _tolerances(args):
+    from lossproof.conformance import compare
     try:
         return compare.Tolerances.from_file(args.tolerances, getattr(args, "tolerance_model", None))
     except ValueError as err:   # unreadable, not JSON, or not {glob: {dtype: k}}: a usage error
@@ -81,6 +78,7 @@ def _vector_set(args) -> VectorSet:
     every file read and schema-validated at once. The others: only the files of the
     objectives the command selects (by --objective, --uid, the uid of show/cite) are read,
     when first needed, each checked against the manifest's sha256; the schema is lint's."""
+    from lossproof.conformance.vectors.load import VectorSet
     if args.command == "vectors":
         return VectorSet(args.vectors)
     objectives = None
@@ -112,6 +110,7 @@ def _find(vs, uid):
 def _printed(case) -> cite.Printed | None:
     """An article example's value at the reals the article prints (None: not an article example,
     or one whose printed reals are not recorded)."""
+    from lossproof.conformance.vectors import cite, examples
     reals = examples.printed_reals(case) if examples.is_article(case) else None
     if reals is None:
         return None
@@ -126,6 +125,10 @@ def _printed(case) -> cite.Printed | None:
 
 
 def cmd_examples(args):
+    from rich.console import Console
+    from rich.table import Table
+
+    from lossproof.conformance.vectors import examples
     vs = _vector_set(args)
     rows = examples.article_rows(vs)
     table = Table(title="Worked examples of the source article (exact values: 32 digits, at the binary64 inputs "
@@ -148,6 +151,10 @@ def cmd_examples(args):
 
 
 def cmd_generate(args):
+    from lossproof.conformance import generate
+    from lossproof.conformance.progress import bar
+    from lossproof.conformance.vectors.format import MANIFEST
+    from lossproof.conformance.vectors.load import default_dir
     directory = Path(args.vectors) if args.vectors else default_dir()
     start = time.perf_counter()
     with bar("generating vectors", args.quiet) as progress:
@@ -170,6 +177,7 @@ def cmd_generate(args):
 
 
 def cmd_lint(args):
+    from lossproof.conformance.vectors.lint import lint
     vs = _vector_set(args)
     problems = lint(vs)
     for p in problems:
@@ -183,8 +191,9 @@ def cmd_lint(args):
 
 
 def cmd_certify(args):
-    # imported here: only certifying needs python-flint; list/show/cite read the certificate files
-    from lossproof.conformance.vectors import certify
+    # only certifying needs python-flint; list/show/cite read the certificate files
+    from lossproof.conformance.progress import bar
+    from lossproof.conformance.vectors import certificates, certify
     vs = _vector_set(args)
     if not any(True for _ in vs.cases(args.objective)):
         raise UsageError(f"--objective {args.objective!r} matches no objective in {vs.directory}")
@@ -217,6 +226,8 @@ def cmd_certify(args):
 def _derived_case(vs, uid: str, spec: str | None):
     """The case ``lossproof check`` derived with this uid for the target's declared conventions
     (conformance.derive: a repro line prints its uid), derived again: the golden set does not hold it."""
+    from lossproof.conformance import catalog, derive
+    from lossproof.conformance.targets import load
     objective = uid.split(":", 1)[0]
     if spec is None:
         raise UsageError(f"no vector with uid {uid!r} in {vs.directory}; a case derived at run time for a "
@@ -235,18 +246,23 @@ def _derived_case(vs, uid: str, spec: str | None):
 
 
 def cmd_show(args):
+    from lossproof.conformance.report import DERIVED_GROUP
+    from lossproof.conformance.vectors import certificates
     vs = _vector_set(args)
     try:
         case = vs.by_uid(args.uid)
     except KeyError:
         case = _derived_case(vs, args.uid, args.target)
-    derived = case.group == derive.GROUP
+    derived = case.group == DERIVED_GROUP
     t = case.test
     print(f"{case.uid}  ({case.objective}, " + ("derived at run time: not in the golden set)" if derived
                                                else f"{case.file} tcId {t['tcId']})"))
     print(f"  comment:     {t['comment']}")
     print(f"  result:      {t['result']}   dtypes: {', '.join(t['dtypes'])}")
-    notes = {**vs.notes(case.objective), derive.FLAG: {"description": derive.NOTE}}
+    notes = vs.notes(case.objective)
+    if derived:
+        from lossproof.conformance import derive   # the generator's floor: only for a derived case
+        notes = {**notes, derive.FLAG: {"description": derive.NOTE}}
     print("  flags:       " + ("-" if not t["flags"] else "\n               ".join(
         f"{flag}: {notes[flag]['description']}" for flag in t["flags"])))
     print(f"  group:       {case.group}   conventions: {json.dumps(case.conventions)}")
@@ -265,6 +281,7 @@ def cmd_show(args):
 
 
 def cmd_cite(args):
+    from lossproof.conformance.vectors import certificates, cite
     vs = _vector_set(args)
     case = _find(vs, args.uid)
     version = vs.version(case.file)
@@ -285,6 +302,8 @@ def cmd_cite(args):
 
 
 def cmd_list(args):
+    from lossproof.conformance import catalog
+    from lossproof.conformance.vectors import certificates
     vs = _vector_set(args)
     counts = vs.counts()
     proven = certificates.counts(vs)
@@ -331,6 +350,7 @@ def _setup() -> str:
 
 
 def cmd_setup(args):
+    from lossproof.conformance.targets import builtin
     if "torch" in builtin.available():
         print(_setup())
     else:
@@ -339,6 +359,11 @@ def cmd_setup(args):
 
 
 def cmd_check(args):
+    from lossproof.conformance import diagnose, report, run
+    from lossproof.conformance._io import write_atomically
+    from lossproof.conformance.progress import bar
+    from lossproof.conformance.results import failed
+    from lossproof.conformance.targets import known_file
     plan = run.prepare(run.Selection(
         backends=list(args.backend or []), targets=list(args.target or []), objectives=args.objective or ["*"],
         uids=list(args.uid or []), dtypes=run.dtype_list(args.dtype),
@@ -380,6 +405,10 @@ def _notes(vs, results) -> dict:
     return {o: vs.notes(o) for o in dict.fromkeys(r.objective for r in results) if o in vs.objective_ids()}
 
 def cmd_infer(args):
+    from lossproof.conformance import infer, run
+    from lossproof.conformance.progress import bar
+    from lossproof.conformance.targets import load
+    from lossproof.conformance.vectors.load import VectorSet
     target = load(args.target)
     globs = args.objective or ["*"]
     chosen = [o for o in target.objectives if any(fnmatch.fnmatchcase(o, g) for g in globs)]
@@ -400,6 +429,8 @@ def cmd_infer(args):
 
 def _print_deviations(target) -> None:
     """--as-paper: the declared conventions that differ from the paper defaults, before the run."""
+    from lossproof.conformance import catalog
+    from lossproof.conformance.targets import ANY
     devs = target.deviations()
     if target.conventions == ANY:
         return  # implements every convention: each vector runs with its own
@@ -417,6 +448,8 @@ def _print_deviations(target) -> None:
 
 
 def cmd_scaffold(args):
+    from lossproof.conformance._io import write_atomically
+    from lossproof.conformance.targets import scaffold
     text = scaffold.skeleton(args.function, args.objective, Path(args.output).name if args.output else "target.py")
     if not args.output:
         sys.stdout.write(text)
@@ -430,6 +463,7 @@ def cmd_scaffold(args):
 
 
 def cmd_export_prompt(args):
+    from lossproof.conformance import exchange
     counts = exchange.export_prompts(_vector_set(args), Path(args.directory), args.objective)
     if not counts:
         raise UsageError(f"no vector matched --objective {args.objective!r}")
@@ -438,6 +472,8 @@ def cmd_export_prompt(args):
 
 
 def cmd_validate(args):
+    from lossproof.conformance import exchange, report
+    from lossproof.conformance.results import failed
     results = exchange.validate(_vector_set(args), Path(args.responses),
                                 _tolerances(args))
     report.console(results, quiet=args.quiet)
@@ -462,6 +498,13 @@ def _counting(progress, total):
 
 
 def cmd_theorem(args):
+    import mpmath
+    from rich.console import Console
+    from rich.table import Table
+
+    from lossproof.conformance._io import write_atomically
+    from lossproof.conformance.progress import bar
+    from lossproof.conformance.theorem import table as theorem
     trees = args.tree or list(theorem.REDUCED_TREES if args.reduced else theorem.ALL_TREES)
     rules = args.rule or list(theorem.REDUCED_RULES if args.reduced else theorem.ALL_RULES)
     dps = args.dps if args.dps is not None else (theorem.REDUCED_DPS if args.reduced else 50)
@@ -501,6 +544,13 @@ def cmd_theorem(args):
 
 
 def cmd_probe(args):
+    from rich.console import Console
+    from rich.table import Table
+
+    from lossproof.conformance._io import write_atomically
+    from lossproof.conformance.progress import bar
+    from lossproof.conformance.targets import builtin, load
+    from lossproof.conformance.theorem import probe
     if args.device.startswith("cuda") and not builtin.cuda_available():
         raise UsageError(f"--device {args.device}: this machine has no CUDA device (torch.cuda.is_available() is False)")
     targets = [load(spec) for spec in (args.target or ["torch"])]
@@ -540,6 +590,8 @@ def cmd_probe(args):
 
 
 def cmd_docs(args):
+    from lossproof.conformance._host import usable_cores
+    from lossproof.conformance.docs import build as docs_build
     if args.docs_command == "list":
         for art in docs_build.ARTIFACTS:
             print(f"{art.path}  ({art.kind}{', slow' if art.slow else ''})\n    from: {art.inputs}\n"
@@ -575,6 +627,7 @@ def cmd_docs(args):
 def _bench_linear(args):
     """``lossproof bench --kernel linear_cross_entropy`` (conformance.bench.linear)."""
     from lossproof.conformance.bench import linear
+    from lossproof.conformance.bench import run as bench
     if len(args.kernel) > 1:
         raise UsageError("--kernel linear_cross_entropy runs alone (its inputs are hidden states and a weight, "
                          "not logits)")
@@ -603,6 +656,8 @@ def _bench_linear(args):
 
 
 def cmd_bench(args):
+    from lossproof.conformance.bench import methods as bench_methods
+    from lossproof.conformance.bench import run as bench
     if args.kernel and "linear_cross_entropy" in args.kernel:
         return _bench_linear(args)
     try:
@@ -628,17 +683,9 @@ def cmd_bench(args):
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("--version", action="version", version=f"lossproof {conformance.__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
-
-    def with_vectors(sp):
-        sp.add_argument("--vectors", metavar="DIR", help="vector directory (default: the bundled vectors/)")
-        return sp
-
-    chk = with_vectors(sub.add_parser("check", help="run backends or targets over the vectors"))
+def _check_options(chk):
+    from lossproof.conformance import compare
+    from lossproof.conformance.distributed import partitions
     chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy, triton")
     chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME, path/file.py:NAME or "
                      "a third-party adapter: trl, verl, openrlhf, liger, transformers")
@@ -669,6 +716,59 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--write-known", metavar="FILE", help="write the failing cases as a known-failures file "
                      "(for --known), each with its diagnosis as the reason")
     chk.add_argument("--quiet", action="store_true")
+
+
+def _validate_options(val):
+    from lossproof.conformance import compare
+    val.add_argument("responses")
+    val.add_argument("--tolerances", metavar="FILE")
+    val.add_argument("--tolerance-model", choices=compare.MODELS, default=None,
+                     help="bfloat16/float16 bound: careful (default) or native")
+    val.add_argument("--report-json", metavar="PATH")
+    val.add_argument("--quiet", action="store_true")
+
+
+def _generate_options(gen):
+    from lossproof.conformance import generate
+    gen.add_argument("--check", action="store_true", help="compare with the files on disk instead of writing")
+    gen.add_argument("--workers", type=_positive(int), default=None, help="processes (default: available cores)")
+    gen.add_argument("--family", action="append", choices=generate.FAMILY_MODULES, default=None,
+                     help="regenerate only this family's files (repeatable); the others stay as on disk")
+    gen.add_argument("--quiet", action="store_true")
+
+
+def _bench_options(bn):
+    from lossproof.conformance.bench import methods as bench_methods
+    bn.add_argument("--quick", action="store_true", help="small sizes, the exact side sampled (under 2 minutes)")
+    bn.add_argument("--json", metavar="PATH", help="write every row and the summary as JSON")
+    bn.add_argument("--sizes", metavar="NxV,...", help="e.g. 4096x131072 (default: by --quick); NxHxV for "
+                                                       "linear_cross_entropy, e.g. 2048x1024x32768 (the default)")
+    bn.add_argument("--kernel", action="append", metavar="NAME",
+                    help=", ".join(bench_methods.KERNELS) + "; or linear_cross_entropy (alone: the fused linear "
+                         "cross-entropy against its three GEMMs, naive torch and the libraries)")
+    bn.add_argument("--method", action="append", metavar="NAME",
+                    help=", ".join(bench_methods.METHODS) + "; for linear_cross_entropy: gemms, lossproof, "
+                         "lossproof-tiles, naive, torch-chunked, liger, verl")
+    bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3; 2 with --quick)")
+    bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
+    bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    bn.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "float64"),
+                    help="dtype of the logits (default float32)")
+    bn.add_argument("--quiet", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="lossproof", description="Exact conformance vectors for LLM training objectives.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"lossproof {conformance.__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Command)
+
+    def with_vectors(sp):
+        sp.add_argument("--vectors", metavar="DIR", help="vector directory (default: the bundled vectors/)")
+        return sp
+
+    chk = with_vectors(sub.add_parser("check", help="run backends or targets over the vectors",
+                                      options=_check_options))
     chk.set_defaults(fn=cmd_check)
     sub.add_parser("setup", help="build the built-in torch backend's compiled CPU kernel (check does it "
                    "before its first case)").set_defaults(fn=cmd_setup)
@@ -688,23 +788,14 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("directory")
     exp.add_argument("--objective", default="*", metavar="GLOB")
     exp.set_defaults(fn=cmd_export_prompt)
-    val = with_vectors(sub.add_parser("validate", help="judge a responses file (lossproof-responses/1)"))
-    val.add_argument("responses")
-    val.add_argument("--tolerances", metavar="FILE")
-    val.add_argument("--tolerance-model", choices=compare.MODELS, default=None,
-                     help="bfloat16/float16 bound: careful (default) or native")
-    val.add_argument("--report-json", metavar="PATH")
-    val.add_argument("--quiet", action="store_true")
+    val = with_vectors(sub.add_parser("validate", help="judge a responses file (lossproof-responses/1)",
+                                      options=_validate_options))
     val.set_defaults(fn=cmd_validate)
     with_vectors(sub.add_parser("examples", help="the source article's worked examples")).set_defaults(fn=cmd_examples)
     vec = sub.add_parser("vectors", help="generate, lint or certify the vector files")
     vsub = vec.add_subparsers(dest="vectors_command", required=True)
-    gen = with_vectors(vsub.add_parser("generate", help="regenerate vectors/ from the exact reference"))
-    gen.add_argument("--check", action="store_true", help="compare with the files on disk instead of writing")
-    gen.add_argument("--workers", type=_positive(int), default=None, help="processes (default: available cores)")
-    gen.add_argument("--family", action="append", choices=generate.FAMILY_MODULES, default=None,
-                     help="regenerate only this family's files (repeatable); the others stay as on disk")
-    gen.add_argument("--quiet", action="store_true")
+    gen = with_vectors(vsub.add_parser("generate", help="regenerate vectors/ from the exact reference",
+                                       options=_generate_options))
     gen.set_defaults(fn=cmd_generate)
     with_vectors(vsub.add_parser("lint", help="check the vector files")).set_defaults(fn=cmd_lint)
     cer = with_vectors(vsub.add_parser("certify", help="prove every printed digit with ball arithmetic "
@@ -761,30 +852,16 @@ def build_parser() -> argparse.ArgumentParser:
     db.set_defaults(fn=cmd_docs)
     dl = dsub.add_parser("list", help="every generated artifact: what it is built from and what it needs")
     dl.set_defaults(fn=cmd_docs)
-    bn = sub.add_parser("bench", help="time and memory of the distillation kernels against naive torch and the libraries")
-    bn.add_argument("--quick", action="store_true", help="small sizes, the exact side sampled (under 2 minutes)")
-    bn.add_argument("--json", metavar="PATH", help="write every row and the summary as JSON")
-    bn.add_argument("--sizes", metavar="NxV,...", help="e.g. 4096x131072 (default: by --quick); NxHxV for "
-                                                       "linear_cross_entropy, e.g. 2048x1024x32768 (the default)")
-    bn.add_argument("--kernel", action="append", metavar="NAME",
-                    help=", ".join(bench_methods.KERNELS) + "; or linear_cross_entropy (alone: the fused linear "
-                         "cross-entropy against its three GEMMs, naive torch and the libraries)")
-    bn.add_argument("--method", action="append", metavar="NAME",
-                    help=", ".join(bench_methods.METHODS) + "; for linear_cross_entropy: gemms, lossproof, "
-                         "lossproof-tiles, naive, torch-chunked, liger, verl")
-    bn.add_argument("--reps", type=int, default=None, metavar="K", help="timed runs per method (default 3; 2 with --quick)")
-    bn.add_argument("--no-exact", action="store_true", help="skip the exact side (generation and check timings)")
-    bn.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    bn.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16", "float64"),
-                    help="dtype of the logits (default float32)")
-    bn.add_argument("--quiet", action="store_true")
+    bn = sub.add_parser("bench", help="time and memory of the distillation kernels against naive torch and the libraries",
+                        options=_bench_options)
     bn.set_defaults(fn=cmd_bench)
     return p
 
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)   # --version and --help exit here, having imported no command
+    from lossproof.refimpl.validate import InputError
     try:
         return args.fn(args)
     except BrokenPipeError:
