@@ -157,7 +157,7 @@ def import_bare(module: str, packages=(), absent=(), stand_ins=None):
     For a library whose package ``__init__`` imports what this machine lacks (a GPU runtime,
     a cluster framework) while its loss module needs none of it::
 
-        from lossproof.conformance.targets.imports import import_bare
+        from lossproof import import_bare
         core_algos = import_bare("verl.trainer.ppo.core_algos",
                                  packages=("verl", "verl.trainer", "verl.trainer.ppo"),
                                  absent=("vllm",),

@@ -1,4 +1,4 @@
-from lossproof.conformance.targets.imports import import_bare
+from lossproof import import_bare
 
 # verl's package __init__ imports Ray; its loss module does not need it.
 core_algos = import_bare("verl.trainer.ppo.core_algos", packages=("verl",), absent=("ray",))
