@@ -13,9 +13,14 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lossproof import conformance
 from lossproof.conformance.errors import LossproofError, UsageError
+
+if TYPE_CHECKING:   # annotations only: each command imports what it runs
+    from lossproof.conformance.vectors import cite
+    from lossproof.conformance.vectors.load import VectorSet
 
 DEFAULT_TIME_LIMIT = 30.0
 
