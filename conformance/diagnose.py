@@ -44,7 +44,6 @@ import itertools
 import json
 import math
 import re
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -65,8 +64,11 @@ DPS = 20
 MAX_ELEMENTS = 20000
 # Passing cases a convention candidate is also tried on: one that contradicts it refutes it.
 PASSING_SAMPLE = 8
-# Time for the search over pairs of conventions, per (target, objective).
-SEARCH_SECONDS = 30.0
+# The searches' budget, per (target, objective) and per convention search: input elements the
+# exact reference evaluates (about 60 µs each at 50 digits, so about 25 s of CPU on the machine
+# that measured it). Counted in work, not in seconds, so that a diagnosis does not depend on the
+# machine's speed or load.
+SEARCH_ELEMENTS = 400_000
 # The harness's probes: defects beside the values, named even where the values fail too.
 PROBES = ("leak", "narrow-dtype")
 # The kinds found by fitting the failures: named again in float32 or bfloat16, where float64 ran,
@@ -132,6 +134,7 @@ class _Objective:
         self.target, self.spec, self.runs, self.cases = target, catalog.get(objective), runs, cases
         self.tolerances, self.vs = tolerances, vs
         self._exact: dict = {}
+        self.work = 0   # input elements evaluated by the exact reference (SEARCH_ELEMENTS)
         try:
             self.notes = vs.notes(objective)
         except StopIteration:
@@ -194,8 +197,13 @@ class _Objective:
         case = self.case(r)
         key = json.dumps([r.uid, override, r.conventions], sort_keys=True, default=str)
         if key not in self._exact:
+            self.work += self.size(r)
             self._exact[key] = _evaluate(self.spec, case, {**r.conventions, **override})
         return self._exact[key]
+
+    def exhausted(self, since: int) -> bool:
+        """Whether a search begun when ``work`` was ``since`` has spent its budget."""
+        return self.work - since > SEARCH_ELEMENTS
 
     def repro(self, rs) -> str:
         return min(rs, key=lambda r: (self.size(r), r.uid, r.dtype)).repro
@@ -216,7 +224,7 @@ class _Objective:
         does not hide the first, and a cause seen in float64 is named whatever bfloat16 does.
         Lines that name the same cause in several clusters become one."""
         self.bad = bad
-        self.deadline = time.monotonic() + SEARCH_SECONDS
+        self.since = self.work
         self.explained = []   # (names, values) a convention search accepted
         self.authority = None  # the causes float64 named, once its stratum is explained
         found, left = [], list(bad)
@@ -673,7 +681,7 @@ class _Objective:
         called with (found by solving for it on the smallest case): the exact reference
         re-evaluated so matches every failing case of the cluster and the passing cases tried."""
         small = sorted((r for r in left if self.size(r) <= MAX_ELEMENTS and r.got), key=lambda r: (self.size(r), r.uid))
-        if len(small) < MIN_CONDITION or time.monotonic() > self.deadline:
+        if len(small) < MIN_CONDITION or self.exhausted(self.since):
             return
         search = _Search(self, left)
         for p in self.spec.params:
@@ -683,7 +691,7 @@ class _Objective:
                    for r in small):
                 continue
             for what, f in _TRANSFORMS:
-                if time.monotonic() > self.deadline:
+                if self.exhausted(self.since):
                     return
                 if all(self._fits_value(r, p.name, f(search.called(r, p.name), self._classes(r))) for r in small):
                     passing = [r for r in self.passing() if r.dtype in {x.dtype for x in left}
@@ -887,7 +895,7 @@ class _Search:
 
     def __init__(self, obj: _Objective, left):
         self.obj = obj
-        self.deadline = time.monotonic() + SEARCH_SECONDS
+        self.since = obj.work
         spec = obj.spec
         seen = defaultdict(set)
         for c in obj.cases.values():
@@ -924,13 +932,13 @@ class _Search:
             if found:
                 return (name,), found[0], found[1], found[2] + large, len(large)
         # pairs of conventions before those with a parameter, those with a name that matched
-        # some case alone first; the search stops at its time budget
+        # some case alone first; the search stops at its budget (SEARCH_ELEMENTS)
         conventions = set(self.obj.spec.conventions)
         pairs = sorted(itertools.combinations(self.values, 2),
                        key=lambda p: (-(p[0] in conventions) - (p[1] in conventions),
                                       -(p[0] in partial) - (p[1] in partial)))
         for names in pairs:
-            if time.monotonic() > self.deadline:
+            if self.obj.exhausted(self.since):
                 return None
             found = self.explains(names, small, set())
             if found:
