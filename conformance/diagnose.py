@@ -69,6 +69,9 @@ PASSING_SAMPLE = 8
 # that measured it). Counted in work, not in seconds, so that a diagnosis does not depend on the
 # machine's speed or load.
 SEARCH_ELEMENTS = 400_000
+# The smallest |log ratio| a passing element must reach for a separation to be read as a clamp
+# of the log ratio (a ratio beyond e^±½ ≈ 0.61 to 1.65; clamps in use are at 5 to 20).
+MIN_CLAMP = 0.5
 # The harness's probes: defects beside the values, named even where the values fail too.
 PROBES = ("leak", "narrow-dtype")
 # The kinds found by fitting the failures: named again in float32 or bfloat16, where float64 ran,
@@ -833,7 +836,10 @@ class _Objective:
                     hi = min(hi, float(lr[off].min()))
                 if (~off).any():
                     lo = max(lo, float(lr[~off].max()))
-        if not seen or not lo < hi:
+        # A formula wrong at second order (a k3 of the reversed ratio) also fails only beyond some
+        # |log ratio|, but passes only near 0: a clamp is located where a ratio is already far
+        # from 1 (MIN_CLAMP), not between 0 and a tiny bound.
+        if not seen or not lo < hi or lo < MIN_CLAMP:
             return
         yield self.make("clamp", left, f"fails only where |{num} − {den}| > c, c between {lo:.4g} and {hi:.4g}: "
                         "a clamp of the log ratio",
