@@ -91,9 +91,11 @@ def test_future_cost_leak_probe_directly():
     fw = harness._Framework("torch", "cpu")
     logp = -torch.rand(2, 5, dtype=torch.float64)
     inputs = {"logp": logp, "ref_logp": logp + 0.25, "mask": torch.ones(2, 5, dtype=torch.float64)}
-    kinds = {i.name: i.kind for i in spec.inputs}
     kwargs = {**inputs, "clip": None, "window": None}
-    assert harness._leaks(fw, pkl.future_twin, kwargs, inputs, kinds, spec, 5.0) == []
-    leaks = harness._leaks(fw, pkl.future_leaks_gradient, kwargs, inputs, kinds, spec, 5.0)
+
+    def call(fn):
+        return harness._Call(None, spec, fn, fw, inputs, kwargs, 5.0)
+    assert harness._leaks(call(pkl.future_twin)) == []
+    leaks = harness._leaks(call(pkl.future_leaks_gradient))
     assert leaks and leaks[0][0] == "cost" and "leaks gradient to input 'logp'" in leaks[0][1]
     assert catalog.get("grpo.advantages").detached and catalog.get("proximal_kl.future_cost").detached

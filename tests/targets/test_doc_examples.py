@@ -30,7 +30,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the page's examples are torch targets")
 
-from lossproof.conformance import catalog, cli, harness, plan, testing, verdict  # noqa: E402
+from lossproof.conformance import catalog, cli, harness, plan, testing, timelimit, verdict  # noqa: E402
 from lossproof.conformance.docs.blocks import read_blocks, replace_blocks  # noqa: E402
 from lossproof.conformance.docs.sessions import equivalent  # noqa: E402
 from lossproof.conformance.targets import Target, load  # noqa: E402
@@ -386,7 +386,7 @@ def test_the_detached_objectives_and_quoted_messages_are_the_harness(page):
     sentence = re.search(r"the outputs of ((?:`[a-z_.]+`(?:, | and ))+`[a-z_.]+`) are", " ".join(page.split()))
     assert sentence, "the page no longer names the detached objectives"
     assert set(re.findall(r"`([a-z_.]+)`", sentence.group(1))) == {o.id for o in catalog.OBJECTIVES if o.detached}
-    sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (harness, plan, verdict,
+    sources = "".join(Path(m.__file__).read_text(encoding="utf-8") for m in (harness, plan, timelimit, verdict,
                                                                             sys.modules[Target.__module__],
                                                                             sys.modules["lossproof.conformance.report"],
                                                                             sys.modules["lossproof.conformance.results"]))
