@@ -11,6 +11,7 @@ import pytest
 
 from lossproof.conformance import generate
 from lossproof.conformance._io import write_tree
+from lossproof.conformance.generate.case import with_effect
 from lossproof.conformance.vectors.format import MANIFEST, NOTE_KEYS, manifest_bytes, serialize
 from lossproof.conformance.vectors.lint import lint
 from lossproof.conformance.vectors.load import SCHEMA_DIR, VectorError, VectorSet
@@ -21,7 +22,7 @@ NOTE_SCHEMA = json.loads((SCHEMA_DIR / "vectors-1.json").read_text())["propertie
 def _all_notes():
     for family in generate.available_families():
         for flag, note in generate.family_module(family).NOTES.items():
-            yield family, flag, note
+            yield family, flag, with_effect(note)   # as written in the vector file
 
 
 @pytest.mark.parametrize("family, flag, note", list(_all_notes()), ids=lambda x: x if isinstance(x, str) else "")

@@ -19,6 +19,7 @@ from lossproof.conformance import catalog
 from lossproof.conformance._host import pool_context, usable_cores
 from lossproof.conformance._io import write_tree
 from lossproof.conformance.generate.build import build_test
+from lossproof.conformance.generate.case import with_effect
 from lossproof.conformance.vectors import certificates, versions
 from lossproof.conformance.vectors.format import (LARGE_SUFFIX, MANIFEST, SCHEMA_ID, content, large_path_for, manifest_bytes,
                                         serialize, split_large, stored)
@@ -171,6 +172,6 @@ def _vector_file(spec, items, notes, group_sources) -> dict:
         "generator": {"name": "lossproof", "version": conformance.__version__,
                       "mpmath": mpmath.__version__, "numpy": np.__version__, "dps": mp.get_dps(), "digits": 32},
         "numberOfTests": tc,
-        "notes": {flag: notes[flag] for flag in used},
+        "notes": {flag: with_effect(notes[flag]) for flag in used},
         "testGroups": list(groups.values()),
     }

@@ -32,6 +32,24 @@ def generated(seed: int, recipe: str) -> dict:
     return {"kind": "generated", "seed": seed, "recipe": recipe}
 
 
+# The effect of the bug classes that many flags guard against, said once: a flag's note that
+# states no ``effect`` of its own is written with its bugType's (docs/vectors.md, notes).
+EFFECTS = {
+    "formula": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary inputs.",
+    "precision": ("Computing or accumulating in bfloat16/float16 instead of float32 inside, or rounding "
+                  "intermediates, gives results far from the exact ones in the training dtypes."),
+    "input-validation": ("Input outside the domain (NaN, shapes that disagree, parameters out of range) silently "
+                         "returns a number instead of an error."),
+}
+
+
+def with_effect(note: dict) -> dict:
+    """The note as written in a vector file: its own effect, else its bugType's (EFFECTS)."""
+    if "effect" in note or note.get("bugType") not in EFFECTS:
+        return note
+    return {**note, "effect": EFFECTS[note["bugType"]]}
+
+
 # The flags of a case whose mask empties some rows, as a token mean judges it (the sequence-mean
 # counterpart adds "SeqMean"): what conformance.derive re-judges under the conventions it derives for.
 ROWS_WITHOUT_TOKENS = ("FullyMaskedRow", "EntropyFullyMaskedRow")

@@ -75,9 +75,7 @@ NOTES = {
                "rows, logits ~ N(0, σ²) with σ ∈ {1, 3, 6}, the teacher either independent or the student plus "
                "N(0, 1) noise; T ∈ {0.5, 1, 2, 4}; α ∈ {0, 0.1, 0.5, 0.9, 1}, β ∈ {0.1, 0.5, 0.9}; half the "
                "cases rounded to float32.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Large": {"category": "random", "description": "A realistic vocabulary (V from 1000 to 4096) with few rows: the "
               "vocabulary reductions at their real length.",
               "bugType": "precision",
@@ -181,17 +179,12 @@ NOTES = {
                      "up to V = 4096 (|z| ≤ 30, T from 0.05 to 64, teachers independent, near or close to the "
                      "student) and the edges low precision changes (ties, −inf logits, saturated rows, logits "
                      "near ±1e4); see conformance/compare.py for the careful tolerance model.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain: "
                      "T ≤ 0, α or β outside [0, 1], unknown direction or endpoints, shapes that disagree, labels "
                      "out of range, NaN or +inf logits, a row that is −inf everywhere, an empty vocabulary, logits "
                      "of the wrong rank (a scalar; 1-D where hinton needs [N, V]); must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
     "InfiniteDivergence": {"category": "invalid", "description": "A −inf logit where the weighting distribution has "
                            "probability > 0 (support mismatch), or a −inf student logit at the label: the "
                            "divergence (or cross-entropy) is +inf; must be rejected, not returned as inf or NaN.",

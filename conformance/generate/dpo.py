@@ -42,9 +42,7 @@ NOTES = {
     "Random": {"category": "random", "description": "Random sequence log-probabilities (sums over tokens, down to "
                "about −300) with references drawn near them so that βΔ spans the logistic's curved region; "
                "B up to 16 pairs; half the cases rounded to float32.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "DetachedRewards": {"category": "convention", "description": "chosen_rewards = β·(π_c − ref_c) and "
                         "rejected_rewards = β·(π_r − ref_r) are logged metrics that TRL, OpenRLHF and Liger "
                         "detach: their cotangents are zero, so the gradient comes from the losses alone "
@@ -86,16 +84,11 @@ NOTES = {
                      "of up to 64 pairs with log-probabilities down to −300, margins of ±1e4, log-probabilities "
                      "near −1e4. A case judged in float16 keeps the margin Δ inside float16's range. See "
                      "conformance/compare.py for the careful tolerance model.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the loss's domain "
                      "(NaN/inf log-probabilities, shapes that disagree, β ≤ 0, label_smoothing outside "
                      "[0, 0.5), unknown loss type); must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
     "InvalidForLossType": {"category": "invalid", "description": "A parameter outside the domain of the "
                            "group's loss type (label_smoothing = 0 for exo_pair, 0.5 for aot, discopop_tau ≤ 0, "
                            "β = 0 for sppo_hard); run for the targets that declare that loss type; must be "

@@ -18,9 +18,7 @@ NOTES = {
     "Random": {"category": "random", "description": "Random token rewards (mostly 0, a score on the last valid "
                "token, small KL-like terms elsewhere), values and masks with trailing padding; B ≤ 6, T ≤ 12; half "
                "the cases rounded to float32.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "InteriorMask": {"category": "edge", "description": "Masked tokens between valid ones (observation tokens of a "
                      "multi-turn rollout): 'skip' steps over them, 'zero' takes them as steps of reward and value "
                      "0, so the two conventions differ there.",
@@ -50,9 +48,7 @@ NOTES = {
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain (NaN/inf, "
                      "shapes that disagree, masks that are not 0/1 or select no token, γ or λ outside [0, 1], β < 0, "
                      "unknown convention values); must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 ADV_GROUPS = {

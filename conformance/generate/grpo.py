@@ -45,9 +45,7 @@ NOTES = {
                "masks (T ≤ 256; most T ≤ 64), old and reference log-probabilities drawn near the policy's; "
                "half the cases rounded to float32. Random tokens stay 1e-4 (relative) away from the clip "
                "band's edges, the dual-clip bound and the KL clamp, so that no side is decided by rounding.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Large": {"category": "random", "description": "A large random case (B = 16, T = 256): realistic sizes for "
               "the reductions.",
               "bugType": "precision",
@@ -170,10 +168,7 @@ NOTES = {
                      "away from every kink. A case judged in float16 keeps the plain formula's intermediates (ρ = "
                      "e^{log ρ}, the KL estimate before its clamp) inside float16's range; larger ones are "
                      "bfloat16 only. See conformance/compare.py for the careful tolerance model.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "ClipEdge": {"category": "edge", "description": "Ratios 4 % and 6 % either side of 1 − ε_low, 1 + ε_high "
                  "(and of the dual-clip bound c), with both signs of A, in low precision: the side of each edge "
                  "is decided by the inputs (a ratio formed in bfloat16 is off by about 1 %), so the clipped "
@@ -213,9 +208,7 @@ NOTES = {
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain "
                      "(NaN/inf, shapes that disagree, masks that are not 0/1 or select no token, ε outside "
                      "its range, dual clip ≤ 1, unknown convention values); must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
     "InvalidForPolicyLoss": {"category": "invalid", "description": "A parameter or input outside the domain of the "
                              "group's policy loss only (ε_high = 0 as the raw cap of cispo_clip 'raw-upper', which "
                              "PPO's clip takes; Clip-Cov without `selected`; `selected` given to PPO's clip; "

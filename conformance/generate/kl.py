@@ -17,8 +17,6 @@ NOTES = {
                           "the source prints."},
     "Random": {"category": "random", "description": "Random sampled-token log-probabilities from a fixed seed.",
                "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs.",
                "links": ["https://github.com/Rolv-Arild/rocket-learn/pull/12",
                          "https://github.com/areal-project/AReaL/pull/408"]},
     "EqualInputs": {"category": "edge", "description": "logp == ref_logp: every estimator is exactly 0.",
@@ -46,10 +44,7 @@ NOTES = {
                      "clamp. A case judged in float16 keeps r = e^{log r} inside float16's range (log r ≤ 11); "
                      "larger ratios are bfloat16 only. See conformance/compare.py for the careful tolerance "
                      "model.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "AbsKink": {"category": "edge", "description": "abs at log r = 0 exactly (gradient 0 by definition, as "
                 "torch.abs) and at log r = ±2^−30, ±2^−60 (gradient ∓1): the sign of ref_logp − logp is exact in "
                 "every dtype, so the kink is never decided by rounding.",
@@ -57,9 +52,7 @@ NOTES = {
                 "effect": "The gradient of |x| at 0 differs between implementations (sqrt(x²) gives NaN, sign(x) "
                           "gives 0): a NaN or a wrong subgradient."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the estimator's domain; must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 GROUPS = {

@@ -30,9 +30,7 @@ LOW_V = (2, 3, 4, 6, 8, 12, 16)   # vocabularies of the random low-precision cas
 NOTES = {
     "Random": {"category": "random", "description": "Random logits (normal, σ from 0.5 to 8) and labels from a "
                "fixed seed; for lm.cross_entropy about one label in five is ignore_index.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Ignored": {"category": "edge", "description": "Tokens whose label is ignore_index: no loss, no smoothing, no "
                 "z-loss, zero gradient; custom ignore_index values (0, −1) and every token ignored.",
                 "bugType": "masking",
@@ -106,10 +104,7 @@ NOTES = {
     "LowPrecision": {"category": "edge", "description": "Logits exactly representable in bfloat16 and float16 (or "
                      "float16 only), judged in those dtypes under the careful model of conformance/compare.py "
                      "(float32 inside, the outputs rounded once).",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "Large": {"category": "random", "description": "A realistic vocabulary (V = 128256, Llama 3's) on the "
               "low-precision grids: mostly zero logits with a few hundred drawn ones.",
               "bugType": "precision",
@@ -126,9 +121,7 @@ NOTES = {
                      "effect": "Logits far below the products they are summed from: a matrix product in low "
                                "precision loses them."},
     "InvalidInput": {"category": "invalid", "description": "Input outside the objective's domain; must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 GROUPS = {

@@ -21,9 +21,7 @@ ST_MOE = "2202.08906"
 NOTES = {
     "Random": {"category": "random", "description": "Random router logits from a fixed seed (a common offset per "
                "token plus per-expert noise, several scales), up to 32 tokens and 32 experts.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Masked": {"category": "convention", "description": "A token mask: the mean runs over the selected tokens only; "
                "masked rows hold far-off logits (±50, ±1e3) that must not reach the loss or its gradient.",
                "bugType": "masking",
@@ -50,14 +48,9 @@ NOTES = {
     "LowPrecision": {"category": "edge", "description": "Router logits exactly representable in bfloat16 and float16, "
                      "or float16 only, judged in those dtypes under the careful model (conformance/compare.py): up to "
                      "32 tokens and 16 experts, logits within ±40.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 GROUPS = {

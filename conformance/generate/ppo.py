@@ -26,9 +26,7 @@ MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-to
 NOTES = {
     "Random": {"category": "random", "description": "Random values, old values and returns from a fixed seed "
                "(returns around the values; old values within a few ε of them), ragged right-padded masks.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Clipped": {"category": "convention", "description": "Tokens whose V − V_old lies outside [−ε, ε] and whose "
                 "clipped branch (V_c − R)² is the larger: their loss is the clipped square and their gradient 0.",
                 "bugType": "clamp",
@@ -79,14 +77,9 @@ NOTES = {
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 and float16, or "
                      "float16 only, judged in those dtypes under the careful model (conformance/compare.py): batch "
                      "up to 8 rows of up to 32 tokens, kinks kept a relative 2^−5 away.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 GROUPS = {

@@ -29,9 +29,7 @@ NOTES = {
                                  "drops the term."},
     "Random": {"category": "random", "description": "Random log-probabilities (sequence sums down to about −300, "
                "or per-token averages for ORPO), batches of up to 16; half the cases rounded to float32.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "DetachedMetrics": {"category": "convention", "description": "The logged rewards (SimPO, CPO, ORPO) and KTO's "
                         "reference point z0 are detached in TRL 1.16.0 and Liger 0.8.5: their cotangents are zero "
                         "and the gradient comes from the losses alone.",
@@ -65,10 +63,7 @@ NOTES = {
                      "effect": "λ_D and λ_U swapped or ignored: the classes are weighted otherwise."},
     "LowPrecision": {"category": "edge", "description": "Inputs exactly representable in bfloat16 or float16 (or "
                      "both), judged in those dtypes.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "NllTerm": {"category": "convention", "description": "cpo_alpha α > 0: each pair's loss adds α times the NLL "
                 "of its chosen response (CPO §3: L_prefer + L_NLL), normalised by nll_aggregation: −c "
                 "('seq-mean-token-sum', the paper's −log π(y_w|x)), −c/n per pair ('seq-mean-token-mean'), or the "
@@ -80,9 +75,7 @@ NOTES = {
                      "or inf log-probabilities, shapes that disagree, β ≤ 0, lengths < 1, γ < 0, an average "
                      "log-probability of 0 for ORPO, a desirable flag other than 0/1, class weights ≤ 0); must be "
                      "rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 GROUPS = {

@@ -27,9 +27,7 @@ NOTES = {
                "near the policy's, advantages N(0, 1) per row, β among 0.01, 0.04, 0.1, 0.5, 1; half the cases "
                "rounded to float32. Tokens stay 1e-4 (relative) away from the ratio cap and the clip band's "
                "edges, so that no branch is decided by rounding.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Large": {"category": "random", "description": "A large random case (B = 16, T = 256, or B = 8, T = 128): "
               "the future cost sums up to 255 later tokens.",
               "bugType": "precision",
@@ -122,10 +120,7 @@ NOTES = {
                      "up to T = 256 (B·T ≤ 512, one 8 × 256), every convention group, ratios 2^−5 (relative) "
                      "away from the cap and the clip band; see conformance/compare.py for the careful tolerance "
                      "model.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
                           "rewards are all equal): the coefficient is −β·(k_t + F_t) alone.",
                           "bugType": "degenerate-input",
@@ -135,9 +130,7 @@ NOTES = {
                      "(window < 1 or not an integer, clip ≤ 0, ratio_cap ≤ 0, ratio_clip outside (0, 1), β ≤ 0, "
                      "unknown aggregation, shapes that disagree, masks that are not 0/1 or select no token, "
                      "NaN/inf inputs); must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 # future_cost: name -> (clip, window)

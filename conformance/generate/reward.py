@@ -20,9 +20,7 @@ INSTRUCTGPT = "2203.02155"
 NOTES = {
     "Random": {"category": "random", "description": "Random reward pairs from a fixed seed: chosen rewards drawn "
                "around the rejected ones (mostly ordered, some inverted), several scales, batch sizes 1 to 32.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "Margin": {"category": "convention", "description": "A per-pair margin m subtracted from r_c − r_r (TRL 1.16.0's "
                "'margin' column; OpenRLHF 0.11.2 --model.margin_loss_enable); it is a constant, not differentiated.",
                "bugType": "formula",
@@ -61,14 +59,9 @@ NOTES = {
                      "float16, or float16 only, judged in those dtypes under the careful model "
                      "(conformance/compare.py): batch sizes 1 to 100, differences from one grid step to ±30, "
                      "rewards within ±30 so that (r_c + r_r)² stays inside float16's range.",
-                     "bugType": "precision",
-                     "effect": "Computing or accumulating in bfloat16/float16 instead of float32 inside, or "
-                               "rounding intermediates, gives results far from the exact ones in the training "
-                               "dtypes."},
+                     "bugType": "precision"},
     "InvalidInput": {"category": "invalid", "description": "Input outside the loss's domain; must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 GROUPS = {

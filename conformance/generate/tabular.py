@@ -52,9 +52,7 @@ NOTES = {
     "Random": {"category": "random", "description": "A random tree from a fixed seed (V ≤ 3, H ≤ 3, with and "
                "without eos; π_ref rows from uniform weights; rewards uniform in [0, 1], binary, graded k/4 or "
                "N(0, 2)) or a random policy on a tree.",
-               "bugType": "formula",
-               "effect": "A wrong term, sign, factor or reduction changes the value and gradient of ordinary "
-                         "inputs."},
+               "bugType": "formula"},
     "ConstantReward": {"category": "edge", "description": "All rewards equal to c: π* = π_ref and β·log Z = c.",
                        "bugType": "degenerate-input",
                        "effect": "Constant rewards: π* = π_ref and β log Z = c exactly."},
@@ -105,9 +103,7 @@ NOTES = {
                      "sum to 1 (beyond 1e−9), are negative or 0 (full support is required), arrays of the wrong "
                      "shape for (V, H, eos), NaN/inf, vocab < 2, horizon < 1, eos out of range, β ≤ 0, unknown "
                      "rule or baseline, constant rewards under σ-normalisation; must be rejected.",
-                     "bugType": "input-validation",
-                     "effect": "Input outside the domain (NaN, shapes that disagree, parameters out of range) "
-                               "silently returns a number instead of an error."},
+                     "bugType": "input-validation"},
 }
 
 _THEOREM = ("the stationary-policy theorem of Proximal KL (summary [proximal-kl-summary], reconstructed) and FRPO arXiv "
