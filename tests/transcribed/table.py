@@ -1,8 +1,8 @@
 """Defects transcribed from public bug reports in libraries lossproof has no adapter for, each a
 small torch function in the target format (docs/targets.md) beside its corrected twin: code not
 written for lossproof's tests, to measure whether a check catches real defects and whether the
-diagnosis names their cause (``/work/notes/transcribed_measure.py`` prints that; the regression
-test, ``test_transcribed.py``, asserts that every defect fails and every twin passes).
+diagnosis names their cause (compare ``expected`` with the kinds ``lossproof check`` prints; the
+regression test, ``test_transcribed.py``, asserts that every defect fails and every twin passes).
 
 ``expected`` is the cause a reader of the report would name, in the words of the diagnosis kinds
 (conformance/diagnose.py): ``convention`` (computes another declared convention), ``condition``

@@ -1,7 +1,7 @@
 """The transcribed defects (``transcribed.table``): each defect, as its library wrote it, fails
 the check in the default run (every dtype it claims); each corrected twin passes with no
-failure. The causes the diagnosis names are measured apart (/work/notes/transcribed_measure.py),
-not asserted here, while the diagnosis engine changes."""
+failure. The causes the diagnosis names (``expected`` in the table) are not asserted here yet,
+while the diagnosis engine changes."""
 from __future__ import annotations
 
 import pytest
