@@ -5,9 +5,11 @@ The skeleton is a wrapper with the catalog's signature that calls the library's 
 catalog argument is passed to the parameter whose name means the same (``log_probs`` for
 ``logp``, ``ref_per_token_logps`` for ``ref_logp``, ``attention_mask`` for ``mask``); every
 guess that is not an exact match says so, and everything the skeleton cannot decide is a line
-marked ``TODO`` for the user: a library parameter no catalog argument fills, a convention or
-parameter the library does not take (the wrapper refuses other values than the one it computes,
-with ``NotImplementedError``, until the user says which one that is), the form of the return.
+marked ``TODO`` for the user: a library parameter no catalog argument fills, a convention the
+library does not take (the wrapper refuses other values than the one it computes, with
+``NotImplementedError``, until the user says which one that is), a parameter it does not take
+(declared ``fixed`` at the catalog's default: the user confirms the value it computes with), the
+form of the return.
 """
 from __future__ import annotations
 
@@ -119,18 +121,21 @@ def skeleton(target: str, objective_id: str, filename: str = "target.py") -> str
     matched = match(arguments, [p.name for p in named])
     framework = "torch" if "torch" in vars(module) or "torch" in getattr(function, "__globals__", {}) else "numpy"
     wrapper = re.sub(r"[^0-9A-Za-z_]", "_", function_name.split(".")[-1]) + "_target"
-    signature = required + [f"{p.name}={p.default!r}" for p in spec.params] + [f"{n}=None" for n in optional]
+    # a parameter (not a convention) the library takes no argument for: declared ``fixed`` at the
+    # catalog's default, which the user confirms, instead of a wrapper argument it would ignore
+    fixed = [p for p in spec.params if p.name not in matched and not p.convention]
+    signature = (required + [f"{p.name}={p.default!r}" for p in spec.params if p not in fixed]
+                 + [f"{n}=None" for n in optional])
     lines = _wrap(", ".join(signature), " " * len(f"def {wrapper}("))
     head = [f"def {wrapper}({lines[0].lstrip()}"] + lines[1:]
     head[-1] += "):"
 
     body = []
     for p in spec.params:
-        if p.name in matched:
+        if p.name in matched or p in fixed:
             continue
-        kind = "convention" if p.convention else "parameter"
         test = f"{p.name} is not None" if p.default is None else f"{p.name} != {p.default!r}"
-        body += [f"    if {test}:   # TODO: {function_name} takes no {p.name} ({kind}): is {p.default!r} what it "
+        body += [f"    if {test}:   # TODO: {function_name} takes no {p.name} (convention): is {p.default!r} what it "
                  f"computes?",
                  f"        raise NotImplementedError(f\"{p.name}={{{p.name}!r}}\")"]
     for name in optional:
@@ -168,8 +173,13 @@ def skeleton(target: str, objective_id: str, filename: str = "target.py") -> str
     target = ["TARGET = {",
               f"    \"name\": \"{module_name.split('.')[0]}-{function_name.split('.')[-1]}\",",
               f"    \"framework\": \"{framework}\",",
-              f"    \"objectives\": {{\"{objective_id}\": {wrapper}}},",
-              "}"]
+              f"    \"objectives\": {{\"{objective_id}\": {wrapper}}},"]
+    if fixed:
+        values = ", ".join(f"\"{p.name}\": {p.default!r}" for p in fixed)
+        target += [f"    # TODO: {function_name} takes no {', '.join(p.name for p in fixed)}: are these the values it "
+                   "computes with?",
+                   f"    \"fixed\": {{\"{objective_id}\": {{{values}}}}},"]
+    target += ["}"]
     return "\n".join(doc + imports + ["", ""] + head + body + defaults + call + ret
                      + ["", ""] + target) + "\n"
 

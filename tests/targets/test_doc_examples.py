@@ -86,6 +86,14 @@ SESSIONS = {
                 "--objective kl.estimator --dtype float64 | head -n 9"),
         command("lossproof check --target minimal.py:TARGET --objective kl.estimator --dtype float64",
                 "--strict --quiet | head -n 4", status=1))),
+    "check-value-only": Session((
+        command("lossproof check --target value_only.py:TARGET --objective lm.entropy | head -n 3"),)),
+    "check-fixed": Session((
+        command("lossproof check --target fixed.py:TARGET --objective dpo.loss | head -n 3"),)),
+    "check-computes-in": Session((
+        command("lossproof check --target computes_in.py:TARGET --objective lm.token_logprobs | head -n 3"),
+        command("lossproof check --target computes_in.py:TARGET --objective lm.token_logprobs",
+                "--dtype float64 2>&1", status=2))),
     "dtype-refused": Session((
         command("lossproof check --target dtypes_devices.py:TARGET --objective kl.estimator",
                 "--dtype bfloat16 2>&1", status=2),)),
@@ -442,10 +450,12 @@ def test_every_dtype_passes_for_the_examples_that_claim_them():
     """The sessions run float64 (or one objective); the examples hold in every dtype they claim."""
     for spec, objective in (("minimal.py:TARGET", "kl.estimator"), ("validating.py:TARGET", "kl.estimator"),
                             ("sibling_target.py:TARGET", "kl.estimator"), ("outputs.py:DICT", "dpo.loss"),
-                            ("conventions.py:COMBOS", "kl.estimator"), ("dtypes_devices.py:TARGET", "kl.estimator")):
+                            ("conventions.py:COMBOS", "kl.estimator"), ("dtypes_devices.py:TARGET", "kl.estimator"),
+                            ("value_only.py:TARGET", "lm.entropy"), ("fixed.py:TARGET", "dpo.loss"),
+                            ("computes_in.py:TARGET", "lm.token_logprobs")):
         results = _judge(spec, objective)
         assert not [r for r in results if r.status in ("fail", "error")], spec
-        claimed = set(load(str(EXAMPLES / spec)).dtypes)
+        claimed = set(load(str(EXAMPLES / spec)).all_dtypes())
         assert {r.dtype for r in results if r.status == "pass"} == claimed, spec
 
 

@@ -49,6 +49,10 @@ def test_the_skeleton_of_a_complete_signature_runs_as_written(library, capsys):
     assert "beta=beta,\n" in text and "label_smoothing=label_smoothing,\n" in text
     assert "if loss_type != 'sigmoid':   # TODO: dpo_loss takes no loss_type (convention)" in text
     assert "# TODO: left at dpo_loss's defaults: reduction='none'" in text
+    # the parameters it takes no argument for are declared fixed at the catalog's defaults, not wrapped
+    assert "# TODO: dpo_loss takes no discopop_tau, reward_shift, rpo_alpha: are these the values it" in text
+    assert '"fixed": {"dpo.loss": {"discopop_tau": 0.05, "reward_shift": 0.0, "rpo_alpha": 0.0}},' in text
+    assert "discopop_tau" not in text.split("returned = ")[0].split("def dpo_loss_target(")[1]
     capsys.readouterr()
     assert cli.main(["check", "--target", f"{out}:TARGET", "--objective", "dpo.loss", "--dtype", "float64",
                      "--quiet"]) == 0, capsys.readouterr().out
