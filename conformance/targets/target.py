@@ -185,7 +185,7 @@ def from_mapping(obj, spec: str) -> Target:
                   fixed=_fixed(get("fixed", {}) or {}, implemented, params, temperature_free, spec),
                   value_only=_value_only(get("value_only", {}) or {}, objectives, spec),
                   computes_in=computes_in)
-    for key in implemented:
+    for key in sorted(implemented):
         if computes_in and not target.dtypes_of(key):
             raise TargetError(f"{spec}: computes_in float32 leaves {key} no dtype to run in (its dtypes: "
                               f"{', '.join(target.objective_dtypes.get(key, target.dtypes))}): declare float32")
@@ -228,12 +228,11 @@ def split_variants(target: Target) -> list[Target]:
     and sharded functions) under the target's name, then one target per variant name, named
     ``name[variant]``, holding the objectives declared ``objective[variant]``. A variant's
     declaration (conventions, params, dtypes, vjps, temperature_free, fixed, value_only,
-    computes_in) is the one under its own
-    key, else the one under the plain objective id; ``tolerance_model`` globs are matched
-    against the objective id, a variant's own key first. ``known_rules`` hold for the plain
-    objectives and every variant; a rule declared ``(reason, predicate, variant)`` for that
-    variant only (its function's own failure: the plain function passes those cases, which
-    would otherwise be reported as stale known failures)."""
+    computes_in) is the one under its own key, else the one under the plain objective id;
+    ``tolerance_model`` globs are matched against the objective id, a variant's own key first.
+    ``known_rules`` hold for the plain objectives and every variant; a rule declared
+    ``(reason, predicate, variant)`` for that variant only (its function's own failure: the plain
+    function passes those cases, which would otherwise be reported as stale known failures)."""
     names = list(dict.fromkeys(v for v in map(_variant_of, target.objectives) if v is not None))
     if not names:
         return [target]
