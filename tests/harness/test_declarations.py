@@ -269,3 +269,20 @@ def test_variants_take_their_own_declarations():
     assert (plan.value_only(plain, "lm.entropy"), plan.value_only(metric, "lm.entropy")) == ((), ("entropy",))
     assert (plan.fixed(plain, "lm.entropy"), plan.fixed(metric, "lm.entropy")) == ({}, {"temperature": 1.0})
     assert "float64" in plain.dtypes_of("lm.entropy") and "float64" not in metric.dtypes_of("lm.entropy")
+
+
+def test_a_vocabulary_parallel_function_is_planned_by_the_same_declarations(vs):
+    target = _target(sharded={"lm.token_logprobs": float32_logprobs}, computes_in="float32",
+                     fixed={"lm.token_logprobs": {"temperature": 1.0}})
+    asked = plan.Asked(split=("--shard-vocab", 2, None))
+    cases = [c for c in vs.cases("lm.token_logprobs") if c.result == "valid"]
+    only64 = next(c for c in cases if c.test["dtypes"] == ["float64"] and c.test["params"].get("temperature") == 1.0)
+    [p] = plan.plan(target, only64, asked)
+    assert p.status == "skip" and "in float32 by design (computes_in), not in float64" in p.why
+    every = next(c for c in cases if len(c.test["dtypes"]) == 4 and c.test["params"].get("temperature") == 1.0)
+    planned = plan.plan(target, every, asked)
+    assert {p.dtype for p in planned} == DTYPES - {"float64"} and {p.status for p in planned} == {"run"}
+    assert all("temperature" not in p.kwargs for p in planned)
+    hotter = next(c for c in cases if c.test["params"].get("temperature") == 2.0)
+    [p] = plan.plan(target, hotter, asked)
+    assert p.status == "skip" and "temperature fixed at 1.0" in p.why
