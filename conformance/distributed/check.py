@@ -252,11 +252,14 @@ def _judge_shard(run: _Run, pool, p: plan.CasePlan) -> None:
         if len(failures) > before:
             failures[-1] = f"rank {rank}: {failures[-1]}"
             break
-    grad = np.concatenate([o["grad"] for o in outs], axis=1)
-    judged.output(f"grad:{spec.grads[0]}", grad, test["grads"][spec.grads[0]])
-    if any(o["detached"] for o in outs) and any(f.startswith("grad:") for f in failures):
-        failures.insert(0, f"{output} carries no gradient on rank(s) "
-                           f"{', '.join(str(i) for i, o in enumerate(outs) if o['detached'])}")
+    if output in plan.value_only(run.target, case.objective):   # a metric without a gradient, on purpose
+        r.message = f"gradients not checked: the target declares {output} value-only"
+    else:
+        grad = np.concatenate([o["grad"] for o in outs], axis=1)
+        judged.output(f"grad:{spec.grads[0]}", grad, test["grads"][spec.grads[0]])
+        if any(o["detached"] for o in outs) and any(f.startswith("grad:") for f in failures):
+            failures.insert(0, f"{output} carries no gradient on rank(s) "
+                               f"{', '.join(str(i) for i, o in enumerate(outs) if o['detached'])}")
     judged.decide(case.result, p.where)
     r.seconds = time.perf_counter() - started
     _known(r, p)

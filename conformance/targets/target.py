@@ -183,7 +183,7 @@ def from_mapping(obj, spec: str) -> Target:
                   known_splits=_known_rules(get("known_splits", ()) or (), spec, 3),
                   temperature_free=temperature_free,
                   fixed=_fixed(get("fixed", {}) or {}, implemented, params, temperature_free, spec),
-                  value_only=_value_only(get("value_only", {}) or {}, objectives, spec),
+                  value_only=_value_only(get("value_only", {}) or {}, objectives, sharded, spec),
                   computes_in=computes_in)
     for key in sorted(implemented):
         if computes_in and not target.dtypes_of(key):
@@ -387,10 +387,11 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _value_only(declared, objectives: dict, spec: str) -> dict:
+def _value_only(declared, objectives: dict, sharded: dict, spec: str) -> dict:
     """``value_only``: {objective: [output, ...] or "*"} — outputs computed without a gradient on
     purpose (a metric under ``torch.no_grad()``): their values are judged, their gradient is not
-    asked. Normalised to {objective: (outputs, ...)}."""
+    asked. For the functions under ``objectives`` and ``sharded`` (a step is a loss: its gradient
+    is what ``--partition`` checks). Normalised to {objective: (outputs, ...)}."""
     if not isinstance(declared, dict):
         raise TargetError(f"{spec}: 'value_only' must be a dict {{objective: [outputs] or \"*\"}}, got {declared!r}")
     out = {}
@@ -398,8 +399,9 @@ def _value_only(declared, objectives: dict, spec: str) -> dict:
         oid = objective_of(key)
         if oid not in catalog.BY_ID:
             raise TargetError(f"{spec}: value_only names unknown objective {key!r}")
-        if key not in {*objectives, *map(objective_of, objectives)}:
-            raise TargetError(f"{spec}: value_only names {key}, which the target's objectives do not implement")
+        if key not in {*objectives, *map(objective_of, objectives), *sharded}:
+            raise TargetError(f"{spec}: value_only names {key}, which neither the target's objectives nor its "
+                              f"sharded functions implement")
         known = catalog.get(oid).outputs
         if outputs == ANY:
             outputs = known

@@ -206,7 +206,7 @@ def test_temperature_fixed_at_one_is_temperature_free_but_for_the_reason():
     ({"lm.nope": "*"}, "value_only names unknown objective 'lm.nope'"),
     ({"lm.entropy": ["logp"]}, "lm.entropy has no output 'logp'"),
     ({"lm.entropy": "entropy"}, "must be a non-empty list of outputs"),
-    ({"lm.token_logprobs": "*"}, "which the target's objectives do not implement"),
+    ({"lm.token_logprobs": "*"}, "which neither the target's objectives nor its sharded functions implement"),
 ])
 def test_bad_value_only_declarations_are_one_line_errors(value_only, message):
     with pytest.raises(TargetError, match=message):
@@ -286,3 +286,23 @@ def test_a_vocabulary_parallel_function_is_planned_by_the_same_declarations(vs):
     hotter = next(c for c in cases if c.test["params"].get("temperature") == 2.0)
     [p] = plan.plan(target, hotter, asked)
     assert p.status == "skip" and "temperature fixed at 1.0" in p.why
+
+
+def test_a_value_only_sharded_function_is_judged_on_its_values(vs):
+    """A vocabulary-parallel entropy logged without a graph: judged on each rank's values under
+    --shard-vocab, no gradient asked; undeclared, the missing gradient fails."""
+    from lossproof.conformance.distributed import check
+    from lossproof.refimpl.torch import vocab_parallel
+
+    def logged(logits, *, ctx):
+        with torch.no_grad():
+            return vocab_parallel.entropy(logits, group=ctx.group)
+    case = next(c for c in vs.cases("lm.entropy") if c.result == "valid" and c.test["params"].get("temperature", 1.0)
+                == 1.0 and np.any(verdict.expected(c.test["grads"]["logits"])) and "float64" in c.test["dtypes"])
+    declared = _target(sharded={"lm.entropy": logged}, fixed={"lm.entropy": {"temperature": 1.0}},
+                       value_only={"lm.entropy": "*"})
+    results = check.sharded(declared, vs, 2, "even", uids={case.uid}, dtypes=["float64", "bfloat16"])
+    assert results and all(r.status == "pass" and "declares entropy value-only" in r.message for r in results)
+    undeclared = _target(sharded={"lm.entropy": logged}, fixed={"lm.entropy": {"temperature": 1.0}})
+    results = check.sharded(undeclared, vs, 2, "even", uids={case.uid}, dtypes=["float64"])
+    assert results and all(r.status == "fail" and "carries no gradient" in r.message for r in results)
