@@ -86,6 +86,9 @@ SESSIONS = {
                 "--objective kl.estimator --dtype float64 | head -n 9"),
         command("lossproof check --target minimal.py:TARGET --objective kl.estimator --dtype float64",
                 "--strict --quiet | head -n 4", status=1))),
+    "dtype-refused": Session((
+        command("lossproof check --target dtypes_devices.py:TARGET --objective kl.estimator",
+                "--dtype bfloat16 2>&1", status=2),)),
     "check-value-only": Session((
         command("lossproof check --target value_only.py:TARGET --objective lm.entropy | head -n 3"),)),
     "check-fixed": Session((
@@ -94,9 +97,6 @@ SESSIONS = {
         command("lossproof check --target computes_in.py:TARGET --objective lm.token_logprobs | head -n 3"),
         command("lossproof check --target computes_in.py:TARGET --objective lm.token_logprobs",
                 "--dtype float64 2>&1", status=2))),
-    "dtype-refused": Session((
-        command("lossproof check --target dtypes_devices.py:TARGET --objective kl.estimator",
-                "--dtype bfloat16 2>&1", status=2),)),
     "check-bare-import": Session((
         command("lossproof check --target bare_import.py:TARGET --objective kl.estimator --quiet"),),
         needs=("verl",)),
