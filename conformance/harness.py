@@ -279,6 +279,15 @@ def _judge_gradients(judged: verdict.Judgement, call: _Call, returned: dict, tes
     """Judge the gradients of a valid case, or say why they are not checked; False when that
     decides the case (the gradient could not be computed: an error)."""
     res, failures = judged.res, judged.failures
+    unasked = [o for o, ct in test["cotangents"].items()
+               if o in plan.value_only(call.target, call.spec.id) and np.any(verdict.expected(ct))]
+    if unasked:   # the expected gradients include these outputs' share: none is asked
+        carries = [o for o in unasked if getattr(returned.get(o), "requires_grad", False)]
+        res.message = (f"gradients not checked: the vector's cotangent weights output(s) {', '.join(unasked)}, "
+                       f"which the target declares value-only"
+                       + (f" ({', '.join(carries)} carries a gradient: without the declaration it is judged)"
+                          if carries else ""))
+        return True
     unchecked = [o for o, ct in test["cotangents"].items() if o not in returned and np.any(verdict.expected(ct))]
     declined = ""
     try:

@@ -79,7 +79,7 @@ def plan(target: Target, case: VectorCase, asked: Asked) -> list[CasePlan]:
         return [CasePlan(case, status="unsupported", why=refused, conventions=conventions)]
     dtypes = _dtypes(target, case, asked.dtypes)
     if not dtypes:
-        return [CasePlan(case, status="skip", why=NO_DTYPE, conventions=conventions)]
+        return [CasePlan(case, status="skip", why=_no_dtype(target, case, asked.dtypes), conventions=conventions)]
     kwargs = call_kwargs(target, case.objective, conventions, case.test["params"])
     names = list(dict.fromkeys([*case.test["inputs"], *kwargs]))   # in the order of the call
     status, why = "run", ""
@@ -131,7 +131,8 @@ def _split_plan(target: Target, case: VectorCase, asked: Asked) -> list[CasePlan
                    else _shards(spec, inputs, *asked.split[1:]))
     dtypes = _dtypes(target, case, asked.dtypes)
     if not dtypes and (splits or (option == "--shard-vocab" and why != NOT_A_MATRIX)):
-        why = NO_DTYPE   # a [N,V] vector in no dtype of the run: that, before how its vocabulary splits
+        # a [N,V] vector in no dtype of the run: that, before how its vocabulary splits
+        why = _no_dtype(target, case, asked.dtypes)
     if not splits or not dtypes:
         return [CasePlan(case, status="skip", why=why, conventions=conventions)]
     kwargs = call_kwargs(target, case.objective, conventions, case.test["params"])
@@ -252,24 +253,54 @@ def _default_conventions(declared, spec: catalog.Objective) -> dict:
     return out
 
 
+def fixed(target: Target, objective_id: str) -> dict:
+    """{parameter: value} the target's function computes with and takes no argument for: its
+    ``fixed`` declaration, and a temperature of 1 for a ``temperature_free`` objective."""
+    free = {"temperature": 1.0} if objective_id in target.temperature_free else {}
+    return {**free, **target.fixed.get(objective_id, {})}
+
+
 def _refused_params(target: Target, objective_id: str, values: dict) -> str | None:
     """Why the target cannot be called with these parameter values (its ``params`` declaration
-    lists the only values it takes, its ``temperature_free`` ones take no temperature), or None."""
-    if objective_id in target.temperature_free:
-        T = values.get("temperature", 1.0)
-        if T != 1.0:
-            return (f"temperature={T!r}: the target declares {objective_id} temperature-free (T = 1 only; "
+    lists the only values it takes; a ``fixed`` parameter, or the temperature of a
+    ``temperature_free`` objective, takes none but the one it computes with), or None."""
+    spec = catalog.get(objective_id)
+    for name, value in fixed(target, objective_id).items():
+        got = values.get(name, spec.param(name).default)
+        if got == value:
+            continue
+        if name == "temperature" and objective_id in target.temperature_free:
+            return (f"temperature={got!r}: the target declares {objective_id} temperature-free (T = 1 only; "
                     "its function has no temperature to divide the logits by)")
+        return (f"{name}={got!r}: the target declares {objective_id}'s {name} fixed at {value!r} (its function "
+                f"takes no {name} and computes with that value)")
     for name, allowed in target.params.get(objective_id, {}).items():
         if name in values and values[name] not in allowed:
             return f"{name}={values[name]!r} is not among the values the target takes ({allowed!r})"
     return None
 
 
+def value_only(target: Target, objective_id: str) -> tuple:
+    """The outputs of an objective that the target computes without a gradient on purpose
+    (``value_only``): their values are judged, and a gradient the vector weights them in is not
+    asked."""
+    return target.value_only.get(objective_id, ())
+
+
 def _dtypes(target: Target, case: VectorCase, asked: tuple) -> list[str]:
     """The vector's dtypes that the target declares for its objective and the run asks for."""
-    declared = target.objective_dtypes.get(case.objective, target.dtypes)
+    declared = target.dtypes_of(case.objective)
     return [d for d in case.test["dtypes"] if d in declared and (not asked or d in asked)]
+
+
+def _no_dtype(target: Target, case: VectorCase, asked: tuple) -> str:
+    """Why a case runs in no dtype; a float64 case of an objective the target computes in float32
+    by design says so (``computes_in``: such a function rounds float64 inputs to float32 first,
+    so its float32 vectors are what judges it, by the float32 bound)."""
+    if target.computes_in_float32(case.objective) and "float64" in case.test["dtypes"] \
+            and (not asked or "float64" in asked):
+        return f"{NO_DTYPE}: the target computes {case.objective} in float32 by design (computes_in), not in float64"
+    return NO_DTYPE
 
 
 def call_kwargs(target: Target, objective_id: str, conventions: dict, params: dict) -> dict:
@@ -277,16 +308,17 @@ def call_kwargs(target: Target, objective_id: str, conventions: dict, params: di
     convention the catalog added later (``Param.added``) while it holds its paper default, when
     the target neither names it in its declaration (``"*"`` does not name it) nor has a function
     that takes it by name — functions written before it existed compute that default, and a
-    ``**kwargs`` function is most often a wrapper that forwards to one — and, for a
-    temperature-free function, ``temperature`` (``_refused_params`` holds it at 1)."""
+    ``**kwargs`` function is most often a wrapper that forwards to one — and the parameters the
+    function computes with a ``fixed`` value (``_refused_params`` holds them at it; a
+    temperature-free function's ``temperature``)."""
     spec = catalog.get(objective_id)
     late = {p.name: p.default for p in spec.params if p.convention and p.added}
     takes = _accepted_keywords(target.objectives.get(objective_id))
     out = {k: v for k, v in conventions.items()
            if not (k in late and v == late[k] and not _names(target, objective_id, k)
                    and not (takes is not ANY and k in takes))}
-    free = objective_id in target.temperature_free
-    out.update({k: v for k, v in params.items() if not (free and k == "temperature")})
+    held = fixed(target, objective_id)
+    out.update({k: v for k, v in params.items() if k not in held})
     return out
 
 

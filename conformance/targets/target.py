@@ -6,6 +6,7 @@ import dataclasses
 import fnmatch
 import inspect
 import json
+import math
 import re
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
@@ -55,12 +56,27 @@ class Target:
     known_splits: tuple = ()                      # ((reason, predicate(case, dtype, split[, tolerance]) -> bool), ...)
     temperature_free: tuple = ()                  # objectives whose function has no temperature (T = 1 only)
     objective_dtypes: dict = field(default_factory=dict)   # {objective: dtypes} where not ``dtypes``
+    fixed: dict = field(default_factory=dict)     # {objective: {param: the one value its function computes with}}
+    value_only: dict = field(default_factory=dict)    # {objective: (outputs whose gradient is not asked)}
+    computes_in: dict = field(default_factory=dict)   # {objective or "*": "float32"}: no float64 computation
+
+    def dtypes_of(self, key: str) -> tuple:
+        """The dtypes an objective (a declaration key) runs in: its declared ones, less float64
+        where the target computes it in float32 by design (``computes_in``)."""
+        declared = self.objective_dtypes.get(key, self.objective_dtypes.get(objective_of(key), self.dtypes))
+        if self.computes_in_float32(key):
+            return tuple(d for d in declared if d != "float64")
+        return tuple(declared)
+
+    def computes_in_float32(self, key: str) -> bool:
+        """Whether the target declares that it computes this objective in float32 by design."""
+        return self.computes_in.get(key, self.computes_in.get(objective_of(key), self.computes_in.get(ANY))) \
+            == "float32"
 
     def all_dtypes(self) -> tuple:
         """Every dtype some objective (or step, or sharded function) of the target runs in."""
         oids = [*self.objectives, *self.steps, *self.sharded]
-        return tuple(dict.fromkeys(d for oid in oids for d in self.objective_dtypes.get(oid, self.dtypes))) \
-            or tuple(self.dtypes)
+        return tuple(dict.fromkeys(d for oid in oids for d in self.dtypes_of(oid))) or self.dtypes_of(ANY)
 
     def declared(self, objective_id: str) -> dict:
         """The conventions declared for an objective ({} for a ``"*"`` target)."""
@@ -152,17 +168,28 @@ def from_mapping(obj, spec: str) -> Target:
         raise TargetError(f"{spec}: 'grad_reduction' must be one of {', '.join(GRAD_REDUCTIONS)}, "
                           f"got {grad_reduction!r}")
     dtypes, objective_dtypes = _dtypes(get("dtypes", None), framework, objectives, spec)
-    return Target(name, framework, dict(objectives), conventions, vjps=dict(get("vjps", {}) or {}), dtypes=dtypes,
+    implemented = {*objectives, *map(objective_of, objectives), *steps, *sharded}
+    temperature_free = _temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded, spec)
+    params = _params(get("params", {}) or {}, spec)
+    computes_in = _computes_in(get("computes_in", None), implemented, spec)
+    target = Target(name, framework, dict(objectives), conventions, vjps=dict(get("vjps", {}) or {}), dtypes=dtypes,
                   objective_dtypes=objective_dtypes,
                   devices=tuple(get("devices", None) or ("cpu",)), version=str(get("version", "") or ""), spec=spec,
-                  params=_params(get("params", {}) or {}, spec), known=_known(get("known", {}) or {}, spec),
+                  params=params, known=_known(get("known", {}) or {}, spec),
                   known_rules=_known_rules(get("known_rules", ()) or (), spec, 2),
                   variant_rules=_variant_rules(get("known_rules", ()) or (), objectives, spec),
                   tolerance_model=_tolerance_model(get("tolerance_model", {}) or {}, spec),
                   steps=steps, sharded=sharded, grad_reduction=grad_reduction,
                   known_splits=_known_rules(get("known_splits", ()) or (), spec, 3),
-                  temperature_free=_temperature_free(get("temperature_free", ()) or (), objectives, steps, sharded,
-                                                     spec))
+                  temperature_free=temperature_free,
+                  fixed=_fixed(get("fixed", {}) or {}, implemented, params, temperature_free, spec),
+                  value_only=_value_only(get("value_only", {}) or {}, objectives, spec),
+                  computes_in=computes_in)
+    for key in implemented:
+        if computes_in and not target.dtypes_of(key):
+            raise TargetError(f"{spec}: computes_in float32 leaves {key} no dtype to run in (its dtypes: "
+                              f"{', '.join(target.objective_dtypes.get(key, target.dtypes))}): declare float32")
+    return target
 
 
 def objective_of(key: str) -> str:
@@ -200,7 +227,8 @@ def split_variants(target: Target) -> list[Target]:
     """The targets a declaration with variants stands for: the plain objectives (and the steps
     and sharded functions) under the target's name, then one target per variant name, named
     ``name[variant]``, holding the objectives declared ``objective[variant]``. A variant's
-    declaration (conventions, params, dtypes, vjps, temperature_free) is the one under its own
+    declaration (conventions, params, dtypes, vjps, temperature_free, fixed, value_only,
+    computes_in) is the one under its own
     key, else the one under the plain objective id; ``tolerance_model`` globs are matched
     against the objective id, a variant's own key first. ``known_rules`` hold for the plain
     objectives and every variant; a rule declared ``(reason, predicate, variant)`` for that
@@ -232,7 +260,8 @@ def _restricted(target: Target, variant: str | None) -> Target:
     return dataclasses.replace(
         target, name=target.name if variant is None else f"{target.name}[{variant}]", objectives=objectives,
         conventions=pick(target.conventions), vjps=pick(target.vjps), params=pick(target.params),
-        objective_dtypes=pick(target.objective_dtypes),
+        objective_dtypes=pick(target.objective_dtypes), fixed=pick(target.fixed), value_only=pick(target.value_only),
+        computes_in=pick(target.computes_in),
         tolerance_model={**own_models, **plain_models},
         known_rules=target.known_rules + target.variant_rules.get(variant, ()), variant_rules={},
         temperature_free=tuple(dict.fromkeys(o for o in free if o in objectives or variant is None)),
@@ -316,6 +345,90 @@ def _temperature_free(declared, objectives: dict, steps: dict, sharded: dict, sp
         if key not in implemented:
             raise TargetError(f"{spec}: temperature_free names {oid}, which the target does not implement")
     return tuple(declared)
+
+
+def _fixed(declared, implemented: set, params: dict, temperature_free: tuple, spec: str) -> dict:
+    """``fixed``: {objective: {parameter: value}} — parameters the function takes no argument for,
+    because it computes with that one value (a hardcoded DiscoPOP τ, a loss without a temperature:
+    ``temperature_free`` is ``{"temperature": 1.0}``). Conventions are declared under
+    ``conventions``; a parameter is fixed, or listed under ``params``, not both."""
+    if not isinstance(declared, dict):
+        raise TargetError(f"{spec}: 'fixed' must be a dict {{objective: {{param: value}}}}, got {declared!r}")
+    out = {}
+    for key, values in declared.items():
+        oid = objective_of(key)
+        if oid not in catalog.BY_ID:
+            raise TargetError(f"{spec}: fixed names unknown objective {key!r}")
+        if key not in implemented:
+            raise TargetError(f"{spec}: fixed names {key}, which the target does not implement")
+        if not isinstance(values, dict) or not values:
+            raise TargetError(f"{spec}: fixed[{key!r}] must be a non-empty dict {{param: value}}")
+        by_name = {p.name: p for p in catalog.get(oid).params}
+        for name, value in values.items():
+            p = by_name.get(name)
+            where = f"fixed[{key!r}][{name!r}]"
+            if p is None:
+                raise TargetError(f"{spec}: {oid} has no parameter {name!r} (known: {', '.join(sorted(by_name))})")
+            if p.convention:
+                raise TargetError(f"{spec}: {where}: {name} is a convention of {oid}: declare it under 'conventions'")
+            if p.choices and value not in p.choices:
+                raise TargetError(f"{spec}: {where} = {value!r} is not one of {', '.join(map(repr, p.choices))}")
+            if _number(p.default) and not (_number(value) and math.isfinite(value)):
+                raise TargetError(f"{spec}: {where} must be a finite number (the catalog's default is "
+                                  f"{p.default!r}), got {value!r}")
+            if name in params.get(key, {}):
+                raise TargetError(f"{spec}: {key}'s {name} is both fixed and listed under 'params': declare one")
+            if name == "temperature" and key in temperature_free:
+                raise TargetError(f"{spec}: {key}'s temperature is both fixed and temperature_free: declare one")
+        out[key] = dict(values)
+    return out
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _value_only(declared, objectives: dict, spec: str) -> dict:
+    """``value_only``: {objective: [output, ...] or "*"} — outputs computed without a gradient on
+    purpose (a metric under ``torch.no_grad()``): their values are judged, their gradient is not
+    asked. Normalised to {objective: (outputs, ...)}."""
+    if not isinstance(declared, dict):
+        raise TargetError(f"{spec}: 'value_only' must be a dict {{objective: [outputs] or \"*\"}}, got {declared!r}")
+    out = {}
+    for key, outputs in declared.items():
+        oid = objective_of(key)
+        if oid not in catalog.BY_ID:
+            raise TargetError(f"{spec}: value_only names unknown objective {key!r}")
+        if key not in {*objectives, *map(objective_of, objectives)}:
+            raise TargetError(f"{spec}: value_only names {key}, which the target's objectives do not implement")
+        known = catalog.get(oid).outputs
+        if outputs == ANY:
+            outputs = known
+        if isinstance(outputs, str) or not isinstance(outputs, (list, tuple)) or not outputs:
+            raise TargetError(f"{spec}: value_only[{key!r}] must be a non-empty list of outputs or \"*\"")
+        for name in outputs:
+            if name not in known:
+                raise TargetError(f"{spec}: {oid} has no output {name!r} (outputs: {', '.join(known)})")
+        out[key] = tuple(dict.fromkeys(outputs))
+    return out
+
+
+def _computes_in(declared, implemented: set, spec: str) -> dict:
+    """``computes_in``: ``"float32"`` for every objective, or {objective (or "*"): "float32"} —
+    functions that compute in float32 whatever their inputs' dtype. Normalised to a dict."""
+    if declared is None:
+        return {}
+    if isinstance(declared, str):
+        declared = {ANY: declared}
+    if not isinstance(declared, dict) or not all(v == "float32" for v in declared.values()):
+        raise TargetError(f"{spec}: 'computes_in' must be \"float32\" or {{objective: \"float32\"}}, "
+                          f"got {declared!r}")
+    for key in declared:
+        if key != ANY and objective_of(key) not in catalog.BY_ID:
+            raise TargetError(f"{spec}: computes_in names unknown objective {key!r}")
+        if key != ANY and key not in implemented:
+            raise TargetError(f"{spec}: computes_in names {key}, which the target does not implement")
+    return dict(declared)
 
 
 def _params(params, spec: str) -> dict:
