@@ -48,9 +48,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
-
 from lossproof.conformance.numbers import decode_exact
-
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
 from lossproof.conformance.targets.peers._common import (
@@ -77,7 +75,16 @@ CONVENTIONS = [
     C("moe.load_balancing", "form", ("switch", "sequence", "per-layer-sum"), f"{ROUTER} TopKRouter._apply_aux_loss "
       "(moe_router_load_balancing_type 'aux_loss'), _apply_seq_aux_loss ('seq_aux_loss', DeepSeek-V3); every MoE "
       "layer attaches its own loss (a sum over layers)"),
+    C("moe.load_balancing", "fraction_norm", ("top_k", "none"), f"{MOE}:127-131 switch_load_balancing_loss_func "
+      "(num_experts * moe_aux_loss_coeff / (topk * total_num_tokens * total_num_tokens): f/k); 'none' with form "
+      "'sequence' only, whose DeepSeek-V3 f carries the 1/k already"),
+    C("lm.cross_entropy", "smoothing_classes", ("others",), f"{CE}:165-182 (smoothing = label_smoothing * vocab_size "
+      "/ (vocab_size - 1); loss = (1.0 - smoothing) * loss - smoothing * mean_log_probs: α/(V − 1) to each class "
+      "but the label, NeMo's form)"),
 ]
+# form and fraction_norm do not vary independently: f/k in the switch loss, DeepSeek-V3's own 1/k in the sequence one
+ALTERNATIVES = {"moe.load_balancing": [{"form": ["switch", "per-layer-sum"], "fraction_norm": "top_k"},
+                                       {"form": "sequence", "fraction_norm": "none"}]}
 PARAM_DEFAULTS = [
     C("lm.cross_entropy", "label_smoothing", (0.0,), f"{CE} vocab_parallel_cross_entropy (label_smoothing=0.0)"),
 ]
@@ -97,62 +104,6 @@ def _exact(value) -> np.ndarray:
     return np.asarray(decode_exact(value), dtype=np.float64)
 
 
-def _others_smoothing(inputs: dict, args: dict):
-    """(per-token loss, ∂loss/∂z) in float64 with the smoothing mass α spread over the V − 1 classes
-    other than the label (Megatron's form), before the reduction."""
-    z, y = inputs["logits"], inputs["labels"].astype(np.int64)
-    eps, ignore = args["label_smoothing"], args["ignore_index"]
-    counted = y != ignore
-    top = z.max(axis=1, keepdims=True)
-    lse = top + np.log(np.exp(z - top).sum(axis=1, keepdims=True))
-    v = z.shape[1]
-    target = np.full(z.shape, eps / (v - 1))
-    rows = np.nonzero(counted)[0]
-    target[rows, y[rows]] = 1 - eps
-    with np.errstate(invalid="ignore"):
-        per = np.where(counted, (target * np.where(target > 0, lse - z, 0.0)).sum(axis=1), 0.0)
-    grad = (np.exp(z - lse) - target) * counted[:, None]
-    return per, grad
-
-
-def _reduced(per, grad, counted, args, cotangent):
-    if args["reduction"] == "none":
-        return per, grad * cotangent[:, None]
-    scale = 1.0 if args["reduction"] == "sum" else 1.0 / (args["normalizer"] or counted.sum())
-    return np.asarray(per.sum() * scale), grad * (scale * float(cotangent))
-
-
-def _others_smoothing_shows(case, dtype: str, tolerance) -> bool:
-    """Whether spreading the smoothing over the V − 1 other classes instead of all V moves the
-    loss or its gradient beyond ``tolerance`` (float64, against the vector's exact values)."""
-    args = arguments(case)
-    inputs, test = decoded(case.test["inputs"]), case.test
-    if not args["label_smoothing"] or inputs["logits"].shape[1] == 1:
-        return False
-    inputs, test = decoded(case.test["inputs"]), case.test
-    counted = inputs["labels"] != args["ignore_index"]
-    cotangent = decoded(test["cotangents"])["loss"]
-    loss, grad = _reduced(*_others_smoothing(inputs, args), counted, args, cotangent)
-    exact = {"loss": _exact(test["expected"]["loss"]), "grad:logits": _exact(test["grads"]["logits"])}
-    return deviation_shows(tolerance, exact, {"loss": loss, "grad:logits": grad})
-
-
-_SMOOTHING_OTHERS = Finding(
-    "megatron-smoothing-others", "deviation",
-    "label smoothing gives the label 1 − α and each of the V − 1 other classes α/(V − 1) (NeMo's form, quoted in "
-    "the code), not α/V to every class and 1 − α + α/V to the label (Szegedy et al. 2016 §7, "
-    "torch.nn.functional.cross_entropy): the loss is (1 − s)·CE − s·mean_v log p_v with s = α·V/(V − 1). "
-    "Repro: lossproof check --target megatron --uid lm.cross_entropy:168fa869c28012e7 --dtype float64",
-    f"{CE}:165-182 (smoothing = label_smoothing * vocab_size / (vocab_size - 1); loss = (1.0 - smoothing) * loss "
-    "- smoothing * mean_log_probs) and :203-207 (the gradient)",
-    where(objectives=("lm.cross_entropy",), shows=_others_smoothing_shows))
-_FLOAT32 = Finding(
-    "megatron-float32", "precision",
-    "the vocabulary-parallel cross-entropy upcasts the logits with .float(), a downcast for float64 logits: the "
-    "float64 loss and gradient are float32-accurate and returned in float32. Repro: lossproof check --target "
-    "megatron --objective lm.cross_entropy --dtype float64",
-    f"{CE}:28 VocabParallelCrossEntropy.calculate_logits_max (vocab_parallel_logits.float())",
-    where(objectives=("lm.cross_entropy",), dtypes=("float64",)))
 def _bfloat16_grad_shows(case, dtype: str, tolerance) -> bool:
     """Whether the exact gradient rounded to bfloat16 is beyond ``tolerance``."""
     import torch
@@ -187,26 +138,6 @@ _SCORES_FLOAT32 = Finding(
     f"{MOE}:782 compute_routing_scores_for_aux_loss (torch.softmax(logits, dim=-1, dtype=torch.float32))",
     where(objectives=("moe.load_balancing",), dtypes=("float64",), conventions={"form": ("switch", "per-layer-sum")}),
     results=("valid", "acceptable"))
-
-
-def _top_k_fraction_shows(case, dtype: str, tolerance) -> bool:
-    """Whether dividing the switch loss by top_k moves it beyond ``tolerance``."""
-    args = arguments(case)
-    if args["top_k"] == 1 or args["form"] not in ("switch", "per-layer-sum"):
-        return False
-    test = case.test
-    exact = {"loss": _exact(test["expected"]["loss"]), "grad:router_logits": _exact(test["grads"]["router_logits"])}
-    return deviation_shows(tolerance, exact, {k: v / args["top_k"] for k, v in exact.items()})
-
-
-_TOP_K_FRACTION = Finding(
-    "megatron-aux-loss-top-k", "deviation",
-    "switch_load_balancing_loss_func divides the assignment fraction by top_k (f_e = count_e/(T·k), summing to 1; "
-    "GShard/Switch with k > 1 count a token once per chosen expert, f summing to k): the loss and its gradient are "
-    "1/k of the catalog's. Repro: lossproof check --target megatron --objective moe.load_balancing --dtype float32",
-    f"{MOE}:127-130 switch_load_balancing_loss_func (num_experts * moe_aux_loss_coeff / (topk * total_num_tokens * "
-    "total_num_tokens))",
-    where(objectives=("moe.load_balancing",), shows=_top_k_fraction_shows), results=("valid", "acceptable"))
 
 
 def _sequence_aux(case, float32_count: bool) -> dict:
@@ -290,8 +221,7 @@ _SHARD_SMOOTHING = Finding(
     "check --target megatron --uid lm.cross_entropy:168fa869c28012e7 --dtype float32 --shard-vocab 2:even",
     f"{CE}:164 (vocab_size = exp_logits.size(-1)), :176-182 (smoothing, log_probs.mean(dim=-1)) and :204-207",
     _shard_smoothing)
-FINDINGS = [_SMOOTHING_OTHERS, _FLOAT32, _IN_PLACE, _FUSED_BFLOAT16_GRAD, _SCORES_FLOAT32, _TOP_K_FRACTION,
-            _SEQ_MEAN_COUNT, _COUNT_FLOAT32]
+FINDINGS = [_IN_PLACE, _FUSED_BFLOAT16_GRAD, _SCORES_FLOAT32, _SEQ_MEAN_COUNT, _COUNT_FLOAT32]
 SPLIT_FINDINGS = [_SHARD_SMOOTHING]
 
 
@@ -334,11 +264,14 @@ def _tensor_parallel(group, rank: int, world: int) -> ExitStack:
     return stack
 
 
-def _unsupported(label_smoothing, z_loss, softcap, fused, vocab):
+def _unsupported(label_smoothing, z_loss, softcap, fused, vocab, smoothing_classes):
     if z_loss or softcap is not None:
         raise NotImplementedError("Megatron-core 0.16.1's cross-entropy has no z-loss or soft-capping")
     if fused and label_smoothing:
         raise NotImplementedError("fused_vocab_parallel_cross_entropy has no label smoothing")
+    if label_smoothing and smoothing_classes != "others":
+        raise NotImplementedError("Megatron-core spreads the smoothing over the V − 1 classes other than the label "
+                                  "(smoothing_classes='others')")
     if label_smoothing and vocab == 1:
         # smoothing / (vocab_size - 1): there is no other class to spread the mass over
         raise NotImplementedError("Megatron-core's label smoothing is undefined for a vocabulary of one token")
@@ -369,8 +302,8 @@ def _per_token(logits, labels, ignore_index, label_smoothing, fused, group, rank
 
 
 def cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                  reduction="mean", normalizer=None, *, fused=False):
-    _unsupported(label_smoothing, z_loss, softcap, fused, logits.shape[-1])
+                  reduction="mean", normalizer=None, smoothing_classes="all", *, fused=False):
+    _unsupported(label_smoothing, z_loss, softcap, fused, logits.shape[-1], smoothing_classes)
     per = _per_token(logits, labels, ignore_index, label_smoothing, fused, _OneRank(), 0, 1)
     return _reduce(per, labels, ignore_index, reduction, normalizer)
 
@@ -381,10 +314,10 @@ def cross_entropy_fused(logits, labels, **kwargs):
 
 
 def sharded_cross_entropy(logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                          reduction="mean", normalizer=None, *, ctx):
+                          reduction="mean", normalizer=None, smoothing_classes="all", *, ctx):
     """vocab_parallel_cross_entropy on this rank's shard, the shard context standing in for the
     tensor-parallel group (``--shard-vocab``)."""
-    _unsupported(label_smoothing, z_loss, softcap, False, ctx.vocab_size)
+    _unsupported(label_smoothing, z_loss, softcap, False, ctx.vocab_size, smoothing_classes)
     if ctx.vocab_start != ctx.rank * logits.shape[-1] or ctx.vocab_size != ctx.world_size * logits.shape[-1]:
         raise NotImplementedError("Megatron-core shards the vocabulary in equal widths (rank · V_r, "
                                   "VocabUtility.vocab_range_from_per_partition_vocab_size): this split is uneven")
@@ -417,11 +350,13 @@ def _group_passed_through():
     return mock.patch.object(mappings, "get_tensor_model_parallel_group_if_none", lambda group, **kw: group)
 
 
-def load_balancing(router_logits, top_k=1, form="switch", seq_len=None, mask=None):
+def load_balancing(router_logits, top_k=1, form="switch", seq_len=None, mask=None, fraction_norm="none"):
     import torch
     _, _, moe_utils, router = _mods()
     if form not in ("switch", "sequence", "per-layer-sum"):
         raise NotImplementedError(f"Megatron-core 0.16.1 has no load-balancing form {form!r}")
+    if form != "sequence" and fraction_norm != "top_k" and top_k > 1:
+        raise NotImplementedError("switch_load_balancing_loss_func divides f by top_k (fraction_norm='top_k')")
     experts = router_logits.shape[-1]
     seen: list = []
     fake = _router(top_k, experts, seen)
@@ -452,5 +387,6 @@ def target():
     load_or_explain(_mods, "megatron-core", INSTALL)
     objectives = {"lm.cross_entropy": cross_entropy, "lm.cross_entropy[fused]": cross_entropy_fused,
                   "moe.router_z_loss": router_z_loss, "moe.load_balancing": load_balancing}
-    return build("megatron", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC,
-                 split_findings=SPLIT_FINDINGS, sharded={"lm.cross_entropy": sharded_cross_entropy})
+    return build("megatron", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, alternatives=ALTERNATIVES,
+                 split_findings=SPLIT_FINDINGS, sharded={"lm.cross_entropy": sharded_cross_entropy},
+                 computes_in={"lm.cross_entropy": "float32"})

@@ -33,7 +33,7 @@ from __future__ import annotations
 from lossproof.conformance.targets.imports import import_bare
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
-from lossproof.conformance.targets.peers._common import Finding, build, load_or_explain, require, where
+from lossproof.conformance.targets.peers._common import build, load_or_explain, require
 
 VERSION = "0.3.0"
 INSTALL = "pip install --no-deps torchtitan==0.3.0 spmd_types==0.2.3"
@@ -53,14 +53,7 @@ ARITHMETIC = [
       "_LossParallelCrossEntropy.forward (logits.flatten(0, -2).float())"),
 ]
 
-_FLOAT32 = Finding(
-    "torchtitan-float32", "precision",
-    "cross_entropy_loss upcasts the logits with .float(), a downcast for float64 logits: the float64 loss and gradient "
-    "are float32-accurate and the loss is returned in float32 (so is the vocabulary-parallel path's). Repro: "
-    "lossproof check --target torchtitan --objective lm.cross_entropy --dtype float64",
-    f"{LOSS}:59 cross_entropy_loss (pred.flatten(0, 1).float()); :127 _LossParallelCrossEntropy.forward",
-    where(objectives=("lm.cross_entropy", "lm.token_logprobs"), dtypes=("float64",)))
-FINDINGS = [_FLOAT32]
+FINDINGS: list = []
 
 
 def _loss_module():
@@ -125,4 +118,5 @@ def target():
     load_or_explain(_loss_module, "torchtitan", INSTALL)
     return build("torchtitan", version, {"lm.cross_entropy": cross_entropy}, CONVENTIONS, FINDINGS, ARITHMETIC,
                  sharded={"lm.cross_entropy": sharded_cross_entropy, "lm.token_logprobs": sharded_token_logprobs},
-                 temperature_free=("lm.token_logprobs",))
+                 temperature_free=("lm.token_logprobs",),
+                 computes_in={"lm.cross_entropy": "float32", "lm.token_logprobs": "float32"})
