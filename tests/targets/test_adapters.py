@@ -1,4 +1,4 @@
-"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
+"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo``).
 
 Without a library its tests skip with the reason and the install command (scripts/install-peers.sh
 installs them all). With it, ``lossproof check --target NAME`` must exit 0 as shipped: every
@@ -32,6 +32,9 @@ LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "openrlhf": ("openrlhf", "openrlhf", "0.11.2"),
     "liger": ("liger_kernel", "liger-kernel", "0.8.5"),
     "transformers": ("transformers", "transformers", "5.25.0"),
+    "megatron": ("megatron", "megatron-core", "0.16.1"),
+    "torchtitan": ("torchtitan", "torchtitan", "0.3.0"),
+    "olmo": ("olmo_core", "ai2-olmo-core", "3.0.0"),
 }
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
@@ -275,7 +278,17 @@ def test_a_new_failure_fails_the_run(name, objective, wrap, monkeypatch, tmp_pat
     assert all(status_after[key] in ("xfail", "xpass") for key in known_before)
 
 
-@pytest.mark.parametrize("name", LIBRARIES)
+# adapters whose every declared convention is the paper's: --as-paper changes nothing for them
+PAPER_ONLY = {"torchtitan"}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_ONLY))
+def test_an_adapter_of_paper_conventions_lists_no_deviation(name):
+    target, _ = _require(name)
+    assert target.deviations() == []
+
+
+@pytest.mark.parametrize("name", [n for n in LIBRARIES if n not in PAPER_ONLY])
 def test_as_paper_lists_the_deviations(name, vs, capsys):
     target, module = _require(name)
     devs = target.deviations()

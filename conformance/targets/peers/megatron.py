@@ -383,7 +383,7 @@ def load_balancing(router_logits, top_k=1, form="switch", seq_len=None, mask=Non
 
 
 def target():
-    version = require("megatron.core", "megatron-core", VERSION, INSTALL)
+    version = require("megatron", "megatron-core", VERSION, INSTALL)
     load_or_explain(_mods, "megatron-core", INSTALL)
     objectives = {"lm.cross_entropy": cross_entropy, "lm.cross_entropy[fused]": cross_entropy_fused,
                   "moe.router_z_loss": router_z_loss, "moe.load_balancing": load_balancing}
