@@ -201,8 +201,9 @@ def _max_not_all_reduced(logits, labels, *, ctx, **kwargs):
     """The built-in cross-entropy with the MAX all-reduce of the row maxima left out: each rank
     shifts its exponentials by its own maximum, and the SUM all-reduce then adds sums taken
     relative to different maxima."""
-    import torch.distributed as dist
     from unittest import mock
+
+    import torch.distributed as dist
     real = dist.all_reduce
 
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
