@@ -35,9 +35,14 @@ Calls the library's own loss code:
   ``B`` sequences of ``seq_len`` tokens are transposed into it. Form ``per-layer-sum`` is the
   switch loss of each layer summed, as every MoE layer attaches its own to the gradient.
 
+Conventions: the label smoothing spreads α over the V − 1 classes other than the label
+(``smoothing_classes='others'``); the switch loss divides f by top_k (``fraction_norm='top_k'``).
+
 Arithmetic: ``calculate_logits_max`` upcasts the logits (``.float()``), so the cross-entropy is
-computed in float32 for every input dtype; ``z_loss_func`` computes in the logits' dtype;
-``compute_routing_scores_for_aux_loss`` takes the softmax in float32.
+computed in float32 for every input dtype (``computes_in``); ``z_loss_func`` computes in the
+logits' dtype; ``compute_routing_scores_for_aux_loss`` takes the softmax in float32 (finding
+``megatron-aux-scores-float32``: the sequence-wise loss computes in float64 for float64 logits, so
+the declaration is per form) and the normalised sigmoid in the logits' dtype.
 
 Install: ``pip install --no-deps megatron-core==0.16.1`` (or ``scripts/install-peers.sh``).
 """
@@ -48,6 +53,7 @@ from types import SimpleNamespace
 from unittest import mock
 
 import numpy as np
+
 from lossproof.conformance.numbers import decode_exact
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
@@ -133,7 +139,8 @@ _IN_PLACE = Finding(
 _SCORES_FLOAT32 = Finding(
     "megatron-aux-scores-float32", "precision",
     "compute_routing_scores_for_aux_loss takes the softmax with dtype=torch.float32, so float64 router logits give "
-    "float32 scores and a float32-accurate load-balancing loss. Repro: lossproof check --target megatron "
+    "float32 scores and a float32 load-balancing loss (1.1178966760635376 for the exact 1.11789679496128 of "
+    "moe.load_balancing:4c3c24a336a67d4f). Repro: lossproof check --target megatron "
     "--objective moe.load_balancing --dtype float64",
     f"{MOE}:782 compute_routing_scores_for_aux_loss (torch.softmax(logits, dim=-1, dtype=torch.float32))",
     where(objectives=("moe.load_balancing",), dtypes=("float64",), conventions={"form": ("switch", "per-layer-sum")}),
