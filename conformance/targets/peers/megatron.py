@@ -8,7 +8,8 @@ Calls the library's own loss code:
   Megatron's training loop multiplies the per-token losses by the loss mask and divides the sum by
   the number of tokens (``pretrain_gpt.py loss_func``, outside the megatron-core wheel); the adapter
   does the same with the tokens whose label is not ``ignore_index`` (an ignored token is passed
-  label 0 and masked out). ``reduction='sum'`` is the masked sum, ``'none'`` the masked per-token
+  the lowest token id whose logit is finite, a real token as Megatron's data gives it, and masked
+  out). ``reduction='sum'`` is the masked sum, ``'none'`` the masked per-token
   losses, a ``normalizer`` divides the sum. There is no z-loss or soft-capping in it (unsupported).
   The variant ``lm.cross_entropy[fused]`` (reported as ``megatron[fused]``) is
   ``megatron/core/fusions/fused_cross_entropy.py fused_vocab_parallel_cross_entropy``, what
@@ -294,10 +295,24 @@ def _reduce(per, labels, ignore_index, reduction, normalizer):
     return total if reduction == "sum" else total / (normalizer if normalizer is not None else mask.sum())
 
 
+def _stand_in_labels(logits, labels, ignore_index, group, start: int, world: int):
+    """Megatron has no ignore index: its data gives every position a real next token and the loss mask
+    drops the ignored ones. An ignored token is given the lowest token id whose logit is finite
+    (over all shards: a MIN all-reduce), so that its masked-out loss is finite as a real token's is
+    (times the mask 0 an infinite one would be NaN)."""
+    import torch
+    finite = logits.detach() > -torch.inf
+    first = torch.where(finite.any(dim=-1), finite.int().argmax(dim=-1) + start, torch.iinfo(torch.int64).max)
+    if world > 1:
+        torch.distributed.all_reduce(first, op=torch.distributed.ReduceOp.MIN, group=group)
+    return torch.where(labels != ignore_index, labels, first)
+
+
 def _per_token(logits, labels, ignore_index, label_smoothing, fused, group, rank, world):
     import torch
     ce, fce, _, _ = _mods()
-    target = torch.where(labels != ignore_index, labels, 0).reshape(-1, 1)
+    start = rank * logits.shape[-1]
+    target = _stand_in_labels(logits, labels, ignore_index, group, start, world).reshape(-1, 1)
     z = logits.reshape(logits.shape[0], 1, logits.shape[1])
     with _tensor_parallel(group, rank, world):
         if fused:
