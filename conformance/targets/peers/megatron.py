@@ -84,13 +84,14 @@ CONVENTIONS = [
       "layer attaches its own loss (a sum over layers)"),
     C("moe.load_balancing", "fraction_norm", ("top_k", "none"), f"{MOE}:127-131 switch_load_balancing_loss_func "
       "(num_experts * moe_aux_loss_coeff / (topk * total_num_tokens * total_num_tokens): f/k); 'none' with form "
-      "'sequence' only, whose DeepSeek-V3 f carries the 1/k already"),
-    C("lm.cross_entropy", "smoothing_classes", ("others",), f"{CE}:165-182 (smoothing = label_smoothing * vocab_size "
-      "/ (vocab_size - 1); loss = (1.0 - smoothing) * loss - smoothing * mean_log_probs: α/(V − 1) to each class "
-      "but the label, NeMo's form)"),
+      "'sequence', whose DeepSeek-V3 f carries the 1/k already, and at top_k = 1"),
+    C("lm.cross_entropy", "smoothing_classes", ("others", "all"), f"{CE}:165-182 (smoothing = label_smoothing * "
+      "vocab_size / (vocab_size - 1); loss = (1.0 - smoothing) * loss - smoothing * mean_log_probs: α/(V − 1) to each "
+      "class but the label, NeMo's form); 'all' only without smoothing, where the two are one loss"),
 ]
 # form and fraction_norm do not vary independently: f/k in the switch loss, DeepSeek-V3's own 1/k in the sequence one
-ALTERNATIVES = {"moe.load_balancing": [{"form": ["switch", "per-layer-sum"], "fraction_norm": "top_k"},
+# ('none' with the switch forms only at top_k = 1, where f/k is f: the wrapper refuses it elsewhere)
+ALTERNATIVES = {"moe.load_balancing": [{"form": ["switch", "per-layer-sum"], "fraction_norm": ["top_k", "none"]},
                                        {"form": "sequence", "fraction_norm": "none"}]}
 PARAM_DEFAULTS = [
     C("lm.cross_entropy", "label_smoothing", (0.0,), f"{CE} vocab_parallel_cross_entropy (label_smoothing=0.0)"),

@@ -56,8 +56,8 @@ CONVENTIONS = [
       f"'mean'); {HEAD} _finalize_loss divides by loss_div_factor"),
     C("moe.load_balancing", "form", ("switch", "per-layer-sum"), f"{LOSS} load_balancing_loss (granularity "
       "'local_batch': one router's batch); each MoE block's router adds its own loss"),
-    C("moe.load_balancing", "fraction_norm", ("top_k",), f"{LOSS} load_balancing_loss (scale = num_experts / top_k: "
-      "f/k)"),
+    C("moe.load_balancing", "fraction_norm", ("top_k", "none"), f"{LOSS} load_balancing_loss (scale = num_experts / "
+      "top_k: f/k; 'none' at top_k = 1 only, where f/k is f)"),
 ]
 PARAM_DEFAULTS = [
     C("lm.cross_entropy", "ignore_index", (-100,), f"{CE} cross_entropy_loss (ignore_index: int = -100)"),
