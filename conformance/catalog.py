@@ -172,6 +172,13 @@ TABULAR_RULES = tuple(r + s for s in ("", "_on_policy") for r in (
     "future_clipped", "future_window", "whole_cost_clipped", "ratio_capped", "sigma_normalized",
     "gspo", "cispo", "sequence_tis", "kl_in_reward"))
 
+# Over which classes label smoothing spreads ε (lm.cross_entropy, lm.linear_cross_entropy).
+_SMOOTHING_CLASSES_SOURCE = ("all V classes, PyTorch's definition (torch.nn.functional.cross_entropy; Szegedy et al. "
+                             "2016 §7: the target (1−ε)·e_y + ε/V); 'others': the V − 1 classes other than the label, "
+                             "target (1−ε)·e_y + ε/(V−1) off y — Megatron-core 0.16.1 "
+                             "megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy "
+                             "(smoothing = ε·V/(V − 1), after NeMo's smoothed cross-entropy)")
+
 OBJECTIVES: tuple[Objective, ...] = (
     Objective(
         "distill.softmax", "Softmax with temperature: q_i = exp(z_i/T) / Σ_j exp(z_j/T).",
@@ -248,14 +255,18 @@ OBJECTIVES: tuple[Objective, ...] = (
         "the distinct ids i_k (−inf: padding, no term), q = softmax(z/T) (the temperature divides the student "
         "only); renormalize 'none' (p as stored, the student's full log q), 'teacher' (p over its top-k), "
         "'both' (p and q over the ids) or 'tail' (p and q as they are plus a (K+1)-th bucket 1 − Σ p, 1 − Σ q: "
-        "the KL over K+1 buckets; Σ p ≤ 1 exactly).",
+        "the KL over K+1 buckets; Σ p ≤ 1 exactly); times T² when t2_scale.",
         (Input("student_logits", "N,V", neg_inf=True), Input("teacher_ids", "N,K", kind="int"),
          Input("teacher_logps", "N,K", neg_inf=True)),
         (Param("renormalize", "none", ("none", "teacher", "both", "tail"),
                "the top-k estimate as stored, without renormalisation or tail: verl 0.9.1 forward_kl_topk "
                "(verl/trainer/distillation/fsdp/losses.py compute_forward_kl_topk); the estimate Anshumann et al. "
                "2025 (arXiv 2503.16870) call biased", convention=True),
-         Param("temperature", 1.0)),
+         Param("temperature", 1.0),
+         Param("t2_scale", False, (True, False), "no T² in verl 0.9.1 forward_kl_topk or TRL 1.16.0 IW-OPD; "
+               "axolotl's top-k KD loss (src/axolotl/integrations/kd/topk_logprob/forward_kl.py loss, "
+               "'Multiply by T^2 (classical KD scaling)') multiplies by T² as Hinton et al. 2015 §2",
+               convention=True, added="1.7.0")),
         ("kl",), ("student_logits",),
         "top-k (sparse) knowledge distillation: Anshumann et al. 2025 (arXiv 2503.16870, ACL 2025) on caching a "
         "teacher's top-k; verl 0.9.1 forward_kl_topk; TRL 1.16.0 IW-OPD _compute_server_forward_kl_loss "
@@ -541,7 +552,8 @@ OBJECTIVES: tuple[Objective, ...] = (
     Objective(
         "lm.cross_entropy",
         "Token cross-entropy of softmax(z'), z' = softcap·tanh(z/softcap) (or z): per counted token "
-        "(1−ε)(lse − z'_y) + ε(lse − mean_v z'_v) + z_loss·lse², lse = log Σ_v e^{z'_v}; 0 at labels equal to "
+        "(1−ε)(lse − z'_y) + ε(lse − mean_v z'_v) + z_loss·lse², lse = log Σ_v e^{z'_v} (the mean over the V − 1 "
+        "classes but y when smoothing_classes='others'); 0 at labels equal to "
         "ignore_index; reduction 'mean' (÷ the counted tokens, or ÷ normalizer when given), 'sum' or 'none'.",
         (Input("logits", "N,V", neg_inf=True), Input("labels", "N", kind="int")),
         (Param("ignore_index", -100, source="torch.nn.functional.cross_entropy (PyTorch 2.x) default"),
@@ -554,7 +566,9 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("reduction", "mean", ("mean", "sum", "none"), "torch.nn.functional.cross_entropy default 'mean' "
                "over the non-ignored tokens", convention=True),
          Param("normalizer", None, source="none: the count of non-ignored tokens; transformers "
-               "loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch")),
+               "loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch"),
+         Param("smoothing_classes", "all", ("all", "others"), _SMOOTHING_CLASSES_SOURCE, convention=True,
+               added="1.7.0")),
         ("loss",), ("logits",),
         "torch.nn.functional.cross_entropy (PyTorch 2.x); label smoothing: Szegedy et al. 2016 (arXiv 1512.00567) "
         "§7; z-loss: PaLM (arXiv 2204.02311) §5; soft-capping: Gemma 2 (arXiv 2408.00118) §2; "
@@ -603,7 +617,9 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("reduction", "mean", ("mean", "sum", "none"), "torch.nn.functional.cross_entropy default 'mean' "
                "over the non-ignored tokens", convention=True),
          Param("normalizer", None, source="none: the count of non-ignored tokens; transformers "
-               "loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch")),
+               "loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch"),
+         Param("smoothing_classes", "all", ("all", "others"), _SMOOTHING_CLASSES_SOURCE, convention=True,
+               added="1.7.0")),
         ("loss",), ("hidden", "weight", "bias"),
         "lm.cross_entropy of F.linear(hidden, weight, bias); Liger 0.8.5 "
         "liger_kernel/transformers/fused_linear_cross_entropy.py LigerFusedLinearCrossEntropyLoss and "
@@ -697,7 +713,7 @@ OBJECTIVES: tuple[Objective, ...] = (
         "moe.load_balancing", "Auxiliary load-balancing loss over router logits [N, E] (or [L, N, E] for L layers): "
         "E·Σ_e f_e·P_e, f_e the fraction of (unmasked) tokens whose top-k experts include e (not "
         "differentiated), P_e the mean router probability of e; per the form, layers pooled, summed, or "
-        "DeepSeek-V3's sequence-wise loss on normalised sigmoid affinities.",
+        "DeepSeek-V3's sequence-wise loss on normalised sigmoid affinities; f/k under fraction_norm 'top_k'.",
         (Input("router_logits", "N,E"), Input("mask", "N", kind="mask", optional=True)),
         (Param("top_k", 1, source="Switch Transformer (arXiv 2101.03961) §2.1: k = 1 routing; transformers 5.25.0 "
                "Mixtral num_experts_per_tok 2"),
@@ -706,7 +722,13 @@ OBJECTIVES: tuple[Objective, ...] = (
                "models/mixtral/modeling_mixtral.py load_balancing_loss_func pools the layers ('concatenated')",
                convention=True),
          Param("seq_len", None, source="form 'sequence': the N tokens are N/seq_len sequences of seq_len positions "
-               "(a [B,T,E] batch flattened); None: one sequence")),
+               "(a [B,T,E] batch flattened); None: one sequence"),
+         Param("fraction_norm", "none", ("none", "top_k"),
+               "Switch Transformer eq. 5 with k = 1, counted for k > 1 as transformers 5.25.0 "
+               "load_balancing_loss_func does (Σ_e f_e = k); 'top_k' divides f by k (Σ_e f_e = 1): Megatron-core "
+               "0.16.1 megatron/core/transformer/moe/moe_utils.py switch_load_balancing_loss_func, OLMo-core 3.0.0 "
+               "olmo_core/nn/moe/loss.py load_balancing_loss; not with form 'sequence' (DeepSeek-V3 eq. 18 divides "
+               "by k already)", convention=True, added="1.7.0")),
         ("loss",), ("router_logits",),
         "Fedus et al. 2021 (Switch Transformer, arXiv 2101.03961) §2.2 eq. 4–6; DeepSeek-AI 2024 (DeepSeek-V3, "
         "arXiv 2412.19437) §2.1.2 eq. 17–20; transformers 5.25.0 models/mixtral/modeling_mixtral.py "

@@ -733,6 +733,30 @@ def ce_label_smoothing(value) -> float:
     return in_range("label_smoothing", value, 0, 1)
 
 
+SMOOTHING_CLASSES = ("all", "others")
+
+
+def smoothing_classes(value, eps: float, vocab: int) -> str:
+    """Over which classes label smoothing spreads ε: 'all' V (PyTorch; Szegedy et al. 2016 §7) or
+    'others', the V − 1 classes other than the label (Megatron-core 0.16.1
+    tensor_parallel/cross_entropy.py). V = 1 leaves no other class: refused when ε > 0."""
+    classes = choice("smoothing_classes", value, SMOOTHING_CLASSES)
+    if classes == "others" and eps and vocab < 2:
+        fail("smoothing_classes", "'others' spreads the smoothing over the V − 1 classes other than the label; "
+             "with V = 1 there is none")
+    return classes
+
+
+def smoothing_weight(eps: float, classes, vocab: int) -> float:
+    """The weight ε' of PyTorch's smoothing term (the mean of −log q_v over all V classes) that
+    gives the loss of ``classes``: ε itself for 'all'; ε·V/(V − 1) for 'others', as
+    (1−ε)·nll_y + ε/(V−1)·Σ_{v≠y} nll_v = (1−ε')·nll_y + ε'·mean_v nll_v (Megatron-core's
+    _VocabParallelCrossEntropy computes it so: smoothing = label_smoothing·V/(V − 1))."""
+    if smoothing_classes(classes, eps, vocab) == "all" or not eps:
+        return eps
+    return eps * vocab / (vocab - 1)
+
+
 def entropy_coef(value) -> float:
     """The entropy bonus's coefficient c of −c·agg(H): any finite real (a negative c penalises
     entropy, which some recipes do on purpose)."""
@@ -872,6 +896,7 @@ def value_half(value) -> bool:
 # ----------------------------------------------------------------------------- moe load balancing
 
 BALANCE_FORMS = ("switch", "concatenated", "per-layer-sum", "sequence")
+FRACTION_NORMS = ("none", "top_k")
 
 
 def balance_form(value, layered: bool) -> str:
@@ -882,6 +907,19 @@ def balance_form(value, layered: bool) -> str:
         fail("router_logits", "[L, N, E] logits with form 'switch' (one layer's loss over [N, E]); the layers "
              "combine under 'concatenated', 'per-layer-sum' or 'sequence'")
     return form
+
+
+def fraction_norm(value, form: str) -> str:
+    """moe.load_balancing's token fraction f_e: 'none' the share of tokens whose top k include e
+    (Σ_e f_e = k, Switch eq. 5 counted as transformers counts it), 'top_k' that share divided by k
+    (Σ_e f_e = 1: Megatron-core switch_load_balancing_loss_func, OLMo-core load_balancing_loss).
+    DeepSeek-V3's 'sequence' form divides by k in its own f (eq. 18), so 'top_k' is refused there
+    rather than read twice or not at all."""
+    norm = choice("fraction_norm", value, FRACTION_NORMS)
+    if norm == "top_k" and form == "sequence":
+        fail("fraction_norm", "'top_k' does not apply to form 'sequence' (DeepSeek-V3 eq. 18 already divides "
+             "its f by k)")
+    return norm
 
 
 def top_k(value, experts: int) -> int:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers`
+# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo`
 # checks, at the pinned versions, on CPU, next to an installed torch 2.13.0 (CPU build) and lossproof.
 #
 #   scripts/install-peers.sh            # uses the `python3` on PATH (or $PYTHON)
@@ -29,10 +29,16 @@ pip install --quiet --no-deps "tensordict==0.10.0" "pyvers==0.1.0" "cloudpickle"
 # reaches through verl/workers/utils/losses.py (sft_loss) and the distillation losses.
 pip install --quiet "pillow==13.0.0"
 
+# Pretraining stacks, --no-deps: their loss modules are plain torch, their declared dependencies (Transformer
+# Engine, datasets, wandb, tyro, cached-path, ...) are for training runs. megatron-core 0.16.1 and ai2-olmo-core
+# 3.0.0 declare Python >= 3.10 and torchtitan 0.3.0 >= 3.11, so no --ignore-requires-python is needed on 3.11. spmd_types (the version torchtitan
+# pins) is a runtime import of torchtitan/components/loss.py.
+pip install --quiet --no-deps "megatron-core==0.16.1" "torchtitan==0.3.0" "spmd_types==0.2.3" "ai2-olmo-core==3.0.0"
+
 "$PYTHON" - <<'PY'
 import torch
 from lossproof.conformance.targets import load
-for name in ("trl", "verl", "openrlhf", "liger", "transformers"):
+for name in ("trl", "verl", "openrlhf", "liger", "transformers", "megatron", "torchtitan", "olmo"):
     t = load(name)
     print(f"{name} {t.version}: {len(t.objectives)} objectives (torch {torch.__version__})")
 PY

@@ -19,6 +19,7 @@ pytest.importorskip("matplotlib", reason="the docs build draws its figures with 
 from lossproof.conformance import catalog, cli  # noqa: E402
 from lossproof.conformance.docs import DocsError, blocks, build, families, figures, sessions  # noqa: E402
 from lossproof.conformance.docs.context import Context  # noqa: E402
+from lossproof.conformance.targets import PEERS  # noqa: E402
 
 ROOT = build.ROOT
 FAST_FIGURES = [a for a in build.ARTIFACTS if a.kind == "figure" and not a.slow]
@@ -188,7 +189,7 @@ def test_docs_list_names_every_artifact_and_what_it_needs(capsys):
     out = capsys.readouterr().out
     for art in build.ARTIFACTS:
         assert art.path in out
-    assert "trl, verl, openrlhf, liger, transformers, torch" in out and "tests/mutants" in out
+    assert f"{', '.join(PEERS)}, torch" in out and "tests/mutants" in out
 
 
 def _session(tmp_path, *lines, status=0) -> str:

@@ -259,9 +259,10 @@ ARTIFACTS: tuple[Artifact, ...] = (
     *_family_pages(slow=True),
     Artifact("docs/distributed.md", "page", _page({"eligible": Block(distributed.eligible),
                                                       "results": Block(distributed.results, slow=True)}),
-             "lossproof check --partition 2x2 (torch, trl, verl) and --shard-vocab 2 (torch) over every vector",
-             needs=("torch", "trl", "verl"), slow=True,
-             note="running the distributed checks of the torch backend, TRL and verl on rank processes (about 2 minutes)"),
+             "lossproof check --partition 2x2 (torch, trl, verl) and --shard-vocab 2 (torch, megatron, torchtitan) over "
+             "every vector", needs=("torch", "trl", "verl", "megatron", "torchtitan"), slow=True,
+             note="running the distributed checks of the torch backend, TRL, verl, Megatron-core and torchtitan on rank "
+                  "processes (about 4 minutes)"),
     Artifact("docs/mutation.md", "generated", _generated(mutation.page),
              f"{mutation.MUTANTS} (source checkout) checked over the vectors", needs=(mutation.MUTANTS, "torch"),
              slow=True, note="checking every mutant and its twin (about 15 s)"),

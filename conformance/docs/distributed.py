@@ -16,7 +16,7 @@ from lossproof.conformance.docs.figures import BLUE, GREY, RED, new_figure
 
 TOKENS, MICRO = 64, 2     # the figure: one rank, two micro-batches sharing 64 tokens
 RUNS = (("torch", "--partition 2x2"), ("torch", "--shard-vocab 2"), ("trl", "--partition 2x2"),
-        ("verl", "--partition 2x2"))
+        ("verl", "--partition 2x2"), ("megatron", "--shard-vocab 2"), ("torchtitan", "--shard-vocab 2"))
 
 
 # what the built-in torch step of each kind of Objective.step divides by (conformance.targets.steps)
@@ -104,9 +104,9 @@ def fig_accumulation(ctx: Context):
 
 
 def results(ctx: Context) -> str:
-    """The four runs of RUNS, as a table of counts, and a reproduction of every finding."""
+    """The runs of RUNS, as a table of counts, and a reproduction of every finding."""
     _torch()
-    missing = [name for name in ("trl", "verl") if importlib.util.find_spec(name) is None]
+    missing = [name for name in ("trl", "verl", "megatron", "torchtitan") if importlib.util.find_spec(name) is None]
     if missing:
         raise Unavailable(f"{', '.join(missing)} not installed: the peer steps run the libraries' code")
     from lossproof.conformance.distributed import check

@@ -340,7 +340,8 @@ def _sparse_scale(kwargs, outputs, grads):
     'tail' adds its bucket, ℓ_t = log p_t − log q_t: to s1 p_t|ℓ_t| and S(1 + |ℓ_t|) (p_t = 1 − S
     inherits S's roundings, times ∂(p log(p/q))/∂p = 1 + ℓ_t), to sA p_t·A_t, A_t = Σ_off q_j A_j / q_t
     (log q_t a log-sum-exp of the log q_j off the ids); to the gradient off the ids q_j·(p_t/q_t)(1 +
-    (A_j + A_t)/d) + S·q_j/q_t (the ratio's p_t rounded; q_j ≤ q_t there, so at most S)."""
+    (A_j + A_t)/d) + S·q_j/q_t (the ratio's p_t rounded; q_j ≤ q_t there, so at most S). Both times T²
+    under t2_scale."""
     with mpmath.workdps(SCALE_DPS):
         T = mpmath.mpf(kwargs["temperature"])
         mode = kwargs["renormalize"]
@@ -386,7 +387,8 @@ def _sparse_scale(kwargs, outputs, grads):
                     term += qj * ratio * (1 + (Q.A[j] + A_t) / Q.d) + S_ * qj / q_t
                 g.append(term)
             grad.append(c * max(g) / T)
-        return {"kl": max(value), "grad:student_logits": max(grad)}
+        t2 = T * T if kwargs.get("t2_scale") else 1   # t2_scale multiplies every term and rounding by T²
+        return {"kl": t2 * max(value), "grad:student_logits": t2 * max(grad)}
 
 
 SCALES = {SM: _softmax_scale, HIN: _hinton_scale, TKL: _token_kl_scale, JSD: _jsd_scale, SYM: _symmetric_kl_scale,

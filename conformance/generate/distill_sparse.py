@@ -9,7 +9,8 @@ a softmax, its ids in a random order, half of them on the float32 grid), edge ca
 padding ids, impossible student tokens off the teacher's ids, a near-deterministic teacher,
 logits ±1e4), a large vocabulary and low-precision cases on the bfloat16/float16 grids. 'tail'
 has K < V in its random cases (K = V leaves the student no mass for the teacher's tail), K = V
-only with a one-hot teacher (tail 0), a tail of 1e-9, and its own invalid cases.
+only with a one-hot teacher (tail 0), a tail of 1e-9, and its own invalid cases. 'sparse-t2'
+(1.7.0, after all of these) is 'none' with ``t2_scale``: axolotl's top-k KD loss, T ≠ 1.
 """
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ GROUPS = {
     "sparse-both": "distill.sparse_kl with renormalize='both': teacher and student both renormalised over the "
                    "teacher's ids (padding ids, log-probability −inf, left out) — TRL 1.16.0 "
                    "experimental/iw_opd/iw_opd_trainer.py _compute_server_forward_kl_loss with loss_add_tail=False",
+    "sparse-t2": "distill.sparse_kl with renormalize='none' and t2_scale: the teacher's top-k as stored, the "
+                 "student's full-vocabulary log q at temperature T, each row times T² — axolotl "
+                 "src/axolotl/integrations/kd/topk_logprob/forward_kl.py loss ('Multiply by T^2 (classical KD "
+                 "scaling)', kd_temperature)",
     "sparse-tail": "distill.sparse_kl with renormalize='tail': neither side renormalised, a (K+1)-th bucket "
                    "p_tail = 1 − Σ p, q_tail = 1 − Σ q (over the live ids) on both, the forward KL over the K+1 "
                    "buckets — TRL 1.16.0's default loss_add_tail=True: _add_tail_bucket in "
@@ -96,9 +101,10 @@ def _top_k(r, t: list, k: int, shuffle: bool) -> tuple[list, list]:
     return ids.tolist(), np.take_along_axis(lp, ids, axis=-1).tolist()
 
 
-def _case(z, ids, lps, renormalize, group, T, flags, comment, seed, recipe, low=False) -> Case:
+def _case(z, ids, lps, renormalize, group, T, flags, comment, seed, recipe, low=False, t2_scale=False) -> Case:
+    conventions = {"renormalize": renormalize, **({"t2_scale": True} if t2_scale else {})}
     return Case(SPK, {"student_logits": z, "teacher_ids": ids, "teacher_logps": lps},
-                params={"temperature": T}, conventions={"renormalize": renormalize}, group=group, flags=flags,
+                params={"temperature": T}, conventions=conventions, group=group, flags=flags,
                 comment=comment, low_precision=low, provenance=generated(seed, recipe))
 
 
@@ -327,6 +333,29 @@ def _tail_invalid_cases() -> list[Case]:
     return out
 
 
+def _t2_cases(seed0) -> list[Case]:
+    """'none' times T² (axolotl): random rows at T ≠ 1 (T = 1 is the unscaled loss), half on the
+    float32 grid, then as many on the bfloat16/float16 grids."""
+    out = []
+    for i in range(24):
+        r = S.rng(seed0 + i)
+        low = i >= 12
+        grid = S.low_grid(i) if low else ""
+        v = int(r.choice((8, 32, 100, 256) if low else VOCABS))
+        n, k = int(r.integers(1, 9)), int(r.integers(1, min(v, 16) + 1))
+        T = float(r.choice((0.5, 2.0, 4.0)))
+        z = S.logits(r, (n, v), 3.0)
+        z = S.in_low(z, grid) if low else (S.in_dtype(z, "float32") if i % 2 == 0 else z)
+        ids, lps = _top_k(r, S.near(r, z, 1.0), k, shuffle=True)
+        lps = S.in_low(lps, grid) if low else (S.in_dtype(lps, "float32") if i % 2 == 0 else lps)
+        flags = ("Random", "LowPrecision") if low else ("Random",)
+        where = f"{grid} grid, " if low else ""
+        out.append(_case(z, ids, lps, "none", "sparse-t2", T, flags,
+                         f"{where}N={n}, V={v}, K={k}, T={T:g}, times T²", seed0 + i,
+                         "normal logits; teacher = student + N(0,1), its top-k of softmax", low=low, t2_scale=True))
+    return out
+
+
 def cases() -> list[Case]:
     out = []
     for k, (renormalize, group) in enumerate(CONVENTIONS):
@@ -335,4 +364,5 @@ def cases() -> list[Case]:
         out += _low_cases(renormalize, group, 40300 + 500 * k)
     # 'tail' (1.3.0) after every earlier case, so that their test ids stay
     out += _invalid_cases() + _tail_random_cases(41500) + _tail_edge_cases(41700) + _tail_low_cases(41800)
-    return out + _tail_invalid_cases()
+    # t2_scale (1.7.0) after every earlier case, likewise
+    return out + _tail_invalid_cases() + _t2_cases(42000)

@@ -135,6 +135,10 @@ GROUPS = {
                  "fixed_cross_entropy (PR #34191)",
     "liger-0.8.5": "label_smoothing, z-loss (lse_square_scale) and soft-capping: Liger 0.8.5 "
                    "liger_kernel/ops/cross_entropy.py; PaLM §5 (z-loss), Gemma 2 §2 (soft-capping)",
+    "smoothing-others": "label smoothing over the V − 1 classes other than the label, target (1−ε)·e_y + "
+                        "ε/(V−1) off y (smoothing_classes='others'): Megatron-core 0.16.1 "
+                        "megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy (smoothing = "
+                        "ε·V/(V − 1); NeMo's smoothed cross-entropy)",
     "invalid": "inputs outside the domain (all conventions)",
 }
 
@@ -356,6 +360,87 @@ def _ce_invalid() -> list[Case]:
     ]
     return [_case(CE, inputs, params, conv, "invalid", ("InvalidInput",), why, result="invalid")
             for inputs, params, conv, why in bad]
+
+
+# ----------------------------------------------------------------------------- smoothing over the other classes
+#
+# smoothing_classes='others' (1.7.0): drawn after every earlier case of both objectives so that their
+# test ids stay. ε ≤ (V − 1)/V throughout, the range where Megatron-core's weight ε·V/(V − 1) is at
+# most 1 (it asserts ε < 1).
+
+_OTHERS_SETS = (   # conventions, params
+    ({}, {"label_smoothing": 0.1}),
+    ({"reduction": "sum"}, {"label_smoothing": 0.2}),
+    ({"reduction": "none"}, {"label_smoothing": 0.05}),
+    ({}, {"label_smoothing": 0.1, "z_loss": 1e-4}),
+    ({}, {"label_smoothing": 0.25, "softcap": 5.0}),
+)
+
+
+def _others(conv):
+    return {**conv, "smoothing_classes": "others"}
+
+
+def _ce_others() -> list[Case]:
+    out = []
+    for i in range(24):
+        seed, low = 31000 + i, i >= 12
+        grid = S.low_grid(i) if low else None
+        conv, params = _OTHERS_SETS[i % len(_OTHERS_SETS)]
+        r = S.rng(seed)
+        n, v = (int(r.integers(1, 7)), int(r.choice(LOW_V[1:]))) if low else _shape(r, n_max=6)
+        v = max(v, 3)
+        z, y = _logits(r, n, v), _labels(r, n, v, 0.2)
+        z = S.in_low(z, grid) if low else (_float32(z) if i % 2 == 0 else z)
+        where = f", logits exact in {S.grid_note(grid)}" if low else ""
+        out.append(_case(CE, {"logits": z, "labels": y}, params, _others(conv), "smoothing-others",
+                         ("Random",) + (("LowPrecision",) if low else ()) + _ce_flags(params),
+                         f"random N={n}, V={v}{where}, ε over the V − 1 other classes", seed,
+                         "normal logits, labels with ignore_index", low=low))
+    edges = (
+        ({"logits": [[1.5, -0.5], [0.25, 2.0]], "labels": [0, 0]}, {"label_smoothing": 0.5}, ("LabelSmoothing",),
+         "V = 2, ε = 1/2: the target is (1/2, 1/2) — Megatron's weight ε·V/(V−1) is exactly 1"),
+        ({"logits": [[1.5] * 7, [-2.0] * 7], "labels": [3, 6]}, {"label_smoothing": 0.1},
+         ("Uniform", "LabelSmoothing"), "equal logits: log 7 under either smoothing"),
+        ({"logits": [[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]],
+          "labels": [0, 0, 0]}, {"label_smoothing": 0.1}, ("HugeLogits", "LabelSmoothing"),
+         "±1e4: the other classes' −log q_v are ~1e4, the label's ~0 or 2e4"),
+    )
+    for k, (inputs, params, flags, comment) in enumerate(edges):
+        out.append(_case(CE, inputs, params, _others({}), "smoothing-others", flags, comment, 31100 + k))
+    bad = (
+        ({"logits": [[0.5], [-3.0]], "labels": [0, 0]}, {"label_smoothing": 0.1}, _others({}),
+         "V = 1 with smoothing over the other classes: there is none"),
+        ({"logits": [[1.0, 2.0], [0.5, -0.5]], "labels": [0, 1]}, {"label_smoothing": 0.1},
+         {"smoothing_classes": "rest"}, "unknown smoothing_classes"),
+    )
+    out += [_case(CE, inputs, params, conv, "invalid", ("InvalidInput",), why, result="invalid")
+            for inputs, params, conv, why in bad]
+    return out
+
+
+def _lce_others() -> list[Case]:
+    out = []
+    for i in range(24):
+        seed, low = 32000 + i, i >= 12
+        grid = S.low_grid(i) if low else ("float32" if i % 2 == 0 else None)
+        conv, params = _OTHERS_SETS[i % len(_OTHERS_SETS)]
+        r = S.rng(seed)
+        n, h = int(r.integers(1, 5)), int(r.choice((1, 2, 4, 8)))
+        v = int(r.choice(LOW_V[1:])) if low else int(r.integers(3, 17))
+        inputs = _linear_inputs(r, n, h, v, bias=i % 4 >= 2, grid=grid)
+        inputs["labels"] = _labels(r, n, v, 0.2)
+        where = f", inputs exact in {S.grid_note(grid)}" if low else ""
+        out.append(_case(LCE, inputs, params, _others(conv), "smoothing-others",
+                         ("Random",) + (("LowPrecision",) if low else ()) + _lce_flags(params, inputs),
+                         f"random N={n}, H={h}, V={v}{', bias' if 'bias' in inputs else ''}{where}, ε over the "
+                         f"V − 1 other classes", seed, "normal hidden and weight (σ/√H), labels with ignore_index",
+                         low=low))
+    h = [[1.0, -0.5, 2.0], [0.25, 0.75, -1.5]]
+    out.append(_case(LCE, {"hidden": h, "weight": [[0.5, 0.5, 0.5]], "labels": [0, 0]}, {"label_smoothing": 0.1},
+                     _others({}), "invalid", ("InvalidInput",), "V = 1 with smoothing over the other classes",
+                     result="invalid"))
+    return out
 
 
 # ----------------------------------------------------------------------------- lm.linear_cross_entropy
@@ -583,7 +668,7 @@ def cases() -> list[Case]:
         out += _tempered_random(objective, seed + 20000, 60, low=True)
         out += _large(objective, seed + 20500, {}, {})
         out += _tempered_invalid(objective)
-    return out
+    return out + _ce_others() + _lce_others()
 
 
 # ----------------------------------------------------------------------------- tolerance scales
@@ -618,6 +703,11 @@ def _cap(row, s):
     return [v if s is None else float(s) * math.tanh(v / float(s)) if math.isfinite(v) else -float(s) for v in row]
 
 
+def _smoothed(kwargs, y, v) -> list[int]:
+    """The classes label smoothing spreads ε over: all V, or the V − 1 but the label ('others')."""
+    return [j for j in range(v) if kwargs.get("smoothing_classes", "all") == "all" or j != y]
+
+
 def _ce_rows(kwargs, ct):
     """Per counted row of a cross-entropy with cotangent ``ct``: (row index, its _RowScale, the term's
     magnitude, its value bound, the gradient bound per logit)."""
@@ -628,14 +718,16 @@ def _ce_rows(kwargs, ct):
         R = _RowScale(_cap(row, kwargs["softcap"]), 1)
         v = len(row)
         nll = -R.logq[y]
-        smooth = mpmath.fsum(-lq for lq in R.logq) / v if eps else 0
+        smoothed = _smoothed(kwargs, y, v)
+        share = len(smoothed) or 1
+        smooth = mpmath.fsum(-R.logq[j] for j in smoothed) / share if eps else 0
         lse_err = 2 * abs(R.lse) * (R.m + R.l1) / R.d
         term = abs((1 - eps) * nll + eps * smooth + zeta * R.lse ** 2)
-        value = ((1 - eps) * (nll + R.A[y] / R.d) + eps * (smooth + mpmath.fsum(R.A) / (v * R.d))
-                 + zeta * (R.lse ** 2 + lse_err))
+        value = ((1 - eps) * (nll + R.A[y] / R.d)
+                 + eps * (smooth + mpmath.fsum(R.A[j] for j in smoothed) / (share * R.d)) + zeta * (R.lse ** 2 + lse_err))
         c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct))
         grad = [c * (R.q[j] * (1 + 2 * zeta * abs(R.lse) + R.A[j] / R.d + 2 * zeta * (R.m + R.l1) / R.d)
-                     + (1 - eps) * (j == y) + eps / v) for j in range(v)]
+                     + (1 - eps) * (j == y) + eps * (j in smoothed) / share) for j in range(v)]
         yield i, R, term, value, grad
 
 
@@ -741,7 +833,9 @@ def _lce_scale(kwargs, outputs, grads):
             per = 1 / den if reduce else 1
             c = abs(mpmath.mpf(ct[i] if isinstance(ct, list) else ct)) * per
             # |∂ℓ/∂z_j|: the exact gradient of the token's loss (without its cotangent)
-            g0 = [R.q[j] * (1 + 2 * zeta * R.lse) - (1 - eps) * (j == y) - eps / v for j in range(v)]
+            smoothed = _smoothed(kwargs, y, v)
+            g0 = [R.q[j] * (1 + 2 * zeta * R.lse) - (1 - eps) * (j == y) - eps * (j in smoothed) / (len(smoothed) or 1)
+                  for j in range(v)]
             sens = [abs(g) * (1 if cap is None else 1 - mpmath.tanh(mpmath.mpf(z[i][j]) / cap) ** 2)
                     for j, g in enumerate(g0)]
             logit_error = (hd + 1) * mpmath.fsum(sj * float(M[i, j]) for j, sj in enumerate(sens))

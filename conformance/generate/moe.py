@@ -195,4 +195,5 @@ def _scale(kwargs, outputs, grads):
 
 SCALES = {OBJ: _scale, moe_balance.OBJ: moe_balance.scale}
 GROUPS.update(moe_balance.GROUPS)
+GROUPS.update(moe_balance.FRACTION_GROUPS)
 NOTES.update(moe_balance.NOTES)

@@ -9,6 +9,9 @@ k-th and (k+1)-th logits of every selected row at least ``GAP`` apart (drawn on 
 distinct values, so bfloat16 and float16 hold them and their softmax probabilities differ by far
 more than a rounding); the tie itself is one acceptable case (the references take the lowest index,
 torch.topk promises no order). Rows are small (E ≤ 8, N ≤ 16, L ≤ 3) to keep the file small.
+
+``fraction_norm`` 'top_k' (1.7.0: Megatron-core's and OLMo-core's f/k) has its own group,
+``FRACTION_GROUPS``, drawn after every earlier case so that their test ids stay.
 """
 from __future__ import annotations
 
@@ -84,6 +87,15 @@ GROUPS = {
                 "s_{i,t}/Σ_j s_{j,t}, s = σ(u·e) (eq. 15), f_i = E/(K·T)·count; mean over sequences, summed over "
                 "layers (α left out)",
     "balance-invalid": "inputs outside the domain",
+}
+
+
+FRACTION_GROUPS = {
+    "fraction-top_k": "f_e divided by k (Σ_e f_e = 1), the loss E/k·Σ_e f_e·P_e: Megatron-core 0.16.1 "
+                      "megatron/core/transformer/moe/moe_utils.py switch_load_balancing_loss_func (one layer's "
+                      "loss, E/(topk·T²)·Σ_e probs_e·tokens_e; one per layer) and OLMo-core 3.0.0 "
+                      "olmo_core/nn/moe/loss.py load_balancing_loss (scale = num_experts / top_k); switch, "
+                      "per-layer-sum and concatenated forms",
 }
 
 
@@ -186,6 +198,41 @@ def _low(i: int) -> Case:
                  "float16", seed, "distinct logits on the 1/8 grid", low=True)
 
 
+FRACTION_FORMS = ("switch", "per-layer-sum", "concatenated")
+
+
+def _fraction(i: int, low: bool) -> Case:
+    """A random case of 'fraction-top_k': the forms in turn, drawn as their own groups are, with
+    2 ≤ k < E (k = 1 makes the two fraction_norm values agree, k = E makes f constant); a draw
+    with E = 2 is drawn again from the next seed."""
+    form = FRACTION_FORMS[i % len(FRACTION_FORMS)]
+    seed = 34000 + (1000 if low else 0) + 10 * i
+    while True:
+        r = S.rng(seed)
+        inputs, params, flags, note = _draw(r, form, i // len(FRACTION_FORMS), low)
+        e = len(inputs["router_logits"][0][0] if form != "switch" else inputs["router_logits"][0])
+        if e > 2:
+            break
+        seed += 1
+    k = min(max(params["top_k"], 2), e - 1)
+    note = note.replace(f"k={params['top_k']}", f"k={k}")
+    where = ", exact in bfloat16 and float16" if low else ""
+    return Case(OBJ, inputs, params={**params, "top_k": k}, conventions={"form": form, "fraction_norm": "top_k"},
+                group="fraction-top_k", flags=flags + (("LowPrecision",) if low else ()),
+                comment=f"random {note}, f/k{where}", low_precision=low,
+                provenance=generated(seed, "distinct logits on the 1/8 grid"))
+
+
+def _fraction_cases() -> list[Case]:
+    ok = [[1.0, 2.0], [0.5, -0.5]]
+    bad = [({"form": "sequence", "fraction_norm": "top_k"}, "fraction_norm 'top_k' with form 'sequence' (whose f "
+            "divides by k already)"),
+           ({"form": "switch", "fraction_norm": "experts"}, "unknown fraction_norm")]
+    return ([_fraction(i, False) for i in range(12)] + [_fraction(i, True) for i in range(12)]
+            + [Case(OBJ, {"router_logits": ok}, conventions=conv, group="balance-invalid", result="invalid",
+                    flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed")) for conv, why in bad])
+
+
 def cases() -> list[Case]:
     out = [_case("switch-k1", {"router_logits": [[2.0, 0.0], [1.0, -1.0], [0.0, 1.0]]}, {"top_k": 1}, (),
                  "N = 3 tokens, E = 2: f = (2/3, 1/3)", 0, "fixed",
@@ -214,7 +261,7 @@ def cases() -> list[Case]:
     for inputs, params, conv, why in bad:
         out.append(Case(OBJ, inputs, params=params, conventions=conv, group="balance-invalid", result="invalid",
                         flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed")))
-    return out
+    return out + _fraction_cases()
 
 
 def _affinities(row, form):
@@ -234,7 +281,7 @@ def scale(kwargs, outputs, grads):
     """The loss is a sum of non-negative terms f·P: its own size, plus for the gradient
     Σ G·q_j·(1 + |x_j − max x|) per entry (q_j(G_j − Σ G q) cancels to exactly 0 where the counts are
     equal; the probabilities carry a relative error growing with |x_j − max x|), G_max the largest
-    count coefficient; elements: the loss."""
+    count coefficient (divided by k under fraction_norm 'top_k'); elements: the loss."""
     z = kwargs["router_logits"]
     layers = z if isinstance(z[0][0], list) else [z]
     form = kwargs["form"]
@@ -252,6 +299,8 @@ def scale(kwargs, outputs, grads):
         g_max = mpmath.mpf(e) / (k * min(lengths) * len(lengths))
     else:
         g_max = mpmath.mpf(e) / n
+    if kwargs.get("fraction_norm") == "top_k":
+        g_max /= k
     grad = mpmath.mpf(0)
     for layer in layers:
         for row, on in zip(layer, mask):

@@ -563,18 +563,20 @@ def _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, tem
     return xp, dt, shape, T, q, onehot, live, lp, lq
 
 
-def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0,
+              t2_scale: bool = False):
     """Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row, the sum over the
     ids with p_k > 0; ``renormalize`` 'none' | 'teacher' | 'both' | 'tail' (plus p_t log(p_t/q_t) of the
-    (K+1)-th buckets) as ``refimpl.exact.distill.sparse_kl`` (which cites the sources). Returns kl [N]."""
-    xp, _, _, _, q, onehot, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize,
+    (K+1)-th buckets), times T² under ``t2_scale``, as ``refimpl.exact.distill.sparse_kl`` (which cites
+    the sources). Returns kl [N]."""
+    xp, _, _, T, q, onehot, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize,
                                                            temperature)
     lp0, lq0 = _xp.masked(xp, live, lp), _xp.masked(xp, live, lq)   # padding: 0, not −inf − (−inf)
     kl = xp.sum(_xp.masked(xp, live, xp.exp(lp0) * (lp0 - lq0)), axis=-1)
     if renormalize == "tail":
         p_t, log_p, log_q, _ = _tail(xp, q, onehot, live, lp)
         kl = kl + xp.where(p_t > 0, p_t * (log_p - log_q), xp.zeros_like(p_t))[:, 0]
-    return kl
+    return kl * (T * T) if validate.t2_scale(t2_scale) else kl
 
 
 def _tail(xp, q, onehot, live, lp):
@@ -596,13 +598,15 @@ def _tail(xp, q, onehot, live, lp):
 
 
 def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renormalize: str = "none",
-                  temperature: float = 1.0):
+                  temperature: float = 1.0, t2_scale: bool = False):
     """c·(S·q_j − P_j)/T ('none'), c·(q_j − P̃_j)/T ('teacher'), c·(q̃_j − P̃_j)/T on the ids ('both'),
     c·(q_j − P_j)/T on the live ids and c·q_j(1 − p_t/q_t)/T off them ('tail'), P the teacher's
-    probabilities scattered to their ids."""
+    probabilities scattered to their ids; times T² under ``t2_scale``."""
     xp, dt, shape, T, q, onehot, live, lp, lq = _sparse_prepare(student_logits, teacher_ids, teacher_logps,
                                                                 renormalize, temperature)
     c = xp.expand_dims(_cotangent(xp, dt, cotangent, shape[:-1]), axis=-1)
+    if validate.t2_scale(t2_scale):
+        c = c * (T * T)
     p = _xp.masked(xp, live, xp.exp(lp))
 
     def scatter(w):

@@ -85,7 +85,8 @@ def _onehot(xp, y, counted, v: int):
 
 # --------------------------------------------------------------------------- cross-entropy
 
-def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer):
+def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                smoothing_classes):
     xp = _xp.namespace(logits, labels)
     dt = _xp.float_dtype(xp, logits=logits)
     z = _logits(xp, dt, logits)
@@ -93,6 +94,8 @@ def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, 
     y = _labels(xp, labels, n)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    # 'others' (ε over the V − 1 classes but the label) is the all-V form at weight ε·V/(V − 1)
+    eps = validate.smoothing_weight(eps, smoothing_classes, v)
     counted = _check_labels(xp, y, v, ignore)
     onehot = _onehot(xp, y, counted, v)
     if cap is None:
@@ -111,12 +114,14 @@ def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, 
 
 
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None):
+                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None,
+                  smoothing_classes: str = "all"):
     """Token cross-entropy (torch.nn.functional.cross_entropy; see ``refimpl.exact.lm``): per counted
     token (1−ε)(lse − z'_y) + ε(lse − mean z') + ζ·lse², 0 at ignore_index; reduced by 'mean'
-    (÷ counted tokens or ÷ normalizer), 'sum' or 'none'."""
+    (÷ counted tokens or ÷ normalizer), 'sum' or 'none'; ``smoothing_classes`` 'others' spreads ε
+    over the classes but the label (Megatron-core)."""
     xp, _, zc, _, onehot, counted, eps, zeta, reduction, denominator = _ce_prepare(
-        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer, smoothing_classes)
     d = _Soft(xp, zc, 1.0)
     nll = d.nll(xp, onehot)
     per = (1 - eps) * nll
@@ -134,11 +139,12 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
 
 def cross_entropy_vjp(cotangent, logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                       z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                      normalizer: float | None = None):
+                      normalizer: float | None = None, smoothing_classes: str = "all"):
     """Gradient of Σ cotangent·loss: w·[q_j − (1−ε)δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s), 0 in
-    ignored rows (w: cotangent ÷ the denominator of 'mean', or the token's cotangent)."""
+    ignored rows (w: cotangent ÷ the denominator of 'mean', or the token's cotangent); ε is
+    ε·V/(V − 1) under 'others'."""
     xp, dt, zc, dcap, onehot, counted, eps, zeta, reduction, denominator = _ce_prepare(
-        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer, smoothing_classes)
     n, v = _xp.shape(zc)
     ct = _xp.array(xp, "cotangent", cotangent, dt)
     validate.same_shape(**{"loss": (n,) if reduction == "none" else ()}, cotangent=_xp.shape(ct))
@@ -175,21 +181,23 @@ def _linear_logits(hidden, weight, bias):
 
 def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                         normalizer: float | None = None, bias=None):
+                         normalizer: float | None = None, smoothing_classes: str = "all", bias=None):
     """``cross_entropy`` of the logits hidden·weightᵀ (+ bias) (Liger 0.8.5
     LigerFusedLinearCrossEntropyLoss, computed unfused: the [N, V] logits are materialised)."""
     *_, z = _linear_logits(hidden, weight, bias)
-    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                         smoothing_classes)
 
 
 def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: int = -100,
                              label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-                             reduction: str = "mean", normalizer: float | None = None, bias=None):
+                             reduction: str = "mean", normalizer: float | None = None,
+                             smoothing_classes: str = "all", bias=None):
     """With G = ∂(Σ cotangent·loss)/∂z (``cross_entropy_vjp``): hidden G·weight, weight Gᵀ·hidden,
     bias Σ_n G_n (only when a bias is given)."""
     xp, _, h, w, b, z = _linear_logits(hidden, weight, bias)
     g = cross_entropy_vjp(cotangent, z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                          normalizer)["logits"]
+                          normalizer, smoothing_classes)["logits"]
     out = {"hidden": xp.matmul(g, w), "weight": xp.matmul(xp.matrix_transpose(g), h)}
     if b is not None:
         out["bias"] = xp.sum(g, axis=0)

@@ -62,7 +62,7 @@ def _top_k(xp, z, k, dt):
     return xp.astype(rank < k, dt)
 
 
-def _balance(router_logits, top_k, form, seq_len, mask):
+def _balance(router_logits, top_k, form, seq_len, fraction_norm, mask):
     """The layers [L, n, E], affinities q, σ(−x) ('sequence') or None, coefficients G and the mask."""
     xp = _xp.namespace(router_logits, mask)
     dt = _xp.float_dtype(xp, router_logits=router_logits)
@@ -71,6 +71,7 @@ def _balance(router_logits, top_k, form, seq_len, mask):
     validate.nonempty("router_logits", _xp.shape(z))
     layered = z.ndim == 3
     form = validate.balance_form(form, layered)
+    norm = validate.fraction_norm(fraction_norm, form)
     z = z if layered else z[None, ...]
     n_layers, n, e = _xp.shape(z)
     k = validate.top_k(top_k, e)
@@ -99,22 +100,25 @@ def _balance(router_logits, top_k, form, seq_len, mask):
     if form == "concatenated":
         counts = xp.broadcast_to(xp.sum(counts, axis=0, keepdims=True), _xp.shape(counts))
         n_tok = n_tok * n_layers
-    g = (e * counts / (n_tok * n_tok))[:, None, :] * m[None, :, None]
+    square = n_tok * n_tok * (k if norm == "top_k" else 1)
+    g = (e * counts / square)[:, None, :] * m[None, :, None]
     return xp, dt, layered, q, None, g, m
 
 
-def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None, mask=None):
+def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None,
+                   fraction_norm: str = "none", mask=None):
     """The auxiliary load-balancing loss of ``form`` (Switch eq. 4; transformers' pooled layers;
-    per-layer sum; DeepSeek-V3 eq. 17–20), without its coefficient. Returns the scalar loss."""
-    xp, _, _, q, _, g, m = _balance(router_logits, top_k, form, seq_len, mask)
+    per-layer sum; DeepSeek-V3 eq. 17–20), f divided by k under ``fraction_norm`` 'top_k', without
+    its coefficient. Returns the scalar loss."""
+    xp, _, _, q, _, g, m = _balance(router_logits, top_k, form, seq_len, fraction_norm, mask)
     return xp.sum(_xp.masked(xp, m[None, :, None] == 1, g * q))
 
 
 def load_balancing_vjp(cotangent, router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None,
-                       mask=None):
+                       fraction_norm: str = "none", mask=None):
     """Gradient of cotangent·loss wrt the router logits through the affinities (the top-k counts
     are constants): q_j·(G_j − Σ_e G_e·q_e), times σ(−x_j) for 'sequence'; 0 for a masked token."""
-    xp, dt, layered, q, rest, g, m = _balance(router_logits, top_k, form, seq_len, mask)
+    xp, dt, layered, q, rest, g, m = _balance(router_logits, top_k, form, seq_len, fraction_norm, mask)
     ct = _xp.array(xp, "cotangent", cotangent, dt)
     validate.same_shape(loss=(), cotangent=_xp.shape(ct))  # the message names the cotangent
     # Σ_e q_e·(G_j − G_e) (= G_j − Σ_e G_e q_e as Σ q = 1): equal coefficients give exactly 0

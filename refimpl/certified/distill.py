@@ -355,10 +355,12 @@ def _log_total(xs):
     return _ball.logsumexp(xs, max(range(len(xs)), key=lambda k: _ball.mid_float(xs[k])))
 
 
-def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="none", temperature=1.0):
+def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="none", temperature=1.0,
+               t2_scale=False):
     """Σ_k p_k (log p_k − log q_{i_k}) over the ids with p_k > 0 (``refimpl.exact.distill.sparse_kl``),
     log q_{i_k} from the row's shifted logits; the renormalisations as log-sum-exps shifted by the
-    largest term (one live id gives 0 exactly)."""
+    largest term (one live id gives 0 exactly); times T² per row under ``t2_scale`` (axolotl's
+    top-k KD loss)."""
     zs, shape = _logits("student_logits", student_logits, rank=2)
     ids = _teacher_ids(teacher_ids)
     lps = _ball.balls("teacher_logps", teacher_logps, allow_neg_inf=True)
@@ -368,6 +370,7 @@ def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="no
     if renormalize == "tail":
         validate.sparse_tail(ids, [_floats(row) for row in lps], [[v is not None for v in row] for row in zs])
     T = _ball.ball(validate.temperature(temperature))
+    scale = T * T if validate.t2_scale(t2_scale) else _ball.ONE
     zs = diff("student_logits", zs)
     rows = []
     for n, (q, irow, lrow) in enumerate(zip(_dists("student_logits", zs, T), ids, lps)):
@@ -388,7 +391,7 @@ def _sparse_kl(diff, student_logits, teacher_ids, teacher_logps, renormalize="no
         terms = [_ball.exp(a) * (a - b) for a, b in zip(lp, lq)]
         if renormalize == "tail":
             terms += _tail_term(q, [irow[k] for k in live], lp)
-        rows.append(_ball.fsum(terms))
+        rows.append(scale * _ball.fsum(terms))
     return {"kl": rows}
 
 
@@ -406,4 +409,5 @@ def _tail_term(q, held, lp):
 
 
 sparse_kl, sparse_kl_vjp = _ball.pair(_sparse_kl, ("kl",), ("student_logits",))
-sparse_kl.__doc__ = "Forward KL over a top-k teacher, renormalize 'none' | 'teacher' | 'both' | 'tail', as balls."
+sparse_kl.__doc__ = ("Forward KL over a top-k teacher, renormalize 'none' | 'teacher' | 'both' | 'tail', times T² "
+                     "under t2_scale, as balls.")

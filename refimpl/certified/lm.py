@@ -9,7 +9,9 @@ written in forms that keep exact zeros exact and need no cancellation:
 * −log q_y = log1p(Σ_{j≠y} e^{x_j − x_y}) (the identity lse − x_y with the label's logit
   factored out): its derivative at x_y is −Σ_{j≠y} q_j, a sum of small terms, so q_y − 1 at a
   saturated label (logits ±1e4) is formed without cancellation;
-* the smoothing term lse − (1/V)Σ_v x_v = (−log q_y) + (1/V)Σ_v (x_y − x_v);
+* the smoothing term lse − (1/V)Σ_v x_v = (−log q_y) + (1/V)Σ_v (x_y − x_v); over the V − 1
+  classes other than the label (``smoothing_classes`` 'others', Megatron-core's vocab-parallel
+  cross-entropy) (1/(V−1))Σ_{v≠y} (lse − x_v) = (−log q_y) + (1/(V−1))Σ_{v≠y} (x_y − x_v);
 * the z-loss lse² with lse from ``_ball.logsumexp``; the cap x = s·tanh(z/s) (−inf → −s);
 * the entropy as ``_ball.entropy`` (partials from logit differences).
 
@@ -61,19 +63,22 @@ def _top(x) -> int:
     return max((j for j, v in enumerate(x) if v is not None), key=lambda j: _ball.mid_float(x[j]))
 
 
-def _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer):
-    """The cross-entropy's arguments checked against logits z (nested balls, None at −inf)."""
+def _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+              smoothing_classes):
+    """The cross-entropy's arguments checked against logits z (nested balls, None at −inf); the
+    smoothing's class count (V, or V − 1 for 'others') rides in place of the convention."""
     y = _labels(labels, n)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    classes = v - 1 if validate.smoothing_classes(smoothing_classes, eps, v) == "others" else v
     counted = validate.token_labels(y, v, ignore)
     if cap is None:
         _check_rows(z, y, counted, eps)
     validate.empty_mean(reduction, norm, sum(counted))
-    return y, counted, eps, zeta, cap, reduction, norm
+    return y, counted, eps, zeta, cap, reduction, norm, classes
 
 
-def _ce_body(z, v, y, counted, eps, zeta, cap, reduction, norm):
+def _ce_body(z, v, y, counted, eps, zeta, cap, reduction, norm, classes):
     e, zl = _ball.ball(eps), _ball.ball(zeta)
     per_token = []
     for row, yi, c in zip(z, y, counted):
@@ -86,7 +91,8 @@ def _ce_body(z, v, y, counted, eps, zeta, cap, reduction, norm):
         nll = _nll(row, yi)
         loss = (1 - e) * nll if eps != 1 else _ball.ZERO
         if eps:
-            loss = loss + e * (nll + _ball.fsum(row[yi] - xv for xv in row) / v)
+            # Σ_v (x_y − x_v) is Σ_{v≠y} (x_y − x_v): only the divisor tells 'all' (V) from 'others' (V − 1)
+            loss = loss + e * (nll + _ball.fsum(row[yi] - xv for xv in row) / classes)
         if zeta:
             live = [xj for xj in row if xj is not None]
             loss = loss + zl * _ball.square(_ball.logsumexp(live, _top(live)))
@@ -100,9 +106,10 @@ def _ce_body(z, v, y, counted, eps, zeta, cap, reduction, norm):
 
 
 def _cross_entropy(diff, logits, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None,
-                   reduction="mean", normalizer=None):
+                   reduction="mean", normalizer=None, smoothing_classes="all"):
     z, (n, v) = _logits(logits)
-    setup = _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    setup = _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                      smoothing_classes)
     return _ce_body(diff("logits", z), v, *setup)
 
 
@@ -112,7 +119,7 @@ cross_entropy.__doc__ = ("Token cross-entropy with ignore_index, label smoothing
 
 
 def _linear_cross_entropy(diff, hidden, weight, labels, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
-                          softcap=None, reduction="mean", normalizer=None, bias=None):
+                          softcap=None, reduction="mean", normalizer=None, smoothing_classes="all", bias=None):
     h, w = _ball.balls("hidden", hidden), _ball.balls("weight", weight)
     b = None if bias is None else _ball.balls("bias", bias)
     n, _, v = validate.linear_shapes(_ball.shape(h), _ball.shape(w), None if b is None else _ball.shape(b))
@@ -120,7 +127,8 @@ def _linear_cross_entropy(diff, hidden, weight, labels, ignore_index=-100, label
     b = None if b is None else diff("bias", b)
     z = [[_ball.fsum([hk * wk for hk, wk in zip(hrow, wrow)] + ([b[j]] if b is not None else []))
           for j, wrow in enumerate(w)] for hrow in h]
-    setup = _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    setup = _ce_setup(z, n, v, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                      smoothing_classes)
     return _ce_body(z, v, *setup)
 
 

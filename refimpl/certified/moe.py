@@ -53,14 +53,17 @@ def _top(row_floats, k):
     return set(sorted(range(len(row_floats)), key=lambda e: (-row_floats[e], e))[:k])
 
 
-def _load_balancing(diff, router_logits, top_k=1, form="switch", seq_len=None, mask=None):
+def _load_balancing(diff, router_logits, top_k=1, form="switch", seq_len=None, fraction_norm="none", mask=None):
     z = _ball.balls("router_logits", router_logits)
     shape = _ball.shape(z)
     validate.rank("router_logits", shape, (2, 3))
     validate.nonempty("router_logits", shape)
     form = validate.balance_form(form, len(shape) == 3)
+    norm = validate.fraction_norm(fraction_norm, form)
     n, experts = shape[-2:]
     k = validate.top_k(top_k, experts)
+    # 'top_k': f_e/k (Megatron-core, OLMo-core), one more factor in each form's denominator
+    per_k = _ball.ball(k if norm == "top_k" else 1)
     t = validate.seq_len(seq_len, form, n)
     if mask is None:
         on = [True] * n
@@ -112,12 +115,12 @@ def _load_balancing(diff, router_logits, top_k=1, form="switch", seq_len=None, m
         pooled = [sum(c[e] for c in counts) for e in range(experts)]
         rows_total = _ball.ball(len(layers) * n_tok)
         return {"loss": e_ball * _ball.fsum(weighted(layer[i], pooled, False) for layer in layers for i in tokens)
-                / (rows_total * rows_total)}
-    square = _ball.ball(n_tok * n_tok)
+                / (rows_total * rows_total * per_k)}
+    square = _ball.ball(n_tok * n_tok) * per_k
     return {"loss": _ball.fsum(e_ball * _ball.fsum(weighted(layer[i], cl, False) for i in tokens) / square
                                for layer, cl in zip(layers, counts))}
 
 
 load_balancing, load_balancing_vjp = _ball.pair(_load_balancing, ("loss",), ("router_logits",))
 load_balancing.__doc__ = ("Load-balancing loss (Switch eq. 4, transformers' pooled layers, per-layer sum, "
-                          "DeepSeek-V3 eq. 17–20), as balls.")
+                          "DeepSeek-V3 eq. 17–20; f/k under fraction_norm 'top_k'), as balls.")

@@ -801,7 +801,8 @@ def _tail_logq(q, irow, lp):
 
 
 @mp.exact
-def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0,
+              t2_scale: bool = False):
     """Forward KL over a sparse (top-k) teacher, per row:
 
         kl = Σ_k p_k (log p_k − log q_{i_k}),   q = softmax(z/T),   p_k = exp(teacher_logps_k)
@@ -836,16 +837,24 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
       be ≤ 1 exactly and, when p_tail > 0, q_tail > 0 (``validate.sparse_tail``).
 
     The temperature divides the student's logits only: the teacher's log-probabilities are
-    stored already at whatever temperature the teacher was sampled with. Returns kl [N].
+    stored already at whatever temperature the teacher was sampled with. ``t2_scale``: each row's
+    kl times T², Hinton et al. 2015 §2's gradient-scale factor as axolotl's top-k KD loss applies it
+    (src/axolotl/integrations/kd/topk_logprob/forward_kl.py ``loss``, "Multiply by T^2 (classical KD
+    scaling)"); off by default, as verl and TRL. Returns kl [N].
     """
-    shape, _, rows = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature)
-    return _per_row(shape[:-1], [mpmath.fsum(mpmath.exp(a) * (a - b) for a, b in zip(lp, lq) if a != mp.NEG_INF)
+    shape, T, rows = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature)
+    s = _sparse_scale(T, t2_scale)
+    return _per_row(shape[:-1], [s * mpmath.fsum(mpmath.exp(a) * (a - b) for a, b in zip(lp, lq) if a != mp.NEG_INF)
                                  for _, _, lp, lq in rows])
+
+
+def _sparse_scale(T, t2_scale):
+    return T * T if validate.t2_scale(t2_scale) else mp.ONE
 
 
 @mp.exact
 def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renormalize: str = "none",
-                  temperature: float = 1.0):
+                  temperature: float = 1.0, t2_scale: bool = False):
     """Gradient of Σ c·kl with respect to the student logits, per row (P_j = p_k at j = i_k, 0
     off the ids; S = Σ_k p_k; g_i = ∂kl/∂log q_i = −P_i and the module's chain rule):
 
@@ -853,9 +862,12 @@ def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renorma
         'teacher': ∂kl/∂z_j = (q_j − P̃_j) / T
         'both':    ∂kl/∂z_j = (q̃_j − P̃_j) / T on the ids with p > 0, 0 elsewhere (Σ p̃ = Σ q̃ = 1);
         'tail':    ∂kl/∂z_j = (q_j − P_j) / T on the ids with p > 0, q_j (1 − p_tail/q_tail) / T off
-                   them (∂ log q_tail/∂z_j = (q_j·[j off] / q_tail − q_j)/T; p_tail/q_tail = 0 at p_tail = 0).
+                   them (∂ log q_tail/∂z_j = (q_j·[j off] / q_tail − q_j)/T; p_tail/q_tail = 0 at p_tail = 0);
+
+    each times T² under ``t2_scale``.
     """
     shape, T, rows = _sparse_prepare(student_logits, teacher_ids, teacher_logps, renormalize, temperature)
+    scale = _sparse_scale(T, t2_scale)
     ct = _cotangent(cotangent, shape[:-1])
     grads = []
     for idx, (q, irow, lp, lq) in zip(np.ndindex(shape[:-1]), rows):
@@ -875,5 +887,5 @@ def sparse_kl_vjp(cotangent, student_logits, teacher_ids, teacher_logps, renorma
             g = [s * qj for qj in q.p]
             for i, pk in zip(irow, p):
                 g[i] -= pk
-        grads.append([ct[idx] * gj / T for gj in g])
+        grads.append([scale * ct[idx] * gj / T for gj in g])
     return {"student_logits": _stack(shape, grads)}

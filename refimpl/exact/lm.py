@@ -12,13 +12,19 @@ lse = log Σ_v e^{z_v}. A logit of −inf is an impossible token (probability ex
   target (1−ε)·e_y + ε/V, so the smoothing term is the mean over all V classes of −log q_v); the
   z-loss ζ·log²Z of PaLM (arXiv 2204.02311) §5, as Liger 0.8.5's ``lse_square_scale``; and the
   final-logit soft-capping z' = s·tanh(z/s) of Gemma 2 (arXiv 2408.00118) §2 (z' = z without it),
-  applied before the softmax. An ignored token has ℓ = 0 and no smoothing, no z-loss. reduction
+  applied before the softmax. ``smoothing_classes`` 'others' spreads ε over the V − 1 classes
+  other than the label instead (Megatron-core 0.16.1 tensor_parallel/cross_entropy.py
+  _VocabParallelCrossEntropy, after NeMo's smoothed cross-entropy: the target (1−ε)·e_y + ε/(V−1)
+  off y), so the smoothing term is ε·(1/(V−1))·Σ_{v≠y}(lse − z'_v). An ignored token has ℓ = 0
+  and no smoothing, no z-loss. reduction
   'mean' divides Σℓ by the number of counted tokens, or by ``normalizer`` when given (transformers
   loss/loss_utils.py fixed_cross_entropy divides the sum by num_items_in_batch); 'sum' is Σℓ;
   'none' is ℓ per token. Gradient (w the weight of the token: cotangent/denominator for a
   reduced loss, the token's cotangent for 'none'):
 
-      ∂ℓ/∂z_j = w·[q_j − (1−ε)·δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s)   (the sech² only when capped).
+      ∂ℓ/∂z_j = w·[q_j − (1−ε)·δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s)   (the sech² only when capped),
+
+  with −ε/(V−1)·(1 − δ_{jy}) in place of −ε/V under 'others'.
 
 * ``linear_cross_entropy``: the fused-linear form (Liger 0.8.5 LigerFusedLinearCrossEntropyLoss; Cut
   Cross-Entropy, Wijmans et al. 2024, arXiv 2411.09009; torchtune's chunked output loss): the logits
@@ -104,12 +110,14 @@ def _sech2(x):
     return mpmath.sech(x) ** 2
 
 
-def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer):
+def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                smoothing_classes="all"):
     z = _logits(logits)
     n, v = z.shape
     y = _labels(labels, n)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    classes = validate.smoothing_classes(smoothing_classes, eps, v)
     eps, zeta = mp.mpf(eps), mp.mpf(zeta)
     counted = validate.token_labels(y, v, ignore)
     if cap is None:
@@ -124,13 +132,16 @@ def _ce_prepare(logits, labels, ignore_index, label_smoothing, z_loss, softcap, 
         denominator = mp.mpf(norm) if norm is not None else mp.mpf(sum(counted))
     else:
         denominator = None
-    return zc, dcap, y, counted, eps, zeta, reduction, denominator
+    return zc, dcap, y, counted, eps, zeta, reduction, denominator, classes
 
 
-def _ce_token(row: _Row, y, eps, zeta, v):
+def _ce_token(row: _Row, y, eps, zeta, v, classes="all"):
     nll = row.nll(y)
     value = (1 - eps) * nll
-    if eps:
+    if eps and classes == "others":
+        # (1/(V−1))·Σ_{v≠y} (lse − x_v): the same non-negative terms over the other classes
+        value += eps * (mpmath.fsum(row.max - xv for j, xv in enumerate(row.x) if j != y) / (v - 1) + row.l1)
+    elif eps:
         # lse − mean_v x_v = mean_v (max − x_v) + log1p(…): non-negative terms
         value += eps * (mpmath.fsum(row.max - xv for xv in row.x) / v + row.l1)
     if zeta:
@@ -140,7 +151,8 @@ def _ce_token(row: _Row, y, eps, zeta, v):
 
 @mp.exact
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None):
+                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None,
+                  smoothing_classes: str = "all"):
     """Token cross-entropy (torch.nn.functional.cross_entropy; module docstring for the formula and its
     sources). ``logits`` [N, V], ``labels`` [N] integers in [0, V) or ``ignore_index``. Returns the
     scalar loss, or loss[N] for reduction 'none' (0 at ignored tokens).
@@ -149,11 +161,12 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     everywhere; −inf at a counted token's label, or anywhere in a counted row with
     label_smoothing > 0 (the loss is infinite; soft-capping maps −inf to −s, so with a cap these are
     finite); 'mean' without a normalizer when every token is ignored (0/0, where PyTorch returns
-    NaN); a normalizer with reduction 'sum' or 'none'."""
-    zc, _, y, counted, eps, zeta, reduction, denominator = _ce_prepare(
-        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    NaN); a normalizer with reduction 'sum' or 'none'; smoothing_classes 'others' with V = 1 and
+    label_smoothing > 0 (no other class)."""
+    zc, _, y, counted, eps, zeta, reduction, denominator, classes = _ce_prepare(
+        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer, smoothing_classes)
     v = zc.shape[1]
-    per_token = [_ce_token(_Row(list(row)), yi, eps, zeta, v) if c else mp.ZERO
+    per_token = [_ce_token(_Row(list(row)), yi, eps, zeta, v, classes) if c else mp.ZERO
                  for row, yi, c in zip(zc, y, counted)]
     if reduction == "none":
         return _vector(per_token)
@@ -164,12 +177,12 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
 @mp.exact
 def cross_entropy_vjp(cotangent, logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                       z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                      normalizer: float | None = None):
+                      normalizer: float | None = None, smoothing_classes: str = "all"):
     """Gradient of Σ cotangent·loss with respect to the logits (module docstring):
-    w·[q_j − (1−ε)δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s), 0 in ignored rows. A −inf logit has
-    gradient 0 (q_j = 0 uncapped; sech²(−∞) = 0 capped)."""
-    zc, dcap, y, counted, eps, zeta, reduction, denominator = _ce_prepare(
-        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    w·[q_j − (1−ε)δ_{jy} − ε/V + 2ζ·lse·q_j]·sech²(z_j/s) (−ε/(V−1) off y under 'others'), 0 in
+    ignored rows. A −inf logit has gradient 0 (q_j = 0 uncapped; sech²(−∞) = 0 capped)."""
+    zc, dcap, y, counted, eps, zeta, reduction, denominator, classes = _ce_prepare(
+        logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer, smoothing_classes)
     n, v = zc.shape
     ct = mp.array("cotangent", cotangent)
     validate.same_shape(**{"loss": (n,) if reduction == "none" else ()}, cotangent=ct.shape)
@@ -184,7 +197,10 @@ def cross_entropy_vjp(cotangent, logits, labels, ignore_index: int = -100, label
         g[yi] = r.q[yi] if eps == 1 else mpmath.expm1(r.logq[yi]) + eps
         extra = 2 * zeta * r.lse
         for j in range(v):
-            gj = g[j] - eps / v + extra * r.q[j]
+            if classes == "others":   # the target puts ε/(V−1) on every class but y, 1 − ε on y
+                gj = g[j] - (eps / (v - 1) if j != yi else 0) + extra * r.q[j]
+            else:
+                gj = g[j] - eps / v + extra * r.q[j]
             if dcap is not None:
                 gj *= dcap[i, j]
             grad[i, j] = w * gj
@@ -210,27 +226,29 @@ def _linear_prepare(hidden, weight, bias):
 @mp.exact
 def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                         normalizer: float | None = None, bias=None):
+                         normalizer: float | None = None, smoothing_classes: str = "all", bias=None):
     """``cross_entropy`` of the logits hidden·weightᵀ (+ bias) (module docstring). ``hidden`` [N, H],
     ``weight`` [V, H], ``labels`` [N], ``bias`` [V] or None. Rejected: everything ``cross_entropy``
     rejects; weight's last axis ≠ H; a bias whose length is not V; NaN or ±inf anywhere in hidden,
     weight or bias (no token is impossible here)."""
     _, _, _, z = _linear_prepare(hidden, weight, bias)
-    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                         smoothing_classes)
 
 
 @mp.exact
 def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: int = -100,
                              label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-                             reduction: str = "mean", normalizer: float | None = None, bias=None):
+                             reduction: str = "mean", normalizer: float | None = None,
+                             smoothing_classes: str = "all", bias=None):
     """Gradients of Σ cotangent·loss: with G the logits' gradient (``cross_entropy_vjp``),
     hidden: G·weight (summed without the cancellation of a saturated row, see below), weight:
     Gᵀ·hidden, bias: Σ_n G_n (only when a bias is given)."""
     h, w, b, z = _linear_prepare(hidden, weight, bias)
     g = cross_entropy_vjp(cotangent, z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                          normalizer)["logits"]
-    zc, dcap, y, counted, eps, zeta, reduction, denominator = _ce_prepare(
-        z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer)
+                          normalizer, smoothing_classes)["logits"]
+    zc, dcap, y, counted, eps, zeta, reduction, denominator, classes = _ce_prepare(
+        z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer, smoothing_classes)
     (n, hdim), v = h.shape, w.shape[0]
     ct = mp.array("cotangent", cotangent)
     weights = list(ct) if reduction == "none" else [ct.item() / denominator if reduction == "mean" else ct.item()] * n
@@ -243,7 +261,8 @@ def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: in
         # everything below q_m's rounding (a hidden gradient of e^−400 came out 0). With G_v =
         # w·(a·q_v − t_v)·c_v, a = 1 + 2ζ·lse, c_v = sech²(z_v/s) or 1, t = (1−ε)e_y + ε/V, the same sum is
         # a·c_m·w_mk − a·Σ_{v≠m} q_v·(c_m·w_mk − c_v·w_vk) − (1−ε)·c_y·w_yk − (ε/V)·Σ_v c_v·w_vk,
-        # every term formed from the data or from a small q_v.
+        # every term formed from the data or from a small q_v ('others': t = (1−ε)e_y + ε/(V−1) off y,
+        # so the last sum is (ε/(V−1))·Σ_{v≠y} c_v·w_vk).
         r, yi = _Row(list(zc[i])), y[i]
         m, a = r.k, 1 + 2 * zeta * r.lse
         c = [dcap[i, j] if dcap is not None else mp.ONE for j in range(v)]
@@ -251,7 +270,9 @@ def linear_cross_entropy_vjp(cotangent, hidden, weight, labels, ignore_index: in
             top = c[m] * w[m, k]
             terms = [top, -(1 - eps) * c[yi] * w[yi, k], 2 * zeta * r.lse * top]
             terms += [-a * r.q[j] * (top - c[j] * w[j, k]) for j in range(v) if j != m]
-            if eps:
+            if eps and classes == "others":
+                terms += [-(eps / (v - 1)) * c[j] * w[j, k] for j in range(v) if j != yi]
+            elif eps:
                 terms += [-(eps / v) * c[j] * w[j, k] for j in range(v)]
             dh[i, k] = weights[i] * mpmath.fsum(terms)
     for j in range(v):

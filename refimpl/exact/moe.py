@@ -29,6 +29,12 @@ the tokens a mask [N] selects (n of them), each routed to its top k experts:
   sequences (``seq_len`` positions each, T the count the mask selects; sequences without a
   token are left out), summed over the layers; without α.
 
+``fraction_norm`` 'top_k' divides f_e by k in the first three forms (Σ_e f_e = 1), as
+Megatron-core 0.16.1 (megatron/core/transformer/moe/moe_utils.py switch_load_balancing_loss_func:
+f_i = 1/(T·topk)·Σ routing_map, the loss ·E/(topk·T²)) and OLMo-core 3.0.0
+(olmo_core/nn/moe/loss.py load_balancing_loss: scale = num_experts / top_k) do: the loss is 1/k
+of the catalog's default, which counts f as transformers does.
+
 f counts are constants (top-k is not differentiable; the papers' gradient flows through P).
 Top-k is taken on the logits (softmax and σ are increasing); at a tie at the k-th place the
 lowest index wins here, which libraries do not guarantee (torch.topk), so vectors avoid ties.
@@ -82,11 +88,12 @@ def top_experts(row, k: int) -> set:
     return set(sorted(range(len(row)), key=lambda e: (-row[e], e))[:k])
 
 
-def _balance_prepare(router_logits, top_k, form, seq_len, mask):
+def _balance_prepare(router_logits, top_k, form, seq_len, fraction_norm, mask):
     z = mp.array("router_logits", router_logits)
     validate.rank("router_logits", z.shape, (2, 3))
     validate.nonempty("router_logits", z.shape)
     form = validate.balance_form(form, z.ndim == 3)
+    validate.fraction_norm(fraction_norm, form)
     layers = z if z.ndim == 3 else z[None]
     n, experts = layers.shape[1:]
     k = validate.top_k(top_k, experts)
@@ -106,7 +113,7 @@ def _affinities(row, form):
     return np.array([v / total for v in s], dtype=object), [1 / (1 + mpmath.exp(x)) for x in row]
 
 
-def _coefficients(layers, m, k, form, t):
+def _coefficients(layers, m, k, form, t, fraction_norm="none"):
     """G [L, N, E] with loss = Σ G·q, q the affinities: the loss is linear in q once the top-k
     counts (constants) are fixed."""
     n_layers, n, experts = layers.shape
@@ -130,6 +137,8 @@ def _coefficients(layers, m, k, form, t):
         denominator = mp.mpf(n_layers * n_tok) ** 2
     else:
         denominator = mp.mpf(n_tok) ** 2
+    if fraction_norm == "top_k":
+        denominator *= k
     for l in range(n_layers):
         for i in range(n):
             if m[i]:
@@ -138,12 +147,14 @@ def _coefficients(layers, m, k, form, t):
 
 
 @mp.exact
-def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None, mask=None):
+def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None,
+                   fraction_norm: str = "none", mask=None):
     """The auxiliary load-balancing loss of ``form`` (module docstring): Switch eq. 4 (one layer),
-    transformers' pooled layers, the per-layer sum, or DeepSeek-V3's sequence-wise eq. 17–20.
+    transformers' pooled layers, the per-layer sum, or DeepSeek-V3's sequence-wise eq. 17–20;
+    f divided by k under ``fraction_norm`` 'top_k' (Megatron-core, OLMo-core).
     Returns the scalar loss (without the coefficient α)."""
-    layers, m, k, form, t, _ = _balance_prepare(router_logits, top_k, form, seq_len, mask)
-    coef = _coefficients(layers, m, k, form, t)
+    layers, m, k, form, t, _ = _balance_prepare(router_logits, top_k, form, seq_len, fraction_norm, mask)
+    coef = _coefficients(layers, m, k, form, t, fraction_norm)
     terms = []
     for l, layer in enumerate(layers):
         for i, row in enumerate(layer):
@@ -155,14 +166,14 @@ def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len:
 
 @mp.exact
 def load_balancing_vjp(cotangent, router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None,
-                       mask=None):
+                       fraction_norm: str = "none", mask=None):
     """Gradient of cotangent·loss wrt the router logits, through the affinities only: with
     G = ∂loss/∂q per token, q_j·(G_j − Σ_e G_e·q_e) for the softmax and q_j·σ(−x_j)·(G_j − Σ_e G_e·q_e)
     for s/Σ s (∂q_i/∂x_j = q_j·σ(−x_j)·(δ_ij − q_i)); 0 for a masked token."""
-    layers, m, k, form, t, layered = _balance_prepare(router_logits, top_k, form, seq_len, mask)
+    layers, m, k, form, t, layered = _balance_prepare(router_logits, top_k, form, seq_len, fraction_norm, mask)
     ct = mp.array("cotangent", cotangent)
     validate.same_shape(loss=(), cotangent=ct.shape)  # the message names the cotangent
-    coef = _coefficients(layers, m, k, form, t)
+    coef = _coefficients(layers, m, k, form, t, fraction_norm)
     grad = mp.zeros(layers.shape)
     for l, layer in enumerate(layers):
         for i, row in enumerate(layer):

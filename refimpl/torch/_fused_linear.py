@@ -103,7 +103,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                         normalizer: float | None = None, bias=None):
+                         normalizer: float | None = None, smoothing_classes: str = "all", bias=None):
     """Token cross-entropy of logits = hidden·weightᵀ (+ bias), as ``lm.cross_entropy`` on those
     logits (every convention the same), never holding the [N,V] logits (module docstring).
     ``hidden`` [N,H], ``weight`` [V,H], ``labels`` [N], ``bias`` [V] or None. Differentiable wrt
@@ -119,6 +119,7 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     y = y.to(h.device)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    eps = validate.smoothing_weight(eps, smoothing_classes, v)
     counted = _fused_ce.counted_labels(y, v, ignore)
     count = int(counted.sum())
     validate.empty_mean(reduction, norm, count)

@@ -408,13 +408,14 @@ def _nested(t: torch.Tensor, cast) -> list:
     return [[cast(x) for x in row] for row in t.detach().cpu().tolist()]
 
 
-def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0):
+def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "none", temperature: float = 1.0,
+              t2_scale: bool = False):
     """Forward KL over a top-k teacher, Σ_k p_k (log p_k − log q_{i_k}) per row (ids with p_k > 0;
     −inf log-probabilities are padding), q = softmax(z/T) — the temperature divides the student
     only. ``renormalize``: 'none' (verl 0.9.1 forward_kl_topk: p as stored, the student's full
     log q), 'teacher' (p over its top-k), 'both' (p and q over the ids; TRL 1.16.0 IW-OPD without
     its tail bucket), 'tail' (a (K+1)-th bucket 1 − Σp, 1 − Σq on both sides; TRL's default).
-    ``student_logits`` [N,V], ``teacher_ids`` [N,K] integers, ``teacher_logps``
+    ``t2_scale``: each row times T² (axolotl's top-k KD loss). ``student_logits`` [N,V], ``teacher_ids`` [N,K] integers, ``teacher_logps``
     [N,K]; returns kl [N]. Plain autograd in the working dtype (float32 for bfloat16/float16):
     log_softmax, gathered; 'both' renormalises the gathered logits themselves, so that the tokens
     off the ids get a gradient of exactly 0 (``FUSED_DECLINED``). Sources:
@@ -430,6 +431,7 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
     if renormalize == "tail":
         validate.sparse_tail(_nested(ids, int), _nested(lp, float), _nested(zs > float("-inf"), bool))
     T = validate.temperature(temperature)
+    scale = T * T if validate.t2_scale(t2_scale) else 1.0
     _rows("student_logits", zs)
     out = _common.result_dtype(zs, lp)
     work = _common.work_dtype(out)
@@ -455,7 +457,7 @@ def sparse_kl(student_logits, teacher_ids, teacher_logps, renormalize: str = "no
     kl = torch.where(live, lp.exp() * (torch.where(live, lp, zero) - torch.where(live, lq, zero)), zero).sum(dim=-1)
     if renormalize == "tail":
         kl = kl + _tail_term(log_q, ids, live, lp)
-    return kl.to(out)
+    return (kl * scale).to(out)
 
 
 def _tail_term(log_q, ids, live, lp):

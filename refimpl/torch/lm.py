@@ -118,10 +118,13 @@ class _CrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None):
+                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None,
+                  smoothing_classes: str = "all"):
     """Token cross-entropy (torch.nn.functional.cross_entropy; see ``refimpl.exact.lm``): per counted
     token (1−ε)(lse − z'_y) + ε(lse − mean z') + ζ·lse², z' = s·tanh(z/s) when capped, 0 at
-    ignore_index; reduced by 'mean' (÷ counted tokens or ÷ normalizer), 'sum' or 'none'. Gradient
+    ignore_index; reduced by 'mean' (÷ counted tokens or ÷ normalizer), 'sum' or 'none';
+    ``smoothing_classes`` 'others' (ε over the classes but the label, Megatron-core) is that form
+    at ε·V/(V − 1) (``validate.smoothing_weight``). Gradient
     wrt ``logits`` by autograd: the fused path's kept gradient (``_fused_ce``, when ``FUSED``)
     or the analytic backward of ``_CrossEntropy``."""
     z = _logits(logits)
@@ -129,6 +132,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     y = _labels(labels, z)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    eps = validate.smoothing_weight(eps, smoothing_classes, v)
     counted = _fused_ce.counted_labels(y, v, ignore)
     if FUSED:
         if cap is None:
@@ -158,7 +162,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
 
 def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                         normalizer: float | None = None, bias=None):
+                         normalizer: float | None = None, smoothing_classes: str = "all", bias=None):
     """``cross_entropy`` of F.linear(hidden, weight, bias): the fused path (``_fused_linear``: row chunks,
     the gradients formed in forward as Liger 0.8.5 LigerFusedLinearCrossEntropyLoss does, no [N, V]
     logits) when ``FUSED``, else unfused (the [N, V] logits materialised). Unfused, bfloat16/float16 inputs are upcast to float32
@@ -167,7 +171,7 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     matrix products rounded once to the inputs' dtype."""
     if FUSED:
         return _fused_linear.linear_cross_entropy(hidden, weight, labels, ignore_index, label_smoothing, z_loss,
-                                                  softcap, reduction, normalizer, bias)
+                                                  softcap, reduction, normalizer, smoothing_classes, bias)
     h = _common.array("hidden", hidden)
     w = _common.array("weight", weight).to(h.device)
     b = None if bias is None else _common.array("bias", bias).to(h.device)
@@ -176,7 +180,8 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     work = _common.work_dtype(out_dtype)
     z = torch.nn.functional.linear(_common.upcast(h, work), _common.upcast(w, work),
                                    None if b is None else _common.upcast(b, work))
-    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer).to(out_dtype)
+    return cross_entropy(z, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer,
+                         smoothing_classes).to(out_dtype)
 
 
 # --------------------------------------------------------------------------- sampled-token log-probability

@@ -46,14 +46,17 @@ def _top_k(z: torch.Tensor, k: int) -> torch.Tensor:
     return (above | tied_before).sum(dim=-1) < k
 
 
-def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None, mask=None):
+def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len: int | None = None,
+                   fraction_norm: str = "none", mask=None):
     """The auxiliary load-balancing loss of ``form`` (Switch eq. 4; transformers' pooled layers;
-    per-layer sum; DeepSeek-V3 eq. 17–20), without its coefficient. Gradient wrt ``router_logits``
-    through the affinities only."""
+    per-layer sum; DeepSeek-V3 eq. 17–20), f divided by k under ``fraction_norm`` 'top_k'
+    (Megatron-core, OLMo-core), without its coefficient. Gradient wrt ``router_logits`` through
+    the affinities only."""
     z = _common.array("router_logits", router_logits)
     validate.rank("router_logits", tuple(z.shape), (2, 3))
     validate.nonempty("router_logits", tuple(z.shape))
     form = validate.balance_form(form, z.dim() == 3)
+    norm = validate.fraction_norm(fraction_norm, form)
     layers = z if z.dim() == 3 else z.unsqueeze(0)
     n_layers, n, e = layers.shape
     k = validate.top_k(top_k, e)
@@ -82,6 +85,7 @@ def load_balancing(router_logits, top_k: int = 1, form: str = "switch", seq_len:
         if form == "concatenated":
             counts = counts.sum(dim=0, keepdim=True).expand(n_layers, e)
             n_tok = n_tok * n_layers
-        g = (e * counts / (n_tok * n_tok))[:, None, :] * mf[None, :, None]
+        square = n_tok * n_tok * (k if norm == "top_k" else 1)
+        g = (e * counts / square)[:, None, :] * mf[None, :, None]
     terms = torch.where(m[None, :, None], g * q, torch.zeros_like(q))
     return terms.sum().to(z.dtype)

@@ -310,10 +310,11 @@ class _ShardedCrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None, *,
-                  vocab_start: int = 0, group=None):
+                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None,
+                  smoothing_classes: str = "all", *, vocab_start: int = 0, group=None):
     """lm.cross_entropy over vocabulary shards (Megatron-LM's vocab-parallel cross-entropy, Shoeybi
-    et al. 2019 §3, with every convention of ``refimpl.torch.lm.cross_entropy``); ``labels`` are
+    et al. 2019 §3, with every convention of ``refimpl.torch.lm.cross_entropy``; 'others' at
+    ε·V/(V − 1) of the global V, ``validate.smoothing_weight``); ``labels`` are
     global token ids, ``vocab_start`` the global id of this shard's first token. Returns the global
     value on every rank."""
     z = _shard_logits(logits, group)
@@ -321,6 +322,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
     vocab = _vocab(z.shape[-1], z.device, group)
+    eps = validate.smoothing_weight(eps, smoothing_classes, vocab)
     counted = validate.token_labels(y.tolist(), vocab, ignore)
     counted = torch.tensor(counted, dtype=torch.bool, device=z.device)
     count = int(counted.sum())

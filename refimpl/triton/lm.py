@@ -89,8 +89,10 @@ def _counted(y: torch.Tensor, v: int, ignore) -> torch.Tensor:
 
 
 def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None):
-    """Token cross-entropy of ``logits`` [N,V] and ``labels`` [N] (see ``refimpl.torch.lm``); the
+                  softcap: float | None = None, reduction: str = "mean", normalizer: float | None = None,
+                  smoothing_classes: str = "all"):
+    """Token cross-entropy of ``logits`` [N,V] and ``labels`` [N] (see ``refimpl.torch.lm``;
+    'others' runs the all-V kernel at ε·V/(V − 1), ``validate.smoothing_weight``); the
     scalar loss ('mean', 'sum') or loss[N] ('none', 0 at ignore_index); differentiable wrt the
     logits by the backward kernel."""
     z = logits if isinstance(logits, torch.Tensor) and logits.dtype in _checks.FLOATS else \
@@ -105,6 +107,7 @@ def cross_entropy(logits, labels, ignore_index: int = -100, label_smoothing: flo
     y = y.to(z.device)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    eps = validate.smoothing_weight(eps, smoothing_classes, v)
     counted = _counted(y, v, ignore)
     count = int(counted.sum())
     spec = _CrossEntropy(eps, zeta, cap)
@@ -206,7 +209,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
 
 def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label_smoothing: float = 0.0,
                          z_loss: float = 0.0, softcap: float | None = None, reduction: str = "mean",
-                         normalizer: float | None = None, bias=None):
+                         normalizer: float | None = None, smoothing_classes: str = "all", bias=None):
     """Token cross-entropy of logits = hidden·weightᵀ (+ bias), as ``cross_entropy`` on those
     logits (every convention the same), never holding the [N,V] logits (module docstring).
     ``hidden`` [N,H], ``weight`` [V,H], ``labels`` [N], ``bias`` [V] or None; the checks and
@@ -224,6 +227,7 @@ def linear_cross_entropy(hidden, weight, labels, ignore_index: int = -100, label
     y = y.to(h.device)
     ignore, eps, zeta, cap, reduction, norm = validate.lm_conventions(ignore_index, label_smoothing, z_loss,
                                                                       softcap, reduction, normalizer)
+    eps = validate.smoothing_weight(eps, smoothing_classes, v)
     counted = _counted(y, v, ignore)
     count = int(counted.sum())
     validate.empty_mean(reduction, norm, count)

@@ -178,7 +178,8 @@ CONVENTIONS = {
                                      temperature=[1.0, 2.0]),
     "distill.skew_kl": _grid(alpha=[0.1, 0.5, 1.0, 1e-6], direction=["forward", "reverse"], temperature=[1.0, 2.0]),
     "distill.tvd": _grid(temperature=[1.0, 0.5, 2.0]),
-    "distill.sparse_kl": _grid(renormalize=["none", "teacher", "both", "tail"], temperature=[1.0, 0.5, 2.0]),
+    "distill.sparse_kl": (_grid(renormalize=["none", "teacher", "both", "tail"], temperature=[1.0, 0.5, 2.0])
+                          + _grid(renormalize=["none", "tail"], temperature=[0.5, 2.0], t2_scale=[True])),
     "kl.estimator": _grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5]),
     "dpo.loss": (_grid(loss_type=["sigmoid", "hinge", "ipo", "cdpo", "robust", "aot", "aot_unpaired"],
                        label_smoothing=[0.0, 0.2], beta=[0.1, 1.0])
@@ -235,14 +236,19 @@ CONVENTIONS = {
                                         kept_weight=["token-ratio", "one"], lower=[0.7])),
     "lm.cross_entropy": (_grid(reduction=["mean", "sum", "none"], z_loss=[0.0, 0.01], softcap=[None, 3.0])
                          + _grid(label_smoothing=[0.2, 1.0], softcap=[3.0], reduction=["mean", "none"])
-                         + _grid(normalizer=[2.5, 40.0])),
+                         + _grid(normalizer=[2.5, 40.0])
+                         + _grid(label_smoothing=[0.2, 0.75], smoothing_classes=["others"], softcap=[3.0],
+                                 reduction=["mean", "none"])),
     "lm.linear_cross_entropy": (_grid(reduction=["mean", "sum", "none"], z_loss=[0.0, 0.01], softcap=[None, 3.0])
-                                + _grid(label_smoothing=[0.2], normalizer=[2.5, 40.0])),
+                                + _grid(label_smoothing=[0.2], normalizer=[2.5, 40.0])
+                                + _grid(label_smoothing=[0.2], smoothing_classes=["others"], z_loss=[0.0, 0.01])),
     "lm.token_logprobs": _grid(temperature=[1.0, 0.5, 2.0]),
     "lm.entropy": _grid(temperature=[1.0, 0.5, 2.0]),
     "moe.router_z_loss": [{}],
     "moe.load_balancing": (_grid(form=["switch", "concatenated", "per-layer-sum", "sequence"], top_k=[1, 2, 5])
-                           + _grid(form=["sequence"], seq_len=[2, 3], top_k=[1, 3])),
+                           + _grid(form=["sequence"], seq_len=[2, 3], top_k=[1, 3])
+                           + _grid(form=["switch", "concatenated", "per-layer-sum"], top_k=[1, 2, 5],
+                                   fraction_norm=["top_k"])),
     "ppo.entropy_bonus": (_grid(aggregation=list(ex_grpo.MODES), mean_eps=[0.0, 1e-8], coef=[0.01, 1.0])
                           + _grid(aggregation=["seq-mean-token-sum-norm"], norm_length=[7.0, 4096.0])),
     "ppo.value_loss": _grid(clip_range_value=[None, 0.2], half=[False, True], aggregation=list(ex_grpo.MODES)),

@@ -197,6 +197,49 @@ def test_lm_vocab_parallel_builtin_passes_and_the_shard_alone_fails():
     assert {r.status for r in bad} <= {"fail", "error"} and "fail" in {r.status for r in bad}
 
 
+def _max_not_all_reduced(logits, labels, *, ctx, **kwargs):
+    """The built-in cross-entropy with the MAX all-reduce of the row maxima left out: each rank
+    shifts its exponentials by its own maximum, and the SUM all-reduce then adds sums taken
+    relative to different maxima."""
+    from unittest import mock
+
+    import torch.distributed as dist
+    real = dist.all_reduce
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None):
+        return None if op == dist.ReduceOp.MAX else real(tensor, op=op, group=group)
+    with mock.patch.object(vocab_parallel.dist, "all_reduce", all_reduce):
+        return vocab_parallel.cross_entropy(logits, labels, **kwargs, vocab_start=ctx.vocab_start, group=ctx.group)
+
+
+def _logprobs_without_the_max(logits, labels, temperature=1.0, *, ctx):
+    """log q_y as log Σ_v e^{z_v/T} all-reduced with no maximum subtracted: exact in exact
+    arithmetic, e^{z/T} overflows (or underflows to a zero sum) once |z|/T is large."""
+    import torch.distributed as dist
+    from torch.distributed.nn.functional import all_reduce
+    x = logits / temperature
+    local = labels - ctx.vocab_start
+    here = (local >= 0) & (local < x.shape[-1])
+    picked = torch.where(here, x.gather(1, local.clamp(0, x.shape[-1] - 1)[:, None])[:, 0], torch.zeros_like(x[:, 0]))
+    total = all_reduce(torch.exp(x).sum(dim=-1), op=dist.ReduceOp.SUM, group=ctx.group)
+    return all_reduce(picked, op=dist.ReduceOp.SUM, group=ctx.group) - torch.log(total)
+
+
+def test_a_maximum_that_is_not_all_reduced_fails():
+    cases = {u for u in LM_SHARD_UIDS if u.startswith("lm.cross_entropy:")}
+    target = _target(sharded={"lm.cross_entropy": _max_not_all_reduced})
+    results = check.sharded(target, VS, 2, "even", uids=cases, dtypes=["float64"])
+    assert {r.uid for r in results} == cases
+    assert {r.status for r in results} == {"fail"}, [(r.uid, r.status, r.message) for r in results]
+
+
+def test_a_log_sum_exp_without_the_maximum_fails():
+    uid = "lm.token_logprobs:0b8c216db0ded76e"   # T = 1e-3: e^{z/T} overflows
+    target = _target(sharded={"lm.token_logprobs": _logprobs_without_the_max})
+    results = check.sharded(target, VS, 2, "even", uids={uid}, dtypes=["float64"])
+    assert [r.status for r in results] == ["fail"], [r.message for r in results]
+
+
 def _equal_shards_cross_entropy(logits, labels, *, ctx, **kwargs):
     """Megatron's and Liger 0.8.5's contract (vocab_parallel_cross_entropy.py: ``vocab_start =
     rank * v_local``): every shard as wide as this one."""

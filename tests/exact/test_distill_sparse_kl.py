@@ -195,3 +195,27 @@ def test_bad_inputs(change, name, words):
     with pytest.raises(InputError, match=name) as err:
         distill.sparse_kl(**kw)
     assert words in str(err.value)
+
+
+@pytest.mark.parametrize("renormalize", CONVENTIONS)
+@pytest.mark.parametrize("temperature", [0.5, 2.5])
+def test_t2_scale_is_t_squared_times_the_kl_and_its_gradient(renormalize, temperature):
+    """axolotl's top-k KD loss multiplies the summed KL by kd_temperature²: every row and every
+    gradient entry exactly T² times the unscaled one, and the VJP still the derivative."""
+    rng = np.random.default_rng(71 + CONVENTIONS.index(renormalize))
+    ids, lps = _teacher(rng, 3, 6, 3, 0.8)
+    kw = {"student_logits": (rng.standard_normal((3, 6)) * 2).tolist(), "teacher_ids": ids,
+          "teacher_logps": lps, "renormalize": renormalize, "temperature": temperature}
+    t2 = mpmath.mpf(temperature) ** 2
+    plain, scaled = distill.sparse_kl(**kw), distill.sparse_kl(**kw, t2_scale=True)
+    assert all(abs(s - t2 * p) <= mpmath.mpf(10) ** -45 * abs(s) for p, s in zip(plain, scaled))
+    ct = rng.standard_normal(3).tolist()
+    g, g2 = distill.sparse_kl_vjp(ct, **kw)["student_logits"], distill.sparse_kl_vjp(ct, **kw, t2_scale=True)["student_logits"]
+    assert all(abs(b - t2 * a) <= mpmath.mpf(10) ** -45 * (abs(b) + 1) for a, b in zip(g.flat, g2.flat))
+    gradcheck.assert_vjp_matches(distill.sparse_kl, distill.sparse_kl_vjp, {**kw, "t2_scale": True},
+                                 ["student_logits"], ct, f"sparse {renormalize} T={temperature} t2")
+
+
+def test_t2_scale_must_be_a_flag():
+    with pytest.raises(InputError, match="t2_scale"):
+        distill.sparse_kl([[0.0, 1.0]], [[0]], [[-0.5]], t2_scale="yes")

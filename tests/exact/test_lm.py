@@ -188,3 +188,49 @@ def test_linear_cross_entropy_bad_input():
         lm.linear_cross_entropy([[1.0, 2.0]], w, [0], bias=[0.0, 1.0])
     with pytest.raises(validate.InputError, match="outside \\[0, 3\\)"):
         lm.linear_cross_entropy([[1.0, 2.0]], w, [3])
+
+
+# ----------------------------------------------------------------------------- smoothing over the other classes
+
+@pytest.mark.parametrize("kwargs", [{}, {"reduction": "none"}, {"z_loss": 0.05, "softcap": 3.0, "reduction": "sum"}],
+                         ids=["mean", "none", "zloss-cap-sum"])
+def test_smoothing_over_the_other_classes_gradient(kwargs):
+    z = _logits(4)
+    labels = [1, -100, 4]
+    ct = [0.5, -1.25, 2.0] if kwargs.get("reduction") == "none" else 1.5
+    assert_vjp_matches(lm.cross_entropy, lm.cross_entropy_vjp,
+                       {"logits": z, "labels": labels, "label_smoothing": 0.2, "smoothing_classes": "others",
+                        **kwargs}, ["logits"], ct)
+
+
+def test_smoothing_over_the_other_classes_is_megatrons_definition():
+    """The target (1−ε)·e_y + ε/(V−1) off y (NeMo's smoothed CE); Megatron-core 0.16.1
+    _VocabParallelCrossEntropy writes the same loss as (1−ε')·nll_y + ε'·mean_v nll_v with
+    ε' = ε·V/(V−1) — both forms agree with the reference to 45 digits."""
+    z, eps, y = _logits(5, 1, 4)[0], mpmath.mpf(0.3), 2
+    logq = [mpmath.mpf(v) - mpmath.log(mpmath.fsum(mpmath.exp(mpmath.mpf(u)) for u in z)) for v in z]
+    target = (1 - eps) * -logq[y] + eps / 3 * mpmath.fsum(-lq for j, lq in enumerate(logq) if j != y)
+    wide = eps * 4 / 3
+    megatron = (1 - wide) * -logq[y] + wide * mpmath.fsum(-lq for lq in logq) / 4
+    got = lm.cross_entropy([z], [y], label_smoothing=0.3, smoothing_classes="others")
+    assert abs(got - target) < mpmath.mpf(10) ** -45 and abs(got - megatron) < mpmath.mpf(10) ** -45
+    # and differs from PyTorch's all-V definition
+    assert abs(got - lm.cross_entropy([z], [y], label_smoothing=0.3)) > mpmath.mpf(10) ** -3
+
+
+def test_smoothing_over_the_other_classes_linear_gradient():
+    rng = np.random.default_rng(9)
+    kwargs = {"hidden": rng.normal(0, 1.5, (3, 2)).tolist(), "weight": rng.normal(0, 1, (4, 2)).tolist(),
+              "labels": [0, 3, -100], "bias": rng.normal(0, 1, 4).tolist(), "label_smoothing": 0.2,
+              "smoothing_classes": "others"}
+    assert_vjp_matches(lm.linear_cross_entropy, lm.linear_cross_entropy_vjp, kwargs, ["hidden", "weight", "bias"],
+                       1.5)
+
+
+def test_smoothing_over_the_other_classes_needs_another_class():
+    with pytest.raises(validate.InputError, match="^smoothing_classes:"):
+        lm.cross_entropy([[0.5], [-3.0]], [0, 0], label_smoothing=0.1, smoothing_classes="others")
+    with pytest.raises(validate.InputError, match="^smoothing_classes:"):
+        lm.cross_entropy([[0.5, 1.0]], [0], label_smoothing=0.1, smoothing_classes="rest")
+    # without smoothing V = 1 is fine (loss 0)
+    assert lm.cross_entropy([[0.5], [-3.0]], [0, 0], smoothing_classes="others") == 0

@@ -165,3 +165,41 @@ def test_a_tie_at_the_kth_place_counts_the_lower_index():
 def test_load_balancing_bad_input_is_rejected_naming_the_argument(kwargs, name):
     with pytest.raises(InputError, match=f"^{name}:"):
         moe.load_balancing(**kwargs)
+
+
+@pytest.mark.parametrize("form,shape", [("switch", (7, 4)), ("concatenated", (2, 7, 4)), ("per-layer-sum", (3, 5, 4))])
+@pytest.mark.parametrize("k", [2, 3])
+def test_fraction_norm_top_k_is_the_loss_over_k(form, shape, k):
+    """Megatron-core's switch_load_balancing_loss_func (E/(topk·T²)·Σ_e probs_e·tokens_e) and
+    OLMo-core's load_balancing_loss (scale num_experts/top_k) divide f by k: exactly 1/k of the
+    default, with the gradient 1/k of it too and still the derivative."""
+    kwargs = {"router_logits": _balance_inputs(31 + k, shape), "top_k": k, "form": form}
+    plain, per_k = moe.load_balancing(**kwargs), moe.load_balancing(**kwargs, fraction_norm="top_k")
+    g = moe.load_balancing_vjp(-1.25, **kwargs)["router_logits"]
+    g_k = moe.load_balancing_vjp(-1.25, **kwargs, fraction_norm="top_k")["router_logits"]
+    with mpmath.workdps(60):
+        assert abs(per_k - plain / k) < mpmath.mpf(10) ** -45
+        assert all(abs(b - a / k) < mpmath.mpf(10) ** -45 for a, b in zip(g.flat, g_k.flat))
+    assert_vjp_matches(moe.load_balancing, moe.load_balancing_vjp, {**kwargs, "fraction_norm": "top_k"},
+                       ["router_logits"], -1.25)
+
+
+def test_fraction_norm_megatron_formula():
+    """Megatron-core 0.16.1 moe_utils.py switch_load_balancing_loss_func written out: Σ_e
+    (Σ_t probs_te)·tokens_e · E/(topk·T²)."""
+    z = [[2.0, 0.0, -1.0], [1.0, -1.0, 0.5], [0.0, 1.0, 0.25], [-0.5, 0.75, 1.5]]
+    k, e, n = 2, 3, 4
+    with mpmath.workdps(60):
+        probs = [[mpmath.exp(v) / mpmath.fsum(mpmath.exp(u) for u in row) for v in row] for row in z]
+        chosen = [sorted(range(e), key=lambda j: -row[j])[:k] for row in z]
+        tokens = [sum(j in c for c in chosen) for j in range(e)]
+        want = mpmath.fsum(mpmath.fsum(p[j] for p in probs) * tokens[j] for j in range(e)) * e / (k * n * n)
+    assert abs(moe.load_balancing(z, top_k=k, fraction_norm="top_k") - want) < mpmath.mpf(10) ** -45
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"form": "sequence", "fraction_norm": "top_k"}, "already divides"),
+    ({"fraction_norm": "k"}, "fraction_norm")])
+def test_fraction_norm_bad_values_are_rejected(kwargs, match):
+    with pytest.raises(InputError, match=match):
+        moe.load_balancing([[1.0, 2.0, 0.0], [0.5, -0.5, 1.0]], top_k=2, **kwargs)

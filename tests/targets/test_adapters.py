@@ -1,4 +1,4 @@
-"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
+"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo``).
 
 Without a library its tests skip with the reason and the install command (scripts/install-peers.sh
 installs them all). With it, ``lossproof check --target NAME`` must exit 0 as shipped: every
@@ -32,6 +32,9 @@ LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "openrlhf": ("openrlhf", "openrlhf", "0.11.2"),
     "liger": ("liger_kernel", "liger-kernel", "0.8.5"),
     "transformers": ("transformers", "transformers", "5.25.0"),
+    "megatron": ("megatron", "megatron-core", "0.16.1"),
+    "torchtitan": ("torchtitan", "torchtitan", "0.3.0"),
+    "olmo": ("olmo_core", "ai2-olmo-core", "3.0.0"),
 }
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
@@ -160,6 +163,26 @@ def _triton_idle(module) -> tuple[set, set]:
     return set(module.TRITON_ONLY), set(module.TRITON_FINDINGS)
 
 
+# the adapters with a vocabulary-parallel function, and the words of their out-of-contract splits
+SHARDED = {"megatron": "equal widths", "torchtitan": "chunks of"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SHARDED))
+def test_sharded_adapter_passes_as_shipped(name, tmp_path, capsys):
+    """``--shard-vocab 2``: the library's vocabulary-parallel function, the shard context standing in
+    for its tensor-parallel group, fails no case; every sharded objective passes on some vector; the
+    splits whose boundaries the library does not derive itself are unsupported, not failed."""
+    target, _ = _require(name)
+    status, report, _ = _check(["--target", name, "--shard-vocab", "2"], tmp_path, capsys)
+    cases = [c for c in report["cases"] if c["axis"] == "conformance"]
+    bad = [f"{c['status']} {c['uid']} ({c['dtype']}): {c['message'][:160]}" for c in cases
+           if c["status"] in ("fail", "error", "xpass")]
+    assert status == 0 and not bad, "\n".join(bad)
+    assert {c["objective"] for c in cases if c["status"] == "pass"} == set(target.sharded)
+    assert any(c["status"] == "unsupported" and SHARDED[name] in c["message"] for c in cases)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", LIBRARIES)
 def test_adapter_passes_as_shipped(name, tmp_path, capsys):
@@ -275,7 +298,17 @@ def test_a_new_failure_fails_the_run(name, objective, wrap, monkeypatch, tmp_pat
     assert all(status_after[key] in ("xfail", "xpass") for key in known_before)
 
 
-@pytest.mark.parametrize("name", LIBRARIES)
+# adapters whose every declared convention is the paper's: --as-paper changes nothing for them
+PAPER_ONLY = {"torchtitan"}
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_ONLY))
+def test_an_adapter_of_paper_conventions_lists_no_deviation(name):
+    target, _ = _require(name)
+    assert target.deviations() == []
+
+
+@pytest.mark.parametrize("name", [n for n in LIBRARIES if n not in PAPER_ONLY])
 def test_as_paper_lists_the_deviations(name, vs, capsys):
     target, module = _require(name)
     devs = target.deviations()

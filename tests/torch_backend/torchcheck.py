@@ -222,6 +222,14 @@ def cases() -> list[Case]:
         "teacher_ids": np.array([[2, 0, 1, 3, 4], [3, 1, 0, 2, 4]]),
         "teacher_logps": np.array([[0.0] + [NEG_INF] * 4, [np.log(0.6), np.log(0.3), np.log(0.09), NEG_INF, NEG_INF]])},
         {"renormalize": "tail", "temperature": 1.5}, 5))
+    # t2_scale (axolotl's T²): the same draws, times T²
+    for i, p in enumerate(_grid(renormalize=["none", "tail"], temperature=[0.5, 2.0], t2_scale=[True])):
+        rng = np.random.default_rng(3490 + i)
+        z = rng.normal(0, 2.0, (3, 7))
+        ids = np.array([rng.permutation([0, 2, 3, 4, 5, 6])[:4] for _ in range(3)])
+        lp = np.log(rng.dirichlet(np.ones(4), size=3) * 0.95)
+        add(Case("distill.sparse_kl", _label(p), {"student_logits": z, "teacher_ids": ids, "teacher_logps": lp},
+                 p, 7))
 
     # kl.estimator
     for i, p in enumerate(_grid(kind=["k1", "k2", "k3", "abs"], clamp=[None, 0.5])):
@@ -451,6 +459,17 @@ def cases() -> list[Case]:
                      p, 72))
     add(Case("moe.load_balancing", "sequence,seq_len=2", {"router_logits": np.random.default_rng(1620).normal(0, 2, (6, 4))},
              {"form": "sequence", "seq_len": 2, "top_k": 2}, 24))
+    # fraction_norm 'top_k' (Megatron-core, OLMo-core: f/k)
+    for i, p in enumerate(_grid(form=["switch", "concatenated", "per-layer-sum"], top_k=[2, 3],
+                                fraction_norm=["top_k"])):
+        rng = np.random.default_rng(1640 + i)
+        z = rng.normal(0, 2, (6, 5))
+        z[3] = 40.0
+        add(Case("moe.load_balancing", _label(p) + ",masked", {"router_logits": z, "mask": np.array([1, 1, 1, 0, 1, 1])},
+                 p, 30))
+        if p["form"] != "switch":
+            add(Case("moe.load_balancing", _label(p) + ",layers", {"router_logits": rng.normal(0, 2, (3, 4, 6))},
+                     p, 72))
 
     # ppo.entropy_bonus (padding holds 1e4)
     for i, p in enumerate(_grid(aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -522,6 +541,14 @@ def cases() -> list[Case]:
         if not p.get("label_smoothing") or p.get("softcap"):
             z[2, 4] = NEG_INF
         add(Case("lm.cross_entropy", _label(p), {"logits": z, "labels": y}, p, 28))
+    # smoothing over the V − 1 classes other than the label (Megatron-core)
+    for i, p in enumerate(_grid(reduction=["mean", "none"], label_smoothing=[0.3], z_loss=[0.0, 0.01],
+                                softcap=[None, 3.0], smoothing_classes=["others"])):
+        rng = np.random.default_rng(1250 + i)
+        z = _logits_lm(rng, (4, 7))
+        if p.get("softcap"):
+            z[2, 4] = NEG_INF
+        add(Case("lm.cross_entropy", _label(p), {"logits": z, "labels": np.array([3, -100, 0, 6])}, p, 28))
     huge = np.array([[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]])
     for p in ({}, {"reduction": "none"}, {"softcap": 30.0}):
         add(Case("lm.cross_entropy", "extreme:logits±1e4," + _label(p), {"logits": huge, "labels": np.array([0, 0, 0])},
@@ -539,6 +566,14 @@ def cases() -> list[Case]:
     for i, p in enumerate(_grid(reduction=["mean", "sum", "none"], z_loss=[0.0, 0.01], softcap=[None, 3.0])
                           + _grid(label_smoothing=[0.2], normalizer=[2.5, 40.0])):
         rng = np.random.default_rng(1400 + i)
+        inputs = {"hidden": rng.normal(0.0, 1.5, (4, 3)), "weight": rng.normal(0.0, 1.0, (7, 3)),
+                  "labels": np.array([3, -100, 0, 6])}
+        if i % 2:
+            inputs["bias"] = rng.normal(0.0, 1.0, 7)
+        add(Case("lm.linear_cross_entropy", _label(p) + (",bias" if i % 2 else ""), inputs, p, 28))
+    for i, p in enumerate(_grid(reduction=["mean", "none"], label_smoothing=[0.2], z_loss=[0.0, 0.01],
+                                smoothing_classes=["others"])):
+        rng = np.random.default_rng(1450 + i)
         inputs = {"hidden": rng.normal(0.0, 1.5, (4, 3)), "weight": rng.normal(0.0, 1.0, (7, 3)),
                   "labels": np.array([3, -100, 0, 6])}
         if i % 2:

@@ -1,4 +1,4 @@
-"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
+"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo``).
 
 An adapter calls the library's own loss code, never a re-implementation of it. This module
 holds what the adapters share: the convention table each one declares (one row per
@@ -187,14 +187,17 @@ def load_or_explain(loader, distribution: str, install: str):
 def build(name: str, version: str, objectives: dict, conventions: list[Convention], findings: list[Finding],
           arithmetic: list[Arithmetic], *, alternatives: dict | None = None,
           dtypes=("float64", "float32", "bfloat16", "float16"), steps: dict | None = None,
-          split_findings: list[Finding] = (), temperature_free: tuple = ()) -> Target:
+          split_findings: list[Finding] = (), temperature_free: tuple = (), sharded: dict | None = None,
+          computes_in: dict | None = None) -> Target:
     """``steps``: the library's trainer step per batch objective (``--partition``);
+    ``sharded``: the library's vocabulary-parallel function per objective (``--shard-vocab``);
+    ``computes_in``: {objective: "float32"} where the library computes in float32 by design;
     ``split_findings``: findings whose ``covers(case, dtype, split)`` reads the partition;
     ``temperature_free``: objectives whose library function has no temperature (T = 1 only)."""
     spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "known_rules": known_rules(findings),
             "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"],
-            "steps": steps or {}, "known_splits": split_rules(split_findings),
+            "steps": steps or {}, "sharded": sharded or {}, "computes_in": computes_in or {}, "known_splits": split_rules(split_findings),
             "temperature_free": list(temperature_free)}
     return from_mapping(spec, name)
 
