@@ -19,6 +19,7 @@ import numpy as np
 
 from lossproof.conformance import catalog, numbers
 from lossproof.conformance.compare import K_ELEM
+from lossproof.conformance.generate import lm_pitfalls
 from lossproof.conformance.generate import sampling as S
 from lossproof.conformance.generate.case import Case, generated
 
@@ -137,6 +138,8 @@ GROUPS = {
                    "liger_kernel/ops/cross_entropy.py; PaLM §5 (z-loss), Gemma 2 §2 (soft-capping)",
     "invalid": "inputs outside the domain (all conventions)",
 }
+
+NOTES, GROUPS = {**NOTES, **lm_pitfalls.NOTES}, {**GROUPS, **lm_pitfalls.GROUPS}
 
 
 # ----------------------------------------------------------------------------- cotangents
@@ -583,7 +586,7 @@ def cases() -> list[Case]:
         out += _tempered_random(objective, seed + 20000, 60, low=True)
         out += _large(objective, seed + 20500, {}, {})
         out += _tempered_invalid(objective)
-    return out
+    return out + [_case(**spec) for spec in lm_pitfalls.cases()]   # vector set 1.7.0
 
 
 # ----------------------------------------------------------------------------- tolerance scales

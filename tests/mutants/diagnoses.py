@@ -117,6 +117,8 @@ EXPECTED = {
     "LM_CE_SMOOTHING_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_Z_LOSS_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
+    "LM_CE_Z_LOSS_ON_IGNORED_PER_TOKEN": [("condition", "with ignored labels (label = ignore_index)")],
+    "LM_CE_SMOOTHING_FROM_PROBABILITIES": [("non-finite", "SmoothingUnderflow")],
     "LM_LCE_BIAS_NOT_TRAINED": [("gradient-only", "the values are right")],
     "LM_LCE_BFLOAT16_LOGITS": [UNEXPLAINED],           # 8-bit logits: no float32-inside twin to match
     "LM_LCE_NORMALIZER_TWICE": [UNEXPLAINED],          # the effective normalizer N² is no value tried
