@@ -359,3 +359,17 @@ BETA_ZERO_FORMS = {
     "beta-0-reinforce": _gated(_lg(None, "k3", None, False, "token-mean"), "reinforce"),
 }
 BETA_ZERO_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+# grpo.loss with the rollout correction's weight on the policy term (the optional input is_weight),
+# vector set 1.7.0 (grpo_tis): group -> (the library's grpo.loss conventions, how its weights are
+# formed: (per token 'truncate' / 'mask' or per row 'sequence', lower, upper), parameters; 'betas':
+# the β drawn from).
+TIS_LOSS_GROUPS = {
+    "trl-1.16-is-token_truncate": (LOSS_GROUPS["trl-1.16"], ("truncate", None, 3.0), {"betas": (0.0, 0.04)}),
+    "trl-1.16-is-sequence_truncate": (LOSS_GROUPS["trl-1.16-grpo"], ("sequence", None, 3.0), {"betas": (0.0, 0.04)}),
+    "verl-0.9.1-tis": (LIBRARY_LOSS_GROUPS["verl-0.9.1-clamp"], ("truncate", None, 2.0), {"betas": (0.001, 0.0)}),
+    "verl-0.9.1-icepop": (LIBRARY_LOSS_GROUPS["verl-0.9.1-clamp"], ("mask", 0.5, 5.0), {"betas": (0.001, 0.0)}),
+    "verl-0.9.1-gspo-tis": (SEQUENCE_LOSS_GROUPS["verl-0.9.1-gspo-token-mean"], ("truncate", None, 2.0),
+                            {"eps_low": 3e-4, "eps_high": 4e-4, "betas": (0.001, 0.0)}),
+    "art-tis": (GATED_LOSS_GROUPS["cispo"], ("truncate", None, 5.0), {"eps_high": 4.0, "betas": (0.0,)}),
+}
