@@ -379,8 +379,9 @@ OBJECTIVES: tuple[Objective, ...] = (
         reduction="values", k_base=4.0,
         step="count", step_loss="value"),
     Objective(
-        "grpo.loss", "−aggregate(c_t·C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL term "
-        "reduced by kl_aggregation when given), c_t the detached rollout-correction weight is_weight (1 when absent).",
+        "grpo.loss", "−aggregate(c_t·C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL "
+        "term reduced by kl_aggregation when given), c_t the detached rollout-correction weight is_weight (1 when "
+        "absent).",
         (Input("logp", "B,T"), Input("old_logp", "B,T"), Input("ref_logp", "B,T"),
          Input("advantages", "B"), Input("mask", "B,T", kind="mask"),
          # Clip-Cov's / KL-Cov's token selection (arXiv 2505.22617 §4), carried so that vectors are
