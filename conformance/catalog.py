@@ -390,13 +390,17 @@ OBJECTIVES: tuple[Objective, ...] = (
         reduction="values", k_base=4.0,
         step="count", step_loss="value"),
     Objective(
-        "grpo.loss", "−aggregate(C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL term "
-        "reduced by kl_aggregation when given).",
+        "grpo.loss", "−aggregate(c_t·C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL "
+        "term reduced by kl_aggregation when given), c_t the detached rollout-correction weight is_weight (1 when "
+        "absent).",
         (Input("logp", "B,T"), Input("old_logp", "B,T"), Input("ref_logp", "B,T"),
          Input("advantages", "B"), Input("mask", "B,T", kind="mask"),
          # Clip-Cov's / KL-Cov's token selection (arXiv 2505.22617 §4), carried so that vectors are
          # deterministic; vectors of version 1.5.0 on
-         Input("selected", "B,T", kind="mask", optional=True)),
+         Input("selected", "B,T", kind="mask", optional=True),
+         # the rollout correction's detached weight of each token's policy term (TRL 1.16.0, verl
+         # 0.9.1, ART: the token loss times a truncated or masked IS weight); vector set 1.7.0 on
+         Input("is_weight", "B,T", optional=True)),
         (Param("eps_low", 0.2), Param("eps_high", None), Param("dual_clip", None, convention=True),
          Param("beta", 0.04, source="DeepSeekMath §4.2 (β = 0.04)"),
          Param("kl_kind", "k3", ("k1", "k2", "k3", "abs"), "DeepSeekMath eq. 4", convention=True),

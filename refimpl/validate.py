@@ -567,6 +567,14 @@ def top_k_untied(tied: bool, k: int) -> None:
         fail("selected", f"the top-{k} covariance is tied at the boundary: pass the selected tokens")
 
 
+def is_weights(negative: bool) -> None:
+    """grpo.loss's ``is_weight``: a detached per-token weight of the policy term (a truncated or
+    masked rollout-correction weight, TRL 1.16.0 / verl 0.9.1 / ART), finite and >= 0 (an IS
+    weight is a ratio of probabilities): ``negative`` says whether one is below 0."""
+    if negative:
+        fail("is_weight", "must be >= 0 (a ratio of probabilities)")
+
+
 def cispo_clip(value, policy_loss: str, eps_low, eps_high) -> str:
     """Which bounds CISPO's IS weight has: 'upper' min(ρ, 1 + ε_high) (MiniMax-M1 §3.1 with
     ε_low^IS large), 'both' clip(ρ, 1 − ε_low, 1 + ε_high) (the paper's eq. written in full; verl

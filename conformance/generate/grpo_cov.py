@@ -181,7 +181,7 @@ def _top_k_gap(lp, adv, mask, ratio):
     return abs(cov[k - 1] - cov[k]) > GAP * max(abs(cov[k - 1]), abs(cov[k]), 1e-300)
 
 
-def _selection(r, policy, lp, old, adv, mask, params, topk):
+def selection(r, policy, lp, old, adv, mask, params, topk):
     """The ``selected`` input (None: KL-Cov's own top-k) and the flag naming how it was made."""
     shape = (len(mask), len(mask[0]))
     if policy == "clip-cov":
@@ -226,7 +226,7 @@ def _random_loss(group, gi, i, grid=None) -> Case:
     mask = S.mask(r, b, t)
     lp = loss_away(lp, old, ref, params, conv, dtype)
     # low precision: the selection is given (a top-k formed in bfloat16 may order differently)
-    selected, how = (_selection(r, policy, lp, old, adv, mask, params, i % 2 == 1 and grid is None)
+    selected, how = (selection(r, policy, lp, old, adv, mask, params, i % 2 == 1 and grid is None)
                      if policy in ("clip-cov", "kl-cov") else (None, None))
     flags = ("Random",) + ((how,) if how else ()) + (("LowPrecision",) if grid else ()) \
         + (("BetaZero",) if params["beta"] == 0 else ())

@@ -338,3 +338,38 @@ def sequence_away(lp, old, ref, mask, adv, params, conv, dtype):
             j = tokens[step % len(tokens)]
             lp[i][j] = S.rounded([min(lp[i][j] - 0.02 * step, -1e-6)], dtype)[0]
     return lp
+
+
+# grpo.loss without a KL term (β = 0: TRL 1.16.0 GRPOConfig.beta's default, DAPO's "Removing KL
+# Divergence", verl 0.9.1 actor.use_kl_loss False), vector set 1.7.0: each policy loss (a form
+# here) in each aggregation (BETA_ZERO_AGGREGATIONS), one group per pair, named
+# form-aggregation; the KL conventions are the paper's and are never read.
+BETA_ZERO_FORMS = {
+    "beta-0-ppo-clip": _gated(_lg(None, "k3", None, False, "token-mean"), "ppo-clip"),
+    "beta-0-ppo-dual-clip": _gated(_lg(3.0, "k3", None, False, "token-mean"), "ppo-clip"),
+    "beta-0-gspo": _seq(_lg(None, "k3", None, False, "token-mean")),
+    "beta-0-gspo-token": _seq(_lg(None, "k3", None, False, "token-mean"), "sequence-token"),
+    "beta-0-gmpo": _seq(_lg(None, "k3", None, False, "token-mean"), policy="gmpo"),
+    "beta-0-cispo": _gated(_lg(None, "k3", None, False, "token-mean"), "cispo"),
+    "beta-0-cispo-both": _gated(_lg(None, "k3", None, False, "token-mean"), "cispo", "both"),
+    "beta-0-cispo-raw-upper": _gated(_lg(None, "k3", None, False, "token-mean"), "cispo", "raw-upper"),
+    "beta-0-sapo": _gated(_lg(None, "k3", None, False, "token-mean"), "sapo"),
+    "beta-0-clip-cov": _gated(_lg(None, "k3", None, False, "token-mean"), "clip-cov"),
+    "beta-0-kl-cov": _gated(_lg(None, "k3", None, False, "token-mean"), "kl-cov"),
+    "beta-0-reinforce": _gated(_lg(None, "k3", None, False, "token-mean"), "reinforce"),
+}
+BETA_ZERO_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+# grpo.loss with the rollout correction's weight on the policy term (the optional input is_weight),
+# vector set 1.7.0 (grpo_tis): group -> (the library's grpo.loss conventions, how its weights are
+# formed: (per token 'truncate' / 'mask' or per row 'sequence', lower, upper), parameters; 'betas':
+# the β drawn from).
+TIS_LOSS_GROUPS = {
+    "trl-1.16-is-token_truncate": (LOSS_GROUPS["trl-1.16"], ("truncate", None, 3.0), {"betas": (0.0, 0.04)}),
+    "trl-1.16-is-sequence_truncate": (LOSS_GROUPS["trl-1.16-grpo"], ("sequence", None, 3.0), {"betas": (0.0, 0.04)}),
+    "verl-0.9.1-tis": (LIBRARY_LOSS_GROUPS["verl-0.9.1-clamp"], ("truncate", None, 2.0), {"betas": (0.001, 0.0)}),
+    "verl-0.9.1-icepop": (LIBRARY_LOSS_GROUPS["verl-0.9.1-clamp"], ("mask", 0.5, 5.0), {"betas": (0.001, 0.0)}),
+    "verl-0.9.1-gspo-tis": (SEQUENCE_LOSS_GROUPS["verl-0.9.1-gspo-token-mean"], ("truncate", None, 2.0),
+                            {"eps_low": 3e-4, "eps_high": 4e-4, "betas": (0.001, 0.0)}),
+    "art-tis": (GATED_LOSS_GROUPS["cispo"], ("truncate", None, 5.0), {"eps_high": 4.0, "betas": (0.0,)}),
+}

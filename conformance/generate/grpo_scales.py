@@ -175,6 +175,9 @@ def _loss_scale(kwargs, outputs, grads):
                 objective, dsurrogate = _surrogate(rho, a, lo, hi, dual), surrogate
             else:
                 objective, surrogate, dsurrogate = _gated_token_scale(kwargs, rho, lp, a, size_ratio)
+            if kwargs.get("is_weight") is not None:   # the rollout correction's factor of the policy term
+                c = abs(mpmath.mpf(kwargs["is_weight"][i][j]))
+                objective, surrogate, dsurrogate = c * objective, c * surrogate, c * dsurrogate
             k_used, kl_terms, dkl_terms = _kl_token(lp, ref, kind, clamp)
             kl_used = beta * (rho if kwargs["kl_ratio_weight"] else 1) * k_used
             if wk is w:
@@ -225,7 +228,11 @@ def _sequence_loss_scale(kwargs):
             active, magnitude = _branch(s, a, lo, hi, dual)
             objective, through = _surrogate(s, a, lo, hi, dual), (magnitude * size if active else 0)
         value_row, through_row, own = [], [], []
+        row_objective, row_through = objective, through
         for j in on:
+            if kwargs.get("is_weight") is not None:   # the rollout correction's factor of the policy term
+                c = abs(mpmath.mpf(kwargs["is_weight"][i][j]))
+                objective, through = c * row_objective, c * row_through
             lp, ref = lp_all[i][j], mpmath.mpf(kwargs["ref_logp"][i][j])
             k_used, kl_terms, dkl_terms = _kl_token(lp, ref, kind, clamp)
             kl_used = beta * (s if weighted else 1) * k_used

@@ -19,6 +19,7 @@ import numpy as np
 
 from lossproof.conformance import catalog, numbers
 from lossproof.conformance.compare import K_ELEM
+from lossproof.conformance.generate import lm_pitfalls
 from lossproof.conformance.generate import sampling as S
 from lossproof.conformance.generate.case import Case, generated
 
@@ -141,6 +142,8 @@ GROUPS = {
                         "ε·V/(V − 1); NeMo's smoothed cross-entropy)",
     "invalid": "inputs outside the domain (all conventions)",
 }
+
+NOTES, GROUPS = {**NOTES, **lm_pitfalls.NOTES}, {**GROUPS, **lm_pitfalls.GROUPS}
 
 
 # ----------------------------------------------------------------------------- cotangents
@@ -668,7 +671,7 @@ def cases() -> list[Case]:
         out += _tempered_random(objective, seed + 20000, 60, low=True)
         out += _large(objective, seed + 20500, {}, {})
         out += _tempered_invalid(objective)
-    return out + _ce_others() + _lce_others()
+    return out + _ce_others() + _lce_others() + [_case(**spec) for spec in lm_pitfalls.cases()]   # 1.7.0
 
 
 # ----------------------------------------------------------------------------- tolerance scales

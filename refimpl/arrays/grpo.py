@@ -511,6 +511,17 @@ def _log_band(eps_low, eps_high):
     return lo, hi
 
 
+def _is_weight(xp, is_weight, lp):
+    """The detached per-token weight of the policy term (TRL 1.16.0, verl 0.9.1, ART: the token loss
+    times the rollout correction's weight), in the working dtype, or None."""
+    if is_weight is None:
+        return None
+    w = _xp.array(xp, "is_weight", is_weight, lp.dtype)
+    validate.same_shape(logp=_xp.shape(lp), is_weight=_xp.shape(w))
+    validate.is_weights(bool(xp.any(w < 0)))
+    return w
+
+
 def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
          kl_kind: str = "k3", kl_clamp: float | None = None, kl_ratio_weight: bool = False,
@@ -518,7 +529,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
          sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None):
+         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
@@ -531,18 +542,22 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     (arXiv 2511.20347 §3) is σ(τ(ρ_t − 1))·4/τ·A_i, τ = ``sapo_tau_pos`` if A_i > 0 else ``sapo_tau_neg``.
     Library conventions: ``log_ratio_clamp`` (log ρ_t clamped before exp), ``kl_aggregation`` (the
     KL term's own reduction; None: ``aggregation``), ``mean_eps`` (|o_i| + ε in per-row token means).
+    ``is_weight`` [B,T] (optional): a detached weight of each token's policy term, the KL term untouched.
     """
     xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
         log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
         kl_cov_coef, selected)
+    w = _is_weight(xp, is_weight, lp)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
                                                 kl_ratio_weight, clamp, token_policy)
     else:
         policy, penalty = _sequence_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
                                          policy_loss, _log_band(eps_low, eps_high))[:2]
+    if w is not None:
+        policy = policy * w
     return _aggregate_terms(xp, policy, penalty, m, modes)
 
 
@@ -553,7 +568,7 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
              sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None):
+         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
@@ -563,6 +578,9 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
         kl_cov_coef, selected)
     ct = scalar_cotangent(xp, cotangent, dt)
     w_policy, w_penalty = _term_weights(xp, m, modes)
+    w = _is_weight(xp, is_weight, lp)
+    if w is not None:   # a constant factor of each token's policy term: it scales that term's weight
+        w_policy = w_policy * w
     if ratio_level == "token":
         _, dpolicy, _, dpenalty = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
                                                   kl_ratio_weight, clamp, token_policy)

@@ -245,11 +245,23 @@ def _sapo(log_rho, a, tau_pos, tau_neg):
     return _ball.sigmoid(tau * _ball.expm1(log_rho)) * 4 / tau * a
 
 
+def _is_weight(is_weight, shape):
+    """grpo.loss's optional per-token weight of the policy term (TRL 1.16.0 grpo_trainer.py: the token
+    loss times importance_sampling_ratio; verl 0.9.1 core_algos.py: pg_losses * rollout_is_weights), as
+    rows of exact balls, or None; finite and >= 0."""
+    if is_weight is None:
+        return None
+    w = _ball.balls("is_weight", is_weight)
+    validate.same_shape(logp=shape, is_weight=_ball.shape(w))
+    validate.is_weights(any(_ball.sign(x) < 0 for row in w for x in row))
+    return w
+
+
 def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_high=None, dual_clip=None,
           beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
           norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
           kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05,
-          kl_cov_ratio=0.0002, kl_cov_coef=1.0, selected=None):
+          kl_cov_ratio=0.0002, kl_cov_coef=1.0, selected=None, is_weight=None):
     lp = _ball.balls("logp", logp)
     shape = _ball.shape(lp)
     validate.rank("logp", shape, 2)
@@ -282,6 +294,7 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     validate.selection(policy_loss, selected is not None)
     picked = (_selection(policy_loss, selected, lp, adv, m, cov_ratio, shape)
               if policy_loss in validate.COV_POLICY_LOSSES else None)
+    weight = _is_weight(is_weight, shape)
     lp = diff("logp", lp)
     policy, kl_term = [], []
     for i, (lrow, orow, rrow, a, mrow) in enumerate(zip(lp, old, ref, adv, m)):
@@ -315,7 +328,8 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
                 objective = _sapo(log_rho, a, *token_policy)
             else:
                 objective = a * rho if policy_loss == "gmpo" else surrogate(rho, a, *band)
-            prow.append(-objective)
+            # the rollout correction's weight scales the policy term only (a constant: no gradient)
+            prow.append(-objective if weight is None else -objective * weight[i][t])
             krow.append(b * (rho * kl if weighted else kl))
         policy.append(prow)
         kl_term.append(krow)

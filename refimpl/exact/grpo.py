@@ -526,6 +526,20 @@ def _sequence_loss(lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_clamp, k
             np.broadcast_to(-dobjective[:, None], shape), through_penalty, beta * weight * dpenalty, pooled)
 
 
+def _is_weight(is_weight, shape):
+    """The detached per-token weight of the policy term (None: 1): the rollout correction's truncated
+    or masked IS weight as TRL 1.16.0 (trainer/grpo_trainer.py _compute_loss: ``per_token_loss *
+    importance_sampling_ratio``), verl 0.9.1 (trainer/ppo/core_algos.py compute_policy_loss_*:
+    ``pg_losses * rollout_is_weights``) and ART (src/art/loss.py: ``policy_loss *= clamp(ratio,
+    max=upper_bound).detach()``) apply it, before the aggregation and never to the KL term."""
+    if is_weight is None:
+        return None
+    w = mp.array("is_weight", is_weight)
+    validate.same_shape(logp=shape, is_weight=w.shape)
+    validate.is_weights(any(x < 0 for x in w.flat))
+    return w
+
+
 @mp.exact
 def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          eps_high: float | None = None, dual_clip: float | None = None, beta: float = 0.04,
@@ -534,7 +548,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
          sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None):
+         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
@@ -562,18 +576,25 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     ⌊N·``kl_cov_ratio``⌋)). ``policy_loss='reinforce'`` (Williams 1992): C_t = A_i·logπ_t, no
     ratio, no clip (verl 0.9.1 compute_policy_loss_gpg). All three are token-level, without a
     dual clip; KL-Cov and REINFORCE refuse ``log_ratio_clamp``, REINFORCE ``kl_ratio_weight``.
+
+    ``is_weight`` (optional, [B,T], finite and ≥ 0; vector set 1.7.0): a detached weight w_t of each
+    token's policy term, −w_t·C_t, the KL term untouched — the truncated (TIS) or masked rollout
+    correction as TRL 1.16.0, verl 0.9.1 and ART multiply it into the token loss (``_is_weight``).
     """
     lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
         log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
         kl_cov_coef, selected)
+    w = _is_weight(is_weight, lp.shape)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
                                                 clamp, token_policy)
     else:
         policy, penalty = _sequence_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
                                          policy_loss, _log_band(eps_low, eps_high))[:2]
+    if w is not None:
+        policy = policy * w
     return _aggregate_terms(policy, penalty, m, modes)
 
 
@@ -585,7 +606,7 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
              sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None):
+         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
@@ -595,6 +616,9 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
         kl_cov_coef, selected)
     ct = _scalar_cotangent(cotangent)
     w_policy, w_penalty = _term_weights(m, modes)
+    w = _is_weight(is_weight, lp.shape)
+    if w is not None:   # a constant factor of each token's policy term: it scales that term's weight
+        w_policy = w_policy * w
     if ratio_level == "token":
         _, dpolicy, _, dpenalty = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c,
                                                   kl_ratio_weight, clamp, token_policy)

@@ -303,7 +303,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
          sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None):
+         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
     """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
@@ -325,6 +325,9 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     term, KL-Cov's unclipped −ρ_t·A_i gains ``kl_cov_coef``·|logπ_t − logπ_old,t| (without
     ``selected``: the top-k covariance tokens, k = max(1, ⌊N·``kl_cov_ratio``⌋)); 'reinforce'
     (Williams 1992; verl 0.9.1 compute_policy_loss_gpg) is −A_i·logπ_t.
+    ``is_weight`` [B,T] (optional): the rollout correction's weight, detached, multiplying each
+    token's policy term and not the KL term (TRL 1.16.0 trainer/grpo_trainer.py ``per_token_loss *
+    importance_sampling_ratio``; verl 0.9.1 ``pg_losses * rollout_is_weights``).
     ``logp``, ``old_logp``, ``ref_logp``, ``mask`` are [B,T], ``advantages`` [B]. Returns the
     scalar loss; gradient wrt ``logp`` (exactly 0 at masked positions).
     """
@@ -352,6 +355,10 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     eps = validate.mean_eps(mean_eps)
     token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     _check_tokens(m)
+    if is_weight is not None:
+        w_is = _common.array("is_weight", is_weight)
+        validate.same_shape(logp=tuple(lp.shape), is_weight=tuple(w_is.shape))
+        validate.is_weights(bool((w_is.detach() < 0).any()))
 
     out = _common.result_dtype(lp, old, ref, adv)
     work = _common.work_dtype(out)
@@ -388,6 +395,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
             per_token = -(a[:, None] * torch.exp(log_ratio)) + zero
         else:
             per_token = -_surrogate(log_ratio, a[:, None], lower, upper, dual) + zero
+    if is_weight is not None:
+        per_token = per_token * _common.constant(w_is, work)
     if b != 0:  # β = 0 drops the term (no 0·inf when an unused KL overflows)
         log_r = torch.where(m, _common.constant(ref, work) - lp_w, zero)
         penalty = kl.clamped(log_r, kl_kind, c)

@@ -375,6 +375,27 @@ def test_random_inputs_match_exact(case, dtype):
             assert e <= TOL[dtype], f"{oid} {params} seed {seed}: {what} rel err {e:.3g}"
 
 
+IS_WEIGHT_CONVENTIONS = (_grid(policy_loss=["ppo-clip", "cispo", "sapo", "reinforce"],
+                               aggregation=["token-mean", "seq-mean-token-mean"])
+                         + _grid(ratio_level=["sequence", "sequence-token"], aggregation=list(ex_grpo.MODES))
+                         + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], kl_ratio_weight=[False]))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("params", IS_WEIGHT_CONVENTIONS, ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items()))
+def test_is_weight_matches_exact(params, dtype):
+    """grpo.loss with the rollout correction's weight on the policy term (vector set 1.7.0): truncated
+    weights, some 0 (masked IS), values and gradients against the exact reference."""
+    for seed in SEEDS:
+        rng = np.random.default_rng(seed)
+        kwargs = _inputs("grpo.loss", rng)
+        kwargs["is_weight"] = np.minimum(np.exp(rng.normal(0, 0.8, (3, 4))), 3.0) * (rng.random((3, 4)) > 0.2)
+        errs = compare_case("grpo.loss", kwargs, {"beta": 0.1, **params}, dtype, seed)
+        for what, e in errs.items():
+            _record("grpo.loss", dtype, what, e)
+            assert e <= TOL[dtype], f"grpo.loss {params} seed {seed}: {what} rel err {e:.3g}"
+
+
 # ------------------------------------------------------------------------------ extremes
 
 def _extreme_cases():
@@ -601,6 +622,9 @@ def _bad_inputs():
     bad("grpo.loss", None, None, kl_kind="k0")
     bad("grpo.loss", None, None, kl_ratio_weight="yes")
     bad("grpo.loss", None, None, aggregation="mean")
+    bad("grpo.loss", "is_weight", np.full((3, 4), -0.5))
+    bad("grpo.loss", "is_weight", np.full((3, 4), np.inf))
+    bad("grpo.loss", "is_weight", np.ones(3))
     bad("proximal_kl.future_cost", "mask", np.zeros((3, 4)))
     bad("proximal_kl.future_cost", None, None, window=0)
     bad("proximal_kl.future_cost", None, None, window=1.5)

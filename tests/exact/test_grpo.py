@@ -900,3 +900,60 @@ def test_bad_cotangent():
     _raises("cotangent", grpo.loss_vjp, [1.0, 2.0], **LOSS_GOOD)
     _raises("cotangent", grpo.aggregate_vjp, float("nan"), **AGG_GOOD)
     _raises("cotangent", grpo.clip_vjp, [1.0], **CLIP_GOOD)
+
+
+# --------------------------------------------------------------------------- loss: rollout correction (is_weight)
+
+IS_WEIGHT = [[0.5, 2.0, 1.25], [0.0, 3.0, 7.5], [1.5, 0.0, 0.0], [2.0, 2.0, 2.0]]   # masked slots hold anything
+
+
+@pytest.mark.parametrize("policy,level", [("ppo-clip", "token"), ("reinforce", "token"),
+                                          ("sapo", "token"), ("ppo-clip", "sequence"), ("gmpo", "sequence")])
+@pytest.mark.parametrize("aggregation", grpo.MODES)
+def test_loss_is_weight_vjp_matches_numerical_derivative(policy, level, aggregation):
+    """(CISPO's gradient is not its value's derivative: its weight is detached.)"""
+    case = _loss_case(67)
+    params = dict(policy_loss=policy, ratio_level=level, aggregation=aggregation, beta=0.3, kl_kind="k3",
+                  eps_low=0.35, eps_high=0.35 if policy == "gmpo" else 0.28)
+    if level == "token" and policy == "ppo-clip":
+        _assert_away_from_kinks(case, **params)
+    _check(grpo.loss, grpo.loss_vjp, {**case, **params, "is_weight": IS_WEIGHT}, ["logp"], -0.75)
+
+
+@pytest.mark.parametrize("kl_ratio_weight", [False, True])
+def test_is_weight_scales_the_policy_term_only(kl_ratio_weight):
+    """TRL 1.16.0 _compute_loss: per_token_loss·importance_sampling_ratio, then + β·per_token_kl: the loss
+    with weights c is aggregate(−c·C) + β·aggregate(w·KL), composed here from grpo.clip, kl.estimator and
+    grpo.aggregate; with every weight 1 it is the loss without weights, with every weight 0 the KL term alone."""
+    case = _loss_case(71)
+    params = dict(eps_low=0.2, eps_high=0.28, dual_clip=3.0, beta=0.3, kl_ratio_weight=kl_ratio_weight,
+                  aggregation="seq-mean-token-mean")
+    with mpmath.workdps(50):
+        clipped = grpo.clip(case["logp"], case["old_logp"], np.repeat(np.array(LOSS_ADV)[:, None], 3, axis=1),
+                            eps_low=0.2, eps_high=0.28, dual_clip=3.0)
+        klv = kl.estimator(np.array(case["logp"]).ravel(), np.array(case["ref_logp"]).ravel(), kind="k3").reshape(4, 3)
+        w = mp.exp(mp.array("x", case["logp"]) - mp.array("y", case["old_logp"])) if kl_ratio_weight else 1
+        c = mp.array("c", IS_WEIGHT)
+        want = (grpo.aggregate(-c * clipped, LOSS_MASK) + mpmath.mpf(0.3) * grpo.aggregate(w * klv, LOSS_MASK))
+        assert abs(grpo.loss(**case, **params, is_weight=IS_WEIGHT) - want) < TINY
+        ones = [[1.0] * 3 for _ in range(4)]
+        assert grpo.loss(**case, **params, is_weight=ones) == grpo.loss(**case, **params)
+        zeros = [[0.0] * 3 for _ in range(4)]
+        kl_only = mpmath.mpf(0.3) * grpo.aggregate(w * klv, LOSS_MASK)
+        assert abs(grpo.loss(**case, **params, is_weight=zeros) - kl_only) < TINY
+        ct = mpmath.mpf(1)
+        # zero weights leave the KL term's gradient, as zero advantages do (the policy term is A·…)
+        g_zero = grpo.loss_vjp(ct, **case, **params, is_weight=zeros)["logp"]
+        g_kl = grpo.loss_vjp(ct, **{**case, "advantages": [0.0] * 4}, **params)["logp"]
+        assert all(abs(a - b) < TINY for a, b in zip(g_zero.flat, g_kl.flat))
+        assert any(abs(x) > 1e-3 for x in g_zero.flat)
+        g_policy_none = grpo.loss_vjp(ct, **case, **{**params, "beta": 0.0}, is_weight=zeros)["logp"]
+        assert all(x == 0 for x in g_policy_none.flat)
+
+
+@pytest.mark.parametrize("weights,why", [
+    ([[1.0, -0.5, 1.0]] * 4, "must be >= 0"), ([[1.0, float("nan"), 1.0]] * 4, ""),
+    ([[1.0, float("inf"), 1.0]] * 4, ""), ([1.0, 1.0, 1.0, 1.0], ""), ([[1.0, 1.0]] * 4, "")])
+def test_is_weight_bad_input(weights, why):
+    with pytest.raises(InputError, match=rf"^is_weight: .*{why}"):
+        grpo.loss(**_loss_case(73), is_weight=weights)

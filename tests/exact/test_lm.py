@@ -91,6 +91,22 @@ def test_z_loss_and_softcap_definitions():
     assert abs(lm.cross_entropy([[1e4, -1e4, 3.0]], [2], softcap=30.0) - (lse - capped[2])) < mpmath.mpf(10) ** -45
 
 
+def test_z_loss_is_zero_at_ignored_tokens_per_token():
+    """PaLM (arXiv 2204.02311) §5: ζ·log²Z is an auxiliary of the trained tokens. Under reduction
+    'none' an ignored token's loss is exactly 0 and so is its gradient row; a counted token's is its
+    NLL plus ζ·lse² (OLMo-core 3.0.0 cross_entropy_loss keeps ζ·lse² at ignored tokens here)."""
+    z, y = [[8.0, 9.5, 7.25], [10.0, 6.0, 9.0], [7.5, 8.5, 12.0]], [1, -100, -100]
+    per = lm.cross_entropy(z, y, z_loss=0.1, label_smoothing=0.2, reduction="none")
+    assert per[1] == 0 and per[2] == 0
+    lse = mpmath.log(mpmath.fsum(mpmath.exp(mpmath.mpf(u)) for u in z[0]))
+    nll = [lse - mpmath.mpf(u) for u in z[0]]
+    eps = mpmath.mpf(0.2)
+    want = (1 - eps) * nll[1] + eps * mpmath.fsum(nll) / 3 + mpmath.mpf(0.1) * lse ** 2
+    assert abs(per[0] - want) < mpmath.mpf(10) ** -45
+    grad = lm.cross_entropy_vjp([1.0, 2.0, -1.5], z, y, z_loss=0.1, reduction="none")["logits"]
+    assert all(g == 0 for g in grad[1]) and all(g == 0 for g in grad[2])
+
+
 def test_reductions_and_normalizer():
     z, y = _logits(4, 4, 3), [0, -100, 2, 1]
     per = lm.cross_entropy(z, y, reduction="none")

@@ -67,6 +67,7 @@ EXPECTED = {
     "LOSS_DECLARED_KL_CLAMP_IGNORED": [("convention", "called with kl_clamp=10.0, it computes kl_clamp=None"),
                                        UNEXPLAINED],
     "LOSS_CISPO_WEIGHT_ATTACHED": [("gradient-only", "the values are right")],
+    "LOSS_IS_WEIGHT_IGNORED": [UNEXPLAINED],
     # grpo.loss, vector set 1.5.0: Clip-Cov, KL-Cov, REINFORCE (formulas no convention expresses)
     "KL_COV_PENALTY_WITHOUT_ABS": [UNEXPLAINED],
     "CLIP_COV_VALUE_KEPT": [("value-only", "the loss reported is not the loss trained")],
@@ -117,6 +118,8 @@ EXPECTED = {
     "LM_CE_SMOOTHING_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_Z_LOSS_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
+    "LM_CE_Z_LOSS_ON_IGNORED_PER_TOKEN": [("condition", "with ignored labels (label = ignore_index)")],
+    "LM_CE_SMOOTHING_FROM_PROBABILITIES": [("non-finite", "SmoothingUnderflow")],
     "LM_LCE_BIAS_NOT_TRAINED": [("gradient-only", "the values are right")],
     "LM_LCE_BFLOAT16_LOGITS": [UNEXPLAINED],           # 8-bit logits: no float32-inside twin to match
     "LM_LCE_NORMALIZER_TWICE": [UNEXPLAINED],          # the effective normalizer N² is no value tried

@@ -370,7 +370,7 @@ def cispo(logp, old, adv, kw, *, weight_attached=False):
 
 
 def loss(kw, *, ref_attached=False, kl_over_padding=False, weight_detached=False, aggregation=None,
-         clamp_ignored=False, cispo_weight_attached=False):
+         clamp_ignored=False, cispo_weight_attached=False, is_weight_ignored=False):
     """−aggregate(C_t) + β·aggregate(w_t·KL_t); every keyword after ``*`` switches one bug on."""
     logp, mask = kw["logp"], kw["mask"]
     m = mask != 0
@@ -383,6 +383,8 @@ def loss(kw, *, ref_attached=False, kl_over_padding=False, weight_detached=False
         c = cispo(logp, old, adv, kw, weight_attached=cispo_weight_attached)
     else:
         c = clip(logp, old, adv, kw.get("eps_low", 0.2), kw.get("eps_high"), kw.get("dual_clip"))
+    if kw.get("is_weight") is not None and not is_weight_ignored:   # the rollout correction: policy term only
+        c = c * kw["is_weight"].detach()
     per_token = torch.where(m, -c, zero)
     if beta != 0:   # β = 0 drops the term (no 0·inf from an unused overflowing estimate)
         ref = kw["ref_logp"].detach()
@@ -465,6 +467,17 @@ def loss_cispo_weight_attached(**kw):
     return loss(kw, cispo_weight_attached=True)
 
 
+@checked(LOSS)
+def loss_is_weight_ignored(**kw):
+    """The rollout correction's importance-sampling weight taken but never multiplied into the loss.
+
+    Seen: rlcode/per issue #3 (prioritized replay: the IS weights are computed and returned with the
+    batch, "however, the weights aren't used further in the code"); TRL 1.16.0 (trainer/grpo_trainer.py
+    _compute_loss, ``per_token_loss * inputs["importance_sampling_ratio"]``) and verl 0.9.1
+    (``pg_losses * rollout_is_weights``) multiply it into each token's policy term."""
+    return loss(kw, is_weight_ignored=True)
+
+
 PAIRS = [
     Pair("ADV_SAMPLE_STD", ADV, adv_sample_std, adv_twin, ADV_CONVENTIONS),
     Pair("ADV_EPS_INSIDE_SQRT", ADV, adv_eps_inside_sqrt, adv_twin, ADV_CONVENTIONS),
@@ -491,6 +504,7 @@ PAIRS = [
     Pair("LOSS_RATIO_WEIGHT_DETACHED", LOSS, loss_ratio_weight_detached, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_TOKEN_MEAN_NOT_SEQ_MEAN", LOSS, loss_token_mean_not_seq_mean, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_DECLARED_KL_CLAMP_IGNORED", LOSS, loss_declared_kl_clamp_ignored, loss_twin, LOSS_CONVENTIONS),
+    Pair("LOSS_IS_WEIGHT_IGNORED", LOSS, loss_is_weight_ignored, loss_twin, LOSS_CONVENTIONS),
     Pair("LOSS_CISPO_WEIGHT_ATTACHED", LOSS, loss_cispo_weight_attached, loss_twin,
          {**LOSS_CONVENTIONS, "policy_loss": ["cispo"], "cispo_clip": ["upper", "both", "raw-upper"]}),
 ]

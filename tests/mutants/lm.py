@@ -20,7 +20,8 @@ def log_softmax(z):
 
 def cross_entropy(logits, labels, ignore_index, label_smoothing, z_loss, softcap, reduction, normalizer, *,
                   ignore_normalizer=False, mean_over_all=False, smoothing_v_minus_1=False,
-                  smoothing_on_ignored=False, z_loss_on_ignored=False, float32=False):
+                  smoothing_on_ignored=False, z_loss_on_ignored=False, float32=False, z_loss_on_ignored_per_token=False,
+                  smoothing_from_probabilities=False):
     """The loss as PyTorch documents it plus the z-loss and the cap; every keyword after ``*`` switches
     one bug on."""
     z = logits.float() if float32 else logits
@@ -34,7 +35,7 @@ def cross_entropy(logits, labels, ignore_index, label_smoothing, z_loss, softcap
     per = torch.where(counted, nll, 0.0)
     if label_smoothing:
         finite = torch.where(torch.isfinite(logq), logq, 0.0)
-        smooth = -finite.sum(dim=-1)
+        smooth = -(torch.log(torch.softmax(z, dim=-1)) if smoothing_from_probabilities else finite).sum(dim=-1)
         if not smoothing_on_ignored:
             smooth = torch.where(counted, smooth, 0.0)
         if smoothing_v_minus_1:
@@ -44,7 +45,8 @@ def cross_entropy(logits, labels, ignore_index, label_smoothing, z_loss, softcap
             per = (1 - label_smoothing) * per + label_smoothing / v * smooth
     if z_loss:
         lse2 = torch.logsumexp(z, dim=-1) ** 2
-        per = per + z_loss * (lse2 if z_loss_on_ignored else torch.where(counted, lse2, 0.0))
+        kept = z_loss_on_ignored or (z_loss_on_ignored_per_token and reduction == "none")
+        per = per + z_loss * (lse2 if kept else torch.where(counted, lse2, 0.0))
     if reduction == "none":
         out = per
     elif reduction == "sum":
@@ -119,6 +121,28 @@ def ce_z_loss_on_ignored_tokens(**kw):
     whose label is ignore_index (the behaviour this mutant drops); PaLM (arXiv 2204.02311) §5 defines the
     z-loss as an auxiliary of the trained tokens."""
     return _ce(z_loss_on_ignored=True)(**kw)
+
+
+@checked(CE)
+def ce_z_loss_on_ignored_per_token(**kw):
+    """The z-loss ζ·lse² kept at ignored tokens when the loss is returned per token.
+
+    Seen: OLMo-core 3.0.0 olmo_core/nn/functional/cross_entropy_loss.py cross_entropy_loss (lines 40–48),
+    which multiplies z² = logsumexp² by the label mask under reduction 'mean' and 'sum' only: with
+    'none' every ignored (padding) token carries ζ·lse²; PaLM (arXiv 2204.02311) §5 defines the z-loss
+    as an auxiliary of the trained tokens."""
+    return _ce(z_loss_on_ignored_per_token=True)(**kw)
+
+
+@checked(CE)
+def ce_smoothing_from_probabilities(**kw):
+    """The smoothing term formed as −Σ_v log(softmax(z)_v) from the probabilities.
+
+    Seen: harvardnlp/annotated-transformer issue #109 (LabelSmoothing fed log of probabilities: log 0 =
+    −inf, the loss inf) and deeplearning4j/deeplearning4j issue #785 (log of an underflowed softmax);
+    PyTorch's cross_entropy forms the term from log_softmax, which stays finite where a probability
+    underflows."""
+    return _ce(smoothing_from_probabilities=True)(**kw)
 
 
 @checked(CE)
@@ -250,6 +274,8 @@ PAIRS = [
     Pair("LM_CE_SMOOTHING_ON_IGNORED", CE, ce_smoothing_on_ignored_tokens, ce_twin, CE_CONVENTIONS),
     Pair("LM_CE_Z_LOSS_ON_IGNORED", CE, ce_z_loss_on_ignored_tokens, ce_twin, CE_CONVENTIONS),
     Pair("LM_CE_FLOAT32_INSIDE_FLOAT64", CE, ce_float32_inside_float64, ce_twin, CE_CONVENTIONS),
+    Pair("LM_CE_Z_LOSS_ON_IGNORED_PER_TOKEN", CE, ce_z_loss_on_ignored_per_token, ce_twin, CE_CONVENTIONS),
+    Pair("LM_CE_SMOOTHING_FROM_PROBABILITIES", CE, ce_smoothing_from_probabilities, ce_twin, CE_CONVENTIONS),
     Pair("LM_LCE_BIAS_NOT_TRAINED", LCE, lce_bias_not_trained, lce_twin, CE_CONVENTIONS),
     Pair("LM_LCE_BFLOAT16_LOGITS", LCE, lce_bfloat16_logits, lce_twin, CE_CONVENTIONS),
     Pair("LM_LCE_NORMALIZER_TWICE", LCE, lce_normalizer_twice, lce_twin, CE_CONVENTIONS),

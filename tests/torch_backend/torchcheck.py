@@ -403,6 +403,21 @@ def cases() -> list[Case]:
                 "logp": _junk(lp, m, rng), "old_logp": _junk(lp + rng.normal(0, 0.3, (3, 5)), m, rng),
                 "ref_logp": _junk(lp + rng.normal(0, 0.5, (3, 5)), m, rng), "advantages": rng.normal(0, 1, 3),
                 "mask": m, "selected": chosen}, {"policy_loss": policy, "aggregation": agg}, 15))
+    # vector set 1.7.0: the rollout correction's weight on the policy term (junk weights at masked slots)
+    for i, p in enumerate(_grid(policy_loss=["ppo-clip", "cispo", "sapo", "reinforce"],
+                                aggregation=["token-mean", "seq-mean-token-mean"], kl_ratio_weight=[False, True])
+                          + _grid(ratio_level=["sequence", "sequence-token"], aggregation=["seq-mean-token-sum"])
+                          + _grid(ratio_level=["sequence"], policy_loss=["gmpo"], aggregation=["token-mean"])):
+        if p.get("policy_loss") == "reinforce" and p["kl_ratio_weight"]:
+            continue
+        rng = np.random.default_rng(1080 + i)
+        m = _mask(rng, 3, 5)
+        lp = _logp(rng, (3, 5))
+        w = np.minimum(np.exp(rng.normal(0, 0.8, (3, 5))), 3.0) * (rng.random((3, 5)) > 0.2)
+        add(Case("grpo.loss", "is_weight," + _label(p), {
+            "logp": _junk(lp, m, rng), "old_logp": _junk(lp + rng.normal(0, 0.3, (3, 5)), m, rng),
+            "ref_logp": _junk(lp + rng.normal(0, 0.5, (3, 5)), m, rng), "advantages": rng.normal(0, 1, 3),
+            "mask": m, "is_weight": w}, {"beta": 0.1, **p}, 15))
 
     # gae.advantages (observation tokens inside row 0, trailing padding elsewhere) and gae.kl_rewards
     for i, p in enumerate(_grid(gamma=[1.0, 0.95], lam=[1.0, 0.8], whiten=["none", "centred", "keep-mean"],
