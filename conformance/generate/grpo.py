@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from lossproof.conformance.generate import grpo_cov, grpo_gated, grpo_loss, grpo_low, grpo_rollout, grpo_scales
+from lossproof.conformance.generate import (grpo_cov, grpo_eps, grpo_gated, grpo_loss, grpo_low, grpo_rollout,
+                                             grpo_scales)
 from lossproof.conformance.generate import sampling as S
 from lossproof.conformance.generate.case import Case, article, generated, rows_without_tokens
 from lossproof.conformance.generate.grpo_inputs import (
@@ -755,11 +756,11 @@ def cases() -> list[Case]:
     return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
             + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
             + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500)
-            + grpo_cov.cases())
+            + grpo_cov.cases() + grpo_eps.aggregate_cases() + grpo_eps.loss_cases())
 
 
 SCALES = grpo_scales.SCALES
 # grpo.rollout_correction and the cases of vector set 1.5.0 (grpo_cov) keep their groups and flags in
 # their own modules
-GROUPS = {**GROUPS, **grpo_rollout.GROUPS, **grpo_cov.GROUPS}
+GROUPS = {**GROUPS, **grpo_rollout.GROUPS, **grpo_cov.GROUPS, **grpo_eps.GROUPS}
 NOTES = {**NOTES, **grpo_rollout.NOTES, **grpo_cov.NOTES}
