@@ -40,5 +40,6 @@ def test_an_undeclared_convention_is_named_in_one_line(undeclared, declared, obj
 def test_the_twin_passes_once_it_declares_the_convention(undeclared, declared, objective, declare):
     results, found = _diagnoses(declared, objective)
     passed = [r for r in results if r.status == "pass"]
-    assert len(passed) >= 10, f"{declared['name']}: {len(passed)} passing cases"
+    # float64 cases of the declared combination only (torchtune's ε is 1e−8: 5 token-mean vectors)
+    assert len(passed) >= 5, f"{declared['name']}: {len(passed)} passing cases"
     assert not [r for r in results if r.status in ("fail", "error")] and not found
