@@ -152,7 +152,8 @@ def _cotangent_seed(objective: str, merged: dict) -> int:
     content = {"objective": objective,
                "inputs": {i.name: numbers.encode_input(merged[i.name]) for i in spec.inputs
                           if merged.get(i.name) is not None},   # an optional input (a bias) absent: not hashed
-               "params": {p.name: merged[p.name] for p in spec.params}}
+               # a late parameter at its default is left out, as from the uid: earlier cases keep their cotangents
+               "params": {p.name: merged[p.name] for p in spec.params if not (p.added and merged[p.name] == p.default)}}
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
