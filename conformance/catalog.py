@@ -179,6 +179,15 @@ _SMOOTHING_CLASSES_SOURCE = ("all V classes, PyTorch's definition (torch.nn.func
                              "megatron/core/tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy "
                              "(smoothing = ε·V/(V − 1), after NeMo's smoothed cross-entropy)")
 
+# Which masked means mean_eps enters (grpo.aggregate, grpo.loss, ppo.entropy_bonus).
+_MEAN_EPS_SCOPE_SOURCE = ("'per-row': only each row's token count |o_i| + ε of 'seq-mean-token-mean' — verl 0.9.1 "
+                          "trainer/ppo/core_algos.py agg_loss and OpenRLHF 0.11.2 aggregate_loss, whose token-mean "
+                          "divides by the token count alone; 'every': every masked mean Σ m·x / (Σ m + ε), "
+                          "token-mean's too — torchtune torchtune/rlhf/rewards.py masked_mean (mask.sum() + 1e-8)")
+_EVERY_MEAN_COUPLED = Coupling("mean_eps_scope", ("every",),
+                               "token-mean adds ε once to the whole batch's token count: no division of micro-batch "
+                               "sums by a global count reproduces it")
+
 OBJECTIVES: tuple[Objective, ...] = (
     Objective(
         "distill.softmax", "Softmax with temperature: q_i = exp(z_i/T) / Σ_j exp(z_j/T).",
@@ -385,10 +394,12 @@ OBJECTIVES: tuple[Objective, ...] = (
                "DeepSeekMath eq. 3 (1/G Σ_i 1/|o_i| Σ_t)", convention=True),
          Param("norm_length", None, source="padded length T (Dr. GRPO uses a constant)"),
          Param("mean_eps", 0.0, source="DeepSeekMath eq. 3 divides by |o_i|; verl 0.9.1 agg_loss and OpenRLHF "
-               "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0")),
+               "0.11.2 aggregate_loss by |o_i| + 1e-8", convention=True, added="1.3.0"),
+         Param("mean_eps_scope", "per-row", ("per-row", "every"), _MEAN_EPS_SCOPE_SOURCE, convention=True,
+               added="1.7.0")),
         ("value",), ("values",), "DeepSeekMath §4.1.1 eq. 3; DAPO §3.3; Dr. GRPO §3",
         reduction="values", k_base=4.0,
-        step="count", step_loss="value"),
+        step="count", step_loss="value", split_coupled=(_EVERY_MEAN_COUPLED,)),
     Objective(
         "grpo.loss", "−aggregate(c_t·C_t) + β·aggregate(w_t·KL_t), w_t = ρ_t if kl_ratio_weight else 1 (the KL "
         "term reduced by kl_aggregation when given), c_t the detached rollout-correction weight is_weight (1 when "
@@ -434,13 +445,16 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("kl_cov_ratio", 0.0002, source="KL-Cov's share of valid tokens, k = max(1, ⌊N·ratio⌋), read when "
                "`selected` is absent; verl 0.9.1 policy_loss.kl_cov_ratio (2e−4)", added="1.5.0"),
          Param("kl_cov_coef", 1.0, source="KL-Cov's weight of |log π − log π_old| on the selected tokens; verl "
-               "0.9.1 policy_loss.ppo_kl_coef (1.0)", added="1.5.0")),
+               "0.9.1 policy_loss.ppo_kl_coef (1.0)", added="1.5.0"),
+         Param("mean_eps_scope", "per-row", ("per-row", "every"), _MEAN_EPS_SCOPE_SOURCE, convention=True,
+               added="1.7.0")),
         ("loss",), ("logp",), "DeepSeekMath §4.1.1 eq. 3–4; DAPO §3.3; Dr. GRPO §3; GSPO; GMPO; CISPO; SAPO; Clip-Cov/KL-Cov; REINFORCE",
         reduction="logp", k_base=8.0,
-        step="terms", step_loss="loss"),
+        step="terms", step_loss="loss", split_coupled=(_EVERY_MEAN_COUPLED,)),
     Objective(
         "gae.advantages", "GAE Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γV_{t+1} − V_t, per row of token rewards and "
-        "values; returns Â + V; optional batch whitening over the valid tokens; 0 at masked tokens; detached.",
+        "values; returns Â + V; optional batch whitening over the valid tokens (with whiten_eps ε: μ, σ² over N + ε, "
+        "(Â − μ)/√(σ² + ε)); 0 at masked tokens; detached.",
         (Input("rewards", "B,T"), Input("values", "B,T"), Input("mask", "B,T", kind="mask")),
         (Param("gamma", 1.0, source="verl 0.9.1 algorithm.gamma and OpenRLHF 0.11.2 --algo.advantage.gamma: 1.0 "
                "(the GAE paper fixes none)"),
@@ -450,7 +464,11 @@ OBJECTIVES: tuple[Objective, ...] = (
          Param("std_ddof", 0, (0, 1), "population std; verl masked_var is unbiased (1), OpenRLHF biased (0)",
                convention=True),
          Param("masked_tokens", "skip", ("skip", "zero"), "a masked token is not a time step (verl 0.9.1 "
-               "compute_gae_advantage_return); OpenRLHF 0.11.2: a step with reward and value 0", convention=True)),
+               "compute_gae_advantage_return); OpenRLHF 0.11.2: a step with reward and value 0", convention=True),
+         Param("whiten_eps", 0.0, source="no ε in GAE eq. 16 (no whitening); TRL's core.py whiten, copied by verl "
+               "0.9.1 verl/utils/torch_functional.py masked_whiten and torchtune torchtune/rlhf/rewards.py whiten: "
+               "the masked mean and variance over Σm + 1e-8, the scale rsqrt(var + 1e-8)", convention=True,
+               added="1.7.0")),
         ("advantages", "returns"), (), "Schulman et al. 2016 (GAE, arXiv 1506.02438) §3 eqs. 10–16",
         reduction="rewards", low_precision=False, docs_examples=("gae.advantages:c6977c2113d474d1", "gae.advantages:06fd10302b1283fd"), k_base=8.0, detached=True),
     Objective(
@@ -689,7 +707,9 @@ OBJECTIVES: tuple[Objective, ...] = (
                convention=True),
          Param("norm_length", None, source="padded length T (Dr. GRPO uses a constant; verl loss_scale_factor)"),
          Param("mean_eps", 0.0, source="PPO eq. 9 divides by the token count; verl 0.9.1 agg_loss by |o_i| + 1e-8 in "
-               "'seq-mean-token-mean'", convention=True)),
+               "'seq-mean-token-mean'", convention=True),
+         Param("mean_eps_scope", "per-row", ("per-row", "every"), _MEAN_EPS_SCOPE_SOURCE, convention=True,
+               added="1.7.0")),
         ("loss",), ("entropy",),
         "Schulman et al. 2017 (PPO, arXiv 1707.06347) §5 eq. 9 and Table 5; verl 0.9.1 workers/utils/losses.py "
         "ppo_loss (policy_loss −= entropy_coeff·agg_loss(entropy, response_mask, loss_agg_mode))",
@@ -698,7 +718,7 @@ OBJECTIVES: tuple[Objective, ...] = (
             "ppo.entropy_bonus:e6615841b2cc2c08",   # a row without tokens under token-mean
             "ppo.entropy_bonus:a2de484e84416d9f",   # the same under verl's seq-mean-token-mean (acceptable)
             "ppo.entropy_bonus:ad676abb8134d8ca"),
-        step="count", step_loss="loss"),  # c = 0 (the libraries' default): loss 0
+        step="count", step_loss="loss", split_coupled=(_EVERY_MEAN_COUPLED,)),  # c = 0 (the libraries' default): loss 0
     Objective(
         "moe.router_z_loss", "ST-MoE router z-loss: the mean over (unmasked) tokens of (log Σ_e exp(x_e))², x the "
         "token's router logits.",

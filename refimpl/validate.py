@@ -516,6 +516,25 @@ def mean_eps(value) -> float:
     return nonnegative("mean_eps", value)
 
 
+MEAN_EPS_SCOPES = ("per-row", "every")
+
+
+def mean_eps_scope(value, eps: float, modes) -> float:
+    """Which masked means ``mean_eps`` ε enters; returns the ε of token-mean's one mean over the
+    batch. 'per-row': only each row's token count in 'seq-mean-token-mean', |o_i| + ε (verl 0.9.1
+    agg_loss and OpenRLHF 0.11.2 aggregate_loss, whose token-mean divides by the token count
+    alone), so 0. 'every': every masked mean Σ m·x / (Σ m + ε), the batch's token mean too
+    (torchtune torchtune/rlhf/rewards.py masked_mean: mask.sum() + 1e-8). The token-sum modes take
+    no mean over tokens: under 'every' an ε that none of ``modes`` divides by is refused, not
+    dropped."""
+    if choice("mean_eps_scope", value, MEAN_EPS_SCOPES) == "per-row":
+        return 0.0
+    if eps and not any(mode in ("token-mean", "seq-mean-token-mean") for mode in modes):
+        fail("mean_eps", f"mode {' and '.join(sorted(set(modes)))} takes no mean over tokens: with mean_eps_scope "
+                         "'every' the ε would enter no denominator")
+    return eps
+
+
 def cov_log_ratio_clamp(clamp, policy_loss: str) -> None:
     """KL-Cov's penalty |log ρ| and REINFORCE's −A·logπ have no clamped ratio to read a
     log_ratio_clamp: refused there rather than applied to one term and not the other (verl
@@ -683,6 +702,17 @@ def discount(name: str, value) -> float:
 def whitening(value) -> str:
     """The batch whitening of GAE advantages: none, centred, or scaled with the mean kept."""
     return choice("whiten", value, WHITENINGS)
+
+
+def whiten_eps(value, whiten: str) -> float:
+    """The ε >= 0 of whitening as TRL's core.py whiten writes it (and verl 0.9.1
+    utils/torch_functional.py masked_whiten, torchtune rlhf/rewards.py whiten copy it, with
+    1e-8): the masked mean and variance divide by Σ m + ε, the scale is rsqrt(σ² + ε); 0 in the
+    papers. Refused with whiten 'none', where it would change nothing."""
+    eps = nonnegative("whiten_eps", value)
+    if eps and whiten == "none":
+        fail("whiten_eps", f"applies to whitening, got {value!r} with whiten 'none'")
+    return eps
 
 
 def masked_tokens(value) -> str:

@@ -58,6 +58,11 @@ ADV_GROUPS = {
     "keep-mean": {"whiten": "keep-mean", "std_ddof": 1, "masked_tokens": "skip"},
     "openrlhf-0.11.2": {"whiten": "centred", "std_ddof": 0, "masked_tokens": "zero"},
 }
+# whiten_eps (1.7.0): drawn after every earlier case, so that their test ids stay
+EPS_GROUPS = {
+    "verl-0.9.1-whiten-eps": {"whiten": "centred", "std_ddof": 1, "masked_tokens": "skip", "whiten_eps": 1e-8},
+    "whiten-eps-1e-3": {"whiten": "keep-mean", "std_ddof": 1, "masked_tokens": "skip", "whiten_eps": 1e-3},
+}
 REWARD_GROUPS = {
     "paper": {"kind": "k1", "clamp": None},
     "k2": {"kind": "k2", "clamp": None},
@@ -83,6 +88,13 @@ GROUPS = {
                        "get_advantages_and_returns (values and rewards × mask) and the batch whitening over the "
                        "action tokens (biased variance; rsqrt(clamp(var, 1e−8)) not expressed). gae.kl_rewards: "
                        "models/utils.py compute_reward with compute_approx_kl 'k1' clamped to ±10",
+    "verl-0.9.1-whiten-eps": "gae.advantages: verl 0.9.1 compute_gae_advantage_return with its masked_whiten as "
+                             "written (verl/utils/torch_functional.py: masked_mean over mask.sum() + 1e-8, "
+                             "masked_var × N/(N − 1), (x − mean)·rsqrt(var + 1e-8); TRL's core.py whiten, which "
+                             "torchtune rlhf/rewards.py whiten copies): whiten_eps 1e−8",
+    "whiten-eps-1e-3": "gae.advantages: the same whitening with ε = 1e−3 and the mean kept (torchtune "
+                       "rlhf/rewards.py whiten with shift_mean=True, verl masked_whiten shift_mean=False): an ε "
+                       "that float32 resolves",
     "k2": "gae.kl_rewards: the k2 estimator (log r)²/2 as the per-token penalty (verl kl_penalty='mse')",
     "verl-0.9.1-low-var-kl": "gae.kl_rewards: verl 0.9.1 apply_kl_penalty with kl_penalty='low_var_kl' (k3, "
                              "clamped to ±10; its ±20 clamp of log r is not expressed)",
@@ -105,7 +117,7 @@ def _mask(r, b, t, interior):
     return mask, lengths
 
 
-def _adv_random(group, seed, dtype, interior):
+def _adv_random(group, seed, dtype, interior, table=ADV_GROUPS):
     r = S.rng(seed)
     b, t = int(r.integers(1, 7)), int(r.integers(2, 13))
     mask, lengths = _mask(r, b, t, interior)
@@ -116,7 +128,7 @@ def _adv_random(group, seed, dtype, interior):
     gamma, lam = PARAMS[seed % len(PARAMS)]
     flags = ("Random",) + (("InteriorMask",) if interior else ())
     return Case(ADV, {"rewards": S.rounded(rewards, dtype), "values": S.rounded(values, dtype), "mask": mask},
-                params={"gamma": gamma, "lam": lam}, conventions=ADV_GROUPS[group], group=group, flags=flags,
+                params={"gamma": gamma, "lam": lam}, conventions=table[group], group=group, flags=flags,
                 comment=f"random B={b}, T={t}, γ={gamma}, λ={lam}" + (", interior masked tokens" if interior else "")
                 + (", float32" if dtype else ""), provenance=generated(seed, "token rewards and values"))
 
@@ -203,6 +215,29 @@ def cases() -> list[Case]:
                         flags=("ScoreOnLastToken",),
                         comment="the score on the last valid token, −β·k elsewhere", provenance=generated(0, "fixed")))
     out.extend(_invalid())
+    return out + _eps_cases()
+
+
+def _eps_cases() -> list[Case]:
+    """whiten_eps: random batches, interior masked tokens, one valid token (N = ddof: 0) and a batch
+    of equal advantages (σ = 0: ε alone scales the offset Σ A·ε/(N + ε) of the mean), and ε with no
+    whitening (invalid)."""
+    out = []
+    for gi, (group, conv) in enumerate(EPS_GROUPS.items()):
+        for i in range(10):
+            out.append(_adv_random(group, 43000 + 100 * gi + i, "float32" if i % 2 == 0 else None,
+                                   interior=i % 3 == 2, table=EPS_GROUPS))
+        out.append(Case(ADV, {"rewards": [[0.0, 1.0, 0.0]], "values": [[0.5, 0.0, 0.0]], "mask": [[0, 1, 0]]},
+                        params={"gamma": 1.0, "lam": 1.0}, conventions=conv, group=group, flags=("SingleToken",),
+                        comment="one valid token: N − 1 = 0, the centred part 0", provenance=generated(0, "fixed")))
+        out.append(Case(ADV, {"rewards": [[0.0, 1.0], [0.0, 1.0]], "values": [[0.0, 0.0], [0.0, 0.0]],
+                              "mask": [[1, 1], [1, 1]]}, params={"gamma": 1.0, "lam": 1.0}, conventions=conv,
+                        group=group, flags=("PaperExample",),
+                        comment="every advantage 1 (σ = 0): the centred part (1 − 4/(4 + ε))/√ε, not 0",
+                        provenance=generated(0, "fixed")))
+    out.append(Case(ADV, {"rewards": [[0.0, 1.0]], "values": [[0.5, 0.0]], "mask": [[1, 1]]},
+                    conventions={"whiten": "none", "whiten_eps": 1e-8}, group="invalid", result="invalid",
+                    flags=("InvalidInput",), comment="whiten_eps without whitening", provenance=generated(0, "fixed")))
     return out
 
 
@@ -228,7 +263,8 @@ def _adv_scale(kwargs, outputs, grads):
         on = [m == 1 for row in kwargs["mask"] for m in row]
         valid = [a for a, o in zip(raw, on) if o]
         mean = mpmath.fsum(valid) / len(valid)
-        var = mpmath.fsum((a - mean) ** 2 for a in valid) / len(valid)
+        # whiten_eps ε: the scale is 1/√(σ² + ε)
+        var = mpmath.fsum((a - mean) ** 2 for a in valid) / len(valid) + mpmath.mpf(kwargs.get("whiten_eps", 0))
         if var > 0:
             scale = worst / mpmath.sqrt(var) * (1 + adv) + adv
     return {"advantages": max(scale, adv), "returns": worst + values}

@@ -13,6 +13,7 @@ import math
 from lossproof.conformance.generate import (
     grpo_beta0,
     grpo_cov,
+    grpo_eps,
     grpo_gated,
     grpo_loss,
     grpo_low,
@@ -764,11 +765,13 @@ def cases() -> list[Case]:
     return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
             + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
             + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500)
-            + grpo_cov.cases() + grpo_beta0.cases() + grpo_tis.cases())
+            + grpo_cov.cases() + grpo_eps.aggregate_cases() + grpo_eps.loss_cases() + grpo_beta0.cases()
+            + grpo_tis.cases())
 
 
 SCALES = grpo_scales.SCALES
 # grpo.rollout_correction and the cases of vector set 1.5.0 (grpo_cov) keep their groups and flags in
-# their own modules, as do those of vector set 1.7.0 (grpo_beta0, grpo_tis)
-GROUPS = {**GROUPS, **grpo_rollout.GROUPS, **grpo_cov.GROUPS, **grpo_beta0.GROUPS, **grpo_tis.GROUPS}
+# their own modules, as do those of vector set 1.7.0 (grpo_eps, grpo_beta0, grpo_tis)
+GROUPS = {**GROUPS, **grpo_rollout.GROUPS, **grpo_cov.GROUPS, **grpo_eps.GROUPS, **grpo_beta0.GROUPS,
+          **grpo_tis.GROUPS}
 NOTES = {**NOTES, **grpo_rollout.NOTES, **grpo_cov.NOTES, **grpo_tis.NOTES}

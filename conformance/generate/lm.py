@@ -10,23 +10,29 @@ hundred drawn ones, so that their repeated expected digits compress in the Large
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 
 import mpmath
 import numpy as np
 
-from lossproof.conformance import catalog, numbers
+from lossproof.conformance import catalog
 from lossproof.conformance.compare import K_ELEM
-from lossproof.conformance.generate import lm_pitfalls
+from lossproof.conformance.generate import lm_pitfalls, lm_smoothing
 from lossproof.conformance.generate import sampling as S
-from lossproof.conformance.generate.case import Case, generated
+from lossproof.conformance.generate.case import Case
+from lossproof.conformance.generate.lm_inputs import CE, ENT, LCE, LOW_V, LP
+from lossproof.conformance.generate.lm_inputs import case as _case
+from lossproof.conformance.generate.lm_inputs import ce_flags as _ce_flags
+from lossproof.conformance.generate.lm_inputs import cotangent as _cotangent
+from lossproof.conformance.generate.lm_inputs import float32 as _float32
+from lossproof.conformance.generate.lm_inputs import labels as _labels
+from lossproof.conformance.generate.lm_inputs import lce_flags as _lce_flags
+from lossproof.conformance.generate.lm_inputs import linear_inputs as _linear_inputs
+from lossproof.conformance.generate.lm_inputs import logits as _logits
+from lossproof.conformance.generate.lm_inputs import shape as _shape
 
-CE, LP, ENT, LCE = "lm.cross_entropy", "lm.token_logprobs", "lm.entropy", "lm.linear_cross_entropy"
 NEG_INF = float("-inf")
 BIG_V = 128256     # Llama 3's vocabulary
-LOW_V = (2, 3, 4, 6, 8, 12, 16)   # vocabularies of the random low-precision cases
 
 NOTES = {
     "Random": {"category": "random", "description": "Random logits (normal, σ from 0.5 to 8) and labels from a "
@@ -146,69 +152,6 @@ GROUPS = {
 NOTES, GROUPS = {**NOTES, **lm_pitfalls.NOTES}, {**GROUPS, **lm_pitfalls.GROUPS}
 
 
-# ----------------------------------------------------------------------------- cotangents
-
-def _cotangent_seed(objective: str, merged: dict) -> int:
-    """A seed from the objective, its inputs and every parameter: the scale functions, which see only
-    those, rebuild the cotangent a case was given."""
-    spec = catalog.get(objective)
-    content = {"objective": objective,
-               "inputs": {i.name: numbers.encode_input(merged[i.name]) for i in spec.inputs
-                          if merged.get(i.name) is not None},   # an optional input (a bias) absent: not hashed
-               "params": {p.name: merged[p.name] for p in spec.params}}
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-def _per_row(objective: str, merged: dict) -> bool:
-    return objective not in (CE, LCE) or merged["reduction"] == "none"
-
-
-def _cotangent(objective: str, merged: dict):
-    """1 for a scalar loss; else nonzero multiples of 1/64 in [−2, 2] per row (exact in bfloat16 and
-    float16)."""
-    if not _per_row(objective, merged):
-        return 1.0
-    r = S.rng(_cotangent_seed(objective, merged))
-    n = len(merged["hidden"] if objective == LCE else merged["logits"])
-    return (r.integers(1, 129, size=n) * r.choice([-1, 1], size=n) / 64.0).tolist()
-
-
-def _case(objective, inputs, params=None, conventions=None, group="paper", flags=(), comment="", seed=0,
-          recipe="fixed", low=False, result="valid") -> Case:
-    params, conventions = dict(params or {}), dict(conventions or {})
-    case = Case(objective, inputs, params=params, conventions=conventions, flags=tuple(flags), comment=comment,
-                result=result, provenance=generated(seed, recipe), low_precision=low, group=group)
-    if result != "invalid":
-        spec = catalog.get(objective)
-        merged = {**spec.defaults, **conventions, **params, **inputs}
-        case.cotangents = {spec.outputs[0]: _cotangent(objective, merged)}
-    return case
-
-
-# ----------------------------------------------------------------------------- inputs
-
-def _shape(r, v_max=12, n_max=6):
-    return int(r.integers(1, n_max + 1)), int(r.integers(2, v_max + 1))
-
-
-def _logits(r, n, v):
-    return S.logits(r, (n, v), float(r.choice([0.5, 1.0, 3.0, 8.0])))
-
-
-def _labels(r, n, v, ignored=0.0, ignore_index=-100):
-    y = [int(t) for t in r.integers(0, v, size=n)]
-    if ignored:
-        y = [ignore_index if r.random() < ignored else t for t in y]
-        if all(t == ignore_index for t in y):
-            y[0] = int(r.integers(0, v))
-    return y
-
-
-def _float32(x):
-    return S.in_dtype(x, "float32")
-
-
 # ----------------------------------------------------------------------------- lm.cross_entropy
 
 _CE_SETS = (   # group, conventions, params: the convention sets the random cases cycle through
@@ -223,11 +166,6 @@ _CE_SETS = (   # group, conventions, params: the convention sets the random case
     ("liger-0.8.5", {"reduction": "sum"}, {"label_smoothing": 0.25, "z_loss": 0.05}),
     ("liger-0.8.5", {"reduction": "none"}, {"label_smoothing": 0.5, "softcap": 2.0}),
 )
-
-
-def _ce_flags(params):
-    return tuple(f for k, f in (("label_smoothing", "LabelSmoothing"), ("z_loss", "ZLoss"), ("softcap", "Softcap"),
-                                ("normalizer", "Normalizer")) if k in params)
 
 
 def _with_normalizer(params, labels, r):
@@ -365,105 +303,11 @@ def _ce_invalid() -> list[Case]:
             for inputs, params, conv, why in bad]
 
 
-# ----------------------------------------------------------------------------- smoothing over the other classes
-#
-# smoothing_classes='others' (1.7.0): drawn after every earlier case of both objectives so that their
-# test ids stay. ε ≤ (V − 1)/V throughout, the range where Megatron-core's weight ε·V/(V − 1) is at
-# most 1 (it asserts ε < 1).
-
-_OTHERS_SETS = (   # conventions, params
-    ({}, {"label_smoothing": 0.1}),
-    ({"reduction": "sum"}, {"label_smoothing": 0.2}),
-    ({"reduction": "none"}, {"label_smoothing": 0.05}),
-    ({}, {"label_smoothing": 0.1, "z_loss": 1e-4}),
-    ({}, {"label_smoothing": 0.25, "softcap": 5.0}),
-)
-
-
-def _others(conv):
-    return {**conv, "smoothing_classes": "others"}
-
-
-def _ce_others() -> list[Case]:
-    out = []
-    for i in range(24):
-        seed, low = 31000 + i, i >= 12
-        grid = S.low_grid(i) if low else None
-        conv, params = _OTHERS_SETS[i % len(_OTHERS_SETS)]
-        r = S.rng(seed)
-        n, v = (int(r.integers(1, 7)), int(r.choice(LOW_V[1:]))) if low else _shape(r, n_max=6)
-        v = max(v, 3)
-        z, y = _logits(r, n, v), _labels(r, n, v, 0.2)
-        z = S.in_low(z, grid) if low else (_float32(z) if i % 2 == 0 else z)
-        where = f", logits exact in {S.grid_note(grid)}" if low else ""
-        out.append(_case(CE, {"logits": z, "labels": y}, params, _others(conv), "smoothing-others",
-                         ("Random",) + (("LowPrecision",) if low else ()) + _ce_flags(params),
-                         f"random N={n}, V={v}{where}, ε over the V − 1 other classes", seed,
-                         "normal logits, labels with ignore_index", low=low))
-    edges = (
-        ({"logits": [[1.5, -0.5], [0.25, 2.0]], "labels": [0, 0]}, {"label_smoothing": 0.5}, ("LabelSmoothing",),
-         "V = 2, ε = 1/2: the target is (1/2, 1/2) — Megatron's weight ε·V/(V−1) is exactly 1"),
-        ({"logits": [[1.5] * 7, [-2.0] * 7], "labels": [3, 6]}, {"label_smoothing": 0.1},
-         ("Uniform", "LabelSmoothing"), "equal logits: log 7 under either smoothing"),
-        ({"logits": [[1e4, -1e4, 0.0, 9999.0], [-1e4, 1e4, 1e4, -1e4], [1e4, -1e4, -1e4, -1e4]],
-          "labels": [0, 0, 0]}, {"label_smoothing": 0.1}, ("HugeLogits", "LabelSmoothing"),
-         "±1e4: the other classes' −log q_v are ~1e4, the label's ~0 or 2e4"),
-    )
-    for k, (inputs, params, flags, comment) in enumerate(edges):
-        out.append(_case(CE, inputs, params, _others({}), "smoothing-others", flags, comment, 31100 + k))
-    bad = (
-        ({"logits": [[0.5], [-3.0]], "labels": [0, 0]}, {"label_smoothing": 0.1}, _others({}),
-         "V = 1 with smoothing over the other classes: there is none"),
-        ({"logits": [[1.0, 2.0], [0.5, -0.5]], "labels": [0, 1]}, {"label_smoothing": 0.1},
-         {"smoothing_classes": "rest"}, "unknown smoothing_classes"),
-    )
-    out += [_case(CE, inputs, params, conv, "invalid", ("InvalidInput",), why, result="invalid")
-            for inputs, params, conv, why in bad]
-    return out
-
-
-def _lce_others() -> list[Case]:
-    out = []
-    for i in range(24):
-        seed, low = 32000 + i, i >= 12
-        grid = S.low_grid(i) if low else ("float32" if i % 2 == 0 else None)
-        conv, params = _OTHERS_SETS[i % len(_OTHERS_SETS)]
-        r = S.rng(seed)
-        n, h = int(r.integers(1, 5)), int(r.choice((1, 2, 4, 8)))
-        v = int(r.choice(LOW_V[1:])) if low else int(r.integers(3, 17))
-        inputs = _linear_inputs(r, n, h, v, bias=i % 4 >= 2, grid=grid)
-        inputs["labels"] = _labels(r, n, v, 0.2)
-        where = f", inputs exact in {S.grid_note(grid)}" if low else ""
-        out.append(_case(LCE, inputs, params, _others(conv), "smoothing-others",
-                         ("Random",) + (("LowPrecision",) if low else ()) + _lce_flags(params, inputs),
-                         f"random N={n}, H={h}, V={v}{', bias' if 'bias' in inputs else ''}{where}, ε over the "
-                         f"V − 1 other classes", seed, "normal hidden and weight (σ/√H), labels with ignore_index",
-                         low=low))
-    h = [[1.0, -0.5, 2.0], [0.25, 0.75, -1.5]]
-    out.append(_case(LCE, {"hidden": h, "weight": [[0.5, 0.5, 0.5]], "labels": [0, 0]}, {"label_smoothing": 0.1},
-                     _others({}), "invalid", ("InvalidInput",), "V = 1 with smoothing over the other classes",
-                     result="invalid"))
-    return out
-
-
 # ----------------------------------------------------------------------------- lm.linear_cross_entropy
 #
 # hidden ~ N(0, σ_h²), weight ~ N(0, s²/H): logits of spread about σ_h·s, as the cross-entropy's. Sizes
 # stay small (V·H ≤ 256 for most cases: every weight element carries a 32-digit gradient); a few cases
 # reach H = 64 or V = 512.
-
-def _linear_inputs(r, n, h, v, bias: bool, grid=None):
-    sh, s = float(r.choice([0.5, 1.0, 2.0])), float(r.choice([0.5, 1.0, 3.0, 8.0]))
-    inputs = {"hidden": (r.normal(0.0, sh, size=(n, h))).tolist(),
-              "weight": (r.normal(0.0, s / math.sqrt(h), size=(v, h))).tolist()}
-    if bias:
-        inputs["bias"] = r.normal(0.0, 1.0, size=v).tolist()
-    return {k: (S.in_low(x, grid) if grid in S.LOW_GRIDS else S.rounded(x, grid)) for k, x in inputs.items()}
-
-
-def _lce_flags(params, inputs):
-    return _ce_flags(params) + (("Bias",) if "bias" in inputs else ())
-
 
 def _lce_random() -> list[Case]:
     out = []
@@ -671,7 +515,7 @@ def cases() -> list[Case]:
         out += _tempered_random(objective, seed + 20000, 60, low=True)
         out += _large(objective, seed + 20500, {}, {})
         out += _tempered_invalid(objective)
-    return out + _ce_others() + _lce_others() + [_case(**spec) for spec in lm_pitfalls.cases()]   # 1.7.0
+    return out + lm_smoothing.ce_cases() + lm_smoothing.lce_cases() + [_case(**spec) for spec in lm_pitfalls.cases()]
 
 
 # ----------------------------------------------------------------------------- tolerance scales

@@ -311,4 +311,5 @@ def _scale(kwargs, outputs, grads):
 SCALES = {OBJ: _scale, ppo_entropy.OBJ: ppo_entropy.scale}
 VALUE_GROUPS = dict(GROUPS)
 GROUPS.update(ppo_entropy.GROUPS)
+GROUPS.update(ppo_entropy.EVERY_MEAN_GROUPS)
 NOTES.update(ppo_entropy.NOTES)

@@ -68,6 +68,13 @@ GROUPS = {
 }
 
 
+# 1.7.0, kept out of GROUPS (which the earlier cases are drawn from, group by group)
+EVERY_MEAN_GROUPS = {
+    "entropy-every-mean-eps": "mean_eps in every masked mean's count (mean_eps_scope='every'), token-mean's batch "
+                              "count included: torchtune torchtune/rlhf/rewards.py masked_mean (mask.sum() + 1e-8); "
+                              "ε = 1e−8 and 1e−3"}
+
+
 def conventions(group: str) -> dict:
     if group == "entropy-invalid":
         return {}
@@ -179,6 +186,28 @@ def cases() -> list[Case]:
     for inputs, params, conv, why in bad:
         out.append(Case(OBJ, inputs, params=params, conventions=conv, group="entropy-invalid", result="invalid",
                         flags=("InvalidInput",), comment=why, provenance=generated(0, "fixed")))
+    return out + _every_mean_cases()
+
+
+def _every_mean_cases() -> list[Case]:
+    """mean_eps_scope 'every' (1.7.0, after every earlier case): token-mean and seq-mean-token-mean
+    with ε = 1e−3 (seen in every dtype) and 1e−8 (float64 only), float64, float32 and the low grids."""
+    out = []
+    for i in range(16):
+        low, seed = i >= 12, 35200 + i
+        mode, eps = ("token-mean", "seq-mean-token-mean")[i % 2], (1e-3, 1e-8)[(i // 2) % 2]
+        r = S.rng(seed)
+        b, t = (4, 8) if low else (int(r.integers(1, 9)), int(r.choice([1, 3, 8, 16])))
+        dtype = ("bfloat16", "float16")[i % 2] if low else ("float32" if i % 3 == 1 else None)
+        h = _entropies(r, b, t)
+        h = S.in_dtype(h, dtype) if low else S.rounded(h, dtype)
+        out.append(Case(OBJ, {"entropy": h, "mask": S.mask(r, b, t)}, params={"coef": 0.01, "norm_length": None},
+                        conventions={"aggregation": mode, "mean_eps": eps, "mean_eps_scope": "every"},
+                        group="entropy-every-mean-eps",
+                        flags=("EntropyRandom", "LowPrecision") if low else ("EntropyRandom",), low_precision=low,
+                        comment=f"{mode}, ε={eps:g}, B={b}, T={t}"
+                                + (f", entropies exact in {dtype}" if dtype else ""),
+                        provenance=generated(seed, "uniform entropies in [0, log V], ragged mask")))
     return out
 
 
@@ -189,7 +218,8 @@ def scale(kwargs, outputs, grads):
     mask = kwargs["mask"]
     zeros = [[0.0] * len(row) for row in mask]
     w = exact_grpo.aggregate_vjp(1.0, zeros, mask, mode=kwargs["aggregation"], norm_length=kwargs["norm_length"],
-                                 mean_eps=kwargs["mean_eps"])["values"]
+                                 mean_eps=kwargs["mean_eps"],
+                                 mean_eps_scope=kwargs.get("mean_eps_scope", "per-row"))["values"]
     terms = [abs(wt) * abs(mpmath.mpf(h)) for wr, hr in zip(w, kwargs["entropy"]) for wt, h in zip(wr, hr) if wt]
     size = c * mpmath.fsum(terms)
     return {"loss": size, "elements:loss": size, "grad:entropy": c * max(abs(v) for v in w.flat)}

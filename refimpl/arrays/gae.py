@@ -39,8 +39,16 @@ def _gae(xp, r, v, on, gamma, lam, masked_tokens):
     return xp.stack(columns, axis=1)
 
 
-def _whiten(xp, adv, on, ddof, keep_mean):
+def _whiten(xp, adv, on, ddof, keep_mean, eps=0.0):
     n = int(xp.sum(xp.astype(on, xp.int64)))
+    if eps:   # TRL's whiten (refimpl.exact.gae): μ and σ² over N + ε, the scale rsqrt(σ² + ε)
+        mean = xp.sum(_xp.masked(xp, on, adv)) / (n + eps)
+        d = _xp.masked(xp, on, adv - mean)
+        if n == ddof:
+            d = xp.zeros_like(d)
+        else:
+            d = d / xp.sqrt(xp.sum(d * d) / (n + eps) * (n / (n - ddof)) + eps)
+        return _xp.masked(xp, on, d + mean) if keep_mean else d
     mean = xp.sum(_xp.masked(xp, on, adv)) / n
     d = _xp.masked(xp, on, adv - mean)
     # a second pass removes the first mean's rounding error from the deviations
@@ -54,7 +62,7 @@ def _whiten(xp, adv, on, ddof, keep_mean):
 
 
 def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whiten: str = "none",
-               std_ddof: int = 0, masked_tokens: str = "skip"):
+               std_ddof: int = 0, masked_tokens: str = "skip", whiten_eps: float = 0.0):
     """GAE advantages and returns (arXiv 1506.02438 eqs. 10, 16); see ``refimpl.exact.gae``.
     Returns {"advantages"[B,T], "returns"[B,T]} (0 at masked tokens)."""
     xp = _xp.namespace(rewards, values, mask)
@@ -67,13 +75,14 @@ def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whit
     validate.whitening(whiten)
     ddof = validate.std_ddof(std_ddof)
     validate.masked_tokens(masked_tokens)
+    eps = validate.whiten_eps(whiten_eps, whiten)
     on = m == 1
     if not bool(xp.any(on)):
         validate.fail("mask", "selects no token")
     adv = _gae(xp, r, v, on, g, lm, masked_tokens)
     returns = _xp.masked(xp, on, adv + v)
     if whiten != "none":
-        adv = _whiten(xp, adv, on, ddof, whiten == "keep-mean")
+        adv = _whiten(xp, adv, on, ddof, whiten == "keep-mean", eps)
     return {"advantages": adv, "returns": returns}
 
 

@@ -206,14 +206,15 @@ def _lengths(xp, m):
     return lengths
 
 
-def aggregate_value(xp, values, m, mode, norm, eps=0.0):
+def aggregate_value(xp, values, m, mode, norm, eps=0.0, token_eps=0.0):
     """Masked reduction written as the papers write it; rows without tokens leave the
     sequence means. A select (not m·v) keeps padding values out of the sums. ``eps`` (the
-    ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
+    ``mean_eps`` convention) is added to each row's token count in a per-row token mean,
+    ``token_eps`` (ε under mean_eps_scope 'every', else 0) to token-mean's count."""
     lengths = _lengths(xp, m)
     sums = xp.sum(_xp.masked(xp, m > 0, values), axis=1)
     if mode == "token-mean":  # DAPO §3.3
-        return xp.sum(sums) / xp.sum(lengths)
+        return xp.sum(sums) / (xp.sum(lengths) + token_eps)
     rows = lengths > 0
     n_rows = xp.sum(xp.astype(rows, values.dtype))
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
@@ -223,11 +224,11 @@ def aggregate_value(xp, values, m, mode, norm, eps=0.0):
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
-def aggregate_weights(xp, m, mode, norm, eps=0.0):
+def aggregate_weights(xp, m, mode, norm, eps=0.0, token_eps=0.0):
     """W with aggregate(values) = Σ W·values (every mode is linear), i.e. its gradient."""
     lengths = _lengths(xp, m)
     if mode == "token-mean":
-        return m / xp.sum(lengths)
+        return m / (xp.sum(lengths) + token_eps)
     rows = lengths > 0
     n_rows = xp.sum(xp.astype(rows, m.dtype))
     if mode == "seq-mean-token-mean":
@@ -251,30 +252,37 @@ def _aggregate_inputs(values, mask):
     return xp, dt, v, _xp.mask(xp, "mask", mask, _xp.shape(v), dt)
 
 
+def token_eps(mean_eps, scope, *modes) -> tuple:
+    """(ε of the per-row means, ε of token-mean's one mean) of ``mean_eps`` under ``scope``."""
+    eps = validate.mean_eps(mean_eps)
+    return eps, validate.mean_eps_scope(scope, eps, modes)
+
+
 def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None,
-              mean_eps: float = 0.0):
+              mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Masked reduction of per-token values [B,T] to a scalar.
 
     ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3; ``token-mean``: DAPO §3.3;
     ``seq-mean-token-sum``: mean over rows of Σ_t m·v; ``seq-mean-token-sum-norm``: Dr. GRPO
     §3, that mean over L = ``norm_length`` (default T). Fully masked rows are left out of the
     sequence means (verl 0.9.1 agg_loss); a mask with no token is rejected. ``mean_eps``: each
-    row's token count |o_i| + ε in 'seq-mean-token-mean' (verl 0.9.1, OpenRLHF 0.11.2: 1e−8).
+    row's token count |o_i| + ε in 'seq-mean-token-mean' (verl 0.9.1, OpenRLHF 0.11.2: 1e−8), and
+    token-mean's Σ m + ε as well under ``mean_eps_scope`` 'every' (torchtune's masked_mean).
     """
     xp, _, v, m = _aggregate_inputs(values, mask)
     norm = aggregate_params("mode", mode, norm_length, v.shape[1])
-    return aggregate_value(xp, v, m, mode, norm, validate.mean_eps(mean_eps))
+    return aggregate_value(xp, v, m, mode, norm, *token_eps(mean_eps, mean_eps_scope, mode))
 
 
 def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
-                  norm_length: float | None = None, mean_eps: float = 0.0):
+                  norm_length: float | None = None, mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Gradient of cotangent·aggregate with respect to ``values`` (the aggregate is linear:
     DeepSeekMath eq. 3, DAPO §3.3, Dr. GRPO §3 weights); zero at masked positions."""
     xp, dt, v, m = _aggregate_inputs(values, mask)
     norm = aggregate_params("mode", mode, norm_length, v.shape[1])
-    eps = validate.mean_eps(mean_eps)
+    eps = token_eps(mean_eps, mean_eps_scope, mode)
     ct = scalar_cotangent(xp, cotangent, dt)
-    return {"values": ct * aggregate_weights(xp, m, mode, norm, eps)}
+    return {"values": ct * aggregate_weights(xp, m, mode, norm, *eps)}
 
 
 # ----------------------------------------------------------------------------- loss
@@ -282,7 +290,7 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
                  ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip,
-                 sapo_tau_pos, sapo_tau_neg, kl_cov_ratio, kl_cov_coef, selected):
+                 sapo_tau_pos, sapo_tau_neg, kl_cov_ratio, kl_cov_coef, mean_eps_scope, selected):
     xp = _xp.namespace(logp, old_logp, ref_logp, advantages, mask)
     dt = _xp.float_dtype(xp, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     lp = _xp.array(xp, "logp", logp, dt)
@@ -303,8 +311,8 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     clamp = validate.log_ratio_clamp(log_ratio_clamp, level)
     validate.cov_log_ratio_clamp(clamp, policy_loss)
     norm = aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
-    modes = (aggregation, validate.kl_aggregation(kl_aggregation) or aggregation, norm,
-             validate.mean_eps(mean_eps))
+    kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
+    modes = (aggregation, kl_mode, norm, *token_eps(mean_eps, mean_eps_scope, aggregation, kl_mode))
     token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg,
                                  kl_cov_ratio, kl_cov_coef)
     if policy_loss in validate.COV_POLICY_LOSSES:
@@ -316,14 +324,14 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
 
 def _aggregate_terms(xp, policy, penalty, m, modes):
     """The policy term reduced by ``aggregation``, the KL term by ``kl_aggregation``."""
-    aggregation, kl_mode, norm, eps = modes
-    return (aggregate_value(xp, policy, m, aggregation, norm, eps)
-            + aggregate_value(xp, penalty, m, kl_mode, norm, eps))
+    aggregation, kl_mode, norm, *eps = modes
+    return (aggregate_value(xp, policy, m, aggregation, norm, *eps)
+            + aggregate_value(xp, penalty, m, kl_mode, norm, *eps))
 
 
 def _term_weights(xp, m, modes):
-    aggregation, kl_mode, norm, eps = modes
-    return aggregate_weights(xp, m, aggregation, norm, eps), aggregate_weights(xp, m, kl_mode, norm, eps)
+    aggregation, kl_mode, norm, *eps = modes
+    return aggregate_weights(xp, m, aggregation, norm, *eps), aggregate_weights(xp, m, kl_mode, norm, *eps)
 
 
 def _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, tau_pos, tau_neg, kl_cov_ratio,
@@ -529,7 +537,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
          sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
+         kl_cov_coef: float = 1.0, mean_eps_scope: str = "per-row", selected=None, is_weight=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (β = 0.04 in §4.2); DAPO §3.1 (``eps_high``) and §3.3
@@ -541,14 +549,15 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     §3.1) is sg(ŵ_t)·A_i·logπ_t with ŵ_t bounded as ``cispo_clip`` says; ``policy_loss='sapo'``
     (arXiv 2511.20347 §3) is σ(τ(ρ_t − 1))·4/τ·A_i, τ = ``sapo_tau_pos`` if A_i > 0 else ``sapo_tau_neg``.
     Library conventions: ``log_ratio_clamp`` (log ρ_t clamped before exp), ``kl_aggregation`` (the
-    KL term's own reduction; None: ``aggregation``), ``mean_eps`` (|o_i| + ε in per-row token means).
+    KL term's own reduction; None: ``aggregation``), ``mean_eps`` (|o_i| + ε in per-row token means;
+    token-mean's count + ε too under ``mean_eps_scope`` 'every').
     ``is_weight`` [B,T] (optional): a detached weight of each token's policy term, the KL term untouched.
     """
     xp, _, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
         log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
-        kl_cov_coef, selected)
+        kl_cov_coef, mean_eps_scope, selected)
     w = _is_weight(xp, is_weight, lp)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(xp, lp, old, ref, adv, m, clip_params, b, kl_kind, c,
@@ -568,14 +577,14 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
              sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
+         kl_cov_coef: float = 1.0, mean_eps_scope: str = "per-row", selected=None, is_weight=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     xp, dt, lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
         log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
-        kl_cov_coef, selected)
+        kl_cov_coef, mean_eps_scope, selected)
     ct = scalar_cotangent(xp, cotangent, dt)
     w_policy, w_penalty = _term_weights(xp, m, modes)
     w = _is_weight(xp, is_weight, lp)

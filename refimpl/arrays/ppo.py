@@ -69,7 +69,7 @@ def value_loss_vjp(cotangent, values, old_values, returns, mask, clip_range_valu
     return {"values": ct * grpo.aggregate_weights(xp, m, aggregation, float(v.shape[1])) * grad}
 
 
-def _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps):
+def _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps, mean_eps_scope):
     xp = _xp.namespace(entropy, mask)
     dt = _xp.float_dtype(xp, entropy=entropy)
     h = _xp.array(xp, "entropy", entropy, dt)
@@ -78,21 +78,21 @@ def _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps):
     m = _xp.mask(xp, "mask", mask, _xp.shape(h), dt)
     c = validate.entropy_coef(coef)
     norm = grpo.aggregate_params("aggregation", aggregation, norm_length, h.shape[1])
-    return xp, dt, h, m, c, norm, validate.mean_eps(mean_eps)
+    return xp, dt, h, m, c, norm, grpo.token_eps(mean_eps, mean_eps_scope, aggregation)
 
 
 def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-mean", norm_length: float | None = None,
-                  mean_eps: float = 0.0):
+                  mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S as a loss; verl 0.9.1
     workers/utils/losses.py ppo_loss), aggregated by grpo.aggregate's modes. Returns the scalar loss."""
-    xp, _, h, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps)
-    return -c * grpo.aggregate_value(xp, h, m, aggregation, norm, eps)
+    xp, _, h, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps, mean_eps_scope)
+    return -c * grpo.aggregate_value(xp, h, m, aggregation, norm, *eps)
 
 
 def entropy_bonus_vjp(cotangent, entropy, mask, coef: float = 0.01, aggregation: str = "token-mean",
-                      norm_length: float | None = None, mean_eps: float = 0.0):
+                      norm_length: float | None = None, mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Gradient of cotangent·loss with respect to ``entropy``: −c·cotangent times the aggregation
     weights (0 at masked tokens)."""
-    xp, dt, _, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps)
+    xp, dt, _, m, c, norm, eps = _entropy(entropy, mask, coef, aggregation, norm_length, mean_eps, mean_eps_scope)
     ct = grpo.scalar_cotangent(xp, cotangent, dt)
-    return {"entropy": (-c * ct) * grpo.aggregate_weights(xp, m, aggregation, norm, eps)}
+    return {"entropy": (-c * ct) * grpo.aggregate_weights(xp, m, aggregation, norm, *eps)}

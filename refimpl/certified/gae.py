@@ -38,7 +38,8 @@ def _gae_row(rewards, values, on, gamma, lam, masked_tokens):
     return adv
 
 
-def _advantages(diff, rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", std_ddof=0, masked_tokens="skip"):
+def _advantages(diff, rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", std_ddof=0, masked_tokens="skip",
+                whiten_eps=0.0):
     r = _rows("rewards", rewards)
     shape = _ball.shape(r)
     v = _rows("values", values, shape)
@@ -48,11 +49,20 @@ def _advantages(diff, rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", 
     validate.whitening(whiten)
     ddof = validate.std_ddof(std_ddof)
     validate.masked_tokens(masked_tokens)
+    eps = validate.whiten_eps(whiten_eps, whiten)
     if not any(any(row) for row in on):
         validate.fail("mask", "selects no token")
     adv = [_gae_row(rr, vv, o, g, lm, masked_tokens) for rr, vv, o in zip(r, v, on)]
     returns = [[a + x if b else _ball.ZERO for a, x, b in zip(row, vv, o)] for row, vv, o in zip(adv, v, on)]
-    if whiten != "none":
+    if whiten != "none" and eps:
+        # TRL's whiten (verl masked_whiten, torchtune whiten): Σ/(N + ε) for μ and σ², then √(σ² + ε) > 0
+        valid = [a for row, o in zip(adv, on) for a, b in zip(row, o) if b]
+        n, e = len(valid), _ball.ball(eps)
+        mean = _ball.fsum(valid) / (n + e)
+        degenerate = n == ddof
+        std = None if degenerate else (_ball.fsum(_ball.square(a - mean) for a in valid) / (n + e)
+                                       * _ball.ball(n) / _ball.ball(n - ddof) + e).sqrt()
+    elif whiten != "none":
         valid = [a for row, o in zip(adv, on) for a, b in zip(row, o) if b]
         mean = _ball.fsum(valid) / len(valid)
         square = _ball.fsum(_ball.square(a - mean) for a in valid)
@@ -60,6 +70,7 @@ def _advantages(diff, rewards, values, mask, gamma=1.0, lam=1.0, whiten="none", 
         if not degenerate and square.contains(0):
             raise _ball.Straddle("the whitening variance is not separated from 0")
         std = None if degenerate else (square / (len(valid) - ddof)).sqrt()
+    if whiten != "none":
         keep = whiten == "keep-mean"
         adv = [[((_ball.ZERO if degenerate else (a - mean) / std) + (mean if keep else _ball.ZERO)) if b
                 else _ball.ZERO for a, b in zip(row, o)] for row, o in zip(adv, on)]

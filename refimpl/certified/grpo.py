@@ -141,15 +141,16 @@ def _clip(diff, logp, old_logp, advantages, eps_low=0.2, eps_high=None, dual_cli
 
 # ----------------------------------------------------------------------------- aggregation
 
-def aggregate_rows(values, mask, mode, norm, eps=_ball.ZERO):
+def aggregate_rows(values, mask, mode, norm, eps=_ball.ZERO, token_eps=_ball.ZERO):
     """Masked reduction of rows of values (Vars or balls; masked entries are never read); ``eps``
-    (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
+    (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean,
+    ``token_eps`` (ε under mean_eps_scope 'every', else 0) to token-mean's count of the batch."""
     lengths = [sum(1 for m in row if m) for row in mask]
     if not any(lengths):
         validate.fail("mask", "selects no token")
     sums = [_ball.fsum(v for v, m in zip(vrow, mrow) if m) for vrow, mrow in zip(values, mask)]
     if mode == "token-mean":  # DAPO §3.3
-        return _ball.fsum(sums) / sum(lengths)
+        return _ball.fsum(sums) / (sum(lengths) + token_eps)
     rows = [i for i, n in enumerate(lengths) if n > 0]
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
         return _ball.fsum(sums[i] / (lengths[i] + eps) for i in rows) / len(rows)
@@ -157,7 +158,8 @@ def aggregate_rows(values, mask, mode, norm, eps=_ball.ZERO):
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
-def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0):
+def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None, mean_eps=0.0,
+               mean_eps_scope="per-row"):
     v = _ball.balls("values", values)
     shape = _ball.shape(v)
     validate.rank("values", shape, 2)
@@ -165,9 +167,10 @@ def _aggregate(diff, values, mask, mode="seq-mean-token-mean", norm_length=None,
     validate.aggregation(mode, "mode")
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)
-    eps = _ball.ball(validate.mean_eps(mean_eps))
+    eps = validate.mean_eps(mean_eps)
+    token_eps = _ball.ball(validate.mean_eps_scope(mean_eps_scope, eps, (mode,)))
     v = diff("values", v)
-    return {"value": aggregate_rows(v, m, mode, norm, eps)}
+    return {"value": aggregate_rows(v, m, mode, norm, _ball.ball(eps), token_eps)}
 
 
 # ----------------------------------------------------------------------------- loss
@@ -261,7 +264,7 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
           beta=0.04, kl_kind="k3", kl_clamp=None, kl_ratio_weight=False, aggregation="seq-mean-token-mean",
           norm_length=None, ratio_level="token", policy_loss="ppo-clip", log_ratio_clamp=None,
           kl_aggregation=None, mean_eps=0.0, cispo_clip="upper", sapo_tau_pos=1.0, sapo_tau_neg=1.05,
-          kl_cov_ratio=0.0002, kl_cov_coef=1.0, selected=None, is_weight=None):
+          kl_cov_ratio=0.0002, kl_cov_coef=1.0, mean_eps_scope="per-row", selected=None, is_weight=None):
     lp = _ball.balls("logp", logp)
     shape = _ball.shape(lp)
     validate.rank("logp", shape, 2)
@@ -289,7 +292,9 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
-    eps = _ball.ball(validate.mean_eps(mean_eps))
+    eps = validate.mean_eps(mean_eps)
+    token_eps = _ball.ball(validate.mean_eps_scope(mean_eps_scope, eps, (aggregation, kl_mode)))
+    eps = _ball.ball(eps)
     token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     validate.selection(policy_loss, selected is not None)
     picked = (_selection(policy_loss, selected, lp, adv, m, cov_ratio, shape)
@@ -333,7 +338,8 @@ def _loss(diff, logp, old_logp, ref_logp, advantages, mask, eps_low=0.2, eps_hig
             krow.append(b * (rho * kl if weighted else kl))
         policy.append(prow)
         kl_term.append(krow)
-    return {"loss": aggregate_rows(policy, m, aggregation, norm, eps) + aggregate_rows(kl_term, m, kl_mode, norm, eps)}
+    return {"loss": aggregate_rows(policy, m, aggregation, norm, eps, token_eps)
+            + aggregate_rows(kl_term, m, kl_mode, norm, eps, token_eps)}
 
 
 advantages, _ = _ball.pair(_advantages, ("advantages", "keep"), ())

@@ -57,7 +57,8 @@ value_loss, value_loss_vjp = _ball.pair(_value_loss, ("loss",), ("values",))
 value_loss.__doc__ = "PPO value loss, unclipped (eq. 9) or PPO2-clipped, as balls."
 
 
-def _entropy_bonus(diff, entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None, mean_eps=0.0):
+def _entropy_bonus(diff, entropy, mask, coef=0.01, aggregation="token-mean", norm_length=None, mean_eps=0.0,
+                   mean_eps_scope="per-row"):
     h = _ball.balls("entropy", entropy)
     shape = _ball.shape(h)
     validate.rank("entropy", shape, 2)
@@ -67,9 +68,10 @@ def _entropy_bonus(diff, entropy, mask, coef=0.01, aggregation="token-mean", nor
     validate.aggregation(aggregation)
     norm = validate.norm_length(norm_length)
     norm = _ball.ball(shape[1] if norm is None else norm)
-    eps = _ball.ball(validate.mean_eps(mean_eps))
+    eps = validate.mean_eps(mean_eps)
+    token_eps = _ball.ball(validate.mean_eps_scope(mean_eps_scope, eps, (aggregation,)))
     h = diff("entropy", h)
-    return {"loss": -(c * aggregate_rows(h, m, aggregation, norm, eps))}
+    return {"loss": -(c * aggregate_rows(h, m, aggregation, norm, _ball.ball(eps), token_eps))}
 
 
 entropy_bonus, entropy_bonus_vjp = _ball.pair(_entropy_bonus, ("loss",), ("entropy",))

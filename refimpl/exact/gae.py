@@ -54,15 +54,21 @@ def _gae_row(rewards, values, on, gamma, lam, masked_tokens):
     return adv
 
 
-def _whiten(adv, on_rows, ddof, keep_mean):
+def _whiten(adv, on_rows, ddof, keep_mean, eps=mp.ZERO):
     """(A − μ)/σ over the valid tokens of the whole batch (μ restored with ``keep_mean``); a
     batch with one valid token, or whose valid advantages are all equal, has σ = 0: its
-    centred part is 0."""
+    centred part is 0. With ``eps`` (whiten_eps) ε > 0, TRL's whiten: μ = Σ A/(N + ε),
+    σ² = Σ (A − μ)²/(N + ε)·N/(N − ddof), (A − μ)/√(σ² + ε); only N = ddof is degenerate."""
     valid = [a for row, on in zip(adv, on_rows) for a, o in zip(row, on) if o]
-    mean = mpmath.fsum(valid) / len(valid)
+    n = len(valid)
+    mean = mpmath.fsum(valid) / (n + eps)
     square = mpmath.fsum((a - mean) ** 2 for a in valid)
-    degenerate = len(valid) == 1 or square == 0
-    std = None if degenerate else mpmath.sqrt(square / (len(valid) - ddof))
+    if eps:
+        degenerate = n == ddof
+        std = None if degenerate else mpmath.sqrt(square / (n + eps) * n / (n - ddof) + eps)
+    else:
+        degenerate = n == 1 or square == 0
+        std = None if degenerate else mpmath.sqrt(square / (n - ddof))
     out = []
     for row, on in zip(adv, on_rows):
         centred = [mp.ZERO if degenerate else (a - mean) / std for a in row]
@@ -72,7 +78,7 @@ def _whiten(adv, on_rows, ddof, keep_mean):
 
 @mp.exact
 def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whiten: str = "none",
-               std_ddof: int = 0, masked_tokens: str = "skip"):
+               std_ddof: int = 0, masked_tokens: str = "skip", whiten_eps: float = 0.0):
     """GAE advantages Â_t = Σ_l (γλ)^l δ_{t+l}, δ_t = r_t + γ·V_{t+1} − V_t (arXiv 1506.02438
     eqs. 10, 16; V after the last step is 0) and returns V̂_t = Â_t + V_t, per row of token
     rewards and values; no gradient.
@@ -86,7 +92,9 @@ def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whit
     ``whiten`` (after the returns are formed, so they stay unwhitened): 'none' (the paper);
     'centred' — (Â − μ)/σ with μ and σ over the valid tokens of the whole batch (verl
     masked_whiten shift_mean=True, ddof 1; OpenRLHF, ddof 0); 'keep-mean' — (Â − μ)/σ + μ (verl
-    masked_whiten shift_mean=False). ``std_ddof`` 0: σ² = Σ(Â − μ)²/N; 1: /(N − 1).
+    masked_whiten shift_mean=False). ``std_ddof`` 0: σ² = Σ(Â − μ)²/N; 1: /(N − 1). ``whiten_eps``
+    ε: the whitening of TRL's core.py whiten, which verl 0.9.1 masked_whiten and torchtune's whiten
+    copy with ε = 1e-8 — μ = ΣÂ/(N + ε), σ² = Σ(Â − μ)²/(N + ε)·N/(N − ddof), (Â − μ)/√(σ² + ε).
     Returns {"advantages"[B,T], "returns"[B,T]}.
     """
     r = _tokens("rewards", rewards)
@@ -97,13 +105,14 @@ def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whit
     validate.whitening(whiten)
     ddof = validate.std_ddof(std_ddof)
     validate.masked_tokens(masked_tokens)
+    eps = mp.mpf(validate.whiten_eps(whiten_eps, whiten))
     on_rows = [[x == 1 for x in row] for row in m]
     if not any(any(row) for row in on_rows):
         validate.fail("mask", "selects no token")
     adv = [_gae_row(list(rr), list(vv), on, g, lm, masked_tokens) for rr, vv, on in zip(r, v, on_rows)]
     returns = [[a + x if o else mp.ZERO for a, x, o in zip(row, vv, on)] for row, vv, on in zip(adv, v, on_rows)]
     if whiten != "none":
-        adv = _whiten(adv, on_rows, ddof, whiten == "keep-mean")
+        adv = _whiten(adv, on_rows, ddof, whiten == "keep-mean", eps)
     return {"advantages": np.array(adv, dtype=object), "returns": np.array(returns, dtype=object)}
 
 

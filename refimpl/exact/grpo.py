@@ -223,13 +223,14 @@ def _lengths(m):
     return lengths
 
 
-def _aggregate_value(values, m, mode, norm, eps=mp.ZERO):
+def _aggregate_value(values, m, mode, norm, eps=mp.ZERO, token_eps=mp.ZERO):
     """Masked reduction, written as the papers write it; rows without tokens leave the seq means.
-    ``eps`` (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
+    ``eps`` (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean,
+    ``token_eps`` (ε under mean_eps_scope 'every', else 0) to the batch's token count in token-mean."""
     lengths = _lengths(m)
     sums = [mpmath.fsum(row) for row in m * values]
     if mode == "token-mean":  # DAPO §3.3
-        return mpmath.fsum(sums) / mpmath.fsum(lengths)
+        return mpmath.fsum(sums) / (mpmath.fsum(lengths) + token_eps)
     rows = [i for i, n in enumerate(lengths) if n > 0]
     if mode == "seq-mean-token-mean":  # DeepSeekMath eq. 3: 1/G Σ_i 1/|o_i| Σ_t
         return mpmath.fsum(sums[i] / (lengths[i] + eps) for i in rows) / len(rows)
@@ -237,11 +238,11 @@ def _aggregate_value(values, m, mode, norm, eps=mp.ZERO):
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
-def _aggregate_weights(m, mode, norm, eps=mp.ZERO):
+def _aggregate_weights(m, mode, norm, eps=mp.ZERO, token_eps=mp.ZERO):
     """W with aggregate(values) = Σ W·values, i.e. the gradient of the aggregate."""
     lengths = _lengths(m)
     if mode == "token-mean":
-        return m / mpmath.fsum(lengths)
+        return m / (mpmath.fsum(lengths) + token_eps)
     n_rows = sum(1 for n in lengths if n > 0)
     if mode == "seq-mean-token-mean":
         per_row = np.array([1 / ((n + eps) * n_rows) if n > 0 else mp.ZERO for n in lengths], dtype=object)
@@ -263,9 +264,13 @@ def _aggregate_inputs(values, mask):
     return v, mp.mask("mask", mask, v.shape)
 
 
+def _token_eps(mean_eps, scope, *modes):
+    return mp.mpf(validate.mean_eps_scope(scope, validate.mean_eps(mean_eps), modes))
+
+
 @mp.exact
 def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None,
-              mean_eps: float = 0.0):
+              mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Masked reduction of per-token values [B,T] to a scalar.
 
     ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t), each row's token
@@ -274,21 +279,24 @@ def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: floa
     rows of Σ_t m·v; ``seq-mean-token-sum-norm``: Dr. GRPO §3, that mean divided by a constant
     L = ``norm_length`` (default: the padded length T). Rows without tokens are left out of the
     sequence means (as verl 0.9.1 agg_loss does). A mask with no token is rejected.
+    ``mean_eps_scope`` 'every' adds ``mean_eps`` to token-mean's count too, Σ m·v / (Σ m + ε)
+    (torchtune's masked_mean); 'per-row' (verl, OpenRLHF) only to the per-row counts.
     """
     v, m = _aggregate_inputs(values, mask)
     norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
-    return _aggregate_value(v, m, mode, norm, _mean_eps(mean_eps))
+    return _aggregate_value(v, m, mode, norm, _mean_eps(mean_eps), _token_eps(mean_eps, mean_eps_scope, mode))
 
 
 @mp.exact
 def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
-                  norm_length: float | None = None, mean_eps: float = 0.0):
+                  norm_length: float | None = None, mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Gradient of cotangent·aggregate with respect to ``values`` (the aggregate is linear in
     them: DeepSeekMath eq. 3, DAPO §3.3, Dr. GRPO §3 weights); zero at masked positions."""
     v, m = _aggregate_inputs(values, mask)
     norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
     ct = _scalar_cotangent(cotangent)
-    return {"values": ct * _aggregate_weights(m, mode, norm, _mean_eps(mean_eps))}
+    return {"values": ct * _aggregate_weights(m, mode, norm, _mean_eps(mean_eps),
+                                              _token_eps(mean_eps, mean_eps_scope, mode))}
 
 
 # ----------------------------------------------------------------------------- loss
@@ -296,7 +304,7 @@ def aggregate_vjp(cotangent, values, mask, mode: str = "seq-mean-token-mean",
 def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip,
                  beta, kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length,
                  ratio_level, policy_loss, log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip,
-                 sapo_tau_pos, sapo_tau_neg, kl_cov_ratio, kl_cov_coef, selected):
+                 sapo_tau_pos, sapo_tau_neg, kl_cov_ratio, kl_cov_coef, mean_eps_scope, selected):
     lp = mp.array("logp", logp)
     validate.rank("logp", lp.shape, 2)
     old = mp.array("old_logp", old_logp)
@@ -316,7 +324,8 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
     validate.cov_log_ratio_clamp(clamp, policy_loss)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
-    modes = (aggregation, kl_mode, norm, _mean_eps(mean_eps))
+    modes = (aggregation, kl_mode, norm, _mean_eps(mean_eps),
+             _token_eps(mean_eps, mean_eps_scope, aggregation, kl_mode))
     token_policy = _token_policy(policy_loss, clip_params, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg,
                                  kl_cov_ratio, kl_cov_coef)
     if policy_loss in validate.COV_POLICY_LOSSES:
@@ -329,13 +338,15 @@ def _loss_inputs(logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, 
 
 def _term_weights(m, modes):
     """The aggregation weights of the policy term and of the KL term (``kl_aggregation``)."""
-    aggregation, kl_mode, norm, eps = modes
-    return _aggregate_weights(m, aggregation, norm, eps), _aggregate_weights(m, kl_mode, norm, eps)
+    aggregation, kl_mode, norm, eps, token_eps = modes
+    return (_aggregate_weights(m, aggregation, norm, eps, token_eps),
+            _aggregate_weights(m, kl_mode, norm, eps, token_eps))
 
 
 def _aggregate_terms(policy, penalty, m, modes):
-    aggregation, kl_mode, norm, eps = modes
-    return _aggregate_value(policy, m, aggregation, norm, eps) + _aggregate_value(penalty, m, kl_mode, norm, eps)
+    aggregation, kl_mode, norm, eps, token_eps = modes
+    return (_aggregate_value(policy, m, aggregation, norm, eps, token_eps)
+            + _aggregate_value(penalty, m, kl_mode, norm, eps, token_eps))
 
 
 def _clamped_log_ratio(log_ratio, clamp):
@@ -548,7 +559,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
          sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
+         kl_cov_coef: float = 1.0, mean_eps_scope: str = "per-row", selected=None, is_weight=None):
     """GRPO loss (to minimise): aggregate over tokens of −C_t plus β·aggregate of w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with per-response advantage broadcast over
@@ -560,7 +571,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     (verl 0.9.1 compute_policy_loss_vanilla/_cispo/_sapo, OpenRLHF 0.11.2 PolicyLoss: c = 20);
     ``kl_aggregation``: the KL term's own reduction (OpenRLHF 0.11.2 ppo_actor: always 'token-mean';
     None: the policy term's); ``mean_eps``: |o_i| + ε in per-row token means (verl agg_loss,
-    OpenRLHF aggregate_loss: 1e−8).
+    OpenRLHF aggregate_loss: 1e−8), and in token-mean's count as well under ``mean_eps_scope``
+    'every' (torchtune's masked_mean).
 
     ``policy_loss='cispo'`` (MiniMax-M1 §3.1 eq. 4–5): C_t = sg(ŵ_t)·A_i·logπ_t, ŵ_t the IS
     weight ρ_t clipped as ``cispo_clip`` says ('upper': ≤ 1 + ε_high; 'both': also ≥ 1 − ε_low;
@@ -585,7 +597,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
         log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
-        kl_cov_coef, selected)
+        kl_cov_coef, mean_eps_scope, selected)
     w = _is_weight(is_weight, lp.shape)
     if ratio_level == "token":
         policy, _, penalty, _ = _per_token_loss(lp, old, ref, adv, m, clip_params, b, kl_kind, c, kl_ratio_weight,
@@ -606,14 +618,14 @@ def loss_vjp(cotangent, logp, old_logp, ref_logp, advantages, mask, eps_low: flo
              ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
              kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
              sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
+         kl_cov_coef: float = 1.0, mean_eps_scope: str = "per-row", selected=None, is_weight=None):
     """Gradient of cotangent·loss with respect to ``logp`` (DeepSeekMath §4.1.1 eq. 3–4): each
     term's aggregation weights times its dℓ_t/dlogp_t; zero at masked positions."""
     lp, old, ref, adv, m, clip_params, b, c, clamp, modes, token_policy = _loss_inputs(
         logp, old_logp, ref_logp, advantages, mask, eps_low, eps_high, dual_clip, beta,
         kl_kind, kl_clamp, kl_ratio_weight, aggregation, norm_length, ratio_level, policy_loss,
         log_ratio_clamp, kl_aggregation, mean_eps, cispo_clip, sapo_tau_pos, sapo_tau_neg, kl_cov_ratio,
-        kl_cov_coef, selected)
+        kl_cov_coef, mean_eps_scope, selected)
     ct = _scalar_cotangent(cotangent)
     w_policy, w_penalty = _term_weights(m, modes)
     w = _is_weight(is_weight, lp.shape)

@@ -111,21 +111,24 @@ def _entropy(entropy, coef, aggregation):
 
 @mp.exact
 def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-mean", norm_length: float | None = None,
-                  mean_eps: float = 0.0):
+                  mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S with the sign of a
-    loss; verl 0.9.1 ppo_loss). ``aggregation``, ``norm_length`` and ``mean_eps`` are
-    grpo.aggregate's ``mode``, ``norm_length`` and ``mean_eps``. Returns the scalar loss."""
+    loss; verl 0.9.1 ppo_loss). ``aggregation``, ``norm_length``, ``mean_eps`` and
+    ``mean_eps_scope`` are grpo.aggregate's ``mode``, ``norm_length``, ``mean_eps`` and
+    ``mean_eps_scope``. Returns the scalar loss."""
     h, c = _entropy(entropy, coef, aggregation)
-    return -c * grpo.aggregate(h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps)
+    return -c * grpo.aggregate(h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps,
+                               mean_eps_scope=mean_eps_scope)
 
 
 @mp.exact
 def entropy_bonus_vjp(cotangent, entropy, mask, coef: float = 0.01, aggregation: str = "token-mean",
-                      norm_length: float | None = None, mean_eps: float = 0.0):
+                      norm_length: float | None = None, mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Gradient of cotangent·loss with respect to ``entropy``: −c·cotangent·w_t, w_t the
     aggregation weight (0 at masked tokens)."""
     h, c = _entropy(entropy, coef, aggregation)
     ct = mp.array("cotangent", cotangent)
     validate.same_shape(loss=(), cotangent=ct.shape)  # the message names the cotangent
-    w = grpo.aggregate_vjp(ct.item(), h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps)["values"]
+    w = grpo.aggregate_vjp(ct.item(), h, mask, mode=aggregation, norm_length=norm_length, mean_eps=mean_eps,
+                           mean_eps_scope=mean_eps_scope)["values"]
     return {"entropy": -c * w}

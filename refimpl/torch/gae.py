@@ -40,8 +40,13 @@ def _gae(r, v, on, gamma, lam, masked_tokens):
     return adv
 
 
-def _whiten(adv, on, ddof, keep_mean):
+def _whiten(adv, on, ddof, keep_mean, eps=0.0):
     n = int(on.sum())
+    if eps:   # TRL's whiten (refimpl.exact.gae): μ and σ² over N + ε, the scale rsqrt(σ² + ε)
+        mean = adv[on].sum() / (n + eps)
+        d = torch.where(on, adv - mean, 0.0)
+        d = torch.zeros_like(d) if n == ddof else d / torch.sqrt((d * d).sum() / (n + eps) * (n / (n - ddof)) + eps)
+        return torch.where(on, d + mean, 0.0) if keep_mean else d
     mean = adv[on].sum() / n
     d = torch.where(on, adv - mean, 0.0)
     d = torch.where(on, d - d.sum() / n, 0.0)   # removes the first mean's rounding error
@@ -55,7 +60,7 @@ def _whiten(adv, on, ddof, keep_mean):
 
 @torch.no_grad()
 def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whiten: str = "none",
-               std_ddof: int = 0, masked_tokens: str = "skip"):
+               std_ddof: int = 0, masked_tokens: str = "skip", whiten_eps: float = 0.0):
     """GAE advantages and returns (arXiv 1506.02438 eqs. 10, 16); see ``refimpl.exact.gae``.
     Returns {"advantages"[B,T], "returns"[B,T]} in the inputs' dtype (0 at masked tokens)."""
     r = _rows("rewards", rewards)
@@ -66,6 +71,7 @@ def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whit
     validate.whitening(whiten)
     ddof = validate.std_ddof(std_ddof)
     validate.masked_tokens(masked_tokens)
+    eps = validate.whiten_eps(whiten_eps, whiten)
     if not bool(on.any()):
         validate.fail("mask", "selects no token")
     out = _common.result_dtype(r, v)
@@ -74,7 +80,7 @@ def advantages(rewards, values, mask, gamma: float = 1.0, lam: float = 1.0, whit
     adv = _gae(r, v, on, g, lm, masked_tokens)
     returns = torch.where(on, adv + v, 0.0)
     if whiten != "none":
-        adv = _whiten(adv, on, ddof, whiten == "keep-mean")
+        adv = _whiten(adv, on, ddof, whiten == "keep-mean", eps)
     return {"advantages": adv.to(out), "returns": returns.to(out)}
 
 

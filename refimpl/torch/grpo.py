@@ -189,14 +189,16 @@ def _check_tokens(m: torch.Tensor) -> None:
         validate.fail("mask", "selects no token")
 
 
-def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float, eps: float = 0.0) -> torch.Tensor:
+def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float, eps: float = 0.0,
+               token_eps: float = 0.0) -> torch.Tensor:
     """Masked reduction of values [B,T] (m: bool [B,T], at least one token). Masked entries
     are replaced, not multiplied, by 0: their gradient is exactly 0 whatever they hold. ``eps``
-    (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean."""
+    (the ``mean_eps`` convention) is added to each row's token count in a per-row token mean,
+    ``token_eps`` (ε under mean_eps_scope 'every', else 0) to token-mean's count."""
     v = torch.where(m, values, torch.zeros_like(values))
     lengths = m.sum(dim=1).to(values.dtype)
     if mode == "token-mean":  # DAPO §3.3
-        return v.sum() / lengths.sum()
+        return v.sum() / (lengths.sum() + token_eps)
     sums = v.sum(dim=1)
     rows = lengths > 0  # rows without tokens leave the sequence means (verl 0.9.1 agg_loss)
     n_rows = rows.sum().to(values.dtype)
@@ -206,8 +208,14 @@ def _aggregate(values: torch.Tensor, m: torch.Tensor, mode: str, norm: float, ep
     return seq_sum if mode == "seq-mean-token-sum" else seq_sum / norm  # Dr. GRPO §3
 
 
+def _mean_eps(mean_eps, scope, *modes) -> tuple:
+    """(ε of the per-row means, ε of token-mean's one mean) of ``mean_eps`` under ``scope``."""
+    eps = validate.mean_eps(mean_eps)
+    return eps, validate.mean_eps_scope(scope, eps, modes)
+
+
 def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: float | None = None,
-              mean_eps: float = 0.0):
+              mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """Masked reduction of per-token values [B,T] to a scalar; mask is 0/1 [B,T].
 
     ``seq-mean-token-mean``: DeepSeekMath §4.1.1 eq. 3 (1/G Σ_i 1/|o_i| Σ_t);
@@ -215,17 +223,18 @@ def aggregate(values, mask, mode: str = "seq-mean-token-mean", norm_length: floa
     ``seq-mean-token-sum-norm``: Dr. GRPO §3, that mean divided by L = ``norm_length``
     (default: the padded length T). Rows without tokens are left out of the sequence means
     (verl 0.9.1 agg_loss); a mask with no token is rejected. ``mean_eps``: each row's token
-    count |o_i| + ε in 'seq-mean-token-mean' (verl 0.9.1, OpenRLHF 0.11.2: 1e−8). Gradient wrt
+    count |o_i| + ε in 'seq-mean-token-mean' (verl 0.9.1, OpenRLHF 0.11.2: 1e−8), and token-mean's
+    Σ m + ε as well under ``mean_eps_scope`` 'every' (torchtune's masked_mean). Gradient wrt
     ``values``.
     """
     v = _common.array("values", values)
     validate.rank("values", tuple(v.shape), 2)
     m = _common.mask("mask", mask, tuple(v.shape))
     norm = _aggregate_params("mode", mode, norm_length, v.shape[1])
-    eps = validate.mean_eps(mean_eps)
+    eps = _mean_eps(mean_eps, mean_eps_scope, mode)
     _check_tokens(m)
     work = _common.work_dtype(v.dtype)
-    return _aggregate(_common.upcast(v, work), m, mode, norm, eps).to(v.dtype)
+    return _aggregate(_common.upcast(v, work), m, mode, norm, *eps).to(v.dtype)
 
 
 # ----------------------------------------------------------------------------- loss
@@ -303,7 +312,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
          ratio_level: str = "token", policy_loss: str = "ppo-clip", log_ratio_clamp: float | None = None,
          kl_aggregation: str | None = None, mean_eps: float = 0.0, cispo_clip: str = "upper",
          sapo_tau_pos: float = 1.0, sapo_tau_neg: float = 1.05, kl_cov_ratio: float = 0.0002,
-         kl_cov_coef: float = 1.0, selected=None, is_weight=None):
+         kl_cov_coef: float = 1.0, mean_eps_scope: str = "per-row", selected=None, is_weight=None):
     """GRPO loss (to minimise): aggregate over tokens of ℓ_t = −C_t + β·w_t·KL_t.
 
     DeepSeekMath §4.1.1 eq. 3–4 (clipped surrogate with the response's advantage broadcast over
@@ -319,7 +328,8 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     ``cispo_clip`` says; ``policy_loss='sapo'`` (arXiv 2511.20347 §3) is σ(τ(ρ_t − 1))·4/τ·A_i.
     Library conventions (verl 0.9.1, OpenRLHF 0.11.2): ``log_ratio_clamp`` c clamps log ρ_t to
     [−c, c] before exp (ρ constant outside); ``kl_aggregation`` reduces the KL term with its own
-    mode (None: ``aggregation``); ``mean_eps`` adds ε to each row's token count in a per-row mean.
+    mode (None: ``aggregation``); ``mean_eps`` adds ε to each row's token count in a per-row mean
+    (and to token-mean's count under ``mean_eps_scope`` 'every').
     ``policy_loss`` 'clip-cov' / 'kl-cov' (Cui et al., arXiv 2505.22617 §4; verl 0.9.1
     compute_policy_loss_clip_cov / _kl_cov): on the tokens of ``selected`` Clip-Cov drops the PPO
     term, KL-Cov's unclipped −ρ_t·A_i gains ``kl_cov_coef``·|logπ_t − logπ_old,t| (without
@@ -352,7 +362,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
     cov_coef = validate.kl_cov_coef(kl_cov_coef)
     norm = _aggregate_params("aggregation", aggregation, norm_length, lp.shape[1])
     kl_mode = validate.kl_aggregation(kl_aggregation) or aggregation
-    eps = validate.mean_eps(mean_eps)
+    eps = _mean_eps(mean_eps, mean_eps_scope, aggregation, kl_mode)
     token_policy = _token_policy(policy_loss, eps_low, eps_high, cispo_clip, sapo_tau_pos, sapo_tau_neg)
     _check_tokens(m)
     if is_weight is not None:
@@ -403,7 +413,7 @@ def loss(logp, old_logp, ref_logp, advantages, mask, eps_low: float = 0.2,
         if kl_ratio_weight:
             penalty = torch.exp(log_ratio) * penalty
         if kl_mode != aggregation:  # the KL term reduced on its own (OpenRLHF 0.11.2: a token mean)
-            kl_term = b * _aggregate(penalty, m, kl_mode, norm, eps)
-            return (_aggregate(per_token, m, aggregation, norm, eps) + kl_term).to(out)
+            kl_term = b * _aggregate(penalty, m, kl_mode, norm, *eps)
+            return (_aggregate(per_token, m, aggregation, norm, *eps) + kl_term).to(out)
         per_token = per_token + b * penalty
-    return _aggregate(per_token, m, aggregation, norm, eps).to(out)
+    return _aggregate(per_token, m, aggregation, norm, *eps).to(out)

@@ -53,7 +53,7 @@ def value_loss(values, old_values, returns, mask, clip_range_value: float | None
 
 
 def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-mean", norm_length: float | None = None,
-                  mean_eps: float = 0.0):
+                  mean_eps: float = 0.0, mean_eps_scope: str = "per-row"):
     """The entropy term of the policy loss, −c·aggregate(H) (PPO eq. 9's c₂·S as a loss; verl 0.9.1
     workers/utils/losses.py ppo_loss), with grpo.aggregate's modes, reduced in float32 for
     bfloat16/float16 entropies and cast back once. Gradient wrt ``entropy``."""
@@ -63,7 +63,7 @@ def entropy_bonus(entropy, mask, coef: float = 0.01, aggregation: str = "token-m
     m = _common.mask("mask", mask, tuple(h.shape))
     c = validate.entropy_coef(coef)
     norm = grpo._aggregate_params("aggregation", aggregation, norm_length, h.shape[1])
-    eps = validate.mean_eps(mean_eps)
+    eps = grpo._mean_eps(mean_eps, mean_eps_scope, aggregation)
     grpo._check_tokens(m)
     work = _common.work_dtype(h.dtype)
-    return (-c * grpo._aggregate(_common.upcast(h, work), m, aggregation, norm, eps)).to(h.dtype)
+    return (-c * grpo._aggregate(_common.upcast(h, work), m, aggregation, norm, *eps)).to(h.dtype)

@@ -203,11 +203,13 @@ CONVENTIONS = {
                                 baseline=["leave-one-out", "none"])),
     "grpo.clip": _grid(eps_high=[None, 0.28], dual_clip=[None, 3.0]) + _grid(log_ratio_clamp=[0.3],
                                                                              dual_clip=[None, 3.0]),
-    "gae.advantages": _grid(gamma=[1.0, 0.9], lam=[1.0, 0.7, 0.0], whiten=["none", "centred", "keep-mean"],
-                            std_ddof=[0, 1], masked_tokens=["skip", "zero"]),
+    "gae.advantages": (_grid(gamma=[1.0, 0.9], lam=[1.0, 0.7, 0.0], whiten=["none", "centred", "keep-mean"],
+                             std_ddof=[0, 1], masked_tokens=["skip", "zero"])
+                       + _grid(whiten=["centred", "keep-mean"], std_ddof=[0, 1], whiten_eps=[1e-8, 0.5])),
     "gae.kl_rewards": _grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0]),
-    "grpo.aggregate": _grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0]) + _grid(mode=list(ex_grpo.MODES),
-                                                                                       mean_eps=[0.25]),
+    "grpo.aggregate": (_grid(mode=list(ex_grpo.MODES), norm_length=[None, 7.0])
+                       + _grid(mode=list(ex_grpo.MODES), mean_eps=[0.25])
+                       + _grid(mode=["token-mean", "seq-mean-token-mean"], mean_eps=[0.25], mean_eps_scope=["every"])),
     "grpo.loss": (_grid(aggregation=list(ex_grpo.MODES), kl_kind=["k1", "k2", "k3"],
                         kl_ratio_weight=[False, True])
                   + _grid(eps_high=[0.28], dual_clip=[3.0], kl_clamp=[0.05], beta=[0.04, 0.0],
@@ -228,7 +230,9 @@ CONVENTIONS = {
                           kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])
                   # vector set 1.5.0: REINFORCE, KL-Cov's own top-k (given selections: the extremes below)
                   + _grid(policy_loss=["reinforce"], aggregation=list(ex_grpo.MODES))
-                  + _grid(policy_loss=["kl-cov"], kl_cov_ratio=[0.2, 0.5], kl_cov_coef=[1.0, 0.5])),
+                  + _grid(policy_loss=["kl-cov"], kl_cov_ratio=[0.2, 0.5], kl_cov_coef=[1.0, 0.5])
+                  + _grid(aggregation=["token-mean"], kl_aggregation=[None, "seq-mean-token-mean"], mean_eps=[0.25],
+                          mean_eps_scope=["every"])),
     "grpo.rollout_correction": (_grid(level=["token", "sequence"], correction=["truncate", "mask"],
                                       seq_log_ratio=["sum", "mean"], log_ratio_clamp=[None, 0.5],
                                       lower=[None, 0.5], upper=[2.0, 1.2])
@@ -250,6 +254,8 @@ CONVENTIONS = {
                            + _grid(form=["switch", "concatenated", "per-layer-sum"], top_k=[1, 2, 5],
                                    fraction_norm=["top_k"])),
     "ppo.entropy_bonus": (_grid(aggregation=list(ex_grpo.MODES), mean_eps=[0.0, 1e-8], coef=[0.01, 1.0])
+                          + _grid(aggregation=["token-mean", "seq-mean-token-mean"], mean_eps=[0.25],
+                                  mean_eps_scope=["every"])
                           + _grid(aggregation=["seq-mean-token-sum-norm"], norm_length=[7.0, 4096.0])),
     "ppo.value_loss": _grid(clip_range_value=[None, 0.2], half=[False, True], aggregation=list(ex_grpo.MODES)),
     "reward.pairwise": _grid(form=["sigmoid", "log-exp"], center_rewards_coefficient=[None, 0.01, 1.0]),

@@ -93,3 +93,31 @@ def test_kl_rewards_sum_to_score_minus_beta_total_kl():
 def test_kl_rewards_need_a_token_per_row():
     with pytest.raises(validate.InputError, match="mask: selects no token in row 1"):
         gae.kl_rewards([1.0, 2.0], [[-1.0, -2.0]] * 2, [[-1.0, -2.0]] * 2, [[1, 0], [0, 0]], beta=0.1)
+
+
+@pytest.mark.parametrize("std_ddof", [0, 1])
+@pytest.mark.parametrize("whiten", ["centred", "keep-mean"])
+def test_whiten_eps_is_trls_whiten(std_ddof, whiten):
+    """TRL's core.py whiten as verl 0.9.1 masked_whiten writes it: μ = Σ m·A/(Σm + ε), σ² = Σ
+    m·(A − μ)²/(Σm + ε)·N/(N − ddof), (A − μ)·rsqrt(σ² + ε) (+ μ when the mean is kept)."""
+    inner = [[1, 0, 1, 1, 0], [1, 1, 0, 1, 0]]
+    eps = 1e-3
+    raw = gae.advantages(R, V, inner, gamma=0.99, lam=0.95)["advantages"]
+    adv = gae.advantages(R, V, inner, gamma=0.99, lam=0.95, whiten=whiten, std_ddof=std_ddof,
+                         whiten_eps=eps)["advantages"]
+    on = [m == 1 for row in inner for m in row]
+    with mpmath.workdps(50):
+        valid = [a for a, o in zip(raw.flat, on) if o]
+        n, e = len(valid), mpmath.mpf(eps)
+        mean = mpmath.fsum(valid) / (n + e)
+        var = mpmath.fsum((a - mean) ** 2 for a in valid) / (n + e) * n / (n - std_ddof)
+        for got, a, o in zip(adv.flat, raw.flat, on):
+            want = ((a - mean) / mpmath.sqrt(var + e) + (mean if whiten == "keep-mean" else 0)) if o else 0
+            assert abs(got - want) < TINY
+
+
+def test_whiten_eps_needs_whitening():
+    with pytest.raises(validate.InputError, match="^whiten_eps:"):
+        gae.advantages(R, V, [[1] * 5] * 2, whiten_eps=1e-8)
+    with pytest.raises(validate.InputError, match="^whiten_eps:"):
+        gae.advantages(R, V, [[1] * 5] * 2, whiten="centred", whiten_eps=-1e-8)

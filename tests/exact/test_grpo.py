@@ -957,3 +957,43 @@ def test_is_weight_scales_the_policy_term_only(kl_ratio_weight):
 def test_is_weight_bad_input(weights, why):
     with pytest.raises(InputError, match=rf"^is_weight: .*{why}"):
         grpo.loss(**_loss_case(73), is_weight=weights)
+
+
+# ----------------------------------------------------------------------------- mean_eps_scope
+
+def test_every_scope_adds_eps_to_the_batch_token_count():
+    """torchtune rlhf/rewards.py masked_mean: (x·m).sum() / (m.sum() + ε); the per-row scope (verl,
+    OpenRLHF) leaves token-mean's count alone; both add ε to each row's count."""
+    v, m = [[1.0, 2.0, 4.0], [3.0, -1.0, 0.5]], [[1, 1, 0], [1, 1, 1]]
+    with mpmath.workdps(60):
+        eps = mpmath.mpf(0.25)
+        want = mpmath.mpf(1 + 2 + 3 - 1 + 0.5) / (5 + eps)
+        assert abs(grpo.aggregate(v, m, mode="token-mean", mean_eps=0.25, mean_eps_scope="every") - want) < 1e-45
+        assert grpo.aggregate(v, m, mode="token-mean", mean_eps=0.25) == grpo.aggregate(v, m, mode="token-mean")
+        rows = (mpmath.mpf(3) / (2 + eps) + mpmath.mpf(2.5) / (3 + eps)) / 2
+        for scope in ("per-row", "every"):
+            assert abs(grpo.aggregate(v, m, mean_eps=0.25, mean_eps_scope=scope) - rows) < 1e-45
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean"])
+def test_every_scope_gradients(mode):
+    rng = np.random.default_rng(5)
+    v, m = rng.normal(0, 1, (3, 4)).tolist(), [[1, 1, 0, 0], [1, 1, 1, 1], [0, 1, 1, 0]]
+    assert_vjp_matches(grpo.aggregate, grpo.aggregate_vjp,
+                       {"values": v, "mask": m, "mode": mode, "mean_eps": 0.25, "mean_eps_scope": "every"},
+                       ["values"], 1.5)
+    lp = (-rng.exponential(1.0, (3, 4))).tolist()
+    kwargs = {"logp": lp, "old_logp": (np.array(lp) + rng.normal(0, 0.1, (3, 4))).tolist(),
+              "ref_logp": (np.array(lp) + rng.normal(0, 0.3, (3, 4))).tolist(), "advantages": [1.0, -0.5, 2.0],
+              "mask": m, "aggregation": mode, "kl_aggregation": "token-mean", "mean_eps": 0.25,
+              "mean_eps_scope": "every"}
+    assert_vjp_matches(grpo.loss, grpo.loss_vjp, kwargs, ["logp"], 1.5)
+
+
+def test_every_scope_refuses_an_eps_no_mode_divides_by():
+    v, m = [[1.0, 2.0]], [[1, 1]]
+    with pytest.raises(InputError, match="^mean_eps:"):
+        grpo.aggregate(v, m, mode="seq-mean-token-sum", mean_eps=1e-3, mean_eps_scope="every")
+    # ε = 0, or the per-row scope (released behaviour): accepted
+    grpo.aggregate(v, m, mode="seq-mean-token-sum", mean_eps_scope="every")
+    grpo.aggregate(v, m, mode="seq-mean-token-sum", mean_eps=1e-3)

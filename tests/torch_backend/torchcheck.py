@@ -353,6 +353,13 @@ def cases() -> list[Case]:
         m = _mask(rng, 3, 5)
         add(Case("grpo.aggregate", _label(p),
                  {"values": _junk(rng.normal(0, 2, (3, 5)), m, rng), "mask": m}, p, 15))
+    # mean_eps_scope 'every' (torchtune's masked_mean: token-mean's count + ε too)
+    for i, p in enumerate(_grid(mode=["token-mean", "seq-mean-token-mean"], mean_eps=[0.25, 1e-3],
+                                mean_eps_scope=["every"])):
+        rng = np.random.default_rng(940 + i)
+        m = _mask(rng, 3, 5)
+        add(Case("grpo.aggregate", _label(p),
+                 {"values": _junk(rng.normal(0, 2, (3, 5)), m, rng), "mask": m}, p, 15))
 
     # grpo.loss
     grid = (_grid(aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -376,7 +383,10 @@ def cases() -> list[Case]:
                     kl_aggregation=[None, "token-mean"], aggregation=["seq-mean-token-mean"])
             # vector set 1.5.0: REINFORCE, and KL-Cov's own top-k (selections given: below)
             + _grid(policy_loss=["reinforce"], aggregation=["token-mean", "seq-mean-token-mean"], kl_kind=["k3", "abs"])
-            + _grid(policy_loss=["kl-cov"], kl_cov_ratio=[0.2, 0.5], kl_cov_coef=[1.0, 0.5]))
+            + _grid(policy_loss=["kl-cov"], kl_cov_ratio=[0.2, 0.5], kl_cov_coef=[1.0, 0.5])
+            # vector set 1.7.0: ε in token-mean's count too
+            + _grid(aggregation=["token-mean"], kl_aggregation=[None, "seq-mean-token-mean"], mean_eps=[0.25],
+                    mean_eps_scope=["every"]))
     for i, p in enumerate(grid):
         rng = np.random.default_rng(1000 + i)
         m = _mask(rng, 3, 5)
@@ -426,6 +436,13 @@ def cases() -> list[Case]:
         m = np.ones((3, 6))
         m[0, 2:4] = 0.0
         m[1, 4:] = 0.0
+        add(Case("gae.advantages", _label(p), {"rewards": rng.normal(0, 0.5, (3, 6)), "values": rng.normal(0, 1, (3, 6)),
+                                               "mask": m}, p, 6))
+    # whiten_eps (TRL's whiten: μ and σ² over N + ε, rsqrt(σ² + ε))
+    for i, p in enumerate(_grid(whiten=["centred", "keep-mean"], std_ddof=[0, 1], whiten_eps=[1e-8, 0.5])):
+        rng = np.random.default_rng(1250 + i)
+        m = np.ones((3, 6))
+        m[0, 2:4] = 0.0
         add(Case("gae.advantages", _label(p), {"rewards": rng.normal(0, 0.5, (3, 6)), "values": rng.normal(0, 1, (3, 6)),
                                                "mask": m}, p, 6))
     for i, p in enumerate(_grid(beta=[0.05, 1.0], kind=["k1", "k2", "k3"], clamp=[None, 1.0])):
@@ -490,6 +507,12 @@ def cases() -> list[Case]:
     for i, p in enumerate(_grid(aggregation=["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
                                              "seq-mean-token-sum-norm"], mean_eps=[0.0, 1e-8])):
         rng = np.random.default_rng(1700 + i)
+        m = _mask(rng, 3, 5)
+        h = np.where(m == 1, rng.uniform(0.0, 4.0, (3, 5)), 1e4)
+        add(Case("ppo.entropy_bonus", _label(p), {"entropy": h, "mask": m}, {**p, "coef": 0.05}, 15))
+    for i, p in enumerate(_grid(aggregation=["token-mean", "seq-mean-token-mean"], mean_eps=[0.25],
+                                mean_eps_scope=["every"])):
+        rng = np.random.default_rng(1720 + i)
         m = _mask(rng, 3, 5)
         h = np.where(m == 1, rng.uniform(0.0, 4.0, (3, 5)), 1e4)
         add(Case("ppo.entropy_bonus", _label(p), {"entropy": h, "mask": m}, {**p, "coef": 0.05}, 15))
