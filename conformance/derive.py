@@ -91,17 +91,17 @@ def _low_precision(case: VectorCase) -> bool:
     return any(d in compare.LOW_PRECISION for d in case.test["dtypes"])
 
 
-def _bases(vs, objective_id: str, assignment: dict) -> list[VectorCase]:
-    """The committed valid tests to derive from: from the group closest to the assignment
-    (most conventions equal), the smallest ones, some of them low-precision."""
+def _bases(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION) -> list[VectorCase]:
+    """The ``count`` committed valid tests to derive from: from the group closest to the
+    assignment (most conventions equal), the smallest ones, some of them low-precision."""
     valid = [c for c in vs.cases(objective_id) if c.result == "valid" and LARGE_FLAG not in c.flags]
 
     def closeness(c):
         return sum(c.conventions.get(k) == v for k, v in assignment.items())
     best = max((closeness(c) for c in valid), default=0)
     near = sorted((c for c in valid if closeness(c) == best), key=lambda c: (_size(c), c.test["tcId"]))
-    low = [c for c in near if _low_precision(c)][:LOW_PRECISION_SHARE]
-    rest = [c for c in near if c not in low][:PER_COMBINATION - len(low)]
+    low = [c for c in near if _low_precision(c)][:max(1, LOW_PRECISION_SHARE * count // PER_COMBINATION)]
+    rest = [c for c in near if c not in low][:count - len(low)]
     return low + rest
 
 
@@ -144,15 +144,16 @@ def _scale_function(spec: catalog.Objective):
     return getattr(importlib.import_module(spec.generator_module), "SCALES", {}).get(spec.id)
 
 
-def derive(vs, objective_id: str, assignment: dict) -> tuple[list[VectorCase], list[str]]:
-    """Cases for one uncovered combination, and a line for each base the exact reference
-    could not carry over (inputs invalid under these conventions, digits not stable)."""
+def derive(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION) -> tuple[list[VectorCase], list[str]]:
+    """Cases for one uncovered combination (from ``count`` bases; fewer screen a combination in
+    ``lossproof infer``), and a line for each base the exact reference could not carry over
+    (inputs invalid under these conventions, digits not stable)."""
     spec = catalog.get(objective_id)
     scale = _scale_function(spec)
     notes = vs.files[spec.vector_file]["notes"]
     convention_flags = _convention_flags(vs, spec)
     cases, dropped = [], []
-    for base in _bases(vs, objective_id, assignment):
+    for base in _bases(vs, objective_id, assignment, count):
         conventions = {k: (base.conventions[k] if v == ANY else v) for k, v in assignment.items()}
         flags, result = _result(_flags(base, conventions, convention_flags, notes), conventions)
         case = Case(objective_id, {k: numbers.decode_input(v) for k, v in base.test["inputs"].items()},

@@ -14,12 +14,13 @@ failed only as known failures). A group whose judged cases are all excused is *u
 neither fits nor is ruled out, and the text says so (another --dtype may decide it).
 
 When no committed group fits, the search goes on beyond them, as ``check`` does for a declared
-combination no group holds (``conformance.derive``): each combination one convention away from a
+combination no group holds (``conformance.derive``): the combinations one convention away from a
 committed group (the convention set to another value some committed group or the catalog's
 choices hold: an eps of 1e-6 with the sample std and zeroed degenerate groups, although no
-group holds that combination) is given exact cases derived at run time, and the target runs on
-them declaring that combination, nearest groups first (those with the most passing cases). A
-derived combination whose cases all pass fits like a group.
+group holds that combination), then theirs, and so on, are given exact cases derived at run
+time, and the target runs on them declaring that combination, the neighbours of the
+combinations the function comes nearest to first (the smallest errors relative to the bounds,
+then the most passing cases). A derived combination whose cases all pass fits like a group.
 
 When float64 rules out a group only because the function returns a narrower dtype (every
 failing float64 run narrowed), the groups are judged again in float32, and the text says so:
@@ -37,17 +38,23 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import heapq
 import inspect
+import itertools
 import json
+import math
 from dataclasses import dataclass, field
 
 from lossproof.conformance import catalog, derive, diagnose, harness
 from lossproof.conformance.results import NOT_CALLED
 from lossproof.conformance.targets.target import ANY, Target
 
-# Combinations next to the committed groups given derived cases, per objective: enough for the
-# nearest groups' neighbours, few enough that one inference stays within seconds to a minute.
-MAX_DERIVED = 48
+# Combinations beyond the committed groups screened on derived cases, per objective. A screening
+# derives SCREEN cases and most stop at the first, so 200 cost about what 30 full judgements
+# (PER_COMBINATION cases each) do: one inference stays within about a minute.
+MAX_DERIVED = 200
+SCREEN = 2
+MAX_EXCESS = 30.0     # decades: an error beyond 1e30 bounds (or a NaN) is as far as any
 
 
 @dataclass
@@ -62,6 +69,19 @@ class Group:
     defect: str = ""                             # the defect that rules it out, when not a convention
     narrowed: bool = False                       # every failing run returned a narrower dtype
     not_called: bool = False                     # every failure: the function's signature refused the call
+    outputs: int = 0                             # output arrays compared, over every judged case-run
+    log_excess: float = 0.0                      # Σ log10(error / bound) over those out of tolerance (capped)
+
+    @property
+    def closeness(self) -> tuple:
+        """How near the function came to the group, to order a search: the mean excess of the
+        output arrays' error over their bound, in decades (0 for an array within tolerance,
+        MAX_EXCESS for a non-finite one or a case-run that raised), negated; then the share of judged case-runs that pass.
+        The error, not the passing cases, leads: a term weighted by a small coefficient (β·KL)
+        computed under another convention misses by little on every case, while a few cases
+        pass under any convention that does not touch them (β = 0, equal inputs)."""
+        judged = sum(self.counts.get(s, 0) for s in ("pass", "xpass", "fail", "error")) or 1
+        return (-self.log_excess / (self.outputs or 1), self.counts.get("pass", 0) / judged)
 
     @property
     def fits(self) -> bool:
@@ -92,7 +112,7 @@ class Inference:
                       for g in self.groups if g.ruled_out and not g.derived]
             tried = [g for g in self.groups if g.derived and not g.fits]
             if tried:
-                lines.append(f"  {len(tried)} combination(s) next to the committed groups, judged on cases derived at "
+                lines.append(f"  {len(tried)} combination(s) beyond the committed groups, judged on cases derived at "
                              f"run time, are ruled out too, e.g. {tried[0].name}: {tried[0].against}")
             lines += [_undecided(g) for g in self.groups if g.undecided]
             lines += [f"  {g.name}: not computed ({g.why_not or 'every case unsupported or skipped'})"
@@ -179,6 +199,16 @@ def _groups(results) -> list[Group]:
 
 def _count(g: Group, r) -> None:
     g.counts[r.status] = g.counts.get(r.status, 0) + 1
+    if r.status in ("fail", "error") and not r.outputs:    # raised, or returned nothing to compare
+        g.outputs += 1
+        g.log_excess += MAX_EXCESS
+    for metrics in r.outputs.values():
+        g.outputs += 1
+        excess = metrics.get("err_over_tol")
+        if excess is None or not math.isfinite(excess):
+            g.log_excess += MAX_EXCESS
+        elif excess > 1:
+            g.log_excess += min(MAX_EXCESS, math.log10(excess))
     if r.status in ("fail", "error") and not g.against:
         g.against = f"{r.uid} [{r.dtype}]: {r.message[:160]}"
     if r.status == "xfail" and not g.excused:
@@ -193,41 +223,86 @@ def _only_narrowing(groups: list[Group]) -> bool:
 
 
 def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limit, notes) -> list[Group]:
-    """Combinations one convention away from the committed groups, judged on derived cases
-    (module docstring); the nearest groups' neighbours first."""
+    """Combinations beyond the committed groups, judged on derived cases (module docstring),
+    best first: the neighbours of a combination (one convention changed) are queued by how
+    near the function came to it (``Group.closeness``), starting from the committed groups, so
+    that a function several conventions away from every group is reached through the
+    combinations it comes nearer to. Each is screened on SCREEN derived cases, where one failing
+    case-run rules it out; one that passes them is judged on the full set. Once one fits, only
+    the neighbours of the fitting combinations are judged (a function may compute several, or
+    some that give the same values); the search ends when none is left, or after MAX_DERIVED."""
     spec = catalog.get(oid)
     committed = [g.conventions for g in groups]
     values = {n: list(dict.fromkeys([json.dumps(spec.defaults[n])]
                                     + [json.dumps(c.get(n, spec.defaults[n])) for c in committed]
                                     + [json.dumps(v) for p in spec.params if p.name == n for v in p.choices]))
               for n in spec.conventions}
-    nearest = sorted((g for g in groups if g.ruled_out), key=lambda g: -g.counts.get("pass", 0))
-    candidates: list[dict] = []
-    for g in nearest:
+    queued: set[str] = set()      # in the frontier now
+    judged: set[str] = set()
+    frontier: list = []
+    order = itertools.count()      # ties: first queued, first judged
+
+    def queue(source: Group, distance: int):
+        base = {k: source.conventions.get(k, spec.defaults[k]) for k in spec.conventions}
         for n in spec.conventions:
             for v in values[n]:
-                assignment = {**{k: g.conventions.get(k, spec.defaults[k]) for k in spec.conventions},
-                              n: json.loads(v)}
-                if (assignment not in candidates and derive.not_a_choice(spec, assignment) is None
+                assignment = {**base, n: json.loads(v)}
+                key = json.dumps(assignment, sort_keys=True)
+                if (key not in queued and key not in judged and derive.not_a_choice(spec, assignment) is None
                         and not any(_same(assignment, c, spec) for c in committed)):
-                    candidates.append(assignment)
-    if len(candidates) > MAX_DERIVED:
-        notes.append(f"  {len(candidates) - MAX_DERIVED} combination(s) next to the committed groups not tried "
-                     f"(derived cases are built for the nearest {MAX_DERIVED})")
-    found = []
-    for assignment in candidates[:MAX_DERIVED]:
-        cases, _ = derive.derive(vs, oid, assignment)
-        if not cases:
+                    queued.add(key)
+                    heapq.heappush(frontier, (_negated(source.closeness), distance, next(order), assignment))
+
+    for g in groups:
+        if g.ruled_out:
+            queue(g, 1)
+    found: list[Group] = []
+    fitted = False
+    while frontier and len(found) < MAX_DERIVED:
+        _, distance, _, assignment = heapq.heappop(frontier)
+        key = json.dumps(assignment, sort_keys=True)
+        queued.discard(key)
+        judged.add(key)
+        g = _judge(target, vs, oid, assignment, dtypes, time_limit, SCREEN)
+        if g is None:
             continue
-        probe = dataclasses.replace(target, conventions={oid: assignment})
-        g = Group(derive.describe(assignment, spec), assignment, derived=True)
-        with harness.single_threaded(target.framework):
-            for case in cases:
-                for r in harness.run_case(probe, case, dtypes=list(dtypes), time_limit=time_limit):
-                    if r.axis == "conformance":
-                        _count(g, r)
+        if not g.ruled_out:
+            g = _judge(target, vs, oid, assignment, dtypes, time_limit) or g
         found.append(g)
+        if g.fits and not fitted:      # from now on only the fitting combinations' neighbours
+            fitted = True
+            frontier.clear()
+            queued.clear()
+        if g.fits or (g.ruled_out and not fitted):
+            queue(g, distance + 1)
+    if not fitted and frontier:
+        notes.append(f"  the search beyond the committed groups stopped after {MAX_DERIVED} combinations screened "
+                     f"on derived cases ({len(frontier)} more queued, up to {max(e[1] for e in frontier)} "
+                     "convention(s) from a committed group)")
     return found
+
+
+def _judge(target: Target, vs, oid: str, assignment: dict, dtypes, time_limit, count=derive.PER_COMBINATION):
+    """The combination judged on ``count`` cases derived for it (None: none could be derived);
+    a screening (few cases) stops at the first failing case-run."""
+    spec = catalog.get(oid)
+    cases, _ = derive.derive(vs, oid, assignment, count)
+    if not cases:
+        return None
+    probe = dataclasses.replace(target, conventions={oid: assignment})
+    g = Group(derive.describe(assignment, spec), assignment, derived=True)
+    with harness.single_threaded(target.framework):
+        for case in cases:
+            for r in harness.run_case(probe, case, dtypes=list(dtypes), time_limit=time_limit):
+                if r.axis == "conformance":
+                    _count(g, r)
+            if count < derive.PER_COMBINATION and g.ruled_out:
+                break
+    return g
+
+
+def _negated(closeness: tuple) -> tuple:
+    return tuple(-x for x in closeness)
 
 
 def _same(assignment: dict, conventions: dict, spec) -> bool:

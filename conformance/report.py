@@ -124,7 +124,7 @@ def console(results: list[CaseResult], out=None, max_failures: int = 25, quiet: 
     # not rejected (--strict) are listed case by case
     listed = bad if cases or not diagnoses else [r for r in bad if r.axis == "validation"]
     if diagnoses:
-        print_diagnoses(diagnoses, out)
+        print_diagnoses(diagnoses, out, results, notes)
         hidden = sum(r.axis == "conformance" and r.status in ("fail", "error") for r in bad) if not cases else 0
         if hidden:
             print(f"  ({hidden} failing case-run(s): --cases prints them one by one)", file=out)
@@ -209,8 +209,10 @@ def _missing_modules(results: list[CaseResult], out) -> None:
         objectives = ", ".join(dict.fromkeys(r.objective for r in rs))
         print(f"  {target}: {what} ({len(rs)} case(s) of {objectives})", file=out)
 
-def print_diagnoses(diagnoses, out) -> None:
-    """The defects, one block each, grouped by target and objective."""
+def print_diagnoses(diagnoses, out, results=(), notes=None) -> None:
+    """The defects, one block each, grouped by target and objective; with the run's ``results``
+    and the vector files' ``notes``, each names the note of the flag that marks its cases and
+    the public reports of that bug class the note links to."""
     by_pair = defaultdict(list)
     for d in diagnoses:
         by_pair[(d.target, d.objective)].append(d)
@@ -222,6 +224,29 @@ def print_diagnoses(diagnoses, out) -> None:
             print(f"        evidence: {d.evidence}", file=out)
             print(f"        fix: {d.fix}", file=out)
             print(f"        repro: {d.repro}", file=out)
+            for line in _flag_of(d, results, notes):
+                print(f"        {line}", file=out)
+
+
+def _flag_of(d, results, notes) -> list[str]:
+    """The flag note behind a diagnosis (issue 36: the bug knowledge lives in the vectors): of the
+    flags its failing case-runs carry, the one most frequent among them relative to the
+    objective's checked cases (as ``distinctive_flag``), with its bug class and links."""
+    mine = set(d.uids)
+    ran = [r for r in results if r.target == d.target and r.objective == d.objective and r.status in CHECKED]
+    failing = [r for r in ran if r.uid in mine and r.status in ("fail", "error")]
+    flag_notes = (notes or {}).get(d.objective) or {}
+    in_failing = Counter(f for r in failing for f in set(r.flags) if f in flag_notes)
+    if not in_failing:
+        return []
+    in_ran = Counter(f for r in ran for f in set(r.flags))
+    flag = max(sorted(in_failing), key=lambda f: in_failing[f] / in_ran[f])
+    note = flag_notes[flag]
+    out = [f"flag: [{flag}]" + (f" ({note['bugType']})" if note.get("bugType") else "")
+           + f" {note.get('description', '')}".rstrip()]
+    if note.get("links"):
+        out.append(f"reported: {', '.join(note['links'])}")
+    return out
 
 
 def _print_case(r: CaseResult, out) -> None:

@@ -162,10 +162,13 @@ def test_missing_inputs_are_reported_as_skipped_with_the_reason(tmp_path, monkey
     for path in ("docs/performance.md", "docs/figures/performance_time.png", "docs/figures/performance_memory.png"):
         assert re.search(rf"{re.escape(path)}: skipped.*benchmarks/results/\S+\.json not found", captured.err), path
     assert "3 skipped (inputs missing)" in captured.out
-    # the kill table needs the checkout's tests/mutants, which this copy lacks
+    # the kill table is rendered from its record, docs/mutation.json, without tests/mutants (which
+    # this copy lacks); without the record it is skipped
     art = next(a for a in build.ARTIFACTS if a.path == "docs/mutation.md")
+    assert art.produce(Context(tmp_path), None, art.path).data == (ROOT / art.path).read_bytes()
+    (tmp_path / "docs" / "mutation.json").unlink()
     produced = art.produce(Context(tmp_path), None, art.path)
-    assert produced.data is None and "tests/mutants" in produced.skipped[0]
+    assert produced.data is None and "docs/mutation.json not found" in produced.skipped[0]
 
 
 def test_usage_errors_exit_2(tmp_path, monkeypatch, capsys):

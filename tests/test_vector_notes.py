@@ -4,16 +4,19 @@ the bug (``links``); the fields are optional in the format, so a file written be
 loads, and ``VectorSet.note`` gives every field either way."""
 from __future__ import annotations
 
+import io
 import json
 
 import jsonschema
 import pytest
 
-from lossproof.conformance import generate
+from lossproof.conformance import generate, report
+from lossproof.conformance.diagnose import Diagnosis
 from lossproof.conformance._io import write_tree
 from lossproof.conformance.generate.case import with_effect
 from lossproof.conformance.vectors.format import MANIFEST, NOTE_KEYS, manifest_bytes, serialize
 from lossproof.conformance.vectors.lint import lint
+from lossproof.conformance.results import CaseResult
 from lossproof.conformance.vectors.load import SCHEMA_DIR, VectorError, VectorSet
 
 NOTE_SCHEMA = json.loads((SCHEMA_DIR / "vectors-1.json").read_text())["properties"]["notes"]["additionalProperties"]
@@ -94,3 +97,30 @@ def test_a_malformed_field_is_a_schema_error(tmp_path, kl_files, edit, where):
     with pytest.raises(VectorError) as info:
         _directory(tmp_path, _rewritten(kl_files, edit))
     assert "$.notes.Clamped" in str(info.value) and where in str(info.value)
+
+
+def _run(uid, status, flags):
+    return CaseResult(uid, "kl.estimator", "mine", "float64", "cpu", status, flags)
+
+
+def test_a_diagnosis_names_the_note_of_the_flag_that_marks_its_cases_and_its_links():
+    """The console's diagnosis block ends with the flag most frequent among the cases it explains
+    relative to the objective's checked cases (here ExtremeRatio: every one of its cases fails,
+    while Random fails in 2 of 4), its bug class and the public reports its note links to."""
+    results = [_run("kl.estimator:1", "fail", ["Random", "ExtremeRatio"]),
+               _run("kl.estimator:2", "fail", ["Random", "ExtremeRatio"]),
+               _run("kl.estimator:3", "pass", ["Random"]), _run("kl.estimator:4", "pass", ["Random"])]
+    notes = {"kl.estimator": {
+        "Random": {"bugType": "formula", "description": "Random log-probabilities.", "links": []},
+        "ExtremeRatio": {"bugType": "clamp", "description": "Log ratios beyond 20.",
+                         "links": ["https://github.com/verl-project/verl/issues/2928"]}}}
+    d = Diagnosis("clamp", "mine", "kl.estimator", 2, "fails only where |log r| > 20", "e", "f", "r",
+                  uids=["kl.estimator:1", "kl.estimator:2"])
+    out = io.StringIO()
+    report.print_diagnoses([d], out, results, notes)
+    assert out.getvalue().splitlines()[-2:] == [
+        "        flag: [ExtremeRatio] (clamp) Log ratios beyond 20.",
+        "        reported: https://github.com/verl-project/verl/issues/2928"]
+    out = io.StringIO()
+    report.print_diagnoses([d], out)          # without the notes: the block as before
+    assert out.getvalue().splitlines()[-1].startswith("        repro: ")

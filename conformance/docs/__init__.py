@@ -11,7 +11,7 @@ registry of what is generated, from which inputs, is ``conformance.docs.build.AR
 - ``conventions``: docs/conventions.md, from real runs of the third-party adapters.
 - ``distributed``: the figure and the results of docs/distributed.md (real rank processes).
 - ``performance``: the tables and figures of docs/performance.md, from benchmarks/results/*.json.
-- ``mutation``: docs/mutation.md, from the mutants of the source checkout (tests/mutants).
+- ``mutation``: docs/mutation.md, from the kill table recorded from the mutants (docs/mutation.json).
 - ``sessions``: the console sessions shown in README.md and docs/, run and captured.
 - ``build``: the registry and the build.
 """
@@ -26,6 +26,6 @@ class DocsError(LossproofError):
 
 
 class Unavailable(LossproofError):
-    """An artifact's inputs are not on this machine (a peer library, torch, the source
-    checkout's tests/mutants): the build leaves the file as it is and reports it as skipped,
+    """An artifact's inputs are not on this machine (a peer library, torch, the
+    recorded kill table): the build leaves the file as it is and reports it as skipped,
     with this message as the reason."""

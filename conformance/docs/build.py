@@ -14,7 +14,7 @@ slow (``--fast`` leaves it out). Three kinds:
 - **generated**: a file written whole by its producer (docs/conventions.md, docs/mutation.md).
 
 An artifact (or a block of a page) whose inputs are missing on this machine — a peer library,
-torch, the source checkout's tests/mutants or benchmarks/results — is left as it is and
+torch, the recorded kill table docs/mutation.json or benchmarks/results — is left as it is and
 reported as skipped with the reason, never silently. Writes are atomic and happen only when
 the content changed; ``check`` writes nothing and reports every out-of-date file.
 """
@@ -264,8 +264,7 @@ ARTIFACTS: tuple[Artifact, ...] = (
              note="running the distributed checks of the torch backend, TRL, verl, Megatron-core and torchtitan on rank "
                   "processes (about 4 minutes)"),
     Artifact("docs/mutation.md", "generated", _generated(mutation.page),
-             f"{mutation.MUTANTS} (source checkout) checked over the vectors", needs=(mutation.MUTANTS, "torch"),
-             slow=True, note="checking every mutant and its twin (about 15 s)"),
+             f"{mutation.DATA}, the kill table recorded from tests/mutants (tests/mutants/killtable.py)"),
     Artifact("docs/conventions.md", "generated", _generated(conventions.page),
              "the third-party adapters checked over the vectors, declared and --as-paper", needs=(*PEERS, "torch"),
              slow=True, note="running the third-party adapters over every vector, twice (one to two minutes)"),

@@ -75,7 +75,12 @@ NOTES = {
                "rows, logits ~ N(0, σ²) with σ ∈ {1, 3, 6}, the teacher either independent or the student plus "
                "N(0, 1) noise; T ∈ {0.5, 1, 2, 4}; α ∈ {0, 0.1, 0.5, 0.9, 1}, β ∈ {0.1, 0.5, 0.9}; half the "
                "cases rounded to float32.",
-               "bugType": "formula"},
+               "bugType": "formula",
+               "links": ["https://github.com/IntelLabs/distiller/issues/122",
+                         "https://github.com/huggingface/transformers/issues/12299",
+                         "https://github.com/huggingface/trl/pull/3043",
+                         "https://github.com/huggingface/trl/issues/2202",
+                         "https://github.com/jongwooko/distillm/issues/7"]},
     "Large": {"category": "random", "description": "A realistic vocabulary (V from 1000 to 4096) with few rows: the "
               "vocabulary reductions at their real length.",
               "bugType": "precision",
@@ -98,12 +103,16 @@ NOTES = {
                    "afterwards lose about u·|z|/T in each exponent, which the stored scale allows for.",
                    "bugType": "overflow",
                    "effect": "exp of logits not shifted by the row maximum overflows; saturated rows lose their "
-                             "small terms unless formed with expm1/log1p."},
+                             "small terms unless formed with expm1/log1p.",
+                   "links": ["https://github.com/pytorch/pytorch/issues/1835",
+                             "https://github.com/FederatedAI/FATE/issues/65"]},
     "TinyTemperature": {"category": "numerics", "description": "T = 1e-3: logits that differ by about 1e-3 give "
                         "exponents of order 1, larger differences give near one-hot rows; gradients carry 1/T.",
                         "bugType": "extreme-parameter",
                         "effect": "Dividing by a tiny T without care overflows or loses the 1/T factor in the "
-                                  "gradient."},
+                                  "gradient.",
+                        "links": ["https://github.com/bowang-lab/BLEEP/issues/5",
+                                  "https://github.com/huggingface/trl/pull/5731"]},
     "NegInfLogits": {"category": "edge", "description": "−inf logits (impossible tokens, probability exactly 0) "
                      "on one or both sides, with supports for which the divergence is finite: 0·log 0 = 0 must "
                      "not become NaN, an impossible student token gets gradient 0, and a token impossible for "
@@ -112,7 +121,12 @@ NOTES = {
                      "(e.g. F.kl_div(..., log_target=True)) return NaN here.",
                      "bugType": "non-finite",
                      "effect": "0·log 0 evaluated as 0·(−inf) = NaN at impossible tokens poisons the loss and "
-                               "gradient."},
+                               "gradient.",
+                     "links": ["https://github.com/huggingface/trl/pull/7263",
+                               "https://github.com/NovaSky-AI/SkyRL/pull/2259",
+                               "https://github.com/microsoft/LMOps/issues/38",
+                               "https://github.com/linkedin/Liger-Kernel/issues/1453",
+                               "https://github.com/linkedin/Liger-Kernel/pull/1397"]},
     "Cancellation": {"category": "numerics", "description": "Teacher = student + noise of 1e-7 (binary64), or "
                      "+ one float32 spacing on some tokens (float32): the divergence is of order 1e-14 while its "
                      "terms are of order 1e-7 or 1; judged against the magnitude of the terms (the tolerance scales "
@@ -132,7 +146,8 @@ NOTES = {
                       "α = 1 (distillation term only: the labels are ignored).",
                       "bugType": "extreme-parameter",
                       "effect": "At α = 0 or 1 one term must vanish exactly; an implementation that still evaluates "
-                                "it can return NaN (0·inf) or a stray term."},
+                                "it can return NaN (0·inf) or a stray term.",
+                      "links": ["https://github.com/ooples/AiDotNet/pull/437"]},
     "BetaNearEndpoint": {"category": "numerics", "description": "β = 1e-6 or 1 − 1e-6: the generalized JSD is of "
                          "order β·(1−β); log β and log(1 − β) must keep their digits (log1p(−β)).",
                          "bugType": "cancellation",
@@ -143,7 +158,9 @@ NOTES = {
                           "the value and its gradient are exactly 0.",
                           "bugType": "convention",
                           "effect": "At β = 0 or 1 the limit form must give the plain distributions; special-casing "
-                                    "them as KLs computes another convention."},
+                                    "them as KLs computes another convention.",
+                          "links": ["https://github.com/huggingface/trl/pull/6781",
+                                    "https://github.com/linkedin/Liger-Kernel/issues/278"]},
     "BetaEndpointKL": {"category": "convention", "description": "β = 0 or β = 1 with endpoints='kl', as TRL 1.16.0 "
                        "and Liger 0.8.5 special-case them: β = 0 gives the forward KL(p‖q), β = 1 the reverse "
                        "KL(q‖p), without T².",
@@ -165,7 +182,11 @@ NOTES = {
     "ForwardKL": {"category": "convention", "description": "direction='forward': KL(p‖q) weighted by the teacher "
                   "(the soft term of classic distillation, without T²); gradient (q − p)/T.",
                   "bugType": "convention",
-                  "effect": "KL(p‖q) and KL(q‖p) swapped: the wrong direction of the divergence is trained."},
+                  "effect": "KL(p‖q) and KL(q‖p) swapped: the wrong direction of the divergence is trained.",
+                  "links": ["https://github.com/huggingface/trl/pull/4935",
+                            "https://github.com/paiml/aprender/pull/2153",
+                            "https://github.com/jongwooko/distillm/issues/7",
+                            "https://github.com/microsoft/LMOps/issues/38"]},
     "NoT2Scale": {"category": "convention", "description": "t2_scale=False: the soft term α·KL(p^(T)‖q^(T)) is not "
                   "multiplied by T² (Liger 0.8.5 chunked distillation, TRL 1.16.0 GKD); the hard-label term stays "
                   "at T = 1.",
@@ -179,7 +200,9 @@ NOTES = {
                      "up to V = 4096 (|z| ≤ 30, T from 0.05 to 64, teachers independent, near or close to the "
                      "student) and the edges low precision changes (ties, −inf logits, saturated rows, logits "
                      "near ±1e4); see conformance/compare.py for the careful tolerance model.",
-                     "bugType": "precision"},
+                     "bugType": "precision",
+                     "links": ["https://github.com/microsoft/LMOps/issues/38",
+                               "https://github.com/jongwooko/distillm/issues/7"]},
     "InvalidInput": {"category": "invalid", "description": "Input or parameter outside the objective's domain: "
                      "T ≤ 0, α or β outside [0, 1], unknown direction or endpoints, shapes that disagree, labels "
                      "out of range, NaN or +inf logits, a row that is −inf everywhere, an empty vocabulary, logits "

@@ -42,7 +42,14 @@ NOTES = {
     "Random": {"category": "random", "description": "Random sequence log-probabilities (sums over tokens, down to "
                "about −300) with references drawn near them so that βΔ spans the logistic's curved region; "
                "B up to 16 pairs; half the cases rounded to float32.",
-               "bugType": "formula"},
+               "bugType": "formula",
+               "links": ["https://github.com/huggingface/trl/pull/1653",
+                         "https://github.com/huggingface/trl/pull/1655",
+                         "https://github.com/huggingface/trl/pull/1265",
+                         "https://github.com/huggingface/trl/issues/1677",
+                         "https://github.com/modelscope/ms-swift/pull/9925",
+                         "https://github.com/huggingface/trl/pull/1022",
+                         "https://github.com/modelscope/ms-swift/pull/10167"]},
     "DetachedRewards": {"category": "convention", "description": "chosen_rewards = β·(π_c − ref_c) and "
                         "rejected_rewards = β·(π_r − ref_r) are logged metrics that TRL, OpenRLHF and Liger "
                         "detach: their cotangents are zero, so the gradient comes from the losses alone "
@@ -56,12 +63,16 @@ NOTES = {
                        "adapters must not declare these cases.",
                        "bugType": "convention",
                        "effect": "Label smoothing applied to another loss type or in another form (robust vs "
-                                 "conservative) trains another objective."},
+                                 "conservative) trains another objective.",
+                       "links": ["https://github.com/rasbt/LLMs-from-scratch/pull/617"]},
     "HugeMargin": {"category": "numerics", "description": "βΔ = ±1e4: log σ must be formed without overflow "
                    "(log σ(1e4) ≈ −e^−1e4 underflows to 0; log σ(−1e4) = −1e4 up to e^−1e4).",
                    "bugType": "overflow",
                    "effect": "log σ formed as log(sigmoid(x)) or log(1 + exp(−x)) overflows or underflows to an "
-                             "infinite loss at large margins."},
+                             "infinite loss at large margins.",
+                   "links": ["https://github.com/thinking-machines-lab/tinker-cookbook/pull/188",
+                             "https://github.com/deepspeedai/DeepSpeedExamples/pull/501",
+                             "https://github.com/FederatedAI/FATE/issues/65"]},
     "ZeroMargin": {"category": "edge", "description": "Δ = 0 exactly (equal gains): sigmoid loss log 2, gradient "
                    "±β/2 on the logistic losses.",
                    "bugType": "degenerate-input",

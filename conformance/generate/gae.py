@@ -18,7 +18,9 @@ NOTES = {
     "Random": {"category": "random", "description": "Random token rewards (mostly 0, a score on the last valid "
                "token, small KL-like terms elsewhere), values and masks with trailing padding; B ≤ 6, T ≤ 12; half "
                "the cases rounded to float32.",
-               "bugType": "formula"},
+               "bugType": "formula",
+               "links": ["https://github.com/THUDM/slime/issues/1369",
+                         "https://github.com/THUDM/slime/pull/2356"]},
     "InteriorMask": {"category": "edge", "description": "Masked tokens between valid ones (observation tokens of a "
                      "multi-turn rollout): 'skip' steps over them, 'zero' takes them as steps of reward and value "
                      "0, so the two conventions differ there.",

@@ -55,7 +55,22 @@ NOTES = {
                "masks (T ≤ 256; most T ≤ 64), old and reference log-probabilities drawn near the policy's; "
                "half the cases rounded to float32. Random tokens stay 1e-4 (relative) away from the clip "
                "band's edges, the dual-clip bound and the KL clamp, so that no side is decided by rounding.",
-               "bugType": "formula"},
+               "bugType": "formula",
+               "links": ["https://github.com/pytorch/pytorch/issues/29372",
+                         "https://github.com/NVIDIA/TorchFort/issues/38",
+                         "https://github.com/XU-YIJIE/grpo-flat/issues/2",
+                         "https://github.com/thinking-machines-lab/tinker-cookbook/issues/579",
+                         "https://github.com/thinking-machines-lab/tinker-cookbook/pull/589",
+                         "https://github.com/huggingface/trl/pull/7068",
+                         "https://github.com/databricks/compose-rl/pull/53",
+                         "https://github.com/huggingface/trl/pull/224",
+                         "https://github.com/huggingface/trl/issues/2681",
+                         "https://github.com/huggingface/trl/issues/2769",
+                         "https://github.com/tristandeleu/pytorch-maml-rl/issues/24",
+                         "https://github.com/THUDM/slime/pull/179",
+                         "https://github.com/allenai/open-instruct/issues/534",
+                         "https://github.com/huggingface/trl/pull/2881",
+                         "https://github.com/huggingface/trl/issues/2995"]},
     "Large": {"category": "random", "description": "A large random case (B = 16, T = 256): realistic sizes for "
               "the reductions.",
               "bugType": "precision",
@@ -66,7 +81,11 @@ NOTES = {
                 "gives A = 0 for G > 1. With eps > 0 the exact value (r − mean)/(0 + eps) is 0 as well.",
                 "bugType": "degenerate-input",
                 "effect": "All-equal rewards make (r − mean)/std a 0/0: NaN or huge advantages unless the group is "
-                          "zeroed or dropped as declared."},
+                          "zeroed or dropped as declared.",
+                "links": ["https://github.com/NVIDIA-NeMo/RL/pull/1423",
+                          "https://github.com/NVIDIA-NeMo/RL/pull/4161",
+                          "https://github.com/huggingface/trl/pull/7068",
+                          "https://github.com/huggingface/trl/pull/6365"]},
     "ZeroStdRounding": {"category": "numerics", "description": "All-equal groups whose floating-point mean is "
                         "not exactly the common value (0.1 or 0.7 seven times, 0.1 three times, in binary64; "
                         "float32 0.1, 0.7, 0.3 seven times): "
@@ -81,13 +100,19 @@ NOTES = {
                        "scaling). With scale='batch' the batch std is used and the centred value is 0.",
                        "bugType": "degenerate-input",
                        "effect": "G = 1: the std is undefined (ddof 1 gives NaN); each library treats it "
-                                 "differently."},
+                                 "differently.",
+                       "links": ["https://github.com/StarsfieldAI/R1-V/issues/69",
+                                 "https://github.com/radixark/miles_diffusion/pull/253",
+                                 "https://github.com/pytorch/pytorch/issues/29372"]},
     "TinyStd": {"category": "numerics", "description": "A group whose rewards differ by 2^−40 only: the "
                 "advantages are well defined (±1/√3, √3 with ddof 0) but formed from tiny differences; "
                 "judged against max|r|/(std + eps).",
                 "bugType": "cancellation",
                 "effect": "Rewards differing by 2^−40: advantages formed from tiny differences lose digits or are "
-                          "zeroed by an eps."},
+                          "zeroed by an eps.",
+                "links": ["https://github.com/keras-team/keras/pull/8726",
+                          "https://github.com/pjreddie/darknet/pull/17",
+                          "https://github.com/taokong/group_normalization/issues/1"]},
     "LargeOffset": {"category": "numerics", "description": "Rewards near 1e6 that differ by units: r − mean "
                     "cancels; judged against max|r|/(std + eps).",
                     "bugType": "cancellation",
@@ -99,7 +124,8 @@ NOTES = {
                      "the catalog does not express (they differ where that clamp binds).",
                      "bugType": "overflow",
                      "effect": "exp of a large log-ratio overflows to inf; inf·0 on an inactive branch turns the "
-                               "loss or gradient into NaN."},
+                               "loss or gradient into NaN.",
+                     "links": ["https://github.com/verl-project/verl/pull/1779"]},
     "BoundaryUlps": {"category": "acceptable", "description": "Ratios within a few ulps of 1 − ε_low, 1 + ε_high "
                      "(or of the dual-clip bound c): the value is continuous there and must match, but which "
                      "branch is active — gradient ρA or 0 — is decided by rounding; either gradient is "
@@ -114,7 +140,8 @@ NOTES = {
                        "effect": "The dual clip bound c·A for negative advantages missing or applied to the wrong "
                                  "side: the objective is unbounded for large ratios.",
                        "links": ["https://github.com/RLinf/RLinf/issues/316",
-                                 "https://github.com/verl-project/verl/issues/783"]},
+                                 "https://github.com/verl-project/verl/issues/783",
+                                 "https://github.com/thu-ml/tianshou/issues/433"]},
     "SingleTokenRows": {"category": "edge", "description": "Every row holds one token: a sequence ratio "
                         "(GSPO's s_i, GMPO's geometric mean) is that token's ratio.",
                         "bugType": "degenerate-input",
@@ -141,7 +168,9 @@ NOTES = {
                        "nothing to the numerator or the denominator.",
                        "bugType": "masking",
                        "effect": "A row without tokens counted in a token mean changes the denominator or gives 0/0 "
-                                 "= NaN."},
+                                 "= NaN.",
+                       "links": ["https://github.com/huggingface/trl/issues/2995",
+                                 "https://github.com/NovaSky-AI/SkyRL/pull/462"]},
     "FullyMaskedRowSeqMean": {"category": "acceptable", "description": "Rows with no token under a "
                               "sequence-mean aggregation are 0/0 in the papers: the exact reference leaves them out "
                               "of the mean over rows (as verl 0.9.1 agg_loss and OpenRLHF 0.11.2 aggregate_loss); "
@@ -154,7 +183,15 @@ NOTES = {
                      "they must not reach the result or its gradient.",
                      "bugType": "masking",
                      "effect": "Values at masked positions that leak into the result or its gradient (multiplied by "
-                               "0 instead of replaced: 0·inf = NaN)."},
+                               "0 instead of replaced: 0·inf = NaN).",
+                     "links": ["https://github.com/NovaSky-AI/SkyRL/pull/462",
+                               "https://github.com/Tencent-Hunyuan/UniRL/pull/409",
+                               "https://github.com/huggingface/trl/pull/3231",
+                               "https://github.com/allenai/open-instruct/pull/1161",
+                               "https://github.com/meta-pytorch/torchtune/pull/1875",
+                               "https://github.com/huggingface/trl/pull/3138",
+                               "https://github.com/huggingface/trl/pull/3256",
+                               "https://github.com/NovaSky-AI/SkyRL/pull/133"]},
     "KLCancellation": {"category": "numerics", "description": "logp ≈ ref_logp (|log r| ≤ 1e−6) with A = 0: "
                        "the loss is β times a KL estimate of order 1e−13 or less, formed from terms of order 1 "
                        "(k3 = e^x − x − 1); judged against the size of its terms.",
@@ -166,7 +203,9 @@ NOTES = {
                   "gradient is 0.",
                   "bugType": "clamp",
                   "effect": "A clamp on the KL estimate that is missing, at another bound, or passes a gradient "
-                            "where it holds."},
+                            "where it holds.",
+                  "links": ["https://github.com/verl-project/verl/issues/2928",
+                            "https://github.com/verl-project/verl/pull/1779"]},
     "BetaZero": {"category": "convention", "description": "β = 0 (TRL 1.16.0's default): no KL term at all, "
                  "even where the KL estimate would be large.",
                  "bugType": "extreme-parameter",
@@ -185,7 +224,10 @@ NOTES = {
                  "branch and its zero gradient must be exactly where the exact reference has them.",
                  "bugType": "clamp",
                  "effect": "Ratios a few percent from the clip bounds in low precision: the side of each edge must "
-                           "be decided on the exact ratio."},
+                           "be decided on the exact ratio.",
+                 "links": ["https://github.com/natolambert/rlhf-book/pull/139",
+                           "https://github.com/openai/spinningup/pull/315",
+                           "https://github.com/areal-project/AReaL/pull/285"]},
     "ZeroVarianceGroup": {"category": "edge", "description": "Rows whose advantage is exactly 0 (a group whose "
                           "rewards are all equal, e.g. every sample correct): the policy term vanishes there, "
                           "the KL term does not.",
@@ -203,7 +245,9 @@ NOTES = {
                     "there, and so is the gradient ŵ·A, so the side a rounded ratio falls on barely matters, but the "
                     "value must follow the bound exactly.",
                     "bugType": "clamp",
-                    "effect": "CISPO's importance-weight bounds at another value or on the wrong side."},
+                    "effect": "CISPO's importance-weight bounds at another value or on the wrong side.",
+                    "links": ["https://github.com/verl-project/verl/pull/4105",
+                              "https://github.com/NVIDIA-NeMo/RL/pull/2531"]},
     "SoftGateRange": {"category": "edge", "description": "SAPO: ratios e^−4 … e^4 for both signs of A: the gate "
                       "σ(τ(ρ − 1))·4/τ from its near-zero floor through 2/τ at ρ = 1 to its saturated 4/τ, where its "
                       "gradient 4ρσ(1 − σ)·A vanishes.",

@@ -63,7 +63,8 @@ NOTES = {
                         "without the clamp differs in value (A < 0, ρ > e^20) or gradient (A > 0, ρ < e^−20).",
                         "bugType": "clamp",
                         "effect": "Tokens beyond the ±20 clamp must be constant (gradient 0); an unclamped ratio "
-                                  "overflows."},
+                                  "overflows.",
+                        "links": ["https://github.com/verl-project/verl/pull/1779"]},
     "CovSelected": {"category": "random", "description": "Clip-Cov or KL-Cov with the token selection given as "
                     "`selected` (Clip-Cov: valid tokens on PPO's unclipped branch, as verl 0.9.1 draws them).",
                     "bugType": "formula",
@@ -73,7 +74,8 @@ NOTES = {
                 "k = max(1, ⌊N·kl_cov_ratio⌋) valid tokens of largest (A − Ā)(log π − mean log π); the k-th and "
                 "(k+1)-th covariances differ by 10⁻³ relative at least.",
                 "bugType": "formula",
-                "effect": "KL-Cov's top-k covariance selection with another k or ordering penalises other tokens."},
+                "effect": "KL-Cov's top-k covariance selection with another k or ordering penalises other tokens.",
+                "links": ["https://github.com/NovaSky-AI/SkyRL/pull/462"]},
     "CovAllSelected": {"category": "edge", "description": "Clip-Cov with every valid token selected: the policy "
                        "term vanishes, only the KL term is left.",
                        "bugType": "degenerate-input",

@@ -18,7 +18,13 @@ NOTES = {
     "Random": {"category": "random", "description": "Random sampled-token log-probabilities from a fixed seed.",
                "bugType": "formula",
                "links": ["https://github.com/Rolv-Arild/rocket-learn/pull/12",
-                         "https://github.com/areal-project/AReaL/pull/408"]},
+                         "https://github.com/areal-project/AReaL/pull/408",
+                         "https://github.com/DLR-RM/stable-baselines3/pull/419",
+                         "https://github.com/verl-project/verl/pull/2953",
+                         "https://github.com/rllm-org/rllm/pull/746",
+                         "https://github.com/rllm-org/rllm/pull/747",
+                         "https://github.com/PrimeIntellect-ai/prime-rl/pull/1697",
+                         "https://github.com/google-research/seed_rl/issues/81"]},
     "EqualInputs": {"category": "edge", "description": "logp == ref_logp: every estimator is exactly 0.",
                     "bugType": "degenerate-input",
                     "effect": "Identical inputs must give exactly 0 and a zero gradient; a stray term or rounding "
@@ -32,7 +38,9 @@ NOTES = {
                      "near log(1e-300).",
                      "bugType": "overflow",
                      "effect": "exp of a large log-ratio overflows to inf; inf·0 on an inactive branch turns the "
-                               "loss or gradient into NaN."},
+                               "loss or gradient into NaN.",
+                     "links": ["https://github.com/verl-project/verl/issues/2928",
+                               "https://github.com/verl-project/verl/pull/1779"]},
     "Clamped": {"category": "convention", "description": "Values beyond the clamp bound: the value is clipped and "
                 "its gradient is zero.",
                 "bugType": "clamp",
@@ -44,7 +52,8 @@ NOTES = {
                      "clamp. A case judged in float16 keeps r = e^{log r} inside float16's range (log r ≤ 11); "
                      "larger ratios are bfloat16 only. See conformance/compare.py for the careful tolerance "
                      "model.",
-                     "bugType": "precision"},
+                     "bugType": "precision",
+                     "links": ["https://github.com/OpenRLHF/OpenRLHF/pull/797"]},
     "AbsKink": {"category": "edge", "description": "abs at log r = 0 exactly (gradient 0 by definition, as "
                 "torch.abs) and at log r = ±2^−30, ±2^−60 (gradient ∓1): the sign of ref_logp − logp is exact in "
                 "every dtype, so the kink is never decided by rounding.",

@@ -107,7 +107,8 @@ NOTES = {
                              "batch's: gradient accumulation weighs tokens unequally.",
                    "links": ["https://github.com/meta-pytorch/torchtune/pull/1875",
                              "https://github.com/huggingface/transformers/pull/34191",
-                             "https://github.com/allenai/open-instruct/pull/1161"]},
+                             "https://github.com/allenai/open-instruct/pull/1161",
+                             "https://github.com/huggingface/transformers/issues/35203"]},
     "LowPrecision": {"category": "edge", "description": "Logits exactly representable in bfloat16 and float16 (or "
                      "float16 only), judged in those dtypes under the careful model of conformance/compare.py "
                      "(float32 inside, the outputs rounded once).",

@@ -34,13 +34,17 @@ NOTES = {
                       "bugType": "formula",
                       "effect": "f and P computed over the wrong set (top-k only, or not normalised by the token "
                                 "count) change the auxiliary loss.",
-                      "links": ["https://github.com/paiml/aprender/pull/2162"]},
+                      "links": ["https://github.com/paiml/aprender/pull/2162",
+                                "https://github.com/AI-Hypercomputer/maxtext/pull/1433",
+                                "https://github.com/huggingface/transformers/issues/28021"]},
     "BalanceMasked": {"category": "convention", "description": "A token mask: f and P run over the selected tokens "
                       "only; masked rows hold far-off logits (±30 alternating) that must not reach the counts, the "
                       "probabilities or the gradient (transformers' load_balancing_loss_func without its "
                       "attention_mask counts them).",
                       "bugType": "masking",
-                      "effect": "Masked tokens counted in f or P, or their logits reaching the gradient."},
+                      "effect": "Masked tokens counted in f or P, or their logits reaching the gradient.",
+                      "links": ["https://github.com/huggingface/transformers/issues/28505",
+                                "https://github.com/huggingface/transformers/pull/28517"]},
     "BalanceLayers": {"category": "convention", "description": "Router logits of L = 2 or 3 layers [L, N, E]: pooled "
                       "('concatenated': transformers) or summed layer by layer ('per-layer-sum', 'sequence').",
                       "bugType": "convention",

@@ -31,7 +31,9 @@ NOTES = {
                 "clipped branch (V_c − R)² is the larger: their loss is the clipped square and their gradient 0.",
                 "bugType": "clamp",
                 "effect": "The clipped value loss missing, with another range, or passing a gradient where the "
-                          "clipped branch is taken."},
+                          "clipped branch is taken.",
+                "links": ["https://github.com/ray-project/ray/issues/2233",
+                          "https://github.com/tensorflow/agents/issues/352"]},
     "BandEdge": {"category": "edge", "description": "V − V_old = ±ε exactly (V_old ∈ {0, ±ε}: every difference exact in "
                  "binary64) with R on the inner side: (V − R)² is the larger on both sides of the edge, the loss is "
                  "differentiable and its gradient 2s·(V − R). An implementation whose clip or max splits the gradient "

@@ -25,11 +25,16 @@ NOTES = {
                       "up to log V for V between 2 and 128256, a share near 0), ragged right-padded masks, the "
                       "coefficient c among 0.01, 0.001, 0.05, 1 and 0.0025.",
                       "bugType": "formula",
-                      "effect": "A wrong sign, coefficient or aggregation of the entropy bonus."},
+                      "effect": "A wrong sign, coefficient or aggregation of the entropy bonus.",
+                      "links": ["https://github.com/pukkapies/dl-imperial-maths/pull/8",
+                                "https://github.com/zhangchuheng123/Reinforcement-Implementation/issues/2"]},
     "EntropyMaskedValues": {"category": "edge", "description": "Padding holds entropies far from the valid ones (1e4): "
                             "they must not reach the loss or its gradient.",
                             "bugType": "masking",
-                            "effect": "Padding entropies reaching the loss or its gradient."},
+                            "effect": "Padding entropies reaching the loss or its gradient.",
+                            "links": ["https://github.com/huggingface/trl/pull/6121",
+                                      "https://github.com/huggingface/trl/issues/2022",
+                                      "https://github.com/allenai/open-instruct/issues/756"]},
     "EntropyFullyMaskedRow": {"category": "edge", "description": "A row without tokens under token-mean: it "
                               "contributes nothing.",
                               "bugType": "masking",

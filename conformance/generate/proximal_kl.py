@@ -27,7 +27,11 @@ NOTES = {
                "near the policy's, advantages N(0, 1) per row, β among 0.01, 0.04, 0.1, 0.5, 1; half the cases "
                "rounded to float32. Tokens stay 1e-4 (relative) away from the ratio cap and the clip band's "
                "edges, so that no branch is decided by rounding.",
-               "bugType": "formula"},
+               "bugType": "formula",
+               "links": ["https://github.com/tristandeleu/pytorch-maml-rl/issues/24",
+                         "https://github.com/THUDM/slime/pull/179",
+                         "https://github.com/huggingface/trl/issues/2769",
+                         "https://github.com/verl-project/verl/pull/2953"]},
     "Large": {"category": "random", "description": "A large random case (B = 16, T = 256, or B = 8, T = 128): "
               "the future cost sums up to 255 later tokens.",
               "bugType": "precision",
@@ -37,7 +41,9 @@ NOTES = {
                        "token mean they contribute nothing (and, for the cost, F_t = 0 along the row).",
                        "bugType": "masking",
                        "effect": "A row without tokens counted in a token mean changes the denominator or gives 0/0 "
-                                 "= NaN."},
+                                 "= NaN.",
+                       "links": ["https://github.com/NovaSky-AI/SkyRL/pull/462",
+                                 "https://github.com/Tencent-Hunyuan/UniRL/pull/409"]},
     "FullyMaskedRowSeqMean": {"category": "acceptable", "description": "Rows with no token under a sequence-mean "
                               "aggregation: the exact reference (as grpo.aggregate, verl 0.9.1 agg_loss) leaves "
                               "them out of the mean over rows; an implementation that counts them as zero-loss "

@@ -31,7 +31,9 @@ NOTES = {
                  "(arXiv 2312.09244) eq. 2 as TRL 1.16.0 adds it: averaged over the B pairs, gradient "
                  "2c·(r_c + r_r)/B to both rewards.",
                  "bugType": "normalization",
-                 "effect": "The centring term summed instead of averaged, or without its square."},
+                 "effect": "The centring term summed instead of averaged, or without its square.",
+                 "links": ["https://github.com/huggingface/trl/issues/1931",
+                           "https://github.com/huggingface/trl/pull/1932"]},
     "EqualRewards": {"category": "edge", "description": "r_c = r_r (and m = 0): every pair contributes log 2 exactly and "
                      "gradients ∓1/(2B).",
                      "bugType": "degenerate-input",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -62,6 +63,11 @@ class Pair:
             out.append(ln)
         return " ".join(out)[len("Seen:"):].strip()
 
+    @property
+    def links(self) -> list[str]:
+        """The public issues and pull requests ``seen`` cites, as URLs (``github_links``)."""
+        return github_links(self.seen)
+
     def target(self, which: str, dtypes=("float64",)) -> dict:
         """The target mapping of the mutant (``which='mutant'``) or of its twin, declared for
         ``dtypes``; with a low dtype, under the native model (the twins compute in the inputs'
@@ -77,6 +83,27 @@ class Pair:
         if vjp is not None:
             spec["vjps"] = {self.objective: vjp}
         return spec
+
+
+# "owner/repo", then "issue #1", "PR #2", "pull request #3", "issues #4/#5", "PR #6 / PR #7": a number
+# belongs to the last repository named before it and is of the last kind named.
+_REFERENCE = re.compile(r"(?P<repo>\b[A-Za-z0-9][\w.-]*/[\w.-]*[A-Za-z0-9]\b)"
+                        r"|(?P<kind>\bissues?\b|\bPRs?\b|\bpull requests?\b)|#(?P<number>\d+)\b")
+
+
+def github_links(text: str) -> list[str]:
+    """Every GitHub issue or pull request a "Seen:" line cites, in order, each once."""
+    out, repo, kind = [], None, None
+    for m in _REFERENCE.finditer(text):
+        if m["repo"]:
+            repo, kind = m["repo"], None
+        elif m["kind"]:
+            kind = "issues" if m["kind"].startswith("issue") else "pull"
+        elif repo and kind:
+            link = f"https://github.com/{repo}/{kind}/{m['number']}"
+            if link not in out:
+                out.append(link)
+    return out
 
 
 def _doc(fn) -> str:

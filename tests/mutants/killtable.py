@@ -1,9 +1,10 @@
-"""Run every mutant and twin through ``lossproof check --target`` and render the kill table,
-docs/mutation.md (``page``; ``lossproof docs build`` writes and checks it from a source checkout).
+"""Run every mutant and twin through ``lossproof check --target`` and record the kill table,
+docs/mutation.json (``record``; ``main`` writes it), from which ``lossproof docs build`` renders
+docs/mutation.md.
 
 One ``lossproof check`` per objective, all of that objective's targets at once (float64,
 --report-json); pairs that share a twin (same function, same declared conventions) share one
-twin run. The output is deterministic: rows sorted by objective and slug, flags by count."""
+twin run. The record is deterministic: rows sorted by family, objective and slug, flags by count."""
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ from mutants import Pair, all_pairs, export, module_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "mutation.md"
+DATA = ROOT / "docs" / "mutation.json"
 # What `lossproof check --strict` fails on: a conformance failure or error, or an invalid input
 # that was not rejected (the validation axis, informational without --strict).
 FLAGGED = ("fail", "error", "non-finite", "accepted")
@@ -106,71 +108,40 @@ def verdict(pair: Pair, result: dict, pairs: list[Pair]) -> dict:
     }
 
 
-def _flags(counter: Counter) -> str:
-    return ", ".join(f"{flag} ({n})" for flag, n in sorted(counter.items(), key=lambda kv: (-kv[1], kv[0])))
+def record(pairs: list[Pair], result: dict, have: set[str]) -> dict:
+    """The kill table as data (DATA): per mutant its class, where it was seen and the public reports
+    it cites, and what the float64 run gave it (flagged/judged, the flags of the flagged cases, the
+    diagnoses). ``lossproof docs build`` renders docs/mutation.md from it
+    (``lossproof.conformance.docs.mutation``) without importing the mutants."""
+    rows = []
+    for p in sorted(pairs, key=lambda p: (p.family, p.objective, p.slug)):
+        row = {"slug": p.slug, "objective": p.objective, "family": p.family, "framework": p.framework,
+               "class": p.bug, "seen": p.seen, "links": p.links, "flagged": None, "judged": None,
+               "flags": [], "diagnoses": []}
+        if p.objective in have:
+            v = verdict(p, result, pairs)
+            row.update(flagged=v["killed"], judged=v["judged"],
+                       flags=[[f, n] for f, n in sorted(v["flags"].items(), key=lambda kv: (-kv[1], kv[0]))],
+                       diagnoses=[[d["kind"], d["count"]] for d in result["diagnoses"].get(p.slug, [])])
+        rows.append(row)
+    return {"about": "The kill table of docs/mutation.md, recorded by `PYTHONPATH=tests python -m mutants.killtable` "
+                     "from a float64 run of tests/mutants; tests/mutants/test_kill_table.py checks that it is "
+                     "what the mutants give.",
+            "mutants": rows}
 
 
-def markdown(pairs: list[Pair], result: dict, have: set[str]) -> str:
-    killed = [p for p in pairs if p.objective in have and verdict(p, result, pairs)["killed"]]
-    judged = [p for p in pairs if p.objective in have]
-    lines = [
-        "# Mutation testing: the kill table",
-        "",
-        "Each row is a buggy implementation (a *mutant*) modelled on a bug class reported against a",
-        "real library or described in a paper, paired with its correct *twin* (the same code with the",
-        "bug switched off). `lossproof check --strict --target` must flag every mutant (a `fail` or",
-        "`error` on at least one vector, or an invalid input not rejected) and pass every twin;",
-        "`tests/mutants/test_kill_table.py` enforces it.",
-        "The mutants live in `tests/mutants/` (one module per family); their docstrings carry the",
-        "class and where it was seen. `lossproof docs build` regenerates this file from a source",
-        "checkout (`tests/mutants/killtable.py`; deterministic).",
-        "",
-        f"Mutation score on the vectors present: **{len(killed)}/{len(judged)}** killed "
-        f"({len(pairs)} mutants in all; {len(pairs) - len(judged)} wait for their family's vectors and are "
-        "xfail(strict) in the test until then).",
-        "",
-        "Run one yourself (exit status 1 for a mutant, 0 for its twin):",
-        "",
-        "    PYTHONPATH=tests lossproof check --strict --target mutants.grpo:ADV_SAMPLE_STD --objective grpo.advantages",
-        "    PYTHONPATH=tests lossproof check --strict --target mutants.grpo:ADV_SAMPLE_STD__TWIN --objective grpo.advantages",
-        "",
-        "Columns: *flagged* = cases failed or errored / cases judged (float64); *flags* = the vector",
-        "flags of the flagged cases, most frequent first; *diagnosis* = the kinds of defect the check",
-        "names (`conformance/diagnose.py`), with the case-runs each explains (`tests/mutants/diagnoses.py`",
-        "says which each mutant must get). Two classes are seen only by the harness's own probes: a",
-        "gradient leak (outputs of `grpo.advantages` / `proximal_kl.future_cost` must carry no",
-        "gradient) and a wrong output dtype; see `conformance/harness.py`.",
-        "",
-    ]
-    order = ("kl", "dpo", "grpo", "gae", "distill", "proximal_kl")
-    for family in order + tuple(sorted({p.family for p in pairs} - set(order))):   # a new family is never left out
-        rows = [p for p in pairs if p.family == family]
-        if not rows:
-            continue
-        lines += [f"## {family}", "", "| mutant | class | where seen | flagged | flags that catch it | diagnosis |",
-                  "|---|---|---|---|---|---|"]
-        for p in sorted(rows, key=lambda p: (p.objective, p.slug)):
-            name = f"`{p.slug}`<br>{p.objective}" + (" (numpy)" if p.framework == "numpy" else "")
-            if p.objective not in have:
-                caught = f"no {p.family} vectors yet (xfail, strict)"
-                flagged = named = "—"
-            else:
-                v = verdict(p, result, pairs)
-                flagged = f"{v['killed']}/{v['judged']}"
-                caught = _flags(v["flags"]) or "**survives**"
-                named = ", ".join(f"{d['kind']} ({d['count']})" for d in result["diagnoses"].get(p.slug, [])) or "—"
-            lines.append(f"| {name} | {_cell(p.bug)} | {_cell(p.seen)} | {flagged} | {caught} | {named} |")
-        lines.append("")
-    return "\n".join(lines)
+def serialize(doc: dict) -> str:
+    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def page(vector_set: VectorSet | None = None) -> str:
-    """docs/mutation.md: every mutant and twin whose objective has vectors, run over them."""
-    vs = vector_set or VectorSet(validate=False)
+def main() -> None:
     pairs = all_pairs()
+    vs = VectorSet(validate=False)
     have = objectives_with_vectors(vs.directory)
-    return markdown(pairs, run([p for p in pairs if p.objective in have], vs), have) + "\n"
+    DATA.write_text(serialize(record(pairs, run([p for p in pairs if p.objective in have], vs), have)),
+                    encoding="utf-8")
+    print(f"wrote {DATA}")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,8 @@ vectors appear the marker's condition turns false and the pair becomes a real ch
 silent skip, and no stale marker either."""
 from __future__ import annotations
 
+import importlib
+import json
 import re
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch", reason="most mutants are torch functions")
 
 from lossproof.conformance import catalog, cli
-from mutants import all_pairs, diagnoses, killtable
+from mutants import all_pairs, diagnoses, github_links, killtable
 
 PAIRS = all_pairs()
 # Diagnoses that the CPU decides, not the mutant: {slug: {expected entry: what another CPU gives in
@@ -129,3 +131,48 @@ def test_the_kill_table_documents_every_mutant():
     doc = killtable.DOC.read_text()
     missing = [p.slug for p in PAIRS if f"`{p.slug}`" not in doc]
     assert not missing, f"docs/mutation.md lacks {missing}: run lossproof docs build"
+
+
+# What a run may change in a row of ON_ANOTHER_CPU (the counts follow the CPU's arithmetic).
+CPU_DEPENDENT = ("flagged", "flags", "diagnoses")
+
+
+def test_the_recorded_kill_table_is_what_the_mutants_give(result):
+    """docs/mutation.md is rendered from docs/mutation.json: the page cannot drift from the
+    mutants as long as the record is what a fresh run gives."""
+    recorded = {r["slug"]: r for r in json.loads(killtable.DATA.read_text(encoding="utf-8"))["mutants"]}
+    fresh = {r["slug"]: r for r in killtable.record(PAIRS, result, HAVE)["mutants"]}
+    assert list(recorded) == list(fresh), "the mutants recorded are not the mutants (or not in their order)"
+    stale = []
+    for slug, row in fresh.items():
+        keys = [k for k in row if not (slug in ON_ANOTHER_CPU and k in CPU_DEPENDENT)]
+        stale += [f"{slug}.{k}: recorded {recorded[slug].get(k)!r}, now {row[k]!r}"
+                  for k in keys if recorded[slug].get(k) != row[k]]
+        if slug in ON_ANOTHER_CPU:
+            assert row["flagged"], f"{slug} survives"
+    assert not stale, ("docs/mutation.json is not what the mutants give (record it again with "
+                       f"`PYTHONPATH=tests python -m mutants.killtable`): {stale[:5]}")
+
+
+def test_every_report_a_mutant_cites_is_in_the_note_of_a_flag_that_catches_it(result):
+    """The bug knowledge lives in the vectors: each public issue or pull request a mutant's
+    "Seen:" cites is among the links of the note of a flag on a case that flags the mutant."""
+    missing = []
+    for p in PAIRS:
+        if p.objective not in HAVE:
+            continue
+        family_notes = importlib.import_module(catalog.get(p.objective).generator_module).NOTES
+        caught_by = killtable.verdict(p, result, PAIRS)["flags"]
+        linked = {link for flag in caught_by for link in family_notes.get(flag, {}).get("links", [])}
+        missing += [f"{p.slug}: {link} (flags: {', '.join(sorted(caught_by))})" for link in p.links if link not in linked]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_reports_a_seen_line_cites_are_read_as_links():
+    seen = ("verl-project/verl issue #2928, PR #1779; rllm-org/rllm PR #746/#747; huggingface/trl issues #2681/#2769 "
+            "and pull request #6121; a path, openrlhf/models/loss.py, then a paper (arXiv 2505.22617 §4)")
+    assert github_links(seen) == [
+        "https://github.com/verl-project/verl/issues/2928", "https://github.com/verl-project/verl/pull/1779",
+        "https://github.com/rllm-org/rllm/pull/746", "https://github.com/rllm-org/rllm/pull/747",
+        "https://github.com/huggingface/trl/issues/2681", "https://github.com/huggingface/trl/issues/2769",
+        "https://github.com/huggingface/trl/pull/6121"]

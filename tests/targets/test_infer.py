@@ -185,3 +185,76 @@ def test_a_group_left_out_by_a_defect_is_named_not_dropped_silently(capsys):
     assert "{'kind': ['k3', 'k1', 'k2'], 'clamp': [None, 10.0]}" in out
     assert "  left out by a defect, not a convention: verl-0.9.1-abs (kind='abs', clamp=None): [" in out
     assert "  not verl-0.9.1-abs" not in out
+
+
+def _twins() -> list:
+    """Each distinct twin of the kill table (tests/mutants): a correct function with the
+    conventions it declares."""
+    from mutants import all_pairs
+    from mutants.killtable import twin_name
+    pairs, out = all_pairs(), {}
+    for p in pairs:
+        out.setdefault(twin_name(p, pairs), p)
+    return [pytest.param(p, id=name) for name, p in out.items()]
+
+
+def _agrees(mapping: dict, objective: str, vector_set) -> infer.Inference:
+    """infer from scratch, then check with the declaration infer printed: nothing fails."""
+    (found,) = infer.infer(from_mapping(mapping, mapping["name"]), vector_set, [objective])
+    assert found.declaration is not None, found.text()
+    checked = [r for r in _checked(mapping, objective, found.declaration, vector_set) if r.axis == "conformance"]
+    bad = [r for r in checked if r.status in ("fail", "error")]
+    assert not bad, f"check with {found.declaration}: {bad[0].uid}: {bad[0].message[:200]}"
+    assert any(r.status == "pass" for r in checked)
+    return found
+
+
+@pytest.fixture(scope="module")
+def every_vector():
+    return VectorSet(validate=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", _twins())
+def test_infer_and_check_agree_on_every_twin(pair, every_vector):
+    """The twin's conventions stripped, infer proposes a declaration that accepts every group the
+    twin declares, and check with that declaration passes."""
+    mapping = pair.target("twin")
+    found = _agrees(mapping, pair.objective, every_vector)
+    pasted = from_mapping({**mapping, "conventions": {pair.objective: found.declaration}}, mapping["name"])
+    declared = from_mapping(mapping, mapping["name"])
+    for g in found.groups:
+        if not g.derived and declared.accepts(pair.objective, g.conventions) and (g.fits or g.ruled_out):
+            assert pasted.accepts(pair.objective, g.conventions), f"{g.name}: declared by the twin, not by infer"
+
+
+def _pinned() -> list:
+    """Each twin pinned to one convention combination it declares that no committed group holds
+    (``derive.uncovered``; an open "*" set to the paper default): called with any conventions,
+    it computes that one combination, as a library function with fixed choices does."""
+    from lossproof.conformance import catalog
+    from lossproof.conformance.targets.target import ANY
+    vs = VectorSet(validate=False)
+    out = []
+    for param in _twins():
+        pair = param.values[0]
+        spec = catalog.get(pair.objective)
+        twin = from_mapping(pair.target("twin"), param.id)
+        for assignment in derive.uncovered(twin, vs, pair.objective):
+            fixed = {k: (spec.defaults[k] if v == ANY else v) for k, v in assignment.items()}
+            out.append(pytest.param(pair, fixed, id=f"{param.id}[{derive.describe(fixed, spec)}]"))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair, fixed", _pinned())
+def test_infer_finds_a_twin_pinned_to_a_combination_no_committed_group_holds(pair, fixed, every_vector):
+    def pinned(**kwargs):
+        return pair.twin(**{**kwargs, **fixed})
+    mapping = {"name": f"{pair.slug}-pinned", "framework": pair.framework, "objectives": {pair.objective: pinned},
+               "dtypes": ["float64"]}
+    if pair.twin_vjp is not None:
+        mapping["vjps"] = {pair.objective: lambda cotangent, **kwargs: pair.twin_vjp(cotangent, **{**kwargs, **fixed})}
+    found = _agrees(mapping, pair.objective, every_vector)
+    pasted = from_mapping({**mapping, "conventions": {pair.objective: found.declaration}}, mapping["name"])
+    assert pasted.accepts(pair.objective, fixed), f"infer proposes {found.declaration}"
