@@ -230,8 +230,9 @@ def print_diagnoses(diagnoses, out, results=(), notes=None) -> None:
 
 def _flag_of(d, results, notes) -> list[str]:
     """The flag note behind a diagnosis (issue 36: the bug knowledge lives in the vectors): of the
-    flags its failing case-runs carry, the one most frequent among them relative to the
-    objective's checked cases (as ``distinctive_flag``), with its bug class and links."""
+    flags its failing case-runs carry, the one with the largest product of the share of the
+    diagnosis's case-runs it marks and the share of its checked case-runs among them (a flag on
+    one failing case, or on every case, says little), with its bug class and links."""
     mine = set(d.uids)
     ran = [r for r in results if r.target == d.target and r.objective == d.objective and r.status in CHECKED]
     failing = [r for r in ran if r.uid in mine and r.status in ("fail", "error")]
@@ -240,7 +241,7 @@ def _flag_of(d, results, notes) -> list[str]:
     if not in_failing:
         return []
     in_ran = Counter(f for r in ran for f in set(r.flags))
-    flag = max(sorted(in_failing), key=lambda f: in_failing[f] / in_ran[f])
+    flag = max(sorted(in_failing), key=lambda f: in_failing[f] / len(failing) * in_failing[f] / in_ran[f])
     note = flag_notes[flag]
     out = [f"flag: [{flag}]" + (f" ({note['bugType']})" if note.get("bugType") else "")
            + f" {note.get('description', '')}".rstrip()]

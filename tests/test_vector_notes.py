@@ -104,14 +104,16 @@ def _run(uid, status, flags):
 
 
 def test_a_diagnosis_names_the_note_of_the_flag_that_marks_its_cases_and_its_links():
-    """The console's diagnosis block ends with the flag most frequent among the cases it explains
-    relative to the objective's checked cases (here ExtremeRatio: every one of its cases fails,
-    while Random fails in 2 of 4), its bug class and the public reports its note links to."""
-    results = [_run("kl.estimator:1", "fail", ["Random", "ExtremeRatio"]),
+    """The console's diagnosis block ends with the flag that marks most of the case-runs it
+    explains and the fewest others (here ExtremeRatio: on both failing runs and no passing one;
+    Random is on two passing ones too, Article on one failing run only), its bug class and the
+    public reports its note links to."""
+    results = [_run("kl.estimator:1", "fail", ["Random", "ExtremeRatio", "Article"]),
                _run("kl.estimator:2", "fail", ["Random", "ExtremeRatio"]),
                _run("kl.estimator:3", "pass", ["Random"]), _run("kl.estimator:4", "pass", ["Random"])]
     notes = {"kl.estimator": {
         "Random": {"bugType": "formula", "description": "Random log-probabilities.", "links": []},
+        "Article": {"bugType": "formula", "description": "A number printed in the source article."},
         "ExtremeRatio": {"bugType": "clamp", "description": "Log ratios beyond 20.",
                          "links": ["https://github.com/verl-project/verl/issues/2928"]}}}
     d = Diagnosis("clamp", "mine", "kl.estimator", 2, "fails only where |log r| > 20", "e", "f", "r",

