@@ -271,7 +271,9 @@ def _judge_valid(res, call: _Call, p: plan.CasePlan, observe=None) -> CaseResult
         res.status, res.message = "unsupported", not_implemented(err)
         return res
     except Exception as err:
-        res.status, res.message = _raised(call, err)
+        # a donated input makes the second call raise: the donation is the failure
+        donated = call.target.framework == "jax" and call.fw.changed(before, call.inputs)
+        res.status, res.message = ("fail", donated) if donated else _raised(call, err)
         return res
     if changed := call.fw.changed(before, call.inputs):
         res.status, res.message = "fail", changed
