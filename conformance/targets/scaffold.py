@@ -117,7 +117,8 @@ def skeleton(target: str, objective_id: str, filename: str = "target.py") -> str
     optional = [i.name for i in spec.inputs if i.optional]
     arguments = required + [p.name for p in spec.params] + optional
     matched = match(arguments, [p.name for p in named])
-    framework = "torch" if "torch" in vars(module) or "torch" in getattr(function, "__globals__", {}) else "numpy"
+    names = {*vars(module), *getattr(function, "__globals__", {})}
+    framework = "torch" if "torch" in names else "jax" if {"jax", "jnp"} & names else "numpy"
     wrapper = re.sub(r"[^0-9A-Za-z_]", "_", function_name.split(".")[-1]) + "_target"
     signature = required + [f"{p.name}={p.default!r}" for p in spec.params] + [f"{n}=None" for n in optional]
     lines = _wrap(", ".join(signature), " " * len(f"def {wrapper}("))
