@@ -367,7 +367,7 @@ def _leaks(call: _Call) -> list:
     """(output name, message) for the outputs of a detached objective that carry a gradient to a floating
     input. The probe's cotangent is random, not ones: a leak through a mean-centred output
     (group-normalised advantages sum to zero) is invisible to a cotangent of ones."""
-    if call.target.framework == "jax":
+    if call.fw.name == "jax":
         return _jax_leaks(call)
     torch, spec = call.fw.torch, call.spec
     kinds = {i.name: i.kind for i in spec.inputs}
