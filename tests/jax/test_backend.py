@@ -10,6 +10,7 @@ of every objective — the first valid vectors in both dtypes and the first inva
 from __future__ import annotations
 
 import collections
+import fnmatch
 import os
 from functools import cache
 
@@ -29,12 +30,12 @@ def _vectors() -> VectorSet:
     return VectorSet(validate=False)
 
 
-def test_the_backend_claims_the_array_api_code_but_the_families_it_leaves_out():
+def test_the_backend_claims_the_array_api_code_but_the_objectives_it_leaves_out():
     target = load("jax")
     assert target.framework == "jax" and target.dtypes == ("float64", "float32") and not target.vjps
     numpy = load("numpy")
     assert set(target.objectives) == {o for o in numpy.objectives
-                                      if catalog.get(o).family not in builtin.JAX_UNCLAIMED}
+                                      if not any(fnmatch.fnmatchcase(o, g) for g in builtin.JAX_UNCLAIMED)}
 
 
 @pytest.mark.parametrize("objective", sorted(load("jax").objectives))
