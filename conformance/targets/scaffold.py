@@ -119,7 +119,8 @@ def skeleton(target: str, objective_id: str, filename: str = "target.py") -> str
     optional = [i.name for i in spec.inputs if i.optional]
     arguments = required + [p.name for p in spec.params] + optional
     matched = match(arguments, [p.name for p in named])
-    framework = "torch" if "torch" in vars(module) or "torch" in getattr(function, "__globals__", {}) else "numpy"
+    names = {*vars(module), *getattr(function, "__globals__", {})}
+    framework = "torch" if "torch" in names else "jax" if {"jax", "jnp"} & names else "numpy"
     wrapper = re.sub(r"[^0-9A-Za-z_]", "_", function_name.split(".")[-1]) + "_target"
     # a parameter (not a convention) the library takes no argument for: declared ``fixed`` at the
     # catalog's default, which the user confirms, instead of a wrapper argument it would ignore

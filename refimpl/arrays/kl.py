@@ -36,7 +36,9 @@ def unclamped(xp, log_r, kind):
     if kind == "k2":
         return log_r * log_r / 2
     if kind == "abs":
-        return xp.abs(log_r)
+        # |log r| as sign·log r: the same number, and under autodiff (the jax backend) the
+        # derivative sign(log r), 0 at the kink as the reference's; jnp.abs's is 1 there
+        return xp.sign(log_r) * log_r
     # r − 1 − log r ≈ (log r)²/2 near 0: expm1(log r) − log r would cancel there.
     return _xp.expm1mx(xp, log_r)
 

@@ -188,16 +188,18 @@ def build(name: str, version: str, objectives: dict, conventions: list[Conventio
           arithmetic: list[Arithmetic], *, alternatives: dict | None = None,
           dtypes=("float64", "float32", "bfloat16", "float16"), steps: dict | None = None,
           split_findings: list[Finding] = (), temperature_free: tuple = (), sharded: dict | None = None,
-          computes_in: dict | None = None) -> Target:
+          computes_in: dict | None = None, framework: str = "torch") -> Target:
     """``steps``: the library's trainer step per batch objective (``--partition``);
     ``sharded``: the library's vocabulary-parallel function per objective (``--shard-vocab``);
     ``computes_in``: {objective: "float32"} where the library computes in float32 by design;
     ``split_findings``: findings whose ``covers(case, dtype, split)`` reads the partition;
-    ``temperature_free``: objectives whose library function has no temperature (T = 1 only)."""
-    spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
+    ``temperature_free``: objectives whose library function has no temperature (T = 1 only);
+    ``framework``: "jax" for a JAX library's functions (jax.Array in and out, gradients by jax.vjp)."""
+    spec = {"name": name, "framework": framework, "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "known_rules": known_rules(findings),
             "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"],
-            "steps": steps or {}, "sharded": sharded or {}, "computes_in": computes_in or {}, "known_splits": split_rules(split_findings),
+            "steps": steps or {}, "sharded": sharded or {}, "computes_in": computes_in or {},
+            "known_splits": split_rules(split_findings),
             "temperature_free": list(temperature_free)}
     return from_mapping(spec, name)
 
