@@ -187,11 +187,12 @@ def load_or_explain(loader, distribution: str, install: str):
 def build(name: str, version: str, objectives: dict, conventions: list[Convention], findings: list[Finding],
           arithmetic: list[Arithmetic], *, alternatives: dict | None = None,
           dtypes=("float64", "float32", "bfloat16", "float16"), steps: dict | None = None,
-          split_findings: list[Finding] = (), temperature_free: tuple = ()) -> Target:
-    """``steps``: the library's trainer step per batch objective (``--partition``);
+          split_findings: list[Finding] = (), temperature_free: tuple = (), framework: str = "torch") -> Target:
+    """``framework``: ``"torch"``, or ``"jax"`` for a JAX library (gradients by ``jax.vjp``);
+    ``steps``: the library's trainer step per batch objective (``--partition``);
     ``split_findings``: findings whose ``covers(case, dtype, split)`` reads the partition;
     ``temperature_free``: objectives whose library function has no temperature (T = 1 only)."""
-    spec = {"name": name, "framework": "torch", "version": version, "objectives": objectives,
+    spec = {"name": name, "framework": framework, "version": version, "objectives": objectives,
             "conventions": declaration(conventions, alternatives), "known_rules": known_rules(findings),
             "tolerance_model": tolerance_models(arithmetic), "dtypes": list(dtypes), "devices": ["cpu"],
             "steps": steps or {}, "known_splits": split_rules(split_findings),
