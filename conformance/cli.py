@@ -691,7 +691,7 @@ def cmd_bench(args):
 def _check_options(chk):
     from lossproof.conformance import compare
     from lossproof.conformance.distributed import partitions
-    chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy, triton")
+    chk.add_argument("--backend", action="append", metavar="NAME", help="built-in backend: numpy, torch, cupy, triton, jax")
     chk.add_argument("--target", action="append", metavar="SPEC", help="package.module:NAME, path/file.py:NAME or "
                      "a third-party adapter: trl, verl, openrlhf, liger, transformers")
     chk.add_argument("--objective", action="append", metavar="GLOB", help="e.g. 'grpo.*' (repeatable)")

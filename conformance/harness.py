@@ -12,7 +12,7 @@ Two more misbehaviours are failures even on ``acceptable`` vectors, because no n
 convention excuses them:
 - dtype: a floating array output (or gradient) whose dtype is not the case's dtype (float32
   returned for float64 inputs loses half the digits even when the values happen to agree).
-- gradient leak: for torch targets, the outputs of objectives the catalog marks ``detached`` (stop-gradient
+- gradient leak: for torch and JAX targets, the outputs of objectives the catalog marks ``detached`` (stop-gradient
   coefficients by definition, DESIGN §4) must carry no gradient. The harness calls the target
   once more with every floating input requiring grad and fails the case if any output has a
   nonzero gradient with respect to any of them; a target that cannot run with such inputs is
@@ -36,12 +36,14 @@ import numpy as np
 from lossproof.conformance import catalog, compare, plan, timelimit, verdict
 from lossproof.conformance.numbers import decode_input
 from lossproof.conformance.results import MISSING_MODULE, CaseResult, not_implemented
-from lossproof.conformance.targets import signature
+from lossproof.conformance.targets import jaxcall, signature
 from lossproof.conformance.targets.imports import missing_module
-from lossproof.conformance.targets.target import Target
+from lossproof.conformance.targets.target import Target, TargetError
 from lossproof.conformance.vectors.load import VectorCase, VectorSet
 
 LEAK_PROBE_SEED = 20261201
+# The frameworks whose gradients the harness takes itself (autograd, jax.vjp), not from ``vjps``.
+DIFFERENTIABLE = ("torch", "jax")
 
 
 def _timed_out(res: CaseResult, err: timelimit.Timeout, what: str = "") -> CaseResult:
@@ -67,6 +69,11 @@ class _Framework:
         elif name == "cupy":
             import cupy
             self.cupy = cupy
+        elif name == "jax":
+            if refusal := jaxcall.x64_refusal():   # before any array is made: else float64 is made float32
+                raise TargetError(refusal)
+            self.jax, self.jnp = jaxcall.jax_modules()
+            self.jax_device = self.jax.devices("cuda" if device.startswith("cuda") else device)[0]
 
     def array(self, value, dtype: str, integer: bool = False, requires_grad: bool = False):
         data = np.asarray(decode_input(value), dtype=np.int64 if integer else np.float64)
@@ -76,6 +83,9 @@ class _Framework:
             return t.requires_grad_(True) if requires_grad else t
         if self.name == "cupy":
             return self.cupy.asarray(data if integer else data.astype(dtype))
+        if self.name == "jax":
+            return self.jax.device_put(self.jnp.asarray(data, dtype=self.jnp.int64 if integer else dtype),
+                                       self.jax_device)
         if integer:
             return data
         if dtype not in ("float64", "float32"):
@@ -87,6 +97,8 @@ class _Framework:
             return x.detach().to("cpu", self.torch.float64).numpy()
         if self.name == "cupy" and isinstance(x, self.cupy.ndarray):
             return self.cupy.asnumpy(x).astype(np.float64)
+        if self.name == "jax" and isinstance(x, self.jax.Array):
+            return np.asarray(x).astype(np.float64)
         if isinstance(x, (np.ndarray, np.generic, float, int, bool)):
             return np.asarray(x, dtype=np.float64)
         raise TypeError(f"returned {type(x).__name__}, expected an array of the target's framework")
@@ -94,11 +106,23 @@ class _Framework:
     def snapshot(self, inputs: dict) -> dict:
         return {k: self.to_numpy(v).copy() for k, v in inputs.items()}
 
+    def changed(self, before: dict, inputs: dict) -> str | None:
+        """How the call changed an input: its values (in place), or — a ``jax.Array`` cannot be
+        changed — its buffer deleted by donation; None when it left every input as it was."""
+        for name, x in inputs.items():
+            if self.name == "jax" and isinstance(x, self.jax.Array) and x.is_deleted():
+                return f"donated its input {name!r} (its buffer was deleted: donate_argnums)"
+            if not np.array_equal(before[name], self.to_numpy(x), equal_nan=True):
+                return f"mutated its input {name!r} in place"
+        return None
+
     def dtype_of(self, x) -> str | None:
         """The name of a floating array's dtype ('float32', ...); None for anything else
         (Python scalars, integer or boolean arrays, non-arrays)."""
         if self.name == "torch" and isinstance(x, self.torch.Tensor):
             return str(x.dtype).removeprefix("torch.") if x.is_floating_point() else None
+        if self.name == "jax" and isinstance(x, self.jax.Array):
+            return str(x.dtype) if self.jnp.issubdtype(x.dtype, self.jnp.floating) else None
         dt = getattr(x, "dtype", None)
         if isinstance(x, (np.ndarray, np.generic)) or (self.name == "cupy" and isinstance(x, self.cupy.ndarray)):
             return np.dtype(dt).name if np.issubdtype(dt, np.floating) else None
@@ -151,7 +175,7 @@ def _judge(target: Target, p: plan.CasePlan, device: str, fw: _Framework, time_l
     res = CaseResult(case.uid, case.objective, target.name, dtype, device, "pass", test["flags"],
                      repro=_repro(target, case, dtype, device, options), result=test["result"],
                      group=case.group, conventions=p.conventions)
-    autograd = target.framework == "torch"
+    autograd = target.framework == "torch"   # a JAX function is differentiated by jax.vjp (_jax_caller)
     kinds = {i.name: i.kind for i in spec.inputs}
     try:
         inputs = {name: fw.array(value, dtype, integer=kinds.get(name) == "int",
@@ -163,10 +187,28 @@ def _judge(target: Target, p: plan.CasePlan, device: str, fw: _Framework, time_l
     if p.status != "run":   # the plan refused the call (an argument the function does not take)
         res.status, res.message = p.status, p.why
         return res
-    call = _Call(target, spec, target.objectives[case.objective], fw, inputs, {**inputs, **p.kwargs}, time_limit)
+    fn = target.objectives[case.objective]
+    if target.framework == "jax":
+        fn = _jax_caller(fn, spec, inputs, test, dtype, fw)
+    call = _Call(target, spec, fn, fw, inputs, {**inputs, **p.kwargs}, time_limit)
     if test["result"] == "invalid":
         return _judge_invalid(res, call, test)
     return _judge_valid(res, call, p, observe)
+
+
+@functools.cache
+def _outputs_of(objective_id: str):
+    """``outputs_by_name`` of one objective, one function per objective (it keys compiled calls)."""
+    return functools.partial(outputs_by_name, catalog.get(objective_id))
+
+
+def _jax_caller(fn, spec: catalog.Objective, inputs: dict, test: dict, dtype: str, fw: _Framework):
+    """A JAX function as a case calls it: compiled, its vjp with the vector's cotangents taken in
+    the same call (``targets.jaxcall``)."""
+    if test["result"] == "invalid" or not test.get("grads"):
+        return jaxcall.Caller(fn, _outputs_of(spec.id))
+    cotangents = {name: fw.array(v, dtype) for name, v in test["cotangents"].items()}
+    return jaxcall.Caller(fn, _outputs_of(spec.id), spec.grads_of(inputs), cotangents)
 
 
 def _raised(call: _Call, err: Exception) -> tuple[str, str]:
@@ -231,11 +273,9 @@ def _judge_valid(res, call: _Call, p: plan.CasePlan, observe=None) -> CaseResult
     except Exception as err:
         res.status, res.message = _raised(call, err)
         return res
-    after = call.fw.snapshot(call.inputs)
-    for name in call.inputs:
-        if not np.array_equal(before[name], after[name], equal_nan=True):
-            res.status, res.message = "fail", f"mutated its input {name!r} in place"
-            return res
+    if changed := call.fw.changed(before, call.inputs):
+        res.status, res.message = "fail", changed
+        return res
     judged = verdict.Judgement(res, p.tolerance, observe)
     check = functools.partial(_check, judged, call.fw, p.dtype, _selection(call.spec, test))
     for name in returned:
@@ -248,7 +288,7 @@ def _judge_valid(res, call: _Call, p: plan.CasePlan, observe=None) -> CaseResult
             judged.fail(f"{name}: a second call on the same inputs returned different values")
     if test.get("grads") and not _judge_gradients(judged, call, returned, test, p.dtype, check):
         return res
-    if call.target.framework == "torch" and call.spec.detached:
+    if call.target.framework in DIFFERENTIABLE and call.spec.detached:
         try:
             leaks = _leaks(call)
         except timelimit.Timeout as err:
@@ -295,7 +335,7 @@ def _judge_gradients(judged: verdict.Judgement, call: _Call, returned: dict, tes
     if unchecked:
         res.message = (f"gradients not checked: the vector's cotangent weights output(s) "
                        f"{', '.join(unchecked)}, which the target does not return")
-    elif grads is None and call.target.framework != "torch" and call.spec.id not in call.target.vjps:
+    elif grads is None and call.target.framework not in DIFFERENTIABLE and call.spec.id not in call.target.vjps:
         res.message = f"gradients not checked: the target declares no vjp for {call.spec.id}"
     elif grads is None and declined:
         res.message = declined
@@ -325,6 +365,8 @@ def _leaks(call: _Call) -> list:
     """(output name, message) for the outputs of a detached objective that carry a gradient to a floating
     input. The probe's cotangent is random, not ones: a leak through a mean-centred output
     (group-normalised advantages sum to zero) is invisible to a cotangent of ones."""
+    if call.target.framework == "jax":
+        return _jax_leaks(call)
     torch, spec = call.fw.torch, call.spec
     kinds = {i.name: i.kind for i in spec.inputs}
     probe = {name: (t.detach().clone().requires_grad_(True) if kinds.get(name) == "float" and t.is_floating_point()
@@ -342,17 +384,49 @@ def _leaks(call: _Call) -> list:
                 grads = torch.autograd.grad(o, list(leaves.values()), cotangent.to(o.dtype), allow_unused=True)
                 for iname, g in zip(leaves, grads):
                     if g is not None and bool((g != 0).any()):
-                        out.append((oname, f"{oname}: leaks gradient to input {iname!r} "
-                                   f"({spec.id} declares its outputs constant: detach them)"))
+                        out.append((oname, _leak(spec, oname, iname)))
             return out
     except Exception:
         return []   # a target that cannot run on inputs requiring grad: the probe cannot judge it
+
+
+def _leak(spec: catalog.Objective, output: str, name: str) -> str:
+    return f"{output}: leaks gradient to input {name!r} ({spec.id} declares its outputs constant: detach them)"
+
+
+def _jax_leaks(call: _Call) -> list:
+    """``_leaks`` of a JAX function: the vjp of its floating outputs with respect to every floating
+    input (a missing ``stop_gradient`` leaves it nonzero), with the same kind of seeded random
+    cotangents; all outputs at once, then — only where that finds a leak — one output at a time."""
+    fw, spec = call.fw, call.spec
+    kinds = {i.name: i.kind for i in spec.inputs}
+    wrt = tuple(n for n, x in call.inputs.items() if kinds.get(n) == "float" and fw.dtype_of(x) is not None)
+    generator = np.random.default_rng(LEAK_PROBE_SEED)
+
+    def leaking(cts: dict) -> list:
+        probe = jaxcall.Caller(call.fn.fn, call.fn.outputs, wrt, cts)
+        probe(**call.kwargs)
+        return [name for name, g in (probe.grads or {}).items() if bool((fw.to_numpy(g) != 0).any())]
+    try:
+        with timelimit.limit(call.time_limit):
+            returned = jaxcall.Caller(call.fn.fn, call.fn.outputs)(**call.kwargs)
+            cts = {o: fw.jnp.asarray(generator.random(np.shape(x)) + 0.5) for o, x in returned.items()
+                   if fw.dtype_of(x) is not None}
+            if not wrt or not cts or not leaking(cts):
+                return []
+            return [(o, _leak(spec, o, name)) for o in cts for name in leaking({o: cts[o]})]
+    except Exception:
+        return []   # a function the probe cannot run: it cannot judge it
 
 
 def _gradients(call: _Call, returned: dict, test: dict, dtype: str):
     """(gradients by input name, names of returned outputs that carry no gradient although
     their cotangent is nonzero); None for a values-only target."""
     spec, fw, inputs = call.spec, call.fw, call.inputs
+    if call.target.framework == "jax":   # taken with the values, in the same compiled call
+        if call.fn.grad_error is not None:
+            raise call.fn.grad_error
+        return call.fn.grads, []
     cotangents = {name: fw.array(v, dtype) for name, v in test["cotangents"].items() if name in returned}
     if call.target.framework == "torch":
         torch = fw.torch

@@ -1,16 +1,18 @@
-"""The built-in backends as targets: refimpl.arrays on NumPy and CuPy, refimpl.torch, and
+"""The built-in backends as targets: refimpl.arrays on NumPy, CuPy and JAX, refimpl.torch, and
 refimpl.triton (its fused kernels, on CUDA or in Triton's CPU interpreter)."""
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import os
 
 from lossproof.conformance import catalog
+from lossproof.conformance.targets import jaxcall
 from lossproof.conformance.targets.steps import builtin_torch
 from lossproof.conformance.targets.target import ANY, Target, TargetError
 
-BUILTINS = ("numpy", "torch", "cupy", "triton")
+BUILTINS = ("numpy", "torch", "cupy", "triton", "jax")
 
 
 def _functions(package: str) -> tuple[dict, dict]:
@@ -80,6 +82,16 @@ def load(name: str) -> Target:
         objectives, vjps = _functions("lossproof.refimpl.arrays")
         return Target("cupy", "cupy", objectives, ANY, vjps=vjps, dtypes=tuple(arrays.SUPPORTED_DTYPES),
                       devices=("cuda",), version=_version("cupy"), spec="cupy")
+    if name == "jax":
+        # refimpl.arrays on jax.numpy, as a "jax" target: its gradients are jax.vjp of the array-API
+        # code, not the analytic *_vjp functions, so a run proves the framework's own path.
+        if refusal := jaxcall.x64_refusal():
+            raise TargetError(f"--target jax: {refusal}")
+        from lossproof.refimpl import arrays
+        objectives, _ = _functions("lossproof.refimpl.arrays")
+        objectives = {oid: _constant(fn) if catalog.get(oid).detached else fn for oid, fn in objectives.items()}
+        return Target("jax", "jax", objectives, ANY, dtypes=tuple(arrays.SUPPORTED_DTYPES), devices=("cpu",),
+                      version=_version("jax"), spec="jax")
     if name == "triton":
         ok, why = triton_available()
         if not ok:
@@ -101,6 +113,17 @@ def load(name: str) -> Target:
                   version=_version("torch"), spec="torch", steps=steps, sharded=sharded)
 
 
+def _constant(fn):
+    """``fn`` with its outputs under ``jax.lax.stop_gradient``: the catalog's detached objectives
+    are constants by definition, which the array-API code, written for NumPy, does not say."""
+    import jax
+
+    @functools.wraps(fn)
+    def constant(**kwargs):
+        return jax.tree_util.tree_map(jax.lax.stop_gradient, fn(**kwargs))
+    return constant
+
+
 def _version(module: str) -> str:
     try:
         return importlib.import_module(module).__version__
@@ -109,7 +132,7 @@ def _version(module: str) -> str:
 
 
 def available() -> list[str]:
-    """Built-in backends that can run on this machine."""
+    """Built-in backends that can run on this machine, which a run without targets checks."""
     names = ["numpy"]
     try:
         import torch  # noqa: F401
@@ -120,4 +143,7 @@ def available() -> list[str]:
         names.append("cupy")
     if triton_available()[0]:
         names.append("triton")
+    # not jax, even where it is installed: its run compiles every signature of every vector
+    # (minutes), so a plain `lossproof check` leaves it to --backend jax
+
     return names

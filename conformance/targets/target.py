@@ -13,7 +13,9 @@ from pathlib import Path
 from lossproof.conformance import catalog
 from lossproof.conformance.errors import LossproofError
 
-FRAMEWORKS = ("torch", "numpy", "cupy")
+FRAMEWORKS = ("torch", "numpy", "cupy", "jax")
+# The frameworks with bfloat16 and float16: a target of one runs in all four dtypes by default.
+LOW_PRECISION = ("torch", "jax")
 ANY = "*"
 # How the data-parallel wrapper reduces gradients over ranks (DESIGN §11): DDP averages them,
 # a trainer that all-reduces with SUM (or scales by the world size itself) declares "sum".
@@ -123,6 +125,13 @@ def from_mapping(obj, spec: str) -> Target:
         raise TargetError(f"{spec}: target needs a non-empty 'name'")
     if framework not in FRAMEWORKS:
         raise TargetError(f"{spec}: 'framework' must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
+    if framework == "jax":
+        if get("vjps", None):
+            raise TargetError(f"{spec}: 'vjps' is for numpy and cupy targets; a jax target's gradients are "
+                              "jax.vjp of its own functions")
+        from lossproof.conformance.targets import jaxcall
+        if refusal := jaxcall.x64_refusal():   # before the harness makes an array: float64 stays float64
+            raise TargetError(f"{spec}: {refusal}")
     if objectives is None and (get("steps", None) or get("sharded", None)):
         objectives = {}   # a target of distributed functions only
     elif not isinstance(objectives, dict) or not objectives:
@@ -179,7 +188,7 @@ def _variant_of(key: str) -> str | None:
 def _dtypes(declared, framework: str, objectives: dict, spec: str) -> tuple[tuple, dict]:
     """``dtypes``: a list for every objective, or {objective (or variant, or "*"): list}; the
     objectives it does not name run in the framework's dtypes. (default, {objective: dtypes})."""
-    default = ("float64", "float32") if framework != "torch" else ("float64", "float32", "bfloat16", "float16")
+    default = ("float64", "float32", "bfloat16", "float16") if framework in LOW_PRECISION else ("float64", "float32")
     if not declared:
         return default, {}
     if not isinstance(declared, dict):

@@ -43,7 +43,7 @@ import numpy as np
 
 from lossproof.conformance import catalog
 from lossproof.conformance.results import not_implemented
-from lossproof.conformance.targets import ANY, Target, TargetError, load
+from lossproof.conformance.targets import ANY, Target, TargetError, jaxcall, load
 from lossproof.refimpl import validate
 from lossproof.refimpl.exact import _fixed_point, _tree, mp
 
@@ -99,6 +99,10 @@ class _Caller:
         if target.framework == "torch":
             import torch
             self.torch = torch
+        elif target.framework == "jax":   # the gradient is jax.vjp of the function (targets.jaxcall)
+            if refusal := jaxcall.x64_refusal():
+                raise TargetError(f"{target.name}: {refusal}")
+            self.jax, self.jnp = jaxcall.jax_modules()
         elif oid not in target.vjps:
             raise TargetError(f"{target.name}: {oid} needs a VJP ('vjps') for a {target.framework} target "
                               "(the probe measures gradients)")
@@ -112,6 +116,8 @@ class _Caller:
             return self.torch.tensor(x, dtype=getattr(self.torch, self.dtype), device=self.device)
         if self.target.framework == "cupy":
             return self.cupy.asarray(x.astype(self.dtype))
+        if self.target.framework == "jax":
+            return self.jnp.asarray(x, dtype=self.dtype)
         return x.astype(self.dtype)
 
     def _numpy(self, x) -> np.ndarray:
@@ -135,8 +141,19 @@ class _Caller:
                 return np.zeros(args["logp"].shape)
             (g,) = self.torch.autograd.grad(out.reshape(()), args["logp"], allow_unused=True)
             return np.zeros(args["logp"].shape) if g is None else self._numpy(g)
+        if self.target.framework == "jax":
+            caller = jaxcall.Caller(self.fn, _loss_only, ("logp",), {"loss": self._array(1.0).reshape(())})
+            caller(**args, **params)
+            if caller.grad_error is not None:
+                raise caller.grad_error
+            return self._numpy(caller.grads["logp"])
         got = self.target.vjps[self.oid](self._array(1.0).reshape(()), **args, **params)
         return self._numpy(got["logp"] if isinstance(got, dict) else got)
+
+
+def _loss_only(out) -> dict:
+    """A JAX target's loss as the probe differentiates it: the primary output of a dict, or the value."""
+    return {"loss": out["loss"] if isinstance(out, dict) else out}
 
 
 def _f(x) -> float:

@@ -86,6 +86,9 @@ SESSIONS = {
                 "--objective kl.estimator --dtype float64 | head -n 9"),
         command("lossproof check --target minimal.py:TARGET --objective kl.estimator --dtype float64",
                 "--strict --quiet | head -n 4", status=1))),
+    "check-jax": Session((
+        command("lossproof check --target jax_target.py:TARGET --objective kl.estimator | head -n 6"),),
+        needs=("jax",)),
     "dtype-refused": Session((
         command("lossproof check --target dtypes_devices.py:TARGET --objective kl.estimator",
                 "--dtype bfloat16 2>&1", status=2),)),
