@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers`
+# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers|optax|tunix`
 # checks, at the pinned versions, on CPU, next to an installed torch 2.13.0 (CPU build) and lossproof.
 #
 #   scripts/install-peers.sh            # uses the `python3` on PATH (or $PYTHON)
@@ -29,10 +29,17 @@ pip install --quiet --no-deps "tensordict==0.10.0" "pyvers==0.1.0" "cloudpickle"
 # reaches through verl/workers/utils/losses.py (sft_loss) and the distillation losses.
 pip install --quiet "pillow==13.0.0"
 
+# JAX peers (--target optax|tunix), CPU wheels; JAX stays out of the core install. Tunix is installed with
+# --no-deps: its declared dependencies are its whole trainer stack (grain, orbax, sentencepiece, metrax, ...), and
+# the adapter loads its loss modules with lossproof.import_bare, with placeholders for metrax, sentencepiece and
+# jaxtyping, which those modules import but never call. What they do call: jax, optax and flax (nnx).
+pip install --quiet "jax[cpu]==0.10.2" "optax==0.2.8" "flax==0.12.8"
+pip install --quiet --no-deps "google-tunix==0.1.7"
+
 "$PYTHON" - <<'PY'
 import torch
 from lossproof.conformance.targets import load
-for name in ("trl", "verl", "openrlhf", "liger", "transformers"):
+for name in ("trl", "verl", "openrlhf", "liger", "transformers", "optax", "tunix"):
     t = load(name)
     print(f"{name} {t.version}: {len(t.objectives)} objectives (torch {torch.__version__})")
 PY

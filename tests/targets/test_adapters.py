@@ -1,4 +1,4 @@
-"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
+"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers|optax|tunix``).
 
 Without a library its tests skip with the reason and the install command (scripts/install-peers.sh
 installs them all). With it, ``lossproof check --target NAME`` must exit 0 as shipped: every
@@ -32,6 +32,8 @@ LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "openrlhf": ("openrlhf", "openrlhf", "0.11.2"),
     "liger": ("liger_kernel", "liger-kernel", "0.8.5"),
     "transformers": ("transformers", "transformers", "5.25.0"),
+    "optax": ("optax", "optax", "0.2.8"),
+    "tunix": ("tunix", "google-tunix", "0.1.7"),
 }
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
@@ -44,7 +46,7 @@ def _require(name):
     module, dist, version = LIBRARIES[name]
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{dist} is not installed (scripts/install-peers.sh, or pip install "
-                    f"{'' if name == 'trl' else '--no-deps '}{dist}=={version})")
+                    f"{'' if name in ('trl', 'optax') else '--no-deps '}{dist}=={version})")
     try:
         return load(name), _module(name)
     except TargetError as err:
@@ -287,8 +289,8 @@ def test_as_paper_lists_the_deviations(name, vs, capsys):
     cli.main(["check", "--target", name, "--as-paper", "--uid", uid, "--quiet"])
     out = capsys.readouterr().out
     assert "differ from the paper" in out
-    for objective, param, value, paper in devs:
-        assert f"{objective}:" in out and param in out
+    for objective, param, value, paper in devs:   # a variant's row is listed under its target, name[variant]
+        assert f"{objective_of(objective)}:" in out and param in out
 
 
 def _router_z_loss(router_logits, mask=None):

@@ -1,4 +1,4 @@
-"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger|transformers``).
+"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger|transformers|optax|tunix``).
 
 An adapter calls the library's own loss code, never a re-implementation of it. This module
 holds what the adapters share: the convention table each one declares (one row per

@@ -34,7 +34,6 @@ Install: ``pip install optax==0.2.8`` (brings jax; scripts/install-peers.sh inst
 from __future__ import annotations
 
 import numpy as np
-
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
 from lossproof.conformance.targets.peers._common import (
@@ -49,13 +48,10 @@ from lossproof.conformance.targets.peers._common import (
 VERSION = "0.2.8"
 INSTALL = "pip install optax==0.2.8"
 CLS = "optax/losses/_classification.py"
-SMOOTH = "optax/losses/_smoothing.py"
 
 CONVENTIONS = [
     C("lm.cross_entropy", "reduction", ("none",), f"{CLS} softmax_cross_entropy_with_integer_labels (the loss of "
       "each row, shape [batch_size]; no reduction argument, the caller reduces)"),
-    C("lm.cross_entropy[smooth-labels]", "reduction", ("none",), f"{CLS} safe_softmax_cross_entropy and {SMOOTH} "
-      "smooth_labels (the loss of each row; no reduction argument)"),
     C("distill.token_kl", "direction", ("forward",), f"{CLS} safe_softmax_cross_entropy (the student's logits against "
       "the teacher's probabilities as labels: weighted by the teacher)"),
     C("distill.token_kl", "soft_term", ("cross_entropy",), f"{CLS} safe_softmax_cross_entropy (−Σ p·log q, "

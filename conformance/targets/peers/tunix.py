@@ -31,10 +31,10 @@ Install: ``pip install --no-deps google-tunix==0.1.7`` next to jax, optax and fl
 from __future__ import annotations
 
 import contextlib
+import functools
 from types import SimpleNamespace
 
 import numpy as np
-
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
 from lossproof.conformance.targets.peers._common import (
@@ -145,7 +145,9 @@ FINDINGS = [
 ]
 
 
+@functools.cache
 def _modules():
+    """(algo_core, dpo_trainer, logit), imported once."""
     from lossproof import import_bare
     packages = ("tunix", "tunix.rl", "tunix.sft", "tunix.sft.dpo", "tunix.generate", "tunix.perf",
                 "tunix.distillation", "tunix.distillation.strategies")
