@@ -374,3 +374,22 @@ def test_transformers_trainer_step_is_the_global_token_mean(tmp_path):
     want = lm.cross_entropy_vjp(np.float64(1.0), z, y)["logits"]
     assert np.allclose(leaf.grad.double().numpy(), want, rtol=0, atol=1e-7)
     assert abs(logged - float(lm.cross_entropy(z, y))) < 1e-6
+
+
+def test_optax_findings_reproduce():
+    """The repro lines of optax's findings, against the exact values: kl_divergence at a token impossible
+    on both sides is NaN where the KL is 0, and its gradient through softmax targets of which one
+    underflows to 0 is NaN where the exact one is ≈ 0 (kl_divergence_with_log_targets gives it: the
+    same divergence without the guarded log)."""
+    _require("optax")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    with jax.enable_x64(True):
+        assert np.isnan(float(optax.losses.kl_divergence(jnp.log(jnp.array([1.0, 0.0])), jnp.array([1.0, 0.0]))))
+        z, half = jnp.array([0.0, -1e4]), jnp.log(jnp.array([0.5, 0.5]))
+        guarded = jax.grad(lambda x: optax.losses.kl_divergence(half, jax.nn.softmax(x)))(z)
+        logs = jax.grad(lambda x: optax.losses.kl_divergence_with_log_targets(half, jax.nn.log_softmax(x)))(z)
+    # exact: d KL(q‖p)/dz_j = q_j (log(q_j/p_j) − KL); q = (1, e^−1e4) to float64: 0 to 1e-300
+    assert np.isnan(np.asarray(guarded)).all() and np.allclose(np.asarray(logs), 0.0, rtol=0, atol=1e-300)
