@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo`
+# Install the third-party libraries that `lossproof check --target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo|optax|tunix`
 # checks, at the pinned versions, on CPU, next to an installed torch 2.13.0 (CPU build) and lossproof.
 #
 #   scripts/install-peers.sh            # uses the `python3` on PATH (or $PYTHON)
@@ -34,11 +34,17 @@ pip install --quiet "pillow==13.0.0"
 # 3.0.0 declare Python >= 3.10 and torchtitan 0.3.0 >= 3.11, so no --ignore-requires-python is needed on 3.11. spmd_types (the version torchtitan
 # pins) is a runtime import of torchtitan/components/loss.py.
 pip install --quiet --no-deps "megatron-core==0.16.1" "torchtitan==0.3.0" "spmd_types==0.2.3" "ai2-olmo-core==3.0.0"
+# JAX peers (--target optax|tunix), CPU wheels; JAX stays out of the core install. Tunix is installed with
+# --no-deps: its declared dependencies are its whole trainer stack (grain, orbax, sentencepiece, metrax, ...), and
+# the adapter loads its loss modules with lossproof.import_bare, with placeholders for metrax, sentencepiece and
+# jaxtyping, which those modules import but never call. What they do call: jax, optax and flax (nnx).
+pip install --quiet "jax[cpu]==0.10.2" "optax==0.2.8" "flax==0.12.8"
+pip install --quiet --no-deps "google-tunix==0.1.7"
 
 "$PYTHON" - <<'PY'
 import torch
 from lossproof.conformance.targets import load
-for name in ("trl", "verl", "openrlhf", "liger", "transformers", "megatron", "torchtitan", "olmo"):
+for name in ("trl", "verl", "openrlhf", "liger", "transformers", "megatron", "torchtitan", "olmo", "optax", "tunix"):
     t = load(name)
     print(f"{name} {t.version}: {len(t.objectives)} objectives (torch {torch.__version__})")
 PY

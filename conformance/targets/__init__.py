@@ -94,7 +94,8 @@ def _installed_elsewhere(name: str, folder: str) -> bool:
     return importlib.machinery.PathFinder.find_spec(name, path) is not None or name in sys.builtin_module_names
 
 
-PEERS = ("trl", "verl", "openrlhf", "liger", "transformers", "megatron", "torchtitan", "olmo")   # third-party adapters, conformance/targets/peers/<name>.py
+# third-party adapters, conformance/targets/peers/<name>.py
+PEERS = ("trl", "verl", "openrlhf", "liger", "transformers", "megatron", "torchtitan", "olmo", "optax", "tunix")
 
 
 def load(spec: str) -> Target:

@@ -228,9 +228,49 @@ RELEASED = {
         "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
         "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
     },
+    # Issue 37 (vector set 1.7.0): new conventions (smoothing_classes, fraction_norm, sparse t2_scale,
+    # mean_eps_scope, whiten_eps) and groups (grpo.loss at beta = 0 and with is_weight, z-loss under
+    # reduction none with ignored labels, smoothing where a probability underflows); no released case changed.
+    "1.7.0": {
+        "distill.generalized_jsd": "8c1a502753043bf8469b686fc7b075af0b79b91861ec86a758625b8cb32b4901",
+        "distill.hinton": "bc860a527029db4e599d044522bbd755210227192dfc6a4368f935979fbd554c",
+        "distill.skew_kl": "b8aeb460261fcf9ae18ca87fbb8eb3d3434e9d55b37116a6082a28dece1680f4",
+        "distill.softmax": "f0b2e65eb51586761cb53935dcdc0856885c60fa0c616d3ec3d2f5c60e67779a",
+        "distill.sparse_kl": "160909ea085194046313fee446935a8ca262c930af83abeef1c1c49612746f38",
+        "distill.symmetric_kl": "164442d776ffad2f63908ffb5c8bea2562d16c501b12351912ff67571421d6af",
+        "distill.token_kl": "b74962eaf725d8c714af982242c3d45862cc94d97f7332af9a9b05ffd99f09c3",
+        "distill.tvd": "f41e4d8f7474c810e1c5e966a514fab8c5b8ee96254530650ec6091f9ddb5a4d",
+        "dpo.loss": "098fb697fa8f1b68952e2a2dc279b0c87e24b56b389ef1a44034fc2c7b0cceb7",
+        "gae.advantages": "a7c72fbe0223343c94cc8916110f8d9000ad42e148208a53df69d8e45e4523d0",
+        "gae.kl_rewards": "3689e214c8914557c2feea844efe3a83e6267f7ef88a526127f75ba4983a160b",
+        "grpo.advantages": "93b6c69b743eaa84fe80dde5920da5b96833dc62ae20e673c9448388dae3e6c7",
+        "grpo.aggregate": "2b9f3551ce32d3843900a887c532ce95c069e3cac8c1d42da9deea107373e33d",
+        "grpo.clip": "91035e342c2305170233fd68bb037071abf65c36cdbe2b844c340c7774b8a6d0",
+        "grpo.loss": "af67e3cc7c39bf2cec258896e894216193b33e4a06489daa949322311d127e58",
+        "grpo.rollout_correction": "c651245e0e2f230f50c8b0bca628f1f20ab242fafa070eabbfc1797cc9d89266",
+        "kl.estimator": "39da85c962b74518c2127b3165dc1da5856a295b51142c0c513ae85b477ed21f",
+        "lm.cross_entropy": "7c0e5dac125c2b52d0fef1b5bcc4944840eec7564865da60fdb75c502bc8d731",
+        "lm.entropy": "bc3babedac838eb7fd4068468c5cd92fe90f3b33d1432a54d286833729c66414",
+        "lm.linear_cross_entropy": "a0f944e935c79a074db0e4e421ff693d91de4be73c2eed23e99d22a6ab50887b",
+        "lm.token_logprobs": "c84fcb7684e854501343029cd28defb407befc578495c7bfeb40a12065ee11ee",
+        "moe.load_balancing": "af980216882834ad6381ca30d42c691f8cb27e43094bbffea8cc521586053124",
+        "moe.router_z_loss": "a8d48adcad7ef41e546aecbd4d22e47adacea7e47313da7a8df74fef3929fc2b",
+        "ppo.entropy_bonus": "a7c7c9edda491991bd23ae69dbf56891967f46de809fe3bdaca362c7626d93bb",
+        "ppo.value_loss": "efc40309d58bdbc90558ffa418c972cdf8b9bb2f295d7ac34632cf94f7e7638e",
+        "preference.cpo": "037983f530ad2728f39649ef2000e7e4c37ad34f49086057000a3d599b214713",
+        "preference.kto": "d031c91934bb5cb7ec043ebe26a3fac1e73f2d044f5d0bacae00a356ddc05b42",
+        "preference.orpo": "1f91c47dc70ec9be6c02d2b60e762eda8a627f485d10719f733fc2e00f8cfa31",
+        "preference.simpo": "c929fb820c26ca0909edbcc400a6b7df52132d9db9227703b608fe75c3477655",
+        "proximal_kl.future_cost": "56c17e03337e16ba1ff6117405108f80945135e3f9406e6a119d604171d76be4",
+        "proximal_kl.loss": "02318564d5301ba9e669bff0b1b1ed0c5e685fbfa0e37037237ab78903676c92",
+        "reward.pairwise": "d4a49116c3f996023be94a1d3ebc25a98bdc249ae58855115ace1e00b9d373ba",
+        "tabular.expected_update": "87e2c95ca3880436273808ba1103fbee270e50764eba41118599400bbf9b1e26",
+        "tabular.optimum": "a31ce94ad7f290e1c9d3b86a05e36e1cbbdf6d9ae68300d4ab792e82a8843921",
+        "tabular.sequence_kl": "f36f8969f76e730b92e0742ae4f99f37083368866093db0899106681cb4949cf",
+    },
 }
 CURRENT = next(reversed(RELEASED))
 
 # The year each vector set was released (from the project's history), for the ``year`` of a
 # citation: ``lossproof cite --bibtex`` names the set a uid was cited from.
-YEARS = {"1.0.0": 2026, "1.1.0": 2026, "1.2.0": 2026, "1.3.0": 2026, "1.4.0": 2026, "1.5.0": 2026, "1.6.0": 2026}
+YEARS = {"1.0.0": 2026, "1.1.0": 2026, "1.2.0": 2026, "1.3.0": 2026, "1.4.0": 2026, "1.5.0": 2026, "1.6.0": 2026, "1.7.0": 2026}

@@ -1,4 +1,4 @@
-"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo``).
+"""The third-party adapters (``--target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo|optax|tunix``).
 
 Without a library its tests skip with the reason and the install command (scripts/install-peers.sh
 installs them all). With it, ``lossproof check --target NAME`` must exit 0 as shipped: every
@@ -35,6 +35,8 @@ LIBRARIES = {  # adapter: (import name, distribution, pinned version)
     "megatron": ("megatron", "megatron-core", "0.16.1"),
     "torchtitan": ("torchtitan", "torchtitan", "0.3.0"),
     "olmo": ("olmo_core", "ai2-olmo-core", "3.0.0"),
+    "optax": ("optax", "optax", "0.2.8"),
+    "tunix": ("tunix", "google-tunix", "0.1.7"),
 }
 DOC = Path(__file__).resolve().parents[2] / "docs" / "conventions.md"
 
@@ -47,7 +49,7 @@ def _require(name):
     module, dist, version = LIBRARIES[name]
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{dist} is not installed (scripts/install-peers.sh, or pip install "
-                    f"{'' if name == 'trl' else '--no-deps '}{dist}=={version})")
+                    f"{'' if name in ('trl', 'optax') else '--no-deps '}{dist}=={version})")
     try:
         return load(name), _module(name)
     except TargetError as err:
@@ -320,8 +322,8 @@ def test_as_paper_lists_the_deviations(name, vs, capsys):
     cli.main(["check", "--target", name, "--as-paper", "--uid", uid, "--quiet"])
     out = capsys.readouterr().out
     assert "differ from the paper" in out
-    for objective, param, value, paper in devs:
-        assert f"{objective}:" in out and param in out
+    for objective, param, value, paper in devs:   # a variant's row is listed under its target, name[variant]
+        assert f"{objective_of(objective)}:" in out and param in out
 
 
 def _router_z_loss(router_logits, mask=None):
@@ -405,3 +407,22 @@ def test_transformers_trainer_step_is_the_global_token_mean(tmp_path):
     want = lm.cross_entropy_vjp(np.float64(1.0), z, y)["logits"]
     assert np.allclose(leaf.grad.double().numpy(), want, rtol=0, atol=1e-7)
     assert abs(logged - float(lm.cross_entropy(z, y))) < 1e-6
+
+
+def test_optax_findings_reproduce():
+    """The repro lines of optax's findings, against the exact values: kl_divergence at a token impossible
+    on both sides is NaN where the KL is 0, and its gradient through softmax targets of which one
+    underflows to 0 is NaN where the exact one is ≈ 0 (kl_divergence_with_log_targets gives it: the
+    same divergence without the guarded log)."""
+    _require("optax")
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    with jax.enable_x64(True):
+        assert np.isnan(float(optax.losses.kl_divergence(jnp.log(jnp.array([1.0, 0.0])), jnp.array([1.0, 0.0]))))
+        z, half = jnp.array([0.0, -1e4]), jnp.log(jnp.array([0.5, 0.5]))
+        guarded = jax.grad(lambda x: optax.losses.kl_divergence(half, jax.nn.softmax(x)))(z)
+        logs = jax.grad(lambda x: optax.losses.kl_divergence_with_log_targets(half, jax.nn.log_softmax(x)))(z)
+    # exact: d KL(q‖p)/dz_j = q_j (log(q_j/p_j) − KL); q = (1, e^−1e4) to float64: 0 to 1e-300
+    assert np.isnan(np.asarray(guarded)).all() and np.allclose(np.asarray(logs), 0.0, rtol=0, atol=1e-300)

@@ -1,4 +1,5 @@
-"""Shared plumbing of the third-party adapters (``--target trl|verl|openrlhf|liger|transformers|megatron|torchtitan|olmo``).
+"""Shared plumbing of the third-party adapters (``--target NAME`` for each name in
+``lossproof.conformance.targets.PEERS``).
 
 An adapter calls the library's own loss code, never a re-implementation of it. This module
 holds what the adapters share: the convention table each one declares (one row per
