@@ -190,3 +190,13 @@ def test_a_mean_over_every_position_is_a_factor_that_tracks_the_ignored_labels()
     assert factor.kind == "factor" and "the denominator counts ignored labels" in factor.defect
     assert set(factor.uids) == {r.uid for r in failing} and factor.count == len(failing)
     assert all(d.kind == "unexplained" for d in found[1:])
+
+
+def test_an_input_accepted_and_never_read_is_named_with_the_input():
+    """The exact reference with the margin set to 0 is what the function computes: the line names
+    the input, in float32 runs as in float64 ones; the cases without a margin pass."""
+    results, found = _diagnoses(targets.MARGIN_IGNORED, "reward.pairwise", dtypes=("float64", "float32"))
+    failing = [r for r in results if r.status == "fail"]
+    assert failing and {r.dtype for r in failing} == {"float64", "float32"}
+    assert [d.kind for d in found] == ["input-ignored"], [(d.kind, d.defect) for d in found]
+    assert "margin as 0" in found[0].defect and found[0].count == len(failing)
