@@ -60,6 +60,7 @@ def test_float32_inside_with_float64_inputs_is_told_in_one_line():
     assert [d.kind for d in found] == ["float32-inside"]
     assert found[0].defect == "computed in float32 although the inputs are float64"
     assert found[0].count == len(failing)
+    assert 'computes_in: "float32"' in found[0].fix
 
 
 def test_a_correct_target_gets_no_diagnosis():
@@ -128,6 +129,8 @@ def test_an_output_narrower_than_the_inputs_is_named_with_both_dtypes():
     failing = [r for r in results if r.status == "fail"]
     assert failing and [d.kind for d in found] == ["narrow-dtype"]
     assert found[0].defect == "returns float32 for float64 inputs" and found[0].count == len(failing)
+    # a library that computes in float32 on purpose is told how to declare it, not only to widen
+    assert 'computes_in: "float32"' in found[0].fix and "docs/targets.md#computes_in" in found[0].fix
 
 
 def test_write_known_turns_a_run_into_a_known_failures_file_with_the_diagnoses(tmp_path, capsys):
