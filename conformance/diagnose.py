@@ -23,12 +23,14 @@ What none explains is reported ``unexplained``. The failures go through three st
    parameters matches every failing case);
 3. then per symptom cluster of the stratum (the values fail, the gradients only, both, a
    non-finite value): ``convention`` again, and as a parameter computed as a function of its
-   value (1/T for T, 1 − α for α, ε·V/(V−1), 0), ``factor`` (got = c·exact, c a named constant or the
-   case's own count or parameter — T², 1/K, V/(V−1), the share of ignored labels — matched within
+   value (1/T for T, 1 − α for α, ε·V/(V−1), 0, −β), ``factor`` (got = c·exact, c a named constant or the
+   case's own count or parameter — T², 1/K, 1/V, V/(V−1), the share of ignored labels — matched within
    each dtype's precision), ``clamp`` (the failing elements are exactly those where |log ratio|
-   exceeds some c, located between two bounds), ``condition`` (the failures are confined to
-   elements, rows or cases with padding, ignored labels, an advantage sign, −inf logits, and
-   passing cases lack it); and, for a symptom shared by at least half of the stratum's failures,
+   exceeds some c, located between two bounds), ``input-ignored`` (the exact reference with an
+   input set to 0, or to another input's values, matches), ``condition`` (the failures are
+   confined to elements, rows or cases with padding, ignored labels, an advantage sign, −inf
+   logits, a row without tokens, a group of equal rewards, a large vocabulary, a parameter away
+   from its neutral value, and passing cases lack it); and, for a symptom shared by at least half of the stratum's failures,
    ``non-finite`` / ``gradient-rounded`` / ``no-gradient`` / ``gradient-only`` (the values pass,
    the gradients do not), ``value-only`` (the gradients pass, a value does not: the loss reported
    is not the loss trained), ``float32-inside`` (float64 runs within the float32 bound).
@@ -194,14 +196,15 @@ class _Objective:
                 return False
         return True
 
-    def exact(self, r, override: dict) -> dict | None:
+    def exact(self, r, override: dict, inputs: dict | None = None) -> dict | None:
         """The exact outputs and gradients of ``r``'s vector with ``override`` applied to its
-        conventions and parameters (None when the reference refuses them)."""
+        conventions and parameters, and ``inputs`` ({name: 0, or the name of the input it takes
+        the values of}) to its inputs (None when the reference refuses them)."""
         case = self.case(r)
-        key = json.dumps([r.uid, override, r.conventions], sort_keys=True, default=str)
+        key = json.dumps([r.uid, override, r.conventions, inputs], sort_keys=True, default=str)
         if key not in self._exact:
             self.work += self.size(r)
-            self._exact[key] = _evaluate(self.spec, case, {**r.conventions, **override})
+            self._exact[key] = _evaluate(self.spec, case, {**r.conventions, **override}, inputs)
         return self._exact[key]
 
     def exhausted(self, since: int) -> bool:
@@ -266,7 +269,7 @@ class _Objective:
         return _merge(found, lambda r: (self.size(r), r.uid, r.dtype))
 
     STRATUM_RULES = ("float32_inside", "cancellation", "native", "degenerate_group", "non_finite", "convention")
-    CLUSTER_RULES = ("convention", "factor", "parameter", "clamp")
+    CLUSTER_RULES = ("convention", "factor", "parameter", "clamp", "input_ignored")
     SYMPTOM_RULES = ("gradient", "value_only", "float32_intermediate")
 
     def _strata(self, left) -> list[list]:
@@ -369,9 +372,8 @@ class _Objective:
             pairs = sorted({f"{d} for {r.dtype} inputs" for r in rs for d in r.probes["narrowed"].values()})
             yield self.make("narrow-dtype", rs, f"returns {', '.join(pairs)}",
                             f"{len(rs)} case-run(s) return a narrower floating dtype than their inputs",
-                            "return the inputs' dtype (and compute in it); a function that computes in a narrower "
-                            "dtype on purpose declares the dtypes it supports without the wider ones (\"dtypes\": "
-                            "[\"float32\", \"bfloat16\"], docs/targets.md)"), \
+                            "return the inputs' dtype (and compute in it); a library that computes in float32 on "
+                            "purpose declares it: computes_in: \"float32\" (docs/targets.md#computes_in)"), \
                 [r for r in rs if self.fits(r, {label: self.want(r, label) for label in r.got},
                                             dtype=min(r.probes["narrowed"].values(), key=_precision))]
 
@@ -684,7 +686,8 @@ class _Objective:
         called with (found by solving for it on the smallest case): the exact reference
         re-evaluated so matches every failing case of the cluster and the passing cases tried."""
         small = sorted((r for r in left if self.size(r) <= MAX_ELEMENTS and r.got), key=lambda r: (self.size(r), r.uid))
-        if len(small) < MIN_CONDITION or self.exhausted(self.since):
+        since = self.work   # its own budget: the convention search before it may have spent its
+        if len(small) < MIN_CONDITION:
             return
         search = _Search(self, left)
         for p in self.spec.params:
@@ -694,11 +697,14 @@ class _Objective:
                    for r in small):
                 continue
             for what, f in _TRANSFORMS:
-                if self.exhausted(self.since):
+                if self.exhausted(since):
                     return
                 if all(self._fits_value(r, p.name, f(search.called(r, p.name), self._classes(r))) for r in small):
+                    # not a vector whose value is only acceptable (ratios within ulps of a clip's edge,
+                    # where a transformed parameter moves the kink across the ratio)
                     passing = [r for r in self.passing() if r.dtype in {x.dtype for x in left}
-                               and self.size(r) <= MAX_ELEMENTS][:PASSING_SAMPLE]
+                               and self.size(r) <= MAX_ELEMENTS and self.case(r).result != "acceptable"
+                               ][:PASSING_SAMPLE]
                     # where the transform is the identity (α = ½ for 1 − α) the passing case shows nothing
                     if all(self._fits_value(r, p.name, _or(f(search.called(r, p.name), self._classes(r)),
                                                            search.called(r, p.name))) for r in passing):
@@ -712,6 +718,54 @@ class _Objective:
                                         f"{what.format(p.name)}", cause=f"parameter: {p.name} as {what}"), rs
                         return
 
+    def input_ignored(self, left):
+        """An input the function does not read (or reads as another input's values): the exact
+        reference with that input set to 0 (one input, or every input of one prefix, as the
+        reference log-probabilities of DPO), or to the values of another input of its shape (a
+        ratio to it dropped), matches every failing case of the cluster and the passing cases
+        tried. Only inputs the objective takes no gradient of: their gradient tells nothing."""
+        small = sorted((r for r in left if self.size(r) <= MAX_ELEMENTS and r.got), key=lambda r: (self.size(r), r.uid))
+        since = self.work   # its own budget, as parameter's
+        if len(small) < MIN_CONDITION:
+            return
+        floats = [i.name for i in self.spec.inputs if i.kind == "float"]
+        constant = [n for n in floats if not any(label == f"grad:{n}" for r in small for label in r.got)]
+        candidates = [{n: 0} for n in constant]
+        prefixes = defaultdict(list)
+        for n in constant:
+            prefixes[n.split("_")[0]].append(n)
+        candidates += [dict.fromkeys(names, 0) for names in prefixes.values() if len(names) > 1]
+        candidates += [{n: other} for n in constant for other in floats if other != n]
+        passing = [r for r in self.passing() if r.dtype in {x.dtype for x in left}
+                   and self.size(r) <= MAX_ELEMENTS][:PASSING_SAMPLE]
+        for inputs in candidates:
+            if self.exhausted(since):
+                return
+            if all(self._fits_inputs(r, inputs) for r in small) and all(
+                    self._fits_inputs(r, inputs, unchanged=True) for r in passing):
+                what = ", ".join(f"{n} as {'0' if v == 0 else v}" for n, v in inputs.items())
+                rs = small + [r for r in left if r not in small]
+                yield self.make("input-ignored", rs, f"reads {what}: the input{'s' if len(inputs) > 1 else ''} "
+                                f"{', '.join(inputs)} {'are' if len(inputs) > 1 else 'is'} not used as passed",
+                                f"the exact reference with {what} matches {len(small)}/{len(small)} failing case-runs "
+                                "re-evaluated and the passing case-runs tried",
+                                f"use {', '.join(inputs)} as the catalog's {self.spec.id} does (an argument accepted and "
+                                "never read, or a term dropped)", cause=f"input-ignored: {what}"), rs
+                return
+
+    def _fits_inputs(self, r, inputs, unchanged=False) -> bool:
+        """Whether ``r`` fits the exact reference with ``inputs`` replaced; ``unchanged``: a
+        case where the replacement changes nothing fits too (it shows nothing)."""
+        given = diagnose_inputs.arrays(self.case(r).test)
+        if any(n not in given for n in inputs):
+            return unchanged   # an optional input the case leaves out
+        if any(v != 0 and (v not in given or np.shape(given[v]) != np.shape(given[n])) for n, v in inputs.items()):
+            return False
+        if all(np.array_equal(given[n], np.zeros_like(given[n]) if v == 0 else given[v]) for n, v in inputs.items()):
+            return unchanged
+        ex = self.exact(r, {}, inputs)
+        return ex is not None and self.fits(r, ex, rescale=True)
+
     def _classes(self, r) -> int | None:
         inputs = diagnose_inputs.arrays(self.case(r).test)
         return next((v.shape[-1] for k, v in inputs.items() if "logits" in k and v.ndim >= 2), None)
@@ -720,7 +774,24 @@ class _Objective:
         if value is None or not math.isfinite(value):
             return False
         ex = self.exact(r, {name: value})
+        if ex is None and value < 0:
+            ex = self._negative(r, name, -value)
         return ex is not None and self.fits(r, ex, rescale=True)
+
+    def _negative(self, r, name, u) -> dict | None:
+        """The exact values at ``name`` = −u where the reference refuses a negative value (a KL
+        coefficient ≥ 0) and every output is linear in it: 2·f(0) − f(u), linearity checked
+        on f(0), f(u), f(2u)."""
+        e0, e1, e2 = (self.exact(r, {name: v}) for v in (0.0, u, 2 * u))
+        if e0 is None or e1 is None or e2 is None or set(e0) != set(e1) or set(e1) != set(e2):
+            return None
+        for label in e0:
+            a, b, c = e0[label], e1[label], e2[label]
+            if not (np.isfinite(a).all() and np.isfinite(b).all() and np.isfinite(c).all()):
+                return None
+            if not np.allclose(c - b, b - a, rtol=1e-12, atol=1e-15 * (1 + float(np.abs(c).max(initial=0.0)))):
+                return None
+        return {label: 2 * e0[label] - e1[label] for label in e0}
 
     def condition(self, left):
         """A predicate over the inputs that every failure of the cluster is confined to and
@@ -1014,6 +1085,7 @@ _TRANSFORMS = tuple((what, _safe(f)) for what, f in (
     ("{}²", lambda x, v: x * x if x not in (0, 1) else None),
     ("√{}", lambda x, v: math.sqrt(x) if x > 0 and x != 1 else None),
     ("0 (the parameter ignored)", lambda x, v: 0.0 if x else None),
+    ("−{} (the sign)", lambda x, v: -x if x else None),
 ))
 
 
@@ -1050,8 +1122,8 @@ _IN_PLACE = re.compile(r"mutated its input '?([^' ]+)'? in place")
 
 
 _FLOAT32_FIX = ("compute in the inputs' dtype (a .float(), a float32 constant or buffer, dtype=torch.float32 inside); "
-                "a function that computes in float32 on purpose declares it: \"dtypes\": [\"float32\", \"bfloat16\"] "
-                "(leave float64 out: docs/targets.md, dtypes)")
+                "a library that computes in float32 on purpose declares it: computes_in: \"float32\" "
+                "(docs/targets.md#computes_in)")
 
 
 def _key(value):
@@ -1063,13 +1135,16 @@ def _unkey(value):
     return list(value[1]) if isinstance(value, tuple) and len(value) == 2 and value[0] == "__list__" else value
 
 
-def _evaluate(spec, case, conventions: dict) -> dict | None:
+def _evaluate(spec, case, conventions: dict, inputs: dict | None = None) -> dict | None:
     module = importlib.import_module(f"lossproof.refimpl.exact.{spec.family}")
     fn, vjp = getattr(module, spec.name), getattr(module, f"{spec.name}_vjp", None)
     test = case.test
     # ``conventions`` carries the override, which may name a parameter the case sets
     kwargs = {**spec.defaults, **test["params"], **conventions}
-    kwargs.update({name: decode_input(value) for name, value in test["inputs"].items()})
+    given = {name: decode_input(value) for name, value in test["inputs"].items()}
+    kwargs.update(given)
+    for name, source in (inputs or {}).items():
+        kwargs[name] = np.zeros_like(np.asarray(given[name], dtype=np.float64)) if source == 0 else given[source]
     try:
         with mp.precision(DPS), mpmath.workdps(DPS):
             out = fn(**kwargs)

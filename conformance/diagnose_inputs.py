@@ -1,5 +1,6 @@
 """What the diagnoses read off a vector's inputs: the conditions a failure can be confined to
-(padding, ignored labels, the sign of an advantage, −inf logits, a large log ratio) and the
+(padding, ignored labels, the sign of an advantage, −inf logits, a row without tokens, a group
+of equal rewards, a parameter set away from its neutral value, a large log ratio) and the
 per-case counts and parameters a wrong factor can track (T², 1/K, V/(V−1), the share of
 ignored tokens). Pure functions of one case's inputs and parameters; ``conformance.diagnose``
 decides which of them separates the failing case-runs from the passing ones."""
@@ -12,6 +13,8 @@ import numpy as np
 
 from lossproof.conformance.numbers import decode_input
 
+# The vocabulary size from which a case counts as large (the vectors' Large rows: 32,000 and up).
+LARGE_VOCABULARY = 32768
 # Pairs of inputs whose difference is a log ratio, (numerator, denominator).
 LOG_RATIOS = (("logp", "old_logp"), ("logp", "ref_logp"), ("logp", "behavior_logp"), ("ref_logp", "logp"))
 
@@ -43,6 +46,24 @@ def conditions(spec, test: dict) -> list[Condition]:
             out.append(Condition(f"{name} = 1", name, lambda x, p, n=name: _get(x, n) != 0,
                                  f"the positions {name} marks are computed differently from the catalog's "
                                  f"definition of {spec.id}: read what it does with them"))
+    if kinds.get("mask") == "mask":
+        out.append(Condition("a row without tokens (mask all 0)", "mask",
+                             lambda x, p: _rows(_get(x, "mask"), lambda m: ~(m != 0).any(axis=1)),
+                             "a row whose mask selects no token is computed differently from the catalog's "
+                             f"definition of {spec.id}: guard its empty sum or mean (0/0)"))
+    if "rewards" in kinds:
+        out.append(Condition("a group whose rewards are all equal", "rewards",
+                             lambda x, p: _rows(_get(x, "rewards"), lambda r: r.max(axis=1) == r.min(axis=1)),
+                             "a degenerate group (all rewards equal, std 0) is handled differently from the "
+                             "catalog: decide it on the rewards (max == min) and give it what the declared "
+                             "degenerate convention says"))
+    for name in ("logits", "student_logits"):
+        if name in kinds:
+            out.append(Condition(f"a large vocabulary (V ≥ {LARGE_VOCABULARY})", name,
+                                 lambda x, p, n=name: np.asarray(np.shape(_get(x, n))[-1] >= LARGE_VOCABULARY),
+                                 "the large vocabularies fail: a sum over V rounded in a narrow dtype, an index or "
+                                 "chunk size that overflows, or a vocabulary split into shards"))
+            break
     if "labels" in kinds:
         out.append(Condition("ignored labels (label = ignore_index)", "labels",
                              lambda x, p: _get(x, "labels") == p.get("ignore_index", -100),
@@ -60,7 +81,29 @@ def conditions(spec, test: dict) -> list[Condition]:
             out.append(Condition(f"−inf in {name}", name, lambda x, p, n=name: np.isneginf(_get(x, n)),
                                  f"handle −inf in {name} (an impossible token) as the catalog defines it: "
                                  "its probability is 0 and 0·log 0 = 0"))
+    # a numeric parameter away from its neutral value (a temperature ≠ 1, a soft cap set): the
+    # failures confined to those cases point at how the function applies it (or passes it on)
+    for param in spec.params:
+        neutral = param.default
+        if param.convention or isinstance(neutral, (str, bool)) or param.choices:
+            continue
+        if neutral not in (None, 0, 0.0, 1, 1.0):
+            continue
+        out.append(Condition(f"{param.name} ≠ {neutral}", param.name,
+                             lambda x, p, n=param.name, v=neutral: np.asarray(p.get(n, v) != v and p.get(n, v)
+                                                                                is not None),
+                             f"the cases that set {param.name} fail: read how the function applies {param.name} "
+                             f"(where in the formula, and whether it is passed on at all) against the catalog's "
+                             f"definition of {spec.id}"))
     return out
+
+
+def _rows(x, rows):
+    """A mask over ``x``'s elements marking the rows (first axis) that ``rows`` picks out."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        raise KeyError("rows")
+    return np.broadcast_to(rows(x)[:, None], x.shape)
 
 
 def _get(inputs, name):
@@ -103,7 +146,13 @@ def factors(spec, test: dict) -> dict:
             n = v.shape[-1]
             out["V/(V−1) (ε spread over V−1 classes)"] = n / (n - 1)
             out["(V−1)/V"] = (n - 1) / n
+            out["1/V (a mean over the vocabulary too)"] = 1 / n
             break
+    for name in ("normalizer", "num_items"):
+        n = p.get(name)
+        if isinstance(n, (int, float)) and n not in (0, 1):
+            out[f"1/{name} (divided by it once more)"] = 1 / n
+            out[f"{name} (multiplied by it)"] = n
     labels = x.get("labels")
     if labels is not None and labels.size:
         valid = int(np.sum(labels != p.get("ignore_index", -100)))

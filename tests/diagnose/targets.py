@@ -106,3 +106,14 @@ CE_ALL_POSITIONS = {"name": "ce-all-positions", "framework": "torch",
                     "params": {"lm.cross_entropy": {"z_loss": [0.0], "softcap": [None], "normalizer": [None],
                                                   "label_smoothing": [0.0]}},
                     "conventions": {"lm.cross_entropy": {"reduction": "*"}}}
+
+
+def pairwise_margin_ignored(chosen_rewards, rejected_rewards, center_rewards_coefficient=None, form="sigmoid",
+                            margin=None):
+    """The Bradley–Terry loss with the margin accepted and never read (OpenRLHF 0.11.2's LogExpLoss)."""
+    from lossproof.refimpl.torch.reward import pairwise
+    return pairwise(chosen_rewards, rejected_rewards, center_rewards_coefficient, form)
+
+
+MARGIN_IGNORED = {"name": "margin-ignored", "framework": "torch", "dtypes": ["float64", "float32"],
+                  "objectives": {"reward.pairwise": pairwise_margin_ignored}}

@@ -60,6 +60,7 @@ def test_float32_inside_with_float64_inputs_is_told_in_one_line():
     assert [d.kind for d in found] == ["float32-inside"]
     assert found[0].defect == "computed in float32 although the inputs are float64"
     assert found[0].count == len(failing)
+    assert 'computes_in: "float32"' in found[0].fix
 
 
 def test_a_correct_target_gets_no_diagnosis():
@@ -128,6 +129,8 @@ def test_an_output_narrower_than_the_inputs_is_named_with_both_dtypes():
     failing = [r for r in results if r.status == "fail"]
     assert failing and [d.kind for d in found] == ["narrow-dtype"]
     assert found[0].defect == "returns float32 for float64 inputs" and found[0].count == len(failing)
+    # a library that computes in float32 on purpose is told how to declare it, not only to widen
+    assert 'computes_in: "float32"' in found[0].fix and "docs/targets.md#computes_in" in found[0].fix
 
 
 def test_write_known_turns_a_run_into_a_known_failures_file_with_the_diagnoses(tmp_path, capsys):
@@ -190,3 +193,13 @@ def test_a_mean_over_every_position_is_a_factor_that_tracks_the_ignored_labels()
     assert factor.kind == "factor" and "the denominator counts ignored labels" in factor.defect
     assert set(factor.uids) == {r.uid for r in failing} and factor.count == len(failing)
     assert all(d.kind == "unexplained" for d in found[1:])
+
+
+def test_an_input_accepted_and_never_read_is_named_with_the_input():
+    """The exact reference with the margin set to 0 is what the function computes: the line names
+    the input, in float32 runs as in float64 ones; the cases without a margin pass."""
+    results, found = _diagnoses(targets.MARGIN_IGNORED, "reward.pairwise", dtypes=("float64", "float32"))
+    failing = [r for r in results if r.status == "fail"]
+    assert failing and {r.dtype for r in failing} == {"float64", "float32"}
+    assert [d.kind for d in found] == ["input-ignored"], [(d.kind, d.defect) for d in found]
+    assert "margin as 0" in found[0].defect and found[0].count == len(failing)

@@ -27,7 +27,7 @@ EXPECTED = {
     "DPO_ROBUST_AS_CDPO": [("convention", "called with loss_type='robust', it computes loss_type='sigmoid'")],
     "DPO_IPO_LENGTH_NORMALISED": [UNEXPLAINED],
     "DPO_LABEL_SMOOTHING_IGNORED": [("convention", "it computes label_smoothing=0.0")],
-    "DPO_REFERENCE_DROPPED": [UNEXPLAINED],
+    "DPO_REFERENCE_DROPPED": [("input-ignored", "reads reference_chosen_logps as 0, reference_rejected_logps as 0")],
     "DPO_LOSS_TYPE_IGNORED": [("convention", "called with loss_type='hinge', it computes loss_type='sigmoid'")],
     # grpo.advantages
     "ADV_SAMPLE_STD": [("convention", "called with std_ddof=0, it computes std_ddof=1")],
@@ -80,14 +80,15 @@ EXPECTED = {
     "SOFTMAX_WITHOUT_MAX_SHIFT": [("non-finite", "HugeLogits")],
     "SOFTMAX_TEMPERATURE_MULTIPLIED": [("convention", "computes temperature as 1/temperature"), UNEXPLAINED],
     "HINTON_MISSING_T2": [("convention", "called with t2_scale=True, it computes t2_scale=False")],
-    "HINTON_CE_AT_TEMPERATURE": [UNEXPLAINED],
+    # the hard-label term at temperature T: it fails only where T ≠ 1
+    "HINTON_CE_AT_TEMPERATURE": [("condition", "temperature ≠ 1.0"), UNEXPLAINED],
     "HINTON_ALPHA_SWAPPED": [("convention", "computes alpha as 1 − alpha")],
     "TOKEN_KL_DIRECTION_SWAPPED": [("non-finite", "−inf logits"),
                                    ("convention", "called with direction='reverse', it computes direction='forward'")],
     # forward: the soft cross-entropy is a catalog convention; reverse: −Σ q·log p is none
     "TOKEN_KL_SOFT_CROSS_ENTROPY": [("convention", "matches soft_term='cross_entropy'"), UNEXPLAINED],
     "TOKEN_KL_NAN_AT_IMPOSSIBLE": [("non-finite", "−inf logits")],
-    "TOKEN_KL_TEACHER_NOT_TEMPERED": [UNEXPLAINED],
+    "TOKEN_KL_TEACHER_NOT_TEMPERED": [("condition", "temperature ≠ 1.0"), UNEXPLAINED],
     "TOKEN_KL_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
     "JSD_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), UNEXPLAINED],
     "JSD_MIXTURE_OF_LOG_PROBS": [("non-finite", "−inf logits"), UNEXPLAINED],
@@ -97,7 +98,7 @@ EXPECTED = {
     # swapped weights are α ↔ 1 − α: named where the search reaches it, the rest left unexplained
     "SKEW_KL_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), ("convention", "computes alpha as 1 − alpha"),
                                         UNEXPLAINED],
-    "TVD_TEACHER_NOT_TEMPERED": [UNEXPLAINED],
+    "TVD_TEACHER_NOT_TEMPERED": [("condition", "temperature ≠ 1.0"), UNEXPLAINED],
     "TVD_L1_DISTANCE": [("factor", "factor 2"), UNEXPLAINED],   # a tie case moves by a kink, not by 2
     # the tail bucket's cancellation is not flagged by the sparse_kl vectors: only its −inf shows
     "SPARSE_TAIL_ONE_MINUS_SUM": [("non-finite", "HugeLogits"), UNEXPLAINED],
@@ -106,7 +107,8 @@ EXPECTED = {
     "FUTURE_IGNORES_MASK": [("condition", "fails only on the rows with padding (mask = 0)")],
     "FUTURE_LEAKS_GRADIENT": [("leak", "cost carry a gradient")],
     "PKL_BEHAVIOUR_RATIO_INVERTED": [UNEXPLAINED],
-    "PKL_BEHAVIOUR_RATIO_DROPPED": [UNEXPLAINED],
+    # ρ = π/μ ≡ 1 is μ read as π: the exact reference with behavior_logp := logp
+    "PKL_BEHAVIOUR_RATIO_DROPPED": [("input-ignored", "reads behavior_logp as logp"), UNEXPLAINED],
     "PKL_OWN_TOKEN_KL_ONLY": [UNEXPLAINED],
     "PKL_COEFFICIENT_NOT_DETACHED": [("gradient-only", "the values are right")],
     "PKL_FUTURE_INCLUDES_CURRENT": [UNEXPLAINED],
@@ -114,7 +116,8 @@ EXPECTED = {
     "LM_CE_NORMALIZER_IGNORED": [("non-finite", "EmptyBatch cases only"),
                                  ("convention", "computes another normalizer than it is called with")],
     "LM_CE_MEAN_OVER_ALL_TOKENS": [("factor", "the denominator counts ignored labels")],
-    "LM_CE_SMOOTHING_OVER_V_MINUS_1": [UNEXPLAINED],    # fairseq's ε/(V−1) is not the catalog's ε/V
+    # fairseq's ε/(V−1) is not the catalog's ε/V: it fails only where label smoothing is set
+    "LM_CE_SMOOTHING_OVER_V_MINUS_1": [("condition", "label_smoothing ≠ 0.0")],
     "LM_CE_SMOOTHING_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_Z_LOSS_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
@@ -122,7 +125,7 @@ EXPECTED = {
     "LM_CE_SMOOTHING_FROM_PROBABILITIES": [("non-finite", "SmoothingUnderflow")],
     "LM_LCE_BIAS_NOT_TRAINED": [("gradient-only", "the values are right")],
     "LM_LCE_BFLOAT16_LOGITS": [UNEXPLAINED],           # 8-bit logits: no float32-inside twin to match
-    "LM_LCE_NORMALIZER_TWICE": [UNEXPLAINED],          # the effective normalizer N² is no value tried
+    "LM_LCE_NORMALIZER_TWICE": [("factor", "1/normalizer")],
     "LM_LOGPROBS_NO_TEMPERATURE": [("convention", "it computes temperature=1.0")],
     "LM_LOGPROBS_LOG_OF_SOFTMAX": [UNEXPLAINED],        # underflow to −inf beyond the flagged classes
     # (its V = 128256 case passes: torch.softmax's lane-wise sum is within the bound's vocabulary term)
@@ -130,8 +133,9 @@ EXPECTED = {
     # reward
     "REWARD_LITERAL_LOG_EXP": [("non-finite", "HugeDifference / LogExpOverflow cases only"),
                                ("convention", "it computes form='log-exp'")],
-    "REWARD_MARGIN_IGNORED": [UNEXPLAINED],             # the margin is an input, not a convention
-    "REWARD_CENTRING_DIFFERENCE": [UNEXPLAINED],
+    "REWARD_MARGIN_IGNORED": [("input-ignored", "reads margin as 0")],
+    # the centring term is the one that is wrong: it fails only where its coefficient is set
+    "REWARD_CENTRING_DIFFERENCE": [("condition", "center_rewards_coefficient ≠ None"), UNEXPLAINED],
     # ppo
     "PPO_VALUE_MIN": [UNEXPLAINED],
     "PPO_VALUE_STALE_OLD": [("convention", "it computes clip_range_value=None")],

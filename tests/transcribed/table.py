@@ -1,14 +1,16 @@
 """Defects transcribed from public bug reports in libraries lossproof has no adapter for, each a
 small torch function in the target format (docs/targets.md) beside its corrected twin: code not
 written for lossproof's tests, to measure whether a check catches real defects and whether the
-diagnosis names their cause (compare ``expected`` with the kinds ``lossproof check`` prints; the
-regression test, ``test_transcribed.py``, asserts that every defect fails and every twin passes).
+diagnosis names their cause (``test_transcribed.py`` asserts that every defect fails, that the
+diagnosis names ``expected`` (or one of ``also``) and no other cause, and that every twin passes
+with no diagnosis).
 
 ``expected`` is the cause a reader of the report would name, in the words of the diagnosis kinds
 (conformance/diagnose.py): ``convention`` (computes another declared convention), ``condition``
 (fails only where a predicate on the inputs or parameters holds), ``factor`` (a constant factor),
 ``factor-tracking`` (a factor that follows a parameter or a count: T², 1/V, a token count),
-``constant`` (a constant, an eps or offset, other than the declared one), ``sign``,
+``constant`` (a constant, an eps or offset, other than the declared one), ``sign`` (a line that
+says "(the sign)": a factor −1, a parameter taken as its negative), ``input-ignored``,
 ``value-only`` (the value is wrong, the gradient right), ``non-finite``, ``cancellation``,
 ``formula`` (another formula that none of those names).
 """
@@ -63,7 +65,8 @@ DEFECTS = (
     Defect("utils-pytorch-denominator-counts-padding", "eladhoffer/utils.pytorch", "cross_entropy.py",
            "https://github.com/eladhoffer/utils.pytorch/issues/4",
            "The smoothed cross-entropy is averaged over every token, padding included.",
-           "condition", CE, lm.ce_denominator_counts_padding, lm.cross_entropy, CE_REDUCTIONS),
+           "condition", CE, lm.ce_denominator_counts_padding, lm.cross_entropy, CE_REDUCTIONS,
+           also=("factor-tracking",)),   # loss·valid/all: a factor that tracks the ignored labels
     Defect("megatron-smoothing-local-vocabulary", "Megatron-LM", "megatron/core/tensor_parallel/cross_entropy.py",
            "https://github.com/NVIDIA/Megatron-LM/issues/7464",
            "Vocabulary-parallel label smoothing averages the log-probabilities over the rank's "
@@ -76,11 +79,13 @@ DEFECTS = (
     Defect("opennmt-smoothing-over-other-classes", "OpenNMT-py", "onmt/utils/loss.py (LabelSmoothingLoss)",
            "https://github.com/OpenNMT/OpenNMT-py/issues/1463",
            "The smoothing mass is spread over the V − 1 classes other than the label, not over all V.",
-           "factor-tracking", CE, lm.ce_smoothing_over_other_classes, lm.cross_entropy, CE_REDUCTIONS),
+           "factor-tracking", CE, lm.ce_smoothing_over_other_classes, lm.cross_entropy, CE_REDUCTIONS,
+           also=("condition",)),   # fails only where label_smoothing is set: the smoothing is applied wrong
     Defect("conve-smoothing-one-over-v", "ConvE", "main.py",
            "https://github.com/TimDettmers/ConvE/issues/55",
            "The smoothed target adds 1/V to every class instead of ε/V.",
-           "constant", CE, lm.ce_smoothing_adds_one_over_v, lm.cross_entropy, CE_REDUCTIONS),
+           "constant", CE, lm.ce_smoothing_adds_one_over_v, lm.cross_entropy, CE_REDUCTIONS,
+           also=("condition",)),   # fails only where label_smoothing is set: the smoothing is applied wrong
     Defect("unsloth-zoo-softcap-times-logit", "unsloth-zoo", "unsloth_zoo/rl_replacements.py",
            "https://github.com/unslothai/unsloth-zoo/pull/593",
            "The soft cap is z·tanh(z/s) instead of s·tanh(z/s).",
