@@ -18,12 +18,8 @@ Calls the library's own loss code:
   takes no padding mask: every token it is given is routed and counted, so a vector that masks
   tokens out is unsupported.
 
-With ``reduction='none'`` the z-loss is not masked (cross_entropy_loss.py:42-48 multiplies
-``z_squared`` by the mask under 'mean' and 'sum' only), so the per-token loss ``LMHead`` returns is
-z·lse² at an ignored label instead of 0: ``cross_entropy(torch.tensor([[0.5, 1.0, -2.0], [3.0, 0.0,
-1.0]]), torch.tensor([1, -100]), z_loss=1e-2, reduction='none')`` gives ``[0.5272, 0.1005]``, the
-exact reference (refimpl/exact) ``[0.52723502, 0]``, 0.1005 = 1e-2·lse(3, 0, 1)². No vector of the
-set combines 'none', a z-loss and an ignored label, so it is not a declared finding.
+One finding (``olmo-z-loss-unmasked-per-token``, below): with ``reduction='none'`` the z-loss is not
+masked at ignored labels; the vector group ``z-loss-none`` (vector set 1.7.0) reaches it.
 
 Arithmetic: the cross-entropy (``logits.float()``) and the router (``get_expert_logits(x).float()``)
 compute in float32 by design (``computes_in``).
@@ -41,7 +37,7 @@ from types import SimpleNamespace
 from lossproof.conformance.targets.imports import import_bare
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
-from lossproof.conformance.targets.peers._common import build, load_or_explain, require
+from lossproof.conformance.targets.peers._common import Finding, build, load_or_explain, require, where
 
 VERSION = "3.0.0"
 INSTALL = "pip install --no-deps ai2-olmo-core==3.0.0"
@@ -71,7 +67,22 @@ ARITHMETIC = [
 ]
 
 
-FINDINGS: list = []
+
+
+def _ignored_with_z_loss(case) -> bool:
+    labels = case.test["inputs"]["labels"]
+    flat = labels if isinstance(labels[0], (int, float)) else [x for row in labels for x in row]
+    return bool(case.test["params"].get("z_loss")) and case.test["params"].get("ignore_index", -100) in flat
+
+
+FINDINGS = [Finding(
+    "olmo-z-loss-unmasked-per-token", "bug",
+    "with reduction='none' the z-loss term is not masked: an ignored label's loss is z·lse² instead of 0 "
+    "(cross_entropy(torch.tensor([[0.5, 1.0, -2.0], [3.0, 0.0, 1.0]]), torch.tensor([1, -100]), z_loss=1e-2, "
+    "reduction='none') gives [0.5272, 0.1005]; the exact reference [0.52723502, 0], 0.1005 = 1e-2·lse(3, 0, 1)²). "
+    "Repro: lossproof check --target olmo --uid lm.cross_entropy:9ea8fc21d7bc7e8f --dtype float32",
+    f"{CE}:40-48 cross_entropy_loss (z_squared is multiplied by the mask under 'mean' and 'sum' only)",
+    where(objectives=("lm.cross_entropy",), conventions={"reduction": "none"}, test=_ignored_with_z_loss))]
 
 
 def _ce_module():
