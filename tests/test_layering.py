@@ -21,7 +21,7 @@ PACKAGES = {"lossproof": "lossproof", "conformance": "lossproof.conformance", "r
 
 # (glob over dotted module names, rank): the first matching glob wins.
 RANKS = (
-    ("lossproof.refimpl", 0), ("lossproof.refimpl.validate", 0),
+    ("lossproof.refimpl", 0), ("lossproof.refimpl.validate", 0), ("lossproof.refimpl.cache", 0),
     ("lossproof.refimpl.exact.mp", 1),
     ("lossproof.refimpl.*", 2),
     ("lossproof.conformance", 0),
@@ -134,17 +134,21 @@ def test_refimpl_imports_nothing_from_conformance():
     assert not bad
 
 
+SHARED = ("lossproof.refimpl.validate", "lossproof.refimpl.cache")
+
+
 def test_backends_are_independent_of_each_other():
-    """The exact, certified, array, torch and triton backends share only refimpl.validate and
-    the exact precision helper: the certified reference in particular must not borrow from exact."""
+    """The exact, certified, array, torch and triton backends share only refimpl.validate, the cache
+    directory (refimpl.cache) and the exact precision helper: the certified reference in particular
+    must not borrow from exact."""
     bad = []
     for module, edges in EDGES.items():
         unit = _subpackage(module)
-        if not unit.startswith("lossproof.refimpl.") or unit == "lossproof.refimpl.validate":
+        if not unit.startswith("lossproof.refimpl.") or unit in SHARED:
             continue
         for target, line, _ in edges:
             other = _subpackage(target)
-            if other not in (unit, "lossproof.refimpl.validate") and not (target == "lossproof.refimpl.exact.mp" and unit != "lossproof.refimpl.certified"):
+            if other not in (unit, *SHARED) and not (target == "lossproof.refimpl.exact.mp" and unit != "lossproof.refimpl.certified"):
                 bad.append(f"{module}:{line} -> {target}")
     assert not bad, "\n".join(bad)
 

@@ -29,6 +29,8 @@ import numbers
 
 import numpy as np
 
+from lossproof.refimpl import cache
+
 INSTALL = "pip install 'lossproof[jax]' (or jax)"
 # How a call is traced: float parameters traced, every parameter static, or not traced at all.
 TRACED, STATIC, EAGER = "traced", "static", "eager"
@@ -60,12 +62,23 @@ def x64_refusal() -> str | None:
     try:
         jax.config.update("jax_enable_x64", True)
         ok = jnp.zeros((), dtype=jnp.float64).dtype == jnp.float64
+        _keep_compiled_on_disk(jax)
     except Exception as err:   # a JAX that refuses the flag: its own exception type
         return f"framework 'jax': cannot enable jax_enable_x64 for float64 cases ({type(err).__name__}: {err})"
     if not ok:
         return ("framework 'jax': jax_enable_x64 is on, yet a float64 array is made float32: "
                 "float64 cases cannot run in this process")
     return None
+
+
+def _keep_compiled_on_disk(jax):
+    """XLA's compilations are most of a JAX run's time (about 19× a torch target's CPU time on a
+    first run, 2× once compiled: benchmarks/jax_vs_torch.py); JAX's persistent cache keeps them in
+    lossproof's cache directory, so a second process (the docs build, a rerun) compiles nothing it
+    has compiled before. A cache the user configured is left as it is."""
+    if jax.config.jax_compilation_cache_dir is None:
+        jax.config.update("jax_compilation_cache_dir", str(cache.directory() / "jax"))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
 def _trace_errors(jax) -> tuple:

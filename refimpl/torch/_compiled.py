@@ -54,6 +54,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lossproof.refimpl import cache
+
 try:
     import fcntl
 except ImportError:   # Windows: no flock; concurrent builds of one key still write the same bytes
@@ -76,14 +78,6 @@ ENABLED = os.environ.get("LOSSPROOF_COMPILED", "1") != "0"
 
 _lock = threading.Lock()
 _state: dict = {}  # "lib": ctypes.CDLL or None, "reason", "seconds", "cached", "path"
-
-
-def _cache_dir() -> Path:
-    given = os.environ.get("LOSSPROOF_CACHE")
-    if given:
-        return Path(given)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lossproof"
 
 
 def _compiler() -> str | None:
@@ -186,7 +180,7 @@ def _build() -> dict:
     source = SOURCE.read_bytes()
     key = hashlib.sha256(b"\0".join([source, " ".join(FLAGS).encode(), version.encode(),
                                       _cpu_flags().encode()])).hexdigest()[:20]
-    for folder in (_cache_dir(), Path(tempfile.gettempdir()) / f"lossproof-{os.getuid() if hasattr(os, 'getuid') else 0}"):
+    for folder in (cache.directory(), Path(tempfile.gettempdir()) / f"lossproof-{os.getuid() if hasattr(os, 'getuid') else 0}"):
         path = folder / f"lossproof_kernels_{key}.so"
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -219,7 +213,7 @@ def _build() -> dict:
                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
         return {"lib": lib, "reason": "", "seconds": time.perf_counter() - start, "cached": cached,
                 "path": str(path), "compiler": version.splitlines()[0] if version else cxx}
-    return {"lib": None, "reason": f"no private, writable cache directory ({_cache_dir()} or the temporary "
+    return {"lib": None, "reason": f"no private, writable cache directory ({cache.directory()} or the temporary "
                                    "directory)"}
 
 

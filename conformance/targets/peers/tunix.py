@@ -35,6 +35,7 @@ import functools
 from types import SimpleNamespace
 
 import numpy as np
+from lossproof.conformance.targets.imports import import_bare
 from lossproof.conformance.targets.peers._common import Arithmetic as A
 from lossproof.conformance.targets.peers._common import Convention as C
 from lossproof.conformance.targets.peers._common import (
@@ -95,15 +96,6 @@ ARITHMETIC = [
 ]
 
 
-def _float64_narrowed(fid, what, objective, source):
-    return Finding(
-        fid, "precision",
-        f"{what} casts its inputs to float32 (jnp.astype(..., jnp.float32) 'for stability'), which for float64 "
-        "inputs is a downcast: under jax_enable_x64 the float64 loss and gradient are float32-accurate and the loss "
-        f"is a float32 array. Repro: lossproof check --target tunix --objective {objective} --dtype float64",
-        source, where(objectives=(objective,), dtypes=("float64",)), results=("valid", "acceptable"))
-
-
 def _log_ratio_clamp_changes(case) -> bool:
     """Whether grpo_loss_fn's clamp of log ρ to ±20 changes the policy term of a counted token of
     a grpo.loss case that holds no clamp: ρ < e^−20 with A > 0 (ρ·A, whose gradient becomes 0), or
@@ -123,10 +115,6 @@ def _has_neg_inf_student(case) -> bool:
 
 
 FINDINGS = [
-    _float64_narrowed("tunix-grpo-float32", "grpo_loss_fn", "grpo.loss",
-                      f"{ALGO}:399 grpo_loss_fn: per_token_logps = jnp.astype(per_token_logps, jnp.float32)"),
-    _float64_narrowed("tunix-logit-float32", "LogitStrategy.compute_loss", "distill.hinton",
-                      f"{LOGIT}:113 LogitStrategy.compute_loss: s_logits = student_output.astype(jnp.float32)"),
     Finding("tunix-grpo-log-ratio-clamp", "deviation",
             "grpo_loss_fn clamps log ρ = logp − old_logp to ±20 before exp, always: grpo.loss cases without "
             "log_ratio_clamp = 20 differ where |log ρ| > 20 and the clip does not make the term constant (the "
@@ -148,7 +136,6 @@ FINDINGS = [
 @functools.cache
 def _modules():
     """(algo_core, dpo_trainer, logit), imported once."""
-    from lossproof import import_bare
     packages = ("tunix", "tunix.rl", "tunix.sft", "tunix.sft.dpo", "tunix.generate", "tunix.perf",
                 "tunix.distillation", "tunix.distillation.strategies")
     absent = ("metrax", "sentencepiece", "jaxtyping")
@@ -217,7 +204,6 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
     if loss_type not in ("sigmoid", "cdpo") or rpo_alpha or nll_aggregation is not None or reward_shift:
         raise NotImplementedError(f"tunix 0.1.7 dpo_loss_fn is sigmoid DPO with label smoothing (cDPO) only, "
                                   f"not {loss_type!r} (rpo_alpha, reward_shift: none)")
-    smoothing = label_smoothing if loss_type == "cdpo" else 0.0
     losses, chosen, rejected = [], [], []
     for i in range(policy_chosen_logps.shape[0]):   # one pair per call: dpo_loss_fn returns means
         pair = slice(i, i + 1)
@@ -230,7 +216,7 @@ def dpo_loss(policy_chosen_logps, policy_rejected_logps, reference_chosen_logps,
 
         with _replaced(dpo, "compute_logps", forward):
             loss, aux = dpo.dpo_loss_fn(_empty_model(), example, algorithm="dpo", beta=beta,
-                                        label_smoothing=smoothing)
+                                        label_smoothing=label_smoothing)
         losses.append(loss)
         chosen.append(aux["rewards/chosen"])
         rejected.append(aux["rewards/rejected"])
@@ -258,4 +244,8 @@ def target():
                               "(or scripts/install-peers.sh)")
     load_or_explain(_modules, "google-tunix", INSTALL)
     objectives = {"grpo.loss": grpo_loss, "dpo.loss": dpo_loss, "distill.hinton": hinton}
-    return build("tunix", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, framework="jax")
+    # grpo_loss_fn (ALGO:399: per_token_logps = jnp.astype(per_token_logps, jnp.float32)) and
+    # LogitStrategy.compute_loss (LOGIT:113: s_logits = student_output.astype(jnp.float32)) cast their
+    # inputs to float32 "for stability": by design, so float64 is left out of their runs.
+    return build("tunix", version, objectives, CONVENTIONS, FINDINGS, ARITHMETIC, framework="jax",
+                 computes_in={"grpo.loss": "float32", "distill.hinton": "float32"})
