@@ -242,6 +242,7 @@ INPUT_RULES = (
     (r"^row \d+: the probabilities sum to", "top-k probabilities summing to more than 1 (+ 0.01)"),
     (r"^-inf at row .* where the teacher has probability > 0", "−inf where the teacher is > 0 (infinite KL)"),
     (r"^row \d+: renormalize='tail' needs", "top-k probabilities summing to more than 1 ('tail': no tolerance)"),
+    (r"^must be >= 0 \(a ratio of probabilities\)", "a weight below 0 (a ratio of probabilities)"),
     (r"^row \S+ is -inf at every token off the teacher's ids",
      "−inf at every token off the teacher's ids while its tail is > 0 ('tail': infinite KL)"),
 )
@@ -269,6 +270,10 @@ VALUE_RULES = (
     (r"^only applies to (\S+), got", r"set without \1"),
     (r"^only applies with (\S+) ", r"set without \1"),
     (r"^the raw cap of (\S+) must be > (\S+), got", r"≤ \2 with \1"),
+    (r"^applies to whitening, got", "set without whitening (whiten 'none')"),
+    (r"^'others' spreads the smoothing over the V − 1 classes", "'others' with V = 1 (no class besides the label)"),
+    (r"^'top_k' does not apply to form '(\S+)'", r"'top_k' with form '\1' (its f already divides by k)"),
+    (r"^mode (\S+) takes no mean over tokens", r"ε > 0 where mode \1 divides by no token count (scope 'every')"),
 )
 
 
