@@ -755,60 +755,11 @@ def _agg_cases() -> list[Case]:
     return out
 
 
-def _mean_eps_agg_cases(mode: str = "seq-mean-token-mean", seeds: int = 33000) -> list[Case]:
-    """grpo.aggregate with each row's token count + 1e−8 (verl 0.9.1 agg_loss, OpenRLHF 0.11.2
-    aggregate_loss): random ragged masks, low precision, rows without tokens, and bad ε. With
-    ``mode`` 'token-mean' (the batch's token count + 1e−8) and other ``seeds``: its random, low-
-    precision and ragged cases, in the group of that mode (where ε changes nothing: see GROUPS)."""
-    group, conv = f"{mode}-eps", {"mode": mode, "mean_eps": 1e-8}
-    out = []
-
-    def case(values, mask, flags, comment, seed, recipe, result="valid", low=False):
-        return Case(AGG, {"values": values, "mask": mask}, params={"norm_length": None}, conventions=conv,
-                    group=group, flags=flags, comment=comment, result=result, low_precision=low,
-                    provenance=generated(seed, recipe))
-
-    for i in range(12):
-        seed = seeds + i
-        r = S.rng(seed)
-        b, t = int(r.integers(1, 17)), int(r.choice([1, 2, 5, 8, 16, 32, 64]))
-        dtype = dtype_of(i)
-        out.append(case(S.rounded(r.normal(0, 1, (b, t)).tolist(), dtype), S.mask(r, b, t), ("Random",),
-                        f"random B={b}, T={t}" + (", float32" if dtype else ""), seed, "normal values, ragged mask"))
-    for k, dtype in enumerate(("bfloat16", "float16")):
-        seed = seeds + 100 + k
-        r = S.rng(seed)
-        out.append(case(S.in_dtype(r.normal(0, 1, (4, 16)).tolist(), dtype), S.mask(r, 4, 16), ("LowPrecision",),
-                        f"values exact in {dtype}", seed, f"normal values rounded to {dtype}", low=True))
-    r = S.rng(seeds + 200)
-    if mode == "token-mean":    # empty rows carry no weight in a batch token mean: valid
-        out.append(case(r.normal(0, 1, (6, 12)).tolist(), S.with_empty_rows(S.mask(r, 6, 12), [1, 4]),
-                        ("Random",), "rows without tokens among ragged rows", seeds + 200,
-                        "normal values, ragged mask, emptied rows"))
-        return out
-    out.append(case(r.normal(0, 1, (6, 12)).tolist(), S.with_empty_rows(S.mask(r, 6, 12), [1, 4]),
-                    ("FullyMaskedRowSeqMean",), "rows without tokens among ragged rows", 33200,
-                    "normal values, ragged mask, emptied rows", result="acceptable"))
-    # the same in float16, where the libraries' 1e−8 rounds to 0 and an empty row is 0/0
-    r = S.rng(33201)
-    out.append(case(S.in_dtype(r.normal(0, 1, (6, 12)).tolist(), "float16"),
-                    S.with_empty_rows(S.mask(r, 6, 12), [0, 3]),
-                    ("FullyMaskedRowSeqMean", "LowPrecision"), "rows without tokens among ragged rows, values exact "
-                    "in float16", 33201, "normal values rounded to float16, ragged mask, emptied rows",
-                    result="acceptable", low=True))
-    for eps, why in ((-1e-8, "negative mean_eps"), ("1e-8", "mean_eps given as a string")):
-        out.append(Case(AGG, {"values": [[1.0, 2.0], [3.0, 4.0]], "mask": [[1, 1], [1, 0]]},
-                        params={"norm_length": None}, conventions={"mode": "seq-mean-token-mean", "mean_eps": eps},
-                        group="invalid", result="invalid", flags=("InvalidInput",), comment=why,
-                        provenance=generated(0, "fixed")))
-    return out
-
-
 def cases() -> list[Case]:
     # the sequence-ratio cases come last: the cases that were already there keep their places
     return (_adv_cases() + _clip_cases() + _agg_cases() + grpo_loss.token_cases() + grpo_low.cases()
-            + grpo_loss.sequence_cases() + grpo_loss.library_cases() + _mean_eps_agg_cases() + _baseline_cases()
-            + grpo_rollout.cases() + grpo_gated.cases() + _mean_eps_agg_cases("token-mean", 33500)
+            + grpo_loss.sequence_cases() + grpo_loss.library_cases() + grpo_eps.per_row_cases() + _baseline_cases()
+            + grpo_rollout.cases() + grpo_gated.cases() + grpo_eps.per_row_cases("token-mean", 33500)
             + grpo_cov.cases() + grpo_eps.aggregate_cases() + grpo_eps.loss_cases() + grpo_beta0.cases()
             + grpo_tis.cases())
 

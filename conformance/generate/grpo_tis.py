@@ -59,6 +59,7 @@ NOTES = {
         "bugType": "formula",
         "effect": "The rollout correction applied to the KL term as well, to the aggregated loss, or with a "
                   "gradient through the weight: the policy update is mis-weighted.",
+        "links": ["https://github.com/rlcode/per/issues/3"],
     },
     "IsWeightZero": {
         "category": "edge",

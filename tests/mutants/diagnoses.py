@@ -117,7 +117,7 @@ EXPECTED = {
                                  ("convention", "computes another normalizer than it is called with")],
     "LM_CE_MEAN_OVER_ALL_TOKENS": [("factor", "the denominator counts ignored labels")],
     # fairseq's ε/(V−1) is not the catalog's ε/V: it fails only where label smoothing is set
-    "LM_CE_SMOOTHING_OVER_V_MINUS_1": [("condition", "label_smoothing ≠ 0.0")],
+    "LM_CE_SMOOTHING_OVER_V_MINUS_1": [("convention", "matches smoothing_classes='others'"), ("condition", "label_smoothing ≠ 0.0")],
     "LM_CE_SMOOTHING_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_Z_LOSS_ON_IGNORED": [("condition", "with ignored labels (label = ignore_index)")],
     "LM_CE_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
