@@ -96,31 +96,11 @@ ARITHMETIC = [
 ]
 
 
-def _log_ratio_clamp_changes(case) -> bool:
-    """Whether grpo_loss_fn's clamp of log ρ to ±20 changes the policy term of a counted token of
-    a grpo.loss case that holds no clamp: ρ < e^−20 with A > 0 (ρ·A, whose gradient becomes 0), or
-    ρ > e^20 with A < 0 and no dual clip (the unclipped −ρ·A is capped)."""
-    if case.conventions.get("log_ratio_clamp") is not None:
-        return False
-    inputs = decoded(case.test["inputs"])
-    log_ratio, adv = inputs["logp"] - inputs["old_logp"], inputs["advantages"][:, None]
-    counted = inputs["mask"] != 0
-    tiny = (log_ratio < -20) & (adv > 0)
-    huge = (log_ratio > 20) & (adv < 0) & (case.conventions.get("dual_clip") is None)
-    return bool(((tiny | huge) & counted).any())
-
-
 def _has_neg_inf_student(case) -> bool:
     return bool(np.isneginf(decoded(case.test["inputs"])["student_logits"]).any())
 
 
 FINDINGS = [
-    Finding("tunix-grpo-log-ratio-clamp", "deviation",
-            "grpo_loss_fn clamps log ρ = logp − old_logp to ±20 before exp, always: grpo.loss cases without "
-            "log_ratio_clamp = 20 differ where |log ρ| > 20 and the clip does not make the term constant (the "
-            "clamp-20 groups hold it)",
-            f"{ALGO}:414 grpo_loss_fn: jnp.clip(seq_importance_ratio, max=20.0, min=-20.0)",
-            where(objectives=("grpo.loss",), test=_log_ratio_clamp_changes)),
     Finding("tunix-logit-nan-at-neg-inf", "bug",
             "LogitStrategy's task loss is optax.softmax_cross_entropy(student logits, one-hot labels) = "
             "−Σ labels·log_softmax: a −∞ student logit (an impossible token, e.g. a masked vocabulary entry) off "
