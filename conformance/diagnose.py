@@ -27,7 +27,8 @@ What none explains is reported ``unexplained``. The failures go through three st
    case's own count or parameter — T², 1/K, 1/V, V/(V−1), the share of ignored labels — matched within
    each dtype's precision), ``clamp`` (the failing elements are exactly those where |log ratio|
    exceeds some c, located between two bounds), ``input-ignored`` (the exact reference with an
-   input set to 0, or to another input's values, matches), ``condition`` (the failures are
+   input set to 0, or to another input's values, matches), ``known-form`` (a wrong formula real code
+   has shipped, ``conformance.bugforms``, matches), ``condition`` (the failures are
    confined to elements, rows or cases with padding, ignored labels, an advantage sign, −inf
    logits, a row without tokens, a group of equal rewards, a large vocabulary, a parameter away
    from its neutral value, and passing cases lack it); and, for a symptom shared by at least half of the stratum's failures,
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 import mpmath
 import numpy as np
 
-from lossproof.conformance import catalog, compare, diagnose_inputs, harness, verdict
+from lossproof.conformance import bugforms, catalog, compare, diagnose_inputs, harness, verdict
 from lossproof.conformance.numbers import decode_input
 from lossproof.conformance.results import MISSING_MODULE, NOT_CALLED, CaseResult
 from lossproof.refimpl.exact import mp
@@ -269,7 +270,7 @@ class _Objective:
         return _merge(found, lambda r: (self.size(r), r.uid, r.dtype))
 
     STRATUM_RULES = ("float32_inside", "cancellation", "native", "degenerate_group", "non_finite", "convention")
-    CLUSTER_RULES = ("convention", "factor", "parameter", "clamp", "input_ignored")
+    CLUSTER_RULES = ("convention", "factor", "parameter", "clamp", "input_ignored", "known_form")
     SYMPTOM_RULES = ("gradient", "value_only", "float32_intermediate")
 
     def _strata(self, left) -> list[list]:
@@ -752,6 +753,42 @@ class _Objective:
                                 f"use {', '.join(inputs)} as the catalog's {self.spec.id} does (an argument accepted and "
                                 "never read, or a term dropped)", cause=f"input-ignored: {what}"), rs
                 return
+
+    def known_form(self, left):
+        """A wrong formula real code has shipped (``conformance.bugforms``): the form's outputs
+        match the values of every failing case-run of the cluster re-evaluated and of the passing
+        case-runs tried (on a passing case the form must give the exact values, or it is not what
+        the function computes), and differ from the exact values somewhere."""
+        forms = bugforms.forms_of(self.spec.id)
+        small = sorted((r for r in left if self.size(r) <= MAX_ELEMENTS and r.got), key=lambda r: (self.size(r), r.uid))
+        if not forms or len(small) < MIN_CONDITION or any(self._symptom(r) == "gradient" for r in small):
+            return
+        passing = [r for r in self.passing() if r.dtype in {x.dtype for x in left}
+                   and self.size(r) <= MAX_ELEMENTS][:PASSING_SAMPLE]
+        for form in forms:
+            if all(self._fits_form(r, form) for r in small + passing):
+                rs = small + [r for r in left if r not in small]
+                links = f" (reported: {', '.join(form.links)})" if form.links else ""
+                yield self.make("known-form", rs, f"{form.name}: {form.defect}",
+                                f"the values of the known form '{form.name}' match {len(small)}/{len(small)} failing "
+                                f"case-runs re-evaluated and the {len(passing)} passing case-runs tried{links}",
+                                form.fix, cause=f"known-form: {form.name}"), rs
+                return
+
+    def _fits_form(self, r, form) -> bool:
+        case = self.case(r)
+        kw = {**self.spec.defaults, **case.test["params"], **r.conventions,
+              **{k: v.astype(np.float64) if v.dtype.kind == "f" else v
+                 for k, v in diagnose_inputs.arrays(case.test).items()}}
+        try:
+            with np.errstate(all="ignore"):
+                got = form.outputs(kw)
+        except (ValueError, ZeroDivisionError, OverflowError, FloatingPointError):
+            return False
+        if not got or any(name not in got for name in self.spec.outputs if name in r.got):
+            return False
+        values = {name: np.asarray(v, dtype=np.float64) for name, v in got.items()}
+        return self._values_pass(r, values)
 
     def _fits_inputs(self, r, inputs, unchanged=False) -> bool:
         """Whether ``r`` fits the exact reference with ``inputs`` replaced; ``unchanged``: a

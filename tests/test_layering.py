@@ -35,7 +35,7 @@ RANKS = (
     ("lossproof.conformance.harness", 4), ("lossproof.conformance.derive", 4),
     ("lossproof.conformance.theorem", 5), ("lossproof.conformance.theorem.*", 5), ("lossproof.conformance.distributed", 5),
     ("lossproof.conformance.distributed.*", 5), ("lossproof.conformance.exchange", 5), ("lossproof.conformance.diagnose", 5),
-    ("lossproof.conformance.diagnose_inputs", 2),
+    ("lossproof.conformance.diagnose_inputs", 2), ("lossproof.conformance.bugforms", 3), ("lossproof.conformance.bugforms.*", 3),
     ("lossproof.conformance.infer", 6),
     ("lossproof.conformance.run", 6),
     ("lossproof.conformance.testing", 7), ("lossproof.conformance.docs", 7), ("lossproof.conformance.docs.*", 7), ("lossproof.conformance.bench", 7),

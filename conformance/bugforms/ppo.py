@@ -1,0 +1,4 @@
+"""Known wrong formulas of the ppo.* objectives (``conformance.bugforms``)."""
+from __future__ import annotations
+
+FORMS = ()
