@@ -169,6 +169,8 @@ def derive(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION
         except (validate.InputError, GenerationError) as err:
             dropped.append(f"{base.uid}: {err}")
             continue
+        if any(c.test["uid"] == test["uid"] for c in cases):   # two bases that differ only in what the
+            continue                                           # declaration overrides: the same case
         derived = VectorCase(objective_id, GROUP, conventions, {**test, "tcId": 0}, "(derived)")
         try:
             proof = certify.certify_case(derived)

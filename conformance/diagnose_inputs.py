@@ -1,6 +1,7 @@
 """What the diagnoses read off a vector's inputs: the conditions a failure can be confined to
-(padding, ignored labels, the sign of an advantage, −inf logits, a row without tokens, a group
-of equal rewards, a parameter set away from its neutral value, a large log ratio) and the
+(padding, a masked position inside a row, ignored labels, the sign of an advantage, −inf logits,
+a row without tokens, a group of equal rewards, a parameter set away from its neutral value, a
+large log ratio) and the
 per-case counts and parameters a wrong factor can track (T², 1/K, V/(V−1), the share of
 ignored tokens). Pure functions of one case's inputs and parameters; ``conformance.diagnose``
 decides which of them separates the failing case-runs from the passing ones."""
@@ -51,6 +52,11 @@ def conditions(spec, test: dict) -> list[Condition]:
                              lambda x, p: _rows(_get(x, "mask"), lambda m: ~(m != 0).any(axis=1)),
                              "a row whose mask selects no token is computed differently from the catalog's "
                              f"definition of {spec.id}: guard its empty sum or mean (0/0)"))
+        out.append(Condition("a masked position inside a row (mask 0 before a valid token)", "mask",
+                             lambda x, p: _rows(_get(x, "mask"), _holes),
+                             "a masked position before a valid token enters the result: a recursion or running "
+                             "sum (GAE's δ and λ recursion, a sum over the future) runs through it; step over "
+                             f"masked positions as the catalog's {spec.id} does, or declare how they are treated"))
     if "rewards" in kinds:
         out.append(Condition("a group whose rewards are all equal", "rewards",
                              lambda x, p: _rows(_get(x, "rewards"), lambda r: r.max(axis=1) == r.min(axis=1)),
@@ -104,6 +110,13 @@ def _rows(x, rows):
     if x.ndim != 2:
         raise KeyError("rows")
     return np.broadcast_to(rows(x)[:, None], x.shape)
+
+
+def _holes(m):
+    """Rows with a 0 of the mask before a valid position (not padding that only trails)."""
+    on = m != 0
+    last = on.shape[1] - 1 - np.argmax(on[:, ::-1], axis=1)     # each row's last valid position
+    return on.any(axis=1) & ((~on) & (np.arange(on.shape[1]) < last[:, None])).any(axis=1)
 
 
 def _get(inputs, name):

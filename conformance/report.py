@@ -275,6 +275,14 @@ def _checked_nothing(results: list[CaseResult], out) -> None:
         mine = [r for r in results if r.target == target]
         if not any(r.status in CHECKED for r in mine):
             print(f"\n{target}: checks nothing ({why_nothing(mine)})", file=out)
+            continue
+        # an objective the target implements and the selection reached, none of whose cases was
+        # checked, is named too: the table leaves it out, and a declaration that selects nothing
+        # (a fixed value no case holds) must not pass unseen
+        for objective in dict.fromkeys(r.objective for r in mine):
+            theirs = [r for r in mine if r.objective == objective and r.axis == "conformance"]
+            if theirs and not any(r.status in CHECKED for r in theirs):
+                print(f"\n{target} {objective}: checks nothing ({why_nothing(theirs)})", file=out)
 
 
 def _table(results: list[CaseResult], out) -> None:

@@ -183,3 +183,13 @@ def test_show_opens_a_derived_uid(agg_file, tmp_path, capsys):
     assert "Derived" in out and "certified when derived" in out
     assert cli.main(["show", uid]) == 2
     assert "opens with --target SPEC" in capsys.readouterr().err
+
+
+def test_two_bases_that_differ_only_in_the_declared_conventions_give_one_case():
+    """gae.advantages under TRL's whitening (keep-mean, ddof 1, ε = 1e-8): two committed bases with
+    the same inputs that differ only in the conventions the declaration overrides become the same
+    case, which is derived (and run, and counted) once."""
+    vs = VectorSet()
+    cases, _ = derive.derive(vs, "gae.advantages", {"whiten": "keep-mean", "std_ddof": 1, "whiten_eps": 1e-8})
+    uids = [c.test["uid"] for c in cases]
+    assert cases and len(uids) == len(set(uids)), uids
