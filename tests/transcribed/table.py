@@ -129,7 +129,8 @@ DEFECTS = (
            "https://github.com/ServiceNow/PipelineRL/pull/54",
            "The reward mean and standard deviation come from the first rollouts only and are applied "
            "to every group.",
-           "condition", "grpo.advantages", rl.advantages_first_group_stats, rl.advantages),
+           "condition", "grpo.advantages", rl.advantages_first_group_stats, rl.advantages,
+           also=("known-form",)),   # the form "first group's statistics": the first group's mean and std for all
     Defect("nemo-rl-one-pass-variance", "NeMo-RL", "calculate_baseline_and_std_per_prompt",
            "https://github.com/NVIDIA-NeMo/RL/pull/4161",
            "The group std as √(E[x²] − E[x]²): a rounding residue where the std is 0, every digit lost for "

@@ -19,7 +19,6 @@ from transcribed.table import DEFECTS
 # Defects whose cause no test of conformance/diagnose.py reads yet (they are left unexplained,
 # never given another cause): what evidence would name each.
 NOT_NAMED_YET = {
-    "pipelinerl-first-group-statistics": "every group but the first is off: a predicate over group order",
     "kd-pytorch-kldiv-elementwise-mean": "1/V on the soft term only: a factor of one term, not of the loss",
 }
 
