@@ -19,7 +19,7 @@ def _zloss_square_of_mean(kw):
 
 
 def _log_of_softmax(kw):
-    xp, _, _, _, onehot, d = call(lm._logprob_prepare, kw)
+    _, _, _, _, onehot, d = call(lm._logprob_prepare, kw)
     # the probability itself, then its log: 0 (and log 0 = −inf) once q_y underflows
     return {"logp": np.log(np.sum(np.where(onehot, d.p, 0.0), axis=-1))}
 
@@ -31,7 +31,8 @@ def _bfloat16(x):
 def _bfloat16_logits(kw):
     h, w, b = _bfloat16(kw["hidden"]), _bfloat16(kw["weight"]), kw.get("bias")
     z = h @ w.T if b is None else h @ w.T + _bfloat16(b)
-    # the products of two 8-bit significands are exact and the sum rounds once more, to 8 bits
+    # the kernel sums exact products of bfloat16 values in float32 and rounds the logits to bfloat16 once;
+    # the float64 sum rounds to the same bfloat16 but within float32's rounding of a bfloat16 tie
     return {"loss": call(lm.cross_entropy, kw, logits=_bfloat16(z))}
 
 

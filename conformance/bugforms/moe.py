@@ -21,5 +21,5 @@ FORMS = (
          "is not sent to), where Switch eq. 4–6 averages every expert's full softmax probability",
          "average the full router softmax (every expert's probability, chosen or not) into P, and the top-k "
          "membership into f only",
-         ("AI-Hypercomputer/maxtext#1433", "huggingface/transformers#28021"), _top_k_probabilities),
+         ("AI-Hypercomputer/maxtext#1433", "huggingface/transformers#28021", "paiml/aprender#2162"), _top_k_probabilities),
 )

@@ -188,5 +188,6 @@ DEFECTS = (
     Defect("aprender-balance-chosen-probability", "aprender", "compute_load_balance_loss (Rust; transcribed to torch)",
            "https://github.com/paiml/aprender/pull/2162",
            "P_e accumulates the router probability only over the top-k selected experts.",
-           "formula", "moe.load_balancing", distill.load_balancing_chosen_probability, distill.load_balancing),
+           # the form "P from the top-k weights" states this defect (P over the top-k routing weights only)
+           "known-form", "moe.load_balancing", distill.load_balancing_chosen_probability, distill.load_balancing),
 )
