@@ -12,6 +12,7 @@ with no diagnosis).
 ``constant`` (a constant, an eps or offset, other than the declared one), ``sign`` (a line that
 says "(the sign)": a factor −1, a parameter taken as its negative), ``input-ignored``,
 ``value-only`` (the value is wrong, the gradient right), ``non-finite``, ``cancellation``,
+``known-form`` (a wrong formula of ``conformance.bugforms`` whose line states the report's defect),
 ``formula`` (another formula that none of those names).
 """
 from __future__ import annotations
@@ -57,7 +58,8 @@ DEFECTS = (
     Defect("open-lm-zloss-square-of-mean", "open_lm", "z-loss of the training loss (the PR title; file not named in the report)",
            "https://github.com/mlfoundations/open_lm/pull/92",
            "The z-loss is ζ·(mean lse)² instead of ζ·mean(lse²).",
-           "condition", CE, lm.ce_zloss_square_of_mean, lm.cross_entropy, CE_REDUCTIONS),
+           "condition", CE, lm.ce_zloss_square_of_mean, lm.cross_entropy, CE_REDUCTIONS,
+           also=("known-form",)),   # the form 'z-loss of the mean': ζ·(mean lse)², the report's words
     Defect("pytorch-smoothing-counts-ignored", "PyTorch", "torch.nn.CrossEntropyLoss(label_smoothing=…) (the issue's reproduction)",
            "https://github.com/pytorch/pytorch/issues/73205",
            "Label smoothing's uniform part is summed over ignored tokens too.",
@@ -121,12 +123,14 @@ DEFECTS = (
     Defect("rocket-learn-kl-reversed-ratio", "rocket-learn", "the PPO KL estimate (file not named in the report)",
            "https://github.com/Rolv-Arild/rocket-learn/pull/12",
            "The k3 estimator formed from the log-ratio of the wrong direction.",
-           "sign", "kl.estimator", rl.kl_estimator_reversed_ratio, rl.kl_estimator),
+           "sign", "kl.estimator", rl.kl_estimator_reversed_ratio, rl.kl_estimator,
+           also=("known-form",)),   # the form 'log-ratio reversed': log(π/π_ref) where k3 takes log(π_ref/π)
     Defect("pipelinerl-first-group-statistics", "PipelineRL", "advantage computation introduced in PR #37 (file not named in the report)",
            "https://github.com/ServiceNow/PipelineRL/pull/54",
            "The reward mean and standard deviation come from the first rollouts only and are applied "
            "to every group.",
-           "condition", "grpo.advantages", rl.advantages_first_group_stats, rl.advantages),
+           "condition", "grpo.advantages", rl.advantages_first_group_stats, rl.advantages,
+           also=("known-form",)),   # the form "first group's statistics": the first group's mean and std for all
     Defect("nemo-rl-one-pass-variance", "NeMo-RL", "calculate_baseline_and_std_per_prompt",
            "https://github.com/NVIDIA-NeMo/RL/pull/4161",
            "The group std as √(E[x²] − E[x]²): a rounding residue where the std is 0, every digit lost for "
@@ -162,7 +166,8 @@ DEFECTS = (
     Defect("colossalai-orpo-offset", "ColossalAI", "applications/ColossalChat/coati/models/loss.py",
            "https://github.com/hpcaitech/ColossalAI/pull/6407",
            "ORPO's log odds use log(1.0001 − exp(p)): a constant 1e-4 added inside the logarithm.",
-           "constant", "preference.orpo", prefs.orpo_offset_one_point_0001, prefs.orpo),
+           "constant", "preference.orpo", prefs.orpo_offset_one_point_0001, prefs.orpo,
+           also=("known-form",)),   # the form 'offset inside the log-odds': log(1.0001 − e^p), the constant 1e-4
     Defect("deepspeed-chat-log-of-sigmoid", "DeepSpeed-Chat", "applications/DeepSpeed-Chat/training/utils/"
            "model/reward_model.py", "https://github.com/deepspeedai/DeepSpeedExamples/issues/423",
            "The reward loss is −log(sigmoid(d)): infinite once σ(d) underflows.",
@@ -170,7 +175,8 @@ DEFECTS = (
     Defect("ms-swift-reward-margin-broadcast", "ms-swift", "the Transformers and Megatron reward trainers and the RLHF collator",
            "https://github.com/modelscope/ms-swift/pull/9927",
            "Rewards [B, 1] minus margins [B] broadcast to [B, B]: every pair mixed with every margin.",
-           "condition", "reward.pairwise", prefs.pairwise_margin_broadcast, prefs.pairwise),
+           "condition", "reward.pairwise", prefs.pairwise_margin_broadcast, prefs.pairwise,
+           also=("known-form",)),   # the form 'margin broadcast': the mean over every pair and every margin
     Defect("distiller-no-t2", "IntelLabs/distiller", "the knowledge-distillation loss (file not named in the report)",
            "https://github.com/IntelLabs/distiller/issues/122",
            "The soft distillation term is not multiplied by T².",
@@ -182,5 +188,6 @@ DEFECTS = (
     Defect("aprender-balance-chosen-probability", "aprender", "compute_load_balance_loss (Rust; transcribed to torch)",
            "https://github.com/paiml/aprender/pull/2162",
            "P_e accumulates the router probability only over the top-k selected experts.",
-           "formula", "moe.load_balancing", distill.load_balancing_chosen_probability, distill.load_balancing),
+           # the form "P from the top-k weights" states this defect (P over the top-k routing weights only)
+           "known-form", "moe.load_balancing", distill.load_balancing_chosen_probability, distill.load_balancing),
 )

@@ -19,11 +19,6 @@ from transcribed.table import DEFECTS
 # Defects whose cause no test of conformance/diagnose.py reads yet (they are left unexplained,
 # never given another cause): what evidence would name each.
 NOT_NAMED_YET = {
-    "open-lm-zloss-square-of-mean": "the z-loss term of another form: no condition or factor separates it",
-    "rocket-learn-kl-reversed-ratio": "k3 of the reversed ratio is not a sign change of k3: a formula",
-    "pipelinerl-first-group-statistics": "every group but the first is off: a predicate over group order",
-    "colossalai-orpo-offset": "an offset inside the logarithm: a constant no catalog parameter holds",
-    "ms-swift-reward-margin-broadcast": "a [B, B] broadcast mixes every row: no row or element separates it",
     "kd-pytorch-kldiv-elementwise-mean": "1/V on the soft term only: a factor of one term, not of the loss",
 }
 
