@@ -798,7 +798,7 @@ class _Objective:
         case = self.case(r)
         kw = {**self.spec.defaults, **case.test["params"], **r.conventions,
               **{k: v.astype(np.float64) if v.dtype.kind == "f" else v
-                 for k, v in diagnose_inputs.arrays(case.test).items()}}
+                 for k, v in diagnose_inputs.arrays(case.test).items()}, bugforms.RUN_DTYPE: r.dtype}
         try:
             with np.errstate(all="ignore"):
                 got = form.outputs(kw)

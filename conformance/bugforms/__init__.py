@@ -20,6 +20,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# The key of ``kw`` that holds the dtype of the run a form is matched against.
+RUN_DTYPE = "run_dtype"
 # The families with forms (a module each).
 FAMILIES = ("distill", "dpo", "gae", "grpo", "kl", "lm", "moe", "ppo", "preference", "proximal_kl", "reward")
 
@@ -29,9 +31,10 @@ class Form:
     """One wrong formula of one objective.
 
     ``outputs(kw)``: the outputs the wrong formula gives, {output name: float64 array}, from
-    ``kw`` — the objective's parameters and conventions as the case calls it and its inputs as
-    float64 arrays (an optional input the case leaves out is absent); None where the form does
-    not apply to the case. Only outputs are compared: a form says what the function returns, and
+    ``kw`` — the objective's parameters and conventions as the case calls it, its inputs as
+    float64 arrays (an optional input the case leaves out is absent) and, under ``RUN_DTYPE``, the
+    dtype the function ran in (for a form whose error is the dtype's: an underflow); None where
+    the form does not apply to the case. Only outputs are compared: a form says what the function returns, and
     its gradient follows from it."""
     objective: str
     name: str                 # a short name for the defect line: "ratio inverted"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from lossproof.conformance import numbers
-from lossproof.conformance.bugforms import Form, call
+from lossproof.conformance.bugforms import RUN_DTYPE, Form, call
 from lossproof.refimpl.arrays import lm
 
 
@@ -20,8 +20,13 @@ def _zloss_square_of_mean(kw):
 
 def _log_of_softmax(kw):
     _, _, _, _, onehot, d = call(lm._logprob_prepare, kw)
-    # the probability itself, then its log: 0 (and log 0 = −inf) once q_y underflows
-    return {"logp": np.log(np.sum(np.where(onehot, d.p, 0.0), axis=-1))}
+    # the probability itself, held in the run's dtype, then its log: 0 (and log 0 = −inf) once
+    # q_y underflows there (float32 below about 1.4e-45, float64 below 4.9e-324)
+    q = np.sum(np.where(onehot, d.p, 0.0), axis=-1)
+    if kw[RUN_DTYPE] != "float64":
+        q = np.asarray(numbers.round_to(q.tolist(), kw[RUN_DTYPE]), dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return {"logp": np.log(q)}
 
 
 def _bfloat16(x):
