@@ -24,7 +24,6 @@ NOT_NAMED_YET = {
     "pipelinerl-first-group-statistics": "every group but the first is off: a predicate over group order",
     "colossalai-orpo-offset": "an offset inside the logarithm: a constant no catalog parameter holds",
     "ms-swift-reward-margin-broadcast": "a [B, B] broadcast mixes every row: no row or element separates it",
-    "kd-pytorch-kldiv-elementwise-mean": "1/V on the soft term only: a factor of one term, not of the loss",
 }
 
 # A tracked factor is named by what it tracks; before the kind had its own name, a 'factor' line
