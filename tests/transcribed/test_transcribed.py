@@ -18,9 +18,7 @@ from transcribed.table import DEFECTS
 
 # Defects whose cause no test of conformance/diagnose.py reads yet (they are left unexplained,
 # never given another cause): what evidence would name each.
-NOT_NAMED_YET = {
-    "kd-pytorch-kldiv-elementwise-mean": "1/V on the soft term only: a factor of one term, not of the loss",
-}
+NOT_NAMED_YET: dict[str, str] = {}
 
 # A tracked factor is named by what it tracks; before the kind had its own name, a 'factor' line
 # whose text names a parameter or count.
