@@ -269,7 +269,7 @@ def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limi
     order = itertools.count()      # ties: first queued, first judged
 
     def queue(source: Group, distance: int):
-        base = {k: source.conventions.get(k, spec.defaults[k]) for k in spec.conventions}
+        base = _full(source.conventions, spec)
         for n in spec.conventions:
             for v in values[n]:
                 assignment = {**base, n: json.loads(v)}
@@ -338,8 +338,8 @@ def _values(spec, committed: list[dict]) -> dict[str, list[str]]:
 
 
 class _Exact:
-    """The exact values of committed cases under conventions other than their group's (the
-    reference ``diagnose`` re-evaluates them with), each computed once."""
+    """The exact values of cases (committed or derived) under conventions other than their own
+    (the reference ``diagnose`` re-evaluates them with), each computed once."""
 
     def __init__(self, spec):
         self.spec, self._values = spec, {}
