@@ -386,20 +386,28 @@ def _hide(stripped: Target, groups: list[Group], vs, oid: str, results, time_lim
             continue
         mine = [cases[u] for u in sorted(g.passed) if u in cases]
         conv = _full(g.conventions, spec)
+        seen: dict = {}      # (convention, value) -> whether its cases change with it
+
+        def unseen(n, v):
+            key = (n, json.dumps(v))
+            if key not in seen:
+                seen[key] = not exact.same(mine, conv, {**conv, n: v})
+            return not seen[key]
         for r in ruled_out:
             other = _full(r.conventions, spec)
-            # one convention at a time first: most differences show on the first case
-            if not (all(exact.same(mine, conv, {**conv, n: other[n]}) for n in spec.conventions if other[n] != conv[n])
-                    and exact.same(mine, conv, other)):
+            # one convention at a time, those known to change a case first: most groups differ
+            # from it in a convention its cases observe, and that decides it without a new evaluation
+            diff = sorted((n for n in spec.conventions if other[n] != conv[n]),
+                          key=lambda n: not seen.get((n, json.dumps(other[n])), False))
+            if not (all(unseen(n, other[n]) for n in diff) and exact.same(mine, conv, other)):
                 continue
             failing = bad.get(json.dumps(r.conventions, sort_keys=True), [])
             against = next((run for run in failing if _not_the_group(stripped, judge, cases[run.uid], run.dtype,
                                                                      g.conventions, time_limit)), None)
             if against is None:
                 continue
-            unseen = [n for n in spec.conventions
-                      if all(exact.same(mine, conv, {**conv, n: json.loads(v)}) for v in values[n])]
-            g.hidden = (f"no case of it changes its exact values with {', '.join(unseen)}; {r.name} differs from it "
+            blind = [n for n in spec.conventions if all(unseen(n, json.loads(v)) for v in values[n])]
+            g.hidden = (f"no case of it changes its exact values with {', '.join(blind)}; {r.name} differs from it "
                         f"only there, and on {against.uid} [{against.dtype}] of {r.name}, called with {g.name}'s "
                         f"conventions, the function does not return {g.name}'s values")
             break
