@@ -22,6 +22,18 @@ time, and the target runs on them declaring that combination, the neighbours of 
 combinations the function comes nearest to first (the smallest errors relative to the bounds,
 then the most passing cases). A derived combination whose cases all pass fits like a group.
 
+A group is evidence only for the conventions its passing cases observe: those whose change
+changes one of the cases' exact values (re-evaluated with the exact reference). At β = 0 no KL
+convention changes a value of ``grpo.loss``, so a function pinned to one KL combination passes
+the β = 0 group of its policy loss whatever KL conventions that group holds. A fitting group
+that a ruled-out committed group cannot be told from on its passing cases, where the function's
+values on a failing case of that other group are not the fitting group's either, is *no
+evidence*: it does not count as fitting, and where no other group fits the search below goes
+on as if none had. A combination the search judges on cases that cannot tell
+it from another fitting one, whose cases can, is set aside the same way (cases derived from β = 0
+vectors fit every KL convention alike). Where nothing fits after all, the groups set aside are
+proposed, and a note says their values of those conventions were not observed.
+
 When float64 rules out a group only because the function returns a narrower dtype (every
 failing float64 run narrowed), the groups are judged again in float32, and the text says so:
 a function that computes in float32 on purpose declares the dtypes it serves.
@@ -45,7 +57,9 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from lossproof.conformance import catalog, derive, diagnose, harness
+import numpy as np
+
+from lossproof.conformance import catalog, compare, derive, diagnose, harness
 from lossproof.conformance.results import NOT_CALLED
 from lossproof.conformance.targets.target import ANY, Target
 
@@ -71,6 +85,9 @@ class Group:
     not_called: bool = False                     # every failure: the function's signature refused the call
     outputs: int = 0                             # output arrays compared, over every judged case-run
     log_excess: float = 0.0                      # Σ log10(error / bound) over those out of tolerance (capped)
+    passed: set = field(default_factory=set)     # uids of its passing cases: what it observes
+    cases: dict = field(default_factory=dict)    # uid -> the cases derived for it (a derived group)
+    hidden: str = ""                             # why its passing cases are no evidence (_hide, _aside)
 
     @property
     def closeness(self) -> tuple:
@@ -85,7 +102,7 @@ class Group:
 
     @property
     def fits(self) -> bool:
-        return any(self.counts.get(s, 0) for s in ("pass", "xpass")) and not self.ruled_out
+        return any(self.counts.get(s, 0) for s in ("pass", "xpass")) and not self.ruled_out and not self.hidden
 
     @property
     def ruled_out(self) -> bool:
@@ -94,7 +111,7 @@ class Group:
     @property
     def undecided(self) -> bool:
         """Judged, but every judged case-run a declared known failure (module docstring)."""
-        return bool(self.counts.get("xfail", 0)) and not self.fits and not self.ruled_out
+        return bool(self.counts.get("xfail", 0)) and not self.fits and not self.ruled_out and not self.hidden
 
 
 @dataclass
@@ -116,7 +133,7 @@ class Inference:
                              f"run time, are ruled out too, e.g. {tried[0].name}: {tried[0].against}")
             lines += [_undecided(g) for g in self.groups if g.undecided]
             lines += [f"  {g.name}: not computed ({g.why_not or 'every case unsupported or skipped'})"
-                      for g in self.groups if not g.ruled_out and not g.fits and not g.undecided]
+                      for g in self.groups if not g.ruled_out and not g.fits and not g.undecided and not g.hidden]
             return "\n".join(lines)
         defects = [f"  left out by a defect, not a convention: {g.name} ({_assign(g.conventions)}): {g.defect}; "
                    "fix it (or declare the failure a known one) rather than declare the group away"
@@ -130,8 +147,9 @@ class Inference:
             if g.ruled_out and not g.derived and not g.defect:
                 out.append(f"  not {g.name} ({_assign(g.conventions)}): ruled out by {g.against}")
         out += [_undecided(g) for g in self.groups if g.undecided]
+        out += [_hidden(g) for g in self.groups if g.hidden]
         out += [f"  {g.name}: not computed ({g.why_not})" for g in self.groups
-                if g.why_not and not g.ruled_out and not g.fits and not g.undecided]
+                if g.why_not and not g.ruled_out and not g.fits and not g.undecided and not g.hidden]
         return "\n".join(out)
 
 
@@ -142,6 +160,10 @@ def _label(g: Group) -> str:
 def _undecided(g: Group) -> str:
     return (f"  undecided {g.name} ({_assign(g.conventions)}): every judged case-run ({g.counts['xfail']}) "
             f"is a declared known failure, e.g. {g.excused}; another --dtype may decide it")
+
+
+def _hidden(g: Group) -> str:
+    return f"  no evidence: {g.name} ({_assign(g.conventions)}) passes, but {g.hidden}"
 
 
 def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=None,
@@ -168,8 +190,13 @@ def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=N
             dtypes_now = ["float32"]
         else:
             dtypes_now = list(dtypes)
+        if any(g.fits for g in groups):
+            _hide(stripped, groups, vs, oid, results, time_limit)
         if not any(g.fits for g in groups) and not all(g.not_called for g in groups):
             groups += _search(target, vs, oid, groups, dtypes_now, time_limit, notes)
+        _aside(groups, vs, oid)
+        if not any(g.fits for g in groups):
+            notes += _unhide(groups)
         decl = declaration(target, oid, groups)
         if decl is not None:
             _name_defects(stripped, vs, groups, results)
@@ -215,6 +242,8 @@ def _count(g: Group, r) -> None:
         g.excused = f"{r.uid} [{r.dtype}]: {(r.known or r.message)[:100]}"
     if r.status == "unsupported" and not g.why_not:
         g.why_not = r.message[:200]
+    if r.status in ("pass", "xpass"):
+        g.passed.add(r.uid)
 
 
 def _only_narrowing(groups: list[Group]) -> bool:
@@ -233,17 +262,14 @@ def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limi
     some that give the same values); the search ends when none is left, or after MAX_DERIVED."""
     spec = catalog.get(oid)
     committed = [g.conventions for g in groups]
-    values = {n: list(dict.fromkeys([json.dumps(spec.defaults[n])]
-                                    + [json.dumps(c.get(n, spec.defaults[n])) for c in committed]
-                                    + [json.dumps(v) for p in spec.params if p.name == n for v in p.choices]))
-              for n in spec.conventions}
+    values = _values(spec, committed)
     queued: set[str] = set()      # in the frontier now
     judged: set[str] = set()
     frontier: list = []
     order = itertools.count()      # ties: first queued, first judged
 
     def queue(source: Group, distance: int):
-        base = {k: source.conventions.get(k, spec.defaults[k]) for k in spec.conventions}
+        base = _full(source.conventions, spec)
         for n in spec.conventions:
             for v in values[n]:
                 assignment = {**base, n: json.loads(v)}
@@ -298,7 +324,148 @@ def _judge(target: Target, vs, oid: str, assignment: dict, dtypes, time_limit, c
                     _count(g, r)
             if count < derive.PER_COMBINATION and g.ruled_out:
                 break
+    g.cases = {c.uid: c for c in cases}
     return g
+
+
+def _values(spec, committed: list[dict]) -> dict[str, list[str]]:
+    """Per convention, the values (as JSON) a combination beyond the committed groups may take:
+    the paper default, those some committed group holds, the catalog's choices."""
+    return {n: list(dict.fromkeys([json.dumps(spec.defaults[n])]
+                                  + [json.dumps(c.get(n, spec.defaults[n])) for c in committed]
+                                  + [json.dumps(v) for p in spec.params if p.name == n for v in p.choices]))
+            for n in spec.conventions}
+
+
+class _Exact:
+    """The exact values of cases (committed or derived) under conventions other than their own
+    (the reference ``diagnose`` re-evaluates them with), each computed once."""
+
+    def __init__(self, spec):
+        self.spec, self._values = spec, {}
+
+    def _of(self, case, conventions: dict):
+        key = (case.uid, json.dumps(conventions, sort_keys=True))
+        if key not in self._values:
+            self._values[key] = diagnose._evaluate(self.spec, case, conventions)
+        return self._values[key]
+
+    def same(self, cases, a: dict, b: dict) -> bool:
+        """Whether every case has the same exact values under conventions ``a`` and ``b`` (a
+        combination the reference refuses counts as different), stopping at the first that differs."""
+        for case in cases:
+            x, y = self._of(case, a), self._of(case, b)
+            if (x is None or y is None or x.keys() != y.keys()
+                    or not all(np.array_equal(x[k], y[k], equal_nan=True) for k in x)):
+                return False
+        return True
+
+
+def _hide(stripped: Target, groups: list[Group], vs, oid: str, results, time_limit) -> None:
+    """Marks each fitting committed group that is no evidence for its conventions (module
+    docstring): a ruled-out committed group differs from it only in conventions that change none
+    of its passing cases' exact values, so that its cases cannot tell the two combinations apart,
+    and the function, called with the group's conventions on a failing case of the other, does not
+    return that case's exact values under them: it computes something those cases do not observe
+    (at β = 0 no KL convention changes a value of grpo.loss) otherwise than the group. A function
+    that only mishandles the other group's value (a clamp it ignores) computes the group's
+    combination there, and the group stays evidence."""
+    spec = catalog.get(oid)
+    cases = {c.uid: c for c in vs.cases(oid)}
+    runs = [r for r in results if r.axis == "conformance"]
+    judge = diagnose._Objective(stripped, oid, runs, cases, compare.Tolerances({}), vs)   # its exact values and bounds
+    bad: dict = {}
+    for r in runs:
+        if r.status in ("fail", "error") and r.got:
+            bad.setdefault(json.dumps(r.conventions, sort_keys=True), []).append(r)
+    values = _values(spec, [g.conventions for g in groups])
+    exact = _Exact(spec)
+    ruled_out = [r for r in groups if r.ruled_out and not r.derived]
+    for g in groups:
+        if not g.fits or g.derived:
+            continue
+        mine = [cases[u] for u in sorted(g.passed) if u in cases]
+        conv = _full(g.conventions, spec)
+        seen: dict = {}      # (convention, value) -> whether its cases change with it
+
+        def unseen(n, v):
+            key = (n, json.dumps(v))
+            if key not in seen:
+                seen[key] = not exact.same(mine, conv, {**conv, n: v})
+            return not seen[key]
+        for r in ruled_out:
+            other = _full(r.conventions, spec)
+            # one convention at a time, those known to change a case first: most groups differ
+            # from it in a convention its cases observe, and that decides it without a new evaluation
+            diff = sorted((n for n in spec.conventions if other[n] != conv[n]),
+                          key=lambda n: not seen.get((n, json.dumps(other[n])), False))
+            if not (all(unseen(n, other[n]) for n in diff) and exact.same(mine, conv, other)):
+                continue
+            failing = bad.get(json.dumps(r.conventions, sort_keys=True), [])
+            against = next((run for run in failing if _not_the_group(stripped, judge, cases[run.uid], run.dtype,
+                                                                     g.conventions, time_limit)), None)
+            if against is None:
+                continue
+            blind = [n for n in spec.conventions if all(unseen(n, json.loads(v)) for v in values[n])]
+            g.hidden = (f"no case of it changes its exact values with {', '.join(blind)}; {r.name} differs from it "
+                        f"only there, and on {against.uid} [{against.dtype}] of {r.name}, called with {g.name}'s "
+                        f"conventions, the function does not return {g.name}'s values")
+            break
+
+
+def _not_the_group(stripped: Target, judge, case, dtype: str, conventions: dict, time_limit) -> bool:
+    """Whether the function, called with ``conventions`` on ``case``'s inputs, returns values
+    other than the exact ones under those conventions (False where it returns nothing to compare
+    or the reference refuses them: no evidence either way)."""
+    probe = dataclasses.replace(case, conventions=conventions)
+    with harness.single_threaded(stripped.framework):
+        runs = [r for r in harness.run_case(stripped, probe, dtypes=[dtype], time_limit=time_limit)
+                if r.axis == "conformance" and r.got]
+    want = judge.exact(runs[0], {}) if runs else None
+    return want is not None and not judge.fits(runs[0], want)
+
+
+def _aside(groups: list[Group], vs, oid: str) -> None:
+    """Sets aside each fitting derived combination whose cases cannot tell it from another fitting
+    group whose cases can (module docstring): cases derived from β = 0 vectors fit every KL
+    convention alike, and a combination that fits only on them adds nothing to one judged on
+    cases that observe its KL term."""
+    fitting = [g for g in groups if g.fits]
+    if not any(g.derived for g in fitting):
+        return
+    spec = catalog.get(oid)
+    committed = {c.uid: c for c in vs.cases(oid)}
+    exact = _Exact(spec)
+
+    def cases(g):
+        return [g.cases.get(u) or committed[u] for u in sorted(g.passed)]
+    for h in fitting:
+        if not h.derived:
+            continue
+        mine, conv = cases(h), _full(h.conventions, spec)
+        for g in fitting:
+            other = _full(g.conventions, spec)
+            if g is not h and not g.hidden and exact.same(mine, conv, other) \
+                    and not exact.same(cases(g), other, conv):
+                h.hidden = (f"its cases cannot tell it from {g.name}, whose cases can (no case of it changes its "
+                            "exact values with the conventions where the two differ)")
+                break
+
+
+def _unhide(groups: list[Group]) -> list[str]:
+    """Where the search decides nothing, the groups ``_hide`` set aside are proposed after all,
+    with their values of the conventions their cases do not observe, and the note says so."""
+    notes = []
+    for g in groups:
+        if g.hidden:
+            notes.append(f"  {g.name}: its values of the conventions its cases do not observe are proposed, not "
+                         f"observed: {g.hidden}; no combination beyond the committed groups judged fits")
+            g.hidden = ""
+    return notes
+
+
+def _full(conventions: dict, spec) -> dict:
+    return {n: conventions.get(n, spec.defaults[n]) for n in spec.conventions}
 
 
 def _negated(closeness: tuple) -> tuple:
