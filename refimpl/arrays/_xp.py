@@ -249,8 +249,11 @@ def row_max(xp, z, axis: int = -1):
 
 
 def logsigmoid(xp, x):
-    """log σ(x) = min(x, 0) − log1p(e^{−|x|}); the exponent is ≤ 0, nothing overflows."""
-    return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
+    """log σ(x) = min(x, 0) − log1p(e^{−|x|}); the exponent is ≤ 0, nothing overflows. The
+    kinks are selects, one branch on each side of 0, so that automatic differentiation (JAX's
+    d|x|/dx = 1 and d min(x, 0)/dx = 1/2 at 0) still gives σ(−x) = 1/2 there."""
+    neg = x < 0
+    return xp.where(neg, x, xp.zeros_like(x)) - xp.log1p(xp.exp(xp.where(neg, x, -x)))
 
 
 def sigmoid(xp, x):
