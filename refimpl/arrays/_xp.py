@@ -235,6 +235,16 @@ def size(a) -> int:
 
 # --------------------------------------------------------------------------- kernels
 
+def constant(a):
+    """``a`` as a constant of differentiation: the formulas' sg(·), which the array API has no
+    word for. JAX's ``jax.vjp`` differentiates this code (the jax backend), so a JAX array is
+    ``jax.lax.stop_gradient`` of itself; NumPy and CuPy arrays carry no gradient."""
+    if array_api_compat.is_jax_array(a):
+        import jax
+        return jax.lax.stop_gradient(a)
+    return a
+
+
 def masked(xp, cond, a):
     """``a`` where ``cond`` else 0 — a select, not a product, so an inf or NaN in an
     unselected slot (padding) cannot leak into a sum as inf·0."""
@@ -246,6 +256,17 @@ def row_max(xp, z, axis: int = -1):
     never forms −inf − (−inf))."""
     m = xp.max(z, axis=axis, keepdims=True)
     return xp.where(m == -xp.inf, xp.zeros_like(m), m)
+
+
+def row_top(xp, z):
+    """The first top token of each row of the last axis (a mask) and the row maximum read at it
+    (keepdims; 0 for rows that are entirely −inf). The softmaxes leave that one token out of
+    log1p(S), so the maximum is read at it: JAX differentiates this code (the jax backend), and
+    its derivative of ``max`` splits among tied maxima, which the left-out token would not match."""
+    top = xp.argmax(z, axis=-1, keepdims=True)
+    is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
+    m = xp.sum(masked(xp, is_top, z), axis=-1, keepdims=True)
+    return is_top, xp.where(m == -xp.inf, xp.zeros_like(m), m)
 
 
 def logsigmoid(xp, x):
