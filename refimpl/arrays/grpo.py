@@ -409,6 +409,7 @@ def _cispo(xp, lp, rho, adv, lower, upper):
     """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): sg(ŵ)·A·logπ with ŵ = ρ clipped to
     [lower, upper] (lower None: no lower bound), and its derivative ŵ·A."""
     weight = xp.clip(rho, lower, upper) if lower is not None else xp.minimum(rho, xp.asarray(upper, dtype=rho.dtype))
+    weight = _xp.constant(weight)
     return weight * adv * lp, weight * adv
 
 
