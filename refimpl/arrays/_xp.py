@@ -258,6 +258,13 @@ def row_max(xp, z, axis: int = -1):
     return xp.where(m == -xp.inf, xp.zeros_like(m), m)
 
 
+def clamp(xp, x, lo: float, hi: float):
+    """``x`` clipped to [lo, hi] as selects: the same numbers as ``xp.clip``, and under JAX's
+    differentiation (the jax backend) the derivative 1 on the closed band, as ``torch.clamp``'s
+    and the references' (``jnp.clip``'s is 1/2 at a bound)."""
+    return xp.where(x < lo, xp.zeros_like(x) + lo, xp.where(x > hi, xp.zeros_like(x) + hi, x))
+
+
 def row_top(xp, z):
     """The first top token of each row of the last axis (a mask) and the row maximum read at it
     (keepdims; 0 for rows that are entirely −inf). The softmaxes leave that one token out of

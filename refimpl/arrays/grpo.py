@@ -155,7 +155,7 @@ def _clamped_log_ratio(xp, log_ratio, clamp):
     (None: no clamp)."""
     if clamp is None:
         return log_ratio, None
-    return xp.clip(log_ratio, -clamp, clamp), (log_ratio >= -clamp) & (log_ratio <= clamp)
+    return _xp.clamp(xp, log_ratio, -clamp, clamp), (log_ratio >= -clamp) & (log_ratio <= clamp)
 
 
 def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
@@ -434,7 +434,7 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
     log_ratio = _xp.masked(xp, on, lp - old)
     inside = None if clamp is None else (log_ratio >= -clamp) & (log_ratio <= clamp)
     if clamp is not None:
-        log_ratio = xp.clip(log_ratio, -clamp, clamp)
+        log_ratio = _xp.clamp(xp, log_ratio, -clamp, clamp)
     log_r = _xp.masked(xp, on, ref - lp)
     rho = xp.exp(log_ratio)
     kind, *constants = token_policy
