@@ -402,7 +402,9 @@ def _cov_terms(xp, kind, constants, lp, old, rho, inside, adv, on):
         return objective * keep, _xp.masked(xp, active, rho * adv) * keep
     coef, _, s = constants
     delta = _xp.masked(xp, on, lp - old)
-    return rho * adv - s * coef * xp.abs(delta), rho * adv - s * coef * xp.sign(delta)
+    # |Δ| as sign(Δ)·Δ: the same number, and under JAX's differentiation (the jax backend) the
+    # derivative sign(Δ), 0 at Δ = 0 as torch.abs's; jnp.abs's is 1 there
+    return rho * adv - s * coef * (xp.sign(delta) * delta), rho * adv - s * coef * xp.sign(delta)
 
 
 def _cispo(xp, lp, rho, adv, lower, upper):
