@@ -235,6 +235,16 @@ def size(a) -> int:
 
 # --------------------------------------------------------------------------- kernels
 
+def constant(a):
+    """``a`` as a constant of differentiation: the formulas' sg(·), which the array API has no
+    word for. JAX's ``jax.vjp`` differentiates this code (the jax backend), so a JAX array is
+    ``jax.lax.stop_gradient`` of itself; NumPy and CuPy arrays carry no gradient."""
+    if array_api_compat.is_jax_array(a):
+        import jax
+        return jax.lax.stop_gradient(a)
+    return a
+
+
 def masked(xp, cond, a):
     """``a`` where ``cond`` else 0 — a select, not a product, so an inf or NaN in an
     unselected slot (padding) cannot leak into a sum as inf·0."""
@@ -248,9 +258,30 @@ def row_max(xp, z, axis: int = -1):
     return xp.where(m == -xp.inf, xp.zeros_like(m), m)
 
 
+def clamp(xp, x, lo: float, hi: float):
+    """``x`` clipped to [lo, hi] as selects: the same numbers as ``xp.clip``, and under JAX's
+    differentiation (the jax backend) the derivative 1 on the closed band, as ``torch.clamp``'s
+    and the references' (``jnp.clip``'s is 1/2 at a bound)."""
+    return xp.where(x < lo, xp.zeros_like(x) + lo, xp.where(x > hi, xp.zeros_like(x) + hi, x))
+
+
+def row_top(xp, z):
+    """The first top token of each row of the last axis (a mask) and the row maximum read at it
+    (keepdims; 0 for rows that are entirely −inf). The softmaxes leave that one token out of
+    log1p(S), so the maximum is read at it: JAX differentiates this code (the jax backend), and
+    its derivative of ``max`` splits among tied maxima, which the left-out token would not match."""
+    top = xp.argmax(z, axis=-1, keepdims=True)
+    is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
+    m = xp.sum(masked(xp, is_top, z), axis=-1, keepdims=True)
+    return is_top, xp.where(m == -xp.inf, xp.zeros_like(m), m)
+
+
 def logsigmoid(xp, x):
-    """log σ(x) = min(x, 0) − log1p(e^{−|x|}); the exponent is ≤ 0, nothing overflows."""
-    return xp.minimum(x, 0.0) - xp.log1p(xp.exp(-xp.abs(x)))
+    """log σ(x) = min(x, 0) − log1p(e^{−|x|}); the exponent is ≤ 0, nothing overflows. The
+    kinks are selects, one branch on each side of 0, so that automatic differentiation (JAX's
+    d|x|/dx = 1 and d min(x, 0)/dx = 1/2 at 0) still gives σ(−x) = 1/2 there."""
+    neg = x < 0
+    return xp.where(neg, x, xp.zeros_like(x)) - xp.log1p(xp.exp(xp.where(neg, x, -x)))
 
 
 def sigmoid(xp, x):
@@ -289,8 +320,10 @@ def expm1mx(xp, x):
 
 
 def logaddexp(xp, a, b):
-    """log(e^a + e^b) for finite a, b: max + log1p(e^{−|a−b|}), nothing overflows."""
-    return xp.maximum(a, b) + xp.log1p(xp.exp(-xp.abs(a - b)))
+    """log(e^a + e^b) for finite a, b: max + log1p(e^{−|a−b|}), nothing overflows; max and
+    −|a − b| as selects, so that JAX's derivative is 1/2 each at a = b, not 0 and 1."""
+    a_top = a >= b
+    return xp.where(a_top, a, b) + xp.log1p(xp.exp(xp.where(a_top, b - a, a - b)))
 
 
 def kl_terms(xp, a, b, a_support, ell, axis: int = -1):

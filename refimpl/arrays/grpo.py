@@ -155,7 +155,7 @@ def _clamped_log_ratio(xp, log_ratio, clamp):
     (None: no clamp)."""
     if clamp is None:
         return log_ratio, None
-    return xp.clip(log_ratio, -clamp, clamp), (log_ratio >= -clamp) & (log_ratio <= clamp)
+    return _xp.clamp(xp, log_ratio, -clamp, clamp), (log_ratio >= -clamp) & (log_ratio <= clamp)
 
 
 def clip(logp, old_logp, advantages, eps_low: float = 0.2, eps_high: float | None = None,
@@ -402,13 +402,16 @@ def _cov_terms(xp, kind, constants, lp, old, rho, inside, adv, on):
         return objective * keep, _xp.masked(xp, active, rho * adv) * keep
     coef, _, s = constants
     delta = _xp.masked(xp, on, lp - old)
-    return rho * adv - s * coef * xp.abs(delta), rho * adv - s * coef * xp.sign(delta)
+    # |Δ| as sign(Δ)·Δ: the same number, and under JAX's differentiation (the jax backend) the
+    # derivative sign(Δ), 0 at Δ = 0 as torch.abs's; jnp.abs's is 1 there
+    return rho * adv - s * coef * (xp.sign(delta) * delta), rho * adv - s * coef * xp.sign(delta)
 
 
 def _cispo(xp, lp, rho, adv, lower, upper):
     """CISPO (MiniMax-M1, arXiv 2506.13585, §3.1 eq. 4–5): sg(ŵ)·A·logπ with ŵ = ρ clipped to
     [lower, upper] (lower None: no lower bound), and its derivative ŵ·A."""
     weight = xp.clip(rho, lower, upper) if lower is not None else xp.minimum(rho, xp.asarray(upper, dtype=rho.dtype))
+    weight = _xp.constant(weight)
     return weight * adv * lp, weight * adv
 
 
@@ -433,7 +436,7 @@ def _per_token_loss(xp, lp, old, ref, adv, m, clip_params, beta, kl_kind, kl_cla
     log_ratio = _xp.masked(xp, on, lp - old)
     inside = None if clamp is None else (log_ratio >= -clamp) & (log_ratio <= clamp)
     if clamp is not None:
-        log_ratio = xp.clip(log_ratio, -clamp, clamp)
+        log_ratio = _xp.clamp(xp, log_ratio, -clamp, clamp)
     log_r = _xp.masked(xp, on, ref - lp)
     rho = xp.exp(log_ratio)
     kind, *constants = token_policy

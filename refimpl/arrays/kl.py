@@ -58,7 +58,7 @@ def clamped(xp, log_r, kind, clamp):
     """The estimator clipped to [−c, c], or unclipped when ``clamp`` is None.
     Shared with grpo.loss, whose KL term is this value."""
     value = unclamped(xp, log_r, kind)
-    return value if clamp is None else xp.clip(value, -clamp, clamp)
+    return value if clamp is None else _xp.clamp(xp, value, -clamp, clamp)
 
 
 def clamped_dlogp(xp, log_r, kind, clamp):

@@ -23,11 +23,9 @@ class _Soft:
 
     def __init__(self, xp, z, T: float):
         self.support = z > -xp.inf
-        self.max = _xp.row_max(xp, z)
+        is_top, self.max = _xp.row_top(xp, z)
         dz = z - self.max                       # 0 at the top, −inf at impossible tokens
         self.x = dz / T if T != 1.0 else dz
-        top = xp.argmax(z, axis=-1, keepdims=True)
-        is_top = xp.arange(z.shape[-1], dtype=top.dtype) == top
         # log Σ e^{x} = log1p(S), S without the top token: exact when S is below u
         self.l1 = xp.log1p(xp.sum(_xp.masked(xp, ~is_top, xp.exp(self.x)), axis=-1, keepdims=True))
         self.logp = self.x - self.l1

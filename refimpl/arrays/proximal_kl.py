@@ -97,7 +97,7 @@ def _prepare(logp, behavior_logp, ref_logp, advantages, mask, beta, ratio_clip, 
 def _per_token(xp, lp, bp, rp, adv, m, p):
     """Per-token loss ℓ_t and ∂ℓ_t/∂logp_t (the coefficient X_t is detached)."""
     k = lp - rp
-    coef = adv[:, None] - p["beta"] * (k + _future(xp, k, m, p["future_clip"], p["future_window"]))
+    coef = _xp.constant(adv[:, None] - p["beta"] * (k + _future(xp, k, m, p["future_clip"], p["future_window"])))
     # Padding may hold any finite numbers: exp() of their difference is not formed.
     rho = xp.exp(_xp.masked(xp, m == 1, lp - bp))
     drho = rho                                  # dρ/dlogp = ρ
