@@ -808,10 +808,10 @@ class _Objective:
             return False
         # the values judged at the scale of the form's own terms (rescale, as for a parameter): where the
         # exact value is 0 (a JSD at β = 0) the vector's bound is 0 and a form exact to 1e-16 would fail;
-        # the gradients are not the form's to say (each run's own stand in for them)
+        # the gradients are not the form's to say (a NaN one included)
         values = {name: np.asarray(v, dtype=np.float64) for name, v in got.items()}
-        return self.fits(r, {**{label: g for label, g in r.got.items() if label.startswith("grad:")}, **values},
-                         rescale=True)
+        outputs = dataclasses.replace(r, got={label: g for label, g in r.got.items() if not label.startswith("grad:")})
+        return self.fits(outputs, values, rescale=True)
 
     def _fits_inputs(self, r, inputs, unchanged=False) -> bool:
         """Whether ``r`` fits the exact reference with ``inputs`` replaced; ``unchanged``: a

@@ -56,7 +56,8 @@ EXPECTED = {
     # the dual-clip group names the dropped clamp; without a dual clip log_ratio_clamp=None fits 8 of the 9
     # float64 failures: on grpo.clip:bb4e9e5356684bf1 (Δ ≈ 33) float64's e^Δ carries ≈ |Δ|·u of the rounded Δ,
     # 1.1 on 6.3e14, over the bound (0.40); the clamp test fails too (elements beyond 20 pass on the clipped branch)
-    "CLIP_DECLARED_LOG_RATIO_CLAMP_IGNORED": [("convention", "matches log_ratio_clamp=None"), UNEXPLAINED],
+    "CLIP_DECLARED_LOG_RATIO_CLAMP_IGNORED": [("convention", "matches log_ratio_clamp=None"),
+                                              ("clamp", "a clamp of the log ratio")],
     # grpo.aggregate: dividing by B·T is seq-mean-token-sum-norm with the padded length
     "AGG_PADDED_DENOMINATOR": [("convention", "it computes mode='seq-mean-token-sum-norm'"),
                                ("factor", "tracks tokens/positions (mask: the denominator counts padding)")],
@@ -99,7 +100,8 @@ EXPECTED = {
     "TOKEN_KL_NAN_AT_IMPOSSIBLE": [("non-finite", "−inf logits")],
     "TOKEN_KL_TEACHER_NOT_TEMPERED": [("known-form", "teacher not tempered"), UNEXPLAINED],
     "TOKEN_KL_FLOAT32_INSIDE_FLOAT64": [("float32-inside", "computed in float32 although the inputs are float64")],
-    "JSD_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), UNEXPLAINED],
+    "JSD_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), ("known-form", "mixture weights swapped"),
+                                    UNEXPLAINED],
     "JSD_MIXTURE_OF_LOG_PROBS": [("non-finite", "−inf logits"), ("known-form", "mixture of log-probabilities"),
                                  UNEXPLAINED],
     "JSD_PROBABILITY_SPACE_UNDERFLOW": [("non-finite", "NegInfLogits"), UNEXPLAINED],
@@ -107,7 +109,7 @@ EXPECTED = {
     "SKEW_KL_SOFT_CROSS_ENTROPY": [("value-only", "the loss reported is not the loss trained"), UNEXPLAINED],
     # swapped weights are α ↔ 1 − α: named where the search reaches it, the rest left unexplained
     "SKEW_KL_MIXTURE_WEIGHTS_SWAPPED": [("non-finite", "−inf logits"), ("convention", "computes alpha as 1 − alpha"),
-                                        UNEXPLAINED],
+                                        ("known-form", "mixture weights swapped")],
     "TVD_TEACHER_NOT_TEMPERED": [("known-form", "teacher not tempered")],
     "TVD_L1_DISTANCE": [("factor", "factor 2"), UNEXPLAINED],   # a tie case moves by a kink, not by 2
     # the tail bucket's cancellation is not flagged by the sparse_kl vectors: only its −inf shows
