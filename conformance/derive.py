@@ -98,8 +98,13 @@ def _bases(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION
 
     def closeness(c):
         return sum(c.conventions.get(k) == v for k, v in assignment.items())
+    def derived_as(c):   # bases that differ only in what the assignment overrides give one case
+        kept = {k: c.conventions.get(k) for k, v in assignment.items() if v == ANY}
+        return json.dumps([c.test["inputs"], c.test["params"], kept], sort_keys=True, default=str)
     best = max((closeness(c) for c in valid), default=0)
-    near = sorted((c for c in valid if closeness(c) == best), key=lambda c: (_size(c), c.test["tcId"]))
+    near = list({derived_as(c): c for c in sorted((c for c in valid if closeness(c) == best),
+                                                   key=lambda c: (_size(c), c.test["tcId"]), reverse=True)}.values())
+    near.sort(key=lambda c: (_size(c), c.test["tcId"]))
     low = [c for c in near if _low_precision(c)][:max(1, LOW_PRECISION_SHARE * count // PER_COMBINATION)]
     rest = [c for c in near if c not in low][:count - len(low)]
     return low + rest
@@ -169,8 +174,6 @@ def derive(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION
         except (validate.InputError, GenerationError) as err:
             dropped.append(f"{base.uid}: {err}")
             continue
-        if any(c.test["uid"] == test["uid"] for c in cases):   # two bases that differ only in what the
-            continue                                           # declaration overrides: the same case
         derived = VectorCase(objective_id, GROUP, conventions, {**test, "tcId": 0}, "(derived)")
         try:
             proof = certify.certify_case(derived)
