@@ -1,7 +1,7 @@
 """Targets: what ``lossproof check`` runs the vectors against (DESIGN §8).
 
 A target is a built-in backend name (``numpy``, ``torch``, ``cupy``), ``package.module:NAME``
-or ``path/to/file.py:NAME``, or a third-party adapter (``trl``, ``verl``, ``openrlhf``, ``liger``, ``transformers``),
+or ``path/to/file.py:NAME`` (``path/to/file.py`` alone: its ``TARGET``), or a third-party adapter (``trl``, ``verl``, ``openrlhf``, ``liger``, ``transformers``),
 where NAME is a dict (or an object with the same attributes):
 
     {"name": ..., "framework": "torch" | "numpy" | "cupy", "conventions": {...},
@@ -36,10 +36,22 @@ from lossproof.conformance.targets.target import (
 
 __all__ = ["ANY", "PEERS", "Target", "TargetError", "from_mapping", "known_file", "load", "split_variants"]
 
+# The name a target file's target takes when ``--target path/file.py`` names none (as every
+# example in docs/targets.md and the scaffold's files call it).
+DEFAULT_NAME = "TARGET"
+
+
 def _import_object(spec: str):
+    if spec.endswith(".py") and ":" not in spec:
+        module = _import_file(Path(spec), spec)
+        if not hasattr(module, DEFAULT_NAME):
+            found = sorted(k for k, v in vars(module).items() if isinstance(v, dict) and "objectives" in v)
+            raise TargetError(f"--target {spec!r}: the file defines no {DEFAULT_NAME}: name its target, "
+                              + (", ".join(f"{spec}:{k}" for k in found) if found else f"{spec}:NAME"))
+        return getattr(module, DEFAULT_NAME)
     module_part, _, attr = spec.rpartition(":")
     if not module_part or not attr:
-        raise TargetError(f"--target {spec!r}: expected a built-in name, package.module:NAME or path/file.py:NAME")
+        raise TargetError(f"--target {spec!r}: expected a built-in name, package.module:NAME, path/file.py or path/file.py:NAME")
     if module_part.endswith(".py"):
         module = _import_file(Path(module_part), spec)
     else:

@@ -22,6 +22,16 @@ def test_a_target_file_imports_its_siblings(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "my_losses")
 
 
+def test_a_target_file_without_a_name_is_its_target(tmp_path, capsys):
+    """``--target file.py`` takes the file's TARGET; a file without one is told the names it has."""
+    (tmp_path / "mine.py").write_text("T = {'name': 'x', 'framework': 'numpy', 'objectives': {'kl.estimator': print}}\n"
+                                      "TARGET = {'name': 'mine', 'framework': 'numpy', 'objectives': {'kl.estimator': print}}\n")
+    assert load(str(tmp_path / "mine.py")).name == "mine"
+    (tmp_path / "other.py").write_text("A = {'name': 'a', 'framework': 'numpy', 'objectives': {}}\nB = 1\n")
+    assert cli.main(["check", "--target", str(tmp_path / "other.py")]) == 2
+    assert f"defines no TARGET: name its target, {tmp_path / 'other.py'}:A\n" in capsys.readouterr().err
+
+
 def test_a_target_file_named_like_the_library_it_imports(tmp_path, capsys):
     path = tmp_path / "json.py"
     path.write_text("import json\nT = {'name': 'x', 'framework': 'numpy', 'objectives': {'kl.estimator': json.dumps}}\n")
