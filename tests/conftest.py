@@ -33,6 +33,28 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# Under ``-n``, xdist's default "load" mode sends a module's tests to every worker, and each worker
+# computes the module's fixtures again: the kill table (every mutant checked), the transcribed
+# defects' checks, the docs rebuilt, the theorem's table, the GPU script's run. The modules that
+# hold such a fixture are marked ``xdist_group``; "loadgroup" is "load" with each group kept on one
+# worker, so that each fixture is computed once. The workers parse the command line again, so the
+# switch travels to them in their workerinput (their collection names a test by its group then).
+_GROUPS = "lossproof_loadgroup"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+    elif getattr(config, "workerinput", {}).get(_GROUPS):
+        config.option.loadgroup = True
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput[_GROUPS] = node.config.option.dist == "loadgroup"
+
+
 @pytest.fixture(scope="session")
 def bundled_vectors():
     """The bundled vector set, lazily: a file is read, sha256-checked against the manifest and
