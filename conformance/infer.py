@@ -70,7 +70,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lossproof.conformance import catalog, compare, derive, diagnose, harness
+from lossproof.conformance import catalog, compare, derive, diagnose, harness, plan
 from lossproof.conformance.results import NOT_CALLED
 from lossproof.conformance.targets.target import ANY, Target
 from lossproof.conformance.vectors.format import LARGE_FLAG
@@ -484,10 +484,15 @@ def _observe(target: Target, vs, oid: str, groups: list[Group], dtypes, time_lim
         g.refuted = True
         found += _search(target, vs, oid, [start], dtypes, time_limit, notes, names=seen, bases=bases,
                          avoid=[conv], committed_values=[x.conventions for x in groups])
+    # a convention the function does not take is not passed to it (plan.call_kwargs) and stays
+    # the default the declaration leaves it at: opened, every call would be refused
+    takes = plan._accepted_keywords(target.objectives[oid])
+    unobserved = [n for n in unobserved if takes is ANY or n in takes]
     if unobserved:
         notes.append(f"  not observed: {', '.join(unobserved)} (under the other conventions of the fitting groups, no "
                      f"case of theirs changes its exact values with it, nor does any committed test among the {LOOK} "
-                     "nearest them: the function's value of it is not shown, and the declaration leaves it open)")
+                     "nearest them: the function's value of it is not shown, and the declaration leaves it open where that "
+                     "accepts no group ruled out)")
     return found, unobserved
 
 
