@@ -149,16 +149,19 @@ def _scale_function(spec: catalog.Objective):
     return getattr(importlib.import_module(spec.generator_module), "SCALES", {}).get(spec.id)
 
 
-def derive(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION) -> tuple[list[VectorCase], list[str]]:
+def derive(vs, objective_id: str, assignment: dict, count: int = PER_COMBINATION,
+           bases: list[VectorCase] | None = None) -> tuple[list[VectorCase], list[str]]:
     """Cases for one uncovered combination (from ``count`` bases; fewer screen a combination in
     ``lossproof infer``), and a line for each base the exact reference could not carry over
-    (inputs invalid under these conventions, digits not stable)."""
+    (inputs invalid under these conventions, digits not stable). ``bases``: the committed tests
+    to derive from, in order, instead of those of the nearest group (``lossproof infer`` picks
+    tests that observe a convention the nearest group's tests do not)."""
     spec = catalog.get(objective_id)
     scale = _scale_function(spec)
     notes = vs.files[spec.vector_file]["notes"]
     convention_flags = _convention_flags(vs, spec)
     cases, dropped = [], []
-    for base in _bases(vs, objective_id, assignment, count):
+    for base in (_bases(vs, objective_id, assignment, count) if bases is None else bases[:count]):
         conventions = {k: (base.conventions[k] if v == ANY else v) for k, v in assignment.items()}
         flags, result = _result(_flags(base, conventions, convention_flags, notes), conventions)
         case = Case(objective_id, {k: numbers.decode_input(v) for k, v in base.test["inputs"].items()},

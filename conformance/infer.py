@@ -34,6 +34,17 @@ it from another fitting one, whose cases can, is set aside the same way (cases d
 vectors fit every KL convention alike). Where nothing fits after all, the groups set aside are
 proposed, and a note says their values of those conventions were not observed.
 
+A convention no fitting committed group's passing cases observe (the KL conventions of
+``grpo.loss`` where only β = 0 groups hold the policy loss and aggregation, as for CISPO with a
+sequence aggregation) is judged on cases that do: cases derived with the group's conventions
+from the committed tests nearest it whose exact values change with it. Where the function passes
+them the group stands; where it does not, the group is no evidence (and is not proposed after
+all), and the combinations that differ from it only in the conventions those tests observe are
+searched on the same tests, as below. A convention no such test observes under the group's
+other conventions (``std_ddof`` without whitening: the reference reads it only when it whitens)
+is named in a note and left open ("*") in the declaration where that still accepts exactly the
+fitting groups: the function's value of it is not shown, and a declaration does not pin it.
+
 When float64 rules out a group only because the function returns a narrower dtype (every
 failing float64 run narrowed), the groups are judged again in float32, and the text says so:
 a function that computes in float32 on purpose declares the dtypes it serves.
@@ -59,9 +70,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lossproof.conformance import catalog, compare, derive, diagnose, harness
+from lossproof.conformance import catalog, compare, derive, diagnose, harness, plan
 from lossproof.conformance.results import NOT_CALLED
 from lossproof.conformance.targets.target import ANY, Target
+from lossproof.conformance.vectors.format import LARGE_FLAG
 
 # Combinations beyond the committed groups screened on derived cases, per objective. A screening
 # derives SCREEN cases and most stop at the first, so 200 cost about what 30 full judgements
@@ -69,6 +81,9 @@ from lossproof.conformance.targets.target import ANY, Target
 MAX_DERIVED = 200
 SCREEN = 2
 MAX_EXCESS = 30.0     # decades: an error beyond 1e30 bounds (or a NaN) is as far as any
+# Committed tests looked at for ones that observe a convention no fitting group's cases observe
+# (_observing): one or two exact evaluations each, a few seconds in all for grpo.loss.
+LOOK = 60
 
 
 @dataclass
@@ -87,7 +102,8 @@ class Group:
     log_excess: float = 0.0                      # Σ log10(error / bound) over those out of tolerance (capped)
     passed: set = field(default_factory=set)     # uids of its passing cases: what it observes
     cases: dict = field(default_factory=dict)    # uid -> the cases derived for it (a derived group)
-    hidden: str = ""                             # why its passing cases are no evidence (_hide, _aside)
+    hidden: str = ""                             # why its passing cases are no evidence (_hide, _aside, _observe)
+    refuted: bool = False                        # hidden by _observe: cases that observe what its own do not fail it
 
     @property
     def closeness(self) -> tuple:
@@ -190,14 +206,17 @@ def infer(target: Target, vs, objectives=("*",), dtypes=("float64",), progress=N
             dtypes_now = ["float32"]
         else:
             dtypes_now = list(dtypes)
+        unobserved = []
         if any(g.fits for g in groups):
             _hide(stripped, groups, vs, oid, results, time_limit)
+            found, unobserved = _observe(target, vs, oid, groups, dtypes_now, time_limit, notes)
+            groups += found
         if not any(g.fits for g in groups) and not all(g.not_called for g in groups):
             groups += _search(target, vs, oid, groups, dtypes_now, time_limit, notes)
         _aside(groups, vs, oid)
         if not any(g.fits for g in groups):
             notes += _unhide(groups)
-        decl = declaration(target, oid, groups)
+        decl = declaration(target, oid, groups, unobserved)
         if decl is not None:
             _name_defects(stripped, vs, groups, results)
         out.append(Inference(oid, groups, decl, notes))
@@ -251,18 +270,23 @@ def _only_narrowing(groups: list[Group]) -> bool:
     return not any(g.fits for g in groups) and any(g.narrowed for g in groups)
 
 
-def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limit, notes) -> list[Group]:
+def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limit, notes, *,
+            names=None, bases=None, avoid=None, committed_values=None) -> list[Group]:
     """Combinations beyond the committed groups, judged on derived cases (module docstring),
     best first: the neighbours of a combination (one convention changed) are queued by how
-    near the function came to it (``Group.closeness``), starting from the committed groups, so
+    near the function came to it (``Group.closeness``), starting from the ruled-out ``groups``, so
     that a function several conventions away from every group is reached through the
     combinations it comes nearer to. Each is screened on SCREEN derived cases, where one failing
     case-run rules it out; one that passes them is judged on the full set. Once one fits, only
     the neighbours of the fitting combinations are judged (a function may compute several, or
-    some that give the same values); the search ends when none is left, or after MAX_DERIVED."""
+    some that give the same values); the search ends when none is left, or after MAX_DERIVED.
+    ``names``: the conventions changed (all by default); ``bases``: the committed tests the cases
+    are derived from (``derive.derive``); ``avoid``: combinations not judged (by default those
+    of ``groups``, the committed groups, whose own cases judged them); ``committed_values``: the
+    conventions of the committed groups where ``groups`` are not they (``_values``)."""
     spec = catalog.get(oid)
-    committed = [g.conventions for g in groups]
-    values = _values(spec, committed)
+    committed = [g.conventions for g in groups] if avoid is None else avoid
+    values = _values(spec, committed_values or committed)
     queued: set[str] = set()      # in the frontier now
     judged: set[str] = set()
     frontier: list = []
@@ -270,7 +294,7 @@ def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limi
 
     def queue(source: Group, distance: int):
         base = _full(source.conventions, spec)
-        for n in spec.conventions:
+        for n in names or spec.conventions:
             for v in values[n]:
                 assignment = {**base, n: json.loads(v)}
                 key = json.dumps(assignment, sort_keys=True)
@@ -289,11 +313,11 @@ def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limi
         key = json.dumps(assignment, sort_keys=True)
         queued.discard(key)
         judged.add(key)
-        g = _judge(target, vs, oid, assignment, dtypes, time_limit, SCREEN)
+        g = _judge(target, vs, oid, assignment, dtypes, time_limit, SCREEN, bases)
         if g is None:
             continue
         if not g.ruled_out:
-            g = _judge(target, vs, oid, assignment, dtypes, time_limit) or g
+            g = _judge(target, vs, oid, assignment, dtypes, time_limit, bases=bases) or g
         found.append(g)
         if g.fits and not fitted:      # from now on only the fitting combinations' neighbours
             fitted = True
@@ -308,11 +332,12 @@ def _search(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limi
     return found
 
 
-def _judge(target: Target, vs, oid: str, assignment: dict, dtypes, time_limit, count=derive.PER_COMBINATION):
-    """The combination judged on ``count`` cases derived for it (None: none could be derived);
-    a screening (few cases) stops at the first failing case-run."""
+def _judge(target: Target, vs, oid: str, assignment: dict, dtypes, time_limit, count=derive.PER_COMBINATION,
+           bases=None):
+    """The combination judged on ``count`` cases derived for it (from ``bases`` when given; None:
+    none could be derived); a screening (few cases) stops at the first failing case-run."""
     spec = catalog.get(oid)
-    cases, _ = derive.derive(vs, oid, assignment, count)
+    cases, _ = derive.derive(vs, oid, assignment, count, bases)
     if not cases:
         return None
     probe = dataclasses.replace(target, conventions={oid: assignment})
@@ -425,6 +450,87 @@ def _not_the_group(stripped: Target, judge, case, dtype: str, conventions: dict,
     return want is not None and not judge.fits(runs[0], want)
 
 
+def _observe(target: Target, vs, oid: str, groups: list[Group], dtypes, time_limit, notes) -> tuple[list, list]:
+    """The conventions no fitting committed group's passing cases observe, judged on cases that
+    do (module docstring): the combinations found, and the conventions no test observes."""
+    spec = catalog.get(oid)
+    fitting = [g for g in groups if g.fits and not g.derived]
+    committed = {c.uid: c for c in vs.cases(oid)}
+    values = _values(spec, [g.conventions for g in groups])
+    exact = _Exact(spec)
+
+    def observes(g, n):
+        mine, conv = [committed[u] for u in sorted(g.passed) if u in committed], _full(g.conventions, spec)
+        return any(not exact.same(mine, conv, {**conv, n: json.loads(v)}) for v in values[n]
+                   if json.loads(v) != conv[n])
+    blind = [n for n in spec.conventions if not any(observes(g, n) for g in fitting)]
+    found, unobserved = [], []
+    for g in fitting if blind else ():
+        conv = _full(g.conventions, spec)
+        bases = _observing(vs, oid, conv, blind, values, exact)
+        # the conventions the tests found observe, one at a time: only these are searched
+        seen = [n for n in blind if any(_differ(exact, b, conv, {**conv, n: json.loads(v)})
+                                        for v in values[n] if json.loads(v) != conv[n] for b in bases)]
+        unobserved += [n for n in blind if n not in seen and n not in unobserved]
+        if not seen:
+            continue
+        start = _judge(target, vs, oid, conv, dtypes, time_limit, SCREEN, bases)
+        if start is not None and not start.ruled_out:
+            start = _judge(target, vs, oid, conv, dtypes, time_limit, bases=bases) or start
+        if start is None or not start.ruled_out:
+            continue
+        g.hidden = (f"no case of it changes its exact values with {', '.join(seen)}, and on a case derived with "
+                    f"its conventions from a committed test that observes them, {start.against}")
+        g.refuted = True
+        found += _search(target, vs, oid, [start], dtypes, time_limit, notes, names=seen, bases=bases,
+                         avoid=[conv], committed_values=[x.conventions for x in groups])
+    # a convention the function does not take is not passed to it (plan.call_kwargs) and stays
+    # the default the declaration leaves it at: opened, every call would be refused
+    takes = plan._accepted_keywords(target.objectives[oid])
+    unobserved = [n for n in unobserved if takes is ANY or n in takes]
+    if unobserved:
+        notes.append(f"  not observed: {', '.join(unobserved)} (under the other conventions of the fitting groups, no "
+                     f"case of theirs changes its exact values with it, nor does any committed test among the {LOOK} "
+                     "nearest them: the function's value of it is not shown, and the declaration leaves it open where that "
+                     "accepts no group ruled out)")
+    return found, unobserved
+
+
+def _differ(exact, case, a: dict, b: dict) -> bool:
+    """Whether the case's exact values under conventions ``a`` and ``b`` differ, both computed
+    (a combination the reference refuses observes nothing)."""
+    x, y = exact._of(case, a), exact._of(case, b)
+    return (x is not None and y is not None
+            and (x.keys() != y.keys() or not all(np.array_equal(x[k], y[k], equal_nan=True) for k in x)))
+
+
+def _observing(vs, oid: str, conv: dict, blind: list, values: dict, exact) -> list:
+    """Up to PER_COMBINATION committed valid tests, the nearest ``conv`` first (most conventions
+    equal, then the smallest), among the LOOK nearest, whose exact values under ``conv`` change
+    with the ``blind`` conventions all changed at once (each alone where the reference refuses
+    them together): a test they leave unchanged, such as a β = 0 test of grpo.loss, is taken to
+    observe none of them, for one evaluation. One test per inputs and parameters, since only
+    those carry over into a derived case."""
+    others = {n: [json.loads(v) for v in values[n] if json.loads(v) != conv[n]] for n in blind}
+    together = {**conv, **{n: vs_[0] for n, vs_ in others.items() if vs_}}
+    alone = [{**conv, n: v} for n in blind for v in others[n]]
+    valid = [c for c in vs.cases(oid) if c.result == "valid" and LARGE_FLAG not in c.flags]
+    valid.sort(key=lambda c: (-sum(c.conventions.get(n) == conv[n] for n in conv), derive._size(c), c.test["tcId"]))
+    out, seen = [], set()
+    for case in valid[:LOOK]:
+        key = json.dumps([case.test["inputs"], case.test["params"]], sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            if exact._of(case, conv) is None:
+                continue
+            if (_differ(exact, case, conv, together) if exact._of(case, together) is not None
+                    else any(_differ(exact, case, conv, other) for other in alone)):
+                out.append(case)
+        if len(out) == derive.PER_COMBINATION:
+            break
+    return out
+
+
 def _aside(groups: list[Group], vs, oid: str) -> None:
     """Sets aside each fitting derived combination whose cases cannot tell it from another fitting
     group whose cases can (module docstring): cases derived from β = 0 vectors fit every KL
@@ -457,7 +563,7 @@ def _unhide(groups: list[Group]) -> list[str]:
     with their values of the conventions their cases do not observe, and the note says so."""
     notes = []
     for g in groups:
-        if g.hidden:
+        if g.hidden and not g.refuted:
             notes.append(f"  {g.name}: its values of the conventions its cases do not observe are proposed, not "
                          f"observed: {g.hidden}; no combination beyond the committed groups judged fits")
             g.hidden = ""
@@ -494,8 +600,10 @@ def _name_defects(stripped: Target, vs, groups: list[Group], results) -> None:
             g.defect = "; ".join(f"[{d.kind}] {d.defect}" for d in causes)[:300]
 
 
-def declaration(target: Target, oid: str, groups: list[Group]) -> dict | list | None:
-    """The declaration accepting exactly the fitting groups among those judged; None if none fits."""
+def declaration(target: Target, oid: str, groups: list[Group], unobserved=()) -> dict | list | None:
+    """The declaration accepting exactly the fitting groups among those judged; None if none fits.
+    A convention ``unobserved`` (``_observe``) is left open ("*") where that still accepts exactly
+    those groups: no value of it is shown."""
     fitting = [g.conventions for g in groups if g.fits]
     if not fitting:
         return None
@@ -512,8 +620,10 @@ def declaration(target: Target, oid: str, groups: list[Group]) -> dict | list | 
         return [json.loads(v) for v in vals]
 
     product = {n: (vs[0] if len(vs := values(n, fitting)) == 1 else vs) for n in names}
-    if _accepts_exactly(target, oid, product, judged, fitting):
-        return product
+    opened = {**product, **{n: ANY for n in unobserved}}
+    for decl in (opened, product):
+        if _accepts_exactly(target, oid, decl, judged, fitting):
+            return decl
     combos = []
     for c in sorted(fitting, key=lambda c: _function_first(c, defaults, spec)):
         combos.append({n: c.get(n, spec.defaults[n]) for n in names})
