@@ -33,26 +33,33 @@ settings.register_profile("dev", deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-# Under ``-n``, xdist's default "load" mode sends a module's tests to every worker, and each worker
-# computes the module's fixtures again: the kill table (every mutant checked), the transcribed
-# defects' checks, the docs rebuilt, the theorem's table, the GPU script's run. The modules that
-# hold such a fixture are marked ``xdist_group``; "loadgroup" is "load" with each group kept on one
-# worker, so that each fixture is computed once. The workers parse the command line again, so the
-# switch travels to them in their workerinput (their collection names a test by its group then).
-_GROUPS = "lossproof_loadgroup"
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
-    if getattr(config.option, "dist", "no") == "load":
-        config.option.dist = "loadgroup"
-    elif getattr(config, "workerinput", {}).get(_GROUPS):
-        config.option.loadgroup = True
+# Under ``-n``, xdist's default "load" mode sends a module's tests to either worker, and each worker
+# computes the module's fixtures again (pytest also tears a module fixture down whenever a worker
+# moves on to another module's test, so interleaving recomputes it even on one worker). These
+# modules hold a costly module fixture (the kill table: every mutant checked; the transcribed
+# defects' checks; the docs rebuilt; the theorem's table; the GPU script's run): each is sent to
+# one worker whole, so that its fixture is computed once; every other test is scheduled as
+# "load" does. (xdist's own "loadgroup" marks a test by rewriting its node id, which pytest 9.2
+# no longer reads: the grouping is done here, by module path, in the scheduler.)
+ONE_WORKER_MODULES = ("tests/mutants/test_kill_table.py", "tests/transcribed/test_transcribed.py",
+                      "tests/test_docs.py", "tests/test_theorem.py", "tests/test_gpu_parity_script.py")
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    node.workerinput[_GROUPS] = node.config.option.dist == "loadgroup"
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    missing = [m for m in ONE_WORKER_MODULES if not (config.rootpath / m).is_file()]
+    assert not missing, f"tests/conftest.py ONE_WORKER_MODULES names no file: {missing}"
+
+    class ModulesWhole(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    return ModulesWhole(config, log)
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,6 @@ from lossproof.conformance.docs import DocsError, blocks, build, families, figur
 from lossproof.conformance.docs.context import Context  # noqa: E402
 from lossproof.conformance.targets import PEERS  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("docs-rebuilt")   # its module fixture once (tests/conftest.py)
-
 ROOT = build.ROOT
 FAST_FIGURES = [a for a in build.ARTIFACTS if a.kind == "figure" and not a.slow]
 GENERATED = {a.path for a in build.ARTIFACTS if a.kind == "generated"}   # written whole from runs

@@ -21,8 +21,6 @@ from lossproof.conformance.vectors.load import VectorSet
 
 pytest.importorskip("torch", reason="the script's CPU parts run torch")
 
-pytestmark = pytest.mark.xdist_group("gpu-parity-run")   # its module fixture once (tests/conftest.py)
-
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu_parity.py"
 

@@ -10,8 +10,6 @@ from lossproof.conformance.theorem import table as theorem
 from lossproof.refimpl.exact import _tree
 from lossproof.refimpl.validate import InputError
 
-pytestmark = pytest.mark.xdist_group("theorem-table")   # its module fixture once (tests/conftest.py)
-
 
 @pytest.fixture(scope="module")
 def table():

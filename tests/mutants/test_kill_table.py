@@ -17,8 +17,6 @@ torch = pytest.importorskip("torch", reason="most mutants are torch functions")
 from lossproof.conformance import catalog, cli
 from mutants import all_pairs, diagnoses, github_links, killtable
 
-pytestmark = pytest.mark.xdist_group("kill-table")   # its module fixture once (tests/conftest.py)
-
 PAIRS = all_pairs()
 # Diagnoses that the CPU decides, not the mutant: {slug: {expected entry: what another CPU gives in
 # its place}}. SPARSE_TAIL_ONE_MINUS_SUM forms the student's tail as 1 − Σ q over the teacher's ids,

@@ -16,8 +16,6 @@ from lossproof.conformance.targets import from_mapping
 from lossproof.conformance.vectors.load import VectorSet
 from transcribed.table import DEFECTS
 
-pytestmark = pytest.mark.xdist_group("transcribed")   # its module fixture once (tests/conftest.py)
-
 # Defects whose cause no test of conformance/diagnose.py reads yet (they are left unexplained,
 # never given another cause): what evidence would name each.
 NOT_NAMED_YET: dict[str, str] = {}
