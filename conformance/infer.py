@@ -375,15 +375,24 @@ class _Exact:
             self._values[key] = diagnose._evaluate(self.spec, case, conventions)
         return self._values[key]
 
+    @staticmethod
+    def _equal(x: dict, y: dict) -> bool:
+        return x.keys() == y.keys() and all(np.array_equal(x[k], y[k], equal_nan=True) for k in x)
+
     def same(self, cases, a: dict, b: dict) -> bool:
         """Whether every case has the same exact values under conventions ``a`` and ``b`` (a
         combination the reference refuses counts as different), stopping at the first that differs."""
         for case in cases:
             x, y = self._of(case, a), self._of(case, b)
-            if (x is None or y is None or x.keys() != y.keys()
-                    or not all(np.array_equal(x[k], y[k], equal_nan=True) for k in x)):
+            if x is None or y is None or not self._equal(x, y):
                 return False
         return True
+
+    def differ(self, case, a: dict, b: dict) -> bool:
+        """Whether the case's exact values under conventions ``a`` and ``b`` differ, both computed
+        (a combination the reference refuses observes nothing)."""
+        x, y = self._of(case, a), self._of(case, b)
+        return x is not None and y is not None and not self._equal(x, y)
 
 
 def _hide(stripped: Target, groups: list[Group], vs, oid: str, results, time_limit) -> None:
@@ -469,7 +478,7 @@ def _observe(target: Target, vs, oid: str, groups: list[Group], dtypes, time_lim
         conv = _full(g.conventions, spec)
         bases = _observing(vs, oid, conv, blind, values, exact)
         # the conventions the tests found observe, one at a time: only these are searched
-        seen = [n for n in blind if any(_differ(exact, b, conv, {**conv, n: json.loads(v)})
+        seen = [n for n in blind if any(exact.differ(b, conv, {**conv, n: json.loads(v)})
                                         for v in values[n] if json.loads(v) != conv[n] for b in bases)]
         unobserved += [n for n in blind if n not in seen and n not in unobserved]
         if not seen:
@@ -496,14 +505,6 @@ def _observe(target: Target, vs, oid: str, groups: list[Group], dtypes, time_lim
     return found, unobserved
 
 
-def _differ(exact, case, a: dict, b: dict) -> bool:
-    """Whether the case's exact values under conventions ``a`` and ``b`` differ, both computed
-    (a combination the reference refuses observes nothing)."""
-    x, y = exact._of(case, a), exact._of(case, b)
-    return (x is not None and y is not None
-            and (x.keys() != y.keys() or not all(np.array_equal(x[k], y[k], equal_nan=True) for k in x)))
-
-
 def _observing(vs, oid: str, conv: dict, blind: list, values: dict, exact) -> list:
     """Up to PER_COMBINATION committed valid tests, the nearest ``conv`` first (most conventions
     equal, then the smallest), among the LOOK nearest, whose exact values under ``conv`` change
@@ -523,8 +524,8 @@ def _observing(vs, oid: str, conv: dict, blind: list, values: dict, exact) -> li
             seen.add(key)
             if exact._of(case, conv) is None:
                 continue
-            if (_differ(exact, case, conv, together) if exact._of(case, together) is not None
-                    else any(_differ(exact, case, conv, other) for other in alone)):
+            if (exact.differ(case, conv, together) if exact._of(case, together) is not None
+                    else any(exact.differ(case, conv, other) for other in alone)):
                 out.append(case)
         if len(out) == derive.PER_COMBINATION:
             break

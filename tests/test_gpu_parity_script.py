@@ -17,8 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lossproof.conformance.vectors.load import VectorSet
-
 pytest.importorskip("torch", reason="the script's CPU parts run torch")
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -193,7 +191,7 @@ def test_the_gpu_columns_of_the_parity_table(monkeypatch, tmp_path):
     assert "| torch-cuda worst err/tol | torch-cuda max \\|GPU − CPU\\| (ulp) |" in md
 
 
-def test_liger_kernels_in_the_gpu_check(monkeypatch, tmp_path):
+def test_liger_kernels_in_the_gpu_check(monkeypatch, tmp_path, bundled_vectors):
     """The check stage's GPU path also runs Liger's Triton cross-entropy through ``--target liger``
     (simulated on a CPU without Triton's interpreter: every case unsupported, with the adapter's
     reason, and the stage clean); a selection without a Liger kernel skips it with that reason."""
@@ -218,7 +216,7 @@ def test_liger_kernels_in_the_gpu_check(monkeypatch, tmp_path):
     # is reached, once per case; every other case reaches the adapter and is unsupported.
     elsewhere = collections.Counter(
         f"{'conformance' if c.result == 'valid' else 'validation'}:skip"
-        for c in VectorSet().cases("lm.cross_entropy") if c.conventions.get("smoothing_classes") != "all")
+        for c in bundled_vectors.cases("lm.cross_entropy") if c.conventions.get("smoothing_classes") != "all")
     assert elsewhere["conformance:skip"] > 0
     verdicts = collections.Counter(liger["verdicts"])
     assert {k: n for k, n in verdicts.items() if k.endswith(":skip")} == elsewhere
